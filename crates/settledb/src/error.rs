@@ -1,0 +1,97 @@
+//! The engine's one error type.
+//!
+//! Variants are the cases a caller branches on (retry a serialization failure, tell the user
+//! to VACUUM on a wraparound stop, report corruption with its location), not a list of every
+//! place that can fail. Bytes read from disk never cause a panic: a decoder that finds them
+//! malformed returns [`Error::Corrupted`] (a data page, naming relation and block) or
+//! [`Error::CorruptWal`] (a WAL record, naming its LSN).
+
+use std::path::PathBuf;
+
+use crate::types::{BlockNumber, Lsn, Oid, Xid};
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An operating-system I/O call failed.
+    #[error("could not {op} file \"{path}\": {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A data page failed its checksum or structural checks.
+    #[error("invalid page in block {block} of relation {rel}: {detail}")]
+    Corrupted { rel: Oid, block: BlockNumber, detail: String },
+
+    /// A WAL record, segment or the control file is malformed where it must not be.
+    #[error("corrupt WAL at {lsn}: {detail}")]
+    CorruptWal { lsn: Lsn, detail: String },
+
+    /// A file on disk (control file, CLOG segment, catalog) is malformed.
+    #[error("corrupt file \"{path}\": {detail}")]
+    CorruptFile { path: PathBuf, detail: String },
+
+    /// The data directory was written by an incompatible version of settledb.
+    #[error("data directory \"{path}\" has format version {found}, this build reads version {expected}")]
+    VersionMismatch { path: PathBuf, found: u32, expected: u32 },
+
+    /// A caller passed something the engine rejects: wrong type, oversized row, bad name …
+    #[error("{0}")]
+    InvalidInput(String),
+
+    /// A configuration parameter name or value is not accepted.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    /// A named table, row or index does not exist.
+    #[error("{0}")]
+    NotFound(String),
+
+    /// A table or index of that name already exists.
+    #[error("{0}")]
+    AlreadyExists(String),
+
+    /// REPEATABLE READ met a concurrent update: the transaction must be retried.
+    #[error("could not serialize access due to concurrent update")]
+    SerializationFailure,
+
+    /// The XID counter is too close to wraparound: no new XIDs until the database is vacuumed.
+    #[error(
+        "database is not accepting commands that assign new transaction IDs to avoid wraparound data loss \
+         (next XID {next_xid}, oldest frozen XID {oldest_xid}); \
+         HINT: execute a database-wide VACUUM"
+    )]
+    WraparoundStop { next_xid: Xid, oldest_xid: Xid },
+
+    /// The engine stopped accepting writes after a failure it cannot safely continue from
+    /// (a failed fsync): the data directory must be reopened, which replays WAL.
+    #[error("database is shut down after an unrecoverable error: {0}; reopen it to run crash recovery")]
+    Poisoned(String),
+
+    /// The transaction was already committed, rolled back or failed.
+    #[error("transaction is not active: {0}")]
+    TransactionClosed(&'static str),
+}
+
+impl Error {
+    /// Wraps an `std::io::Error` with the operation and path it came from.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Error {
+        Error::Io { op, path: path.into(), source }
+    }
+
+    pub fn corrupted(rel: Oid, block: BlockNumber, detail: impl Into<String>) -> Error {
+        Error::Corrupted { rel, block, detail: detail.into() }
+    }
+
+    pub fn corrupt_wal(lsn: Lsn, detail: impl Into<String>) -> Error {
+        Error::CorruptWal { lsn, detail: detail.into() }
+    }
+
+    pub fn invalid(detail: impl Into<String>) -> Error {
+        Error::InvalidInput(detail.into())
+    }
+}

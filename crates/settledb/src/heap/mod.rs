@@ -1,0 +1,2 @@
+//! The heap access method.
+pub mod tuple;

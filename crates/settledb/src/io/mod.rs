@@ -1,0 +1,161 @@
+//! The file seam: every byte the engine reads or writes goes through [`FileSystem`] and
+//! [`File`], so that tests can swap real files for [`fault::FaultFs`], an in-memory file
+//! system that loses unsynced writes on a simulated crash, tears writes and fails calls.
+//!
+//! The interface is deliberately narrow: positioned reads and writes, `sync` (fsync),
+//! length changes, and a few directory operations. Durability rules the engine relies on:
+//!
+//! * a write is durable only after `sync` of that file returns `Ok`;
+//! * a file's creation, removal or rename is durable only after `sync_dir` of its directory;
+//! * after `sync` returns an error, the file's unsynced writes may be lost even if a later
+//!   `sync` succeeds (Linux behaviour since the 2018 "fsyncgate" discussion). The engine never
+//!   retries a failed fsync as if it had worked; it stops accepting writes instead.
+//!
+//! [`RealFs`] is the production implementation over `std::fs` with real `fsync`.
+
+pub mod fault;
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// An open file. Implementations are shared between threads.
+pub trait File: Send + Sync {
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (short at EOF).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize>;
+    /// Writes all of `buf` at `offset`, extending the file if needed.
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()>;
+    /// Makes every write so far durable (fsync).
+    fn sync(&self) -> Result<()>;
+    fn len(&self) -> Result<u64>;
+    fn set_len(&self, len: u64) -> Result<()>;
+    /// The path the file was opened with, for error messages.
+    fn path(&self) -> &Path;
+
+    /// Reads exactly `buf.len()` bytes or fails (a short read is an error naming the file).
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let n = self.read_at(buf, offset)?;
+        if n != buf.len() {
+            return Err(Error::io(
+                "read",
+                self.path(),
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("read only {n} of {} bytes at offset {offset}", buf.len()),
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A file system: opens files and manages directories.
+pub trait FileSystem: Send + Sync {
+    /// Opens `path` for reading and writing, creating it (empty) when `create` is true.
+    fn open(&self, path: &Path, create: bool) -> Result<Arc<dyn File>>;
+    fn exists(&self, path: &Path) -> bool;
+    fn remove(&self, path: &Path) -> Result<()>;
+    /// Atomically replaces `to` with `from`.
+    fn rename(&self, from: &Path, to: &Path) -> Result<()>;
+    fn create_dir_all(&self, path: &Path) -> Result<()>;
+    /// The file names (not paths) in a directory, sorted.
+    fn list(&self, dir: &Path) -> Result<Vec<String>>;
+    /// Makes creations, removals and renames in `dir` durable.
+    fn sync_dir(&self, dir: &Path) -> Result<()>;
+}
+
+/// Real files with real fsync.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealFs;
+
+struct RealFile {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl File for RealFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("read", &self.path, e)),
+            }
+        }
+        Ok(done)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.file.write_all_at(buf, offset).map_err(|e| Error::io("write", &self.path, e))
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.file.sync_data().map_err(|e| Error::io("fsync", &self.path, e))
+    }
+
+    fn len(&self) -> Result<u64> {
+        self.file.metadata().map(|m| m.len()).map_err(|e| Error::io("stat", &self.path, e))
+    }
+
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.file.set_len(len).map_err(|e| Error::io("truncate", &self.path, e))
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl FileSystem for RealFs {
+    fn open(&self, path: &Path, create: bool) -> Result<Arc<dyn File>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| Error::io("open", path, e))?;
+        Ok(Arc::new(RealFile { file, path: path.to_path_buf() }))
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    fn remove(&self, path: &Path) -> Result<()> {
+        match std::fs::remove_file(path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("remove", path, e)),
+        }
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        std::fs::rename(from, to).map_err(|e| Error::io("rename", from, e))
+    }
+
+    fn create_dir_all(&self, path: &Path) -> Result<()> {
+        std::fs::create_dir_all(path).map_err(|e| Error::io("create directory", path, e))
+    }
+
+    fn list(&self, dir: &Path) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        let rd = std::fs::read_dir(dir).map_err(|e| Error::io("list directory", dir, e))?;
+        for entry in rd {
+            let entry = entry.map_err(|e| Error::io("list directory", dir, e))?;
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> Result<()> {
+        let d = std::fs::File::open(dir).map_err(|e| Error::io("open directory", dir, e))?;
+        d.sync_all().map_err(|e| Error::io("fsync directory", dir, e))
+    }
+}
