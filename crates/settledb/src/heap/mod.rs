@@ -1,2 +1,695 @@
-//! The heap access method.
+//! The heap access method: tuple versions on slotted pages (PostgreSQL's `heapam.c`,
+//! `hio.c`, `README.HOT`).
+//!
+//! Every row version is a tuple with an `xmin` (the inserting transaction) and an `xmax` (the
+//! deleting or updating one). An update never overwrites: it stamps `xmax` on the old version
+//! and writes a new one, linked from the old by `t_ctid`. Which versions a transaction sees is
+//! decided by [`visibility`]; dead versions are removed by [`prune`] (opportunistically, when a
+//! page is read and short of space) and later by VACUUM.
+//!
+//! ```text
+//!  t_ctid chain of one row updated twice (the last update HOT, on the same page):
+//!
+//!   (0,1) xmin 100 xmax 105 ctid (7,3)   --non-HOT update-->  (7,3) xmin 105 xmax 110 ctid (7,4) HOT_UPDATED
+//!                                                                      |
+//!                                         (7,4) xmin 110 xmax 0 ctid (7,4) HEAP_ONLY  <-----+
+//! ```
+//!
+//! # Operations and their locks
+//!
+//! * insert: find a page with room (the relation's target block, then the free-space hints,
+//!   else extend), exclusive-lock it, add the tuple, WAL-log INSERT, stamp the page LSN.
+//! * update/delete: exclusive-lock the old tuple's page; ask [`visibility::satisfies_update`];
+//!   if another running transaction holds the row, unlock, wait for it, and retry; if a
+//!   committed one changed it, READ COMMITTED follows `t_ctid` to the newest version and
+//!   re-applies the change there (PostgreSQL's EvalPlanQual), REPEATABLE READ fails with a
+//!   serialization error. A new version that fits on the same page and changes no indexed
+//!   column is a HOT update; otherwise it goes to another page, and both pages are locked in
+//!   block order so two updaters cannot deadlock on page locks.
+//! * fetch/scan: shared lock, visibility test, copy out the values, unlock.
+//!
+//! # WAL
+//!
+//! Every page change is logged (see [`wal`]) while the exclusive lock is held, and the page
+//! LSN is set to the record's end before the lock is released, so the buffer pool's
+//! WAL-before-data rule holds.
+//!
+//! # Hint bits
+//!
+//! `XMIN_COMMITTED`/`XMAX_COMMITTED` hints are set only by code holding the exclusive lock
+//! (updates, deletes, pruning) and only when the deciding commit record is flushed (asynchronous
+//! commit), never by readers under a shared lock. Readers consult CLOG, which is cheap here.
+
+pub mod prune;
 pub mod tuple;
+pub mod visibility;
+pub mod wal;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::buffer::{Buffer, BufferPool, Ring};
+use crate::error::{Error, Result};
+use crate::page::{self, LpFlags, PageBuf, BLCKSZ};
+use crate::types::{BlockNumber, BufferTag, Fork, OffsetNumber, Oid, Tid, Xid};
+use crate::wal::{BlockRef, RecordBuilder, Rmgr, Wal};
+use crate::xact::{Snapshot, TransactionManager};
+use tuple::{Schema, TupleHeader, Value, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_UPDATED, HEAP_XMAX_INVALID};
+use visibility::UpdateStatus;
+use wal::{FLAG_INIT_PAGE, XLOG_HEAP2_MULTI_INSERT, XLOG_HEAP_DELETE, XLOG_HEAP_HOT_UPDATE, XLOG_HEAP_INSERT, XLOG_HEAP_UPDATE};
+
+/// An open heap relation: what the heap needs to know about a table.
+pub struct Relation {
+    pub oid: Oid,
+    pub name: String,
+    /// The file node its forks are stored under.
+    pub relfilenode: Oid,
+    pub schema: Schema,
+    /// `fillfactor` (10..=100): inserts leave `100 - fillfactor` percent of each page free for
+    /// updates.
+    pub fillfactor: u8,
+    /// Columns some index covers: an update changing one of them cannot be HOT.
+    pub indexed_columns: Vec<bool>,
+    /// The block the last insert went to (`rd_targblock`).
+    target_block: AtomicU32,
+    /// Free-space hints: pages known to have had room, by free bytes / 32 (a stand-in for the
+    /// free space map, which lives with VACUUM).
+    free_space: Mutex<BTreeMap<u32, u8>>,
+}
+
+impl Relation {
+    pub fn new(oid: Oid, name: &str, relfilenode: Oid, schema: Schema, fillfactor: u8) -> Relation {
+        let n = schema.columns.len();
+        Relation {
+            oid,
+            name: name.to_string(),
+            relfilenode,
+            schema,
+            fillfactor,
+            indexed_columns: vec![false; n],
+            target_block: AtomicU32::new(u32::MAX),
+            free_space: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub fn tag(&self, block: BlockNumber) -> BufferTag {
+        BufferTag { rel: self.relfilenode, fork: Fork::Main, block }
+    }
+
+    /// Bytes an insert must leave free on a page (fillfactor).
+    fn reserved_bytes(&self) -> usize {
+        BLCKSZ * (100 - usize::from(self.fillfactor)) / 100
+    }
+
+    /// Records that `block` has `free` bytes (after pruning or a failed insert).
+    pub fn note_free_space(&self, block: BlockNumber, free: usize) {
+        let cat = (free / 32).min(255) as u8;
+        let mut fs = self.free_space.lock();
+        if cat < 4 {
+            fs.remove(&block.0);
+        } else {
+            fs.insert(block.0, cat);
+        }
+    }
+
+    fn candidate_block(&self, need: usize) -> Option<BlockNumber> {
+        let cat = need.div_ceil(32).min(255) as u8;
+        let fs = self.free_space.lock();
+        fs.iter().find(|(_, &c)| c >= cat).map(|(&b, _)| BlockNumber(b))
+    }
+}
+
+/// What the heap needs from the engine around it.
+pub struct HeapEnv<'a> {
+    pub pool: &'a BufferPool,
+    pub wal: &'a Wal,
+    pub xact: &'a TransactionManager,
+}
+
+/// The transaction doing a heap operation.
+pub struct TxContext<'a> {
+    pub xid: Xid,
+    pub cid: u32,
+    pub snapshot: &'a Snapshot,
+    /// REPEATABLE READ: a row changed by a concurrent committed transaction is an error.
+    pub serializable_updates: bool,
+}
+
+/// Result of an update or delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModifyResult {
+    /// Done; for an update, the new version's TID.
+    Done(Tid),
+    /// The row no longer exists (deleted, or already changed by this transaction).
+    Gone,
+}
+
+fn corrupt_tuple(rel: &Relation, tid: Tid, what: &str) -> Error {
+    Error::corrupted(rel.oid, tid.block, format!("line pointer {} of relation \"{}\": {what}", tid.offset, rel.name))
+}
+
+/// Validates `off` on a page and returns its NORMAL tuple bytes, or None for other states.
+fn normal_item<'p>(rel: &Relation, page: &'p [u8], tid: Tid) -> Result<Option<&'p [u8]>> {
+    if tid.offset.0 == 0 || tid.offset.0 > page::max_offset(page) {
+        return Ok(None);
+    }
+    let lp = page::item_id(page, tid.offset);
+    if lp.flags != LpFlags::Normal {
+        return Ok(None);
+    }
+    let t = page::item(page, tid.offset);
+    if TupleHeader::parse(t).is_none() {
+        return Err(corrupt_tuple(rel, tid, "invalid tuple header"));
+    }
+    Ok(Some(t))
+}
+
+/// Reads and structurally validates a heap page.
+pub fn read_page<'a>(env: &HeapEnv<'a>, rel: &Relation, block: BlockNumber, ring: Option<&mut Ring>) -> Result<Buffer<'a>> {
+    let buf = env.pool.read(rel.tag(block), ring)?;
+    {
+        let g = buf.read();
+        if !page::is_new(&g.0) {
+            page::validate_items(&g.0, rel.oid, block)?;
+        }
+    }
+    Ok(buf)
+}
+
+/// Logs `rec` and stamps the page LSN of every page given.
+fn log_and_stamp(env: &HeapEnv<'_>, rec: &RecordBuilder<'_>) -> Result<crate::types::Lsn> {
+    env.wal.insert(rec)
+}
+
+/// Prepares a tuple for insertion by `tx`: xmin, cid, xmax invalid.
+fn stamp_new_tuple(t: &mut [u8], tx: &TxContext<'_>, extra_infomask: u16, extra_infomask2: u16) {
+    tuple::set_xmin(t, tx.xid);
+    tuple::set_xmax(t, Xid::INVALID);
+    tuple::set_cid(t, tx.cid);
+    let h = TupleHeader::parse(t).expect("tuple built by form_tuple");
+    let (m, m2) = (h.infomask(), h.infomask2());
+    tuple::set_infomask(t, (m & !0xFF00 & !0x0080) | HEAP_XMAX_INVALID | extra_infomask);
+    tuple::set_infomask2(t, (m2 & tuple::HEAP_NATTS_MASK) | extra_infomask2);
+}
+
+/// A pinned page with room for `need` bytes (fillfactor honoured unless `use_reserve`), locked
+/// exclusively. New pages come back initialized and flagged `fresh`.
+struct Target<'a> {
+    buf: Buffer<'a>,
+    fresh: bool,
+}
+
+fn page_has_room(page: &[u8], need: usize, reserve: usize) -> bool {
+    if page::is_new(page) {
+        return true;
+    }
+    let free = page::heap_free_space(page);
+    free >= need + reserve
+}
+
+fn find_target<'a>(env: &HeapEnv<'a>, rel: &Relation, need: usize, mut ring: Option<&mut Ring>, avoid: Option<BlockNumber>) -> Result<Target<'a>> {
+    let reserve = rel.reserved_bytes();
+    let mut tried = 0;
+    let t = rel.target_block.load(Ordering::Relaxed);
+    let mut candidate = if t != u32::MAX { Some(BlockNumber(t)) } else { rel.candidate_block(need + reserve) };
+    while let Some(b) = candidate {
+        if Some(b) != avoid && b.0 < env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
+            let buf = read_page(env, rel, b, ring.as_deref_mut())?;
+            let room = {
+                let mut g = buf.write();
+                let fresh = page::is_new(&g.0);
+                if fresh {
+                    page::init(&mut g.0, 0);
+                }
+                let ok = page_has_room(&g.0, need, reserve);
+                if !ok {
+                    rel.note_free_space(b, page::heap_free_space(&g.0).saturating_sub(reserve));
+                }
+                drop(g);
+                ok.then_some(fresh)
+            };
+            if let Some(fresh) = room {
+                rel.target_block.store(b.0, Ordering::Relaxed);
+                return Ok(Target { buf, fresh });
+            }
+        }
+        tried += 1;
+        if tried > 8 {
+            break;
+        }
+        candidate = rel.candidate_block(need + reserve).filter(|&c| c != b);
+    }
+    let buf = env.pool.extend(rel.relfilenode, Fork::Main, ring)?;
+    {
+        let mut g = buf.write();
+        page::init(&mut g.0, 0);
+    }
+    rel.target_block.store(buf.block().0, Ordering::Relaxed);
+    Ok(Target { buf, fresh: true })
+}
+
+/// Inserts one row; returns its TID.
+pub fn insert(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, values: &[Value]) -> Result<Tid> {
+    let mut t = tuple::form_tuple(&rel.schema, values)?;
+    stamp_new_tuple(&mut t, tx, 0, 0);
+    insert_tuple(env, rel, tx, &mut t)
+}
+
+fn insert_tuple(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, t: &mut [u8]) -> Result<Tid> {
+    let need = page::maxalign(t.len());
+    loop {
+        let target = find_target(env, rel, need, None, None)?;
+        let block = target.buf.block();
+        let mut g = target.buf.write();
+        // Between find_target's check and this lock another inserter may have taken the room.
+        let fresh = page::max_offset(&g.0) == 0 && target.fresh;
+        let off = OffsetNumber(page::max_offset(&g.0) + 1);
+        let off = first_free_offset(&g.0).unwrap_or(off);
+        tuple::set_ctid(t, Tid { block, offset: off });
+        if page::add_item(&mut g.0, t, Some(off), true) != Some(off) {
+            rel.note_free_space(block, 0);
+            rel.target_block.store(u32::MAX, Ordering::Relaxed);
+            continue;
+        }
+        page::set_flags(&mut g.0, page::flags(&g.0) & !page::PD_ALL_VISIBLE);
+        let mut main = Vec::with_capacity(3);
+        main.extend_from_slice(&off.0.to_le_bytes());
+        main.push(if fresh { FLAG_INIT_PAGE } else { 0 });
+        let mut data = Vec::with_capacity(t.len());
+        wal::encode_tuple(&mut data, t);
+        let lsn = {
+            let rec = RecordBuilder {
+                rmgr: Rmgr::Heap,
+                info: XLOG_HEAP_INSERT,
+                xid: tx.xid,
+                blocks: vec![BlockRef { id: 0, tag: rel.tag(block), will_init: fresh, page: Some(&g.0), data }],
+                main_data: main,
+            };
+            log_and_stamp(env, &rec)?
+        };
+        page::set_lsn(&mut g.0, lsn);
+        target.buf.mark_dirty();
+        return Ok(Tid { block, offset: off });
+    }
+}
+
+/// The first reusable line pointer, if the page says it has one.
+fn first_free_offset(page: &[u8]) -> Option<OffsetNumber> {
+    if page::flags(page) & page::PD_HAS_FREE_LINES == 0 {
+        return None;
+    }
+    (1..=page::max_offset(page)).map(OffsetNumber).find(|&o| page::item_id(page, o).flags == LpFlags::Unused)
+}
+
+/// Inserts many rows, filling each page before logging it as one MULTI_INSERT record
+/// (PostgreSQL's `heap_multi_insert`, used by COPY). Uses a bulk-write ring of buffers.
+pub fn multi_insert(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, rows: &[Vec<Value>], ring: &mut Ring) -> Result<Vec<Tid>> {
+    let mut tuples = Vec::with_capacity(rows.len());
+    for r in rows {
+        let mut t = tuple::form_tuple(&rel.schema, r)?;
+        stamp_new_tuple(&mut t, tx, 0, 0);
+        tuples.push(t);
+    }
+    let mut tids = Vec::with_capacity(tuples.len());
+    let reserve = rel.reserved_bytes();
+    let mut i = 0;
+    while i < tuples.len() {
+        let target = find_target(env, rel, page::maxalign(tuples[i].len()), Some(ring), None)?;
+        let block = target.buf.block();
+        let mut g = target.buf.write();
+        let fresh = target.fresh && page::max_offset(&g.0) == 0;
+        let mut main = Vec::with_capacity(3 + 2 * 64);
+        main.push(if fresh { FLAG_INIT_PAGE } else { 0 });
+        main.extend_from_slice(&[0, 0]);
+        let mut data = Vec::with_capacity(BLCKSZ);
+        let mut n: u16 = 0;
+        while i < tuples.len() {
+            let t = &mut tuples[i];
+            let need = page::maxalign(t.len());
+            // The first tuple on a fresh page always goes in, whatever the fillfactor.
+            if !(n == 0 && fresh) && page::heap_free_space(&g.0) < need + reserve {
+                break;
+            }
+            let off = OffsetNumber(page::max_offset(&g.0) + 1);
+            tuple::set_ctid(t, Tid { block, offset: off });
+            if page::add_item(&mut g.0, t, Some(off), true) != Some(off) {
+                break;
+            }
+            main.extend_from_slice(&off.0.to_le_bytes());
+            let body_len = (t.len() - tuple::HEAP_TUPLE_HEADER_SIZE) as u16;
+            data.extend_from_slice(&body_len.to_le_bytes());
+            wal::encode_tuple(&mut data, t);
+            tids.push(Tid { block, offset: off });
+            n += 1;
+            i += 1;
+        }
+        if n == 0 {
+            drop(g);
+            rel.note_free_space(block, 0);
+            rel.target_block.store(u32::MAX, Ordering::Relaxed);
+            continue;
+        }
+        main[1..3].copy_from_slice(&n.to_le_bytes());
+        page::set_flags(&mut g.0, page::flags(&g.0) & !page::PD_ALL_VISIBLE);
+        let rec = RecordBuilder {
+            rmgr: Rmgr::Heap2,
+            info: XLOG_HEAP2_MULTI_INSERT,
+            xid: tx.xid,
+            blocks: vec![BlockRef { id: 0, tag: rel.tag(block), will_init: fresh, page: Some(&g.0), data }],
+            main_data: main,
+        };
+        let lsn = log_and_stamp(env, &rec)?;
+        drop(rec);
+        page::set_lsn(&mut g.0, lsn);
+        target.buf.mark_dirty();
+    }
+    Ok(tids)
+}
+
+/// Reads the values of the version at `tid` if `tx`'s snapshot sees it.
+pub fn fetch(env: &HeapEnv<'_>, rel: &Relation, snap: &Snapshot, curcid: u32, tid: Tid) -> Result<Option<Vec<Value>>> {
+    if tid.block.0 >= env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
+        return Ok(None);
+    }
+    let buf = read_page(env, rel, tid.block, None)?;
+    let g = buf.read();
+    if page::is_new(&g.0) {
+        return Ok(None);
+    }
+    let Some(t) = normal_item(rel, &g.0, tid)? else { return Ok(None) };
+    let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
+    if !visibility::satisfies_mvcc(&h, snap, curcid, env.xact) {
+        return Ok(None);
+    }
+    tuple::deform_tuple(&rel.schema, t).map(Some).map_err(|e| corrupt_tuple(rel, tid, &e))
+}
+
+/// Follows a row's update chain from `tid` to the version `snap` sees (or the newest visible
+/// one), returning its TID; used by READ COMMITTED to re-find a row that changed under it.
+pub fn latest_version(env: &HeapEnv<'_>, rel: &Relation, snap: &Snapshot, curcid: u32, mut tid: Tid) -> Result<Option<Tid>> {
+    for _ in 0..10_000 {
+        let buf = read_page(env, rel, tid.block, None)?;
+        let g = buf.read();
+        let Some(t) = normal_item(rel, &g.0, tid)? else { return Ok(None) };
+        let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
+        if visibility::satisfies_mvcc(&h, snap, curcid, env.xact) {
+            return Ok(Some(tid));
+        }
+        let next = h.ctid();
+        if next == tid {
+            return Ok(None);
+        }
+        tid = next;
+    }
+    Err(corrupt_tuple(rel, tid, "update chain does not end"))
+}
+
+/// Sequential-scan one page: the visible tuples of `block` with their values. Prunes the page
+/// first when that is worthwhile and the cleanup lock is free.
+pub fn scan_page(env: &HeapEnv<'_>, rel: &Relation, snap: &Snapshot, curcid: u32, block: BlockNumber, oldest_xmin: Xid, ring: &mut Ring) -> Result<Vec<(Tid, Vec<Value>)>> {
+    let buf = read_page(env, rel, block, Some(ring))?;
+    maybe_prune(env, rel, &buf, oldest_xmin)?;
+    let g = buf.read();
+    let mut out = Vec::new();
+    if page::is_new(&g.0) {
+        return Ok(out);
+    }
+    for o in 1..=page::max_offset(&g.0) {
+        let tid = Tid { block, offset: OffsetNumber(o) };
+        let Some(t) = normal_item(rel, &g.0, tid)? else { continue };
+        let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
+        if visibility::satisfies_mvcc(&h, snap, curcid, env.xact) {
+            let vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
+            out.push((tid, vals));
+        }
+    }
+    Ok(out)
+}
+
+/// Opportunistic pruning (`heap_page_prune_opt`): only with the cleanup lock, never waiting.
+pub fn maybe_prune(env: &HeapEnv<'_>, rel: &Relation, buf: &Buffer<'_>, oldest_xmin: Xid) -> Result<bool> {
+    {
+        let g = buf.read();
+        if page::is_new(&g.0) || !prune::worth_pruning(&g.0, oldest_xmin, rel.fillfactor) {
+            return Ok(false);
+        }
+    }
+    let Some(mut g) = buf.try_cleanup_lock() else { return Ok(false) };
+    prune_locked(env, rel, buf, &mut g.0, oldest_xmin)
+}
+
+/// Prunes a page the caller holds the cleanup lock on; WAL-logged. Returns whether it changed.
+pub fn prune_locked(env: &HeapEnv<'_>, rel: &Relation, buf: &Buffer<'_>, page_bytes: &mut [u8], oldest_xmin: Xid) -> Result<bool> {
+    let block = buf.block();
+    let plan = prune::plan(page_bytes, block, oldest_xmin, env.xact);
+    if plan.is_empty() {
+        if page::prune_xid(page_bytes) != plan.new_prune_xid {
+            // Nothing removable yet: remember the new horizon need without dirtying for it.
+            page::set_prune_xid(page_bytes, plan.new_prune_xid);
+        }
+        return Ok(false);
+    }
+    wal::apply_prune(page_bytes, &plan);
+    let rec = RecordBuilder {
+        rmgr: Rmgr::Heap2,
+        info: wal::XLOG_HEAP2_PRUNE,
+        xid: Xid::INVALID,
+        blocks: vec![BlockRef { id: 0, tag: rel.tag(block), will_init: false, page: Some(page_bytes), data: Vec::new() }],
+        main_data: plan.encode(),
+    };
+    let lsn = log_and_stamp(env, &rec)?;
+    drop(rec);
+    page::set_lsn(page_bytes, lsn);
+    buf.mark_dirty();
+    rel.note_free_space(block, page::heap_free_space(page_bytes));
+    Ok(true)
+}
+
+/// What the caller must do after one attempt at an update or delete.
+enum Attempt {
+    Finished(ModifyResult),
+    WaitFor(Xid),
+    Follow(Tid),
+    /// The update needs a new page: try again with these two buffers locked in order.
+    NeedsOtherPage,
+}
+
+/// Deletes the row version at `tid` (following the update chain under READ COMMITTED).
+pub fn delete(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, tid: Tid, wait: &dyn Fn(Xid) -> Result<()>) -> Result<ModifyResult> {
+    let mut tid = tid;
+    loop {
+        match delete_once(env, rel, tx, tid)? {
+            Attempt::Finished(r) => return Ok(r),
+            Attempt::WaitFor(x) => wait(x)?,
+            Attempt::Follow(next) => tid = next,
+            Attempt::NeedsOtherPage => unreachable!("delete stays on its page"),
+        }
+    }
+}
+
+fn check_update_status(tx: &TxContext<'_>, st: UpdateStatus, tid: Tid) -> Result<Option<Attempt>> {
+    Ok(match st {
+        UpdateStatus::Ok => None,
+        UpdateStatus::Invisible | UpdateStatus::SelfUpdated => Some(Attempt::Finished(ModifyResult::Gone)),
+        UpdateStatus::BeingUpdated(x) => Some(Attempt::WaitFor(x)),
+        UpdateStatus::Updated { ctid, .. } => {
+            if tx.serializable_updates {
+                return Err(Error::SerializationFailure);
+            }
+            if ctid == tid {
+                Some(Attempt::Finished(ModifyResult::Gone))
+            } else {
+                Some(Attempt::Follow(ctid))
+            }
+        }
+    })
+}
+
+fn delete_once(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, tid: Tid) -> Result<Attempt> {
+    if tid.block.0 >= env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
+        return Ok(Attempt::Finished(ModifyResult::Gone));
+    }
+    let buf = read_page(env, rel, tid.block, None)?;
+    let mut g = buf.write();
+    let Some(t) = normal_item(rel, &g.0, tid)? else { return Ok(Attempt::Finished(ModifyResult::Gone)) };
+    let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
+    let st = visibility::satisfies_update(&h, tid, tx.xid, env.xact);
+    if let Some(a) = check_update_status(tx, st, tid)? {
+        return Ok(a);
+    }
+    let (m, m2) = wal::xmax_masks(h.infomask(), h.infomask2(), false);
+    wal::apply_xmax(&mut g.0, tid.offset, tx.xid, tx.cid, m, m2, tid);
+    let mut main = Vec::with_capacity(16);
+    main.extend_from_slice(&tid.offset.0.to_le_bytes());
+    main.extend_from_slice(&tx.xid.0.to_le_bytes());
+    main.extend_from_slice(&m.to_le_bytes());
+    main.extend_from_slice(&m2.to_le_bytes());
+    main.extend_from_slice(&0u16.to_le_bytes()); // old key: none without a replica identity
+    let rec = RecordBuilder {
+        rmgr: Rmgr::Heap,
+        info: XLOG_HEAP_DELETE,
+        xid: tx.xid,
+        blocks: vec![BlockRef { id: 0, tag: rel.tag(tid.block), will_init: false, page: Some(&g.0), data: Vec::new() }],
+        main_data: main,
+    };
+    let lsn = log_and_stamp(env, &rec)?;
+    drop(rec);
+    page::set_lsn(&mut g.0, lsn);
+    buf.mark_dirty();
+    Ok(Attempt::Finished(ModifyResult::Done(tid)))
+}
+
+/// Updates the row version at `tid` to the values `f` computes from the current version
+/// (re-run on the newest version when READ COMMITTED follows a concurrent update).
+pub fn update(
+    env: &HeapEnv<'_>,
+    rel: &Relation,
+    tx: &TxContext<'_>,
+    tid: Tid,
+    f: &mut dyn FnMut(&[Value]) -> Result<Vec<Value>>,
+    wait: &dyn Fn(Xid) -> Result<()>,
+) -> Result<ModifyResult> {
+    let mut tid = tid;
+    let mut other_page: Option<BlockNumber> = None;
+    loop {
+        match update_once(env, rel, tx, tid, f, other_page)? {
+            Attempt::Finished(r) => return Ok(r),
+            Attempt::WaitFor(x) => wait(x)?,
+            Attempt::Follow(next) => tid = next,
+            Attempt::NeedsOtherPage => {
+                // Pick a page with room now, without holding the old page's lock.
+                let need = page::maxalign(tuple::MAX_HEAP_TUPLE_SIZE.min(estimate_len(env, rel, tid)?));
+                let t = find_target(env, rel, need, None, Some(tid.block))?;
+                other_page = Some(t.buf.block());
+            }
+        }
+    }
+}
+
+fn estimate_len(env: &HeapEnv<'_>, rel: &Relation, tid: Tid) -> Result<usize> {
+    let buf = read_page(env, rel, tid.block, None)?;
+    let g = buf.read();
+    Ok(normal_item(rel, &g.0, tid)?.map_or(64, |t| t.len() + 64))
+}
+
+fn update_once(
+    env: &HeapEnv<'_>,
+    rel: &Relation,
+    tx: &TxContext<'_>,
+    tid: Tid,
+    f: &mut dyn FnMut(&[Value]) -> Result<Vec<Value>>,
+    other_page: Option<BlockNumber>,
+) -> Result<Attempt> {
+    if tid.block.0 >= env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
+        return Ok(Attempt::Finished(ModifyResult::Gone));
+    }
+    let old_buf = read_page(env, rel, tid.block, None)?;
+    let new_buf = match other_page {
+        Some(b) if b != tid.block => Some(read_page(env, rel, b, None)?),
+        _ => None,
+    };
+    // Lock in block order.
+    let (mut og, mut ng) = match &new_buf {
+        Some(nb) if nb.block() < tid.block => {
+            let n = nb.write();
+            (old_buf.write(), Some(n))
+        }
+        Some(nb) => {
+            let o = old_buf.write();
+            (o, Some(nb.write()))
+        }
+        None => (old_buf.write(), None),
+    };
+    let Some(t) = normal_item(rel, &og.0, tid)? else { return Ok(Attempt::Finished(ModifyResult::Gone)) };
+    let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
+    let st = visibility::satisfies_update(&h, tid, tx.xid, env.xact);
+    if let Some(a) = check_update_status(tx, st, tid)? {
+        return Ok(a);
+    }
+    let old_vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
+    let (old_m, old_m2) = (h.infomask(), h.infomask2());
+    let new_vals = f(&old_vals)?;
+    let mut nt = tuple::form_tuple(&rel.schema, &new_vals)?;
+    let need = page::maxalign(nt.len());
+    let indexed_change =
+        rel.indexed_columns.iter().zip(old_vals.iter().zip(&new_vals)).any(|(&ix, (a, b))| ix && a != b);
+    let fits_here = page::heap_free_space(&og.0) >= need;
+    let hot = fits_here && !indexed_change;
+    let (new_block, new_page_fresh) = if fits_here {
+        (tid.block, false)
+    } else {
+        match (&new_buf, ng.as_deref_mut()) {
+            (Some(nb), Some(np)) => {
+                let fresh = page::is_new(&np.0);
+                if fresh {
+                    page::init(&mut np.0, 0);
+                }
+                if page::heap_free_space(&np.0) < need {
+                    return Ok(Attempt::NeedsOtherPage);
+                }
+                (nb.block(), fresh && page::max_offset(&np.0) == 0)
+            }
+            _ => return Ok(Attempt::NeedsOtherPage),
+        }
+    };
+    let same_page = new_block == tid.block;
+    stamp_new_tuple(&mut nt, tx, HEAP_UPDATED, if hot { HEAP_ONLY_TUPLE } else { 0 });
+    let target_page: &mut [u8] = if same_page { &mut og.0 } else { &mut ng.as_deref_mut().expect("locked").0 };
+    let new_off = first_free_offset(target_page).unwrap_or(OffsetNumber(page::max_offset(target_page) + 1));
+    let new_tid = Tid { block: new_block, offset: new_off };
+    tuple::set_ctid(&mut nt, new_tid);
+    if !wal::apply_insert(target_page, new_off, &nt) {
+        return Err(corrupt_tuple(rel, new_tid, "page reported room for the new version but refused it"));
+    }
+    page::set_flags(target_page, page::flags(target_page) & !page::PD_ALL_VISIBLE);
+    let (m, m2) = wal::xmax_masks(old_m, old_m2, hot);
+    wal::apply_xmax(&mut og.0, tid.offset, tx.xid, tx.cid, m, m2, new_tid);
+
+    let mut main = Vec::with_capacity(20);
+    main.extend_from_slice(&tid.offset.0.to_le_bytes());
+    main.extend_from_slice(&tx.xid.0.to_le_bytes());
+    main.extend_from_slice(&m.to_le_bytes());
+    main.extend_from_slice(&m2.to_le_bytes());
+    main.extend_from_slice(&new_off.0.to_le_bytes());
+    main.push(if new_page_fresh { FLAG_INIT_PAGE } else { 0 });
+    main.extend_from_slice(&0u16.to_le_bytes()); // old key
+    let mut data = Vec::with_capacity(nt.len());
+    wal::encode_tuple(&mut data, &nt);
+    let lsn = {
+        let mut blocks = Vec::with_capacity(2);
+        if same_page {
+            blocks.push(BlockRef { id: 0, tag: rel.tag(new_block), will_init: false, page: Some(&og.0[..]), data });
+        } else {
+            let np = &ng.as_deref().expect("locked").0;
+            blocks.push(BlockRef { id: 0, tag: rel.tag(new_block), will_init: new_page_fresh, page: Some(&np[..]), data });
+            blocks.push(BlockRef { id: 1, tag: rel.tag(tid.block), will_init: false, page: Some(&og.0[..]), data: Vec::new() });
+        }
+        let rec = RecordBuilder {
+            rmgr: Rmgr::Heap,
+            info: if hot { XLOG_HEAP_HOT_UPDATE } else { XLOG_HEAP_UPDATE },
+            xid: tx.xid,
+            blocks,
+            main_data: main,
+        };
+        log_and_stamp(env, &rec)?
+    };
+    page::set_lsn(&mut og.0, lsn);
+    old_buf.mark_dirty();
+    if let (Some(nb), Some(np)) = (&new_buf, ng.as_deref_mut()) {
+        if !same_page {
+            page::set_lsn(&mut np.0, lsn);
+            nb.mark_dirty();
+        }
+    }
+    let _ = HEAP_HOT_UPDATED;
+    Ok(Attempt::Finished(ModifyResult::Done(new_tid)))
+}
+
+/// Scratch page for tests and tools.
+pub fn empty_page() -> PageBuf {
+    let mut p = PageBuf([0; BLCKSZ]);
+    page::init(&mut p.0, 0);
+    p
+}

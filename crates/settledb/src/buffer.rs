@@ -1,0 +1,475 @@
+//! The buffer pool: `shared_buffers` frames of 8 KB caching relation blocks (PostgreSQL's
+//! `bufmgr.c` and `freelist.c`).
+//!
+//! # Pins, content locks, the cleanup lock
+//!
+//! A [`Buffer`] handle is a *pin*: while any pin is held the frame keeps its page (it cannot be
+//! evicted). To look at the bytes a pin holder takes the frame's *content lock*, shared
+//! ([`Buffer::read`]) or exclusive ([`Buffer::write`]). The *cleanup lock*
+//! ([`Buffer::cleanup_lock`], [`Buffer::try_cleanup_lock`]) is the exclusive content lock taken
+//! while the caller holds the only pin: pruning, which moves tuples within a page, needs it,
+//! because in PostgreSQL another pin holder may still remember where a tuple was. Rust's
+//! borrow rules already keep us from holding tuple references past a lock, but the protocol is
+//! kept so that VACUUM's "could not get the cleanup lock" path behaves as PostgreSQL's does.
+//!
+//! # Replacement
+//!
+//! Clock sweep: each frame has a usage count (bumped on every pin, at most 5); the clock hand
+//! skips pinned frames, decrements usage counts, and takes the first unpinned frame at zero.
+//! Bulk scans and vacuum pass a [`Ring`] (a "buffer access strategy") so they recycle a small
+//! set of frames instead of flushing the whole pool.
+//!
+//! # WAL before data
+//!
+//! A dirty page is written only after the WAL is flushed up to the page's LSN
+//! ([`WalFlush::flush`]); this is the trait through which the buffer pool, which sits below the
+//! WAL, reaches it. A page is copied under its shared content lock and the checksum is set on
+//! the copy, so hint-bit setters never race a write.
+//!
+//! # Locking order
+//!
+//! The mapping lock (tag → frame) is taken before, never while holding, a content lock. Pins are
+//! only ever raised from zero under the mapping lock, so the clock sweep, which holds it, can
+//! claim a frame whose pin count it saw at zero.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::error::{Error, Result};
+use crate::page::{self, PageBuf, BLCKSZ};
+use crate::smgr::Smgr;
+use crate::types::{BlockNumber, BufferTag, Fork, Lsn, Oid};
+
+/// How the buffer pool reaches the WAL to honour WAL-before-data.
+pub trait WalFlush: Send + Sync {
+    fn flush(&self, upto: Lsn) -> Result<()>;
+}
+
+const MAX_USAGE: u8 = 5;
+
+struct Frame {
+    /// The block this frame holds; `None` while free. Only changed under the mapping lock.
+    tag: Mutex<Option<BufferTag>>,
+    pins: AtomicU32,
+    usage: AtomicU8,
+    dirty: AtomicBool,
+    /// The page bytes are loaded and valid.
+    valid: AtomicBool,
+    /// Held while the frame's page is being read in; waiters take it to wait for the load.
+    io: Mutex<()>,
+    page: RwLock<PageBuf>,
+}
+
+/// Counters of buffer accesses, as PostgreSQL's `BufferUsage`.
+#[derive(Debug, Default)]
+pub struct BufferCounters {
+    pub hits: AtomicU64,
+    pub reads: AtomicU64,
+    pub dirtied: AtomicU64,
+    pub written: AtomicU64,
+}
+
+/// A snapshot of [`BufferCounters`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BufferUsage {
+    pub hits: u64,
+    pub reads: u64,
+    pub dirtied: u64,
+    pub written: u64,
+}
+
+impl BufferUsage {
+    pub fn since(self, earlier: BufferUsage) -> BufferUsage {
+        BufferUsage {
+            hits: self.hits - earlier.hits,
+            reads: self.reads - earlier.reads,
+            dirtied: self.dirtied - earlier.dirtied,
+            written: self.written - earlier.written,
+        }
+    }
+}
+
+pub struct BufferPool {
+    frames: Box<[Frame]>,
+    map: Mutex<HashMap<BufferTag, usize>>,
+    hand: AtomicUsize,
+    smgr: Arc<Smgr>,
+    wal: RwLock<Option<Arc<dyn WalFlush>>>,
+    counters: BufferCounters,
+}
+
+/// A ring of frames reused by one bulk operation (a buffer access strategy).
+pub struct Ring {
+    slots: Vec<usize>,
+    capacity: usize,
+    next: usize,
+}
+
+impl Ring {
+    /// A ring of `bytes` worth of frames (PostgreSQL: 256 kB for bulk reads, 16 MB for bulk
+    /// writes, 256 kB–2 GB for vacuum).
+    pub fn new(bytes: usize) -> Ring {
+        Ring { slots: Vec::new(), capacity: (bytes / BLCKSZ).max(1), next: 0 }
+    }
+}
+
+/// A pinned buffer. Dropping it unpins.
+pub struct Buffer<'a> {
+    pool: &'a BufferPool,
+    id: usize,
+    tag: BufferTag,
+}
+
+impl BufferPool {
+    pub fn new(nframes: usize, smgr: Arc<Smgr>) -> BufferPool {
+        let nframes = nframes.max(16);
+        let frames = (0..nframes)
+            .map(|_| Frame {
+                tag: Mutex::new(None),
+                pins: AtomicU32::new(0),
+                usage: AtomicU8::new(0),
+                dirty: AtomicBool::new(false),
+                valid: AtomicBool::new(false),
+                io: Mutex::new(()),
+                page: RwLock::new(PageBuf([0; BLCKSZ])),
+            })
+            .collect::<Vec<_>>()
+            .into_boxed_slice();
+        BufferPool {
+            frames,
+            map: Mutex::new(HashMap::with_capacity(nframes)),
+            hand: AtomicUsize::new(0),
+            smgr,
+            wal: RwLock::new(None),
+            counters: BufferCounters::default(),
+        }
+    }
+
+    pub fn set_wal(&self, wal: Arc<dyn WalFlush>) {
+        *self.wal.write() = Some(wal);
+    }
+
+    pub fn smgr(&self) -> &Arc<Smgr> {
+        &self.smgr
+    }
+
+    pub fn usage(&self) -> BufferUsage {
+        let c = &self.counters;
+        BufferUsage {
+            hits: c.hits.load(Ordering::Relaxed),
+            reads: c.reads.load(Ordering::Relaxed),
+            dirtied: c.dirtied.load(Ordering::Relaxed),
+            written: c.written.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn nframes(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Pins the buffer holding `tag`, reading it from disk on a miss. The page's checksum and
+    /// header are verified when it comes in; a corrupt page is an error naming rel and block.
+    pub fn read(&self, tag: BufferTag, ring: Option<&mut Ring>) -> Result<Buffer<'_>> {
+        self.get(tag, ring, false)
+    }
+
+    /// Pins a buffer for a block just reserved with [`Smgr::extend`]: zero-filled, no read.
+    pub fn new_page(&self, tag: BufferTag, ring: Option<&mut Ring>) -> Result<Buffer<'_>> {
+        self.get(tag, ring, true)
+    }
+
+    /// Reserves the next block of `rel`'s fork and pins a zeroed buffer for it.
+    pub fn extend(&self, rel: Oid, fork: Fork, ring: Option<&mut Ring>) -> Result<Buffer<'_>> {
+        let block = self.smgr.extend(rel, fork)?;
+        self.new_page(BufferTag { rel, fork, block }, ring)
+    }
+
+    fn get(&self, tag: BufferTag, mut ring: Option<&mut Ring>, zero: bool) -> Result<Buffer<'_>> {
+        loop {
+            let mut map = self.map.lock();
+            if let Some(&id) = map.get(&tag) {
+                let f = &self.frames[id];
+                f.pins.fetch_add(1, Ordering::AcqRel);
+                drop(map);
+                bump_usage(f);
+                if !f.valid.load(Ordering::Acquire) {
+                    // Someone is loading it; wait for the load, then re-check.
+                    drop(f.io.lock());
+                    if !f.valid.load(Ordering::Acquire) {
+                        f.pins.fetch_sub(1, Ordering::AcqRel);
+                        continue;
+                    }
+                }
+                self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(Buffer { pool: self, id, tag });
+            }
+            let id = self.claim_victim(&mut map, ring.as_deref_mut())?;
+            let Some(id) = id else {
+                drop(map);
+                // The victim was dirty: it was flushed outside the lock, try again.
+                continue;
+            };
+            let f = &self.frames[id];
+            let io = f.io.lock();
+            if let Some(old) = f.tag.lock().take() {
+                map.remove(&old);
+            }
+            *f.tag.lock() = Some(tag);
+            f.valid.store(false, Ordering::Release);
+            f.usage.store(1, Ordering::Relaxed);
+            map.insert(tag, id);
+            drop(map);
+            let loaded = self.load(f, tag, zero);
+            match loaded {
+                Ok(()) => {
+                    f.valid.store(true, Ordering::Release);
+                    drop(io);
+                    return Ok(Buffer { pool: self, id, tag });
+                }
+                Err(e) => {
+                    let mut map = self.map.lock();
+                    map.remove(&tag);
+                    *f.tag.lock() = None;
+                    f.usage.store(0, Ordering::Relaxed);
+                    f.pins.fetch_sub(1, Ordering::AcqRel);
+                    drop(map);
+                    drop(io);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn load(&self, f: &Frame, tag: BufferTag, zero: bool) -> Result<()> {
+        let mut page = f.page.write();
+        if zero {
+            page.0.fill(0);
+            return Ok(());
+        }
+        self.smgr.read(tag, &mut page.0)?;
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        page::verify(&page.0, tag.rel, tag.block)
+    }
+
+    /// Finds an unpinned frame under the mapping lock and pins it. Returns `Ok(None)` when the
+    /// chosen frame was dirty: it has been written out (outside the lock, which is released and
+    /// re-taken) and the caller must retry its lookup.
+    fn claim_victim(
+        &self,
+        map: &mut parking_lot::MutexGuard<'_, HashMap<BufferTag, usize>>,
+        ring: Option<&mut Ring>,
+    ) -> Result<Option<usize>> {
+        let id = match ring {
+            Some(r) => self.ring_victim(r)?,
+            None => self.clock_victim()?,
+        };
+        let f = &self.frames[id];
+        // Pins are raised from zero only under the mapping lock, which we hold.
+        f.pins.store(1, Ordering::Release);
+        if f.dirty.load(Ordering::Acquire) {
+            let r = parking_lot::MutexGuard::unlocked(map, || self.flush_frame(id));
+            f.pins.fetch_sub(1, Ordering::AcqRel);
+            r?;
+            return Ok(None);
+        }
+        Ok(Some(id))
+    }
+
+    fn clock_victim(&self) -> Result<usize> {
+        let n = self.frames.len();
+        for _ in 0..n * (usize::from(MAX_USAGE) + 2) {
+            let id = self.hand.fetch_add(1, Ordering::Relaxed) % n;
+            let f = &self.frames[id];
+            if f.pins.load(Ordering::Acquire) != 0 {
+                continue;
+            }
+            let u = f.usage.load(Ordering::Relaxed);
+            if u > 0 {
+                f.usage.store(u - 1, Ordering::Relaxed);
+                continue;
+            }
+            return Ok(id);
+        }
+        Err(Error::invalid("no unpinned buffers available (shared_buffers too small for the work)"))
+    }
+
+    fn ring_victim(&self, r: &mut Ring) -> Result<usize> {
+        if r.slots.len() < r.capacity {
+            let id = self.clock_victim()?;
+            r.slots.push(id);
+            return Ok(id);
+        }
+        let slot = r.next;
+        r.next = (r.next + 1) % r.capacity;
+        let id = r.slots[slot];
+        let f = &self.frames[id];
+        if f.pins.load(Ordering::Acquire) == 0 && f.usage.load(Ordering::Relaxed) <= 1 {
+            return Ok(id);
+        }
+        // Someone else is using our ring member: leave it to them and take a fresh frame.
+        let id = self.clock_victim()?;
+        r.slots[slot] = id;
+        Ok(id)
+    }
+
+    /// Writes a frame's page if dirty (WAL first). The caller holds a pin.
+    fn flush_frame(&self, id: usize) -> Result<()> {
+        let f = &self.frames[id];
+        let Some(tag) = *f.tag.lock() else { return Ok(()) };
+        let mut copy = PageBuf([0; BLCKSZ]);
+        {
+            let page = f.page.read();
+            if !f.dirty.swap(false, Ordering::AcqRel) {
+                return Ok(());
+            }
+            copy.0.copy_from_slice(&page.0);
+        }
+        let r = self.write_copy(tag, &mut copy);
+        if r.is_err() {
+            f.dirty.store(true, Ordering::Release);
+        }
+        r
+    }
+
+    fn write_copy(&self, tag: BufferTag, copy: &mut PageBuf) -> Result<()> {
+        let lsn = page::lsn(&copy.0);
+        if lsn != Lsn::INVALID {
+            if let Some(wal) = self.wal.read().as_ref() {
+                wal.flush(lsn)?;
+            }
+        }
+        page::set_checksum(&mut copy.0, tag.block);
+        self.smgr.write(tag, &copy.0)?;
+        self.counters.written.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes every dirty buffer (checkpoint, clean shutdown). Returns how many were written.
+    pub fn flush_all(&self) -> Result<usize> {
+        let mut written = 0;
+        for id in 0..self.frames.len() {
+            let f = &self.frames[id];
+            if !f.dirty.load(Ordering::Acquire) {
+                continue;
+            }
+            {
+                let _map = self.map.lock();
+                if f.tag.lock().is_none() || !f.valid.load(Ordering::Acquire) {
+                    continue;
+                }
+                f.pins.fetch_add(1, Ordering::AcqRel);
+            }
+            let r = self.flush_frame(id);
+            f.pins.fetch_sub(1, Ordering::AcqRel);
+            r?;
+            written += 1;
+        }
+        Ok(written)
+    }
+
+    /// Forgets every buffer of a relation fork at or beyond `from` without writing them (drop
+    /// and truncate). Fails if one is pinned.
+    pub fn drop_relation_buffers(&self, rel: Oid, fork: Option<Fork>, from: BlockNumber) -> Result<()> {
+        let mut map = self.map.lock();
+        let victims: Vec<(BufferTag, usize)> = map
+            .iter()
+            .filter(|(t, _)| t.rel == rel && fork.is_none_or(|fk| t.fork == fk) && t.block >= from)
+            .map(|(t, &id)| (*t, id))
+            .collect();
+        for (tag, id) in victims {
+            let f = &self.frames[id];
+            if f.pins.load(Ordering::Acquire) != 0 {
+                return Err(Error::invalid(format!("buffer of relation {rel} block {} is still pinned", tag.block)));
+            }
+            map.remove(&tag);
+            *f.tag.lock() = None;
+            f.dirty.store(false, Ordering::Release);
+            f.valid.store(false, Ordering::Release);
+            f.usage.store(0, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Number of pinned frames (leak check for tests).
+    pub fn pinned_frames(&self) -> usize {
+        self.frames.iter().filter(|f| f.pins.load(Ordering::Acquire) != 0).count()
+    }
+}
+
+fn bump_usage(f: &Frame) {
+    let u = f.usage.load(Ordering::Relaxed);
+    if u < MAX_USAGE {
+        f.usage.store(u + 1, Ordering::Relaxed);
+    }
+}
+
+impl<'a> Buffer<'a> {
+    pub fn tag(&self) -> BufferTag {
+        self.tag
+    }
+
+    pub fn block(&self) -> BlockNumber {
+        self.tag.block
+    }
+
+    fn frame(&self) -> &'a Frame {
+        &self.pool.frames[self.id]
+    }
+
+    /// Shared content lock.
+    pub fn read(&self) -> RwLockReadGuard<'a, PageBuf> {
+        self.frame().page.read()
+    }
+
+    /// Exclusive content lock.
+    pub fn write(&self) -> RwLockWriteGuard<'a, PageBuf> {
+        self.frame().page.write()
+    }
+
+    /// The cleanup lock if it can be had right now: exclusive lock and ours is the only pin.
+    pub fn try_cleanup_lock(&self) -> Option<RwLockWriteGuard<'a, PageBuf>> {
+        let g = self.frame().page.try_write()?;
+        if self.frame().pins.load(Ordering::Acquire) == 1 {
+            Some(g)
+        } else {
+            None
+        }
+    }
+
+    /// Waits for the cleanup lock (LockBufferForCleanup).
+    pub fn cleanup_lock(&self) -> RwLockWriteGuard<'a, PageBuf> {
+        loop {
+            let g = self.frame().page.write();
+            if self.frame().pins.load(Ordering::Acquire) == 1 {
+                return g;
+            }
+            drop(g);
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+
+    /// Marks the page dirty. Call while holding the exclusive content lock.
+    pub fn mark_dirty(&self) {
+        if !self.frame().dirty.swap(true, Ordering::AcqRel) {
+            self.pool.counters.dirtied.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.frame().dirty.load(Ordering::Acquire)
+    }
+
+    /// Writes this buffer now if dirty (used by tests and by relation-level flushes).
+    pub fn flush(&self) -> Result<()> {
+        self.pool.flush_frame(self.id)
+    }
+}
+
+impl Drop for Buffer<'_> {
+    fn drop(&mut self) {
+        self.frame().pins.fetch_sub(1, Ordering::AcqRel);
+    }
+}

@@ -1,0 +1,278 @@
+//! The catalog: tables kept in the engine's own heap (PostgreSQL's `pg_class`).
+//!
+//! `pg_class` is an ordinary heap relation with the fixed OID and file node 1259; each table,
+//! `pg_class` itself included, is one row:
+//!
+//! | column       | type   | meaning                                                   |
+//! |--------------|--------|-----------------------------------------------------------|
+//! | oid          | int8   | the table's OID                                           |
+//! | relname      | text   | its name (unique)                                         |
+//! | relfilenode  | int8   | the file node its forks are stored under                  |
+//! | relpages     | int4   | pages, as of the last VACUUM                              |
+//! | reltuples    | float8 | live tuples, as of the last VACUUM (-1: never vacuumed)   |
+//! | relfrozenxid | int8   | every unfrozen XID in the table is at or after this one   |
+//! | relminmxid   | int8   | the same for MultiXact IDs (none exist yet: always 1)     |
+//! | fillfactor   | int4   | storage parameter                                         |
+//! | relschema    | bytea  | the columns (`Schema::encode`)                            |
+//!
+//! Rows are inserted and deleted by MVCC transactions, so a crash in the middle of CREATE or
+//! DROP TABLE leaves the catalog as if it had not started. At startup the catalog is read with
+//! a snapshot that sees every committed row, and files on disk no row names (left by a CREATE
+//! that did not commit or a DROP whose unlink did not happen) are removed.
+//!
+//! The in-memory maps (by name and by OID) are the cache every operation uses; DDL takes the
+//! catalog's lock, commits, and only then publishes the change in the maps.
+//!
+//! The database frozen XID is the minimum `relfrozenxid` over all rows
+//! ([`Catalog::database_frozen_xid`]); CLOG is never truncated above it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::error::{Error, Result};
+use crate::heap::tuple::{Column, Schema, Type, Value};
+use crate::heap::Relation;
+use crate::types::{Oid, Tid, Xid};
+
+/// OID and file node of `pg_class`.
+pub const PG_CLASS_OID: Oid = Oid(1259);
+/// First OID handed to user tables (PostgreSQL's FirstNormalObjectId).
+pub const FIRST_NORMAL_OID: Oid = Oid(16384);
+
+/// Storage options given at CREATE TABLE.
+#[derive(Clone, Debug)]
+pub struct TableOptions {
+    pub fillfactor: u8,
+}
+
+impl Default for TableOptions {
+    fn default() -> TableOptions {
+        TableOptions { fillfactor: 100 }
+    }
+}
+
+/// A table as the catalog knows it.
+pub struct TableEntry {
+    pub rel: Arc<Relation>,
+    /// Where its `pg_class` row is.
+    pub row: Mutex<Tid>,
+    pub relfrozenxid: AtomicU32,
+    pub relminmxid: AtomicU32,
+    pub relpages: AtomicU32,
+    pub reltuples: Mutex<f64>,
+}
+
+impl TableEntry {
+    pub fn relfrozenxid(&self) -> Xid {
+        Xid(self.relfrozenxid.load(Ordering::Acquire))
+    }
+}
+
+/// The schema of `pg_class` rows.
+pub fn pg_class_schema() -> Schema {
+    let col = |name: &str, ty: Type| Column { name: name.to_string(), ty, nullable: false };
+    Schema {
+        columns: vec![
+            col("oid", Type::Int8),
+            col("relname", Type::Text),
+            col("relfilenode", Type::Int8),
+            col("relpages", Type::Int4),
+            col("reltuples", Type::Float8),
+            col("relfrozenxid", Type::Int8),
+            col("relminmxid", Type::Int8),
+            col("fillfactor", Type::Int4),
+            col("relschema", Type::Bytea),
+        ],
+    }
+}
+
+/// A decoded `pg_class` row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassRow {
+    pub oid: Oid,
+    pub relname: String,
+    pub relfilenode: Oid,
+    pub relpages: i32,
+    pub reltuples: f64,
+    pub relfrozenxid: Xid,
+    pub relminmxid: u32,
+    pub fillfactor: u8,
+    pub schema: Schema,
+}
+
+impl ClassRow {
+    pub fn to_values(&self) -> Vec<Value> {
+        vec![
+            Value::Int8(i64::from(self.oid.0)),
+            Value::Text(self.relname.clone()),
+            Value::Int8(i64::from(self.relfilenode.0)),
+            Value::Int4(self.relpages),
+            Value::Float8(self.reltuples),
+            Value::Int8(i64::from(self.relfrozenxid.0)),
+            Value::Int8(i64::from(self.relminmxid)),
+            Value::Int4(i32::from(self.fillfactor)),
+            Value::Bytea(self.schema.encode()),
+        ]
+    }
+
+    /// Decodes a row read from disk; malformed rows are corruption of `pg_class`.
+    pub fn from_values(v: &[Value], tid: Tid) -> Result<ClassRow> {
+        let bad = |what: &str| Error::corrupted(PG_CLASS_OID, tid.block, format!("pg_class row {tid}: {what}"));
+        let int8 = |i: usize| match v.get(i) {
+            Some(Value::Int8(x)) if *x >= 0 && *x <= i64::from(u32::MAX) => Ok(*x as u32),
+            _ => Err(bad("bad integer column")),
+        };
+        let relname = match v.get(1) {
+            Some(Value::Text(s)) => s.clone(),
+            _ => return Err(bad("bad relname")),
+        };
+        let relpages = match v.get(3) {
+            Some(Value::Int4(x)) => *x,
+            _ => return Err(bad("bad relpages")),
+        };
+        let reltuples = match v.get(4) {
+            Some(Value::Float8(x)) => *x,
+            _ => return Err(bad("bad reltuples")),
+        };
+        let fillfactor = match v.get(7) {
+            Some(Value::Int4(x)) if (10..=100).contains(x) => *x as u8,
+            _ => return Err(bad("bad fillfactor")),
+        };
+        let schema = match v.get(8) {
+            Some(Value::Bytea(b)) => Schema::decode(b).map_err(|e| bad(&format!("bad relschema: {e}")))?,
+            _ => return Err(bad("bad relschema")),
+        };
+        Ok(ClassRow {
+            oid: Oid(int8(0)?),
+            relname,
+            relfilenode: Oid(int8(2)?),
+            relpages,
+            reltuples,
+            relfrozenxid: Xid(int8(5)?),
+            relminmxid: int8(6)?,
+            fillfactor,
+            schema,
+        })
+    }
+}
+
+/// The in-memory catalog cache.
+pub struct Catalog {
+    by_name: RwLock<HashMap<String, Arc<TableEntry>>>,
+    by_oid: RwLock<HashMap<Oid, Arc<TableEntry>>>,
+    next_oid: AtomicU32,
+    /// Serializes DDL.
+    pub ddl_lock: Mutex<()>,
+}
+
+impl Default for Catalog {
+    fn default() -> Self {
+        Catalog::new()
+    }
+}
+
+impl Catalog {
+    pub fn new() -> Catalog {
+        Catalog {
+            by_name: RwLock::new(HashMap::new()),
+            by_oid: RwLock::new(HashMap::new()),
+            next_oid: AtomicU32::new(FIRST_NORMAL_OID.0),
+            ddl_lock: Mutex::new(()),
+        }
+    }
+
+    /// Builds the cache entry for a row and publishes it.
+    pub fn publish(&self, row: &ClassRow, tid: Tid) -> Arc<TableEntry> {
+        let rel = Arc::new(Relation::new(row.oid, &row.relname, row.relfilenode, row.schema.clone(), row.fillfactor));
+        let e = Arc::new(TableEntry {
+            rel,
+            row: Mutex::new(tid),
+            relfrozenxid: AtomicU32::new(row.relfrozenxid.0),
+            relminmxid: AtomicU32::new(row.relminmxid),
+            relpages: AtomicU32::new(row.relpages.max(0) as u32),
+            reltuples: Mutex::new(row.reltuples),
+        });
+        self.by_name.write().insert(row.relname.clone(), e.clone());
+        self.by_oid.write().insert(row.oid, e.clone());
+        let next = row.oid.0.max(row.relfilenode.0).saturating_add(1);
+        self.next_oid.fetch_max(next, Ordering::AcqRel);
+        e
+    }
+
+    pub fn unpublish(&self, name: &str) -> Option<Arc<TableEntry>> {
+        let e = self.by_name.write().remove(name)?;
+        self.by_oid.write().remove(&e.rel.oid);
+        Some(e)
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<TableEntry>> {
+        self.by_name.read().get(name).cloned()
+    }
+
+    pub fn get_by_oid(&self, oid: Oid) -> Option<Arc<TableEntry>> {
+        self.by_oid.read().get(&oid).cloned()
+    }
+
+    pub fn tables(&self) -> Vec<Arc<TableEntry>> {
+        let mut v: Vec<_> = self.by_oid.read().values().cloned().collect();
+        v.sort_by_key(|e| e.rel.oid);
+        v
+    }
+
+    /// Allocates an OID for a new relation (also its file node).
+    pub fn allocate_oid(&self) -> Oid {
+        Oid(self.next_oid.fetch_add(1, Ordering::AcqRel))
+    }
+
+    /// Makes sure future OIDs are above `oid` (a file found on disk, for example).
+    pub fn bump_oid_past(&self, oid: Oid) {
+        self.next_oid.fetch_max(oid.0.saturating_add(1), Ordering::AcqRel);
+    }
+
+    /// Minimum relfrozenxid over every table (the database frozen XID, `datfrozenxid`).
+    pub fn database_frozen_xid(&self) -> Option<Xid> {
+        let tables = self.by_oid.read();
+        let mut min: Option<Xid> = None;
+        for e in tables.values() {
+            let x = e.relfrozenxid();
+            if x.is_normal() && min.is_none_or(|m| x.precedes(m)) {
+                min = Some(x);
+            }
+        }
+        min
+    }
+}
+
+/// Validates a table name the way an identifier must look.
+pub fn validate_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > 63 {
+        return Err(Error::invalid(format!("invalid table name \"{name}\": must be 1 to 63 bytes")));
+    }
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || name.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(Error::invalid(format!(
+            "invalid table name \"{name}\": use letters, digits and underscores, not starting with a digit"
+        )));
+    }
+    Ok(())
+}
+
+/// Validates a schema for CREATE TABLE.
+pub fn validate_schema(schema: &Schema) -> Result<()> {
+    if schema.columns.is_empty() {
+        return Err(Error::invalid("a table must have at least one column"));
+    }
+    if schema.columns.len() > 1600 {
+        return Err(Error::invalid("tables can have at most 1600 columns"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for c in &schema.columns {
+        validate_name(&c.name).map_err(|_| Error::invalid(format!("invalid column name \"{}\"", c.name)))?;
+        if !seen.insert(c.name.as_str()) {
+            return Err(Error::invalid(format!("column \"{}\" specified more than once", c.name)));
+        }
+    }
+    Ok(())
+}

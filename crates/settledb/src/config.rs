@@ -1,0 +1,218 @@
+//! Configuration parameters, with PostgreSQL's names, units and defaults.
+//!
+//! [`Config::set`] takes a parameter the way `postgresql.conf` or `SET` would (`"128MB"`,
+//! `"5min"`, `"on"`), checks it against the same bounds PostgreSQL applies, and rejects an
+//! unknown name with PostgreSQL's wording. Memory sizes are stored in bytes and times in
+//! milliseconds whatever unit they were given in.
+
+use crate::error::{Error, Result};
+use crate::page::BLCKSZ;
+
+/// `default_transaction_isolation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IsolationLevel {
+    ReadCommitted,
+    RepeatableRead,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `shared_buffers`, bytes (default 128MB).
+    pub shared_buffers_bytes: usize,
+    /// `synchronous_commit`: on waits for the commit record's WAL flush.
+    pub synchronous_commit: bool,
+    /// `fsync`: off skips every fsync (unsafe; for benchmarks, like PostgreSQL's).
+    pub fsync: bool,
+    /// `full_page_writes`.
+    pub full_page_writes: bool,
+    /// `wal_buffers`, bytes (default 16MB here: PostgreSQL's automatic maximum).
+    pub wal_buffers_bytes: usize,
+    /// `wal_segment_size`, bytes (default 16MB; fixed when the directory is created).
+    pub wal_segment_size_bytes: u64,
+    /// `max_wal_size`, bytes (default 1GB): WAL volume that triggers a checkpoint.
+    pub max_wal_size_bytes: u64,
+    /// `checkpoint_timeout`, milliseconds (default 5min).
+    pub checkpoint_timeout_ms: u64,
+    /// `wal_writer_delay`, milliseconds (default 200ms): flush interval for asynchronous commits.
+    pub wal_writer_delay_ms: u64,
+    /// `default_transaction_isolation`.
+    pub default_transaction_isolation: IsolationLevel,
+    /// `autovacuum_freeze_max_age` (default 200 million): drives the XID vacuum limit.
+    pub autovacuum_freeze_max_age: u32,
+    /// `deadlock_timeout`, milliseconds: how long a row-lock wait lasts before we give up
+    /// waiting politely and report a lock timeout (no deadlock detector yet).
+    pub lock_timeout_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            shared_buffers_bytes: 128 << 20,
+            synchronous_commit: true,
+            fsync: true,
+            full_page_writes: true,
+            wal_buffers_bytes: 16 << 20,
+            wal_segment_size_bytes: 16 << 20,
+            max_wal_size_bytes: 1 << 30,
+            checkpoint_timeout_ms: 5 * 60 * 1000,
+            wal_writer_delay_ms: 200,
+            default_transaction_isolation: IsolationLevel::ReadCommitted,
+            autovacuum_freeze_max_age: 200_000_000,
+            lock_timeout_ms: 0,
+        }
+    }
+}
+
+/// The parameter names [`Config::set`] accepts.
+pub const PARAMETERS: &[&str] = &[
+    "shared_buffers",
+    "synchronous_commit",
+    "fsync",
+    "full_page_writes",
+    "wal_buffers",
+    "wal_segment_size",
+    "max_wal_size",
+    "checkpoint_timeout",
+    "wal_writer_delay",
+    "default_transaction_isolation",
+    "autovacuum_freeze_max_age",
+    "lock_timeout",
+];
+
+impl Config {
+    /// Sets one parameter from its textual form.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        let v = value.trim();
+        match name {
+            "shared_buffers" => self.shared_buffers_bytes = bytes(name, v, BLCKSZ as u64, 16 * BLCKSZ as u64, 1 << 40)? as usize,
+            "synchronous_commit" => self.synchronous_commit = boolean(name, v)?,
+            "fsync" => self.fsync = boolean(name, v)?,
+            "full_page_writes" => self.full_page_writes = boolean(name, v)?,
+            "wal_buffers" => self.wal_buffers_bytes = bytes(name, v, BLCKSZ as u64, 32 << 10, 1 << 31)? as usize,
+            "wal_segment_size" => {
+                let b = bytes(name, v, 1 << 20, 1 << 20, 1 << 30)?;
+                if !b.is_power_of_two() {
+                    return Err(bad(name, v, "must be a power of two between 1MB and 1GB"));
+                }
+                self.wal_segment_size_bytes = b;
+            }
+            "max_wal_size" => self.max_wal_size_bytes = bytes(name, v, 1 << 20, 2 << 20, 1 << 50)?,
+            "checkpoint_timeout" => self.checkpoint_timeout_ms = millis(name, v, 1000, 30_000, 86_400_000)?,
+            "wal_writer_delay" => self.wal_writer_delay_ms = millis(name, v, 1, 1, 10_000)?,
+            "default_transaction_isolation" => {
+                self.default_transaction_isolation = match v.to_ascii_lowercase().as_str() {
+                    "read committed" => IsolationLevel::ReadCommitted,
+                    "repeatable read" => IsolationLevel::RepeatableRead,
+                    _ => return Err(bad(name, v, "expected \"read committed\" or \"repeatable read\"")),
+                }
+            }
+            "autovacuum_freeze_max_age" => {
+                self.autovacuum_freeze_max_age = integer(name, v, 100_000, 2_000_000_000)? as u32
+            }
+            "lock_timeout" => self.lock_timeout_ms = millis(name, v, 1, 0, i32::MAX as u64)?,
+            _ => {
+                return Err(Error::Config(format!("unrecognized configuration parameter \"{name}\"")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds a configuration from `name=value` pairs on top of the defaults.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Config> {
+        let mut c = Config::default();
+        for (k, v) in pairs {
+            c.set(k, v)?;
+        }
+        Ok(c)
+    }
+}
+
+fn bad(name: &str, value: &str, why: &str) -> Error {
+    Error::Config(format!("invalid value for parameter \"{name}\": \"{value}\" ({why})"))
+}
+
+fn boolean(name: &str, v: &str) -> Result<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Ok(true),
+        "off" | "false" | "no" | "0" => Ok(false),
+        _ => Err(bad(name, v, "expected a Boolean value")),
+    }
+}
+
+fn integer(name: &str, v: &str, min: i64, max: i64) -> Result<i64> {
+    let n: i64 = v.parse().map_err(|_| bad(name, v, "expected an integer"))?;
+    if n < min || n > max {
+        return Err(bad(name, v, &format!("must be between {min} and {max}")));
+    }
+    Ok(n)
+}
+
+fn split_unit(v: &str) -> (&str, &str) {
+    let idx = v.find(|c: char| !(c.is_ascii_digit() || c == '-')).unwrap_or(v.len());
+    (v[..idx].trim(), v[idx..].trim())
+}
+
+/// A memory size; a bare number is in `default_unit` bytes (PostgreSQL's GUC_UNIT_BLOCKS/KB).
+fn bytes(name: &str, v: &str, default_unit: u64, min: u64, max: u64) -> Result<u64> {
+    let (num, unit) = split_unit(v);
+    let n: u64 = num.parse().map_err(|_| bad(name, v, "expected a size such as 128MB"))?;
+    let mult = match unit {
+        "" => default_unit,
+        "B" => 1,
+        "kB" => 1 << 10,
+        "MB" => 1 << 20,
+        "GB" => 1 << 30,
+        "TB" => 1 << 40,
+        _ => return Err(bad(name, v, "valid units are \"B\", \"kB\", \"MB\", \"GB\" and \"TB\"")),
+    };
+    let b = n.checked_mul(mult).ok_or_else(|| bad(name, v, "out of range"))?;
+    if b < min || b > max {
+        return Err(bad(name, v, &format!("must be between {min} and {max} bytes")));
+    }
+    Ok(b)
+}
+
+fn millis(name: &str, v: &str, default_unit: u64, min: u64, max: u64) -> Result<u64> {
+    let (num, unit) = split_unit(v);
+    let n: u64 = num.parse().map_err(|_| bad(name, v, "expected a time such as 5min"))?;
+    let mult = match unit {
+        "" => default_unit,
+        "ms" => 1,
+        "s" => 1000,
+        "min" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(bad(name, v, "valid units are \"ms\", \"s\", \"min\", \"h\" and \"d\"")),
+    };
+    let ms = n.checked_mul(mult).ok_or_else(|| bad(name, v, "out of range"))?;
+    if ms < min || ms > max {
+        return Err(bad(name, v, &format!("must be between {min} and {max} ms")));
+    }
+    Ok(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_postgres_units() {
+        let c = Config::from_pairs([("shared_buffers", "1GB"), ("checkpoint_timeout", "30s"), ("synchronous_commit", "off")])
+            .unwrap();
+        assert_eq!(c.shared_buffers_bytes, 1 << 30);
+        assert_eq!(c.checkpoint_timeout_ms, 30_000);
+        assert!(!c.synchronous_commit);
+        let c = Config::from_pairs([("shared_buffers", "1024")]).unwrap();
+        assert_eq!(c.shared_buffers_bytes, 1024 * BLCKSZ, "a bare number is in blocks");
+    }
+
+    #[test]
+    fn rejects_unknown_names_and_bad_values() {
+        let e = Config::from_pairs([("shared_bufers", "1GB")]).unwrap_err();
+        assert_eq!(e.to_string(), "invalid configuration: unrecognized configuration parameter \"shared_bufers\"");
+        assert!(Config::from_pairs([("fsync", "maybe")]).is_err());
+        assert!(Config::from_pairs([("shared_buffers", "1XB")]).is_err());
+        assert!(Config::from_pairs([("wal_segment_size", "3MB")]).is_err());
+        assert!(Config::from_pairs([("autovacuum_freeze_max_age", "10")]).is_err());
+    }
+}

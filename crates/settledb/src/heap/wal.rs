@@ -1,0 +1,361 @@
+//! Heap WAL records and their redo (PostgreSQL's `heapam_xlog.h` records, our own layout).
+//!
+//! | rmgr  | info | record        | block 0          | block 1   | main data                          |
+//! |-------|------|---------------|------------------|-----------|------------------------------------|
+//! | Heap  | 0x00 | INSERT        | target (+tuple)  |           | offnum, flags, old key             |
+//! | Heap  | 0x10 | DELETE        | target           |           | offnum, xmax, masks, old key       |
+//! | Heap  | 0x20 | UPDATE        | new page (+tuple)| old page  | old offnum, xmax, masks, new offnum|
+//! | Heap  | 0x40 | HOT_UPDATE    | page (+tuple)    |           | as UPDATE                          |
+//! | Heap  | 0x70 | INPLACE       | target (+data)   |           | offnum                             |
+//! | Heap2 | 0x10 | PRUNE         | target           |           | prune_xid, redirects, dead, unused |
+//! | Heap2 | 0x50 | MULTI_INSERT  | target (+tuples) |           | flags, offsets                     |
+//!
+//! A logged tuple is its header's `t_infomask2`, `t_infomask`, `t_hoff` and every byte after
+//! the fixed 23-byte header (null bitmap, padding, data): redo rebuilds `t_xmin` from the
+//! record's XID, `t_ctid` from the block and offset, and `t_cid` as 0. With the relation (in the
+//! block reference) this is the full new tuple that logical decoding needs; DELETE and UPDATE
+//! also carry the old key (empty until a table has a replica-identity key).
+//!
+//! Redo is per block: the recovery driver restores a full-page image when one is attached,
+//! skips a block whose page LSN already covers the record, and otherwise calls
+//! [`redo_block`], which applies the same page changes the original operation made through the
+//! same helpers (`apply_*`), then stamps the page LSN.
+
+use super::tuple::{
+    self, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_TUPLE_HEADER_SIZE, HEAP_XMAX_COMMITTED, HEAP_XMAX_INVALID,
+    HEAP_XMAX_LOCK_ONLY,
+};
+use crate::error::{Error, Result};
+use crate::page::{self, ItemId, LpFlags};
+use crate::types::{BlockNumber, Lsn, OffsetNumber, Tid, Xid};
+use crate::wal::{DecodedRecord, Rmgr};
+
+pub const XLOG_HEAP_INSERT: u8 = 0x00;
+pub const XLOG_HEAP_DELETE: u8 = 0x10;
+pub const XLOG_HEAP_UPDATE: u8 = 0x20;
+pub const XLOG_HEAP_HOT_UPDATE: u8 = 0x40;
+pub const XLOG_HEAP_INPLACE: u8 = 0x70;
+pub const XLOG_HEAP2_PRUNE: u8 = 0x10;
+pub const XLOG_HEAP2_MULTI_INSERT: u8 = 0x50;
+
+/// The page was initialized by this record (redo re-initializes it).
+pub const FLAG_INIT_PAGE: u8 = 0x01;
+
+/// A little-endian cursor over record bytes that reports truncation as a WAL error.
+pub struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    lsn: Lsn,
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(buf: &'a [u8], lsn: Lsn) -> Cursor<'a> {
+        Cursor { buf, pos: 0, lsn }
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or_else(|| {
+            Error::corrupt_wal(self.lsn, format!("record data truncated: wanted {n} bytes at {}", self.pos))
+        })?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    pub fn u8(&mut self) -> Result<u8> {
+        Ok(self.bytes(1)?[0])
+    }
+
+    pub fn u16(&mut self) -> Result<u16> {
+        let b = self.bytes(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    pub fn u32(&mut self) -> Result<u32> {
+        let b = self.bytes(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    pub fn u64(&mut self) -> Result<u64> {
+        let b = self.bytes(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    pub fn rest(&mut self) -> &'a [u8] {
+        let s = &self.buf[self.pos..];
+        self.pos = self.buf.len();
+        s
+    }
+}
+
+/// Appends a tuple in its logged form (masks, hoff, bytes after the fixed header).
+pub fn encode_tuple(out: &mut Vec<u8>, t: &[u8]) {
+    let h = tuple::TupleHeader::parse(t).expect("tuples built by this process are well formed");
+    out.extend_from_slice(&h.infomask2().to_le_bytes());
+    out.extend_from_slice(&h.infomask().to_le_bytes());
+    out.push(h.hoff());
+    out.extend_from_slice(&t[HEAP_TUPLE_HEADER_SIZE..]);
+}
+
+/// Rebuilds a tuple from its logged form.
+pub fn decode_tuple(c: &mut Cursor<'_>, len: Option<usize>, xmin: Xid, tid: Tid) -> Result<Vec<u8>> {
+    let infomask2 = c.u16()?;
+    let infomask = c.u16()?;
+    let hoff = c.u8()?;
+    let body = match len {
+        Some(n) => c.bytes(n)?,
+        None => c.rest(),
+    };
+    let mut t = vec![0u8; HEAP_TUPLE_HEADER_SIZE + body.len()];
+    t[HEAP_TUPLE_HEADER_SIZE..].copy_from_slice(body);
+    t[22] = hoff;
+    tuple::set_xmin(&mut t, xmin);
+    tuple::set_xmax(&mut t, Xid::INVALID);
+    tuple::set_cid(&mut t, 0);
+    tuple::set_ctid(&mut t, tid);
+    tuple::set_infomask2(&mut t, infomask2);
+    tuple::set_infomask(&mut t, infomask);
+    if tuple::TupleHeader::parse(&t).is_none() {
+        return Err(Error::corrupt_wal(c.lsn, format!("logged tuple for {tid} has an invalid header")));
+    }
+    Ok(t)
+}
+
+/// Places a tuple at `off` (the page's next or a free slot), as insert and its redo do.
+pub fn apply_insert(page: &mut [u8], off: OffsetNumber, t: &[u8]) -> bool {
+    page::add_item(page, t, Some(off), true) == Some(off)
+}
+
+/// Stamps the xmax side of a delete or update on the old tuple.
+pub fn apply_xmax(page: &mut [u8], off: OffsetNumber, xmax: Xid, cid: u32, infomask: u16, infomask2: u16, ctid: Tid) {
+    let t = page::item_mut(page, off);
+    tuple::set_xmax(t, xmax);
+    tuple::set_cid(t, cid);
+    tuple::set_infomask(t, infomask);
+    tuple::set_infomask2(t, infomask2);
+    tuple::set_ctid(t, ctid);
+    let prune = page::prune_xid(page);
+    if !prune.is_valid() || xmax.precedes(prune) {
+        page::set_prune_xid(page, xmax);
+    }
+    page::set_flags(page, page::flags(page) & !page::PD_ALL_VISIBLE);
+}
+
+/// Masks an old tuple gets when `xmax` deletes or updates it.
+pub fn xmax_masks(old_infomask: u16, old_infomask2: u16, hot: bool) -> (u16, u16) {
+    let m = old_infomask & !(HEAP_XMAX_COMMITTED | HEAP_XMAX_INVALID | HEAP_XMAX_LOCK_ONLY);
+    let mut m2 = old_infomask2 & !HEAP_HOT_UPDATED;
+    if hot {
+        m2 |= HEAP_HOT_UPDATED;
+    }
+    (m, m2)
+}
+
+/// What a prune (or, later, vacuum) does to a page's line pointers.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PrunePlan {
+    pub redirected: Vec<(OffsetNumber, OffsetNumber)>,
+    pub dead: Vec<OffsetNumber>,
+    pub unused: Vec<OffsetNumber>,
+    pub new_prune_xid: Xid,
+}
+
+impl PrunePlan {
+    pub fn is_empty(&self) -> bool {
+        self.redirected.is_empty() && self.dead.is_empty() && self.unused.is_empty()
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(10 + 4 * self.redirected.len() + 2 * (self.dead.len() + self.unused.len()));
+        out.extend_from_slice(&self.new_prune_xid.0.to_le_bytes());
+        out.extend_from_slice(&(self.redirected.len() as u16).to_le_bytes());
+        out.extend_from_slice(&(self.dead.len() as u16).to_le_bytes());
+        out.extend_from_slice(&(self.unused.len() as u16).to_le_bytes());
+        for (a, b) in &self.redirected {
+            out.extend_from_slice(&a.0.to_le_bytes());
+            out.extend_from_slice(&b.0.to_le_bytes());
+        }
+        for o in self.dead.iter().chain(&self.unused) {
+            out.extend_from_slice(&o.0.to_le_bytes());
+        }
+        out
+    }
+
+    pub fn decode(c: &mut Cursor<'_>) -> Result<PrunePlan> {
+        let new_prune_xid = Xid(c.u32()?);
+        let (nr, nd, nu) = (c.u16()?, c.u16()?, c.u16()?);
+        let mut p = PrunePlan { new_prune_xid, ..Default::default() };
+        for _ in 0..nr {
+            p.redirected.push((OffsetNumber(c.u16()?), OffsetNumber(c.u16()?)));
+        }
+        for _ in 0..nd {
+            p.dead.push(OffsetNumber(c.u16()?));
+        }
+        for _ in 0..nu {
+            p.unused.push(OffsetNumber(c.u16()?));
+        }
+        Ok(p)
+    }
+
+    /// Offsets named by the plan must exist on the page (checked before applying in redo).
+    fn fits(&self, page: &[u8]) -> bool {
+        let max = page::max_offset(page);
+        let ok = |o: &OffsetNumber| o.0 >= 1 && o.0 <= max;
+        self.redirected.iter().all(|(a, b)| ok(a) && ok(b)) && self.dead.iter().all(ok) && self.unused.iter().all(ok)
+    }
+}
+
+/// Applies a prune plan: the live path and redo both call this.
+pub fn apply_prune(page: &mut [u8], plan: &PrunePlan) {
+    for &(from, to) in &plan.redirected {
+        page::set_item_id(page, from, ItemId { off: to.0, flags: LpFlags::Redirect, len: 0 });
+    }
+    for &o in &plan.dead {
+        page::set_item_id(page, o, ItemId { off: 0, flags: LpFlags::Dead, len: 0 });
+    }
+    for &o in &plan.unused {
+        page::set_item_id(page, o, ItemId { off: 0, flags: LpFlags::Unused, len: 0 });
+    }
+    page::repair_fragmentation(page);
+    page::set_prune_xid(page, plan.new_prune_xid);
+    page::set_flags(page, page::flags(page) & !page::PD_PAGE_FULL);
+}
+
+fn check_off(rec: &DecodedRecord, page: &[u8], off: OffsetNumber, normal: bool) -> Result<()> {
+    let max = page::max_offset(page);
+    if off.0 == 0 || off.0 > max || (normal && page::item_id(page, off).flags != LpFlags::Normal) {
+        return Err(Error::corrupt_wal(rec.lsn, format!("record names offset {off} but the page has {max} line pointers")));
+    }
+    Ok(())
+}
+
+/// Applies one block of a heap record to its page (the caller stamps the LSN).
+pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, data: &[u8], page: &mut [u8]) -> Result<()> {
+    let mut m = Cursor::new(&rec.main_data, rec.lsn);
+    let mut d = Cursor::new(data, rec.lsn);
+    let fail = || Error::corrupt_wal(rec.lsn, format!("could not apply {} to block {block}", describe(rec)));
+    match (rec.rmgr, rec.info & 0xF0) {
+        (Rmgr::Heap, XLOG_HEAP_INSERT) => {
+            let off = OffsetNumber(m.u16()?);
+            if m.u8()? & FLAG_INIT_PAGE != 0 {
+                page::init(page, 0);
+            }
+            let t = decode_tuple(&mut d, None, rec.xid, Tid { block, offset: off })?;
+            if !apply_insert(page, off, &t) {
+                return Err(fail());
+            }
+        }
+        (Rmgr::Heap, XLOG_HEAP_DELETE) => {
+            let off = OffsetNumber(m.u16()?);
+            let xmax = Xid(m.u32()?);
+            let (im, im2) = (m.u16()?, m.u16()?);
+            check_off(rec, page, off, true)?;
+            apply_xmax(page, off, xmax, 0, im, im2, Tid { block, offset: off });
+        }
+        (Rmgr::Heap, XLOG_HEAP_UPDATE) | (Rmgr::Heap, XLOG_HEAP_HOT_UPDATE) => {
+            let old_off = OffsetNumber(m.u16()?);
+            let xmax = Xid(m.u32()?);
+            let (im, im2) = (m.u16()?, m.u16()?);
+            let new_off = OffsetNumber(m.u16()?);
+            let flags = m.u8()?;
+            let new_block = rec.blocks.iter().find(|b| b.id == 0).map(|b| b.tag.block).ok_or_else(fail)?;
+            let same_page = rec.blocks.iter().all(|b| b.id != 1);
+            if block_id == 1 || same_page {
+                check_off(rec, page, old_off, true)?;
+                apply_xmax(page, old_off, xmax, 0, im, im2, Tid { block: new_block, offset: new_off });
+            }
+            if block_id == 0 {
+                if flags & FLAG_INIT_PAGE != 0 {
+                    page::init(page, 0);
+                }
+                let t = decode_tuple(&mut d, None, xmax, Tid { block, offset: new_off })?;
+                if !apply_insert(page, new_off, &t) {
+                    return Err(fail());
+                }
+            }
+        }
+        (Rmgr::Heap, XLOG_HEAP_INPLACE) => {
+            let off = OffsetNumber(m.u16()?);
+            check_off(rec, page, off, true)?;
+            let item = page::item_mut(page, off);
+            let hoff = usize::from(item.get(22).copied().unwrap_or(0));
+            if hoff < HEAP_TUPLE_HEADER_SIZE || item.len() != hoff + data.len() {
+                return Err(fail());
+            }
+            item[hoff..].copy_from_slice(data);
+        }
+        (Rmgr::Heap2, XLOG_HEAP2_PRUNE) => {
+            let plan = PrunePlan::decode(&mut m)?;
+            if !plan.fits(page) {
+                return Err(fail());
+            }
+            apply_prune(page, &plan);
+        }
+        (Rmgr::Heap2, XLOG_HEAP2_MULTI_INSERT) => {
+            let flags = m.u8()?;
+            let n = m.u16()?;
+            if flags & FLAG_INIT_PAGE != 0 {
+                page::init(page, 0);
+            }
+            for _ in 0..n {
+                let off = OffsetNumber(m.u16()?);
+                let len = usize::from(d.u16()?);
+                let t = decode_tuple(&mut d, Some(len), rec.xid, Tid { block, offset: off })?;
+                if !apply_insert(page, off, &t) {
+                    return Err(fail());
+                }
+            }
+        }
+        _ => return Err(Error::corrupt_wal(rec.lsn, format!("unknown heap record info 0x{:02X}", rec.info))),
+    }
+    Ok(())
+}
+
+/// Whether a heap-only tuple flag is set in a logged or on-page infomask2.
+pub fn is_heap_only(infomask2: u16) -> bool {
+    infomask2 & HEAP_ONLY_TUPLE != 0
+}
+
+/// One-line description of a heap record for `settle waldump`.
+pub fn describe(rec: &DecodedRecord) -> String {
+    let mut m = Cursor::new(&rec.main_data, rec.lsn);
+    let r: Result<String> = (|| {
+        Ok(match (rec.rmgr, rec.info & 0xF0) {
+            (Rmgr::Heap, XLOG_HEAP_INSERT) => {
+                let off = m.u16()?;
+                let flags = m.u8()?;
+                format!("INSERT off: {off}, flags: 0x{flags:02X}")
+            }
+            (Rmgr::Heap, XLOG_HEAP_DELETE) => {
+                let off = m.u16()?;
+                format!("DELETE xmax: {}, off: {off}", m.u32()?)
+            }
+            (Rmgr::Heap, i @ (XLOG_HEAP_UPDATE | XLOG_HEAP_HOT_UPDATE)) => {
+                let old = m.u16()?;
+                let xmax = m.u32()?;
+                let _ = (m.u16()?, m.u16()?);
+                let new = m.u16()?;
+                let name = if i == XLOG_HEAP_HOT_UPDATE { "HOT_UPDATE" } else { "UPDATE" };
+                format!("{name} old_xmax: {xmax}, old_off: {old}, new_off: {new}")
+            }
+            (Rmgr::Heap, XLOG_HEAP_INPLACE) => format!("INPLACE off: {}", m.u16()?),
+            (Rmgr::Heap2, XLOG_HEAP2_PRUNE) => {
+                let p = PrunePlan::decode(&mut m)?;
+                format!(
+                    "PRUNE nredirected: {}, ndead: {}, nunused: {}",
+                    p.redirected.len(),
+                    p.dead.len(),
+                    p.unused.len()
+                )
+            }
+            (Rmgr::Heap2, XLOG_HEAP2_MULTI_INSERT) => {
+                let flags = m.u8()?;
+                format!("MULTI_INSERT ntuples: {}, flags: 0x{flags:02X}", m.u16()?)
+            }
+            _ => format!("UNKNOWN info 0x{:02X}", rec.info),
+        })
+    })();
+    r.unwrap_or_else(|e| format!("(undecodable: {e})"))
+}
