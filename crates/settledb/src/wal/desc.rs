@@ -3,7 +3,7 @@
 //! each resource manager supplies the text after `desc:`).
 //!
 //! ```text
-//! rmgr: Heap        len (rec/tot):     59/    59, tx:        735, lsn: 0/0150B2F8, prev 0/0150B2C0, desc: INSERT off: 3, blkref #0: rel 16384 fork main blk 0
+//! rmgr: Heap        len (rec/tot):     59/      59, tx:        735, lsn: 0/0150B2F8, prev 0/0150B2C0, desc: INSERT off: 3, blkref #0: rel 16384 fork main blk 0
 //! ```
 //!
 //! `rec` is the record length without its full-page images, `tot` the length with them; a
@@ -40,7 +40,7 @@ pub fn describe(rec: &DecodedRecord, rmgr_desc: &dyn Fn(&DecodedRecord) -> Strin
         .map(|img| stored_image_len(img) as u64)
         .sum();
     let mut s = format!(
-        "rmgr: {:<11} len (rec/tot): {:>6}/{:>6}, tx: {:>10}, lsn: {}, prev {}, desc: {}",
+        "rmgr: {:<11} len (rec/tot): {:>6}/{:>8}, tx: {:>10}, lsn: {}, prev {}, desc: {}",
         rec.rmgr.name(),
         tot.saturating_sub(fpi),
         tot,
@@ -60,9 +60,6 @@ pub fn describe(rec: &DecodedRecord, rmgr_desc: &dyn Fn(&DecodedRecord) -> Strin
         );
         if b.image.is_some() {
             s.push_str(" FPW");
-        }
-        if b.will_init {
-            s.push_str(" (will init)");
         }
     }
     s

@@ -268,6 +268,9 @@ pub struct Wal {
     poison_reason: Mutex<Option<String>>,
 }
 
+/// Largest scratch buffer a thread keeps between records.
+const SCRATCH_KEEP_BYTES: usize = 256 << 10;
+
 thread_local! {
     /// Per-thread scratch buffer for assembling records (hot path: no allocation per record).
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -328,7 +331,11 @@ impl Wal {
         self.check_poisoned()?;
         let (end, buffered) = SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
-            self.insert_assembled(&mut scratch, rec)
+            let result = self.insert_assembled(&mut scratch, rec);
+            if scratch.capacity() > SCRATCH_KEEP_BYTES {
+                *scratch = Vec::new(); // do not keep a huge record's buffer forever
+            }
+            result
         })?;
         if buffered > self.wal_buffers_bytes {
             let mut io = self.io.lock();
