@@ -95,15 +95,8 @@ fn wants_image(block: &super::BlockRef<'_>, full_page_writes: bool, redo_ptr: Ls
     }
 }
 
-/// Assembles `rec` into `buf` (cleared first) with `xl_prev` and `xl_crc` left zero.
-///
-/// Hot path: `buf` is a reused scratch buffer, so a record costs no allocation.
-pub(crate) fn assemble(
-    buf: &mut Vec<u8>,
-    rec: &RecordBuilder<'_>,
-    full_page_writes: bool,
-    redo_ptr: Lsn,
-) -> Result<Assembled> {
+/// Rejects what a caller must never pass: too many blocks, duplicate ids, wrong page size.
+fn check_blocks(rec: &RecordBuilder<'_>) -> Result<()> {
     if rec.blocks.len() > MAX_BLOCKS_PER_RECORD {
         return Err(Error::invalid(format!(
             "WAL record has {} block references, at most {MAX_BLOCKS_PER_RECORD} allowed",
@@ -124,6 +117,19 @@ pub(crate) fn assemble(
             }
         }
     }
+    Ok(())
+}
+
+/// Assembles `rec` into `buf` (cleared first) with `xl_prev` and `xl_crc` left zero.
+///
+/// Hot path: `buf` is a reused scratch buffer, so a record costs no allocation.
+pub(crate) fn assemble(
+    buf: &mut Vec<u8>,
+    rec: &RecordBuilder<'_>,
+    full_page_writes: bool,
+    redo_ptr: Lsn,
+) -> Result<Assembled> {
+    check_blocks(rec)?;
     buf.clear();
     buf.resize(RECORD_HEADER_SIZE, 0);
     buf.push(rec.blocks.len() as u8);
