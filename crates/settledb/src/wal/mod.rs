@@ -1,14 +1,120 @@
-//! Write-ahead log. (Contract skeleton: the implementation replaces every `todo!` body.)
+//! The write-ahead log: every change to a page is described by a WAL record, and the record
+//! reaches disk before the page does, so that after a crash replaying the WAL from the last
+//! checkpoint's redo pointer rebuilds every change that was lost with the buffer pool.
+//!
+//! The algorithm follows PostgreSQL's `xlog.c` (insert position, flush, checkpoints' redo
+//! pointer), `xloginsert.c` (record assembly, full-page images with a "hole") and
+//! `xlogreader.c` (reading and validating records); the layout and the code are our own.
+//!
+//! # The stream and its segments
+//!
+//! The WAL is one byte stream addressed by [`Lsn`] (a byte position). It is stored in
+//! *segment* files of `segment_size` bytes (16 MiB by default, a power of two), named like
+//! PostgreSQL's: `TTTTTTTTLLLLLLLLSSSSSSSS` = timeline 1, which 4 GiB of the stream, which
+//! segment within it ([`segment::segment_file_name`]). Segment `n` holds stream bytes
+//! `[n * segment_size, (n + 1) * segment_size)`; there are no page or file headers, and
+//! records follow each other with no padding, crossing segment boundaries freely.
+//!
+//! ```text
+//!   segment 1 (000000010000000000000001)        segment 2 (...0002)
+//!   |rec A|rec B|rec C|  rec D (first part) ||  rec D (rest)|rec E| ...
+//!   ^ Lsn(segment_size): first record of a new cluster ([first_lsn])
+//! ```
+//!
+//! LSN 0 is invalid (it means "no record"), so a new cluster starts inserting at the beginning
+//! of segment 1, `Lsn(segment_size)`, with `xl_prev = 0/0`.
+//!
+//! # Record format (all integers little-endian)
+//!
+//! ```text
+//!   +---------------------------- header, 24 bytes ----------------------------+
+//!   | xl_tot_len u32 | xl_xid u32 | xl_prev u64 | info u8 | rmid u8 | pad 2 | crc u32 |
+//!   +--------------------------------------------------------------------------+
+//!   | nblocks u8 | block header * nblocks | main_len u32                       |
+//!   | block header: id u8, fork u8, flags u8 (IMAGE|DATA|WILL_INIT),           |
+//!   |               rel u32, block u32, data_len u32,                          |
+//!   |               [IMAGE: stored_len u16, hole_offset u16, hole_length u16]  |
+//!   | per block: image bytes (page without its hole), block data               |
+//!   | main data                                                                |
+//!   +--------------------------------------------------------------------------+
+//! ```
+//!
+//! `xl_crc` is CRC-32C over the body (everything after the header) continued over the
+//! header's first 20 bytes. `xl_prev` is the start of the previous record: a reader that
+//! finds bytes whose `xl_prev` does not point back to the record it just read has walked into
+//! stale data and stops there. See [`record`] for the exact byte offsets.
+//!
+//! # WAL before data
+//!
+//! [`Wal::insert`] returns the record's *end* LSN, which the caller stores as the page's
+//! `pd_lsn`. Before the buffer pool writes a dirty page it calls [`Wal::flush`] with the
+//! page's LSN, so no page on disk describes a change whose record could still be lost.
+//!
+//! # Full-page images
+//!
+//! A crash can tear a page write, leaving a page that is neither old nor new, which redo of a
+//! record describing a small change cannot repair. So the first change to a page after a
+//! checkpoint's redo pointer logs the whole page: when a [`BlockRef`] carries the page, the
+//! record does not `will_init` it, `full_page_writes` is on, and the page's current LSN is at or
+//! before [`Wal::redo_ptr`], the record carries an image of the page (minus the unused hole
+//! between `pd_lower` and `pd_upper` of a standard page) instead of the block data. Redo
+//! restores the image and never needs the torn page. The decision is checked under the insert
+//! lock, against the redo pointer [`Wal::begin_checkpoint`] moves under the same lock: a record
+//! assembled against an older redo pointer is assembled again (`XLogInsertRecord`'s
+//! "RedoRecPtr changed" retry).
+//!
+//! # Insertion and group commit
+//!
+//! A record is assembled and its body CRC computed outside any lock, in a reused per-thread
+//! buffer. The insert lock is held only to take the next position, patch `xl_prev`, finish
+//! the CRC and copy the bytes into the in-memory WAL buffer. When the unwritten buffer
+//! exceeds `wal_buffers_bytes` the inserter writes it out (no fsync) so memory stays bounded.
+//!
+//! [`Wal::flush`] is group commit: it returns at once when `flushed_lsn >= upto`; otherwise it
+//! takes the write/flush mutex, checks again (a flush that ran while it waited usually
+//! covered it), and writes and fsyncs *everything* inserted so far, so one fsync serves every
+//! transaction that committed meanwhile.
+//!
+//! # Poisoning
+//!
+//! After a failed write or fsync the kernel may have dropped the dirty data while reporting
+//! success for later fsyncs ("fsyncgate"), so a failed fsync is never retried. The WAL becomes
+//! *poisoned*: that call and every later insert and flush return [`Error::Poisoned`] naming
+//! the first error; the data directory must be reopened, which runs crash recovery.
+//!
+//! # Locks
+//!
+//! Order: write/flush mutex, then insert lock (the flusher takes the insert lock briefly to
+//! take the buffer). The insert lock is never held across I/O.
+//!
+//! # Reopening
+//!
+//! [`Wal::open`] continues at `start` (the end of the last valid record recovery found) and
+//! discards whatever lies beyond it: it truncates `start`'s segment at `start` and removes later
+//! segments, so no stale record can ever be read as the continuation of the new stream.
 
 pub mod control;
+pub mod desc;
+pub mod reader;
+pub mod record;
+pub mod segment;
 
-use std::path::Path;
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::error::Result;
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
 use crate::io::FileSystem;
 use crate::types::{BufferTag, Lsn, Xid};
 
+pub use reader::{read_record_at, WalReader};
+use segment::SegmentWriter;
+
+#[cfg(test)]
+mod tests;
 /// Resource managers: who writes a record and whose redo routine replays it.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 #[repr(u8)]
@@ -110,34 +216,326 @@ pub struct WalConfig {
     pub wal_buffers_bytes: usize,
 }
 
-pub struct Wal {}
+impl Default for WalConfig {
+    /// PostgreSQL's defaults: 16 MiB segments, full_page_writes on, 4 MiB of WAL buffers
+    /// (what `wal_buffers = -1` gives with the default shared_buffers).
+    fn default() -> Self {
+        WalConfig {
+            segment_size: 16 << 20,
+            full_page_writes: true,
+            wal_buffers_bytes: 4 << 20,
+        }
+    }
+}
+
+/// Where a new cluster's first record goes: the start of segment 1 (LSN 0 is invalid).
+pub fn first_lsn(segment_size: u64) -> Lsn {
+    Lsn(segment_size)
+}
+
+/// State under the insert lock.
+struct InsertState {
+    /// End of the last inserted record: where the next one starts.
+    pos: Lsn,
+    /// Start of the last inserted record: the next record's `xl_prev`.
+    prev: Lsn,
+    /// Inserted bytes not yet written, starting at `buf_start` and ending at `pos`.
+    buf: Vec<u8>,
+    buf_start: Lsn,
+    /// An emptied buffer kept for reuse, so taking `buf` does not allocate.
+    spare: Vec<u8>,
+    stats: WalStats,
+}
+
+/// State under the write/flush mutex.
+struct IoState {
+    segments: SegmentWriter,
+    /// Everything before this is written to the segment files (maybe not yet synced).
+    written: Lsn,
+}
+
+pub struct Wal {
+    fs: Arc<dyn FileSystem>,
+    dir: PathBuf,
+    segment_size: u64,
+    full_page_writes: bool,
+    wal_buffers_bytes: usize,
+    insert: Mutex<InsertState>,
+    io: Mutex<IoState>,
+    redo_ptr: AtomicU64,
+    flushed: AtomicU64,
+    poisoned: AtomicBool,
+    poison_reason: Mutex<Option<String>>,
+}
+
+/// Largest scratch buffer a thread keeps between records.
+const SCRATCH_KEEP_BYTES: usize = 256 << 10;
+
+thread_local! {
+    /// Per-thread scratch buffer for assembling records (hot path: no allocation per record).
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
 
 impl Wal {
-    pub fn open(_fs: Arc<dyn FileSystem>, _dir: &Path, _start: Lsn, _prev: Lsn, _config: WalConfig) -> Result<Wal> {
-        todo!()
+    /// Opens the WAL in `dir` to insert at `start` with `xl_prev = prev`. Creates `dir` if
+    /// needed; discards any bytes at or after `start` (see the module doc, "Reopening").
+    /// The redo pointer starts at `start`; see [`Wal::set_redo_ptr`].
+    pub fn open(
+        fs: Arc<dyn FileSystem>,
+        dir: &Path,
+        start: Lsn,
+        prev: Lsn,
+        config: WalConfig,
+    ) -> Result<Wal> {
+        segment::validate_segment_size(config.segment_size)?;
+        if start == Lsn::INVALID {
+            return Err(Error::invalid("WAL cannot start at 0/0"));
+        }
+        if prev >= start {
+            return Err(Error::invalid(format!(
+                "WAL xl_prev {prev} is not before start {start}"
+            )));
+        }
+        fs.create_dir_all(dir)?;
+        discard_after(&*fs, dir, start, config.segment_size)?;
+        let segments = SegmentWriter::new(Arc::clone(&fs), dir.to_path_buf(), config.segment_size);
+        Ok(Wal {
+            fs,
+            dir: dir.to_path_buf(),
+            segment_size: config.segment_size,
+            full_page_writes: config.full_page_writes,
+            wal_buffers_bytes: config.wal_buffers_bytes.max(1),
+            insert: Mutex::new(InsertState {
+                pos: start,
+                prev,
+                buf: Vec::new(),
+                buf_start: start,
+                spare: Vec::new(),
+                stats: WalStats::default(),
+            }),
+            io: Mutex::new(IoState {
+                segments,
+                written: start,
+            }),
+            redo_ptr: AtomicU64::new(start.0),
+            flushed: AtomicU64::new(start.0),
+            poisoned: AtomicBool::new(false),
+            poison_reason: Mutex::new(None),
+        })
     }
-    pub fn insert(&self, _rec: &RecordBuilder<'_>) -> Result<Lsn> {
-        todo!()
+
+    /// Appends a record; returns its END lsn (the caller's new page LSN).
+    ///
+    /// Hot path: assembly and the body CRC happen outside the insert lock.
+    pub fn insert(&self, rec: &RecordBuilder<'_>) -> Result<Lsn> {
+        self.check_poisoned()?;
+        let (end, buffered) = SCRATCH.with(|cell| {
+            let mut scratch = cell.borrow_mut();
+            let result = self.insert_assembled(&mut scratch, rec);
+            if scratch.capacity() > SCRATCH_KEEP_BYTES {
+                *scratch = Vec::new(); // do not keep a huge record's buffer forever
+            }
+            result
+        })?;
+        if buffered > self.wal_buffers_bytes {
+            let mut io = self.io.lock();
+            let still = self.insert.lock().buf.len();
+            if still > self.wal_buffers_bytes {
+                self.write_buffered(&mut io).map_err(|e| self.poison(e))?;
+            }
+        }
+        Ok(end)
     }
-    pub fn flush(&self, _upto: Lsn) -> Result<()> {
-        todo!()
+
+    /// Assembles `rec` into `scratch` and copies it into the WAL buffer; returns the record's
+    /// end and how many bytes are buffered unwritten.
+    fn insert_assembled(
+        &self,
+        scratch: &mut Vec<u8>,
+        rec: &RecordBuilder<'_>,
+    ) -> Result<(Lsn, usize)> {
+        loop {
+            let redo = Lsn(self.redo_ptr.load(Ordering::Acquire));
+            let a = record::assemble(scratch, rec, self.full_page_writes, redo)?;
+            let mut st = self.insert.lock();
+            if a.depends_on_redo && self.redo_ptr.load(Ordering::Acquire) != redo.0 {
+                continue; // a checkpoint began: some block may need an image now
+            }
+            let lsn = st.pos;
+            record::finish(scratch, a.body_crc, st.prev);
+            st.buf.extend_from_slice(scratch);
+            st.prev = lsn;
+            st.pos = Lsn(lsn.0 + scratch.len() as u64);
+            st.stats.records += 1;
+            st.stats.fpi += a.fpi;
+            st.stats.bytes += scratch.len() as u64;
+            return Ok((st.pos, st.buf.len()));
+        }
     }
+
+    /// Writes every buffered byte to the segment files (no fsync); returns the written end.
+    fn write_buffered(&self, io: &mut IoState) -> Result<Lsn> {
+        let (start, chunk) = {
+            let mut st = self.insert.lock();
+            let spare = std::mem::take(&mut st.spare);
+            let chunk = std::mem::replace(&mut st.buf, spare);
+            let start = st.buf_start;
+            st.buf_start = st.pos;
+            (start, chunk)
+        };
+        debug_assert_eq!(
+            start, io.written,
+            "WAL buffer must continue the written stream"
+        );
+        let result = io.segments.write(start, &chunk);
+        let end = Lsn(start.0 + chunk.len() as u64);
+        let mut chunk = chunk;
+        chunk.clear();
+        {
+            let mut st = self.insert.lock();
+            if st.spare.capacity() < chunk.capacity() {
+                st.spare = chunk;
+            }
+        }
+        result?;
+        io.written = end;
+        Ok(end)
+    }
+
+    /// Makes the WAL durable at least up to `upto` (clamped to the insert position).
+    /// Group commit: one flusher writes and fsyncs everything inserted so far.
+    pub fn flush(&self, upto: Lsn) -> Result<()> {
+        self.check_poisoned()?;
+        if self.flushed.load(Ordering::Acquire) >= upto.0 {
+            return Ok(());
+        }
+        let mut io = self.io.lock();
+        self.check_poisoned()?;
+        if self.flushed.load(Ordering::Acquire) >= upto.0 {
+            return Ok(()); // a flush that ran while we waited covered us
+        }
+        let end = self.write_buffered(&mut io).map_err(|e| self.poison(e))?;
+        let keep_from = segment::segment_number(end, self.segment_size);
+        io.segments.sync(keep_from).map_err(|e| self.poison(e))?;
+        self.flushed.store(end.0, Ordering::Release);
+        Ok(())
+    }
+
+    /// Everything before this LSN is durable.
     pub fn flushed_lsn(&self) -> Lsn {
-        todo!()
+        Lsn(self.flushed.load(Ordering::Acquire))
     }
+
+    /// The end of the last inserted record.
     pub fn insert_lsn(&self) -> Lsn {
-        todo!()
+        self.insert.lock().pos
     }
+
+    /// The redo pointer of the checkpoint in progress or last completed: a page whose LSN is at
+    /// or before it gets a full-page image with its next change.
     pub fn redo_ptr(&self) -> Lsn {
-        todo!()
+        Lsn(self.redo_ptr.load(Ordering::Acquire))
     }
+
+    /// Starts a checkpoint: sets the redo pointer to the current insert position, atomically
+    /// with respect to inserts, and returns it.
     pub fn begin_checkpoint(&self) -> Lsn {
-        todo!()
+        let st = self.insert.lock();
+        self.redo_ptr.store(st.pos.0, Ordering::Release);
+        st.pos
     }
+
+    /// Sets the redo pointer at startup (to the redo LSN of the last checkpoint recovery used).
+    pub fn set_redo_ptr(&self, lsn: Lsn) {
+        let _st = self.insert.lock();
+        self.redo_ptr.store(lsn.0, Ordering::Release);
+    }
+
     pub fn stats(&self) -> WalStats {
-        todo!()
+        self.insert.lock().stats
     }
-    pub fn remove_segments_before(&self, _lsn: Lsn) -> Result<usize> {
-        todo!()
+
+    /// Removes the segment files wholly before `lsn`'s segment (never a segment holding
+    /// unflushed WAL); returns how many were removed.
+    pub fn remove_segments_before(&self, lsn: Lsn) -> Result<usize> {
+        let limit = lsn.min(self.flushed_lsn());
+        let keep_from = segment::segment_number(limit, self.segment_size);
+        let mut io = self.io.lock();
+        io.segments.forget_before(keep_from);
+        let mut removed = 0;
+        for name in self.fs.list(&self.dir)? {
+            match segment::parse_segment_file_name(&name, self.segment_size) {
+                Some(segno) if segno < keep_from => {
+                    self.fs.remove(&self.dir.join(&name))?;
+                    removed += 1;
+                }
+                _ => {}
+            }
+        }
+        if removed > 0 {
+            self.fs.sync_dir(&self.dir)?;
+        }
+        Ok(removed)
     }
+
+    /// The segment size this WAL was opened with.
+    pub fn segment_size(&self) -> u64 {
+        self.segment_size
+    }
+
+    /// The directory holding the segment files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether a write or fsync failed; see the module doc, "Poisoning".
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    fn check_poisoned(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            let reason = self.poison_reason.lock().clone().unwrap_or_default();
+            return Err(Error::Poisoned(reason));
+        }
+        Ok(())
+    }
+
+    /// Records the first I/O failure and turns it into [`Error::Poisoned`].
+    fn poison(&self, e: Error) -> Error {
+        let mut reason = self.poison_reason.lock();
+        let msg = reason
+            .get_or_insert_with(|| format!("WAL write or fsync failed: {e}"))
+            .clone();
+        self.poisoned.store(true, Ordering::Release);
+        Error::Poisoned(msg)
+    }
+}
+
+/// Truncates `start`'s segment at `start` and removes every later segment, durably.
+fn discard_after(fs: &dyn FileSystem, dir: &Path, start: Lsn, segment_size: u64) -> Result<()> {
+    let first = segment::segment_number(start, segment_size);
+    let mut changed = false;
+    for name in fs.list(dir)? {
+        match segment::parse_segment_file_name(&name, segment_size) {
+            Some(segno) if segno > first => {
+                fs.remove(&dir.join(&name))?;
+                changed = true;
+            }
+            _ => {}
+        }
+    }
+    let path = segment::segment_path(dir, first, segment_size);
+    if fs.exists(&path) {
+        let f = fs.open(&path, false)?;
+        let offset = start.0 % segment_size;
+        if f.len()? > offset {
+            f.set_len(offset)?;
+            f.sync()?;
+        }
+    }
+    if changed {
+        fs.sync_dir(dir)?;
+    }
+    Ok(())
 }

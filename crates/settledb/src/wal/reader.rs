@@ -1,0 +1,228 @@
+//! Reading the WAL stream back (PostgreSQL `xlogreader.c`: `XLogReadRecord`,
+//! `ValidXLogRecordHeader`, `ValidXLogRecord`; our own code).
+//!
+//! [`WalReader::next`] returns records in stream order and `Ok(None)` at the end of valid
+//! WAL. The end is wherever the next record fails a check:
+//!
+//! * its segment file does not exist, or the file ends before the record does (a torn or
+//!   never-written tail);
+//! * its length is below the minimum or above the maximum (zeros, garbage);
+//! * its CRC-32C does not match (a torn or corrupted write);
+//! * its `xl_prev` is not the start of the record read before it (stale bytes left from an
+//!   older use of the same stream positions);
+//! * its body does not decode (impossible without a bug, since the CRC matched).
+//!
+//! None of these is an error: after a crash the tail of the WAL is expected to be torn, and
+//! recovery ends at the last valid record. [`WalReader::stop_reason`] says why reading stopped,
+//! in the words PostgreSQL's recovery would log. `Err` is returned only for I/O failures.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::io::{File, FileSystem};
+use crate::types::Lsn;
+
+use super::record::{self, Header, MAX_RECORD_SIZE, MIN_RECORD_SIZE, RECORD_HEADER_SIZE};
+use super::segment::{segment_file_name, segment_path};
+use super::DecodedRecord;
+
+/// Reads records sequentially from a start position.
+pub struct WalReader {
+    fs: Arc<dyn FileSystem>,
+    dir: PathBuf,
+    segment_size: u64,
+    /// Where the next record starts.
+    pos: Lsn,
+    /// Start of the last valid record; `INVALID` until one is read (unless set by
+    /// [`WalReader::expect_prev`]).
+    last_record: Lsn,
+    /// Whether `xl_prev` of the next record is checked against `last_record`.
+    check_prev: bool,
+    stop_reason: Option<String>,
+    current: Option<(u64, Arc<dyn File>)>,
+    /// Reused buffer for the record being read.
+    buf: Vec<u8>,
+}
+
+/// Why a read of stream bytes did not complete (the end of valid WAL, not an error).
+type Stop = String;
+
+impl WalReader {
+    /// A reader whose first record starts at `start`. The first record's `xl_prev` is not
+    /// checked (see [`WalReader::expect_prev`]); every later one is.
+    pub fn new(fs: Arc<dyn FileSystem>, dir: &Path, start: Lsn, segment_size: u64) -> WalReader {
+        WalReader {
+            fs,
+            dir: dir.to_path_buf(),
+            segment_size,
+            pos: start,
+            last_record: Lsn::INVALID,
+            check_prev: false,
+            stop_reason: None,
+            current: None,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Also checks that the first record's `xl_prev` is `prev`.
+    pub fn expect_prev(&mut self, prev: Lsn) {
+        self.last_record = prev;
+        self.check_prev = true;
+    }
+
+    /// Why reading stopped, once `next` has returned `Ok(None)`.
+    pub fn stop_reason(&self) -> Option<&str> {
+        self.stop_reason.as_deref()
+    }
+
+    /// The end of the last valid record read (the start position before any record is read):
+    /// where a new WAL continues inserting after recovery.
+    pub fn end_lsn(&self) -> Lsn {
+        self.pos
+    }
+
+    /// The start of the last valid record read: `xl_prev` of the next record inserted.
+    pub fn last_record_lsn(&self) -> Lsn {
+        self.last_record
+    }
+
+    /// The next record, or `Ok(None)` at the end of valid WAL.
+    #[expect(
+        clippy::should_implement_trait,
+        reason = "fallible: Result<Option<_>> lets callers use `?` and still see the end"
+    )]
+    pub fn next(&mut self) -> Result<Option<DecodedRecord>> {
+        if self.stop_reason.is_some() {
+            return Ok(None);
+        }
+        match self.read_record()? {
+            Ok(rec) => {
+                self.last_record = rec.lsn;
+                self.check_prev = true;
+                self.pos = rec.end_lsn;
+                Ok(Some(rec))
+            }
+            Err(reason) => {
+                self.stop_reason = Some(reason);
+                Ok(None)
+            }
+        }
+    }
+
+    fn read_record(&mut self) -> Result<std::result::Result<DecodedRecord, Stop>> {
+        let lsn = self.pos;
+        if lsn == Lsn::INVALID {
+            return Ok(Err("invalid record position 0/0".to_string()));
+        }
+        let mut head = [0u8; RECORD_HEADER_SIZE];
+        if let Err(stop) = self.read_stream(lsn, &mut head)? {
+            return Ok(Err(stop));
+        }
+        let h = Header::parse(&head);
+        let tot_len = h.tot_len as usize;
+        if !(MIN_RECORD_SIZE..=MAX_RECORD_SIZE).contains(&tot_len) {
+            return Ok(Err(format!(
+                "invalid record length at {lsn}: wanted {MIN_RECORD_SIZE}, got {tot_len}"
+            )));
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        buf.resize(tot_len, 0);
+        buf[..RECORD_HEADER_SIZE].copy_from_slice(&head);
+        let body_at = Lsn(lsn.0 + RECORD_HEADER_SIZE as u64);
+        let result = match self.read_stream(body_at, &mut buf[RECORD_HEADER_SIZE..]) {
+            Ok(Ok(())) => Ok(self.validate(lsn, &h, &buf)),
+            Ok(Err(stop)) => Ok(Err(stop)),
+            Err(e) => Err(e),
+        };
+        self.buf = buf;
+        result
+    }
+
+    fn validate(
+        &self,
+        lsn: Lsn,
+        h: &Header,
+        rec: &[u8],
+    ) -> std::result::Result<DecodedRecord, Stop> {
+        if !record::crc_matches(rec, h.crc) {
+            return Err(format!(
+                "incorrect resource manager data checksum in record at {lsn}"
+            ));
+        }
+        if self.check_prev && h.prev != self.last_record {
+            return Err(format!(
+                "record with incorrect prev-link {} at {lsn}",
+                h.prev
+            ));
+        }
+        record::decode(lsn, rec).map_err(|detail| format!("invalid record at {lsn}: {detail}"))
+    }
+
+    /// Fills `buf` with stream bytes from `lsn`, crossing segments; `Ok(Err(..))` when the
+    /// WAL ends first.
+    fn read_stream(&mut self, lsn: Lsn, buf: &mut [u8]) -> Result<std::result::Result<(), Stop>> {
+        let mut pos = lsn.0;
+        let mut done = 0;
+        while done < buf.len() {
+            let segno = pos / self.segment_size;
+            let off = pos % self.segment_size;
+            let want = (self.segment_size - off).min((buf.len() - done) as u64) as usize;
+            let file = match self.segment(segno)? {
+                Some(f) => f,
+                None => {
+                    return Ok(Err(format!(
+                        "WAL segment {} for {} does not exist",
+                        segment_file_name(segno, self.segment_size),
+                        Lsn(pos)
+                    )));
+                }
+            };
+            let got = file.read_at(&mut buf[done..done + want], off)?;
+            if got < want {
+                return Ok(Err(format!(
+                    "record at {} runs past the end of written WAL at {}",
+                    self.pos,
+                    Lsn(pos + got as u64)
+                )));
+            }
+            done += want;
+            pos += want as u64;
+        }
+        Ok(Ok(()))
+    }
+
+    fn segment(&mut self, segno: u64) -> Result<Option<Arc<dyn File>>> {
+        if let Some((s, f)) = &self.current {
+            if *s == segno {
+                return Ok(Some(Arc::clone(f)));
+            }
+        }
+        let path = segment_path(&self.dir, segno, self.segment_size);
+        if !self.fs.exists(&path) {
+            return Ok(None);
+        }
+        let f = self.fs.open(&path, false)?;
+        self.current = Some((segno, Arc::clone(&f)));
+        Ok(Some(f))
+    }
+}
+
+/// Reads the one record that must be at `lsn` (the checkpoint record the control file names).
+/// Anything but a valid record there is [`Error::CorruptWal`] naming `lsn`.
+pub fn read_record_at(
+    fs: Arc<dyn FileSystem>,
+    dir: &Path,
+    lsn: Lsn,
+    segment_size: u64,
+) -> Result<DecodedRecord> {
+    let mut r = WalReader::new(fs, dir, lsn, segment_size);
+    match r.next()? {
+        Some(rec) => Ok(rec),
+        None => Err(Error::corrupt_wal(
+            lsn,
+            r.stop_reason().unwrap_or("no valid record").to_string(),
+        )),
+    }
+}
