@@ -380,7 +380,7 @@ pub fn fetch(env: &HeapEnv<'_>, rel: &Relation, snap: &Snapshot, curcid: u32, ti
     }
     let Some(t) = normal_item(rel, &g.0, tid)? else { return Ok(None) };
     let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
-    if !visibility::satisfies_mvcc(&h, snap, curcid, env.xact) {
+    if !visibility::satisfies_mvcc(&h, snap, curcid, env.xact)? {
         return Ok(None);
     }
     tuple::deform_tuple(&rel.schema, t).map(Some).map_err(|e| corrupt_tuple(rel, tid, &e))
@@ -394,7 +394,7 @@ pub fn latest_version(env: &HeapEnv<'_>, rel: &Relation, snap: &Snapshot, curcid
         let g = buf.read();
         let Some(t) = normal_item(rel, &g.0, tid)? else { return Ok(None) };
         let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
-        if visibility::satisfies_mvcc(&h, snap, curcid, env.xact) {
+        if visibility::satisfies_mvcc(&h, snap, curcid, env.xact)? {
             return Ok(Some(tid));
         }
         let next = h.ctid();
@@ -420,7 +420,7 @@ pub fn scan_page(env: &HeapEnv<'_>, rel: &Relation, snap: &Snapshot, curcid: u32
         let tid = Tid { block, offset: OffsetNumber(o) };
         let Some(t) = normal_item(rel, &g.0, tid)? else { continue };
         let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
-        if visibility::satisfies_mvcc(&h, snap, curcid, env.xact) {
+        if visibility::satisfies_mvcc(&h, snap, curcid, env.xact)? {
             let vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
             out.push((tid, vals));
         }
@@ -443,7 +443,7 @@ pub fn maybe_prune(env: &HeapEnv<'_>, rel: &Relation, buf: &Buffer<'_>, oldest_x
 /// Prunes a page the caller holds the cleanup lock on; WAL-logged. Returns whether it changed.
 pub fn prune_locked(env: &HeapEnv<'_>, rel: &Relation, buf: &Buffer<'_>, page_bytes: &mut [u8], oldest_xmin: Xid) -> Result<bool> {
     let block = buf.block();
-    let plan = prune::plan(page_bytes, block, oldest_xmin, env.xact);
+    let plan = prune::plan(page_bytes, block, oldest_xmin, env.xact)?;
     if plan.is_empty() {
         if page::prune_xid(page_bytes) != plan.new_prune_xid {
             // Nothing removable yet: remember the new horizon need without dirtying for it.
@@ -515,7 +515,7 @@ fn delete_once(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, tid: Tid) 
     let mut g = buf.write();
     let Some(t) = normal_item(rel, &g.0, tid)? else { return Ok(Attempt::Finished(ModifyResult::Gone)) };
     let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
-    let st = visibility::satisfies_update(&h, tid, tx.xid, env.xact);
+    let st = visibility::satisfies_update(&h, tid, tx.xid, env.xact)?;
     if let Some(a) = check_update_status(tx, st, tid)? {
         return Ok(a);
     }
@@ -604,7 +604,7 @@ fn update_once(
     };
     let Some(t) = normal_item(rel, &og.0, tid)? else { return Ok(Attempt::Finished(ModifyResult::Gone)) };
     let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
-    let st = visibility::satisfies_update(&h, tid, tx.xid, env.xact);
+    let st = visibility::satisfies_update(&h, tid, tx.xid, env.xact)?;
     if let Some(a) = check_update_status(tx, st, tid)? {
         return Ok(a);
     }

@@ -23,12 +23,13 @@
 use super::tuple::{TupleHeader, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE};
 use super::visibility::{satisfies_vacuum, VacuumStatus};
 use super::wal::PrunePlan;
+use crate::error::Result;
 use crate::page::{self, LpFlags, MAX_HEAP_TUPLES_PER_PAGE};
 use crate::types::{BlockNumber, OffsetNumber, Xid};
 use crate::xact::TransactionManager;
 
 /// Computes what pruning would do to `page` given the `oldest_xmin` horizon.
-pub fn plan(page: &[u8], block: BlockNumber, oldest_xmin: Xid, xact: &TransactionManager) -> PrunePlan {
+pub fn plan(page: &[u8], block: BlockNumber, oldest_xmin: Xid, xact: &TransactionManager) -> Result<PrunePlan> {
     let max = page::max_offset(page);
     let mut status: [Option<VacuumStatus>; MAX_HEAP_TUPLES_PER_PAGE + 1] = [None; MAX_HEAP_TUPLES_PER_PAGE + 1];
     let mut heap_only = [false; MAX_HEAP_TUPLES_PER_PAGE + 1];
@@ -43,7 +44,7 @@ pub fn plan(page: &[u8], block: BlockNumber, oldest_xmin: Xid, xact: &Transactio
             continue;
         }
         if let Some(h) = TupleHeader::parse(page::item(page, off)) {
-            let s = satisfies_vacuum(&h, oldest_xmin, xact);
+            let s = satisfies_vacuum(&h, oldest_xmin, xact)?;
             heap_only[i] = h.infomask2() & HEAP_ONLY_TUPLE != 0;
             if matches!(s, VacuumStatus::RecentlyDead | VacuumStatus::DeleteInProgress) {
                 let x = h.xmax();
@@ -110,7 +111,7 @@ pub fn plan(page: &[u8], block: BlockNumber, oldest_xmin: Xid, xact: &Transactio
     out.unused.sort();
     out.unused.dedup();
     out.new_prune_xid = next_prune.unwrap_or(Xid::INVALID);
-    out
+    Ok(out)
 }
 
 /// Should a reader try to prune this page? (PostgreSQL's `heap_page_prune_opt` test: there is

@@ -1,0 +1,548 @@
+//! The public API: [`Database`] and [`Transaction`].
+//!
+//! ```no_run
+//! use settledb::{Column, Config, Database, Schema, TableOptions, Type, Value};
+//!
+//! let db = Database::open("/tmp/settledb-example", Config::default())?;
+//! let schema = Schema {
+//!     columns: vec![
+//!         Column { name: "id".into(), ty: Type::Int4, nullable: false },
+//!         Column { name: "note".into(), ty: Type::Text, nullable: true },
+//!     ],
+//! };
+//! db.create_table("notes", schema, TableOptions::default())?;
+//! let notes = db.table("notes")?;
+//!
+//! let mut tx = db.begin()?;
+//! let tid = tx.insert(&notes, &[Value::Int4(1), Value::Text("hello".into())])?;
+//! tx.commit()?;
+//!
+//! let mut tx = db.begin()?;
+//! let new_tid = tx.update_with(&notes, tid, |row| {
+//!     let mut row = row.to_vec();
+//!     row[1] = Value::Text("hello, world".into());
+//!     Ok(row)
+//! })?;
+//! assert!(new_tid.is_some());
+//! tx.commit()?;
+//! db.close()?;
+//! # Ok::<(), settledb::Error>(())
+//! ```
+//!
+//! `Database` is `Send + Sync`: share it (`Arc<Database>` or scoped threads) and run one
+//! transaction per thread. A transaction that is dropped without `commit` rolls back.
+//!
+//! # Isolation
+//!
+//! READ COMMITTED (the default) takes a new snapshot for every call; an update or delete that
+//! meets a row changed by a transaction still running waits for it, then, if it committed,
+//! follows the row to its newest version and re-applies the change there (the closure of
+//! [`Transaction::update_with`] is re-run on the new values). REPEATABLE READ keeps the first
+//! snapshot and fails such an update with [`Error::SerializationFailure`]. Two transactions
+//! waiting for each other's rows are a deadlock: the second waiter gets [`Error::Deadlock`].
+
+pub mod startup;
+mod transaction;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::buffer::{BufferPool, BufferUsage, WalFlush};
+use crate::catalog::{self, Catalog, ClassRow, TableEntry, TableOptions};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::heap::tuple::Schema;
+use crate::heap::{self, HeapEnv, TxContext};
+use crate::io::{FileSystem, RealFs};
+use crate::page::BLCKSZ;
+use crate::smgr::Smgr;
+use crate::types::{Fork, Lsn, Oid, Xid};
+use crate::wal::control::{ControlFile, DbState};
+use crate::wal::{self, RecordBuilder, Rmgr, Wal, WalStats};
+use crate::xact::{TransactionManager, XactOptions};
+pub use startup::RecoveryReport;
+pub use transaction::{Scan, Transaction};
+
+/// pg_stat_database-style counters.
+#[derive(Debug, Default)]
+pub struct DbCounters {
+    pub xact_commit: AtomicU64,
+    pub xact_rollback: AtomicU64,
+    pub tup_returned: AtomicU64,
+    pub tup_fetched: AtomicU64,
+    pub tup_inserted: AtomicU64,
+    pub tup_updated: AtomicU64,
+    pub tup_deleted: AtomicU64,
+}
+
+/// A snapshot of the database's statistics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DbStats {
+    pub xact_commit: u64,
+    pub xact_rollback: u64,
+    pub tup_returned: u64,
+    pub tup_fetched: u64,
+    pub tup_inserted: u64,
+    pub tup_updated: u64,
+    pub tup_deleted: u64,
+    pub buffers: BufferUsage,
+    pub wal: WalStats,
+    pub checkpoints: u64,
+}
+
+struct WalFlusher(Arc<Wal>);
+
+impl WalFlush for WalFlusher {
+    fn flush(&self, upto: Lsn) -> Result<()> {
+        self.0.flush(upto)
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: Config,
+    pub(crate) dir: PathBuf,
+    pub(crate) fs: Arc<dyn FileSystem>,
+    pub(crate) pool: BufferPool,
+    pub(crate) wal: Arc<Wal>,
+    pub(crate) xact: TransactionManager,
+    pub(crate) catalog: Catalog,
+    pub(crate) counters: DbCounters,
+    control: Mutex<ControlFile>,
+    checkpoint_lock: Mutex<()>,
+    checkpoints: AtomicU64,
+    /// Who waits for whom, for deadlock detection.
+    waits: Mutex<std::collections::HashMap<Xid, Xid>>,
+    shutdown: AtomicBool,
+    bg_wake: Condvar,
+    bg_mutex: Mutex<()>,
+    bg_error: Mutex<Option<String>>,
+}
+
+impl Inner {
+    pub(crate) fn env(&self) -> HeapEnv<'_> {
+        HeapEnv { pool: &self.pool, wal: &self.wal, xact: &self.xact }
+    }
+
+    /// Waits for `other` to finish on behalf of `me`, failing instead when that would close a
+    /// cycle of waiters.
+    pub(crate) fn wait_for_xid(&self, me: Xid, other: Xid) -> Result<()> {
+        {
+            let mut w = self.waits.lock();
+            let mut cur = other;
+            for _ in 0..=w.len() {
+                if cur == me {
+                    return Err(Error::Deadlock { xid: me, waits_for: other });
+                }
+                match w.get(&cur) {
+                    Some(&n) => cur = n,
+                    None => break,
+                }
+            }
+            w.insert(me, other);
+        }
+        self.xact.wait_for(other);
+        self.waits.lock().remove(&me);
+        Ok(())
+    }
+
+    /// Takes a checkpoint (see [`startup`]). `shutdown` marks the control file cleanly shut down.
+    pub(crate) fn checkpoint(&self, shutdown: bool) -> Result<Lsn> {
+        let _g = self.checkpoint_lock.lock();
+        let redo = self.wal.begin_checkpoint();
+        self.wal.flush(self.wal.insert_lsn())?;
+        self.xact.clog().checkpoint(&*self.wal)?;
+        self.pool.flush_all()?;
+        self.pool.smgr().sync_all()?;
+        let oldest_xid = self.catalog.database_frozen_xid().unwrap_or(Xid::FIRST_NORMAL);
+        let info = startup::CheckpointInfo {
+            redo,
+            next_xid: self.xact.next_full_xid(),
+            oldest_xid,
+            next_oid: self.catalog.allocate_oid(),
+        };
+        let kind = if shutdown { startup::XLOG_CHECKPOINT_SHUTDOWN } else { startup::XLOG_CHECKPOINT };
+        let end = self.wal.insert(&RecordBuilder {
+            rmgr: Rmgr::Xlog,
+            info: kind,
+            xid: Xid::INVALID,
+            blocks: vec![],
+            main_data: info.encode(),
+        })?;
+        self.wal.flush(end)?;
+        {
+            let mut c = self.control.lock();
+            c.prev_checkpoint_lsn = c.checkpoint_lsn;
+            c.checkpoint_lsn = end;
+            c.redo_lsn = redo;
+            c.next_xid = info.next_xid;
+            c.oldest_xid = oldest_xid;
+            c.next_oid = info.next_oid;
+            c.state = if shutdown { DbState::ShutDown } else { DbState::InProduction };
+            c.time_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            c.write(&*self.fs, &startup::control_path(&self.dir))?;
+        }
+        self.wal.remove_segments_before(redo)?;
+        self.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(end)
+    }
+
+    fn background_loop(self: Arc<Inner>) {
+        let mut last_checkpoint = Instant::now();
+        let tick = Duration::from_millis(self.config.wal_writer_delay_ms.clamp(1, 1000));
+        loop {
+            {
+                let mut g = self.bg_mutex.lock();
+                if self.shutdown.load(Ordering::Acquire) {
+                    return;
+                }
+                self.bg_wake.wait_for(&mut g, tick);
+                if self.shutdown.load(Ordering::Acquire) {
+                    return;
+                }
+            }
+            // WAL writer: make asynchronous commits durable within wal_writer_delay.
+            if let Err(e) = self.wal.flush(self.wal.insert_lsn()) {
+                *self.bg_error.lock() = Some(e.to_string());
+                return;
+            }
+            // Checkpointer: by time or by WAL volume since the last redo pointer.
+            let wal_since = self.wal.insert_lsn().0.saturating_sub(self.wal.redo_ptr().0);
+            let due = last_checkpoint.elapsed() >= Duration::from_millis(self.config.checkpoint_timeout_ms)
+                || wal_since >= self.config.max_wal_size_bytes / 2;
+            if due {
+                if let Err(e) = self.checkpoint(false) {
+                    *self.bg_error.lock() = Some(e.to_string());
+                    return;
+                }
+                last_checkpoint = Instant::now();
+            }
+        }
+    }
+}
+
+/// An open database (data directory).
+pub struct Database {
+    inner: Arc<Inner>,
+    background: Mutex<Option<JoinHandle<()>>>,
+    recovery: RecoveryReport,
+    closed: AtomicBool,
+}
+
+/// A table handle for the row API.
+#[derive(Clone)]
+pub struct Table {
+    pub(crate) entry: Arc<TableEntry>,
+}
+
+impl Table {
+    pub fn name(&self) -> &str {
+        &self.entry.rel.name
+    }
+
+    pub fn oid(&self) -> Oid {
+        self.entry.rel.oid
+    }
+
+    pub fn schema(&self) -> &Schema {
+        &self.entry.rel.schema
+    }
+
+    pub fn relfrozenxid(&self) -> Xid {
+        self.entry.relfrozenxid()
+    }
+}
+
+impl Database {
+    /// Opens (creating if needed) the data directory `dir` on real files.
+    pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Database> {
+        let fs: Arc<dyn FileSystem> = if config.fsync { Arc::new(RealFs) } else { Arc::new(crate::io::NoSyncFs(Arc::new(RealFs))) };
+        Database::open_with_fs(fs, dir.as_ref(), config)
+    }
+
+    /// Opens a data directory through any file system (tests pass a fault-injecting one).
+    pub fn open_with_fs(fs: Arc<dyn FileSystem>, dir: &Path, config: Config) -> Result<Database> {
+        let cpath = startup::control_path(dir);
+        let fresh = !fs.exists(&cpath);
+        if fresh {
+            if fs.exists(dir) && !fs.list(dir)?.is_empty() {
+                return Err(Error::invalid(format!(
+                    "directory \"{}\" exists and is not empty, but has no control file: not a settledb data directory",
+                    dir.display()
+                )));
+            }
+            startup::bootstrap_dirs(&fs, dir)?;
+        }
+        let control = if fresh { startup::new_control(config.wal_segment_size_bytes) } else { ControlFile::read(&*fs, &cpath)? };
+        let smgr = Arc::new(Smgr::new(fs.clone(), &startup::base_dir(dir))?);
+        let pool = BufferPool::new(config.shared_buffers_bytes / BLCKSZ, smgr.clone());
+        let xact = TransactionManager::open(
+            fs.clone(),
+            dir,
+            XactOptions {
+                next_full_xid: control.next_xid,
+                oldest_xid: control.oldest_xid,
+                autovacuum_freeze_max_age: config.autovacuum_freeze_max_age,
+            },
+        )?;
+        let (recovery, start, prev, next_xid) = if fresh {
+            (RecoveryReport::default(), control.redo_lsn, Lsn::INVALID, control.next_xid)
+        } else {
+            let (report, last, next_xid) = startup::replay(&fs, dir, &control, &pool, &xact)?;
+            let end = report.end_lsn;
+            (report, end, last, next_xid)
+        };
+        xact.set_next_full_xid(next_xid);
+        let wal = Arc::new(Wal::open(
+            fs.clone(),
+            &startup::wal_dir(dir),
+            start,
+            prev,
+            startup::wal_config(&config, control.wal_segment_size),
+        )?);
+        pool.set_wal(Arc::new(WalFlusher(wal.clone())));
+        let inner = Arc::new(Inner {
+            config,
+            dir: dir.to_path_buf(),
+            fs: fs.clone(),
+            pool,
+            wal,
+            xact,
+            catalog: Catalog::new(),
+            counters: DbCounters::default(),
+            control: Mutex::new(control),
+            checkpoint_lock: Mutex::new(()),
+            checkpoints: AtomicU64::new(0),
+            waits: Mutex::new(Default::default()),
+            shutdown: AtomicBool::new(false),
+            bg_wake: Condvar::new(),
+            bg_mutex: Mutex::new(()),
+            bg_error: Mutex::new(None),
+        });
+        if fresh {
+            startup::bootstrap_catalog(&inner.env(), &inner.catalog)?;
+        } else {
+            startup::load_catalog(&inner.env(), &inner.catalog)?;
+            startup::remove_orphans(inner.pool.smgr(), &inner.catalog)?;
+        }
+        let oldest = inner.catalog.database_frozen_xid().unwrap_or(Xid::FIRST_NORMAL);
+        inner.xact.set_oldest_xid(oldest, inner.config.autovacuum_freeze_max_age);
+        // A fresh cluster and the end of recovery both start from a checkpoint.
+        inner.checkpoint(false)?;
+        let bg = {
+            let i = inner.clone();
+            std::thread::Builder::new()
+                .name("settledb-background".into())
+                .spawn(move || i.background_loop())
+                .map_err(|e| Error::io("spawn background thread", dir, e))?
+        };
+        Ok(Database { inner, background: Mutex::new(Some(bg)), recovery, closed: AtomicBool::new(false) })
+    }
+
+    /// What recovery did when this database was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Begins a transaction at `default_transaction_isolation`.
+    pub fn begin(&self) -> Result<Transaction<'_>> {
+        self.begin_with(self.inner.config.default_transaction_isolation)
+    }
+
+    pub fn begin_with(&self, isolation: crate::config::IsolationLevel) -> Result<Transaction<'_>> {
+        self.check_healthy()?;
+        Ok(Transaction::new(self, isolation))
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    fn check_healthy(&self) -> Result<()> {
+        if let Some(e) = self.inner.bg_error.lock().as_ref() {
+            return Err(Error::Poisoned(e.clone()));
+        }
+        Ok(())
+    }
+
+    /// A handle on a table, for the row API.
+    pub fn table(&self, name: &str) -> Result<Table> {
+        self.inner
+            .catalog
+            .get(name)
+            .map(|entry| Table { entry })
+            .ok_or_else(|| Error::NotFound(format!("relation \"{name}\" does not exist")))
+    }
+
+    /// Every table, `pg_class` included, by OID.
+    pub fn tables(&self) -> Vec<Table> {
+        self.inner.catalog.tables().into_iter().map(|entry| Table { entry }).collect()
+    }
+
+    /// CREATE TABLE, in a transaction of its own.
+    pub fn create_table(&self, name: &str, schema: Schema, options: TableOptions) -> Result<Table> {
+        catalog::validate_name(name)?;
+        catalog::validate_schema(&schema)?;
+        if !(10..=100).contains(&options.fillfactor) {
+            return Err(Error::invalid(format!("value {} out of bounds for option \"fillfactor\" (10..100)", options.fillfactor)));
+        }
+        let inner = &self.inner;
+        let _ddl = inner.catalog.ddl_lock.lock();
+        if inner.catalog.get(name).is_some() {
+            return Err(Error::AlreadyExists(format!("relation \"{name}\" already exists")));
+        }
+        let mut tx = self.begin()?;
+        let xid = tx.ensure_xid()?;
+        let oid = inner.catalog.allocate_oid();
+        startup::log_create(&inner.wal, inner.pool.smgr(), oid, Fork::Main)?;
+        let row = ClassRow {
+            oid,
+            relname: name.to_string(),
+            relfilenode: oid,
+            relpages: 0,
+            reltuples: -1.0,
+            // A new table holds no XID older than the creating transaction.
+            relfrozenxid: xid,
+            relminmxid: 1,
+            fillfactor: options.fillfactor,
+            schema,
+        };
+        let pg_class = inner.catalog.get("pg_class").ok_or_else(|| Error::NotFound("pg_class".into()))?;
+        let tid = tx.insert_raw(&pg_class.rel, &row.to_values())?;
+        tx.commit()?;
+        Ok(Table { entry: inner.catalog.publish(&row, tid) })
+    }
+
+    /// DROP TABLE, in a transaction of its own. The files go once the drop has committed.
+    pub fn drop_table(&self, name: &str) -> Result<()> {
+        let inner = &self.inner;
+        let _ddl = inner.catalog.ddl_lock.lock();
+        if name == "pg_class" {
+            return Err(Error::invalid("permission denied: \"pg_class\" is a system catalog"));
+        }
+        let entry = inner.catalog.get(name).ok_or_else(|| Error::NotFound(format!("table \"{name}\" does not exist")))?;
+        let pg_class = inner.catalog.get("pg_class").ok_or_else(|| Error::NotFound("pg_class".into()))?;
+        let mut tx = self.begin()?;
+        let row = *entry.row.lock();
+        if !tx.delete_raw(&pg_class.rel, row)? {
+            return Err(Error::invalid(format!("table \"{name}\" is being changed by another transaction")));
+        }
+        tx.commit()?;
+        inner.catalog.unpublish(name);
+        inner.pool.drop_relation_buffers(entry.rel.relfilenode, None, crate::types::BlockNumber(0))?;
+        inner.pool.smgr().unlink(entry.rel.relfilenode)
+    }
+
+    /// CHECKPOINT.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.check_healthy()?;
+        self.inner.checkpoint(false).map(|_| ())
+    }
+
+    /// Counters (pg_stat_database, buffer usage, WAL).
+    pub fn stats(&self) -> DbStats {
+        let c = &self.inner.counters;
+        DbStats {
+            xact_commit: c.xact_commit.load(Ordering::Relaxed),
+            xact_rollback: c.xact_rollback.load(Ordering::Relaxed),
+            tup_returned: c.tup_returned.load(Ordering::Relaxed),
+            tup_fetched: c.tup_fetched.load(Ordering::Relaxed),
+            tup_inserted: c.tup_inserted.load(Ordering::Relaxed),
+            tup_updated: c.tup_updated.load(Ordering::Relaxed),
+            tup_deleted: c.tup_deleted.load(Ordering::Relaxed),
+            buffers: self.inner.pool.usage(),
+            wal: self.inner.wal.stats(),
+            checkpoints: self.inner.checkpoints.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Pages in a table's main fork.
+    pub fn table_pages(&self, table: &Table) -> Result<u32> {
+        self.inner.pool.smgr().nblocks(table.entry.rel.relfilenode, Fork::Main)
+    }
+
+    /// The next XID to be assigned.
+    pub fn next_xid(&self) -> crate::types::FullXid {
+        self.inner.xact.next_full_xid()
+    }
+
+    /// The wraparound limits in force.
+    pub fn xid_limits(&self) -> crate::xact::XidLimits {
+        self.inner.xact.limits()
+    }
+
+    /// The oldest XID any snapshot may still need (`OldestXmin`).
+    pub fn oldest_xmin(&self) -> Xid {
+        self.inner.xact.oldest_xmin()
+    }
+
+    /// Test and benchmark tool: burns `n` XIDs without running transactions (PostgreSQL's
+    /// `consume_xids`). Honours the stop limit.
+    pub fn consume_xids(&self, n: u64) -> Result<crate::types::FullXid> {
+        self.inner.xact.consume_xids(n, &*self.inner.wal)
+    }
+
+    /// The heap environment, for `check` and tools inside the crate.
+    pub(crate) fn env(&self) -> HeapEnv<'_> {
+        self.inner.env()
+    }
+
+    fn stop_background(&self) {
+        self.inner.shutdown.store(true, Ordering::Release);
+        {
+            let _g = self.inner.bg_mutex.lock();
+            self.inner.bg_wake.notify_all();
+        }
+        if let Some(h) = self.background.lock().take() {
+            let _ = h.join();
+        }
+    }
+
+    /// Clean shutdown: a shutdown checkpoint, then the control file says "shut down".
+    pub fn close(self) -> Result<()> {
+        self.closed.store(true, Ordering::Release);
+        self.stop_background();
+        if self.inner.wal.is_poisoned() {
+            return Err(Error::Poisoned("WAL write or fsync failed earlier".into()));
+        }
+        self.inner.checkpoint(true).map(|_| ())
+    }
+
+    /// Stops without a checkpoint or any further write, as a crash would (the process lives on,
+    /// so what the OS already has stays). The next open runs crash recovery.
+    pub fn abandon(self) {
+        self.closed.store(true, Ordering::Release);
+        self.stop_background();
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            self.stop_background();
+            if !self.inner.wal.is_poisoned() {
+                let _ = self.inner.checkpoint(true);
+            }
+        }
+    }
+}
+
+// Used by `TxContext` construction in `transaction.rs`.
+pub(crate) fn tx_context<'a>(xid: Xid, cid: u32, snapshot: &'a crate::xact::Snapshot, rr: bool) -> TxContext<'a> {
+    TxContext { xid, cid, snapshot, serializable_updates: rr }
+}
+
+pub(crate) use heap::ModifyResult;
+pub(crate) use wal::DecodedRecord as _DecodedRecord;

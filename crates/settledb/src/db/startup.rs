@@ -1,0 +1,308 @@
+//! Bringing a data directory up: bootstrap of a new cluster, crash recovery, checkpoints.
+//!
+//! # Data directory
+//!
+//! ```text
+//!   DIR/global/pg_control   control file: last checkpoint, redo pointer, next XID, oldest XID
+//!   DIR/pg_wal/             WAL segments
+//!   DIR/pg_xact/            CLOG segments
+//!   DIR/base/<filenode>     relation forks (pg_class is 1259)
+//! ```
+//!
+//! # Recovery
+//!
+//! The control file is written last by every checkpoint, so it always names a complete one.
+//! Recovery reads WAL from that checkpoint's redo pointer to the end of valid WAL (a torn or
+//! corrupt tail ends it) and replays each record: transaction records set CLOG, storage records
+//! create or truncate files, page records go through [`redo_blocks`], which restores full-page
+//! images and skips pages whose LSN already covers the record, so replay is idempotent. Then
+//! the WAL continues from the end of the last valid record, the catalog is loaded, files no
+//! catalog row names are removed, and an end-of-recovery checkpoint is taken.
+//!
+//! # Checkpoints
+//!
+//! 1. set the redo pointer (later page changes log full-page images);
+//! 2. flush WAL, then write CLOG pages (a commit's CLOG bit never reaches disk before its
+//!    commit record);
+//! 3. write every dirty buffer (each after WAL up to its LSN) and fsync the relation files;
+//! 4. log a CHECKPOINT record, flush it, write the control file (atomically, durably);
+//! 5. remove WAL segments wholly before the redo pointer.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::buffer::BufferPool;
+use crate::catalog::{self, Catalog, ClassRow, PG_CLASS_OID};
+use crate::error::{Error, Result};
+use crate::heap::{self, HeapEnv, Relation, TxContext};
+use crate::io::FileSystem;
+use crate::page;
+use crate::smgr::Smgr;
+use crate::types::{Fork, FullXid, Lsn, Oid, Xid};
+use crate::wal::control::{ControlFile, DbState};
+use crate::wal::{self, DecodedRecord, RecordBuilder, Rmgr, Wal, WalConfig, WalReader};
+use crate::xact::{Snapshot, TransactionManager, XactOptions};
+
+pub const XLOG_CHECKPOINT: u8 = 0x00;
+pub const XLOG_CHECKPOINT_SHUTDOWN: u8 = 0x10;
+pub const STORAGE_CREATE: u8 = 0x00;
+pub const STORAGE_TRUNCATE: u8 = 0x10;
+
+pub fn control_path(dir: &Path) -> PathBuf {
+    dir.join("global").join("pg_control")
+}
+
+pub fn wal_dir(dir: &Path) -> PathBuf {
+    dir.join("pg_wal")
+}
+
+pub fn base_dir(dir: &Path) -> PathBuf {
+    dir.join("base")
+}
+
+/// What recovery found, for the log and for tests.
+#[derive(Debug, Default, Clone)]
+pub struct RecoveryReport {
+    pub performed: bool,
+    pub redo_start: Lsn,
+    pub end_lsn: Lsn,
+    pub records_replayed: u64,
+    pub stop_reason: Option<String>,
+}
+
+/// Applies a record's page changes (the generic half of redo).
+pub fn redo_blocks(rec: &DecodedRecord, pool: &BufferPool) -> Result<()> {
+    for b in &rec.blocks {
+        let tag = b.tag;
+        pool.smgr().ensure_size(tag.rel, tag.fork, tag.block)?;
+        let buf = if b.image.is_some() || b.will_init { pool.new_page(tag, None)? } else { pool.read(tag, None)? };
+        let mut g = buf.write();
+        if let Some(img) = &b.image {
+            g.0.copy_from_slice(&img[..]);
+        } else if !b.will_init && !page::is_new(&g.0) && page::lsn(&g.0) >= rec.end_lsn {
+            continue; // already there
+        } else {
+            if !b.will_init && page::is_new(&g.0) && !matches!(rec.rmgr, Rmgr::Heap | Rmgr::Heap2) {
+                return Err(Error::corrupt_wal(rec.lsn, format!("record changes block {} of {} which is empty", tag.block, tag.rel)));
+            }
+            if !page::is_new(&g.0) {
+                page::validate_items(&g.0, tag.rel, tag.block)?;
+            }
+            match rec.rmgr {
+                Rmgr::Heap | Rmgr::Heap2 => heap::wal::redo_block(rec, b.id, tag.block, &b.data, &mut g.0)?,
+                other => {
+                    return Err(Error::corrupt_wal(rec.lsn, format!("{} records carry no page changes", other.name())));
+                }
+            }
+        }
+        page::set_lsn(&mut g.0, rec.end_lsn);
+        buf.mark_dirty();
+    }
+    Ok(())
+}
+
+/// The checkpoint record's main data.
+pub struct CheckpointInfo {
+    pub redo: Lsn,
+    pub next_xid: FullXid,
+    pub oldest_xid: Xid,
+    pub next_oid: Oid,
+}
+
+impl CheckpointInfo {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(24);
+        v.extend_from_slice(&self.redo.0.to_le_bytes());
+        v.extend_from_slice(&self.next_xid.0.to_le_bytes());
+        v.extend_from_slice(&self.oldest_xid.0.to_le_bytes());
+        v.extend_from_slice(&self.next_oid.0.to_le_bytes());
+        v
+    }
+
+    pub fn describe(rec: &DecodedRecord) -> String {
+        let mut c = heap::wal::Cursor::new(&rec.main_data, rec.lsn);
+        let r: Result<String> = (|| {
+            let redo = Lsn(c.u64()?);
+            let next = FullXid(c.u64()?);
+            let oldest = c.u32()?;
+            let oid = c.u32()?;
+            let kind = if rec.info == XLOG_CHECKPOINT_SHUTDOWN { "CHECKPOINT_SHUTDOWN" } else { "CHECKPOINT_ONLINE" };
+            Ok(format!("{kind} redo {redo}; nextXid {}:{}; nextOid {oid}; oldestXid {oldest}", next.epoch(), next.xid()))
+        })();
+        r.unwrap_or_else(|e| format!("(undecodable: {e})"))
+    }
+}
+
+/// Logs the creation of a relation fork, then creates it (redo creates it again).
+pub fn log_create(wal: &Wal, smgr: &Smgr, rel: Oid, fork: Fork) -> Result<()> {
+    let mut main = rel.0.to_le_bytes().to_vec();
+    main.push(fork as u8);
+    let lsn = wal.insert(&RecordBuilder { rmgr: Rmgr::Storage, info: STORAGE_CREATE, xid: Xid::INVALID, blocks: vec![], main_data: main })?;
+    wal.flush(lsn)?;
+    smgr.create(rel, fork)
+}
+
+pub fn redo_storage(rec: &DecodedRecord, pool: &BufferPool) -> Result<()> {
+    let mut c = heap::wal::Cursor::new(&rec.main_data, rec.lsn);
+    let rel = Oid(c.u32()?);
+    let fork = Fork::from_u8(c.u8()?).ok_or_else(|| Error::corrupt_wal(rec.lsn, "unknown fork number"))?;
+    match rec.info {
+        STORAGE_CREATE => pool.smgr().create(rel, fork),
+        STORAGE_TRUNCATE => {
+            let n = c.u32()?;
+            pool.drop_relation_buffers(rel, Some(fork), crate::types::BlockNumber(n))?;
+            pool.smgr().truncate(rel, fork, n)
+        }
+        _ => Err(Error::corrupt_wal(rec.lsn, format!("unknown storage record info 0x{:02X}", rec.info))),
+    }
+}
+
+pub fn describe_storage(rec: &DecodedRecord) -> String {
+    let mut c = heap::wal::Cursor::new(&rec.main_data, rec.lsn);
+    let r: Result<String> = (|| {
+        let rel = c.u32()?;
+        let fork = c.u8()?;
+        Ok(match rec.info {
+            STORAGE_CREATE => format!("CREATE base/{rel}{}", Fork::from_u8(fork).map_or("?", |f| f.suffix())),
+            _ => format!("TRUNCATE base/{rel} to {} blocks", c.u32()?),
+        })
+    })();
+    r.unwrap_or_else(|e| format!("(undecodable: {e})"))
+}
+
+/// One rmgr-specific description for `settle waldump`.
+pub fn describe_record(rec: &DecodedRecord) -> String {
+    match rec.rmgr {
+        Rmgr::Xlog => CheckpointInfo::describe(rec),
+        Rmgr::Storage => describe_storage(rec),
+        Rmgr::Heap | Rmgr::Heap2 => heap::wal::describe(rec),
+        Rmgr::Xact => match rec.info {
+            crate::xact::INFO_XACT_COMMIT => "COMMIT".to_string(),
+            crate::xact::INFO_XACT_ABORT => "ABORT".to_string(),
+            i => format!("UNKNOWN info 0x{i:02X}"),
+        },
+        Rmgr::Clog => {
+            let mut c = heap::wal::Cursor::new(&rec.main_data, rec.lsn);
+            let kind = if rec.info == 0x00 { "ZEROPAGE" } else { "TRUNCATE" };
+            match c.u32() {
+                Ok(p) => format!("{kind} page {p}"),
+                Err(_) => format!("{kind} (undecodable)"),
+            }
+        }
+        other => format!("{} info 0x{:02X}", other.name(), rec.info),
+    }
+}
+
+/// Replays WAL from `start` through `pool`/`xact`. Returns the reader's end and last record.
+pub fn replay(
+    fs: &Arc<dyn FileSystem>,
+    dir: &Path,
+    control: &ControlFile,
+    pool: &BufferPool,
+    xact: &TransactionManager,
+) -> Result<(RecoveryReport, Lsn, FullXid)> {
+    let mut reader = WalReader::new(fs.clone(), &wal_dir(dir), control.redo_lsn, control.wal_segment_size);
+    let mut report = RecoveryReport { performed: true, redo_start: control.redo_lsn, ..Default::default() };
+    let mut next_xid = control.next_xid;
+    while let Some(rec) = reader.next()? {
+        if rec.xid.is_normal() {
+            let full = next_xid.widen(rec.xid);
+            if full >= next_xid {
+                next_xid = full.next();
+                xact.set_next_full_xid(next_xid);
+            }
+        }
+        match rec.rmgr {
+            Rmgr::Xlog | Rmgr::Catalog => {}
+            Rmgr::Xact => xact.redo(&rec)?,
+            Rmgr::Clog => xact.clog().redo(&rec)?,
+            Rmgr::Storage => redo_storage(&rec, pool)?,
+            Rmgr::Heap | Rmgr::Heap2 | Rmgr::Btree => redo_blocks(&rec, pool)?,
+        }
+        report.records_replayed += 1;
+    }
+    report.end_lsn = reader.end_lsn();
+    report.stop_reason = reader.stop_reason().map(str::to_string);
+    Ok((report, reader.last_record_lsn(), next_xid))
+}
+
+/// Initializes a new data directory.
+pub fn bootstrap_dirs(fs: &Arc<dyn FileSystem>, dir: &Path) -> Result<()> {
+    for d in [dir.to_path_buf(), dir.join("global"), wal_dir(dir), base_dir(dir), dir.join("pg_xact")] {
+        fs.create_dir_all(&d)?;
+    }
+    fs.sync_dir(dir)
+}
+
+/// Creates `pg_class` and its row for itself, as the bootstrap transaction.
+pub fn bootstrap_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
+    log_create(env.wal, env.pool.smgr(), PG_CLASS_OID, Fork::Main)?;
+    let row = ClassRow {
+        oid: PG_CLASS_OID,
+        relname: "pg_class".to_string(),
+        relfilenode: PG_CLASS_OID,
+        relpages: 0,
+        reltuples: -1.0,
+        relfrozenxid: Xid::FIRST_NORMAL,
+        relminmxid: 1,
+        fillfactor: 100,
+        schema: catalog::pg_class_schema(),
+    };
+    let rel = Relation::new(PG_CLASS_OID, "pg_class", PG_CLASS_OID, catalog::pg_class_schema(), 100);
+    let snap = Snapshot { xmin: Xid::FIRST_NORMAL, xmax: Xid::FIRST_NORMAL, xip: vec![], my_xid: Some(Xid::BOOTSTRAP) };
+    let tx = TxContext { xid: Xid::BOOTSTRAP, cid: 0, snapshot: &snap, serializable_updates: false };
+    let tid = heap::insert(env, &rel, &tx, &row.to_values())?;
+    catalog.publish(&row, tid);
+    Ok(())
+}
+
+/// Reads every committed `pg_class` row into the catalog cache.
+pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
+    let rel = Relation::new(PG_CLASS_OID, "pg_class", PG_CLASS_OID, catalog::pg_class_schema(), 100);
+    let snap = env.xact.get_snapshot(None);
+    let oldest = env.xact.oldest_xmin();
+    let nblocks = env.pool.smgr().nblocks(PG_CLASS_OID, Fork::Main)?;
+    let mut ring = crate::buffer::Ring::new(256 << 10);
+    for b in 0..nblocks {
+        for (tid, vals) in heap::scan_page(env, &rel, &snap, u32::MAX, crate::types::BlockNumber(b), oldest, &mut ring)? {
+            let row = ClassRow::from_values(&vals, tid)?;
+            catalog.publish(&row, tid);
+        }
+    }
+    if catalog.get("pg_class").is_none() {
+        return Err(Error::corrupted(PG_CLASS_OID, crate::types::BlockNumber(0), "pg_class has no row for itself"));
+    }
+    Ok(())
+}
+
+/// Removes relation files no catalog row names (an uncommitted CREATE, an unfinished DROP).
+pub fn remove_orphans(smgr: &Smgr, catalog: &Catalog) -> Result<Vec<Oid>> {
+    let known: std::collections::HashSet<Oid> = catalog.tables().iter().map(|e| e.rel.relfilenode).collect();
+    let mut removed = Vec::new();
+    for rel in smgr.list_relations()? {
+        catalog.bump_oid_past(rel);
+        if !known.contains(&rel) {
+            smgr.unlink(rel)?;
+            removed.push(rel);
+        }
+    }
+    Ok(removed)
+}
+
+/// The WAL configuration a control file and a config call for.
+pub fn wal_config(config: &crate::config::Config, segment_size: u64) -> WalConfig {
+    WalConfig { segment_size, full_page_writes: config.full_page_writes, wal_buffers_bytes: config.wal_buffers_bytes }
+}
+
+/// Writes a control file for a fresh cluster.
+pub fn new_control(segment_size: u64) -> ControlFile {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut c = ControlFile::new(now ^ u64::from(std::process::id()) << 32, segment_size);
+    c.state = DbState::ShutDown;
+    c.redo_lsn = wal::first_lsn(segment_size);
+    c.checkpoint_lsn = c.redo_lsn;
+    c.next_xid = XactOptions::default().next_full_xid;
+    c.oldest_xid = Xid::FIRST_NORMAL;
+    c.next_oid = catalog::FIRST_NORMAL_OID;
+    c
+}
