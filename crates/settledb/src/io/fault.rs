@@ -122,7 +122,7 @@ impl Content {
         if len < self.len {
             let keep = len.div_ceil(CHUNK);
             self.chunks.retain(|&i, _| i < keep);
-            if len % CHUNK != 0 {
+            if !len.is_multiple_of(CHUNK) {
                 if let Some(c) = self.chunks.get_mut(&(len / CHUNK)) {
                     c[(len % CHUNK) as usize..].fill(0);
                 }
