@@ -31,6 +31,10 @@ pub trait File: Send + Sync {
     /// Makes every write so far durable (fsync).
     fn sync(&self) -> Result<()>;
     fn len(&self) -> Result<u64>;
+    /// True when the file has no bytes.
+    fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
     fn set_len(&self, len: u64) -> Result<()>;
     /// The path the file was opened with, for error messages.
     fn path(&self) -> &Path;

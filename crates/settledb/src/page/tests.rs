@@ -1,0 +1,367 @@
+use std::collections::BTreeMap;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+
+fn heap_page() -> PageBuf {
+    let mut p = PageBuf::zeroed();
+    init(&mut p.0, 0);
+    p
+}
+
+fn off(n: u16) -> OffsetNumber {
+    OffsetNumber(n)
+}
+
+fn detail(e: Error) -> String {
+    match e {
+        Error::Corrupted { detail, .. } => detail,
+        other => panic!("expected Corrupted, got {other:?}"),
+    }
+}
+
+#[test]
+fn init_sets_header_like_page_init() {
+    let mut p = PageBuf::zeroed();
+    assert!(is_new(&p.0));
+    init(&mut p.0, 16);
+    assert!(!is_new(&p.0));
+    assert_eq!(lower(&p.0), 24);
+    assert_eq!(upper(&p.0), 8192 - 16);
+    assert_eq!(special(&p.0), 8192 - 16);
+    assert_eq!(pagesize_version(&p.0), 8192 | 4);
+    assert_eq!(max_offset(&p.0), 0);
+    assert_eq!(free_space(&p.0), 8192 - 16 - 24 - 4);
+    set_lsn(&mut p.0, Lsn(0x1_0000_0020));
+    set_prune_xid(&mut p.0, Xid(77));
+    set_flags(&mut p.0, PD_ALL_VISIBLE);
+    assert_eq!(lsn(&p.0), Lsn(0x1_0000_0020));
+    assert_eq!(prune_xid(&p.0), Xid(77));
+    assert_eq!(flags(&p.0), PD_ALL_VISIBLE);
+    assert_eq!(
+        &p.0[0..8],
+        &0x1_0000_0020u64.to_le_bytes(),
+        "pd_lsn is little-endian at 0"
+    );
+}
+
+#[test]
+fn item_id_bit_layout_matches_postgres() {
+    let id = ItemId {
+        off: 8064,
+        flags: LpFlags::Normal,
+        len: 121,
+    };
+    let raw = id.to_u32();
+    assert_eq!(raw & 0x7fff, 8064);
+    assert_eq!((raw >> 15) & 3, 1);
+    assert_eq!(raw >> 17, 121);
+    assert_eq!(ItemId::from_u32(raw), id);
+    assert_eq!(ItemId::from_u32(ItemId::redirect(off(7)).to_u32()).off, 7);
+}
+
+#[test]
+fn items_are_maxaligned_and_stacked_from_the_end() {
+    let mut p = heap_page();
+    assert_eq!(add_item(&mut p.0, &[1u8; 121], None, true), Some(off(1)));
+    assert_eq!(add_item(&mut p.0, &[2u8; 30], None, true), Some(off(2)));
+    assert_eq!(item_id(&p.0, off(1)), ItemId::normal(8192 - 128, 121));
+    assert_eq!(item_id(&p.0, off(2)), ItemId::normal(8192 - 128 - 32, 30));
+    assert_eq!(item(&p.0, off(1)), &[1u8; 121][..]);
+    assert_eq!(item(&p.0, off(2)), &[2u8; 30][..]);
+    assert_eq!(lower(&p.0), 32);
+    item_mut(&mut p.0, off(2))[0] = 9;
+    assert_eq!(item(&p.0, off(2))[0], 9);
+    assert_eq!(try_item(&p.0, off(3)), None);
+    assert_eq!(try_item(&p.0, off(0)), None);
+}
+
+#[test]
+fn sixty_one_pgbench_rows_fit_in_a_page() {
+    let mut p = heap_page();
+    let mut n = 0;
+    while add_item(&mut p.0, &[0u8; 121], None, true).is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 61, "pgbench_accounts holds 61 rows per page");
+    assert!(free_space(&p.0) < 128);
+}
+
+#[test]
+fn heap_pages_stop_at_291_line_pointers() {
+    let mut p = heap_page();
+    for i in 1..=291 {
+        assert_eq!(add_item(&mut p.0, &[0u8; 1], None, true), Some(off(i)));
+    }
+    assert!(free_space(&p.0) > 0);
+    assert_eq!(heap_free_space(&p.0), 0);
+    assert_eq!(add_item(&mut p.0, &[0u8; 1], None, true), None);
+    // A non-heap page is limited only by space.
+    assert_eq!(add_item(&mut p.0, &[0u8; 1], None, false), Some(off(292)));
+}
+
+#[test]
+fn unused_line_pointers_are_reused_and_the_hint_cleared() {
+    let mut p = heap_page();
+    for _ in 0..4 {
+        add_item(&mut p.0, &[7u8; 40], None, true).unwrap();
+    }
+    set_item_id(&mut p.0, off(2), ItemId::UNUSED);
+    set_item_id(&mut p.0, off(3), ItemId::UNUSED);
+    // Without the hint, PageAddItem appends.
+    assert_eq!(add_item(&mut p.0, &[1u8; 24], None, true), Some(off(5)));
+    repair_fragmentation(&mut p.0);
+    assert_ne!(flags(&p.0) & PD_HAS_FREE_LINES, 0);
+    assert_eq!(add_item(&mut p.0, &[2u8; 24], None, true), Some(off(2)));
+    assert_ne!(flags(&p.0) & PD_HAS_FREE_LINES, 0, "slot 3 is still free");
+    assert_eq!(add_item(&mut p.0, &[3u8; 24], None, true), Some(off(3)));
+    assert_eq!(flags(&p.0) & PD_HAS_FREE_LINES, 0, "no free slot left");
+    assert_eq!(add_item(&mut p.0, &[4u8; 24], None, true), Some(off(6)));
+}
+
+#[test]
+fn explicit_offsets_append_or_fill_an_unused_slot() {
+    let mut p = heap_page();
+    assert_eq!(
+        add_item(&mut p.0, &[1u8; 24], Some(off(2)), true),
+        None,
+        "gap"
+    );
+    assert_eq!(
+        add_item(&mut p.0, &[1u8; 24], Some(off(1)), true),
+        Some(off(1))
+    );
+    assert_eq!(
+        add_item(&mut p.0, &[1u8; 24], Some(off(1)), true),
+        None,
+        "slot in use"
+    );
+    assert_eq!(
+        add_item(&mut p.0, &[1u8; 24], Some(off(2)), true),
+        Some(off(2))
+    );
+    set_item_id(&mut p.0, off(1), ItemId::UNUSED);
+    assert_eq!(
+        add_item(&mut p.0, &[5u8; 24], Some(off(1)), true),
+        Some(off(1))
+    );
+    assert_eq!(item(&p.0, off(1)), &[5u8; 24][..]);
+    assert_eq!(add_item(&mut p.0, &[1u8; 24], Some(off(0)), true), None);
+}
+
+#[test]
+fn truncate_drops_trailing_unused_line_pointers() {
+    let mut p = heap_page();
+    for _ in 0..5 {
+        add_item(&mut p.0, &[7u8; 24], None, true).unwrap();
+    }
+    for o in [2, 4, 5] {
+        set_item_id(&mut p.0, off(o), ItemId::UNUSED);
+    }
+    truncate_line_pointer_array(&mut p.0);
+    assert_eq!(max_offset(&p.0), 3);
+    assert_ne!(flags(&p.0) & PD_HAS_FREE_LINES, 0, "slot 2 remains unused");
+    set_item_id(&mut p.0, off(2), ItemId::dead());
+    truncate_line_pointer_array(&mut p.0);
+    assert_eq!(max_offset(&p.0), 3);
+    assert_eq!(flags(&p.0) & PD_HAS_FREE_LINES, 0);
+    for o in 1..=3 {
+        set_item_id(&mut p.0, off(o), ItemId::UNUSED);
+    }
+    truncate_line_pointer_array(&mut p.0);
+    assert_eq!(max_offset(&p.0), 0);
+}
+
+/// Property: random sequences of adds, removals (to UNUSED or DEAD), redirects,
+/// defragmentation and truncation keep every live item's bytes at its offset, and the page
+/// always validates.
+#[test]
+fn random_add_remove_repair_keeps_items_intact() {
+    for seed in 0..60u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut p = heap_page();
+        let mut model: BTreeMap<u16, Vec<u8>> = BTreeMap::new();
+        for step in 0..400 {
+            match rng.gen_range(0..10) {
+                0..=4 => {
+                    let len = rng.gen_range(23..400);
+                    let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+                    let before = heap_free_space(&p.0);
+                    match add_item(&mut p.0, &data, None, true) {
+                        Some(o) => {
+                            assert!(
+                                model.insert(o.0, data).is_none(),
+                                "slot {o} reused while live"
+                            );
+                        }
+                        None => assert!(before < maxalign(len), "seed {seed} step {step}"),
+                    }
+                }
+                5..=6 if !model.is_empty() => {
+                    let k = *model.keys().nth(rng.gen_range(0..model.len())).unwrap();
+                    model.remove(&k);
+                    let id = if rng.gen() {
+                        ItemId::UNUSED
+                    } else {
+                        ItemId::dead()
+                    };
+                    set_item_id(&mut p.0, off(k), id);
+                }
+                7 => repair_fragmentation(&mut p.0),
+                8 => {
+                    truncate_line_pointer_array(&mut p.0);
+                    repair_fragmentation(&mut p.0);
+                }
+                _ => {
+                    // Turn DEAD pointers UNUSED, as vacuum phase III does.
+                    for o in 1..=max_offset(&p.0) {
+                        if item_id(&p.0, off(o)).flags == LpFlags::Dead {
+                            set_item_id(&mut p.0, off(o), ItemId::UNUSED);
+                        }
+                    }
+                }
+            }
+            validate_items(&p.0, Oid(1), BlockNumber(0)).unwrap();
+            for (&k, v) in &model {
+                assert_eq!(
+                    item(&p.0, off(k)),
+                    &v[..],
+                    "seed {seed} step {step} item {k}"
+                );
+            }
+        }
+        // After defragmentation the free space is exactly what the live items leave.
+        repair_fragmentation(&mut p.0);
+        let used: usize = model.values().map(|v| maxalign(v.len())).sum();
+        assert_eq!(upper(&p.0) as usize, BLCKSZ - used);
+    }
+}
+
+fn sample_page() -> PageBuf {
+    let mut p = heap_page();
+    let mut rng = StdRng::seed_from_u64(42);
+    for _ in 0..20 {
+        let data: Vec<u8> = (0..rng.gen_range(23..200)).map(|_| rng.gen()).collect();
+        add_item(&mut p.0, &data, None, true).unwrap();
+    }
+    set_lsn(&mut p.0, Lsn(0xABCDEF));
+    set_checksum(&mut p.0, BlockNumber(3));
+    p
+}
+
+#[test]
+fn checksum_detects_any_corrupted_byte() {
+    let p = sample_page();
+    verify(&p.0, Oid(1), BlockNumber(3)).unwrap();
+    assert_ne!(checksum(&p.0), 0);
+    let e = verify(&p.0, Oid(1), BlockNumber(4)).unwrap_err();
+    assert!(
+        detail(e).starts_with("page verification failed"),
+        "wrong block is caught"
+    );
+    for i in 0..BLCKSZ {
+        for x in [0x01u8, 0x80, 0xff] {
+            let mut q = p.clone();
+            q.0[i] ^= x;
+            assert!(
+                verify(&q.0, Oid(1), BlockNumber(3)).is_err(),
+                "flipping {x:#x} at byte {i} went unnoticed"
+            );
+        }
+    }
+}
+
+#[test]
+fn verify_accepts_new_pages_and_reports_precise_details() {
+    let zero = PageBuf::zeroed();
+    verify(&zero.0, Oid(5), BlockNumber(9)).unwrap();
+    validate_items(&zero.0, Oid(5), BlockNumber(9)).unwrap();
+
+    let mut p = sample_page();
+    p.0[8] ^= 1;
+    let e = verify(&p.0, Oid(5), BlockNumber(3)).unwrap_err();
+    let want = format!(
+        "page verification failed, calculated checksum {} but expected {}",
+        compute_checksum(&p.0, BlockNumber(3)),
+        checksum(&p.0)
+    );
+    assert_eq!(detail(e), want);
+
+    let mut p = heap_page();
+    set_lower(&mut p.0, 30);
+    set_upper(&mut p.0, 20);
+    set_checksum(&mut p.0, BlockNumber(0));
+    let e = verify(&p.0, Oid(5), BlockNumber(0)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid page in block 0 of relation 5: pd_lower 30 > pd_upper 20"
+    );
+
+    let mut p = heap_page();
+    p.0[16..18].copy_from_slice(&8188u16.to_le_bytes());
+    set_upper(&mut p.0, 8100);
+    set_checksum(&mut p.0, BlockNumber(0));
+    assert_eq!(
+        detail(verify(&p.0, Oid(5), BlockNumber(0)).unwrap_err()),
+        "pd_special 8188 is not MAXALIGNed"
+    );
+
+    let mut p = PageBuf::zeroed();
+    p.0[100] = 1;
+    assert!(
+        verify(&p.0, Oid(5), BlockNumber(0)).is_err(),
+        "pd_upper 0 but not all zeros"
+    );
+    assert!(verify(&[0u8; 100], Oid(5), BlockNumber(0)).is_err());
+}
+
+#[test]
+fn validate_items_rejects_pointers_that_leave_the_page() {
+    let base = sample_page();
+    let cases: [(ItemId, &str); 5] = [
+        (ItemId::normal(8190, 100), "outside"),
+        (ItemId::normal(upper(&base.0) - 8, 23), "outside"),
+        (ItemId::normal(8100, 30), "MAXALIGNed"),
+        (ItemId::normal(8104, 10), "length 10 < 23"),
+        (ItemId::redirect(off(99)), "redirect to 99"),
+    ];
+    for (id, want) in cases {
+        let mut p = base.clone();
+        set_item_id(&mut p.0, off(3), id);
+        let d = detail(validate_items(&p.0, Oid(1), BlockNumber(3)).unwrap_err());
+        assert!(
+            d.starts_with("line pointer 3: ") && d.contains(want),
+            "{id:?}: {d}"
+        );
+    }
+}
+
+#[test]
+fn describe_renders_header_and_line_pointers() {
+    let mut p = heap_page();
+    add_item(&mut p.0, &[0u8; 121], None, true).unwrap();
+    add_item(&mut p.0, &[0u8; 121], None, true).unwrap();
+    set_item_id(&mut p.0, off(2), ItemId::redirect(off(1)));
+    set_flags(&mut p.0, PD_ALL_VISIBLE);
+    let s = describe(&p.0);
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(
+        lines[0],
+        "lsn: 0/0  checksum: 0  flags: 0x0004 (ALL_VISIBLE)  lower: 32  upper: 7936  \
+         special: 8192  pagesize: 8192  version: 4  prune_xid: 0"
+    );
+    assert_eq!(lines[2], "   1 | NORMAL   | 8064 |  121");
+    assert_eq!(lines[3], "   2 | REDIRECT |    1 |    0");
+    // Never panics on garbage.
+    let mut rng = StdRng::seed_from_u64(1);
+    for _ in 0..50 {
+        let mut g = [0u8; BLCKSZ];
+        rng.fill(&mut g[..]);
+        let _ = describe(&g);
+        let _ = verify(&g, Oid(1), BlockNumber(0));
+        let _ = validate_items(&g, Oid(1), BlockNumber(0));
+    }
+    assert_eq!(describe(&[1, 2]), "short page: 2 bytes\n");
+}
