@@ -257,6 +257,12 @@ impl Clog {
         cache.latest_page = Some(page);
     }
 
+    /// Tells the CLOG where the XID counter is (at startup and after recovery), so that a
+    /// truncation past it is refused as an apparent wraparound.
+    pub fn set_latest_xid(&self, next_xid: Xid) {
+        self.cache.write().latest_page = Some(page_of(next_xid));
+    }
+
     /// Writes every dirty page to its segment and fsyncs the segments (SLRU write-out at a
     /// checkpoint). WAL is first flushed past the newest asynchronous commit on those pages.
     pub fn checkpoint(&self, log: &dyn XactLog) -> Result<()> {
@@ -615,6 +621,8 @@ mod tests {
         clog.redo(&rec)?;
         assert_eq!(clog.status(Xid(40))?, XidStatus::InProgress);
         let page = CLOG_PAGES_PER_SEGMENT;
+        rec.main_data = (page + 1).to_le_bytes().to_vec();
+        clog.redo(&rec)?; // the counter has moved on to page 33
         rec.info = INFO_TRUNCATE;
         rec.main_data = [page.to_le_bytes(), (page * CLOG_XACTS_PER_PAGE).to_le_bytes()].concat();
         clog.redo(&rec)?;

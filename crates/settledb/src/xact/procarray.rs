@@ -92,6 +92,7 @@ impl TransactionManager {
     /// Opens the CLOG under `data_dir` and starts the counter at `opts.next_full_xid`.
     pub fn open(fs: Arc<dyn FileSystem>, data_dir: &Path, opts: XactOptions) -> Result<TransactionManager> {
         let clog = Clog::open(fs, data_dir)?;
+        clog.set_latest_xid(opts.next_full_xid.xid());
         let procs = ProcArray {
             next: opts.next_full_xid,
             limits: XidLimits::compute(opts.oldest_xid, opts.autovacuum_freeze_max_age),
@@ -188,6 +189,7 @@ impl TransactionManager {
     pub fn set_next_full_xid(&self, next: FullXid) {
         let mut procs = self.procs.lock();
         procs.next = next;
+        self.clog.set_latest_xid(next.xid());
         self.publish(&procs);
     }
 

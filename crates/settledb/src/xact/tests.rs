@@ -9,7 +9,7 @@ use super::test_log::RecordingLog;
 use super::varsup::{STOP_MARGIN, WARN_MARGIN, WRAP_DISTANCE};
 use super::*;
 use crate::error::{Error, Result};
-use crate::io::RealFs;
+use crate::io::{FileSystem, RealFs};
 use crate::types::{FullXid, Lsn, Xid};
 use crate::wal::Rmgr;
 
@@ -339,7 +339,9 @@ fn clog_survives_checkpoint_and_reopen_through_the_manager() -> Result<()> {
 #[test]
 fn truncate_clog_refuses_above_the_frozen_xid() -> Result<()> {
     let f = new_cluster();
-    f.tm.consume_xids(u64::from(CLOG_XACTS_PER_PAGE) * 70, &f.log)?;
+    let first = f.tm.assign_xid(&f.log)?; // page 0, segment 0000
+    f.tm.commit(first, &f.log, true)?;
+    f.tm.consume_xids(u64::from(CLOG_XACTS_PER_PAGE) * 70, &f.log)?; // segment 0002
     let t = f.tm.assign_xid(&f.log)?;
     f.tm.commit(t, &f.log, true)?;
     f.tm.clog().checkpoint(&f.log)?;
