@@ -95,15 +95,19 @@ pub fn segment_file_name(segment: u32) -> String {
 /// True when `xid` is the first XID ever assigned on its page: the page's first slot, or
 /// XID 3 on page 0 (XIDs 0 to 2 are never assigned).
 pub fn is_first_on_page(xid: Xid) -> bool {
-    xid.0 % CLOG_XACTS_PER_PAGE == 0 || xid == Xid::FIRST_NORMAL
+    xid.0.is_multiple_of(CLOG_XACTS_PER_PAGE) || xid == Xid::FIRST_NORMAL
 }
 
 /// Whether page `a` is older than page `b` in the circular 32-bit space
 /// (`CLOGPagePrecedes`). Both the first and the last XID of `a` must precede the first XID
 /// of `b`; comparing an XID slightly inside each page keeps special XIDs out of the test.
 pub fn page_precedes(a: u32, b: u32) -> bool {
-    let xa = Xid(a.wrapping_mul(CLOG_XACTS_PER_PAGE).wrapping_add(Xid::FIRST_NORMAL.0 + 1));
-    let xb = Xid(b.wrapping_mul(CLOG_XACTS_PER_PAGE).wrapping_add(Xid::FIRST_NORMAL.0 + 1));
+    let xa = Xid(a
+        .wrapping_mul(CLOG_XACTS_PER_PAGE)
+        .wrapping_add(Xid::FIRST_NORMAL.0 + 1));
+    let xb = Xid(b
+        .wrapping_mul(CLOG_XACTS_PER_PAGE)
+        .wrapping_add(Xid::FIRST_NORMAL.0 + 1));
     xa.precedes(xb) && xa.precedes(Xid(xb.0.wrapping_add(CLOG_XACTS_PER_PAGE - 1)))
 }
 
@@ -154,7 +158,11 @@ impl Clog {
     pub fn open(fs: Arc<dyn FileSystem>, data_dir: &Path) -> Result<Clog> {
         let dir = data_dir.join(CLOG_DIR);
         fs.create_dir_all(&dir)?;
-        Ok(Clog { fs, dir, cache: RwLock::new(Cache::default()) })
+        Ok(Clog {
+            fs,
+            dir,
+            cache: RwLock::new(Cache::default()),
+        })
     }
 
     /// The `pg_xact` directory.
@@ -178,12 +186,20 @@ impl Clog {
             evict_if_full(&mut cache);
             cache.pages.insert(
                 page,
-                CachedPage { bytes: loaded, dirty: false, version: 0, async_lsn: Lsn::INVALID },
+                CachedPage {
+                    bytes: loaded,
+                    dirty: false,
+                    version: 0,
+                    async_lsn: Lsn::INVALID,
+                },
             );
             return Ok(status);
         }
         // Someone else cached (and maybe changed) the page meanwhile: theirs is current.
-        Ok(cache.pages.get(&page).map_or(status, |p| read_bits(&p.bytes, xid)))
+        Ok(cache
+            .pages
+            .get(&page)
+            .map_or(status, |p| read_bits(&p.bytes, xid)))
     }
 
     /// Stores `status` for `xid`.
@@ -287,7 +303,8 @@ impl Clog {
             let segment = segment_of(copies[i].0);
             let path = self.dir.join(segment_file_name(segment));
             let file = self.fs.open(&path, true)?;
-            while let Some((page, _, bytes)) = copies.get(i).filter(|c| segment_of(c.0) == segment) {
+            while let Some((page, _, bytes)) = copies.get(i).filter(|c| segment_of(c.0) == segment)
+            {
                 let offset = u64::from(page % CLOG_PAGES_PER_SEGMENT) * CLOG_PAGE_SIZE as u64;
                 file.write_at(&bytes[..], offset)?;
                 i += 1;
@@ -340,7 +357,9 @@ impl Clog {
         }
         let mut out = Vec::new();
         for name in self.fs.list(&self.dir)? {
-            let Some(segment) = parse_segment_name(&name) else { continue };
+            let Some(segment) = parse_segment_name(&name) else {
+                continue;
+            };
             if segment_precedes(segment * CLOG_PAGES_PER_SEGMENT, cutoff) {
                 out.push(segment);
             }
@@ -352,7 +371,9 @@ impl Clog {
         let segments = self.removable_segments(cutoff_page)?;
         {
             let mut cache = self.cache.write();
-            cache.pages.retain(|&page, _| !segments.contains(&segment_of(page)));
+            cache
+                .pages
+                .retain(|&page, _| !segments.contains(&segment_of(page)));
         }
         for &segment in &segments {
             self.fs.remove(&self.dir.join(segment_file_name(segment)))?;
@@ -373,14 +394,20 @@ impl Clog {
                 let page = read_u32(rec, 0)?;
                 self.truncate_segments(page).map(|_| ())
             }
-            other => Err(Error::corrupt_wal(rec.lsn, format!("unknown CLOG record info {other:#04x}"))),
+            other => Err(Error::corrupt_wal(
+                rec.lsn,
+                format!("unknown CLOG record info {other:#04x}"),
+            )),
         }
     }
 
     /// Number of pages in memory and how many of them are dirty (for `check` and tests).
     pub fn cached_pages(&self) -> (usize, usize) {
         let cache = self.cache.read();
-        (cache.pages.len(), cache.pages.values().filter(|p| p.dirty).count())
+        (
+            cache.pages.len(),
+            cache.pages.values().filter(|p| p.dirty).count(),
+        )
     }
 
     fn ensure_cached(&self, page: u32) -> Result<()> {
@@ -393,7 +420,12 @@ impl Clog {
             evict_if_full(&mut cache);
             cache.pages.insert(
                 page,
-                CachedPage { bytes: loaded, dirty: false, version: 0, async_lsn: Lsn::INVALID },
+                CachedPage {
+                    bytes: loaded,
+                    dirty: false,
+                    version: 0,
+                    async_lsn: Lsn::INVALID,
+                },
             );
         }
         Ok(())
@@ -428,7 +460,9 @@ fn parse_segment_name(name: &str) -> Option<u32> {
     if name.len() != 4 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    u32::from_str_radix(name, 16).ok().filter(|&s| s < CLOG_SEGMENTS_TOTAL)
+    u32::from_str_radix(name, 16)
+        .ok()
+        .filter(|&s| s < CLOG_SEGMENTS_TOTAL)
 }
 
 fn bit_position(xid: Xid) -> (usize, u32) {
@@ -489,11 +523,22 @@ mod tests {
     fn status_round_trips_through_checkpoint_and_reopen() -> Result<()> {
         let tmp = tempfile::tempdir().expect("tempdir");
         let log = RecordingLog::default();
-        let xids = [Xid(3), Xid(4), Xid(32767), Xid(32768), Xid(40_000), Xid(32768 * 40 + 7)];
+        let xids = [
+            Xid(3),
+            Xid(4),
+            Xid(32767),
+            Xid(32768),
+            Xid(40_000),
+            Xid(32768 * 40 + 7),
+        ];
         {
             let clog = open(tmp.path());
             for (i, &x) in xids.iter().enumerate() {
-                let s = if i % 2 == 0 { XidStatus::Committed } else { XidStatus::Aborted };
+                let s = if i % 2 == 0 {
+                    XidStatus::Committed
+                } else {
+                    XidStatus::Aborted
+                };
                 clog.set_status(x, s)?;
             }
             clog.set_status(Xid(5), XidStatus::SubCommitted)?;
@@ -502,12 +547,20 @@ mod tests {
         }
         let clog = open(tmp.path());
         for (i, &x) in xids.iter().enumerate() {
-            let s = if i % 2 == 0 { XidStatus::Committed } else { XidStatus::Aborted };
+            let s = if i % 2 == 0 {
+                XidStatus::Committed
+            } else {
+                XidStatus::Aborted
+            };
             assert_eq!(clog.status(x)?, s, "xid {x}");
         }
         assert_eq!(clog.status(Xid(5))?, XidStatus::SubCommitted);
         assert_eq!(clog.status(Xid(6))?, XidStatus::InProgress);
-        assert_eq!(clog.status(Xid(32768 * 1000))?, XidStatus::InProgress, "missing segment reads zeros");
+        assert_eq!(
+            clog.status(Xid(32768 * 1000))?,
+            XidStatus::InProgress,
+            "missing segment reads zeros"
+        );
         let names = RealFs.list(&tmp.path().join(CLOG_DIR))?;
         assert_eq!(names, vec!["0000".to_string(), "0001".to_string()]);
         Ok(())
@@ -576,7 +629,11 @@ mod tests {
         let mut expect = page_of(oldest).to_le_bytes().to_vec();
         expect.extend_from_slice(&oldest.0.to_le_bytes());
         assert_eq!(recs[0].main_data, expect);
-        assert_eq!(log.flushed(), recs[0].end, "truncate record is flushed before removal");
+        assert_eq!(
+            log.flushed(),
+            recs[0].end,
+            "truncate record is flushed before removal"
+        );
         // Nothing more to remove: no record.
         assert_eq!(clog.truncate(oldest, &log)?, 0);
         assert_eq!(log.records().len(), 1);
@@ -593,7 +650,7 @@ mod tests {
         }
         // The counter wrapped: live XIDs run from segment 0FFF into segment 0001.
         let oldest = Xid(0x0FFF * CLOG_XACTS_PER_PAGE * CLOG_PAGES_PER_SEGMENT + 99);
-        clog.extend(Xid(0x0001 * CLOG_XACTS_PER_PAGE * CLOG_PAGES_PER_SEGMENT), &log)?;
+        clog.extend(Xid(CLOG_XACTS_PER_PAGE * CLOG_PAGES_PER_SEGMENT), &log)?;
         assert_eq!(clog.truncate(oldest, &log)?, 2);
         assert_eq!(segments(tmp.path()), vec!["0000", "0001", "0FFF"]);
         // Later the oldest XID moves past the wrap: 0FFF goes, 0000 and 0001 stay.
@@ -606,7 +663,10 @@ mod tests {
     fn page_precedes_is_circular() {
         assert!(page_precedes(0, 1));
         assert!(!page_precedes(1, 0));
-        assert!(page_precedes(CLOG_PAGES_TOTAL - 1, 0), "last page precedes page 0 after a wrap");
+        assert!(
+            page_precedes(CLOG_PAGES_TOTAL - 1, 0),
+            "last page precedes page 0 after a wrap"
+        );
         assert!(!page_precedes(5, 5));
     }
 
@@ -617,14 +677,23 @@ mod tests {
         make_segment(tmp.path(), 0);
         make_segment(tmp.path(), 1);
         clog.set_status(Xid(40), XidStatus::Committed)?;
-        let mut rec = crate::xact::test_log::decoded(Rmgr::Clog, INFO_ZEROPAGE, Xid::INVALID, 0u32.to_le_bytes().to_vec());
+        let mut rec = crate::xact::test_log::decoded(
+            Rmgr::Clog,
+            INFO_ZEROPAGE,
+            Xid::INVALID,
+            0u32.to_le_bytes().to_vec(),
+        );
         clog.redo(&rec)?;
         assert_eq!(clog.status(Xid(40))?, XidStatus::InProgress);
         let page = CLOG_PAGES_PER_SEGMENT;
         rec.main_data = (page + 1).to_le_bytes().to_vec();
         clog.redo(&rec)?; // the counter has moved on to page 33
         rec.info = INFO_TRUNCATE;
-        rec.main_data = [page.to_le_bytes(), (page * CLOG_XACTS_PER_PAGE).to_le_bytes()].concat();
+        rec.main_data = [
+            page.to_le_bytes(),
+            (page * CLOG_XACTS_PER_PAGE).to_le_bytes(),
+        ]
+        .concat();
         clog.redo(&rec)?;
         assert_eq!(segments(tmp.path()), vec!["0001"]);
         rec.main_data.truncate(2);

@@ -155,6 +155,12 @@ impl XactLog for Wal {
     }
 }
 
+// Shared between threads by the database and its sessions.
+const _: () = {
+    const fn is_send_sync<T: Send + Sync>() {}
+    is_send_sync::<TransactionManager>();
+};
+
 #[cfg(test)]
 pub(crate) mod test_log {
     //! A recording stand-in for the WAL.
@@ -196,7 +202,11 @@ pub(crate) mod test_log {
         pub fn decoded(&self) -> Vec<DecodedRecord> {
             self.records()
                 .into_iter()
-                .map(|r| DecodedRecord { lsn: r.lsn, end_lsn: r.end, ..decoded(r.rmgr, r.info, r.xid, r.main_data) })
+                .map(|r| DecodedRecord {
+                    lsn: r.lsn,
+                    end_lsn: r.end,
+                    ..decoded(r.rmgr, r.info, r.xid, r.main_data)
+                })
                 .collect()
         }
     }
@@ -237,9 +247,3 @@ pub(crate) mod test_log {
         }
     }
 }
-
-// Shared between threads by the database and its sessions.
-const _: () = {
-    const fn is_send_sync<T: Send + Sync>() {}
-    is_send_sync::<TransactionManager>();
-};

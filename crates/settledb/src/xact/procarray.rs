@@ -90,7 +90,11 @@ pub struct TransactionManager {
 
 impl TransactionManager {
     /// Opens the CLOG under `data_dir` and starts the counter at `opts.next_full_xid`.
-    pub fn open(fs: Arc<dyn FileSystem>, data_dir: &Path, opts: XactOptions) -> Result<TransactionManager> {
+    pub fn open(
+        fs: Arc<dyn FileSystem>,
+        data_dir: &Path,
+        opts: XactOptions,
+    ) -> Result<TransactionManager> {
         let clog = Clog::open(fs, data_dir)?;
         clog.set_latest_xid(opts.next_full_xid.xid());
         let procs = ProcArray {
@@ -119,7 +123,8 @@ impl TransactionManager {
 
     fn publish(&self, procs: &ProcArray) {
         self.next_full.store(procs.next.0, Ordering::Release);
-        self.oldest_running.store(procs.oldest_running().0, Ordering::Release);
+        self.oldest_running
+            .store(procs.oldest_running().0, Ordering::Release);
     }
 
     /// Assigns a new top-level XID (`GetNewTransactionId`): refuses at the stop limit, warns
@@ -130,7 +135,10 @@ impl TransactionManager {
         let xid = full.xid();
         let limits = procs.limits;
         if xid.follows_or_equals(limits.stop_limit) {
-            return Err(Error::WraparoundStop { next_xid: xid, oldest_xid: limits.oldest_xid });
+            return Err(Error::WraparoundStop {
+                next_xid: xid,
+                oldest_xid: limits.oldest_xid,
+            });
         }
         if xid.follows_or_equals(limits.warn_limit) {
             self.warn(limits.warning(xid));
@@ -155,7 +163,10 @@ impl TransactionManager {
         let mut procs = self.procs.lock();
         let old = procs.next;
         let limits = procs.limits;
-        let stop_err = Error::WraparoundStop { next_xid: limits.stop_limit, oldest_xid: limits.oldest_xid };
+        let stop_err = Error::WraparoundStop {
+            next_xid: limits.stop_limit,
+            oldest_xid: limits.oldest_xid,
+        };
         if old.xid().follows_or_equals(limits.stop_limit) {
             return Err(stop_err);
         }
@@ -232,8 +243,10 @@ impl TransactionManager {
             log.flush(lsn)?;
             self.clog.set_status(xid.xid(), XidStatus::Committed)?;
         } else {
-            self.clog.set_status_lsn(xid.xid(), XidStatus::Committed, lsn)?;
-            self.latest_async_commit_lsn.fetch_max(lsn.0, Ordering::AcqRel);
+            self.clog
+                .set_status_lsn(xid.xid(), XidStatus::Committed, lsn)?;
+            self.latest_async_commit_lsn
+                .fetch_max(lsn.0, Ordering::AcqRel);
         }
         self.end(xid);
         Ok(lsn)
@@ -255,7 +268,9 @@ impl TransactionManager {
         if self.procs.lock().running.contains(&xid) {
             Ok(())
         } else {
-            Err(Error::invalid(format!("transaction {xid:?} is not running")))
+            Err(Error::invalid(format!(
+                "transaction {xid:?} is not running"
+            )))
         }
     }
 
@@ -277,11 +292,17 @@ impl TransactionManager {
                     INFO_XACT_COMMIT => XidStatus::Committed,
                     INFO_XACT_ABORT => XidStatus::Aborted,
                     other => {
-                        return Err(Error::corrupt_wal(rec.lsn, format!("unknown XACT record info {other:#04x}")))
+                        return Err(Error::corrupt_wal(
+                            rec.lsn,
+                            format!("unknown XACT record info {other:#04x}"),
+                        ))
                     }
                 };
                 if !rec.xid.is_normal() {
-                    return Err(Error::corrupt_wal(rec.lsn, format!("XACT record for special XID {}", rec.xid)));
+                    return Err(Error::corrupt_wal(
+                        rec.lsn,
+                        format!("XACT record for special XID {}", rec.xid),
+                    ));
                 }
                 self.clog.set_status(rec.xid, status)?;
                 let mut procs = self.procs.lock();
@@ -292,7 +313,10 @@ impl TransactionManager {
                 }
                 Ok(())
             }
-            other => Err(Error::corrupt_wal(rec.lsn, format!("{} record sent to xact redo", other.name()))),
+            other => Err(Error::corrupt_wal(
+                rec.lsn,
+                format!("{} record sent to xact redo", other.name()),
+            )),
         }
     }
 
@@ -302,7 +326,11 @@ impl TransactionManager {
     /// Hot path: lock-free unless `xid` may still be running.
     pub fn status(&self, xid: Xid) -> Result<XidStatus> {
         if !xid.is_normal() {
-            return Ok(if xid.is_valid() { XidStatus::Committed } else { XidStatus::Aborted });
+            return Ok(if xid.is_valid() {
+                XidStatus::Committed
+            } else {
+                XidStatus::Aborted
+            });
         }
         let next = FullXid(self.next_full.load(Ordering::Acquire));
         let full = next.widen(xid);
@@ -316,7 +344,9 @@ impl TransactionManager {
             XidStatus::Committed => XidStatus::Committed,
             // Not running and never committed: aborted, crashed, or a burned XID. Without
             // subtransactions a sub-committed XID whose parent is gone never committed.
-            XidStatus::Aborted | XidStatus::InProgress | XidStatus::SubCommitted => XidStatus::Aborted,
+            XidStatus::Aborted | XidStatus::InProgress | XidStatus::SubCommitted => {
+                XidStatus::Aborted
+            }
         })
     }
 
@@ -353,11 +383,18 @@ impl TransactionManager {
 
     /// Takes a snapshot and, if `backend` advertises no xmin yet, advertises this snapshot's
     /// xmin under the same lock, so no horizon computed in between can miss it.
-    pub fn get_registered_snapshot(&self, backend: BackendId, my_xid: Option<Xid>) -> Result<Snapshot> {
+    pub fn get_registered_snapshot(
+        &self,
+        backend: BackendId,
+        my_xid: Option<Xid>,
+    ) -> Result<Snapshot> {
         let mut procs = self.procs.lock();
         let snap = snapshot_of(&procs, my_xid);
         let xmin = procs.next.widen(snap.xmin);
-        let slot = procs.backends.get_mut(&backend).ok_or_else(|| unknown_backend(backend))?;
+        let slot = procs
+            .backends
+            .get_mut(&backend)
+            .ok_or_else(|| unknown_backend(backend))?;
         if slot.is_none() {
             *slot = Some(xmin);
         }
@@ -384,7 +421,10 @@ impl TransactionManager {
     pub fn register_snapshot_xmin(&self, backend: BackendId, xmin: Xid) -> Result<()> {
         let mut procs = self.procs.lock();
         let full = procs.next.widen(xmin);
-        let slot = procs.backends.get_mut(&backend).ok_or_else(|| unknown_backend(backend))?;
+        let slot = procs
+            .backends
+            .get_mut(&backend)
+            .ok_or_else(|| unknown_backend(backend))?;
         *slot = Some(full);
         Ok(())
     }
@@ -434,7 +474,12 @@ fn snapshot_of(procs: &ProcArray, my_xid: Option<Xid>) -> Snapshot {
         xip.push(full.xid());
     }
     xip.sort_unstable_by_key(|x| x.0);
-    Snapshot { xmin: xmin.xid(), xmax: procs.next.xid(), xip, my_xid }
+    Snapshot {
+        xmin: xmin.xid(),
+        xmax: procs.next.xid(),
+        xip,
+        my_xid,
+    }
 }
 
 fn unknown_backend(backend: BackendId) -> Error {
