@@ -142,8 +142,17 @@ impl CachedPage {
 #[derive(Default)]
 struct Cache {
     pages: HashMap<u32, CachedPage>,
+    /// Source of page versions, unique across pages and page reincarnations.
+    last_version: u64,
     /// The page of the newest XID extended so far (to refuse an apparent-wraparound truncation).
     latest_page: Option<u32>,
+}
+
+impl Cache {
+    fn bump_version(&mut self) -> u64 {
+        self.last_version += 1;
+        self.last_version
+    }
 }
 
 /// The commit log of one data directory.
@@ -212,22 +221,31 @@ impl Clog {
     /// is flushed past it.
     pub fn set_status_lsn(&self, xid: Xid, status: XidStatus, async_commit_lsn: Lsn) -> Result<()> {
         let page = page_of(xid);
-        self.ensure_cached(page)?;
-        let mut cache = self.cache.write();
-        let p = match cache.pages.get_mut(&page) {
-            Some(p) => p,
-            None => {
-                // Evicted between ensure_cached and here; only clean pages are evicted, so a
-                // reload is exact. Rare: insert zeros-or-disk under the lock.
-                drop(cache);
-                return self.set_status_lsn(xid, status, async_commit_lsn);
+        loop {
+            self.ensure_cached(page)?;
+            let mut cache = self.cache.write();
+            let version = cache.bump_version();
+            // None: evicted between ensure_cached and here (only clean pages are evicted, so
+            // reloading is exact); try again.
+            if let Some(p) = cache.pages.get_mut(&page) {
+                write_bits(&mut p.bytes, xid, status);
+                p.dirty = true;
+                p.version = version;
+                p.async_lsn = p.async_lsn.max(async_commit_lsn);
+                return Ok(());
             }
-        };
-        write_bits(&mut p.bytes, xid, status);
-        p.dirty = true;
-        p.version += 1;
-        p.async_lsn = p.async_lsn.max(async_commit_lsn);
-        Ok(())
+        }
+    }
+
+    /// The newest asynchronous commit LSN recorded on `xid`'s page (`TransactionIdGetCommitLSN`
+    /// at page granularity): WAL flushed past it makes a commit hint for `xid` safe to set.
+    /// `Lsn::INVALID` when the page is not cached: it was then written, which flushed WAL.
+    pub fn async_commit_lsn(&self, xid: Xid) -> Lsn {
+        let cache = self.cache.read();
+        cache
+            .pages
+            .get(&page_of(xid))
+            .map_or(Lsn::INVALID, |p| p.async_lsn)
     }
 
     /// Makes sure the page of a newly assigned `xid` exists (`ExtendCLOG`): at the first XID
@@ -266,7 +284,7 @@ impl Clog {
         if !cache.pages.contains_key(&page) {
             evict_if_full(&mut cache);
         }
-        let version = cache.pages.get(&page).map_or(0, |p| p.version + 1);
+        let version = cache.bump_version();
         let mut fresh = CachedPage::zeroed();
         fresh.version = version;
         cache.pages.insert(page, fresh);
@@ -399,6 +417,32 @@ impl Clog {
                 format!("unknown CLOG record info {other:#04x}"),
             )),
         }
+    }
+
+    /// A one-line rendering of the page holding `xid` (for `settle inspect` and tests):
+    /// its number, segment and how many XIDs are in each state.
+    pub fn describe_page(&self, xid: Xid) -> Result<String> {
+        let page = page_of(xid);
+        self.ensure_cached(page)?;
+        let cache = self.cache.read();
+        let mut counts = [0usize; 4];
+        if let Some(p) = cache.pages.get(&page) {
+            for byte in p.bytes.iter() {
+                for shift in [0, 2, 4, 6] {
+                    counts[usize::from((byte >> shift) & 0b11)] += 1;
+                }
+            }
+        }
+        let first = page.wrapping_mul(CLOG_XACTS_PER_PAGE);
+        Ok(format!(
+            "clog page {page} (segment {}, xids {first}..={}): in progress {}, committed {}, aborted {}, sub-committed {}",
+            segment_file_name(segment_of(page)),
+            first.wrapping_add(CLOG_XACTS_PER_PAGE - 1),
+            counts[0],
+            counts[1],
+            counts[2],
+            counts[3]
+        ))
     }
 
     /// Number of pages in memory and how many of them are dirty (for `check` and tests).
@@ -656,6 +700,44 @@ mod tests {
         // Later the oldest XID moves past the wrap: 0FFF goes, 0000 and 0001 stay.
         assert_eq!(clog.truncate(Xid(5), &log)?, 1);
         assert_eq!(segments(tmp.path()), vec!["0000", "0001"]);
+        Ok(())
+    }
+
+    #[test]
+    fn cache_evicts_clean_pages_only_and_rereads_them() -> Result<()> {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let log = RecordingLog::default();
+        let clog = open(tmp.path());
+        let pages = MAX_CACHED_PAGES as u32 + 100;
+        for page in 0..pages {
+            clog.set_status(Xid(page * CLOG_XACTS_PER_PAGE + 7), XidStatus::Committed)?;
+        }
+        assert_eq!(
+            clog.cached_pages(),
+            (pages as usize, pages as usize),
+            "dirty pages stay"
+        );
+        clog.checkpoint(&log)?;
+        let clog = open(tmp.path());
+        for page in 0..pages {
+            assert_eq!(
+                clog.status(Xid(page * CLOG_XACTS_PER_PAGE + 7))?,
+                XidStatus::Committed
+            );
+            assert!(clog.cached_pages().0 <= MAX_CACHED_PAGES);
+        }
+        // Page 0 may have been evicted meanwhile; changing it then reloads it from its segment.
+        clog.set_status(Xid(8), XidStatus::Aborted)?;
+        clog.checkpoint(&log)?;
+        let clog = open(tmp.path());
+        assert_eq!(clog.status(Xid(7))?, XidStatus::Committed);
+        assert_eq!(clog.status(Xid(8))?, XidStatus::Aborted);
+        assert!(clog.cached_pages().0 <= MAX_CACHED_PAGES);
+        let line = clog.describe_page(Xid(7))?;
+        assert_eq!(
+            line,
+            "clog page 0 (segment 0000, xids 0..=32767): in progress 32766, committed 1, aborted 1, sub-committed 0"
+        );
         Ok(())
     }
 

@@ -234,6 +234,16 @@ impl TransactionManager {
         Lsn(self.latest_async_commit_lsn.load(Ordering::Acquire))
     }
 
+    /// The LSN WAL must be flushed past before a commit hint bit for `xid` may be set: the
+    /// newest asynchronous commit on `xid`'s CLOG page (finer than
+    /// [`Self::latest_async_commit_lsn`]); `Lsn::INVALID` when nothing needs flushing.
+    pub fn commit_lsn_bound(&self, xid: Xid) -> Lsn {
+        if !xid.is_normal() {
+            return Lsn::INVALID;
+        }
+        self.clog.async_commit_lsn(xid)
+    }
+
     /// Commits `xid`: logs `XACT COMMIT` (flushed when `synchronous_commit`), marks the CLOG,
     /// then leaves the running set and wakes waiters. Returns the commit record's end LSN.
     pub fn commit(&self, xid: FullXid, log: &dyn XactLog, synchronous_commit: bool) -> Result<Lsn> {

@@ -151,6 +151,7 @@ fn commit_logs_flushes_then_marks_clog() -> Result<()> {
     let async_lsn = f.tm.commit(a, &f.log, false)?;
     assert_eq!(f.log.flushed(), lsn, "asynchronous commit does not flush");
     assert_eq!(f.tm.latest_async_commit_lsn(), async_lsn);
+    assert_eq!(f.tm.commit_lsn_bound(a.xid()), async_lsn);
     // The CLOG write-out flushes WAL past the asynchronous commit first.
     f.tm.clog().checkpoint(&f.log)?;
     assert_eq!(f.log.flushed(), async_lsn);
