@@ -106,7 +106,7 @@ pub use varsup::XidLimits;
 
 use crate::error::Result;
 use crate::types::Lsn;
-use crate::wal::{RecordBuilder, Wal};
+use crate::wal::{DecodedRecord, RecordBuilder, Rmgr, Wal};
 
 /// `XACT COMMIT`: record XID = the committing XID, main data = commit time (µs since the
 /// Unix epoch, i64 LE).
@@ -133,6 +133,36 @@ impl XidStatus {
             2 => XidStatus::Aborted,
             _ => XidStatus::SubCommitted,
         }
+    }
+}
+
+/// One line describing an `XACT` or `CLOG` record, for `settle waldump` (`rmgrdesc`).
+/// Malformed main data is described, never a panic.
+pub fn describe(rec: &DecodedRecord) -> String {
+    let u32_at = |at: usize| {
+        rec.main_data
+            .get(at..at + 4)
+            .and_then(|s| <[u8; 4]>::try_from(s).ok())
+            .map(u32::from_le_bytes)
+    };
+    let time = || {
+        rec.main_data
+            .get(..8)
+            .and_then(|s| <[u8; 8]>::try_from(s).ok())
+            .map_or_else(|| "?".to_string(), |b| i64::from_le_bytes(b).to_string())
+    };
+    match (rec.rmgr, rec.info) {
+        (Rmgr::Xact, INFO_XACT_COMMIT) => format!("COMMIT xid {} time_us {}", rec.xid, time()),
+        (Rmgr::Xact, INFO_XACT_ABORT) => format!("ABORT xid {} time_us {}", rec.xid, time()),
+        (Rmgr::Clog, clog::INFO_ZEROPAGE) => match u32_at(0) {
+            Some(page) => format!("ZEROPAGE page {page}"),
+            None => "ZEROPAGE (malformed)".to_string(),
+        },
+        (Rmgr::Clog, clog::INFO_TRUNCATE) => match (u32_at(0), u32_at(4)) {
+            (Some(page), Some(oldest)) => format!("TRUNCATE page {page} oldest xid {oldest}"),
+            _ => "TRUNCATE (malformed)".to_string(),
+        },
+        (rmgr, info) => format!("{} unknown info {info:#04x}", rmgr.name()),
     }
 }
 

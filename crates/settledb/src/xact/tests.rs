@@ -471,3 +471,20 @@ fn truncate_clog_refuses_above_the_frozen_xid() -> Result<()> {
     assert_eq!(f.tm.status(t.xid())?, XidStatus::Committed);
     Ok(())
 }
+
+#[test]
+fn records_render_for_waldump() -> Result<()> {
+    let f = new_cluster();
+    let t = f.tm.assign_xid(&f.log)?;
+    f.tm.commit(t, &f.log, true)?;
+    let lines: Vec<String> = f.log.decoded().iter().map(describe).collect();
+    assert_eq!(lines[0], "ZEROPAGE page 0");
+    assert!(
+        lines[1].starts_with("COMMIT xid 3 time_us "),
+        "{}",
+        lines[1]
+    );
+    let short = test_log::decoded(Rmgr::Clog, clog::INFO_TRUNCATE, Xid::INVALID, vec![1, 2]);
+    assert_eq!(describe(&short), "TRUNCATE (malformed)");
+    Ok(())
+}
