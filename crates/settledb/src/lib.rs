@@ -6,6 +6,7 @@ pub mod io;
 pub mod page;
 pub mod types;
 pub mod wal;
+pub mod xact;
 pub mod heap;
 
 pub use error::{Error, Result};
