@@ -84,7 +84,9 @@ impl Config {
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
         let v = value.trim();
         match name {
-            "shared_buffers" => self.shared_buffers_bytes = bytes(name, v, BLCKSZ as u64, 16 * BLCKSZ as u64, 1 << 40)? as usize,
+            "shared_buffers" => {
+                self.shared_buffers_bytes = bytes(name, v, BLCKSZ as u64, 16 * BLCKSZ as u64, 1 << 40)? as usize
+            }
             "synchronous_commit" => self.synchronous_commit = boolean(name, v)?,
             "fsync" => self.fsync = boolean(name, v)?,
             "full_page_writes" => self.full_page_writes = boolean(name, v)?,
@@ -197,8 +199,12 @@ mod tests {
 
     #[test]
     fn parses_postgres_units() {
-        let c = Config::from_pairs([("shared_buffers", "1GB"), ("checkpoint_timeout", "30s"), ("synchronous_commit", "off")])
-            .unwrap();
+        let c = Config::from_pairs([
+            ("shared_buffers", "1GB"),
+            ("checkpoint_timeout", "30s"),
+            ("synchronous_commit", "off"),
+        ])
+        .unwrap();
         assert_eq!(c.shared_buffers_bytes, 1 << 30);
         assert_eq!(c.checkpoint_timeout_ms, 30_000);
         assert!(!c.synchronous_commit);

@@ -72,6 +72,10 @@ pub enum Error {
     #[error("database is shut down after an unrecoverable error: {0}; reopen it to run crash recovery")]
     Poisoned(String),
 
+    /// Two transactions wait for each other's rows; this one was chosen to fail.
+    #[error("deadlock detected: transaction {xid} waits for transaction {waits_for}, which waits for it")]
+    Deadlock { xid: Xid, waits_for: Xid },
+
     /// The transaction was already committed, rolled back or failed.
     #[error("transaction is not active: {0}")]
     TransactionClosed(&'static str),

@@ -1,12 +1,28 @@
 //! settledb: an embeddable, crash-safe MVCC storage engine built the way PostgreSQL's heap is
-//! built. See `ARCHITECTURE.md` at the repository root for the codemap and invariants.
+//! built. See `ARCHITECTURE.md` at the repository root for the codemap and invariants, and
+//! [`db`] for the public API with an example.
+//!
+//! Layers, each importing only from those above it in this list:
+//! [`types`], [`error`], [`io`], [`page`], [`smgr`], [`buffer`], [`wal`], [`xact`], [`heap`],
+//! [`catalog`], [`db`], [`check`].
 
+pub mod buffer;
+pub mod catalog;
+pub mod check;
+pub mod config;
+pub mod db;
 pub mod error;
+pub mod heap;
 pub mod io;
 pub mod page;
+pub mod smgr;
 pub mod types;
 pub mod wal;
 pub mod xact;
-pub mod heap;
 
+pub use catalog::TableOptions;
+pub use config::{Config, IsolationLevel};
+pub use db::{Database, DbStats, Scan, Table, Transaction};
 pub use error::{Error, Result};
+pub use heap::tuple::{Column, Schema, Type, Value};
+pub use types::{BlockNumber, FullXid, Lsn, OffsetNumber, Oid, Tid, Xid};

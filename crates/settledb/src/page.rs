@@ -124,9 +124,7 @@ const _: () = assert!(BLCKSZ <= 1 << 15);
 const _: () = assert!(std::mem::size_of::<PageBuf>() == BLCKSZ);
 const _: () = assert!(std::mem::align_of::<PageBuf>() == 8);
 const _: () = assert!(std::mem::size_of::<u32>() == ITEM_ID_SIZE);
-const _: () = assert!(
-    MAX_HEAP_TUPLES_PER_PAGE == (BLCKSZ - PAGE_HEADER_SIZE) / (maxalign(23) + ITEM_ID_SIZE)
-);
+const _: () = assert!(MAX_HEAP_TUPLES_PER_PAGE == (BLCKSZ - PAGE_HEADER_SIZE) / (maxalign(23) + ITEM_ID_SIZE));
 const _: () = assert!(PAGESIZE_VERSION == 0x2004);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -166,53 +164,30 @@ pub struct ItemId {
 }
 
 impl ItemId {
-    pub const UNUSED: ItemId = ItemId {
-        off: 0,
-        flags: LpFlags::Unused,
-        len: 0,
-    };
+    pub const UNUSED: ItemId = ItemId { off: 0, flags: LpFlags::Unused, len: 0 };
 
     pub fn normal(off: u16, len: u16) -> ItemId {
-        ItemId {
-            off,
-            flags: LpFlags::Normal,
-            len,
-        }
+        ItemId { off, flags: LpFlags::Normal, len }
     }
 
     /// A HOT redirect to `target` (stored in `off`, length 0).
     pub fn redirect(target: OffsetNumber) -> ItemId {
-        ItemId {
-            off: target.0,
-            flags: LpFlags::Redirect,
-            len: 0,
-        }
+        ItemId { off: target.0, flags: LpFlags::Redirect, len: 0 }
     }
 
     /// A dead line pointer without storage.
     pub fn dead() -> ItemId {
-        ItemId {
-            off: 0,
-            flags: LpFlags::Dead,
-            len: 0,
-        }
+        ItemId { off: 0, flags: LpFlags::Dead, len: 0 }
     }
 
     /// Decodes the on-page `u32`.
     pub fn from_u32(raw: u32) -> ItemId {
-        ItemId {
-            off: (raw & 0x7fff) as u16,
-            flags: LpFlags::from_bits(raw >> 15),
-            len: (raw >> 17) as u16,
-        }
+        ItemId { off: (raw & 0x7fff) as u16, flags: LpFlags::from_bits(raw >> 15), len: (raw >> 17) as u16 }
     }
 
     /// Encodes to the on-page `u32`. Panics if `off` or `len` does not fit in 15 bits.
     pub fn to_u32(self) -> u32 {
-        assert!(
-            self.off < 1 << 15 && self.len < 1 << 15,
-            "ItemId field out of range: {self:?}"
-        );
+        assert!(self.off < 1 << 15 && self.len < 1 << 15, "ItemId field out of range: {self:?}");
         u32::from(self.off) | ((self.flags as u32) << 15) | (u32::from(self.len) << 17)
     }
 
@@ -247,10 +222,7 @@ fn wr32(p: &mut [u8], at: usize, v: u32) {
 pub fn init(page: &mut [u8], special_size: usize) {
     assert_eq!(page.len(), BLCKSZ, "a page is BLCKSZ bytes");
     let special_size = maxalign(special_size);
-    assert!(
-        special_size <= BLCKSZ - PAGE_HEADER_SIZE,
-        "special space too large"
-    );
+    assert!(special_size <= BLCKSZ - PAGE_HEADER_SIZE, "special space too large");
     page.fill(0);
     let special = (BLCKSZ - special_size) as u16;
     wr16(page, OFF_LOWER, PAGE_HEADER_SIZE as u16);
@@ -285,6 +257,12 @@ pub fn flags(page: &[u8]) -> u16 {
 
 pub fn set_flags(page: &mut [u8], flags: u16) {
     wr16(page, OFF_FLAGS, flags)
+}
+
+/// Clears the given `pd_flags` bits.
+pub fn clear_flags(page: &mut [u8], bits: u16) {
+    let f = flags(page);
+    set_flags(page, f & !bits);
 }
 
 pub fn lower(page: &[u8]) -> u16 {
@@ -334,21 +312,13 @@ fn item_id_pos(off: OffsetNumber) -> usize {
 /// The line pointer at `off`. Panics unless `1 <= off <= max_offset(page)`: callers check
 /// offsets taken from disk (TIDs, redirects) against [`max_offset`] first.
 pub fn item_id(page: &[u8], off: OffsetNumber) -> ItemId {
-    assert!(
-        off.0 >= 1 && off.0 <= max_offset(page),
-        "offset {off} out of range 1..={}",
-        max_offset(page)
-    );
+    assert!(off.0 >= 1 && off.0 <= max_offset(page), "offset {off} out of range 1..={}", max_offset(page));
     ItemId::from_u32(rd32(page, item_id_pos(off)))
 }
 
 /// Overwrites the line pointer at `off`. Panics unless `1 <= off <= max_offset(page)`.
 pub fn set_item_id(page: &mut [u8], off: OffsetNumber, id: ItemId) {
-    assert!(
-        off.0 >= 1 && off.0 <= max_offset(page),
-        "offset {off} out of range 1..={}",
-        max_offset(page)
-    );
+    assert!(off.0 >= 1 && off.0 <= max_offset(page), "offset {off} out of range 1..={}", max_offset(page));
     wr32(page, item_id_pos(off), id.to_u32());
 }
 
@@ -414,11 +384,7 @@ fn first_reusable(page: &[u8], from: u16) -> Option<OffsetNumber> {
 }
 
 fn header_pointers_sane(page: &[u8]) -> bool {
-    let (l, u, s) = (
-        lower(page) as usize,
-        upper(page) as usize,
-        special(page) as usize,
-    );
+    let (l, u, s) = (lower(page) as usize, upper(page) as usize, special(page) as usize);
     PAGE_HEADER_SIZE <= l && l <= u && u <= s && s <= BLCKSZ
 }
 
@@ -431,12 +397,7 @@ fn header_pointers_sane(page: &[u8]) -> bool {
 /// zeroed. Returns `None` when the item does not fit, `off` is not usable, the header is
 /// insane, or (heap pages) the page would exceed [`MAX_HEAP_TUPLES_PER_PAGE`] line pointers.
 /// `PD_HAS_FREE_LINES` is cleared once no UNUSED line pointer is left.
-pub fn add_item(
-    page: &mut [u8],
-    data: &[u8],
-    offset: Option<OffsetNumber>,
-    is_heap: bool,
-) -> Option<OffsetNumber> {
+pub fn add_item(page: &mut [u8], data: &[u8], offset: Option<OffsetNumber>, is_heap: bool) -> Option<OffsetNumber> {
     if !header_pointers_sane(page) || data.len() >= 1 << 15 {
         return None;
     }
@@ -467,11 +428,7 @@ pub fn add_item(
     let new_upper = upper_now - aligned;
     set_lower(page, new_lower as u16);
     set_upper(page, new_upper as u16);
-    set_item_id(
-        page,
-        off,
-        ItemId::normal(new_upper as u16, data.len() as u16),
-    );
+    set_item_id(page, off, ItemId::normal(new_upper as u16, data.len() as u16));
     page[new_upper..new_upper + data.len()].copy_from_slice(data);
     page[new_upper + data.len()..upper_now].fill(0);
     if has_free_lines && first_reusable(page, 1).is_none() {
@@ -488,20 +445,14 @@ pub fn add_item(
 /// Needs the cleanup lock in the caller (tuples move) and a page that passed
 /// [`validate_items`]; panics if a line pointer points outside the page.
 pub fn repair_fragmentation(page: &mut [u8]) {
-    assert!(
-        header_pointers_sane(page),
-        "repair_fragmentation on an insane page header"
-    );
+    assert!(header_pointers_sane(page), "repair_fragmentation on an insane page header");
     let nline = max_offset(page);
     let mut items: Vec<(OffsetNumber, ItemId)> = Vec::new();
     let mut nunused = 0;
     for o in (1..=nline).map(OffsetNumber) {
         let id = item_id(page, o);
         if id.has_storage() {
-            assert!(
-                id.off as usize + id.len as usize <= BLCKSZ,
-                "item {o} points outside the page"
-            );
+            assert!(id.off as usize + id.len as usize <= BLCKSZ, "item {o} points outside the page");
             items.push((o, id));
         } else if !id.is_used() {
             nunused += 1;
@@ -517,27 +468,13 @@ pub fn repair_fragmentation(page: &mut [u8]) {
         upper -= maxalign(len);
         page[upper..upper + len].copy_from_slice(&src[from..from + len]);
         page[upper + len..upper + maxalign(len)].fill(0);
-        set_item_id(
-            page,
-            o,
-            ItemId {
-                off: upper as u16,
-                ..id
-            },
-        );
+        set_item_id(page, o, ItemId { off: upper as u16, ..id });
     }
     let lower = lower(page) as usize;
     page[lower..upper].fill(0);
     set_upper(page, upper as u16);
     let f = flags(page);
-    set_flags(
-        page,
-        if nunused > 0 {
-            f | PD_HAS_FREE_LINES
-        } else {
-            f & !PD_HAS_FREE_LINES
-        },
-    );
+    set_flags(page, if nunused > 0 { f | PD_HAS_FREE_LINES } else { f & !PD_HAS_FREE_LINES });
 }
 
 /// `PageTruncateLinePointerArray`: drops the UNUSED line pointers at the end of the array
@@ -554,14 +491,7 @@ pub fn truncate_line_pointer_array(page: &mut [u8]) {
     set_lower(page, new_lower as u16);
     let any_unused = (1..=nline).any(|o| !item_id(page, OffsetNumber(o)).is_used());
     let f = flags(page);
-    set_flags(
-        page,
-        if any_unused {
-            f | PD_HAS_FREE_LINES
-        } else {
-            f & !PD_HAS_FREE_LINES
-        },
-    );
+    set_flags(page, if any_unused { f | PD_HAS_FREE_LINES } else { f & !PD_HAS_FREE_LINES });
 }
 
 /// The page checksum: CRC-32C of the whole page with `pd_checksum` read as zero, followed by
@@ -589,21 +519,13 @@ pub fn set_checksum(page: &mut [u8], block: BlockNumber) {
 
 /// The first thing wrong with the header fields, if any.
 fn header_problem(page: &[u8]) -> Option<String> {
-    let (l, u, s) = (
-        lower(page) as usize,
-        upper(page) as usize,
-        special(page) as usize,
-    );
+    let (l, u, s) = (lower(page) as usize, upper(page) as usize, special(page) as usize);
     let f = flags(page);
     let psv = pagesize_version(page);
     if psv != PAGESIZE_VERSION {
-        Some(format!(
-            "pd_pagesize_version {psv:#06x} but expected {PAGESIZE_VERSION:#06x}"
-        ))
+        Some(format!("pd_pagesize_version {psv:#06x} but expected {PAGESIZE_VERSION:#06x}"))
     } else if l < PAGE_HEADER_SIZE {
-        Some(format!(
-            "pd_lower {l} < page header size {PAGE_HEADER_SIZE}"
-        ))
+        Some(format!("pd_lower {l} < page header size {PAGE_HEADER_SIZE}"))
     } else if l > u {
         Some(format!("pd_lower {l} > pd_upper {u}"))
     } else if u > s {
@@ -623,21 +545,13 @@ fn header_problem(page: &[u8]) -> Option<String> {
 /// otherwise the checksum must match and the header must be sane. Never panics.
 pub fn verify(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
     if page.len() != BLCKSZ {
-        return Err(Error::corrupted(
-            rel,
-            block,
-            format!("page is {} bytes, expected {BLCKSZ}", page.len()),
-        ));
+        return Err(Error::corrupted(rel, block, format!("page is {} bytes, expected {BLCKSZ}", page.len())));
     }
     if is_new(page) {
         if page.iter().all(|&b| b == 0) {
             return Ok(());
         }
-        return Err(Error::corrupted(
-            rel,
-            block,
-            "pd_upper is 0 but the page is not all zeros",
-        ));
+        return Err(Error::corrupted(rel, block, "pd_upper is 0 but the page is not all zeros"));
     }
     let stored = checksum(page);
     let calculated = compute_checksum(page, block);
@@ -645,9 +559,7 @@ pub fn verify(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
         return Err(Error::corrupted(
             rel,
             block,
-            format!(
-                "page verification failed, calculated checksum {calculated} but expected {stored}"
-            ),
+            format!("page verification failed, calculated checksum {calculated} but expected {stored}"),
         ));
     }
     match header_problem(page) {
@@ -663,11 +575,7 @@ pub fn verify(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
 /// re-checked too, so this is safe on any page (a new page has no items). Never panics.
 pub fn validate_items(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
     if page.len() != BLCKSZ {
-        return Err(Error::corrupted(
-            rel,
-            block,
-            format!("page is {} bytes, expected {BLCKSZ}", page.len()),
-        ));
+        return Err(Error::corrupted(rel, block, format!("page is {} bytes, expected {BLCKSZ}", page.len())));
     }
     if is_new(page) {
         return Ok(());
@@ -687,13 +595,7 @@ pub fn validate_items(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
     for o in (1..=nline).map(OffsetNumber) {
         let id = item_id(page, o);
         let (off, len) = (id.off as usize, id.len as usize);
-        let bad = |what: String| {
-            Err(Error::corrupted(
-                rel,
-                block,
-                format!("line pointer {o}: {what}"),
-            ))
-        };
+        let bad = |what: String| Err(Error::corrupted(rel, block, format!("line pointer {o}: {what}")));
         match id.flags {
             LpFlags::Unused => {}
             LpFlags::Redirect => {
@@ -723,11 +625,9 @@ pub fn validate_items(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
 /// Names of the set `pd_flags` bits, `|`-separated.
 pub fn flag_names(f: u16) -> String {
     let mut names = Vec::new();
-    for (bit, name) in [
-        (PD_HAS_FREE_LINES, "HAS_FREE_LINES"),
-        (PD_PAGE_FULL, "PAGE_FULL"),
-        (PD_ALL_VISIBLE, "ALL_VISIBLE"),
-    ] {
+    for (bit, name) in
+        [(PD_HAS_FREE_LINES, "HAS_FREE_LINES"), (PD_PAGE_FULL, "PAGE_FULL"), (PD_ALL_VISIBLE, "ALL_VISIBLE")]
+    {
         if f & bit != 0 {
             names.push(name.to_string());
         }
@@ -773,10 +673,7 @@ pub fn item_ids(page: &[u8]) -> Vec<(OffsetNumber, ItemId)> {
         .map_while(|o| {
             let pos = item_id_pos(o);
             let b = page.get(pos..pos + ITEM_ID_SIZE)?;
-            Some((
-                o,
-                ItemId::from_u32(u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            ))
+            Some((o, ItemId::from_u32(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))))
         })
         .collect()
 }
@@ -792,14 +689,7 @@ pub fn describe(page: &[u8]) -> String {
         s.push_str("  lp | flags    |  off |  len\n");
     }
     for (o, id) in ids {
-        let _ = writeln!(
-            s,
-            "{:>4} | {:<8} | {:>4} | {:>4}",
-            o.0,
-            id.flags.name(),
-            id.off,
-            id.len
-        );
+        let _ = writeln!(s, "{:>4} | {:<8} | {:>4} | {:>4}", o.0, id.flags.name(), id.off, id.len);
     }
     s
 }

@@ -68,7 +68,10 @@ impl Smgr {
         }
         let path = self.path(rel, fork);
         if !create && !self.fs.exists(&path) {
-            return Err(Error::NotFound(format!("could not open file \"{}\": relation file does not exist", path.display())));
+            return Err(Error::NotFound(format!(
+                "could not open file \"{}\": relation file does not exist",
+                path.display()
+            )));
         }
         let file = self.fs.open(&path, true)?;
         let len = file.len()?;

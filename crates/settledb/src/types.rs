@@ -299,7 +299,7 @@ mod tests {
     fn xid_comparison_wraps_modulo_2_31() {
         assert!(Xid(3).precedes(Xid(4)));
         assert!(Xid(u32::MAX).precedes(Xid(3)), "the XID just before a wrap is older");
-        assert!(!Xid(3).precedes(Xid(3 + (1 << 31))), "2^31 ahead flips the order");
+        assert!(Xid(3 + (1 << 31) + 1).precedes(Xid(3)), "more than 2^31 ahead reads as behind");
         assert!(Xid::FROZEN.precedes(Xid(3)));
         assert!(Xid::FROZEN.precedes(Xid(u32::MAX)));
     }

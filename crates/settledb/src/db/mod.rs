@@ -57,13 +57,13 @@ use crate::catalog::{self, Catalog, ClassRow, TableEntry, TableOptions};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::heap::tuple::Schema;
-use crate::heap::{self, HeapEnv, TxContext};
+use crate::heap::{HeapEnv, TxContext};
 use crate::io::{FileSystem, RealFs};
 use crate::page::BLCKSZ;
 use crate::smgr::Smgr;
 use crate::types::{Fork, Lsn, Oid, Xid};
 use crate::wal::control::{ControlFile, DbState};
-use crate::wal::{self, RecordBuilder, Rmgr, Wal, WalStats};
+use crate::wal::{RecordBuilder, Rmgr, Wal, WalStats};
 use crate::xact::{TransactionManager, XactOptions};
 pub use startup::RecoveryReport;
 pub use transaction::{Scan, Transaction};
@@ -260,7 +260,8 @@ impl Table {
 impl Database {
     /// Opens (creating if needed) the data directory `dir` on real files.
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Database> {
-        let fs: Arc<dyn FileSystem> = if config.fsync { Arc::new(RealFs) } else { Arc::new(crate::io::NoSyncFs(Arc::new(RealFs))) };
+        let fs: Arc<dyn FileSystem> =
+            if config.fsync { Arc::new(RealFs) } else { Arc::new(crate::io::NoSyncFs(Arc::new(RealFs))) };
         Database::open_with_fs(fs, dir.as_ref(), config)
     }
 
@@ -277,7 +278,8 @@ impl Database {
             }
             startup::bootstrap_dirs(&fs, dir)?;
         }
-        let control = if fresh { startup::new_control(config.wal_segment_size_bytes) } else { ControlFile::read(&*fs, &cpath)? };
+        let control =
+            if fresh { startup::new_control(config.wal_segment_size_bytes) } else { ControlFile::read(&*fs, &cpath)? };
         let smgr = Arc::new(Smgr::new(fs.clone(), &startup::base_dir(dir))?);
         let pool = BufferPool::new(config.shared_buffers_bytes / BLCKSZ, smgr.clone());
         let xact = TransactionManager::open(
@@ -396,7 +398,10 @@ impl Database {
         catalog::validate_name(name)?;
         catalog::validate_schema(&schema)?;
         if !(10..=100).contains(&options.fillfactor) {
-            return Err(Error::invalid(format!("value {} out of bounds for option \"fillfactor\" (10..100)", options.fillfactor)));
+            return Err(Error::invalid(format!(
+                "value {} out of bounds for option \"fillfactor\" (10..100)",
+                options.fillfactor
+            )));
         }
         let inner = &self.inner;
         let _ddl = inner.catalog.ddl_lock.lock();
@@ -432,7 +437,8 @@ impl Database {
         if name == "pg_class" {
             return Err(Error::invalid("permission denied: \"pg_class\" is a system catalog"));
         }
-        let entry = inner.catalog.get(name).ok_or_else(|| Error::NotFound(format!("table \"{name}\" does not exist")))?;
+        let entry =
+            inner.catalog.get(name).ok_or_else(|| Error::NotFound(format!("table \"{name}\" does not exist")))?;
         let pg_class = inner.catalog.get("pg_class").ok_or_else(|| Error::NotFound("pg_class".into()))?;
         let mut tx = self.begin()?;
         let row = *entry.row.lock();
@@ -494,11 +500,6 @@ impl Database {
         self.inner.xact.consume_xids(n, &*self.inner.wal)
     }
 
-    /// The heap environment, for `check` and tools inside the crate.
-    pub(crate) fn env(&self) -> HeapEnv<'_> {
-        self.inner.env()
-    }
-
     fn stop_background(&self) {
         self.inner.shutdown.store(true, Ordering::Release);
         {
@@ -543,6 +544,3 @@ impl Drop for Database {
 pub(crate) fn tx_context<'a>(xid: Xid, cid: u32, snapshot: &'a crate::xact::Snapshot, rr: bool) -> TxContext<'a> {
     TxContext { xid, cid, snapshot, serializable_updates: rr }
 }
-
-pub(crate) use heap::ModifyResult;
-pub(crate) use wal::DecodedRecord as _DecodedRecord;

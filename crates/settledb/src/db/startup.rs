@@ -83,7 +83,10 @@ pub fn redo_blocks(rec: &DecodedRecord, pool: &BufferPool) -> Result<()> {
             continue; // already there
         } else {
             if !b.will_init && page::is_new(&g.0) && !matches!(rec.rmgr, Rmgr::Heap | Rmgr::Heap2) {
-                return Err(Error::corrupt_wal(rec.lsn, format!("record changes block {} of {} which is empty", tag.block, tag.rel)));
+                return Err(Error::corrupt_wal(
+                    rec.lsn,
+                    format!("record changes block {} of {} which is empty", tag.block, tag.rel),
+                ));
             }
             if !page::is_new(&g.0) {
                 page::validate_items(&g.0, tag.rel, tag.block)?;
@@ -127,7 +130,11 @@ impl CheckpointInfo {
             let oldest = c.u32()?;
             let oid = c.u32()?;
             let kind = if rec.info == XLOG_CHECKPOINT_SHUTDOWN { "CHECKPOINT_SHUTDOWN" } else { "CHECKPOINT_ONLINE" };
-            Ok(format!("{kind} redo {redo}; nextXid {}:{}; nextOid {oid}; oldestXid {oldest}", next.epoch(), next.xid()))
+            Ok(format!(
+                "{kind} redo {redo}; nextXid {}:{}; nextOid {oid}; oldestXid {oldest}",
+                next.epoch(),
+                next.xid()
+            ))
         })();
         r.unwrap_or_else(|e| format!("(undecodable: {e})"))
     }
@@ -137,7 +144,13 @@ impl CheckpointInfo {
 pub fn log_create(wal: &Wal, smgr: &Smgr, rel: Oid, fork: Fork) -> Result<()> {
     let mut main = rel.0.to_le_bytes().to_vec();
     main.push(fork as u8);
-    let lsn = wal.insert(&RecordBuilder { rmgr: Rmgr::Storage, info: STORAGE_CREATE, xid: Xid::INVALID, blocks: vec![], main_data: main })?;
+    let lsn = wal.insert(&RecordBuilder {
+        rmgr: Rmgr::Storage,
+        info: STORAGE_CREATE,
+        xid: Xid::INVALID,
+        blocks: vec![],
+        main_data: main,
+    })?;
     wal.flush(lsn)?;
     smgr.create(rel, fork)
 }
@@ -264,7 +277,8 @@ pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
     let nblocks = env.pool.smgr().nblocks(PG_CLASS_OID, Fork::Main)?;
     let mut ring = crate::buffer::Ring::new(256 << 10);
     for b in 0..nblocks {
-        for (tid, vals) in heap::scan_page(env, &rel, &snap, u32::MAX, crate::types::BlockNumber(b), oldest, &mut ring)? {
+        for (tid, vals) in heap::scan_page(env, &rel, &snap, u32::MAX, crate::types::BlockNumber(b), oldest, &mut ring)?
+        {
             let row = ClassRow::from_values(&vals, tid)?;
             catalog.publish(&row, tid);
         }

@@ -58,7 +58,9 @@ use crate::wal::{BlockRef, RecordBuilder, Rmgr, Wal};
 use crate::xact::{Snapshot, TransactionManager};
 use tuple::{Schema, TupleHeader, Value, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_UPDATED, HEAP_XMAX_INVALID};
 use visibility::UpdateStatus;
-use wal::{FLAG_INIT_PAGE, XLOG_HEAP2_MULTI_INSERT, XLOG_HEAP_DELETE, XLOG_HEAP_HOT_UPDATE, XLOG_HEAP_INSERT, XLOG_HEAP_UPDATE};
+use wal::{
+    FLAG_INIT_PAGE, XLOG_HEAP2_MULTI_INSERT, XLOG_HEAP_DELETE, XLOG_HEAP_HOT_UPDATE, XLOG_HEAP_INSERT, XLOG_HEAP_UPDATE,
+};
 
 /// An open heap relation: what the heap needs to know about a table.
 pub struct Relation {
@@ -167,7 +169,12 @@ fn normal_item<'p>(rel: &Relation, page: &'p [u8], tid: Tid) -> Result<Option<&'
 }
 
 /// Reads and structurally validates a heap page.
-pub fn read_page<'a>(env: &HeapEnv<'a>, rel: &Relation, block: BlockNumber, ring: Option<&mut Ring>) -> Result<Buffer<'a>> {
+pub fn read_page<'a>(
+    env: &HeapEnv<'a>,
+    rel: &Relation,
+    block: BlockNumber,
+    ring: Option<&mut Ring>,
+) -> Result<Buffer<'a>> {
     let buf = env.pool.read(rel.tag(block), ring)?;
     {
         let g = buf.read();
@@ -209,7 +216,13 @@ fn page_has_room(page: &[u8], need: usize, reserve: usize) -> bool {
     free >= need + reserve
 }
 
-fn find_target<'a>(env: &HeapEnv<'a>, rel: &Relation, need: usize, mut ring: Option<&mut Ring>, avoid: Option<BlockNumber>) -> Result<Target<'a>> {
+fn find_target<'a>(
+    env: &HeapEnv<'a>,
+    rel: &Relation,
+    need: usize,
+    mut ring: Option<&mut Ring>,
+    avoid: Option<BlockNumber>,
+) -> Result<Target<'a>> {
     let reserve = rel.reserved_bytes();
     let mut tried = 0;
     let t = rel.target_block.load(Ordering::Relaxed);
@@ -273,7 +286,7 @@ fn insert_tuple(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, t: &mut [
             rel.target_block.store(u32::MAX, Ordering::Relaxed);
             continue;
         }
-        page::set_flags(&mut g.0, page::flags(&g.0) & !page::PD_ALL_VISIBLE);
+        page::clear_flags(&mut g.0, page::PD_ALL_VISIBLE);
         let mut main = Vec::with_capacity(3);
         main.extend_from_slice(&off.0.to_le_bytes());
         main.push(if fresh { FLAG_INIT_PAGE } else { 0 });
@@ -305,7 +318,13 @@ fn first_free_offset(page: &[u8]) -> Option<OffsetNumber> {
 
 /// Inserts many rows, filling each page before logging it as one MULTI_INSERT record
 /// (PostgreSQL's `heap_multi_insert`, used by COPY). Uses a bulk-write ring of buffers.
-pub fn multi_insert(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, rows: &[Vec<Value>], ring: &mut Ring) -> Result<Vec<Tid>> {
+pub fn multi_insert(
+    env: &HeapEnv<'_>,
+    rel: &Relation,
+    tx: &TxContext<'_>,
+    rows: &[Vec<Value>],
+    ring: &mut Ring,
+) -> Result<Vec<Tid>> {
     let mut tuples = Vec::with_capacity(rows.len());
     for r in rows {
         let mut t = tuple::form_tuple(&rel.schema, r)?;
@@ -352,7 +371,7 @@ pub fn multi_insert(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, rows:
             continue;
         }
         main[1..3].copy_from_slice(&n.to_le_bytes());
-        page::set_flags(&mut g.0, page::flags(&g.0) & !page::PD_ALL_VISIBLE);
+        page::clear_flags(&mut g.0, page::PD_ALL_VISIBLE);
         let rec = RecordBuilder {
             rmgr: Rmgr::Heap2,
             info: XLOG_HEAP2_MULTI_INSERT,
@@ -388,7 +407,13 @@ pub fn fetch(env: &HeapEnv<'_>, rel: &Relation, snap: &Snapshot, curcid: u32, ti
 
 /// Follows a row's update chain from `tid` to the version `snap` sees (or the newest visible
 /// one), returning its TID; used by READ COMMITTED to re-find a row that changed under it.
-pub fn latest_version(env: &HeapEnv<'_>, rel: &Relation, snap: &Snapshot, curcid: u32, mut tid: Tid) -> Result<Option<Tid>> {
+pub fn latest_version(
+    env: &HeapEnv<'_>,
+    rel: &Relation,
+    snap: &Snapshot,
+    curcid: u32,
+    mut tid: Tid,
+) -> Result<Option<Tid>> {
     for _ in 0..10_000 {
         let buf = read_page(env, rel, tid.block, None)?;
         let g = buf.read();
@@ -408,7 +433,15 @@ pub fn latest_version(env: &HeapEnv<'_>, rel: &Relation, snap: &Snapshot, curcid
 
 /// Sequential-scan one page: the visible tuples of `block` with their values. Prunes the page
 /// first when that is worthwhile and the cleanup lock is free.
-pub fn scan_page(env: &HeapEnv<'_>, rel: &Relation, snap: &Snapshot, curcid: u32, block: BlockNumber, oldest_xmin: Xid, ring: &mut Ring) -> Result<Vec<(Tid, Vec<Value>)>> {
+pub fn scan_page(
+    env: &HeapEnv<'_>,
+    rel: &Relation,
+    snap: &Snapshot,
+    curcid: u32,
+    block: BlockNumber,
+    oldest_xmin: Xid,
+    ring: &mut Ring,
+) -> Result<Vec<(Tid, Vec<Value>)>> {
     let buf = read_page(env, rel, block, Some(ring))?;
     maybe_prune(env, rel, &buf, oldest_xmin)?;
     let g = buf.read();
@@ -441,7 +474,13 @@ pub fn maybe_prune(env: &HeapEnv<'_>, rel: &Relation, buf: &Buffer<'_>, oldest_x
 }
 
 /// Prunes a page the caller holds the cleanup lock on; WAL-logged. Returns whether it changed.
-pub fn prune_locked(env: &HeapEnv<'_>, rel: &Relation, buf: &Buffer<'_>, page_bytes: &mut [u8], oldest_xmin: Xid) -> Result<bool> {
+pub fn prune_locked(
+    env: &HeapEnv<'_>,
+    rel: &Relation,
+    buf: &Buffer<'_>,
+    page_bytes: &mut [u8],
+    oldest_xmin: Xid,
+) -> Result<bool> {
     let block = buf.block();
     let plan = prune::plan(page_bytes, block, oldest_xmin, env.xact)?;
     if plan.is_empty() {
@@ -456,7 +495,13 @@ pub fn prune_locked(env: &HeapEnv<'_>, rel: &Relation, buf: &Buffer<'_>, page_by
         rmgr: Rmgr::Heap2,
         info: wal::XLOG_HEAP2_PRUNE,
         xid: Xid::INVALID,
-        blocks: vec![BlockRef { id: 0, tag: rel.tag(block), will_init: false, page: Some(page_bytes), data: Vec::new() }],
+        blocks: vec![BlockRef {
+            id: 0,
+            tag: rel.tag(block),
+            will_init: false,
+            page: Some(page_bytes),
+            data: Vec::new(),
+        }],
         main_data: plan.encode(),
     };
     let lsn = log_and_stamp(env, &rec)?;
@@ -477,7 +522,13 @@ enum Attempt {
 }
 
 /// Deletes the row version at `tid` (following the update chain under READ COMMITTED).
-pub fn delete(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, tid: Tid, wait: &dyn Fn(Xid) -> Result<()>) -> Result<ModifyResult> {
+pub fn delete(
+    env: &HeapEnv<'_>,
+    rel: &Relation,
+    tx: &TxContext<'_>,
+    tid: Tid,
+    wait: &dyn Fn(Xid) -> Result<()>,
+) -> Result<ModifyResult> {
     let mut tid = tid;
     loop {
         match delete_once(env, rel, tx, tid)? {
@@ -643,7 +694,7 @@ fn update_once(
     if !wal::apply_insert(target_page, new_off, &nt) {
         return Err(corrupt_tuple(rel, new_tid, "page reported room for the new version but refused it"));
     }
-    page::set_flags(target_page, page::flags(target_page) & !page::PD_ALL_VISIBLE);
+    page::clear_flags(target_page, page::PD_ALL_VISIBLE);
     let (m, m2) = wal::xmax_masks(old_m, old_m2, hot);
     wal::apply_xmax(&mut og.0, tid.offset, tx.xid, tx.cid, m, m2, new_tid);
 
@@ -663,8 +714,20 @@ fn update_once(
             blocks.push(BlockRef { id: 0, tag: rel.tag(new_block), will_init: false, page: Some(&og.0[..]), data });
         } else {
             let np = &ng.as_deref().expect("locked").0;
-            blocks.push(BlockRef { id: 0, tag: rel.tag(new_block), will_init: new_page_fresh, page: Some(&np[..]), data });
-            blocks.push(BlockRef { id: 1, tag: rel.tag(tid.block), will_init: false, page: Some(&og.0[..]), data: Vec::new() });
+            blocks.push(BlockRef {
+                id: 0,
+                tag: rel.tag(new_block),
+                will_init: new_page_fresh,
+                page: Some(&np[..]),
+                data,
+            });
+            blocks.push(BlockRef {
+                id: 1,
+                tag: rel.tag(tid.block),
+                will_init: false,
+                page: Some(&og.0[..]),
+                data: Vec::new(),
+            });
         }
         let rec = RecordBuilder {
             rmgr: Rmgr::Heap,

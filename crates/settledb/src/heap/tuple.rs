@@ -95,15 +95,8 @@ pub enum Type {
 }
 
 impl Type {
-    pub const ALL: [Type; 7] = [
-        Type::Int4,
-        Type::Int8,
-        Type::Float8,
-        Type::Bool,
-        Type::Text,
-        Type::Bytea,
-        Type::Timestamp,
-    ];
+    pub const ALL: [Type; 7] =
+        [Type::Int4, Type::Int8, Type::Float8, Type::Bool, Type::Text, Type::Bytea, Type::Timestamp];
 
     /// The SQL name, as error messages print it.
     pub fn name(self) -> &'static str {
@@ -253,8 +246,7 @@ impl<'a> TupleHeader<'a> {
         if i >= self.natts() as usize {
             return true;
         }
-        self.infomask() & HEAP_HASNULL != 0
-            && self.0[HEAP_TUPLE_HEADER_SIZE + i / 8] & (1 << (i % 8)) == 0
+        self.infomask() & HEAP_HASNULL != 0 && self.0[HEAP_TUPLE_HEADER_SIZE + i / 8] & (1 << (i % 8)) == 0
     }
 
     /// The data area (`t_hoff..`).
@@ -266,26 +258,17 @@ impl<'a> TupleHeader<'a> {
 /// Why `t` is not a valid tuple header, if it is not.
 fn header_problem(t: &[u8]) -> Option<String> {
     if t.len() < HEAP_TUPLE_HEADER_SIZE {
-        return Some(format!(
-            "tuple of {} bytes is shorter than its 23-byte header",
-            t.len()
-        ));
+        return Some(format!("tuple of {} bytes is shorter than its 23-byte header", t.len()));
     }
     let hoff = t[OFF_HOFF] as usize;
     let natts = (rd16(t, OFF_INFOMASK2) & HEAP_NATTS_MASK) as usize;
-    let bitmap = if rd16(t, OFF_INFOMASK) & HEAP_HASNULL != 0 {
-        null_bitmap_len(natts)
-    } else {
-        0
-    };
+    let bitmap = if rd16(t, OFF_INFOMASK) & HEAP_HASNULL != 0 { null_bitmap_len(natts) } else { 0 };
     if hoff < HEAP_TUPLE_HEADER_SIZE || hoff != maxalign(hoff) {
         Some(format!("t_hoff {hoff} is not a MAXALIGNed offset >= 23"))
     } else if hoff > t.len() {
         Some(format!("t_hoff {hoff} exceeds tuple length {}", t.len()))
     } else if HEAP_TUPLE_HEADER_SIZE + bitmap > hoff {
-        Some(format!(
-            "null bitmap of {natts} attributes does not fit before t_hoff {hoff}"
-        ))
+        Some(format!("null bitmap of {natts} attributes does not fit before t_hoff {hoff}"))
     } else {
         None
     }
@@ -374,9 +357,7 @@ fn put_varlena(data: &mut Vec<u8>, payload: &[u8]) {
 /// Checks `values` against `schema`: count, types, NOT NULL.
 fn check_row(schema: &Schema, values: &[Value]) -> Result<()> {
     if schema.columns.len() > MAX_HEAP_ATTRIBUTES {
-        return Err(Error::invalid(format!(
-            "tables can have at most {MAX_HEAP_ATTRIBUTES} columns"
-        )));
+        return Err(Error::invalid(format!("tables can have at most {MAX_HEAP_ATTRIBUTES} columns")));
     }
     if values.len() != schema.columns.len() {
         return Err(Error::invalid(format!(
@@ -388,10 +369,7 @@ fn check_row(schema: &Schema, values: &[Value]) -> Result<()> {
     for (c, v) in schema.columns.iter().zip(values) {
         match v.ty() {
             None if !c.nullable => {
-                return Err(Error::invalid(format!(
-                    "null value in column \"{}\" violates not-null constraint",
-                    c.name
-                )))
+                return Err(Error::invalid(format!("null value in column \"{}\" violates not-null constraint", c.name)))
             }
             Some(t) if t != c.ty => {
                 return Err(Error::invalid(format!(
@@ -418,13 +396,9 @@ pub fn form_tuple(schema: &Schema, values: &[Value]) -> Result<Vec<u8>> {
     let hoff = maxalign(HEAP_TUPLE_HEADER_SIZE + bitmap_len);
     let size = hoff + data_len(values);
     if size > MAX_HEAP_TUPLE_SIZE {
-        return Err(Error::invalid(format!(
-            "row is too big: size {size}, maximum size {MAX_HEAP_TUPLE_SIZE}"
-        )));
+        return Err(Error::invalid(format!("row is too big: size {size}, maximum size {MAX_HEAP_TUPLE_SIZE}")));
     }
-    let has_varwidth = values
-        .iter()
-        .any(|v| matches!(v, Value::Text(_) | Value::Bytea(_)));
+    let has_varwidth = values.iter().any(|v| matches!(v, Value::Text(_) | Value::Bytea(_)));
     let mut data = Vec::with_capacity(size - hoff);
     values.iter().for_each(|v| put_value(&mut data, v));
     debug_assert_eq!(data.len(), size - hoff);
@@ -456,17 +430,9 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize, what: &str) -> std::result::Result<&'a [u8], String> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|&e| e <= self.data.len())
-            .ok_or_else(|| {
-                format!(
-                    "{what} of {n} bytes at data offset {} overruns {} data bytes",
-                    self.pos,
-                    self.data.len()
-                )
-            })?;
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.data.len()).ok_or_else(|| {
+            format!("{what} of {n} bytes at data offset {} overruns {} data bytes", self.pos, self.data.len())
+        })?;
         let s = &self.data[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -476,11 +442,7 @@ impl<'a> Reader<'a> {
         self.pos = align_to(self.pos, a);
     }
 
-    fn fixed<const N: usize>(
-        &mut self,
-        align: usize,
-        what: &str,
-    ) -> std::result::Result<[u8; N], String> {
+    fn fixed<const N: usize>(&mut self, align: usize, what: &str) -> std::result::Result<[u8; N], String> {
         self.align(align);
         let mut b = [0u8; N];
         b.copy_from_slice(self.take(N, what)?);
@@ -495,10 +457,7 @@ impl<'a> Reader<'a> {
         if first & 1 == 1 {
             let total = (first >> 1) as usize;
             if total == 0 {
-                return Err(format!(
-                    "{what} at data offset {} has a 1-byte header of length 0",
-                    self.pos
-                ));
+                return Err(format!("{what} at data offset {} has a 1-byte header of length 0", self.pos));
             }
             self.pos += 1;
             return self.take(total - 1, what);
@@ -511,10 +470,7 @@ impl<'a> Reader<'a> {
         }
         let h = u32::from_le_bytes(self.fixed::<4>(4, what)?);
         if h & 3 != 0 || ((h >> 2) as usize) < 4 {
-            return Err(format!(
-                "{what} at data offset {} has an invalid 4-byte header {h:#010x}",
-                self.pos - 4
-            ));
+            return Err(format!("{what} at data offset {} has an invalid 4-byte header {h:#010x}", self.pos - 4));
         }
         self.take((h >> 2) as usize - 4, what)
     }
@@ -529,19 +485,11 @@ fn get_value(r: &mut Reader<'_>, ty: Type, what: &str) -> std::result::Result<Va
         Type::Bool => match r.take(1, what)? {
             [0] => Value::Bool(false),
             [1] => Value::Bool(true),
-            b => {
-                return Err(format!(
-                    "{what} has invalid bool byte {:#04x}",
-                    b.first().copied().unwrap_or(0)
-                ))
-            }
+            b => return Err(format!("{what} has invalid bool byte {:#04x}", b.first().copied().unwrap_or(0))),
         },
         Type::Text => {
             let b = r.varlena(what)?;
-            Value::Text(
-                String::from_utf8(b.to_vec())
-                    .map_err(|e| format!("{what} is not valid UTF-8: {e}"))?,
-            )
+            Value::Text(String::from_utf8(b.to_vec()).map_err(|e| format!("{what} is not valid UTF-8: {e}"))?)
         }
         Type::Bytea => Value::Bytea(r.varlena(what)?.to_vec()),
     })
@@ -556,10 +504,7 @@ pub fn deform_tuple(schema: &Schema, tuple: &[u8]) -> std::result::Result<Vec<Va
     }
     let h = TupleHeader(tuple);
     let natts = h.natts() as usize;
-    let mut r = Reader {
-        data: h.data(),
-        pos: 0,
-    };
+    let mut r = Reader { data: h.data(), pos: 0 };
     let mut out = Vec::with_capacity(schema.columns.len());
     for (i, c) in schema.columns.iter().enumerate() {
         if h.is_null(i) {
@@ -570,10 +515,7 @@ pub fn deform_tuple(schema: &Schema, tuple: &[u8]) -> std::result::Result<Vec<Va
         out.push(get_value(&mut r, c.ty, &what)?);
     }
     if natts <= schema.columns.len() && r.pos != r.data.len() {
-        return Err(format!(
-            "{} trailing bytes after the last attribute",
-            r.data.len().saturating_sub(r.pos)
-        ));
+        return Err(format!("{} trailing bytes after the last attribute", r.data.len().saturating_sub(r.pos)));
     }
     Ok(out)
 }
@@ -604,32 +546,22 @@ impl Schema {
         }
         let n = u16::from_le_bytes(r.fixed::<2>(1, "column count")?) as usize;
         if n > MAX_HEAP_ATTRIBUTES {
-            return Err(format!(
-                "{n} columns exceed the maximum {MAX_HEAP_ATTRIBUTES}"
-            ));
+            return Err(format!("{n} columns exceed the maximum {MAX_HEAP_ATTRIBUTES}"));
         }
         let mut columns = Vec::with_capacity(n);
         for i in 0..n {
             let [tag, flags] = r.fixed::<2>(1, "column type")?;
-            let ty = Type::from_u8(tag)
-                .ok_or_else(|| format!("column {i} has unknown type tag {tag}"))?;
+            let ty = Type::from_u8(tag).ok_or_else(|| format!("column {i} has unknown type tag {tag}"))?;
             if flags & !1 != 0 {
                 return Err(format!("column {i} has unknown flags {flags:#04x}"));
             }
             let len = u16::from_le_bytes(r.fixed::<2>(1, "column name length")?) as usize;
             let name = String::from_utf8(r.take(len, "column name")?.to_vec())
                 .map_err(|_| format!("column {i} name is not valid UTF-8"))?;
-            columns.push(Column {
-                name,
-                ty,
-                nullable: flags & 1 != 0,
-            });
+            columns.push(Column { name, ty, nullable: flags & 1 != 0 });
         }
         if r.pos != b.len() {
-            return Err(format!(
-                "{} trailing bytes after {n} columns",
-                b.len() - r.pos
-            ));
+            return Err(format!("{} trailing bytes after {n} columns", b.len() - r.pos));
         }
         Ok(Schema { columns })
     }
@@ -651,10 +583,7 @@ pub fn infomask_names(infomask: u16, infomask2: u16) -> String {
         (infomask & HEAP_HASVARWIDTH != 0, "HASVARWIDTH"),
         (infomask & HEAP_XMAX_LOCK_ONLY != 0, "XMAX_LOCK_ONLY"),
         (frozen, "XMIN_FROZEN"),
-        (
-            !frozen && infomask & HEAP_XMIN_COMMITTED != 0,
-            "XMIN_COMMITTED",
-        ),
+        (!frozen && infomask & HEAP_XMIN_COMMITTED != 0, "XMIN_COMMITTED"),
         (!frozen && infomask & HEAP_XMIN_INVALID != 0, "XMIN_INVALID"),
         (infomask & HEAP_XMAX_COMMITTED != 0, "XMAX_COMMITTED"),
         (infomask & HEAP_XMAX_INVALID != 0, "XMAX_INVALID"),
@@ -683,10 +612,7 @@ pub fn infomask_names(infomask: u16, infomask2: u16) -> String {
 /// Never panics; a damaged header is rendered with what is wrong.
 pub fn describe_header(t: &[u8]) -> String {
     if t.len() < HEAP_TUPLE_HEADER_SIZE {
-        return format!(
-            "invalid tuple: {} bytes, shorter than its 23-byte header",
-            t.len()
-        );
+        return format!("invalid tuple: {} bytes, shorter than its 23-byte header", t.len());
     }
     let h = TupleHeader(t);
     let mut s = format!(

@@ -31,8 +31,8 @@
 //! (see `heap::hint`).
 
 use super::tuple::{
-    TupleHeader, HEAP_XMAX_COMMITTED, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY, HEAP_XMIN_COMMITTED,
-    HEAP_XMIN_FROZEN, HEAP_XMIN_INVALID,
+    TupleHeader, HEAP_XMAX_COMMITTED, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY, HEAP_XMIN_COMMITTED, HEAP_XMIN_FROZEN,
+    HEAP_XMIN_INVALID,
 };
 use crate::error::Result;
 use crate::types::{Tid, Xid};
@@ -130,21 +130,26 @@ pub fn satisfies_mvcc(h: &TupleHeader<'_>, snap: &Snapshot, curcid: u32, xact: &
     } else if snap.is_in_progress(xmax) {
         return Ok(true);
     }
-    false
+    Ok(false)
 }
 
 /// May transaction `my_xid` update or delete the tuple now?
-pub fn satisfies_update(h: &TupleHeader<'_>, self_tid: Tid, my_xid: Xid, xact: &TransactionManager) -> Result<UpdateStatus> {
+pub fn satisfies_update(
+    h: &TupleHeader<'_>,
+    self_tid: Tid,
+    my_xid: Xid,
+    xact: &TransactionManager,
+) -> Result<UpdateStatus> {
     let xmin = h.xmin();
     if xmin != my_xid {
         match xmin_committed(h, xact)? {
             Some(true) => {}
             // Aborted, or inserted by a transaction still running: not ours to change.
-            Some(false) | None => return Ok(UpdateStatus::Invisible,
+            Some(false) | None => return Ok(UpdateStatus::Invisible),
         }
     }
     if xmax_is_irrelevant(h) {
-        return UpdateStatus::Ok);
+        return Ok(UpdateStatus::Ok);
     }
     let xmax = h.xmax();
     if xmax == my_xid {
@@ -157,11 +162,11 @@ pub fn satisfies_update(h: &TupleHeader<'_>, self_tid: Tid, my_xid: Xid, xact: &
     } else {
         xid_status(xact, xmax)? == XidStatus::Committed
     };
-    if committed {
+    Ok(if committed {
         UpdateStatus::Updated { ctid: if h.ctid() == self_tid { self_tid } else { h.ctid() }, xmax }
     } else {
         UpdateStatus::Ok // the deleter aborted
-    }
+    })
 }
 
 /// Is the tuple dead to every transaction, given that no snapshot older than `oldest_xmin`
@@ -169,10 +174,10 @@ pub fn satisfies_update(h: &TupleHeader<'_>, self_tid: Tid, my_xid: Xid, xact: &
 pub fn satisfies_vacuum(h: &TupleHeader<'_>, oldest_xmin: Xid, xact: &TransactionManager) -> Result<VacuumStatus> {
     match xmin_committed(h, xact)? {
         Some(true) => {}
-        Some(false) => return Ok(VacuumStatus::Dead,
+        Some(false) => return Ok(VacuumStatus::Dead),
         None => {
             if xact.is_running(h.xmin()) {
-                return VacuumStatus::InsertInProgress);
+                return Ok(VacuumStatus::InsertInProgress);
             }
             return Ok(VacuumStatus::Dead); // crashed inserter
         }
@@ -189,9 +194,5 @@ pub fn satisfies_vacuum(h: &TupleHeader<'_>, oldest_xmin: Xid, xact: &Transactio
             return Ok(VacuumStatus::Live);
         }
     }
-    if xmax.precedes(oldest_xmin) {
-        VacuumStatus::Dead
-    } else {
-        VacuumStatus::RecentlyDead
-    }
+    Ok(if xmax.precedes(oldest_xmin) { VacuumStatus::Dead } else { VacuumStatus::RecentlyDead })
 }

@@ -140,7 +140,7 @@ pub fn apply_xmax(page: &mut [u8], off: OffsetNumber, xmax: Xid, cid: u32, infom
     if !prune.is_valid() || xmax.precedes(prune) {
         page::set_prune_xid(page, xmax);
     }
-    page::set_flags(page, page::flags(page) & !page::PD_ALL_VISIBLE);
+    page::clear_flags(page, page::PD_ALL_VISIBLE);
 }
 
 /// Masks an old tuple gets when `xmax` deletes or updates it.
@@ -220,13 +220,16 @@ pub fn apply_prune(page: &mut [u8], plan: &PrunePlan) {
     }
     page::repair_fragmentation(page);
     page::set_prune_xid(page, plan.new_prune_xid);
-    page::set_flags(page, page::flags(page) & !page::PD_PAGE_FULL);
+    page::clear_flags(page, page::PD_PAGE_FULL);
 }
 
 fn check_off(rec: &DecodedRecord, page: &[u8], off: OffsetNumber, normal: bool) -> Result<()> {
     let max = page::max_offset(page);
     if off.0 == 0 || off.0 > max || (normal && page::item_id(page, off).flags != LpFlags::Normal) {
-        return Err(Error::corrupt_wal(rec.lsn, format!("record names offset {off} but the page has {max} line pointers")));
+        return Err(Error::corrupt_wal(
+            rec.lsn,
+            format!("record names offset {off} but the page has {max} line pointers"),
+        ));
     }
     Ok(())
 }

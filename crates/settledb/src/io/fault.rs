@@ -108,10 +108,7 @@ impl Content {
             let pos = offset + done as u64;
             let (idx, within) = (pos / CHUNK, (pos % CHUNK) as usize);
             let take = (data.len() - done).min(CHUNK as usize - within);
-            let c = self
-                .chunks
-                .entry(idx)
-                .or_insert_with(|| vec![0u8; CHUNK as usize].into());
+            let c = self.chunks.entry(idx).or_insert_with(|| vec![0u8; CHUNK as usize].into());
             c[within..within + take].copy_from_slice(&data[done..done + take]);
             done += take;
         }
@@ -174,9 +171,7 @@ impl State {
     }
 
     fn inode(&mut self, ino: u64, op: &'static str, path: &Path) -> Result<&mut Inode> {
-        self.inodes
-            .get_mut(&ino)
-            .ok_or_else(|| os_err(op, path, ENOENT))
+        self.inodes.get_mut(&ino).ok_or_else(|| os_err(op, path, ENOENT))
     }
 
     /// Counts a sync call; true when it must fail.
@@ -207,11 +202,7 @@ impl State {
 
     /// Drops inodes that no name (current or durable) refers to.
     fn collect(&mut self, ino: u64) {
-        let named = self
-            .names
-            .values()
-            .chain(self.durable_names.values())
-            .any(|&i| i == ino);
+        let named = self.names.values().chain(self.durable_names.values()).any(|&i| i == ino);
         if !named {
             if let Some(node) = self.inodes.remove(&ino) {
                 self.total_bytes -= node.current.len;
@@ -250,12 +241,7 @@ impl SplitMix {
 
 impl FaultFs {
     pub fn new() -> Arc<FaultFs> {
-        Arc::new(FaultFs {
-            state: Arc::new(Mutex::new(State {
-                next_ino: 1,
-                ..State::default()
-            })),
-        })
+        Arc::new(FaultFs { state: Arc::new(Mutex::new(State { next_ino: 1, ..State::default() })) })
     }
 
     /// A new file system holding what survives a power loss now. `self` keeps working but
@@ -282,14 +268,7 @@ impl FaultFs {
                 }
             }
             total_bytes += content.len;
-            inodes.insert(
-                ino,
-                Inode {
-                    current: content.clone(),
-                    durable: content,
-                    unsynced: Vec::new(),
-                },
-            );
+            inodes.insert(ino, Inode { current: content.clone(), durable: content, unsynced: Vec::new() });
         }
         Arc::new(FaultFs {
             state: Arc::new(Mutex::new(State {
@@ -366,10 +345,7 @@ impl File for FaultFile {
                 return Err(os_err("read", &self.path, EIO));
             }
         }
-        Ok(st
-            .inode(self.ino, "read", &self.path)?
-            .current
-            .read(buf, offset))
+        Ok(st.inode(self.ino, "read", &self.path)?.current.read(buf, offset))
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
@@ -380,10 +356,7 @@ impl File for FaultFile {
         st.bytes_written += buf.len() as u64;
         let node = st.inode(self.ino, "write", &self.path)?;
         node.current.write(buf, offset);
-        node.unsynced.push(Op::Write {
-            offset,
-            data: buf.to_vec(),
-        });
+        node.unsynced.push(Op::Write { offset, data: buf.to_vec() });
         Ok(())
     }
 
@@ -403,12 +376,7 @@ impl File for FaultFile {
         let ino = self.ino;
         let never_linked = !st.durable_names.values().any(|&i| i == ino);
         if never_linked {
-            let paths: Vec<PathBuf> = st
-                .names
-                .iter()
-                .filter(|&(_, &i)| i == ino)
-                .map(|(p, _)| p.clone())
-                .collect();
+            let paths: Vec<PathBuf> = st.names.iter().filter(|&(_, &i)| i == ino).map(|(p, _)| p.clone()).collect();
             for p in paths {
                 st.durable_names.entry(p).or_insert(ino);
             }
@@ -458,11 +426,7 @@ impl FileSystem for FaultFs {
             }
             None => return Err(os_err("open", path, ENOENT)),
         };
-        Ok(Arc::new(FaultFile {
-            state: Arc::clone(&self.state),
-            ino,
-            path: path.to_path_buf(),
-        }))
+        Ok(Arc::new(FaultFile { state: Arc::clone(&self.state), ino, path: path.to_path_buf() }))
     }
 
     fn exists(&self, path: &Path) -> bool {
@@ -483,10 +447,7 @@ impl FileSystem for FaultFs {
         if !st.dir_exists(&parent(to)) {
             return Err(os_err("rename", from, ENOENT));
         }
-        let ino = st
-            .names
-            .remove(from)
-            .ok_or_else(|| os_err("rename", from, ENOENT))?;
+        let ino = st.names.remove(from).ok_or_else(|| os_err("rename", from, ENOENT))?;
         if let Some(old) = st.names.insert(to.to_path_buf(), ino) {
             st.collect(old);
         }
@@ -533,19 +494,10 @@ impl FileSystem for FaultFs {
             return Err(os_err("fsync directory", dir, EIO));
         }
         let in_dir = |p: &Path| p.parent() == Some(dir);
-        let dropped: Vec<u64> = st
-            .durable_names
-            .iter()
-            .filter(|(p, _)| in_dir(p))
-            .map(|(_, &i)| i)
-            .collect();
+        let dropped: Vec<u64> = st.durable_names.iter().filter(|(p, _)| in_dir(p)).map(|(_, &i)| i).collect();
         st.durable_names.retain(|p, _| !in_dir(p));
-        let current: Vec<(PathBuf, u64)> = st
-            .names
-            .iter()
-            .filter(|(p, _)| in_dir(p))
-            .map(|(p, &i)| (p.clone(), i))
-            .collect();
+        let current: Vec<(PathBuf, u64)> =
+            st.names.iter().filter(|(p, _)| in_dir(p)).map(|(p, &i)| (p.clone(), i)).collect();
         st.durable_names.extend(current);
         for ino in dropped {
             st.collect(ino);

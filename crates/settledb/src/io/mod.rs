@@ -163,3 +163,54 @@ impl FileSystem for RealFs {
         d.sync_all().map_err(|e| Error::io("fsync directory", dir, e))
     }
 }
+
+/// A file system whose `sync` calls do nothing: `fsync = off`. Unsafe across power loss, as in
+/// PostgreSQL; for benchmarks only.
+pub struct NoSyncFs(pub Arc<dyn FileSystem>);
+
+struct NoSyncFile(Arc<dyn File>);
+
+impl File for NoSyncFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.0.write_at(buf, offset)
+    }
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+    fn len(&self) -> Result<u64> {
+        self.0.len()
+    }
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.0.set_len(len)
+    }
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl FileSystem for NoSyncFs {
+    fn open(&self, path: &Path, create: bool) -> Result<Arc<dyn File>> {
+        Ok(Arc::new(NoSyncFile(self.0.open(path, create)?)))
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.0.exists(path)
+    }
+    fn remove(&self, path: &Path) -> Result<()> {
+        self.0.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        self.0.rename(from, to)
+    }
+    fn create_dir_all(&self, path: &Path) -> Result<()> {
+        self.0.create_dir_all(path)
+    }
+    fn list(&self, dir: &Path) -> Result<Vec<String>> {
+        self.0.list(dir)
+    }
+    fn sync_dir(&self, _dir: &Path) -> Result<()> {
+        Ok(())
+    }
+}

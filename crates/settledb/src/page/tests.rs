@@ -40,20 +40,12 @@ fn init_sets_header_like_page_init() {
     assert_eq!(lsn(&p.0), Lsn(0x1_0000_0020));
     assert_eq!(prune_xid(&p.0), Xid(77));
     assert_eq!(flags(&p.0), PD_ALL_VISIBLE);
-    assert_eq!(
-        &p.0[0..8],
-        &0x1_0000_0020u64.to_le_bytes(),
-        "pd_lsn is little-endian at 0"
-    );
+    assert_eq!(&p.0[0..8], &0x1_0000_0020u64.to_le_bytes(), "pd_lsn is little-endian at 0");
 }
 
 #[test]
 fn item_id_bit_layout_matches_postgres() {
-    let id = ItemId {
-        off: 8064,
-        flags: LpFlags::Normal,
-        len: 121,
-    };
+    let id = ItemId { off: 8064, flags: LpFlags::Normal, len: 121 };
     let raw = id.to_u32();
     assert_eq!(raw & 0x7fff, 8064);
     assert_eq!((raw >> 15) & 3, 1);
@@ -124,29 +116,12 @@ fn unused_line_pointers_are_reused_and_the_hint_cleared() {
 #[test]
 fn explicit_offsets_append_or_fill_an_unused_slot() {
     let mut p = heap_page();
-    assert_eq!(
-        add_item(&mut p.0, &[1u8; 24], Some(off(2)), true),
-        None,
-        "gap"
-    );
-    assert_eq!(
-        add_item(&mut p.0, &[1u8; 24], Some(off(1)), true),
-        Some(off(1))
-    );
-    assert_eq!(
-        add_item(&mut p.0, &[1u8; 24], Some(off(1)), true),
-        None,
-        "slot in use"
-    );
-    assert_eq!(
-        add_item(&mut p.0, &[1u8; 24], Some(off(2)), true),
-        Some(off(2))
-    );
+    assert_eq!(add_item(&mut p.0, &[1u8; 24], Some(off(2)), true), None, "gap");
+    assert_eq!(add_item(&mut p.0, &[1u8; 24], Some(off(1)), true), Some(off(1)));
+    assert_eq!(add_item(&mut p.0, &[1u8; 24], Some(off(1)), true), None, "slot in use");
+    assert_eq!(add_item(&mut p.0, &[1u8; 24], Some(off(2)), true), Some(off(2)));
     set_item_id(&mut p.0, off(1), ItemId::UNUSED);
-    assert_eq!(
-        add_item(&mut p.0, &[5u8; 24], Some(off(1)), true),
-        Some(off(1))
-    );
+    assert_eq!(add_item(&mut p.0, &[5u8; 24], Some(off(1)), true), Some(off(1)));
     assert_eq!(item(&p.0, off(1)), &[5u8; 24][..]);
     assert_eq!(add_item(&mut p.0, &[1u8; 24], Some(off(0)), true), None);
 }
@@ -191,10 +166,7 @@ fn random_add_remove_repair_keeps_items_intact() {
                     let before = heap_free_space(&p.0);
                     match add_item(&mut p.0, &data, None, true) {
                         Some(o) => {
-                            assert!(
-                                model.insert(o.0, data).is_none(),
-                                "slot {o} reused while live"
-                            );
+                            assert!(model.insert(o.0, data).is_none(), "slot {o} reused while live");
                         }
                         None => assert!(before < maxalign(len), "seed {seed} step {step}"),
                     }
@@ -202,11 +174,7 @@ fn random_add_remove_repair_keeps_items_intact() {
                 5..=6 if !model.is_empty() => {
                     let k = *model.keys().nth(rng.gen_range(0..model.len())).unwrap();
                     model.remove(&k);
-                    let id = if rng.gen() {
-                        ItemId::UNUSED
-                    } else {
-                        ItemId::dead()
-                    };
+                    let id = if rng.gen() { ItemId::UNUSED } else { ItemId::dead() };
                     set_item_id(&mut p.0, off(k), id);
                 }
                 7 => repair_fragmentation(&mut p.0),
@@ -225,11 +193,7 @@ fn random_add_remove_repair_keeps_items_intact() {
             }
             validate_items(&p.0, Oid(1), BlockNumber(0)).unwrap();
             for (&k, v) in &model {
-                assert_eq!(
-                    item(&p.0, off(k)),
-                    &v[..],
-                    "seed {seed} step {step} item {k}"
-                );
+                assert_eq!(item(&p.0, off(k)), &v[..], "seed {seed} step {step} item {k}");
             }
         }
         // After defragmentation the free space is exactly what the live items leave.
@@ -257,18 +221,12 @@ fn checksum_detects_any_corrupted_byte() {
     verify(&p.0, Oid(1), BlockNumber(3)).unwrap();
     assert_ne!(checksum(&p.0), 0);
     let e = verify(&p.0, Oid(1), BlockNumber(4)).unwrap_err();
-    assert!(
-        detail(e).starts_with("page verification failed"),
-        "wrong block is caught"
-    );
+    assert!(detail(e).starts_with("page verification failed"), "wrong block is caught");
     for i in 0..BLCKSZ {
         for x in [0x01u8, 0x80, 0xff] {
             let mut q = p.clone();
             q.0[i] ^= x;
-            assert!(
-                verify(&q.0, Oid(1), BlockNumber(3)).is_err(),
-                "flipping {x:#x} at byte {i} went unnoticed"
-            );
+            assert!(verify(&q.0, Oid(1), BlockNumber(3)).is_err(), "flipping {x:#x} at byte {i} went unnoticed");
         }
     }
 }
@@ -294,26 +252,17 @@ fn verify_accepts_new_pages_and_reports_precise_details() {
     set_upper(&mut p.0, 20);
     set_checksum(&mut p.0, BlockNumber(0));
     let e = verify(&p.0, Oid(5), BlockNumber(0)).unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "invalid page in block 0 of relation 5: pd_lower 30 > pd_upper 20"
-    );
+    assert_eq!(e.to_string(), "invalid page in block 0 of relation 5: pd_lower 30 > pd_upper 20");
 
     let mut p = heap_page();
     p.0[16..18].copy_from_slice(&8188u16.to_le_bytes());
     set_upper(&mut p.0, 8100);
     set_checksum(&mut p.0, BlockNumber(0));
-    assert_eq!(
-        detail(verify(&p.0, Oid(5), BlockNumber(0)).unwrap_err()),
-        "pd_special 8188 is not MAXALIGNed"
-    );
+    assert_eq!(detail(verify(&p.0, Oid(5), BlockNumber(0)).unwrap_err()), "pd_special 8188 is not MAXALIGNed");
 
     let mut p = PageBuf::zeroed();
     p.0[100] = 1;
-    assert!(
-        verify(&p.0, Oid(5), BlockNumber(0)).is_err(),
-        "pd_upper 0 but not all zeros"
-    );
+    assert!(verify(&p.0, Oid(5), BlockNumber(0)).is_err(), "pd_upper 0 but not all zeros");
     assert!(verify(&[0u8; 100], Oid(5), BlockNumber(0)).is_err());
 }
 
@@ -331,10 +280,7 @@ fn validate_items_rejects_pointers_that_leave_the_page() {
         let mut p = base.clone();
         set_item_id(&mut p.0, off(3), id);
         let d = detail(validate_items(&p.0, Oid(1), BlockNumber(3)).unwrap_err());
-        assert!(
-            d.starts_with("line pointer 3: ") && d.contains(want),
-            "{id:?}: {d}"
-        );
+        assert!(d.starts_with("line pointer 3: ") && d.contains(want), "{id:?}: {d}");
     }
 }
 

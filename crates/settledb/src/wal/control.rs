@@ -105,14 +105,9 @@ impl ControlFile {
 
     /// Decodes bytes read from `path` (named in errors).
     pub fn decode(bytes: &[u8], path: &Path) -> Result<ControlFile> {
-        let corrupt = |detail: String| Error::CorruptFile {
-            path: path.to_path_buf(),
-            detail,
-        };
+        let corrupt = |detail: String| Error::CorruptFile { path: path.to_path_buf(), detail };
         if bytes.get(0..4) != Some(&CONTROL_MAGIC[..]) {
-            return Err(corrupt(
-                "not a settledb control file (bad magic number)".into(),
-            ));
+            return Err(corrupt("not a settledb control file (bad magic number)".into()));
         }
         let version = le_u32(bytes, 4).ok_or_else(|| corrupt("truncated version field".into()))?;
         if version != CONTROL_FORMAT_VERSION {
@@ -123,17 +118,12 @@ impl ControlFile {
             });
         }
         if bytes.len() != CONTROL_FILE_SIZE {
-            return Err(corrupt(format!(
-                "length is {} bytes, expected {CONTROL_FILE_SIZE}",
-                bytes.len()
-            )));
+            return Err(corrupt(format!("length is {} bytes, expected {CONTROL_FILE_SIZE}", bytes.len())));
         }
         let stored = le_u32(bytes, CRC_AT).unwrap_or(0);
         let computed = crc32c::crc32c(&bytes[..CRC_AT]);
         if stored != computed {
-            return Err(corrupt(format!(
-                "incorrect checksum: stored {stored:08X}, computed {computed:08X}"
-            )));
+            return Err(corrupt(format!("incorrect checksum: stored {stored:08X}, computed {computed:08X}")));
         }
         let u64_at = |at| le_u64(bytes, at).unwrap_or(0);
         let u32_at = |at| le_u32(bytes, at).unwrap_or(0);
@@ -208,9 +198,7 @@ fn le_u32(b: &[u8], at: usize) -> Option<u32> {
 
 fn le_u64(b: &[u8], at: usize) -> Option<u64> {
     let s = b.get(at..at + 8)?;
-    Some(u64::from_le_bytes([
-        s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
-    ]))
+    Some(u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
 }
 
 #[cfg(test)]
@@ -243,15 +231,8 @@ mod tests {
         let mut c2 = c.clone();
         c2.state = DbState::ShutDown;
         c2.write(&RealFs, &path).unwrap();
-        assert_eq!(
-            ControlFile::read(&RealFs, &path).unwrap(),
-            c2,
-            "rewrite replaces the file"
-        );
-        assert!(
-            !RealFs.exists(&tmp_path(&path)),
-            "the temporary file was renamed away"
-        );
+        assert_eq!(ControlFile::read(&RealFs, &path).unwrap(), c2, "rewrite replaces the file");
+        assert!(!RealFs.exists(&tmp_path(&path)), "the temporary file was renamed away");
     }
 
     #[test]
@@ -267,14 +248,8 @@ mod tests {
                 other => panic!("flipping byte {i} gave {other:?}"),
             }
         }
-        assert!(matches!(
-            ControlFile::decode(&good[..40], path),
-            Err(Error::CorruptFile { .. })
-        ));
-        assert!(matches!(
-            ControlFile::decode(&[], path),
-            Err(Error::CorruptFile { .. })
-        ));
+        assert!(matches!(ControlFile::decode(&good[..40], path), Err(Error::CorruptFile { .. })));
+        assert!(matches!(ControlFile::decode(&[], path), Err(Error::CorruptFile { .. })));
     }
 
     #[test]
@@ -283,13 +258,8 @@ mod tests {
         let mut c = sample();
         c.version = CONTROL_FORMAT_VERSION + 1;
         match ControlFile::decode(&c.encode(), path) {
-            Err(Error::VersionMismatch {
-                found, expected, ..
-            }) => {
-                assert_eq!(
-                    (found, expected),
-                    (CONTROL_FORMAT_VERSION + 1, CONTROL_FORMAT_VERSION)
-                );
+            Err(Error::VersionMismatch { found, expected, .. }) => {
+                assert_eq!((found, expected), (CONTROL_FORMAT_VERSION + 1, CONTROL_FORMAT_VERSION));
             }
             other => panic!("expected a version mismatch, got {other:?}"),
         }

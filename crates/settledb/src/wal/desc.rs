@@ -33,12 +33,7 @@ pub fn fork_name(fork: Fork) -> &'static str {
 /// One line describing `rec`; `rmgr_desc` renders the resource-manager-specific part.
 pub fn describe(rec: &DecodedRecord, rmgr_desc: &dyn Fn(&DecodedRecord) -> String) -> String {
     let tot = rec.end_lsn.0.saturating_sub(rec.lsn.0);
-    let fpi: u64 = rec
-        .blocks
-        .iter()
-        .filter_map(|b| b.image.as_deref())
-        .map(|img| stored_image_len(img) as u64)
-        .sum();
+    let fpi: u64 = rec.blocks.iter().filter_map(|b| b.image.as_deref()).map(|img| stored_image_len(img) as u64).sum();
     let mut s = format!(
         "rmgr: {:<11} len (rec/tot): {:>6}/{:>8}, tx: {:>10}, lsn: {}, prev {}, desc: {}",
         rec.rmgr.name(),
@@ -50,14 +45,7 @@ pub fn describe(rec: &DecodedRecord, rmgr_desc: &dyn Fn(&DecodedRecord) -> Strin
         rmgr_desc(rec)
     );
     for b in &rec.blocks {
-        let _ = write!(
-            s,
-            ", blkref #{}: rel {} fork {} blk {}",
-            b.id,
-            b.tag.rel,
-            fork_name(b.tag.fork),
-            b.tag.block
-        );
+        let _ = write!(s, ", blkref #{}: rel {} fork {} blk {}", b.id, b.tag.rel, fork_name(b.tag.fork), b.tag.block);
         if b.image.is_some() {
             s.push_str(" FPW");
         }

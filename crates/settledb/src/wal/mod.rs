@@ -220,11 +220,7 @@ impl Default for WalConfig {
     /// PostgreSQL's defaults: 16 MiB segments, full_page_writes on, 4 MiB of WAL buffers
     /// (what `wal_buffers = -1` gives with the default shared_buffers).
     fn default() -> Self {
-        WalConfig {
-            segment_size: 16 << 20,
-            full_page_writes: true,
-            wal_buffers_bytes: 4 << 20,
-        }
+        WalConfig { segment_size: 16 << 20, full_page_writes: true, wal_buffers_bytes: 4 << 20 }
     }
 }
 
@@ -280,21 +276,13 @@ impl Wal {
     /// Opens the WAL in `dir` to insert at `start` with `xl_prev = prev`. Creates `dir` if
     /// needed; discards any bytes at or after `start` (see the module doc, "Reopening").
     /// The redo pointer starts at `start`; see [`Wal::set_redo_ptr`].
-    pub fn open(
-        fs: Arc<dyn FileSystem>,
-        dir: &Path,
-        start: Lsn,
-        prev: Lsn,
-        config: WalConfig,
-    ) -> Result<Wal> {
+    pub fn open(fs: Arc<dyn FileSystem>, dir: &Path, start: Lsn, prev: Lsn, config: WalConfig) -> Result<Wal> {
         segment::validate_segment_size(config.segment_size)?;
         if start == Lsn::INVALID {
             return Err(Error::invalid("WAL cannot start at 0/0"));
         }
         if prev >= start {
-            return Err(Error::invalid(format!(
-                "WAL xl_prev {prev} is not before start {start}"
-            )));
+            return Err(Error::invalid(format!("WAL xl_prev {prev} is not before start {start}")));
         }
         fs.create_dir_all(dir)?;
         discard_after(&*fs, dir, start, config.segment_size)?;
@@ -313,10 +301,7 @@ impl Wal {
                 spare: Vec::new(),
                 stats: WalStats::default(),
             }),
-            io: Mutex::new(IoState {
-                segments,
-                written: start,
-            }),
+            io: Mutex::new(IoState { segments, written: start }),
             redo_ptr: AtomicU64::new(start.0),
             flushed: AtomicU64::new(start.0),
             poisoned: AtomicBool::new(false),
@@ -349,11 +334,7 @@ impl Wal {
 
     /// Assembles `rec` into `scratch` and copies it into the WAL buffer; returns the record's
     /// end and how many bytes are buffered unwritten.
-    fn insert_assembled(
-        &self,
-        scratch: &mut Vec<u8>,
-        rec: &RecordBuilder<'_>,
-    ) -> Result<(Lsn, usize)> {
+    fn insert_assembled(&self, scratch: &mut Vec<u8>, rec: &RecordBuilder<'_>) -> Result<(Lsn, usize)> {
         loop {
             let redo = Lsn(self.redo_ptr.load(Ordering::Acquire));
             let a = record::assemble(scratch, rec, self.full_page_writes, redo)?;
@@ -383,10 +364,7 @@ impl Wal {
             st.buf_start = st.pos;
             (start, chunk)
         };
-        debug_assert_eq!(
-            start, io.written,
-            "WAL buffer must continue the written stream"
-        );
+        debug_assert_eq!(start, io.written, "WAL buffer must continue the written stream");
         let result = io.segments.write(start, &chunk);
         let end = Lsn(start.0 + chunk.len() as u64);
         let mut chunk = chunk;
@@ -504,9 +482,7 @@ impl Wal {
     /// Records the first I/O failure and turns it into [`Error::Poisoned`].
     fn poison(&self, e: Error) -> Error {
         let mut reason = self.poison_reason.lock();
-        let msg = reason
-            .get_or_insert_with(|| format!("WAL write or fsync failed: {e}"))
-            .clone();
+        let msg = reason.get_or_insert_with(|| format!("WAL write or fsync failed: {e}")).clone();
         self.poisoned.store(true, Ordering::Release);
         Error::Poisoned(msg)
     }

@@ -122,9 +122,7 @@ impl WalReader {
         let h = Header::parse(&head);
         let tot_len = h.tot_len as usize;
         if !(MIN_RECORD_SIZE..=MAX_RECORD_SIZE).contains(&tot_len) {
-            return Ok(Err(format!(
-                "invalid record length at {lsn}: wanted {MIN_RECORD_SIZE}, got {tot_len}"
-            )));
+            return Ok(Err(format!("invalid record length at {lsn}: wanted {MIN_RECORD_SIZE}, got {tot_len}")));
         }
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
@@ -140,22 +138,12 @@ impl WalReader {
         result
     }
 
-    fn validate(
-        &self,
-        lsn: Lsn,
-        h: &Header,
-        rec: &[u8],
-    ) -> std::result::Result<DecodedRecord, Stop> {
+    fn validate(&self, lsn: Lsn, h: &Header, rec: &[u8]) -> std::result::Result<DecodedRecord, Stop> {
         if !record::crc_matches(rec, h.crc) {
-            return Err(format!(
-                "incorrect resource manager data checksum in record at {lsn}"
-            ));
+            return Err(format!("incorrect resource manager data checksum in record at {lsn}"));
         }
         if self.check_prev && h.prev != self.last_record {
-            return Err(format!(
-                "record with incorrect prev-link {} at {lsn}",
-                h.prev
-            ));
+            return Err(format!("record with incorrect prev-link {} at {lsn}", h.prev));
         }
         record::decode(lsn, rec).map_err(|detail| format!("invalid record at {lsn}: {detail}"))
     }
@@ -211,18 +199,10 @@ impl WalReader {
 
 /// Reads the one record that must be at `lsn` (the checkpoint record the control file names).
 /// Anything but a valid record there is [`Error::CorruptWal`] naming `lsn`.
-pub fn read_record_at(
-    fs: Arc<dyn FileSystem>,
-    dir: &Path,
-    lsn: Lsn,
-    segment_size: u64,
-) -> Result<DecodedRecord> {
+pub fn read_record_at(fs: Arc<dyn FileSystem>, dir: &Path, lsn: Lsn, segment_size: u64) -> Result<DecodedRecord> {
     let mut r = WalReader::new(fs, dir, lsn, segment_size);
     match r.next()? {
         Some(rec) => Ok(rec),
-        None => Err(Error::corrupt_wal(
-            lsn,
-            r.stop_reason().unwrap_or("no valid record").to_string(),
-        )),
+        None => Err(Error::corrupt_wal(lsn, r.stop_reason().unwrap_or("no valid record").to_string())),
     }
 }

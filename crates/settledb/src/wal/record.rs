@@ -70,9 +70,7 @@ pub fn page_hole(page: &[u8]) -> (usize, usize) {
 /// The page LSN (`pd_lsn`, bytes 0..8) of a page image.
 pub fn page_lsn(page: &[u8]) -> Lsn {
     match page.get(0..8) {
-        Some(b) => Lsn(u64::from_le_bytes([
-            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
-        ])),
+        Some(b) => Lsn(u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])),
         None => Lsn::INVALID,
     }
 }
@@ -109,11 +107,7 @@ fn check_blocks(rec: &RecordBuilder<'_>) -> Result<()> {
         }
         if let Some(page) = b.page {
             if page.len() != BLCKSZ {
-                return Err(Error::invalid(format!(
-                    "page of block {} is {} bytes, not {BLCKSZ}",
-                    b.id,
-                    page.len()
-                )));
+                return Err(Error::invalid(format!("page of block {} is {} bytes, not {BLCKSZ}", b.id, page.len())));
             }
         }
     }
@@ -185,11 +179,7 @@ pub(crate) fn assemble(
     buf[4..8].copy_from_slice(&rec.xid.0.to_le_bytes());
     buf[16] = rec.info;
     buf[17] = rec.rmgr as u8;
-    Ok(Assembled {
-        body_crc,
-        fpi,
-        depends_on_redo,
-    })
+    Ok(Assembled { body_crc, fpi, depends_on_redo })
 }
 
 fn u32_len(len: usize) -> Result<u32> {
@@ -246,10 +236,7 @@ struct Cursor<'a> {
 impl<'a> Cursor<'a> {
     fn take(&mut self, n: usize, what: &str) -> std::result::Result<&'a [u8], String> {
         if n > self.bytes.len() {
-            return Err(format!(
-                "{what} needs {n} bytes, only {} left",
-                self.bytes.len()
-            ));
+            return Err(format!("{what} needs {n} bytes, only {} left", self.bytes.len()));
         }
         let (now, rest) = self.bytes.split_at(n);
         self.bytes = rest;
@@ -283,8 +270,7 @@ struct RawBlock {
 fn decode_block_header(c: &mut Cursor<'_>) -> std::result::Result<RawBlock, String> {
     let id = c.u8("block id")?;
     let fork_byte = c.u8("fork")?;
-    let fork = Fork::from_u8(fork_byte)
-        .ok_or_else(|| format!("invalid fork number {fork_byte} in block {id}"))?;
+    let fork = Fork::from_u8(fork_byte).ok_or_else(|| format!("invalid fork number {fork_byte} in block {id}"))?;
     let flags = c.u8("block flags")?;
     if flags & !KNOWN_FLAGS != 0 {
         return Err(format!("unknown flags 0x{flags:02X} in block {id}"));
@@ -293,9 +279,7 @@ fn decode_block_header(c: &mut Cursor<'_>) -> std::result::Result<RawBlock, Stri
     let block = BlockNumber(c.u32("block number")?);
     let data_len = c.u32("data length")? as usize;
     if (flags & FLAG_HAS_DATA != 0) != (data_len > 0) {
-        return Err(format!(
-            "block {id}: HAS_DATA flag disagrees with data length {data_len}"
-        ));
+        return Err(format!("block {id}: HAS_DATA flag disagrees with data length {data_len}"));
     }
     let image = if flags & FLAG_HAS_IMAGE != 0 {
         let stored = usize::from(c.u16("image length")?);
@@ -311,57 +295,32 @@ fn decode_block_header(c: &mut Cursor<'_>) -> std::result::Result<RawBlock, Stri
     } else {
         None
     };
-    Ok(RawBlock {
-        id,
-        tag: BufferTag { rel, fork, block },
-        flags,
-        data_len,
-        image,
-    })
+    Ok(RawBlock { id, tag: BufferTag { rel, fork, block }, flags, data_len, image })
 }
 
-fn restore_image(
-    stored: &[u8],
-    hole_off: usize,
-    hole_len: usize,
-) -> std::result::Result<Box<[u8; BLCKSZ]>, String> {
+fn restore_image(stored: &[u8], hole_off: usize, hole_len: usize) -> std::result::Result<Box<[u8; BLCKSZ]>, String> {
     let mut page = vec![0u8; BLCKSZ];
     let (head, tail) = stored.split_at(hole_off.min(stored.len()));
     page[..head.len()].copy_from_slice(head);
     let tail_start = hole_off + hole_len;
-    page.get_mut(tail_start..tail_start + tail.len())
-        .ok_or("image hole out of range")?
-        .copy_from_slice(tail);
-    page.into_boxed_slice()
-        .try_into()
-        .map_err(|_| "image is not one page".to_string())
+    page.get_mut(tail_start..tail_start + tail.len()).ok_or("image hole out of range")?.copy_from_slice(tail);
+    page.into_boxed_slice().try_into().map_err(|_| "image is not one page".to_string())
 }
 
 /// Decodes a whole record (header included) found at `lsn` whose CRC already matched.
 /// Returns a description of what is wrong when the body is malformed.
 pub(crate) fn decode(lsn: Lsn, rec: &[u8]) -> std::result::Result<DecodedRecord, String> {
-    let head: &[u8; RECORD_HEADER_SIZE] = rec
-        .get(..RECORD_HEADER_SIZE)
-        .and_then(|h| h.try_into().ok())
-        .ok_or("record shorter than its header")?;
+    let head: &[u8; RECORD_HEADER_SIZE] =
+        rec.get(..RECORD_HEADER_SIZE).and_then(|h| h.try_into().ok()).ok_or("record shorter than its header")?;
     let h = Header::parse(head);
     if h.tot_len as usize != rec.len() {
-        return Err(format!(
-            "record length {} disagrees with {} bytes read",
-            h.tot_len,
-            rec.len()
-        ));
+        return Err(format!("record length {} disagrees with {} bytes read", h.tot_len, rec.len()));
     }
-    let rmgr =
-        Rmgr::from_u8(h.rmid).ok_or_else(|| format!("invalid resource manager ID {}", h.rmid))?;
-    let mut c = Cursor {
-        bytes: &rec[RECORD_HEADER_SIZE..],
-    };
+    let rmgr = Rmgr::from_u8(h.rmid).ok_or_else(|| format!("invalid resource manager ID {}", h.rmid))?;
+    let mut c = Cursor { bytes: &rec[RECORD_HEADER_SIZE..] };
     let nblocks = usize::from(c.u8("block count")?);
     if nblocks > MAX_BLOCKS_PER_RECORD {
-        return Err(format!(
-            "{nblocks} block references, at most {MAX_BLOCKS_PER_RECORD}"
-        ));
+        return Err(format!("{nblocks} block references, at most {MAX_BLOCKS_PER_RECORD}"));
     }
     let mut raw = Vec::with_capacity(nblocks);
     for _ in 0..nblocks {
@@ -383,20 +342,11 @@ pub(crate) fn decode(lsn: Lsn, rec: &[u8]) -> std::result::Result<DecodedRecord,
         };
         let data = c.take(b.data_len, "block data")?.to_vec();
         let will_init = b.flags & FLAG_WILL_INIT != 0;
-        blocks.push(DecodedBlock {
-            id: b.id,
-            tag: b.tag,
-            will_init,
-            image,
-            data,
-        });
+        blocks.push(DecodedBlock { id: b.id, tag: b.tag, will_init, image, data });
     }
     let main_data = c.take(main_len, "main data")?.to_vec();
     if !c.bytes.is_empty() {
-        return Err(format!(
-            "{} unexplained bytes at the end of the record",
-            c.bytes.len()
-        ));
+        return Err(format!("{} unexplained bytes at the end of the record", c.bytes.len()));
     }
     Ok(DecodedRecord {
         lsn,
@@ -426,11 +376,7 @@ mod tests {
         page[14..16].copy_from_slice(&8000u16.to_le_bytes());
         assert_eq!(page_hole(&page), (40, 7960));
         page[12..14].copy_from_slice(&8100u16.to_le_bytes());
-        assert_eq!(
-            page_hole(&page),
-            (0, 0),
-            "lower > upper is not a standard page"
-        );
+        assert_eq!(page_hole(&page), (0, 0), "lower > upper is not a standard page");
         page[12..14].copy_from_slice(&10u16.to_le_bytes());
         assert_eq!(page_hole(&page), (0, 0), "lower inside the header");
     }

@@ -27,9 +27,7 @@ pub const MAX_SEGMENT_SIZE: u64 = 1 << 30;
 
 /// Checks that `segment_size` is a power of two within the accepted range.
 pub fn validate_segment_size(segment_size: u64) -> Result<()> {
-    if !segment_size.is_power_of_two()
-        || !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&segment_size)
-    {
+    if !segment_size.is_power_of_two() || !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&segment_size) {
         return Err(Error::Config(format!(
             "WAL segment size must be a power of two between {MIN_SEGMENT_SIZE} and \
              {MAX_SEGMENT_SIZE} bytes, got {segment_size}"
@@ -51,12 +49,7 @@ pub fn segment_number(lsn: Lsn, segment_size: u64) -> u64 {
 /// The file name of segment `segno`, e.g. `000000010000000000000001`.
 pub fn segment_file_name(segno: u64, segment_size: u64) -> String {
     let per_id = segments_per_id(segment_size);
-    format!(
-        "{:08X}{:08X}{:08X}",
-        TIMELINE,
-        segno / per_id,
-        segno % per_id
-    )
+    format!("{:08X}{:08X}{:08X}", TIMELINE, segno / per_id, segno % per_id)
 }
 
 /// Parses a segment file name back to its segment number; `None` for any other file.
@@ -94,14 +87,7 @@ pub(crate) struct SegmentWriter {
 
 impl SegmentWriter {
     pub(crate) fn new(fs: Arc<dyn FileSystem>, dir: PathBuf, segment_size: u64) -> Self {
-        SegmentWriter {
-            fs,
-            dir,
-            segment_size,
-            open: BTreeMap::new(),
-            unsynced: BTreeSet::new(),
-            dir_dirty: false,
-        }
+        SegmentWriter { fs, dir, segment_size, open: BTreeMap::new(), unsynced: BTreeSet::new(), dir_dirty: false }
     }
 
     fn file(&mut self, segno: u64) -> Result<Arc<dyn File>> {
@@ -166,27 +152,12 @@ mod tests {
         let seg16m = 16 << 20;
         assert_eq!(segment_file_name(1, seg16m), "000000010000000000000001");
         assert_eq!(segment_file_name(256, seg16m), "000000010000000100000000");
-        assert_eq!(
-            parse_segment_file_name("000000010000000100000000", seg16m),
-            Some(256)
-        );
-        assert_eq!(
-            parse_segment_file_name("000000010000000000000100", seg16m),
-            None
-        );
-        assert_eq!(
-            parse_segment_file_name("000000020000000000000001", seg16m),
-            None
-        );
-        assert_eq!(
-            parse_segment_file_name("00000001000000000000000g", seg16m),
-            None
-        );
+        assert_eq!(parse_segment_file_name("000000010000000100000000", seg16m), Some(256));
+        assert_eq!(parse_segment_file_name("000000010000000000000100", seg16m), None);
+        assert_eq!(parse_segment_file_name("000000020000000000000001", seg16m), None);
+        assert_eq!(parse_segment_file_name("00000001000000000000000g", seg16m), None);
         let seg64k = 64 << 10;
-        assert_eq!(
-            segment_file_name(0x1_0001, seg64k),
-            "000000010000000100000001"
-        );
+        assert_eq!(segment_file_name(0x1_0001, seg64k), "000000010000000100000001");
     }
 
     #[test]

@@ -16,40 +16,19 @@ use crate::types::{BlockNumber, Fork, Oid};
 const SEG: u64 = 64 << 10;
 
 fn config(wal_buffers_bytes: usize) -> WalConfig {
-    WalConfig {
-        segment_size: SEG,
-        full_page_writes: true,
-        wal_buffers_bytes,
-    }
+    WalConfig { segment_size: SEG, full_page_writes: true, wal_buffers_bytes }
 }
 
 fn open(dir: &Path) -> Wal {
-    Wal::open(
-        Arc::new(RealFs),
-        dir,
-        first_lsn(SEG),
-        Lsn::INVALID,
-        config(16 << 10),
-    )
-    .unwrap()
+    Wal::open(Arc::new(RealFs), dir, first_lsn(SEG), Lsn::INVALID, config(16 << 10)).unwrap()
 }
 
 fn tag(rel: u32, block: u32) -> BufferTag {
-    BufferTag {
-        rel: Oid(rel),
-        fork: Fork::Main,
-        block: BlockNumber(block),
-    }
+    BufferTag { rel: Oid(rel), fork: Fork::Main, block: BlockNumber(block) }
 }
 
 fn simple(xid: u32, main_data: Vec<u8>) -> RecordBuilder<'static> {
-    RecordBuilder {
-        rmgr: Rmgr::Heap,
-        info: 0x10,
-        xid: Xid(xid),
-        blocks: vec![],
-        main_data,
-    }
+    RecordBuilder { rmgr: Rmgr::Heap, info: 0x10, xid: Xid(xid), blocks: vec![], main_data }
 }
 
 fn read_all(dir: &Path, start: Lsn) -> (Vec<DecodedRecord>, WalReader) {
@@ -103,26 +82,15 @@ fn random_records_round_trip_across_segment_boundaries() {
     }
     wal.flush(wal.insert_lsn()).unwrap();
     assert_eq!(wal.flushed_lsn(), wal.insert_lsn());
-    assert!(
-        wal.insert_lsn().0 > 8 * SEG,
-        "the test must span many segments"
-    );
+    assert!(wal.insert_lsn().0 > 8 * SEG, "the test must span many segments");
 
     let (recs, reader) = read_all(dir.path(), first_lsn(SEG));
-    assert_eq!(
-        recs.len(),
-        expected.len(),
-        "stopped early: {:?}",
-        reader.stop_reason()
-    );
+    assert_eq!(recs.len(), expected.len(), "stopped early: {:?}", reader.stop_reason());
     let mut prev = Lsn::INVALID;
     let mut start = first_lsn(SEG);
     for (rec, (end, i, main, data)) in recs.iter().zip(&expected) {
         assert_eq!((rec.lsn, rec.end_lsn, rec.prev), (start, *end, prev));
-        assert_eq!(
-            (rec.xid, rec.rmgr, rec.info),
-            (Xid(i + 3), Rmgr::Heap, *i as u8)
-        );
+        assert_eq!((rec.xid, rec.rmgr, rec.info), (Xid(i + 3), Rmgr::Heap, *i as u8));
         assert_eq!(&rec.main_data, main);
         if i % 3 == 0 {
             assert_eq!(rec.blocks.len(), 1);
@@ -139,10 +107,7 @@ fn random_records_round_trip_across_segment_boundaries() {
     assert_eq!(reader.end_lsn(), wal.insert_lsn());
     assert_eq!(reader.last_record_lsn(), prev);
     let reason = reader.stop_reason().unwrap();
-    assert!(
-        reason.contains("runs past the end") || reason.contains("does not exist"),
-        "{reason}"
-    );
+    assert!(reason.contains("runs past the end") || reason.contains("does not exist"), "{reason}");
     let stats = wal.stats();
     assert_eq!(stats.records, 600);
     assert_eq!(stats.bytes, wal.insert_lsn().0 - first_lsn(SEG).0);
@@ -159,20 +124,8 @@ fn full_page_image_skips_the_hole_and_restores_the_exact_page() {
         info: 0,
         xid: Xid(10),
         blocks: vec![
-            BlockRef {
-                id: 0,
-                tag: tag(1, 0),
-                will_init: false,
-                page: Some(&standard),
-                data: vec![9; 40],
-            },
-            BlockRef {
-                id: 3,
-                tag: tag(1, 7),
-                will_init: false,
-                page: Some(&odd),
-                data: vec![],
-            },
+            BlockRef { id: 0, tag: tag(1, 0), will_init: false, page: Some(&standard), data: vec![9; 40] },
+            BlockRef { id: 3, tag: tag(1, 7), will_init: false, page: Some(&odd), data: vec![] },
         ],
         main_data: b"prune".to_vec(),
     };
@@ -181,11 +134,7 @@ fn full_page_image_skips_the_hole_and_restores_the_exact_page() {
     let stats = wal.stats();
     assert_eq!(stats.fpi, 2);
     let hole = 7000 - 200;
-    assert!(
-        stats.bytes < (2 * BLCKSZ - hole + 100) as u64,
-        "hole not skipped: {}",
-        stats.bytes
-    );
+    assert!(stats.bytes < (2 * BLCKSZ - hole + 100) as u64, "hole not skipped: {}", stats.bytes);
 
     let (recs, _) = read_all(dir.path(), first_lsn(SEG));
     assert_eq!(recs.len(), 1);
@@ -201,18 +150,8 @@ fn full_page_image_skips_the_hole_and_restores_the_exact_page() {
 fn image_only_when_page_lsn_at_or_before_redo_pointer_and_full_page_writes_on() {
     for fpw in [true, false] {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = WalConfig {
-            full_page_writes: fpw,
-            ..config(1 << 20)
-        };
-        let wal = Wal::open(
-            Arc::new(RealFs),
-            dir.path(),
-            first_lsn(SEG),
-            Lsn::INVALID,
-            cfg,
-        )
-        .unwrap();
+        let cfg = WalConfig { full_page_writes: fpw, ..config(1 << 20) };
+        let wal = Wal::open(Arc::new(RealFs), dir.path(), first_lsn(SEG), Lsn::INVALID, cfg).unwrap();
         for _ in 0..5 {
             wal.insert(&simple(3, vec![1; 100])).unwrap();
         }
@@ -229,26 +168,15 @@ fn image_only_when_page_lsn_at_or_before_redo_pointer_and_full_page_writes_on() 
         for (i, (lsn, will_init, want)) in cases.into_iter().enumerate() {
             let p = page(lsn, 64, 4000, i as u64);
             let rec = RecordBuilder {
-                blocks: vec![BlockRef {
-                    id: 0,
-                    tag: tag(5, i as u32),
-                    will_init,
-                    page: Some(&p),
-                    data: vec![7; 12],
-                }],
+                blocks: vec![BlockRef { id: 0, tag: tag(5, i as u32), will_init, page: Some(&p), data: vec![7; 12] }],
                 ..simple(4, vec![])
             };
             let end = wal.insert(&rec).unwrap();
             wal.flush(end).unwrap();
-            let got = read_record_at(Arc::new(RealFs), dir.path(), wal_last_start(&wal, end), SEG)
-                .unwrap();
+            let got = read_record_at(Arc::new(RealFs), dir.path(), wal_last_start(&wal, end), SEG).unwrap();
             let want = want && fpw;
             assert_eq!(got.blocks[0].image.is_some(), want, "case {i}, fpw {fpw}");
-            assert_eq!(
-                got.blocks[0].data.is_empty(),
-                want,
-                "case {i}: data only without image"
-            );
+            assert_eq!(got.blocks[0].data.is_empty(), want, "case {i}: data only without image");
             images += u64::from(want);
         }
         assert_eq!(wal.stats().fpi, images);
@@ -266,8 +194,7 @@ fn write_records(dir: &Path, n: u32) -> Vec<Lsn> {
     let mut starts = Vec::new();
     for i in 0..n {
         starts.push(wal.insert_lsn());
-        wal.insert(&simple(i + 3, vec![i as u8; 1000 + i as usize * 37]))
-            .unwrap();
+        wal.insert(&simple(i + 3, vec![i as u8; 1000 + i as usize * 37])).unwrap();
     }
     wal.flush(wal.insert_lsn()).unwrap();
     starts
@@ -285,21 +212,14 @@ fn torn_tail_ends_reading_at_the_previous_record() {
     let last = *starts.last().unwrap();
     let seg_path = last_segment(dir.path());
     let f = RealFs.open(&seg_path, false).unwrap();
-    assert!(
-        last.0 % SEG + 100 < f.len().unwrap(),
-        "last record must start in the last segment"
-    );
+    assert!(last.0 % SEG + 100 < f.len().unwrap(), "last record must start in the last segment");
     f.set_len(last.0 % SEG + 100).unwrap(); // cut the last record after 100 bytes
 
     let (recs, r) = read_all(dir.path(), first_lsn(SEG));
     assert_eq!(recs.len(), 199);
     assert_eq!(r.end_lsn(), last);
     assert_eq!(r.last_record_lsn(), starts[198]);
-    assert!(
-        r.stop_reason().unwrap().contains("runs past the end"),
-        "{:?}",
-        r.stop_reason()
-    );
+    assert!(r.stop_reason().unwrap().contains("runs past the end"), "{:?}", r.stop_reason());
 }
 
 #[test]
@@ -307,9 +227,7 @@ fn flipped_byte_fails_the_crc_and_ends_reading() {
     let dir = tempfile::tempdir().unwrap();
     let starts = write_records(dir.path(), 100);
     let victim = starts[60];
-    let seg_path = dir
-        .path()
-        .join(segment::segment_file_name(victim.0 / SEG, SEG));
+    let seg_path = dir.path().join(segment::segment_file_name(victim.0 / SEG, SEG));
     let f = RealFs.open(&seg_path, false).unwrap();
     let at = victim.0 % SEG + 24 + 10; // in the body, inside the segment for these sizes
     let mut b = [0u8];
@@ -319,16 +237,9 @@ fn flipped_byte_fails_the_crc_and_ends_reading() {
     let (recs, r) = read_all(dir.path(), first_lsn(SEG));
     assert_eq!(recs.len(), 60);
     assert_eq!(r.end_lsn(), victim);
-    assert!(
-        r.stop_reason().unwrap().contains("checksum"),
-        "{:?}",
-        r.stop_reason()
-    );
+    assert!(r.stop_reason().unwrap().contains("checksum"), "{:?}", r.stop_reason());
     let err = read_record_at(Arc::new(RealFs), dir.path(), victim, SEG).unwrap_err();
-    assert!(
-        matches!(err, Error::CorruptWal { lsn, .. } if lsn == victim),
-        "{err}"
-    );
+    assert!(matches!(err, Error::CorruptWal { lsn, .. } if lsn == victim), "{err}");
 }
 
 #[test]
@@ -340,24 +251,14 @@ fn zeros_report_invalid_record_length() {
     f.write_at(&[0u8; 64], end).unwrap();
     let (recs, r) = read_all(dir.path(), starts[0]);
     assert_eq!(recs.len(), 3);
-    assert_eq!(
-        r.stop_reason(),
-        Some(format!("invalid record length at {}: wanted 29, got 0", r.end_lsn()).as_str())
-    );
+    assert_eq!(r.stop_reason(), Some(format!("invalid record length at {}: wanted 29, got 0", r.end_lsn()).as_str()));
 }
 
 #[test]
 fn stale_segment_from_an_older_stream_stops_reading_by_prev_link() {
     // An older history wrote segment 2 with records whose xl_prev chain is its own.
     let old = tempfile::tempdir().unwrap();
-    let wal_old = Wal::open(
-        Arc::new(RealFs),
-        old.path(),
-        Lsn(2 * SEG),
-        Lsn(SEG + 1234),
-        config(1 << 20),
-    )
-    .unwrap();
+    let wal_old = Wal::open(Arc::new(RealFs), old.path(), Lsn(2 * SEG), Lsn(SEG + 1234), config(1 << 20)).unwrap();
     for i in 0..10 {
         wal_old.insert(&simple(i + 3, vec![0xAA; 500])).unwrap();
     }
@@ -377,17 +278,9 @@ fn stale_segment_from_an_older_stream_stops_reading_by_prev_link() {
     std::fs::copy(old.path().join(&seg2), new.path().join(&seg2)).unwrap();
 
     let (recs, r) = read_all(new.path(), first_lsn(SEG));
-    assert_eq!(
-        r.end_lsn(),
-        Lsn(2 * SEG),
-        "no record of the old stream may be returned"
-    );
+    assert_eq!(r.end_lsn(), Lsn(2 * SEG), "no record of the old stream may be returned");
     assert!(recs.iter().all(|rec| rec.main_data.first() == Some(&0x55)));
-    assert!(
-        r.stop_reason().unwrap().contains("incorrect prev-link"),
-        "{:?}",
-        r.stop_reason()
-    );
+    assert!(r.stop_reason().unwrap().contains("incorrect prev-link"), "{:?}", r.stop_reason());
 }
 
 #[test]
@@ -400,14 +293,7 @@ fn reopen_continues_the_chain_and_discards_the_torn_tail() {
     let (_, r) = read_all(dir.path(), first_lsn(SEG));
     assert_eq!(r.end_lsn(), starts[149]);
 
-    let wal = Wal::open(
-        Arc::new(RealFs),
-        dir.path(),
-        r.end_lsn(),
-        r.last_record_lsn(),
-        config(4096),
-    )
-    .unwrap();
+    let wal = Wal::open(Arc::new(RealFs), dir.path(), r.end_lsn(), r.last_record_lsn(), config(4096)).unwrap();
     for i in 0..50 {
         wal.insert(&simple(1000 + i, vec![1; 10])).unwrap();
     }
@@ -420,16 +306,7 @@ fn reopen_continues_the_chain_and_discards_the_torn_tail() {
 #[test]
 fn concurrent_inserts_and_flushes_produce_a_complete_stream() {
     let dir = tempfile::tempdir().unwrap();
-    let wal = Arc::new(
-        Wal::open(
-            Arc::new(RealFs),
-            dir.path(),
-            first_lsn(SEG),
-            Lsn::INVALID,
-            config(8 << 10),
-        )
-        .unwrap(),
-    );
+    let wal = Arc::new(Wal::open(Arc::new(RealFs), dir.path(), first_lsn(SEG), Lsn::INVALID, config(8 << 10)).unwrap());
     const PER_THREAD: u32 = 400;
     let handles: Vec<_> = (0..4u32)
         .map(|t| {
@@ -452,10 +329,7 @@ fn concurrent_inserts_and_flushes_produce_a_complete_stream() {
             })
         })
         .collect();
-    let mut all_ends: Vec<Lsn> = handles
-        .into_iter()
-        .flat_map(|h| h.join().unwrap())
-        .collect();
+    let mut all_ends: Vec<Lsn> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
     wal.flush(wal.insert_lsn()).unwrap();
 
     let (recs, r) = read_all(dir.path(), first_lsn(SEG));
@@ -471,10 +345,7 @@ fn concurrent_inserts_and_flushes_produce_a_complete_stream() {
     let mut read_ends: Vec<Lsn> = recs.iter().map(|r| r.end_lsn).collect();
     all_ends.sort();
     read_ends.sort();
-    assert_eq!(
-        all_ends, read_ends,
-        "insert must return each record's end LSN"
-    );
+    assert_eq!(all_ends, read_ends, "insert must return each record's end LSN");
 }
 
 #[test]
@@ -532,10 +403,7 @@ impl File for FailingSyncFile {
 impl FileSystem for FailingSyncFs {
     fn open(&self, path: &Path, create: bool) -> Result<Arc<dyn File>> {
         let inner = RealFs.open(path, create)?;
-        Ok(Arc::new(FailingSyncFile {
-            inner,
-            fail: Arc::clone(&self.fail),
-        }))
+        Ok(Arc::new(FailingSyncFile { inner, fail: Arc::clone(&self.fail) }))
     }
     fn exists(&self, path: &Path) -> bool {
         RealFs.exists(path)
@@ -561,17 +429,8 @@ impl FileSystem for FailingSyncFs {
 fn failed_fsync_poisons_the_wal_for_good() {
     let dir = tempfile::tempdir().unwrap();
     let fail = Arc::new(AtomicBool::new(false));
-    let fs = Arc::new(FailingSyncFs {
-        fail: Arc::clone(&fail),
-    });
-    let wal = Wal::open(
-        fs,
-        dir.path(),
-        first_lsn(SEG),
-        Lsn::INVALID,
-        config(1 << 20),
-    )
-    .unwrap();
+    let fs = Arc::new(FailingSyncFs { fail: Arc::clone(&fail) });
+    let wal = Wal::open(fs, dir.path(), first_lsn(SEG), Lsn::INVALID, config(1 << 20)).unwrap();
     let end1 = wal.insert(&simple(3, vec![1; 100])).unwrap();
     wal.flush(end1).unwrap();
     assert_eq!(wal.flushed_lsn(), end1);
@@ -579,23 +438,13 @@ fn failed_fsync_poisons_the_wal_for_good() {
     fail.store(true, Ordering::SeqCst);
     let end2 = wal.insert(&simple(3, vec![2; 100])).unwrap();
     let err = wal.flush(end2).unwrap_err();
-    assert!(
-        matches!(&err, Error::Poisoned(msg) if msg.contains("injected EIO")),
-        "{err}"
-    );
-    assert_eq!(
-        wal.flushed_lsn(),
-        end1,
-        "a failed fsync never advances the flushed LSN"
-    );
+    assert!(matches!(&err, Error::Poisoned(msg) if msg.contains("injected EIO")), "{err}");
+    assert_eq!(wal.flushed_lsn(), end1, "a failed fsync never advances the flushed LSN");
     assert!(wal.is_poisoned());
 
     fail.store(false, Ordering::SeqCst); // a later fsync would "succeed": must not be trusted
     assert!(matches!(wal.flush(end2), Err(Error::Poisoned(m)) if m.contains("injected EIO")));
-    assert!(matches!(
-        wal.insert(&simple(3, vec![3])),
-        Err(Error::Poisoned(_))
-    ));
+    assert!(matches!(wal.insert(&simple(3, vec![3])), Err(Error::Poisoned(_))));
     assert_eq!(wal.flushed_lsn(), end1);
 }
 
@@ -607,13 +456,7 @@ fn describe_renders_like_pg_waldump() {
     let p = page(0, 100, 8000, 3);
     let rec = RecordBuilder {
         xid: Xid(735),
-        blocks: vec![BlockRef {
-            id: 0,
-            tag: tag(16384, 0),
-            will_init: false,
-            page: Some(&p),
-            data: vec![],
-        }],
+        blocks: vec![BlockRef { id: 0, tag: tag(16384, 0), will_init: false, page: Some(&p), data: vec![] }],
         ..simple(735, vec![1, 2, 3])
     };
     wal.insert(&rec).unwrap();
@@ -657,29 +500,15 @@ fn decoder_survives_truncated_and_mutated_records() {
     let p = page(0, 300, 7900, 11);
     let rec = RecordBuilder {
         blocks: vec![
-            BlockRef {
-                id: 0,
-                tag: tag(1, 2),
-                will_init: false,
-                page: Some(&p),
-                data: vec![],
-            },
-            BlockRef {
-                id: 1,
-                tag: tag(1, 3),
-                will_init: true,
-                page: None,
-                data: vec![5; 30],
-            },
+            BlockRef { id: 0, tag: tag(1, 2), will_init: false, page: Some(&p), data: vec![] },
+            BlockRef { id: 1, tag: tag(1, 3), will_init: true, page: None, data: vec![5; 30] },
         ],
         ..simple(9, vec![8; 20])
     };
     let end = wal.insert(&rec).unwrap();
     wal.flush(end).unwrap();
     let start = first_lsn(SEG);
-    let f = RealFs
-        .open(&dir.path().join(segment::segment_file_name(1, SEG)), false)
-        .unwrap();
+    let f = RealFs.open(&dir.path().join(segment::segment_file_name(1, SEG)), false).unwrap();
     let mut bytes = vec![0u8; (end.0 - start.0) as usize];
     f.read_exact_at(&mut bytes, 0).unwrap();
     assert!(record::decode(start, &bytes).is_ok());
@@ -688,10 +517,7 @@ fn decoder_survives_truncated_and_mutated_records() {
         if len >= 4 {
             cut[0..4].copy_from_slice(&(len as u32).to_le_bytes());
         }
-        assert!(
-            record::decode(start, &cut).is_err(),
-            "a truncated record decoded ({len} bytes)"
-        );
+        assert!(record::decode(start, &cut).is_err(), "a truncated record decoded ({len} bytes)");
     }
     for i in 24..bytes.len().min(400) {
         for bit in [0x01u8, 0x80] {

@@ -102,12 +102,8 @@ pub fn is_first_on_page(xid: Xid) -> bool {
 /// (`CLOGPagePrecedes`). Both the first and the last XID of `a` must precede the first XID
 /// of `b`; comparing an XID slightly inside each page keeps special XIDs out of the test.
 pub fn page_precedes(a: u32, b: u32) -> bool {
-    let xa = Xid(a
-        .wrapping_mul(CLOG_XACTS_PER_PAGE)
-        .wrapping_add(Xid::FIRST_NORMAL.0 + 1));
-    let xb = Xid(b
-        .wrapping_mul(CLOG_XACTS_PER_PAGE)
-        .wrapping_add(Xid::FIRST_NORMAL.0 + 1));
+    let xa = Xid(a.wrapping_mul(CLOG_XACTS_PER_PAGE).wrapping_add(Xid::FIRST_NORMAL.0 + 1));
+    let xb = Xid(b.wrapping_mul(CLOG_XACTS_PER_PAGE).wrapping_add(Xid::FIRST_NORMAL.0 + 1));
     xa.precedes(xb) && xa.precedes(Xid(xb.0.wrapping_add(CLOG_XACTS_PER_PAGE - 1)))
 }
 
@@ -130,12 +126,7 @@ struct CachedPage {
 
 impl CachedPage {
     fn zeroed() -> CachedPage {
-        CachedPage {
-            bytes: Box::new([0u8; CLOG_PAGE_SIZE]),
-            dirty: true,
-            version: 0,
-            async_lsn: Lsn::INVALID,
-        }
+        CachedPage { bytes: Box::new([0u8; CLOG_PAGE_SIZE]), dirty: true, version: 0, async_lsn: Lsn::INVALID }
     }
 }
 
@@ -167,11 +158,7 @@ impl Clog {
     pub fn open(fs: Arc<dyn FileSystem>, data_dir: &Path) -> Result<Clog> {
         let dir = data_dir.join(CLOG_DIR);
         fs.create_dir_all(&dir)?;
-        Ok(Clog {
-            fs,
-            dir,
-            cache: RwLock::new(Cache::default()),
-        })
+        Ok(Clog { fs, dir, cache: RwLock::new(Cache::default()) })
     }
 
     /// The `pg_xact` directory.
@@ -193,22 +180,11 @@ impl Clog {
         let mut cache = self.cache.write();
         if !cache.pages.contains_key(&page) {
             evict_if_full(&mut cache);
-            cache.pages.insert(
-                page,
-                CachedPage {
-                    bytes: loaded,
-                    dirty: false,
-                    version: 0,
-                    async_lsn: Lsn::INVALID,
-                },
-            );
+            cache.pages.insert(page, CachedPage { bytes: loaded, dirty: false, version: 0, async_lsn: Lsn::INVALID });
             return Ok(status);
         }
         // Someone else cached (and maybe changed) the page meanwhile: theirs is current.
-        Ok(cache
-            .pages
-            .get(&page)
-            .map_or(status, |p| read_bits(&p.bytes, xid)))
+        Ok(cache.pages.get(&page).map_or(status, |p| read_bits(&p.bytes, xid)))
     }
 
     /// Stores `status` for `xid`.
@@ -242,10 +218,7 @@ impl Clog {
     /// `Lsn::INVALID` when the page is not cached: it was then written, which flushed WAL.
     pub fn async_commit_lsn(&self, xid: Xid) -> Lsn {
         let cache = self.cache.read();
-        cache
-            .pages
-            .get(&page_of(xid))
-            .map_or(Lsn::INVALID, |p| p.async_lsn)
+        cache.pages.get(&page_of(xid)).map_or(Lsn::INVALID, |p| p.async_lsn)
     }
 
     /// Makes sure the page of a newly assigned `xid` exists (`ExtendCLOG`): at the first XID
@@ -321,8 +294,7 @@ impl Clog {
             let segment = segment_of(copies[i].0);
             let path = self.dir.join(segment_file_name(segment));
             let file = self.fs.open(&path, true)?;
-            while let Some((page, _, bytes)) = copies.get(i).filter(|c| segment_of(c.0) == segment)
-            {
+            while let Some((page, _, bytes)) = copies.get(i).filter(|c| segment_of(c.0) == segment) {
                 let offset = u64::from(page % CLOG_PAGES_PER_SEGMENT) * CLOG_PAGE_SIZE as u64;
                 file.write_at(&bytes[..], offset)?;
                 i += 1;
@@ -389,9 +361,7 @@ impl Clog {
         let segments = self.removable_segments(cutoff_page)?;
         {
             let mut cache = self.cache.write();
-            cache
-                .pages
-                .retain(|&page, _| !segments.contains(&segment_of(page)));
+            cache.pages.retain(|&page, _| !segments.contains(&segment_of(page)));
         }
         for &segment in &segments {
             self.fs.remove(&self.dir.join(segment_file_name(segment)))?;
@@ -412,10 +382,7 @@ impl Clog {
                 let page = read_u32(rec, 0)?;
                 self.truncate_segments(page).map(|_| ())
             }
-            other => Err(Error::corrupt_wal(
-                rec.lsn,
-                format!("unknown CLOG record info {other:#04x}"),
-            )),
+            other => Err(Error::corrupt_wal(rec.lsn, format!("unknown CLOG record info {other:#04x}"))),
         }
     }
 
@@ -448,10 +415,7 @@ impl Clog {
     /// Number of pages in memory and how many of them are dirty (for `check` and tests).
     pub fn cached_pages(&self) -> (usize, usize) {
         let cache = self.cache.read();
-        (
-            cache.pages.len(),
-            cache.pages.values().filter(|p| p.dirty).count(),
-        )
+        (cache.pages.len(), cache.pages.values().filter(|p| p.dirty).count())
     }
 
     fn ensure_cached(&self, page: u32) -> Result<()> {
@@ -462,15 +426,7 @@ impl Clog {
         let mut cache = self.cache.write();
         if !cache.pages.contains_key(&page) {
             evict_if_full(&mut cache);
-            cache.pages.insert(
-                page,
-                CachedPage {
-                    bytes: loaded,
-                    dirty: false,
-                    version: 0,
-                    async_lsn: Lsn::INVALID,
-                },
-            );
+            cache.pages.insert(page, CachedPage { bytes: loaded, dirty: false, version: 0, async_lsn: Lsn::INVALID });
         }
         Ok(())
     }
@@ -504,9 +460,7 @@ fn parse_segment_name(name: &str) -> Option<u32> {
     if name.len() != 4 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    u32::from_str_radix(name, 16)
-        .ok()
-        .filter(|&s| s < CLOG_SEGMENTS_TOTAL)
+    u32::from_str_radix(name, 16).ok().filter(|&s| s < CLOG_SEGMENTS_TOTAL)
 }
 
 fn bit_position(xid: Xid) -> (usize, u32) {
@@ -567,22 +521,11 @@ mod tests {
     fn status_round_trips_through_checkpoint_and_reopen() -> Result<()> {
         let tmp = tempfile::tempdir().expect("tempdir");
         let log = RecordingLog::default();
-        let xids = [
-            Xid(3),
-            Xid(4),
-            Xid(32767),
-            Xid(32768),
-            Xid(40_000),
-            Xid(32768 * 40 + 7),
-        ];
+        let xids = [Xid(3), Xid(4), Xid(32767), Xid(32768), Xid(40_000), Xid(32768 * 40 + 7)];
         {
             let clog = open(tmp.path());
             for (i, &x) in xids.iter().enumerate() {
-                let s = if i % 2 == 0 {
-                    XidStatus::Committed
-                } else {
-                    XidStatus::Aborted
-                };
+                let s = if i % 2 == 0 { XidStatus::Committed } else { XidStatus::Aborted };
                 clog.set_status(x, s)?;
             }
             clog.set_status(Xid(5), XidStatus::SubCommitted)?;
@@ -591,20 +534,12 @@ mod tests {
         }
         let clog = open(tmp.path());
         for (i, &x) in xids.iter().enumerate() {
-            let s = if i % 2 == 0 {
-                XidStatus::Committed
-            } else {
-                XidStatus::Aborted
-            };
+            let s = if i % 2 == 0 { XidStatus::Committed } else { XidStatus::Aborted };
             assert_eq!(clog.status(x)?, s, "xid {x}");
         }
         assert_eq!(clog.status(Xid(5))?, XidStatus::SubCommitted);
         assert_eq!(clog.status(Xid(6))?, XidStatus::InProgress);
-        assert_eq!(
-            clog.status(Xid(32768 * 1000))?,
-            XidStatus::InProgress,
-            "missing segment reads zeros"
-        );
+        assert_eq!(clog.status(Xid(32768 * 1000))?, XidStatus::InProgress, "missing segment reads zeros");
         let names = RealFs.list(&tmp.path().join(CLOG_DIR))?;
         assert_eq!(names, vec!["0000".to_string(), "0001".to_string()]);
         Ok(())
@@ -673,11 +608,7 @@ mod tests {
         let mut expect = page_of(oldest).to_le_bytes().to_vec();
         expect.extend_from_slice(&oldest.0.to_le_bytes());
         assert_eq!(recs[0].main_data, expect);
-        assert_eq!(
-            log.flushed(),
-            recs[0].end,
-            "truncate record is flushed before removal"
-        );
+        assert_eq!(log.flushed(), recs[0].end, "truncate record is flushed before removal");
         // Nothing more to remove: no record.
         assert_eq!(clog.truncate(oldest, &log)?, 0);
         assert_eq!(log.records().len(), 1);
@@ -712,18 +643,11 @@ mod tests {
         for page in 0..pages {
             clog.set_status(Xid(page * CLOG_XACTS_PER_PAGE + 7), XidStatus::Committed)?;
         }
-        assert_eq!(
-            clog.cached_pages(),
-            (pages as usize, pages as usize),
-            "dirty pages stay"
-        );
+        assert_eq!(clog.cached_pages(), (pages as usize, pages as usize), "dirty pages stay");
         clog.checkpoint(&log)?;
         let clog = open(tmp.path());
         for page in 0..pages {
-            assert_eq!(
-                clog.status(Xid(page * CLOG_XACTS_PER_PAGE + 7))?,
-                XidStatus::Committed
-            );
+            assert_eq!(clog.status(Xid(page * CLOG_XACTS_PER_PAGE + 7))?, XidStatus::Committed);
             assert!(clog.cached_pages().0 <= MAX_CACHED_PAGES);
         }
         // Page 0 may have been evicted meanwhile; changing it then reloads it from its segment.
@@ -745,10 +669,7 @@ mod tests {
     fn page_precedes_is_circular() {
         assert!(page_precedes(0, 1));
         assert!(!page_precedes(1, 0));
-        assert!(
-            page_precedes(CLOG_PAGES_TOTAL - 1, 0),
-            "last page precedes page 0 after a wrap"
-        );
+        assert!(page_precedes(CLOG_PAGES_TOTAL - 1, 0), "last page precedes page 0 after a wrap");
         assert!(!page_precedes(5, 5));
     }
 
@@ -759,23 +680,15 @@ mod tests {
         make_segment(tmp.path(), 0);
         make_segment(tmp.path(), 1);
         clog.set_status(Xid(40), XidStatus::Committed)?;
-        let mut rec = crate::xact::test_log::decoded(
-            Rmgr::Clog,
-            INFO_ZEROPAGE,
-            Xid::INVALID,
-            0u32.to_le_bytes().to_vec(),
-        );
+        let mut rec =
+            crate::xact::test_log::decoded(Rmgr::Clog, INFO_ZEROPAGE, Xid::INVALID, 0u32.to_le_bytes().to_vec());
         clog.redo(&rec)?;
         assert_eq!(clog.status(Xid(40))?, XidStatus::InProgress);
         let page = CLOG_PAGES_PER_SEGMENT;
         rec.main_data = (page + 1).to_le_bytes().to_vec();
         clog.redo(&rec)?; // the counter has moved on to page 33
         rec.info = INFO_TRUNCATE;
-        rec.main_data = [
-            page.to_le_bytes(),
-            (page * CLOG_XACTS_PER_PAGE).to_le_bytes(),
-        ]
-        .concat();
+        rec.main_data = [page.to_le_bytes(), (page * CLOG_XACTS_PER_PAGE).to_le_bytes()].concat();
         clog.redo(&rec)?;
         assert_eq!(segments(tmp.path()), vec!["0001"]);
         rec.main_data.truncate(2);

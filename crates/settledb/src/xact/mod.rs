@@ -139,12 +139,8 @@ impl XidStatus {
 /// One line describing an `XACT` or `CLOG` record, for `settle waldump` (`rmgrdesc`).
 /// Malformed main data is described, never a panic.
 pub fn describe(rec: &DecodedRecord) -> String {
-    let u32_at = |at: usize| {
-        rec.main_data
-            .get(at..at + 4)
-            .and_then(|s| <[u8; 4]>::try_from(s).ok())
-            .map(u32::from_le_bytes)
-    };
+    let u32_at =
+        |at: usize| rec.main_data.get(at..at + 4).and_then(|s| <[u8; 4]>::try_from(s).ok()).map(u32::from_le_bytes);
     let time = || {
         rec.main_data
             .get(..8)
@@ -232,11 +228,7 @@ pub(crate) mod test_log {
         pub fn decoded(&self) -> Vec<DecodedRecord> {
             self.records()
                 .into_iter()
-                .map(|r| DecodedRecord {
-                    lsn: r.lsn,
-                    end_lsn: r.end,
-                    ..decoded(r.rmgr, r.info, r.xid, r.main_data)
-                })
+                .map(|r| DecodedRecord { lsn: r.lsn, end_lsn: r.end, ..decoded(r.rmgr, r.info, r.xid, r.main_data) })
                 .collect()
         }
     }

@@ -90,11 +90,7 @@ pub struct TransactionManager {
 
 impl TransactionManager {
     /// Opens the CLOG under `data_dir` and starts the counter at `opts.next_full_xid`.
-    pub fn open(
-        fs: Arc<dyn FileSystem>,
-        data_dir: &Path,
-        opts: XactOptions,
-    ) -> Result<TransactionManager> {
+    pub fn open(fs: Arc<dyn FileSystem>, data_dir: &Path, opts: XactOptions) -> Result<TransactionManager> {
         let clog = Clog::open(fs, data_dir)?;
         clog.set_latest_xid(opts.next_full_xid.xid());
         let procs = ProcArray {
@@ -123,8 +119,7 @@ impl TransactionManager {
 
     fn publish(&self, procs: &ProcArray) {
         self.next_full.store(procs.next.0, Ordering::Release);
-        self.oldest_running
-            .store(procs.oldest_running().0, Ordering::Release);
+        self.oldest_running.store(procs.oldest_running().0, Ordering::Release);
     }
 
     /// Assigns a new top-level XID (`GetNewTransactionId`): refuses at the stop limit, warns
@@ -135,10 +130,7 @@ impl TransactionManager {
         let xid = full.xid();
         let limits = procs.limits;
         if xid.follows_or_equals(limits.stop_limit) {
-            return Err(Error::WraparoundStop {
-                next_xid: xid,
-                oldest_xid: limits.oldest_xid,
-            });
+            return Err(Error::WraparoundStop { next_xid: xid, oldest_xid: limits.oldest_xid });
         }
         if xid.follows_or_equals(limits.warn_limit) {
             self.warn(limits.warning(xid));
@@ -163,10 +155,7 @@ impl TransactionManager {
         let mut procs = self.procs.lock();
         let old = procs.next;
         let limits = procs.limits;
-        let stop_err = Error::WraparoundStop {
-            next_xid: limits.stop_limit,
-            oldest_xid: limits.oldest_xid,
-        };
+        let stop_err = Error::WraparoundStop { next_xid: limits.stop_limit, oldest_xid: limits.oldest_xid };
         if old.xid().follows_or_equals(limits.stop_limit) {
             return Err(stop_err);
         }
@@ -253,10 +242,8 @@ impl TransactionManager {
             log.flush(lsn)?;
             self.clog.set_status(xid.xid(), XidStatus::Committed)?;
         } else {
-            self.clog
-                .set_status_lsn(xid.xid(), XidStatus::Committed, lsn)?;
-            self.latest_async_commit_lsn
-                .fetch_max(lsn.0, Ordering::AcqRel);
+            self.clog.set_status_lsn(xid.xid(), XidStatus::Committed, lsn)?;
+            self.latest_async_commit_lsn.fetch_max(lsn.0, Ordering::AcqRel);
         }
         self.end(xid);
         Ok(lsn)
@@ -278,9 +265,7 @@ impl TransactionManager {
         if self.procs.lock().running.contains(&xid) {
             Ok(())
         } else {
-            Err(Error::invalid(format!(
-                "transaction {xid:?} is not running"
-            )))
+            Err(Error::invalid(format!("transaction {xid:?} is not running")))
         }
     }
 
@@ -301,18 +286,10 @@ impl TransactionManager {
                 let status = match rec.info {
                     INFO_XACT_COMMIT => XidStatus::Committed,
                     INFO_XACT_ABORT => XidStatus::Aborted,
-                    other => {
-                        return Err(Error::corrupt_wal(
-                            rec.lsn,
-                            format!("unknown XACT record info {other:#04x}"),
-                        ))
-                    }
+                    other => return Err(Error::corrupt_wal(rec.lsn, format!("unknown XACT record info {other:#04x}"))),
                 };
                 if !rec.xid.is_normal() {
-                    return Err(Error::corrupt_wal(
-                        rec.lsn,
-                        format!("XACT record for special XID {}", rec.xid),
-                    ));
+                    return Err(Error::corrupt_wal(rec.lsn, format!("XACT record for special XID {}", rec.xid)));
                 }
                 self.clog.set_status(rec.xid, status)?;
                 let mut procs = self.procs.lock();
@@ -323,10 +300,7 @@ impl TransactionManager {
                 }
                 Ok(())
             }
-            other => Err(Error::corrupt_wal(
-                rec.lsn,
-                format!("{} record sent to xact redo", other.name()),
-            )),
+            other => Err(Error::corrupt_wal(rec.lsn, format!("{} record sent to xact redo", other.name()))),
         }
     }
 
@@ -336,11 +310,7 @@ impl TransactionManager {
     /// Hot path: lock-free unless `xid` may still be running.
     pub fn status(&self, xid: Xid) -> Result<XidStatus> {
         if !xid.is_normal() {
-            return Ok(if xid.is_valid() {
-                XidStatus::Committed
-            } else {
-                XidStatus::Aborted
-            });
+            return Ok(if xid.is_valid() { XidStatus::Committed } else { XidStatus::Aborted });
         }
         let next = FullXid(self.next_full.load(Ordering::Acquire));
         let full = next.widen(xid);
@@ -354,9 +324,7 @@ impl TransactionManager {
             XidStatus::Committed => XidStatus::Committed,
             // Not running and never committed: aborted, crashed, or a burned XID. Without
             // subtransactions a sub-committed XID whose parent is gone never committed.
-            XidStatus::Aborted | XidStatus::InProgress | XidStatus::SubCommitted => {
-                XidStatus::Aborted
-            }
+            XidStatus::Aborted | XidStatus::InProgress | XidStatus::SubCommitted => XidStatus::Aborted,
         })
     }
 
@@ -393,18 +361,11 @@ impl TransactionManager {
 
     /// Takes a snapshot and, if `backend` advertises no xmin yet, advertises this snapshot's
     /// xmin under the same lock, so no horizon computed in between can miss it.
-    pub fn get_registered_snapshot(
-        &self,
-        backend: BackendId,
-        my_xid: Option<Xid>,
-    ) -> Result<Snapshot> {
+    pub fn get_registered_snapshot(&self, backend: BackendId, my_xid: Option<Xid>) -> Result<Snapshot> {
         let mut procs = self.procs.lock();
         let snap = snapshot_of(&procs, my_xid);
         let xmin = procs.next.widen(snap.xmin);
-        let slot = procs
-            .backends
-            .get_mut(&backend)
-            .ok_or_else(|| unknown_backend(backend))?;
+        let slot = procs.backends.get_mut(&backend).ok_or_else(|| unknown_backend(backend))?;
         if slot.is_none() {
             *slot = Some(xmin);
         }
@@ -431,10 +392,7 @@ impl TransactionManager {
     pub fn register_snapshot_xmin(&self, backend: BackendId, xmin: Xid) -> Result<()> {
         let mut procs = self.procs.lock();
         let full = procs.next.widen(xmin);
-        let slot = procs
-            .backends
-            .get_mut(&backend)
-            .ok_or_else(|| unknown_backend(backend))?;
+        let slot = procs.backends.get_mut(&backend).ok_or_else(|| unknown_backend(backend))?;
         *slot = Some(full);
         Ok(())
     }
@@ -484,12 +442,7 @@ fn snapshot_of(procs: &ProcArray, my_xid: Option<Xid>) -> Snapshot {
         xip.push(full.xid());
     }
     xip.sort_unstable_by_key(|x| x.0);
-    Snapshot {
-        xmin: xmin.xid(),
-        xmax: procs.next.xid(),
-        xip,
-        my_xid,
-    }
+    Snapshot { xmin: xmin.xid(), xmax: procs.next.xid(), xip, my_xid }
 }
 
 fn unknown_backend(backend: BackendId) -> Error {
@@ -507,18 +460,10 @@ fn first_of_page(full: FullXid) -> FullXid {
 }
 
 fn end_record(info: u8, xid: Xid) -> RecordBuilder<'static> {
-    RecordBuilder {
-        rmgr: Rmgr::Xact,
-        info,
-        xid,
-        blocks: Vec::new(),
-        main_data: now_micros().to_le_bytes().to_vec(),
-    }
+    RecordBuilder { rmgr: Rmgr::Xact, info, xid, blocks: Vec::new(), main_data: now_micros().to_le_bytes().to_vec() }
 }
 
 /// Microseconds since the Unix epoch (the commit timestamp).
 fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }

@@ -53,12 +53,7 @@ mod tests {
 
     #[test]
     fn xid_in_mvcc_snapshot_rules() {
-        let s = Snapshot {
-            xmin: Xid(10),
-            xmax: Xid(20),
-            xip: vec![Xid(10), Xid(15)],
-            my_xid: Some(Xid(12)),
-        };
+        let s = Snapshot { xmin: Xid(10), xmax: Xid(20), xip: vec![Xid(10), Xid(15)], my_xid: Some(Xid(12)) };
         assert!(!s.is_in_progress(Xid(9)), "before xmin: finished");
         assert!(s.is_in_progress(Xid(10)));
         assert!(!s.is_in_progress(Xid(11)), "between, not in xip: finished");
@@ -72,12 +67,7 @@ mod tests {
     #[test]
     fn comparisons_wrap_around() {
         let xmin = Xid(u32::MAX - 5);
-        let s = Snapshot {
-            xmin,
-            xmax: Xid(10),
-            xip: vec![Xid(4), Xid(u32::MAX - 5)],
-            my_xid: None,
-        };
+        let s = Snapshot { xmin, xmax: Xid(10), xip: vec![Xid(4), Xid(u32::MAX - 5)], my_xid: None };
         assert!(s.is_in_progress(Xid(u32::MAX - 5)));
         assert!(!s.is_in_progress(Xid(u32::MAX - 1)));
         assert!(s.is_in_progress(Xid(4)));

@@ -22,11 +22,7 @@ struct Fixture {
 fn fixture(opts: XactOptions) -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let tm = TransactionManager::open(Arc::new(RealFs), dir.path(), opts).expect("open");
-    Fixture {
-        _dir: dir,
-        tm,
-        log: RecordingLog::default(),
-    }
+    Fixture { _dir: dir, tm, log: RecordingLog::default() }
 }
 
 fn new_cluster() -> Fixture {
@@ -55,26 +51,16 @@ fn snapshot_lists_concurrent_running_xids() -> Result<()> {
 
     let s = f.tm.get_snapshot(Some(t3.xid()));
     assert_eq!(s.xmax, Xid(6));
-    assert_eq!(
-        s.xip,
-        vec![t1.xid()],
-        "own XID and committed XIDs are not listed"
-    );
+    assert_eq!(s.xip, vec![t1.xid()], "own XID and committed XIDs are not listed");
     assert_eq!(s.xmin, t1.xid());
     assert!(s.is_in_progress(t1.xid()));
     assert!(!s.is_in_progress(t2.xid()));
     assert!(!s.is_in_progress(t3.xid()));
 
     let t4 = f.tm.assign_xid(&f.log)?; // 6, after the snapshot
-    assert!(
-        s.is_in_progress(t4.xid()),
-        "XIDs from xmax on are invisible"
-    );
+    assert!(s.is_in_progress(t4.xid()), "XIDs from xmax on are invisible");
     f.tm.commit(t1, &f.log, true)?;
-    assert!(
-        s.is_in_progress(t1.xid()),
-        "a snapshot does not change when t1 commits"
-    );
+    assert!(s.is_in_progress(t1.xid()), "a snapshot does not change when t1 commits");
 
     let s2 = f.tm.get_snapshot(None);
     assert_eq!((s2.xmin, s2.xmax), (t3.xid(), Xid(7)));
@@ -96,11 +82,7 @@ fn oldest_xmin_follows_registered_snapshot_xmins() -> Result<()> {
     let s = f.tm.get_registered_snapshot(b1, None)?;
     assert_eq!(s.xmin, t1.xid());
     f.tm.commit(t1, &f.log, true)?;
-    assert_eq!(
-        f.tm.oldest_xmin(),
-        Xid(3),
-        "b1's snapshot still sees 3 as running"
-    );
+    assert_eq!(f.tm.oldest_xmin(), Xid(3), "b1's snapshot still sees 3 as running");
 
     for _ in 0..3 {
         let t = f.tm.assign_xid(&f.log)?;
@@ -111,17 +93,10 @@ fn oldest_xmin_follows_registered_snapshot_xmins() -> Result<()> {
     assert_eq!(f.tm.oldest_xmin(), Xid(5));
     let running = f.tm.assign_xid(&f.log)?; // 7
     f.tm.unregister_backend(b2);
-    assert_eq!(
-        f.tm.oldest_xmin(),
-        running.xid(),
-        "running XIDs hold the horizon"
-    );
+    assert_eq!(f.tm.oldest_xmin(), running.xid(), "running XIDs hold the horizon");
     f.tm.commit(running, &f.log, true)?;
     assert_eq!(f.tm.oldest_xmin(), Xid(8));
-    assert!(matches!(
-        f.tm.register_snapshot_xmin(b2, Xid(8)),
-        Err(Error::InvalidInput(_))
-    ));
+    assert!(matches!(f.tm.register_snapshot_xmin(b2, Xid(8)), Err(Error::InvalidInput(_))));
     Ok(())
 }
 
@@ -132,20 +107,14 @@ fn commit_logs_flushes_then_marks_clog() -> Result<()> {
     assert_eq!(f.tm.status(t.xid())?, XidStatus::InProgress);
     let lsn = f.tm.commit(t, &f.log, true)?;
     let rec = f.log.records().pop().expect("commit record");
-    assert_eq!(
-        (rec.rmgr, rec.info, rec.xid),
-        (Rmgr::Xact, INFO_XACT_COMMIT, t.xid())
-    );
+    assert_eq!((rec.rmgr, rec.info, rec.xid), (Rmgr::Xact, INFO_XACT_COMMIT, t.xid()));
     assert_eq!(rec.main_data.len(), 8, "commit timestamp, i64 LE");
     assert_eq!(rec.end, lsn);
     assert_eq!(f.log.flushed(), lsn, "synchronous commit flushes");
     assert_eq!(f.tm.status(t.xid())?, XidStatus::Committed);
     assert!(!f.tm.is_running(t.xid()));
     assert_eq!(f.tm.latest_async_commit_lsn(), Lsn::INVALID);
-    assert!(
-        matches!(f.tm.commit(t, &f.log, true), Err(Error::InvalidInput(_))),
-        "double commit"
-    );
+    assert!(matches!(f.tm.commit(t, &f.log, true), Err(Error::InvalidInput(_))), "double commit");
 
     let a = f.tm.assign_xid(&f.log)?;
     let async_lsn = f.tm.commit(a, &f.log, false)?;
@@ -159,10 +128,7 @@ fn commit_logs_flushes_then_marks_clog() -> Result<()> {
     let b = f.tm.assign_xid(&f.log)?;
     f.tm.abort(b, &f.log)?;
     let rec = f.log.records().pop().expect("abort record");
-    assert_eq!(
-        (rec.rmgr, rec.info, rec.xid),
-        (Rmgr::Xact, INFO_XACT_ABORT, b.xid())
-    );
+    assert_eq!((rec.rmgr, rec.info, rec.xid), (Rmgr::Xact, INFO_XACT_ABORT, b.xid()));
     assert_eq!(f.tm.status(b.xid())?, XidStatus::Aborted);
     Ok(())
 }
@@ -174,25 +140,14 @@ fn status_of_special_future_and_crashed_xids() -> Result<()> {
     assert_eq!(f.tm.status(Xid::BOOTSTRAP)?, XidStatus::Committed);
     assert_eq!(f.tm.status(Xid::INVALID)?, XidStatus::Aborted);
     let t = f.tm.assign_xid(&f.log)?;
-    assert_eq!(
-        f.tm.status(Xid(t.xid().0 + 1))?,
-        XidStatus::InProgress,
-        "not assigned yet"
-    );
+    assert_eq!(f.tm.status(Xid(t.xid().0 + 1))?, XidStatus::InProgress, "not assigned yet");
     // Simulate a crash: a new manager over the same CLOG, next XID past t, t not running.
     let crashed = TransactionManager::open(
         Arc::new(RealFs),
         f._dir.path(),
-        XactOptions {
-            next_full_xid: f.tm.next_full_xid(),
-            ..XactOptions::default()
-        },
+        XactOptions { next_full_xid: f.tm.next_full_xid(), ..XactOptions::default() },
     )?;
-    assert_eq!(
-        crashed.status(t.xid())?,
-        XidStatus::Aborted,
-        "in progress in CLOG, not running: crashed"
-    );
+    assert_eq!(crashed.status(t.xid())?, XidStatus::Aborted, "in progress in CLOG, not running: crashed");
     Ok(())
 }
 
@@ -210,19 +165,11 @@ fn wait_for_unblocks_when_another_thread_commits() -> Result<()> {
             status
         })
     };
-    assert!(
-        rx.recv_timeout(Duration::from_millis(100)).is_err(),
-        "waiter must block while t runs"
-    );
+    assert!(rx.recv_timeout(Duration::from_millis(100)).is_err(), "waiter must block while t runs");
     f.tm.commit(t, &f.log, true)?;
-    rx.recv_timeout(Duration::from_secs(10))
-        .expect("waiter woke up");
+    rx.recv_timeout(Duration::from_secs(10)).expect("waiter woke up");
     let seen = waiter.join().expect("join")?;
-    assert_eq!(
-        seen,
-        XidStatus::Committed,
-        "after waking, the CLOG already says committed"
-    );
+    assert_eq!(seen, XidStatus::Committed, "after waking, the CLOG already says committed");
     f.tm.wait_for(t.xid()); // not running: returns at once
     Ok(())
 }
@@ -243,34 +190,17 @@ fn stop_limit_refuses_exactly_at_the_limit() -> Result<()> {
     let stop = f.tm.limits().stop_limit;
     assert_eq!(stop, Xid(1000 + WRAP_DISTANCE - STOP_MARGIN));
     assert_eq!(f.tm.assign_xid(&f.log)?.xid(), Xid(stop.0 - 2));
-    assert_eq!(
-        f.tm.assign_xid(&f.log)?.xid(),
-        Xid(stop.0 - 1),
-        "the last XID before the limit is granted"
-    );
+    assert_eq!(f.tm.assign_xid(&f.log)?.xid(), Xid(stop.0 - 1), "the last XID before the limit is granted");
     match f.tm.assign_xid(&f.log) {
         Err(e @ Error::WraparoundStop { .. }) => {
-            let Error::WraparoundStop {
-                next_xid,
-                oldest_xid,
-            } = &e
-            else {
-                unreachable!()
-            };
+            let Error::WraparoundStop { next_xid, oldest_xid } = &e else { unreachable!() };
             assert_eq!((*next_xid, *oldest_xid), (stop, Xid(1000)));
             let msg = e.to_string();
-            assert!(
-                msg.contains("to avoid wraparound") && msg.contains("VACUUM"),
-                "{msg}"
-            );
+            assert!(msg.contains("to avoid wraparound") && msg.contains("VACUUM"), "{msg}");
         }
         other => panic!("expected WraparoundStop, got {other:?}"),
     }
-    assert_eq!(
-        f.tm.next_full_xid().xid(),
-        stop,
-        "a refusal does not consume an XID"
-    );
+    assert_eq!(f.tm.next_full_xid().xid(), stop, "a refusal does not consume an XID");
     // Vacuum advanced the frozen XID: assignment resumes.
     f.tm.set_oldest_xid(Xid(500_000_000), 200_000_000);
     assert_eq!(f.tm.assign_xid(&f.log)?.xid(), stop);
@@ -292,13 +222,7 @@ fn warn_limit_warns_with_remaining_count() -> Result<()> {
     f.tm.assign_xid(&f.log)?;
     assert_eq!(f.tm.warnings_issued(), 1);
     let msg = f.tm.last_warning().expect("warning");
-    assert!(
-        msg.contains(&format!(
-            "must be vacuumed within {} transactions",
-            WARN_MARGIN
-        )),
-        "{msg}"
-    );
+    assert!(msg.contains(&format!("must be vacuumed within {} transactions", WARN_MARGIN)), "{msg}");
     Ok(())
 }
 
@@ -315,29 +239,19 @@ fn consume_xids_crosses_2_pow_32() -> Result<()> {
     f.tm.commit(t, &f.log, true)?;
     let remaining_in_epoch = u64::from(u32::MAX - f.tm.next_full_xid().xid().0) + 1;
     let next = f.tm.consume_xids(remaining_in_epoch + 10, &f.log)?;
-    assert_eq!(
-        next,
-        FullXid::new(1, Xid(13)),
-        "epoch increments, 0..=2 skipped"
-    );
+    assert_eq!(next, FullXid::new(1, Xid(13)), "epoch increments, 0..=2 skipped");
     let u = f.tm.assign_xid(&f.log)?;
     assert_eq!(u, FullXid::new(1, Xid(13)));
     f.tm.commit(u, &f.log, true)?;
     assert_eq!(f.tm.status(u.xid())?, XidStatus::Committed);
-    assert_eq!(
-        f.tm.status(t.xid())?,
-        XidStatus::Committed,
-        "old epoch statuses survive"
-    );
-    assert_eq!(
-        f.tm.status(Xid(5))?,
-        XidStatus::Aborted,
-        "burned XIDs never committed"
-    );
+    assert_eq!(f.tm.status(t.xid())?, XidStatus::Committed, "old epoch statuses survive");
+    assert_eq!(f.tm.status(Xid(5))?, XidStatus::Aborted, "burned XIDs never committed");
     // Landing page 0 was zeroed and logged.
-    assert!(f.log.records().iter().any(|r| r.info == INFO_ZEROPAGE
-        && r.rmgr == Rmgr::Clog
-        && r.main_data == 0u32.to_le_bytes().to_vec()));
+    assert!(f
+        .log
+        .records()
+        .iter()
+        .any(|r| r.info == INFO_ZEROPAGE && r.rmgr == Rmgr::Clog && r.main_data == 0u32.to_le_bytes().to_vec()));
     Ok(())
 }
 
@@ -347,17 +261,9 @@ fn consume_xids_two_billion_is_fast_and_stops_at_the_limit() -> Result<()> {
     let started = std::time::Instant::now();
     let stop = f.tm.limits().stop_limit;
     let err = f.tm.consume_xids(1 << 31, &f.log);
-    assert!(
-        started.elapsed() < Duration::from_millis(500),
-        "took {:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_millis(500), "took {:?}", started.elapsed());
     assert!(matches!(err, Err(Error::WraparoundStop { .. })), "{err:?}");
-    assert_eq!(
-        f.tm.next_full_xid(),
-        FullXid::new(0, stop),
-        "stops exactly at the limit"
-    );
+    assert_eq!(f.tm.next_full_xid(), FullXid::new(0, stop), "stops exactly at the limit");
     assert!(f.tm.assign_xid(&f.log).is_err());
 
     // With the frozen XID moving along, 2^31 XIDs at a time wrap the counter twice.
@@ -368,11 +274,7 @@ fn consume_xids_two_billion_is_fast_and_stops_at_the_limit() -> Result<()> {
         f.tm.set_oldest_xid(next.xid(), 200_000_000);
         f.tm.consume_xids((1 << 31) - 10_000_000, &f.log)?;
     }
-    assert!(
-        started.elapsed() < Duration::from_millis(500),
-        "took {:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_millis(500), "took {:?}", started.elapsed());
     let next = f.tm.next_full_xid();
     assert_eq!(next.epoch(), 1, "{next:?}");
     let (cached, _) = f.tm.clog().cached_pages();
@@ -398,11 +300,7 @@ fn redo_sets_statuses_and_advances_next_xid() -> Result<()> {
     assert_eq!(r.tm.status(t1.xid())?, XidStatus::Committed);
     assert_eq!(r.tm.status(t2.xid())?, XidStatus::Aborted);
     assert_eq!(r.tm.status(t3.xid())?, XidStatus::Committed);
-    assert_eq!(
-        r.tm.next_full_xid(),
-        t3.next(),
-        "next XID moves past replayed XIDs"
-    );
+    assert_eq!(r.tm.next_full_xid(), t3.next(), "next XID moves past replayed XIDs");
     assert_eq!(r.tm.assign_xid(&r.log)?, t3.next());
 
     let mut bad = test_log::decoded(Rmgr::Xact, 0x70, t1.xid(), Vec::new());
@@ -432,18 +330,10 @@ fn clog_survives_checkpoint_and_reopen_through_the_manager() -> Result<()> {
     let reopened = TransactionManager::open(
         Arc::new(RealFs),
         f._dir.path(),
-        XactOptions {
-            next_full_xid: f.tm.next_full_xid(),
-            ..XactOptions::default()
-        },
+        XactOptions { next_full_xid: f.tm.next_full_xid(), ..XactOptions::default() },
     )?;
     for x in &committed {
-        assert_eq!(
-            reopened.status(*x)?,
-            XidStatus::Committed,
-            "xid {x} (page {})",
-            page_of(*x)
-        );
+        assert_eq!(reopened.status(*x)?, XidStatus::Committed, "xid {x} (page {})", page_of(*x));
     }
     assert!(RealFs.list(&f._dir.path().join(clog::CLOG_DIR))?.len() >= 2);
     Ok(())
@@ -458,16 +348,9 @@ fn truncate_clog_refuses_above_the_frozen_xid() -> Result<()> {
     let t = f.tm.assign_xid(&f.log)?;
     f.tm.commit(t, &f.log, true)?;
     f.tm.clog().checkpoint(&f.log)?;
-    assert!(matches!(
-        f.tm.truncate_clog(t.xid(), &f.log),
-        Err(Error::InvalidInput(_))
-    ));
+    assert!(matches!(f.tm.truncate_clog(t.xid(), &f.log), Err(Error::InvalidInput(_))));
     f.tm.set_oldest_xid(t.xid(), 200_000_000);
-    assert_eq!(
-        f.tm.truncate_clog(t.xid(), &f.log)?,
-        1,
-        "segment 0000 (page 0) goes"
-    );
+    assert_eq!(f.tm.truncate_clog(t.xid(), &f.log)?, 1, "segment 0000 (page 0) goes");
     assert_eq!(f.tm.status(t.xid())?, XidStatus::Committed);
     Ok(())
 }
@@ -479,11 +362,7 @@ fn records_render_for_waldump() -> Result<()> {
     f.tm.commit(t, &f.log, true)?;
     let lines: Vec<String> = f.log.decoded().iter().map(describe).collect();
     assert_eq!(lines[0], "ZEROPAGE page 0");
-    assert!(
-        lines[1].starts_with("COMMIT xid 3 time_us "),
-        "{}",
-        lines[1]
-    );
+    assert!(lines[1].starts_with("COMMIT xid 3 time_us "), "{}", lines[1]);
     let short = test_log::decoded(Rmgr::Clog, clog::INFO_TRUNCATE, Xid::INVALID, vec![1, 2]);
     assert_eq!(describe(&short), "TRUNCATE (malformed)");
     Ok(())

@@ -44,9 +44,7 @@ impl XidLimits {
         let wrap = forward(oldest_xid.0.wrapping_add(WRAP_DISTANCE));
         XidLimits {
             oldest_xid,
-            vac_limit: Xid(forward(
-                oldest_xid.0.wrapping_add(autovacuum_freeze_max_age),
-            )),
+            vac_limit: Xid(forward(oldest_xid.0.wrapping_add(autovacuum_freeze_max_age))),
             warn_limit: Xid(backward(wrap.wrapping_sub(WARN_MARGIN))),
             stop_limit: Xid(backward(wrap.wrapping_sub(STOP_MARGIN))),
             wrap_limit: Xid(wrap),
@@ -104,10 +102,7 @@ mod tests {
         assert_eq!(l.wrap_limit, Xid(3), "0 is skipped forward to 3");
         assert_eq!(l.stop_limit, Xid(3u32.wrapping_sub(STOP_MARGIN)));
         // A stop limit landing on a special XID moves backwards past them.
-        let l = XidLimits::compute(
-            Xid(STOP_MARGIN.wrapping_sub(WRAP_DISTANCE).wrapping_add(1)),
-            100,
-        );
+        let l = XidLimits::compute(Xid(STOP_MARGIN.wrapping_sub(WRAP_DISTANCE).wrapping_add(1)), 100);
         assert!(l.stop_limit.is_normal(), "stop limit {}", l.stop_limit);
     }
 
@@ -122,9 +117,6 @@ mod tests {
             step = step.next();
         }
         assert_eq!(advance(start, 3), step, "agrees with FullXid::next");
-        assert_eq!(
-            advance(FullXid::new(0, Xid(3)), 3 * ((1u64 << 32) - 3)),
-            FullXid::new(3, Xid(3))
-        );
+        assert_eq!(advance(FullXid::new(0, Xid(3)), 3 * ((1u64 << 32) - 3)), FullXid::new(3, Xid(3)));
     }
 }

@@ -4,11 +4,7 @@ use rand::{Rng, SeedableRng};
 use super::*;
 
 fn col(name: &str, ty: Type, nullable: bool) -> Column {
-    Column {
-        name: name.to_string(),
-        ty,
-        nullable,
-    }
+    Column { name: name.to_string(), ty, nullable }
 }
 
 fn pgbench_accounts() -> Schema {
@@ -23,12 +19,7 @@ fn pgbench_accounts() -> Schema {
 }
 
 fn pgbench_row(aid: i32) -> Vec<Value> {
-    vec![
-        Value::Int4(aid),
-        Value::Int4(1),
-        Value::Int4(0),
-        Value::Text(" ".repeat(84)),
-    ]
+    vec![Value::Int4(aid), Value::Int4(1), Value::Int4(0), Value::Text(" ".repeat(84))]
 }
 
 fn invalid_msg(r: Result<Vec<u8>>) -> String {
@@ -47,15 +38,8 @@ fn pgbench_accounts_row_is_121_bytes() {
     assert_eq!(h.natts(), 4);
     assert_eq!(h.infomask(), HEAP_XMAX_INVALID | HEAP_HASVARWIDTH);
     assert_eq!(h.xmax(), Xid::INVALID);
-    assert_eq!(
-        t[24 + 12],
-        ((85 << 1) | 1) as u8,
-        "1-byte varlena header, unaligned"
-    );
-    assert_eq!(
-        deform_tuple(&pgbench_accounts(), &t).unwrap(),
-        pgbench_row(7)
-    );
+    assert_eq!(t[24 + 12], ((85 << 1) | 1) as u8, "1-byte varlena header, unaligned");
+    assert_eq!(deform_tuple(&pgbench_accounts(), &t).unwrap(), pgbench_row(7));
 }
 
 #[test]
@@ -69,10 +53,7 @@ fn header_setters_write_little_endian_fields() {
     set_infomask2(&mut t, 4 | HEAP_HOT_UPDATED);
     assert_eq!(&t[0..4], &[4, 3, 2, 1]);
     let h = TupleHeader::parse(&t).unwrap();
-    assert_eq!(
-        (h.xmin(), h.xmax(), h.cid(), h.ctid()),
-        (Xid(0x0102_0304), Xid(9), 3, Tid::new(5, 2))
-    );
+    assert_eq!((h.xmin(), h.xmax(), h.cid(), h.ctid()), (Xid(0x0102_0304), Xid(9), 3, Tid::new(5, 2)));
     assert_eq!(h.natts(), 4);
     assert_eq!(
         describe_header(&t),
@@ -94,13 +75,8 @@ fn alignment_follows_postgres_rules() {
             col("long", Type::Bytea, false),
         ],
     };
-    let row = vec![
-        Value::Bool(true),
-        Value::Int8(-2),
-        Value::Text("ab".into()),
-        Value::Int4(5),
-        Value::Bytea(vec![9; 127]),
-    ];
+    let row =
+        vec![Value::Bool(true), Value::Int8(-2), Value::Text("ab".into()), Value::Int4(5), Value::Bytea(vec![9; 127])];
     let t = form_tuple(&s, &row).unwrap();
     // data: bool@0, pad to 8, int8@8..16, short text@16..19, pad, int4@20..24,
     // long varlena: header@24..28 (already 4-aligned), 127 bytes -> 155.
@@ -108,9 +84,7 @@ fn alignment_follows_postgres_rules() {
     assert_eq!(&t[24 + 24..24 + 28], &((131u32) << 2).to_le_bytes());
     assert_eq!(deform_tuple(&s, &t).unwrap(), row);
     // 126 payload bytes still use the 1-byte header.
-    let s2 = Schema {
-        columns: vec![col("b", Type::Bool, false), col("x", Type::Bytea, false)],
-    };
+    let s2 = Schema { columns: vec![col("b", Type::Bool, false), col("x", Type::Bytea, false)] };
     let t2 = form_tuple(&s2, &[Value::Bool(false), Value::Bytea(vec![1; 126])]).unwrap();
     assert_eq!(t2.len(), 24 + 1 + 127);
     let t3 = form_tuple(&s2, &[Value::Bool(false), Value::Bytea(vec![1; 127])]).unwrap();
@@ -123,10 +97,7 @@ fn nulls_use_a_bitmap_and_take_no_space() {
     let row = vec![Value::Int4(1), Value::Null, Value::Int4(3), Value::Null];
     let t = form_tuple(&s, &row).unwrap();
     let h = TupleHeader::parse(&t).unwrap();
-    assert_eq!(
-        h.infomask() & (HEAP_HASNULL | HEAP_HASVARWIDTH),
-        HEAP_HASNULL
-    );
+    assert_eq!(h.infomask() & (HEAP_HASNULL | HEAP_HASVARWIDTH), HEAP_HASNULL);
     assert_eq!(t[23], 0b0101, "bit set = not null");
     assert_eq!(t.len(), 24 + 8);
     assert!(h.is_null(1) && !h.is_null(2));
@@ -136,37 +107,15 @@ fn nulls_use_a_bitmap_and_take_no_space() {
     wider.columns.push(col("extra", Type::Int8, true));
     assert_eq!(deform_tuple(&wider, &t).unwrap()[4], Value::Null);
     // 23 + a 1-byte bitmap fits t_hoff 24 (up to 8 columns); nine columns need 32.
-    let eight = Schema {
-        columns: (0..8)
-            .map(|i| col(&format!("c{i}"), Type::Int4, true))
-            .collect(),
-    };
+    let eight = Schema { columns: (0..8).map(|i| col(&format!("c{i}"), Type::Int4, true)).collect() };
     let mut r = vec![Value::Int4(1); 8];
     r[7] = Value::Null;
-    assert_eq!(
-        TupleHeader::parse(&form_tuple(&eight, &r).unwrap())
-            .unwrap()
-            .hoff(),
-        24
-    );
-    let nine = Schema {
-        columns: (0..9)
-            .map(|i| col(&format!("c{i}"), Type::Int4, true))
-            .collect(),
-    };
+    assert_eq!(TupleHeader::parse(&form_tuple(&eight, &r).unwrap()).unwrap().hoff(), 24);
+    let nine = Schema { columns: (0..9).map(|i| col(&format!("c{i}"), Type::Int4, true)).collect() };
     let mut r = vec![Value::Int4(1); 9];
     r[8] = Value::Null;
-    assert_eq!(
-        TupleHeader::parse(&form_tuple(&nine, &r).unwrap())
-            .unwrap()
-            .hoff(),
-        32
-    );
-    let many = Schema {
-        columns: (0..70)
-            .map(|i| col(&format!("c{i}"), Type::Bool, true))
-            .collect(),
-    };
+    assert_eq!(TupleHeader::parse(&form_tuple(&nine, &r).unwrap()).unwrap().hoff(), 32);
+    let many = Schema { columns: (0..70).map(|i| col(&format!("c{i}"), Type::Bool, true)).collect() };
     let t = form_tuple(&many, &vec![Value::Null; 70]).unwrap();
     assert_eq!(t.len(), 32, "23 + 9 bitmap bytes -> t_hoff 32");
 }
@@ -176,26 +125,14 @@ fn form_tuple_errors_name_the_problem() {
     let s = pgbench_accounts();
     let mut row = pgbench_row(1);
     row[2] = Value::Text("x".into());
-    assert_eq!(
-        invalid_msg(form_tuple(&s, &row)),
-        "column \"abalance\" is of type int4 but the value is text"
-    );
+    assert_eq!(invalid_msg(form_tuple(&s, &row)), "column \"abalance\" is of type int4 but the value is text");
     let mut row = pgbench_row(1);
     row[0] = Value::Null;
-    assert_eq!(
-        invalid_msg(form_tuple(&s, &row)),
-        "null value in column \"aid\" violates not-null constraint"
-    );
-    assert_eq!(
-        invalid_msg(form_tuple(&s, &pgbench_row(1)[..3])),
-        "row has 3 values but the table has 4 columns"
-    );
+    assert_eq!(invalid_msg(form_tuple(&s, &row)), "null value in column \"aid\" violates not-null constraint");
+    assert_eq!(invalid_msg(form_tuple(&s, &pgbench_row(1)[..3])), "row has 3 values but the table has 4 columns");
     let mut row = pgbench_row(1);
     row[3] = Value::Text("x".repeat(9000 - 24 - 12 - 4));
-    assert_eq!(
-        invalid_msg(form_tuple(&s, &row)),
-        "row is too big: size 9000, maximum size 8160"
-    );
+    assert_eq!(invalid_msg(form_tuple(&s, &row)), "row is too big: size 9000, maximum size 8160");
     row[3] = Value::Text("x".repeat(MAX_HEAP_TUPLE_SIZE - 24 - 12 - 4));
     assert_eq!(form_tuple(&s, &row).unwrap().len(), MAX_HEAP_TUPLE_SIZE);
 }
@@ -213,19 +150,11 @@ fn random_value(rng: &mut StdRng, ty: Type) -> Value {
         },
         Type::Bool => Value::Bool(rng.gen()),
         Type::Text => {
-            let n = if rng.gen_bool(0.2) {
-                rng.gen_range(100..400)
-            } else {
-                rng.gen_range(0..20)
-            };
+            let n = if rng.gen_bool(0.2) { rng.gen_range(100..400) } else { rng.gen_range(0..20) };
             Value::Text((0..n).map(|_| rng.gen::<char>()).take(n / 2 + 1).collect())
         }
         Type::Bytea => {
-            let n = if rng.gen_bool(0.2) {
-                rng.gen_range(120..300)
-            } else {
-                rng.gen_range(0..20)
-            };
+            let n = if rng.gen_bool(0.2) { rng.gen_range(120..300) } else { rng.gen_range(0..20) };
             Value::Bytea((0..n).map(|_| rng.gen()).collect())
         }
     }
@@ -235,13 +164,7 @@ fn random_schema(rng: &mut StdRng) -> Schema {
     let n = rng.gen_range(0..20);
     Schema {
         columns: (0..n)
-            .map(|i| {
-                col(
-                    &format!("c{i}_{}", rng.gen::<u16>()),
-                    Type::ALL[rng.gen_range(0..7)],
-                    rng.gen(),
-                )
-            })
+            .map(|i| col(&format!("c{i}_{}", rng.gen::<u16>()), Type::ALL[rng.gen_range(0..7)], rng.gen()))
             .collect(),
     }
 }
@@ -257,13 +180,7 @@ fn random_rows_round_trip() {
         let row: Vec<Value> = s
             .columns
             .iter()
-            .map(|c| {
-                if c.nullable && rng.gen_bool(0.3) {
-                    Value::Null
-                } else {
-                    random_value(&mut rng, c.ty)
-                }
-            })
+            .map(|c| if c.nullable && rng.gen_bool(0.3) { Value::Null } else { random_value(&mut rng, c.ty) })
             .collect();
         let t = form_tuple(&s, &row).unwrap();
         let h = TupleHeader::parse(&t).unwrap();
@@ -282,13 +199,7 @@ fn decoders_never_panic_on_garbage() {
         let row: Vec<Value> = s
             .columns
             .iter()
-            .map(|c| {
-                if c.nullable && rng.gen_bool(0.3) {
-                    Value::Null
-                } else {
-                    random_value(&mut rng, c.ty)
-                }
-            })
+            .map(|c| if c.nullable && rng.gen_bool(0.3) { Value::Null } else { random_value(&mut rng, c.ty) })
             .collect();
         let t = form_tuple(&s, &row).unwrap();
         let enc = s.encode();
@@ -331,30 +242,15 @@ fn parse_rejects_bad_headers() {
     assert!(TupleHeader::parse(&bad).is_none(), "t_hoff < 23");
     bad[22] = 28;
     assert!(TupleHeader::parse(&bad).is_none(), "t_hoff not maxaligned");
-    assert!(
-        TupleHeader::parse(&t[..23]).is_none(),
-        "t_hoff past the end"
-    );
-    let many = Schema {
-        columns: (0..70)
-            .map(|i| col(&format!("c{i}"), Type::Bool, true))
-            .collect(),
-    };
+    assert!(TupleHeader::parse(&t[..23]).is_none(), "t_hoff past the end");
+    let many = Schema { columns: (0..70).map(|i| col(&format!("c{i}"), Type::Bool, true)).collect() };
     let mut t = form_tuple(&many, &vec![Value::Null; 70]).unwrap();
     t[22] = 24;
-    assert!(
-        TupleHeader::parse(&t).is_none(),
-        "bitmap of 9 bytes does not fit before 24"
-    );
+    assert!(TupleHeader::parse(&t).is_none(), "bitmap of 9 bytes does not fit before 24");
     let s = pgbench_accounts();
     let mut t = form_tuple(&s, &pgbench_row(1)).unwrap();
     t.push(0);
-    assert_eq!(
-        deform_tuple(&s, &t).unwrap_err(),
-        "1 trailing bytes after the last attribute"
-    );
+    assert_eq!(deform_tuple(&s, &t).unwrap_err(), "1 trailing bytes after the last attribute");
     t.truncate(100);
-    assert!(deform_tuple(&s, &t)
-        .unwrap_err()
-        .starts_with("column \"filler\" (text)"));
+    assert!(deform_tuple(&s, &t).unwrap_err().starts_with("column \"filler\" (text)"));
 }

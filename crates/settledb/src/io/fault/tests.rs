@@ -33,11 +33,7 @@ fn lose_unsynced_keeps_only_synced_bytes() {
     f.write_at(b"HELLO world", 0).unwrap();
     assert_eq!(read_all(&fs, "/db/t"), b"HELLO world");
     let after = fs.crash(CrashMode::LoseUnsynced);
-    assert_eq!(
-        read_all(&after, "/db/t"),
-        b"hello",
-        "synced create + content survive"
-    );
+    assert_eq!(read_all(&after, "/db/t"), b"hello", "synced create + content survive");
     // The old file system keeps working but is irrelevant.
     f.write_at(b"!", 11).unwrap();
     assert_eq!(read_all(&after, "/db/t"), b"hello");
@@ -67,11 +63,7 @@ fn rename_is_durable_only_after_sync_dir() {
     fs.rename(&p("/db/control.tmp"), &p("/db/control")).unwrap();
     assert_eq!(read_all(&fs, "/db/control"), b"new");
     let lost = fs.crash(CrashMode::LoseUnsynced);
-    assert_eq!(
-        read_all(&lost, "/db/control"),
-        b"old",
-        "rename not yet durable"
-    );
+    assert_eq!(read_all(&lost, "/db/control"), b"old", "rename not yet durable");
     assert!(lost.exists(&p("/db/control.tmp")));
     fs.sync_dir(&p("/db")).unwrap();
     let kept = fs.crash(CrashMode::LoseUnsynced);
@@ -99,19 +91,13 @@ fn random_crash_tears_writes_at_sector_boundaries() {
         assert_eq!(data.len(), 4096);
         let applied = data.iter().take_while(|&&b| b == 0xAA).count();
         assert_eq!(applied % SECTOR, 0, "seed {seed}: only whole sectors");
-        assert!(
-            data[applied..].iter().all(|&b| b == 0),
-            "seed {seed}: a prefix only"
-        );
+        assert!(data[applied..].iter().all(|&b| b == 0), "seed {seed}: a prefix only");
         if applied > 0 && applied < 4096 {
             torn += 1;
         }
         outcomes.insert(applied);
         // Same seed, same outcome.
-        assert_eq!(
-            read_all(&fs.crash(CrashMode::Random { seed }), "/db/t"),
-            data
-        );
+        assert_eq!(read_all(&fs.crash(CrashMode::Random { seed }), "/db/t"), data);
     }
     assert!(torn > 0, "some writes are torn");
     assert!(outcomes.contains(&0) && outcomes.contains(&4096));
@@ -142,11 +128,7 @@ fn failed_fsync_drops_unsynced_data_and_keeps_failing() {
     f.sync().unwrap(); // the first following sync still works
     f.write_at(b"lost!!!", 0).unwrap();
     assert_eq!(errno(f.sync().unwrap_err()), Some(EIO));
-    assert_eq!(
-        read_all(&fs, "/db/t"),
-        b"DURABLE",
-        "unsynced data dropped, as Linux does"
-    );
+    assert_eq!(read_all(&fs, "/db/t"), b"DURABLE", "unsynced data dropped, as Linux does");
     f.write_at(b"again", 0).unwrap();
     assert!(f.sync().is_err(), "every later sync fails too");
     assert!(fs.sync_dir(&p("/db")).is_err());
@@ -177,9 +159,7 @@ fn enospc_when_the_space_limit_is_reached() {
 #[test]
 fn failing_reads_and_sparse_files() {
     let fs = setup();
-    let f = fs
-        .open(&p("/db/wal/000000010000000000000001"), true)
-        .unwrap();
+    let f = fs.open(&p("/db/wal/000000010000000000000001"), true).unwrap();
     f.write_at(b"x", 512 << 20).unwrap();
     assert_eq!(f.len().unwrap(), (512 << 20) + 1);
     {
@@ -190,11 +170,7 @@ fn failing_reads_and_sparse_files() {
     let mut buf = [9u8; 4];
     assert_eq!(f.read_at(&mut buf, 100).unwrap(), 4);
     assert_eq!(buf, [0; 4], "holes read as zeros");
-    assert_eq!(
-        f.read_at(&mut buf, (512 << 20) - 1).unwrap(),
-        2,
-        "short read at EOF"
-    );
+    assert_eq!(f.read_at(&mut buf, (512 << 20) - 1).unwrap(), 2, "short read at EOF");
     fs.fail_reads_of(Some("/wal/".into()));
     assert_eq!(errno(f.read_at(&mut buf, 0).unwrap_err()), Some(EIO));
     fs.fail_reads_of(None);

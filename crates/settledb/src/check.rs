@@ -1,0 +1,1 @@
+//! Verifier (to be written).

@@ -1,0 +1,294 @@
+//! Transactions: snapshots per isolation level, lazy XID assignment, command IDs, the row API.
+//!
+//! A transaction gets an XID only when it first writes (read-only transactions consume none,
+//! as in PostgreSQL). Every call is one *command*: it runs with command ID `cid`, and the
+//! command counter advances after each write, so later calls see earlier ones' effects while a
+//! scan in progress does not see rows written behind it.
+//!
+//! The snapshot a call runs with is advertised in the proc array (so pruning never removes a
+//! version it may still need) and withdrawn at commit or rollback.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{tx_context, Database, Inner, Table};
+use crate::buffer::Ring;
+use crate::config::IsolationLevel;
+use crate::error::{Error, Result};
+use crate::heap::tuple::Value;
+use crate::heap::{self, ModifyResult, Relation};
+use crate::types::{BlockNumber, Fork, FullXid, Tid, Xid};
+use crate::xact::{BackendId, Snapshot};
+
+/// An open transaction. Dropping it without [`Transaction::commit`] rolls it back.
+pub struct Transaction<'db> {
+    db: &'db Database,
+    inner: &'db Arc<Inner>,
+    backend: BackendId,
+    isolation: IsolationLevel,
+    xid: Option<FullXid>,
+    cid: u32,
+    /// REPEATABLE READ: the transaction snapshot, taken at the first command.
+    snapshot: Option<Snapshot>,
+    done: bool,
+    /// Bulk-insert buffer ring, kept across `insert_many` calls.
+    bulk_ring: Option<Ring>,
+}
+
+impl<'db> Transaction<'db> {
+    pub(super) fn new(db: &'db Database, isolation: IsolationLevel) -> Transaction<'db> {
+        let inner = db.inner();
+        let backend = inner.xact.register_backend();
+        Transaction { db, inner, backend, isolation, xid: None, cid: 0, snapshot: None, done: false, bulk_ring: None }
+    }
+
+    pub fn isolation(&self) -> IsolationLevel {
+        self.isolation
+    }
+
+    /// The transaction's XID, if it has written anything.
+    pub fn xid(&self) -> Option<Xid> {
+        self.xid.map(FullXid::xid)
+    }
+
+    fn active(&self) -> Result<()> {
+        if self.done {
+            return Err(Error::TransactionClosed("it already committed or rolled back"));
+        }
+        Ok(())
+    }
+
+    /// Assigns an XID on first write.
+    pub(crate) fn ensure_xid(&mut self) -> Result<Xid> {
+        self.active()?;
+        if let Some(x) = self.xid {
+            return Ok(x.xid());
+        }
+        let full = self.inner.xact.assign_xid(&*self.inner.wal)?;
+        self.xid = Some(full);
+        if let Some(s) = self.snapshot.as_mut() {
+            s.my_xid = Some(full.xid());
+        }
+        Ok(full.xid())
+    }
+
+    /// The snapshot for the next command: the transaction's (REPEATABLE READ) or a new one.
+    fn command_snapshot(&mut self) -> Result<Snapshot> {
+        self.active()?;
+        let my = self.xid();
+        match self.isolation {
+            IsolationLevel::RepeatableRead => {
+                if self.snapshot.is_none() {
+                    self.snapshot = Some(self.inner.xact.get_registered_snapshot(self.backend, my)?);
+                }
+                Ok(self.snapshot.clone().expect("set above"))
+            }
+            IsolationLevel::ReadCommitted => {
+                self.inner.xact.release_snapshot_xmin(self.backend);
+                self.inner.xact.get_registered_snapshot(self.backend, my)
+            }
+        }
+    }
+
+    fn rr(&self) -> bool {
+        self.isolation == IsolationLevel::RepeatableRead
+    }
+
+    /// Inserts a row; returns its TID.
+    pub fn insert(&mut self, table: &Table, values: &[Value]) -> Result<Tid> {
+        let tid = self.insert_raw(&table.entry.rel, values)?;
+        self.inner.counters.tup_inserted.fetch_add(1, Ordering::Relaxed);
+        Ok(tid)
+    }
+
+    pub(crate) fn insert_raw(&mut self, rel: &Relation, values: &[Value]) -> Result<Tid> {
+        let xid = self.ensure_xid()?;
+        let snap = self.command_snapshot()?;
+        let tx = tx_context(xid, self.cid, &snap, self.rr());
+        let tid = heap::insert(&self.inner.env(), rel, &tx, values)?;
+        self.cid += 1;
+        Ok(tid)
+    }
+
+    /// Inserts many rows at once, a page per WAL record (COPY's path). Returns their TIDs.
+    pub fn insert_many(&mut self, table: &Table, rows: &[Vec<Value>]) -> Result<Vec<Tid>> {
+        let xid = self.ensure_xid()?;
+        let snap = self.command_snapshot()?;
+        let tx = tx_context(xid, self.cid, &snap, self.rr());
+        let ring = self.bulk_ring.get_or_insert_with(|| Ring::new(16 << 20));
+        let tids = heap::multi_insert(&self.inner.env(), &table.entry.rel, &tx, rows, ring)?;
+        self.cid += 1;
+        self.inner.counters.tup_inserted.fetch_add(tids.len() as u64, Ordering::Relaxed);
+        Ok(tids)
+    }
+
+    /// The row at `tid` if this transaction's snapshot sees it.
+    pub fn fetch(&mut self, table: &Table, tid: Tid) -> Result<Option<Vec<Value>>> {
+        let snap = self.command_snapshot()?;
+        let r = heap::fetch(&self.inner.env(), &table.entry.rel, &snap, self.cid, tid)?;
+        if r.is_some() {
+            self.inner.counters.tup_fetched.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(r)
+    }
+
+    /// Replaces the row at `tid` with `values`. Returns the new version's TID, or `None` when
+    /// the row is gone (deleted concurrently, under READ COMMITTED).
+    pub fn update(&mut self, table: &Table, tid: Tid, values: &[Value]) -> Result<Option<Tid>> {
+        let v = values.to_vec();
+        self.update_with(table, tid, move |_| Ok(v.clone()))
+    }
+
+    /// Updates the row at `tid` to what `f` computes from its current values. Under READ
+    /// COMMITTED, if a concurrent transaction updated the row and committed, `f` is run again on
+    /// the newest version (so `balance + delta` is never lost).
+    pub fn update_with(
+        &mut self,
+        table: &Table,
+        tid: Tid,
+        mut f: impl FnMut(&[Value]) -> Result<Vec<Value>>,
+    ) -> Result<Option<Tid>> {
+        let xid = self.ensure_xid()?;
+        let snap = self.command_snapshot()?;
+        let tx = tx_context(xid, self.cid, &snap, self.rr());
+        let inner = self.inner.clone();
+        let wait = move |other: Xid| inner.wait_for_xid(xid, other);
+        let r = heap::update(&self.inner.env(), &table.entry.rel, &tx, tid, &mut f, &wait)?;
+        self.cid += 1;
+        Ok(match r {
+            ModifyResult::Done(t) => {
+                self.inner.counters.tup_updated.fetch_add(1, Ordering::Relaxed);
+                Some(t)
+            }
+            ModifyResult::Gone => None,
+        })
+    }
+
+    /// Deletes the row at `tid`. Returns whether a row was deleted.
+    pub fn delete(&mut self, table: &Table, tid: Tid) -> Result<bool> {
+        let ok = self.delete_raw(&table.entry.rel, tid)?;
+        if ok {
+            self.inner.counters.tup_deleted.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(ok)
+    }
+
+    pub(crate) fn delete_raw(&mut self, rel: &Relation, tid: Tid) -> Result<bool> {
+        let xid = self.ensure_xid()?;
+        let snap = self.command_snapshot()?;
+        let tx = tx_context(xid, self.cid, &snap, self.rr());
+        let inner = self.inner.clone();
+        let wait = move |other: Xid| inner.wait_for_xid(xid, other);
+        let r = heap::delete(&self.inner.env(), rel, &tx, tid, &wait)?;
+        self.cid += 1;
+        Ok(matches!(r, ModifyResult::Done(_)))
+    }
+
+    /// A sequential scan of the rows this transaction sees, in physical order.
+    pub fn scan(&mut self, table: &Table) -> Result<Scan<'_, 'db>> {
+        let snap = self.command_snapshot()?;
+        let nblocks = self.inner.pool.smgr().nblocks(table.entry.rel.relfilenode, Fork::Main)?;
+        let oldest_xmin = self.inner.xact.oldest_xmin();
+        Ok(Scan {
+            tx: self,
+            rel: table.entry.rel.clone(),
+            snap,
+            next_block: 0,
+            nblocks,
+            oldest_xmin,
+            buffered: Vec::new().into_iter(),
+            ring: Ring::new(256 << 10),
+        })
+    }
+
+    /// Commits. With `synchronous_commit` on, returns once the commit record is durable.
+    pub fn commit(mut self) -> Result<()> {
+        self.active()?;
+        self.done = true;
+        let r = match self.xid {
+            Some(x) => self.inner.xact.commit(x, &*self.inner.wal, self.inner.config.synchronous_commit).map(|_| ()),
+            None => Ok(()),
+        };
+        self.release();
+        match r {
+            Ok(()) => {
+                self.inner.counters.xact_commit.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => Err(Error::Poisoned(format!("commit failed: {e}"))),
+        }
+    }
+
+    /// Rolls back: the transaction's row versions become invisible (aborted in CLOG).
+    pub fn rollback(mut self) -> Result<()> {
+        self.active()?;
+        self.abort_now()
+    }
+
+    fn abort_now(&mut self) -> Result<()> {
+        self.done = true;
+        let r = match self.xid {
+            Some(x) => self.inner.xact.abort(x, &*self.inner.wal).map(|_| ()),
+            None => Ok(()),
+        };
+        self.release();
+        self.inner.counters.xact_rollback.fetch_add(1, Ordering::Relaxed);
+        r
+    }
+
+    fn release(&mut self) {
+        self.inner.xact.release_snapshot_xmin(self.backend);
+        self.inner.xact.unregister_backend(self.backend);
+    }
+
+    /// The database this transaction belongs to.
+    pub fn database(&self) -> &'db Database {
+        self.db
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.abort_now();
+        }
+    }
+}
+
+/// A sequential scan: yields `(tid, values)` page by page.
+pub struct Scan<'t, 'db> {
+    tx: &'t mut Transaction<'db>,
+    rel: Arc<Relation>,
+    snap: Snapshot,
+    next_block: u32,
+    nblocks: u32,
+    oldest_xmin: Xid,
+    buffered: std::vec::IntoIter<(Tid, Vec<Value>)>,
+    ring: Ring,
+}
+
+impl Iterator for Scan<'_, '_> {
+    type Item = Result<(Tid, Vec<Value>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(r) = self.buffered.next() {
+                self.tx.inner.counters.tup_returned.fetch_add(1, Ordering::Relaxed);
+                return Some(Ok(r));
+            }
+            if self.next_block >= self.nblocks {
+                return None;
+            }
+            let b = BlockNumber(self.next_block);
+            self.next_block += 1;
+            let env = self.tx.inner.env();
+            match heap::scan_page(&env, &self.rel, &self.snap, self.tx.cid, b, self.oldest_xmin, &mut self.ring) {
+                Ok(rows) => self.buffered = rows.into_iter(),
+                Err(e) => {
+                    self.next_block = self.nblocks;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
