@@ -479,6 +479,28 @@ impl Database {
         self.inner.pool.smgr().nblocks(table.entry.rel.relfilenode, Fork::Main)
     }
 
+    /// A pageinspect-style rendering of one page of a table (see [`crate::heap::describe_page`]).
+    pub fn describe_page(&self, table: &Table, block: u32, with_lsn: bool) -> Result<String> {
+        let rel = &table.entry.rel;
+        if block >= self.table_pages(table)? {
+            return Err(Error::NotFound(format!("block number {block} is out of range for relation \"{}\"", rel.name)));
+        }
+        let buf = self.inner.pool.read(rel.tag(crate::types::BlockNumber(block)), None)?;
+        let g = buf.read();
+        Ok(crate::heap::describe_page(&g.0, Some(&rel.schema), with_lsn))
+    }
+
+    /// Runs opportunistic pruning on one page now (as a reader would), waiting for nothing.
+    /// Returns whether the page changed. For tests and `settle` tools.
+    pub fn prune_page(&self, table: &Table, block: u32) -> Result<bool> {
+        let rel = &table.entry.rel;
+        let env = self.inner.env();
+        let buf = crate::heap::read_page(&env, rel, crate::types::BlockNumber(block), None)?;
+        let oldest = self.inner.xact.oldest_xmin();
+        let Some(mut g) = buf.try_cleanup_lock() else { return Ok(false) };
+        crate::heap::prune_locked(&env, rel, &buf, &mut g.0, oldest)
+    }
+
     /// The next XID to be assigned.
     pub fn next_xid(&self) -> crate::types::FullXid {
         self.inner.xact.next_full_xid()

@@ -750,6 +750,77 @@ fn update_once(
     Ok(Attempt::Finished(ModifyResult::Done(new_tid)))
 }
 
+/// A pageinspect-style rendering of a heap page: the header, then one line per line pointer
+/// with the tuple header and, given a schema, the values. `with_lsn: false` leaves out the page
+/// LSN and checksum so that golden outputs do not depend on WAL positions.
+pub fn describe_page(page_bytes: &[u8], schema: Option<&Schema>, with_lsn: bool) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    if page::is_new(page_bytes) {
+        return "new (all-zero) page\n".to_string();
+    }
+    if with_lsn {
+        let _ = write!(s, "lsn: {}  ", page::lsn(page_bytes));
+    }
+    let _ = writeln!(
+        s,
+        "lower: {}  upper: {}  special: {}  flags: {}  prune_xid: {}  free: {}",
+        page::lower(page_bytes),
+        page::upper(page_bytes),
+        page::special(page_bytes),
+        page::flag_names(page::flags(page_bytes)),
+        page::prune_xid(page_bytes),
+        page::free_space(page_bytes)
+    );
+    for (off, id) in page::item_ids(page_bytes) {
+        let _ = write!(s, "  lp {:>3}: ", off.0);
+        match id.flags {
+            LpFlags::Unused => s.push_str("UNUSED"),
+            LpFlags::Dead => s.push_str("DEAD"),
+            LpFlags::Redirect => {
+                let _ = write!(s, "REDIRECT -> {}", id.off);
+            }
+            LpFlags::Normal => {
+                let t = page::try_item(page_bytes, off).unwrap_or(&[]);
+                let _ = write!(s, "NORMAL len {}  {}", id.len, tuple::describe_header(t));
+                if let Some(schema) = schema {
+                    match tuple::deform_tuple(schema, t) {
+                        Ok(vals) => {
+                            let _ = write!(s, "  {}", render_values(&vals));
+                        }
+                        Err(e) => {
+                            let _ = write!(s, "  (undecodable: {e})");
+                        }
+                    }
+                }
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// Renders values as a tuple literal, abbreviating long text.
+pub fn render_values(vals: &[Value]) -> String {
+    let parts: Vec<String> = vals
+        .iter()
+        .map(|v| match v {
+            Value::Null => "NULL".to_string(),
+            Value::Int4(x) => x.to_string(),
+            Value::Int8(x) => x.to_string(),
+            Value::Float8(x) => x.to_string(),
+            Value::Bool(b) => b.to_string(),
+            Value::Timestamp(t) => format!("ts:{t}"),
+            Value::Text(t) if t.len() > 16 => {
+                format!("'{}…'({})", &t[..t.char_indices().nth(12).map_or(t.len(), |c| c.0)], t.len())
+            }
+            Value::Text(t) => format!("'{t}'"),
+            Value::Bytea(b) => format!("\\x({} bytes)", b.len()),
+        })
+        .collect();
+    format!("({})", parts.join(", "))
+}
+
 /// Scratch page for tests and tools.
 pub fn empty_page() -> PageBuf {
     let mut p = PageBuf([0; BLCKSZ]);
