@@ -1,1 +1,272 @@
-//! Verifier (to be written).
+//! Verifiers of the engine's invariants (PostgreSQL's `amcheck` and `pg_visibility` checks,
+//! rewritten), run by `settle check` and at the end of stateful tests.
+//!
+//! For every table and every page, [`check_database`] verifies:
+//!
+//! * the page's checksum and header, and every line pointer's bounds (`page::verify`,
+//!   `page::validate_items`);
+//! * every tuple header parses and its data decodes with the table's schema;
+//! * every normal `xmin`/`xmax` not marked frozen lies in `[relfrozenxid, next XID)`
+//!   (invariant 5: nothing older than relfrozenxid survives unfrozen);
+//! * hint bits agree with CLOG: `XMIN_COMMITTED` only on committed XIDs, `XMIN_INVALID` only on
+//!   aborted ones, and likewise for `xmax`;
+//! * HOT chains: a REDIRECT points at a heap-only tuple on the same page; a `HOT_UPDATED`
+//!   tuple's successor is a heap-only tuple whose `xmin` is its `xmax` (unless that updater
+//!   aborted and the successor was pruned); a heap-only tuple is reachable from a root unless
+//!   its inserter aborted;
+//! * a page with `PD_ALL_VISIBLE` holds only tuples visible to everyone (invariant 4);
+//! * WAL before data (invariant 1): the copy of every page *on disk* has an LSN no later than
+//!   the WAL flushed so far;
+//!
+//! and for the catalog, that the database frozen XID is the minimum relfrozenxid.
+//!
+//! Problems are collected, not returned as errors, so one run reports all of them; an I/O error
+//! that stops the check is returned as an error.
+
+use std::fmt;
+
+use crate::db::Database;
+use crate::error::Result;
+use crate::heap::tuple::{
+    self, TupleHeader, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_XMAX_COMMITTED, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY,
+    HEAP_XMIN_COMMITTED, HEAP_XMIN_FROZEN, HEAP_XMIN_INVALID,
+};
+use crate::heap::visibility::{satisfies_vacuum, VacuumStatus};
+use crate::heap::Relation;
+use crate::page::{self, LpFlags, PageBuf, BLCKSZ};
+use crate::types::{BlockNumber, Fork, FullXid, OffsetNumber, Tid, Xid};
+use crate::xact::{TransactionManager, XidStatus};
+
+/// What a check found.
+#[derive(Debug, Default, Clone)]
+pub struct CheckReport {
+    pub tables: usize,
+    pub pages: u64,
+    pub tuples: u64,
+    pub problems: Vec<String>,
+}
+
+impl CheckReport {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+impl fmt::Display for CheckReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for p in &self.problems {
+            writeln!(f, "{p}")?;
+        }
+        write!(
+            f,
+            "checked {} tables, {} pages, {} tuples: {}",
+            self.tables,
+            self.pages,
+            self.tuples,
+            if self.problems.is_empty() { "no problems".to_string() } else { format!("{} problems", self.problems.len()) }
+        )
+    }
+}
+
+/// Checks every table of an open database.
+pub fn check_database(db: &Database) -> Result<CheckReport> {
+    let inner = db.inner();
+    let mut report = CheckReport::default();
+    let next = inner.xact.next_full_xid();
+    let flushed = inner.wal.flushed_lsn();
+    for entry in inner.catalog.tables() {
+        report.tables += 1;
+        let ctx = Ctx { xact: &inner.xact, rel: &entry.rel, relfrozenxid: entry.relfrozenxid(), next };
+        let nblocks = inner.pool.smgr().nblocks(entry.rel.relfilenode, Fork::Main)?;
+        let mut disk = PageBuf([0; BLCKSZ]);
+        for b in 0..nblocks {
+            report.pages += 1;
+            let tag = entry.rel.tag(BlockNumber(b));
+            if inner.pool.smgr().read(tag, &mut disk.0).is_ok() && !page::is_new(&disk.0) && page::lsn(&disk.0) > flushed {
+                report.problems.push(format!(
+                    "relation \"{}\" block {b}: page on disk has LSN {} beyond the flushed WAL {flushed}",
+                    entry.rel.name,
+                    page::lsn(&disk.0)
+                ));
+            }
+            let buf = match inner.pool.read(entry.rel.tag(BlockNumber(b)), None) {
+                Ok(buf) => buf,
+                Err(e) => {
+                    report.problems.push(e.to_string());
+                    continue;
+                }
+            };
+            let g = buf.read();
+            report.tuples += ctx.check_page(&g.0, BlockNumber(b), &mut report.problems)?;
+        }
+    }
+    let min = inner.catalog.tables().iter().map(|e| e.relfrozenxid()).filter(|x| x.is_normal()).reduce(|a, b| {
+        if b.precedes(a) {
+            b
+        } else {
+            a
+        }
+    });
+    if min != inner.catalog.database_frozen_xid() {
+        report.problems.push(format!(
+            "database frozen XID {:?} is not the minimum relfrozenxid {:?}",
+            inner.catalog.database_frozen_xid(),
+            min
+        ));
+    }
+    Ok(report)
+}
+
+struct Ctx<'a> {
+    xact: &'a TransactionManager,
+    rel: &'a Relation,
+    relfrozenxid: Xid,
+    next: FullXid,
+}
+
+impl Ctx<'_> {
+    fn problem(&self, out: &mut Vec<String>, tid: Tid, what: String) {
+        out.push(format!("relation \"{}\" tuple {tid}: {what}", self.rel.name));
+    }
+
+    fn check_xid(&self, out: &mut Vec<String>, tid: Tid, which: &str, xid: Xid) {
+        if !xid.is_normal() {
+            return;
+        }
+        if xid.precedes(self.relfrozenxid) {
+            self.problem(out, tid, format!("{which} {xid} precedes relfrozenxid {}", self.relfrozenxid));
+        }
+        if xid.follows_or_equals(self.next.xid()) {
+            self.problem(out, tid, format!("{which} {xid} is not before the next XID {}", self.next.xid()));
+        }
+    }
+
+    fn check_hints(&self, out: &mut Vec<String>, tid: Tid, h: &TupleHeader<'_>) -> Result<()> {
+        let m = h.infomask();
+        let frozen = m & HEAP_XMIN_FROZEN == HEAP_XMIN_FROZEN;
+        if !frozen && h.xmin().is_normal() {
+            let st = self.xact.status(h.xmin())?;
+            if m & HEAP_XMIN_COMMITTED != 0 && st != XidStatus::Committed {
+                self.problem(out, tid, format!("XMIN_COMMITTED set but xmin {} is {st:?}", h.xmin()));
+            }
+            if m & HEAP_XMIN_INVALID != 0 && st == XidStatus::Committed {
+                self.problem(out, tid, format!("XMIN_INVALID set but xmin {} committed", h.xmin()));
+            }
+        }
+        if h.xmax().is_normal() && m & HEAP_XMAX_INVALID == 0 {
+            let st = self.xact.status(h.xmax())?;
+            if m & HEAP_XMAX_COMMITTED != 0 && st != XidStatus::Committed {
+                self.problem(out, tid, format!("XMAX_COMMITTED set but xmax {} is {st:?}", h.xmax()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks one page; returns how many tuples it holds.
+    fn check_page(&self, p: &[u8], block: BlockNumber, out: &mut Vec<String>) -> Result<u64> {
+        if page::is_new(p) {
+            return Ok(0);
+        }
+        if let Err(e) = page::validate_items(p, self.rel.oid, block) {
+            out.push(e.to_string());
+            return Ok(0);
+        }
+        let max = page::max_offset(p);
+        let mut reached = vec![false; usize::from(max) + 1];
+        let mut tuples = 0;
+        let all_visible = page::flags(p) & page::PD_ALL_VISIBLE != 0;
+        let horizon = self.xact.oldest_xmin();
+        for o in 1..=max {
+            let off = OffsetNumber(o);
+            let tid = Tid { block, offset: off };
+            let lp = page::item_id(p, off);
+            match lp.flags {
+                LpFlags::Redirect => {
+                    let target = OffsetNumber(lp.off);
+                    if target.0 == 0 || target.0 > max || !self.is_heap_only(p, target) {
+                        self.problem(out, tid, format!("REDIRECT to {target}, which is not a heap-only tuple"));
+                    } else {
+                        reached[usize::from(target.0)] = true;
+                    }
+                }
+                LpFlags::Normal => {
+                    tuples += 1;
+                    let t = page::item(p, off);
+                    let Some(h) = TupleHeader::parse(t) else {
+                        self.problem(out, tid, "invalid tuple header".into());
+                        continue;
+                    };
+                    if let Err(e) = tuple::deform_tuple(&self.rel.schema, t) {
+                        self.problem(out, tid, format!("data does not decode: {e}"));
+                    }
+                    if h.infomask() & HEAP_XMIN_FROZEN != HEAP_XMIN_FROZEN {
+                        self.check_xid(out, tid, "xmin", h.xmin());
+                    }
+                    if h.infomask() & HEAP_XMAX_INVALID == 0 {
+                        self.check_xid(out, tid, "xmax", h.xmax());
+                    }
+                    self.check_hints(out, tid, &h)?;
+                    self.check_hot_link(p, tid, &h, &mut reached, out)?;
+                    if all_visible && satisfies_vacuum(&h, horizon, self.xact)? != VacuumStatus::Live {
+                        self.problem(out, tid, "page is marked all-visible but this tuple is not visible to all".into());
+                    }
+                }
+                LpFlags::Dead | LpFlags::Unused => {}
+            }
+        }
+        for o in 1..=max {
+            let off = OffsetNumber(o);
+            if self.is_heap_only(p, off) && !reached[usize::from(o)] {
+                let h = TupleHeader::parse(page::item(p, off));
+                let inserter_aborted = match h {
+                    Some(h) => self.xact.status(h.xmin())? == XidStatus::Aborted,
+                    None => false,
+                };
+                if !inserter_aborted {
+                    self.problem(out, Tid { block, offset: off }, "heap-only tuple not reachable from any root".into());
+                }
+            }
+        }
+        Ok(tuples)
+    }
+
+    fn is_heap_only(&self, p: &[u8], off: OffsetNumber) -> bool {
+        page::item_id(p, off).flags == LpFlags::Normal
+            && TupleHeader::parse(page::item(p, off)).is_some_and(|h| h.infomask2() & HEAP_ONLY_TUPLE != 0)
+    }
+
+    fn check_hot_link(
+        &self,
+        p: &[u8],
+        tid: Tid,
+        h: &TupleHeader<'_>,
+        reached: &mut [bool],
+        out: &mut Vec<String>,
+    ) -> Result<()> {
+        if h.infomask2() & HEAP_HOT_UPDATED == 0 {
+            return Ok(());
+        }
+        if h.infomask() & HEAP_XMAX_LOCK_ONLY != 0 {
+            self.problem(out, tid, "HOT_UPDATED with a lock-only xmax".into());
+            return Ok(());
+        }
+        let next = h.ctid();
+        if next.block != tid.block {
+            self.problem(out, tid, format!("HOT_UPDATED but its successor {next} is on another page"));
+            return Ok(());
+        }
+        let updater_aborted = self.xact.status(h.xmax())? == XidStatus::Aborted;
+        let ok = next.offset.0 >= 1 && next.offset.0 <= page::max_offset(p) && self.is_heap_only(p, next.offset);
+        if ok {
+            let succ = TupleHeader::parse(page::item(p, next.offset));
+            if succ.is_some_and(|s| s.xmin() == h.xmax()) {
+                reached[usize::from(next.offset.0)] = true;
+                return Ok(());
+            }
+        }
+        if !updater_aborted {
+            self.problem(out, tid, format!("HOT_UPDATED by {} but {next} is not its heap-only successor", h.xmax()));
+        }
+        Ok(())
+    }
+}

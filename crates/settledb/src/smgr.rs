@@ -30,7 +30,13 @@ struct ForkFile {
     /// Logical size in blocks: at least the file's size, more when blocks were handed out by
     /// `extend` and not yet written.
     nblocks: Mutex<u32>,
+    /// Bytes of disk space reserved ahead of the writes (see [`File::allocate`]).
+    allocated: Mutex<u64>,
 }
+
+/// Space is reserved ahead of a growing file in steps of 1/8 of its size, between these bounds.
+const ALLOCATE_MIN_BYTES: u64 = 1 << 20;
+const ALLOCATE_MAX_BYTES: u64 = 64 << 20;
 
 pub struct Smgr {
     fs: Arc<dyn FileSystem>,
@@ -79,7 +85,7 @@ impl Smgr {
             path: path.clone(),
             detail: format!("file size {len} exceeds the block address space"),
         })?;
-        let ff = Arc::new(ForkFile { file, nblocks: Mutex::new(nblocks) });
+        let ff = Arc::new(ForkFile { file, nblocks: Mutex::new(nblocks), allocated: Mutex::new(len) });
         files.insert((rel, fork), ff.clone());
         Ok(ff)
     }
@@ -139,7 +145,16 @@ impl Smgr {
     /// Writes a block. Durable after the next [`Smgr::sync_all`].
     pub fn write(&self, tag: BufferTag, buf: &[u8]) -> Result<()> {
         let ff = self.fork(tag.rel, tag.fork, true)?;
-        ff.file.write_at(buf, u64::from(tag.block.0) * BLCKSZ as u64)?;
+        let off = u64::from(tag.block.0) * BLCKSZ as u64;
+        {
+            let mut allocated = ff.allocated.lock();
+            if off + BLCKSZ as u64 > *allocated {
+                let step = (off / 8).clamp(ALLOCATE_MIN_BYTES, ALLOCATE_MAX_BYTES);
+                ff.file.allocate(off, step)?;
+                *allocated = off + step;
+            }
+        }
+        ff.file.write_at(buf, off)?;
         {
             let mut n = ff.nblocks.lock();
             if *n <= tag.block.0 {
@@ -160,6 +175,7 @@ impl Smgr {
         ff.file.set_len(u64::from(nblocks) * BLCKSZ as u64)?;
         ff.file.sync()?;
         *n = nblocks;
+        *ff.allocated.lock() = u64::from(nblocks) * BLCKSZ as u64;
         Ok(())
     }
 

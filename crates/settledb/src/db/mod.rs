@@ -191,26 +191,42 @@ impl Inner {
         Ok(end)
     }
 
-    fn background_loop(self: Arc<Inner>) {
-        let mut last_checkpoint = Instant::now();
-        let tick = Duration::from_millis(self.config.wal_writer_delay_ms.clamp(1, 1000));
+    /// Sleeps up to `d` unless shutting down; returns false when the thread should stop.
+    fn nap(&self, d: Duration) -> bool {
+        let mut g = self.bg_mutex.lock();
+        if self.shutdown.load(Ordering::Acquire) {
+            return false;
+        }
+        self.bg_wake.wait_for(&mut g, d);
+        !self.shutdown.load(Ordering::Acquire)
+    }
+
+    /// The WAL writer: flushes WAL every `wal_writer_delay`, and at once while more than
+    /// `WAL_WRITER_FLUSH_AFTER` bytes are unflushed, so that asynchronous commits become durable
+    /// promptly and a backend evicting a dirty page rarely has to wait for an fsync itself.
+    fn wal_writer_loop(self: Arc<Inner>) {
+        const WAL_WRITER_FLUSH_AFTER: u64 = 1 << 20;
+        let delay = Duration::from_millis(self.config.wal_writer_delay_ms.max(1));
         loop {
-            {
-                let mut g = self.bg_mutex.lock();
-                if self.shutdown.load(Ordering::Acquire) {
-                    return;
-                }
-                self.bg_wake.wait_for(&mut g, tick);
-                if self.shutdown.load(Ordering::Acquire) {
-                    return;
-                }
+            let behind = self.wal.insert_lsn().0.saturating_sub(self.wal.flushed_lsn().0);
+            if behind < WAL_WRITER_FLUSH_AFTER && !self.nap(delay) {
+                return;
             }
-            // WAL writer: make asynchronous commits durable within wal_writer_delay.
+            if self.shutdown.load(Ordering::Acquire) {
+                return;
+            }
             if let Err(e) = self.wal.flush(self.wal.insert_lsn()) {
                 *self.bg_error.lock() = Some(e.to_string());
                 return;
             }
-            // Checkpointer: by time or by WAL volume since the last redo pointer.
+        }
+    }
+
+    /// The checkpointer: a checkpoint every `checkpoint_timeout`, or sooner when half of
+    /// `max_wal_size` of WAL was written since the last redo pointer.
+    fn checkpointer_loop(self: Arc<Inner>) {
+        let mut last_checkpoint = Instant::now();
+        while self.nap(Duration::from_millis(200)) {
             let wal_since = self.wal.insert_lsn().0.saturating_sub(self.wal.redo_ptr().0);
             let due = last_checkpoint.elapsed() >= Duration::from_millis(self.config.checkpoint_timeout_ms)
                 || wal_since >= self.config.max_wal_size_bytes / 2;
@@ -228,7 +244,7 @@ impl Inner {
 /// An open database (data directory).
 pub struct Database {
     inner: Arc<Inner>,
-    background: Mutex<Option<JoinHandle<()>>>,
+    background: Mutex<Vec<JoinHandle<()>>>,
     recovery: RecoveryReport,
     closed: AtomicBool,
 }
@@ -335,14 +351,19 @@ impl Database {
         inner.xact.set_oldest_xid(oldest, inner.config.autovacuum_freeze_max_age);
         // A fresh cluster and the end of recovery both start from a checkpoint.
         inner.checkpoint(false)?;
-        let bg = {
+        let mut bg = Vec::new();
+        for (name, f) in [
+            ("settledb-walwriter", Inner::wal_writer_loop as fn(Arc<Inner>)),
+            ("settledb-checkpointer", Inner::checkpointer_loop as fn(Arc<Inner>)),
+        ] {
             let i = inner.clone();
-            std::thread::Builder::new()
-                .name("settledb-background".into())
-                .spawn(move || i.background_loop())
-                .map_err(|e| Error::io("spawn background thread", dir, e))?
-        };
-        Ok(Database { inner, background: Mutex::new(Some(bg)), recovery, closed: AtomicBool::new(false) })
+            let h = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || f(i))
+                .map_err(|e| Error::io("spawn background thread", dir, e))?;
+            bg.push(h);
+        }
+        Ok(Database { inner, background: Mutex::new(bg), recovery, closed: AtomicBool::new(false) })
     }
 
     /// What recovery did when this database was opened.
@@ -528,7 +549,7 @@ impl Database {
             let _g = self.inner.bg_mutex.lock();
             self.inner.bg_wake.notify_all();
         }
-        if let Some(h) = self.background.lock().take() {
+        for h in self.background.lock().drain(..) {
             let _ = h.join();
         }
     }

@@ -189,19 +189,7 @@ pub fn describe_record(rec: &DecodedRecord) -> String {
         Rmgr::Xlog => CheckpointInfo::describe(rec),
         Rmgr::Storage => describe_storage(rec),
         Rmgr::Heap | Rmgr::Heap2 => heap::wal::describe(rec),
-        Rmgr::Xact => match rec.info {
-            crate::xact::INFO_XACT_COMMIT => "COMMIT".to_string(),
-            crate::xact::INFO_XACT_ABORT => "ABORT".to_string(),
-            i => format!("UNKNOWN info 0x{i:02X}"),
-        },
-        Rmgr::Clog => {
-            let mut c = heap::wal::Cursor::new(&rec.main_data, rec.lsn);
-            let kind = if rec.info == 0x00 { "ZEROPAGE" } else { "TRUNCATE" };
-            match c.u32() {
-                Ok(p) => format!("{kind} page {p}"),
-                Err(_) => format!("{kind} (undecodable)"),
-            }
-        }
+        Rmgr::Xact | Rmgr::Clog => crate::xact::describe(rec),
         other => format!("{} info 0x{:02X}", other.name(), rec.info),
     }
 }

@@ -258,6 +258,8 @@ pub struct Wal {
     wal_buffers_bytes: usize,
     insert: Mutex<InsertState>,
     io: Mutex<IoState>,
+    /// One fsyncing flusher at a time (group commit: the others find their LSN covered).
+    flush_lock: Mutex<()>,
     redo_ptr: AtomicU64,
     flushed: AtomicU64,
     poisoned: AtomicBool,
@@ -302,6 +304,7 @@ impl Wal {
                 stats: WalStats::default(),
             }),
             io: Mutex::new(IoState { segments, written: start }),
+            flush_lock: Mutex::new(()),
             redo_ptr: AtomicU64::new(start.0),
             flushed: AtomicU64::new(start.0),
             poisoned: AtomicBool::new(false),
@@ -387,14 +390,26 @@ impl Wal {
         if self.flushed.load(Ordering::Acquire) >= upto.0 {
             return Ok(());
         }
-        let mut io = self.io.lock();
+        let _flusher = self.flush_lock.lock();
         self.check_poisoned()?;
         if self.flushed.load(Ordering::Acquire) >= upto.0 {
             return Ok(()); // a flush that ran while we waited covered us
         }
-        let end = self.write_buffered(&mut io).map_err(|e| self.poison(e))?;
-        let keep_from = segment::segment_number(end, self.segment_size);
-        io.segments.sync(keep_from).map_err(|e| self.poison(e))?;
+        // Write under the writer lock, fsync outside it: inserters that overflow wal_buffers
+        // must be able to write out while a long fsync runs.
+        let (end, files, dir_dirty) = {
+            let mut io = self.io.lock();
+            let end = self.write_buffered(&mut io).map_err(|e| self.poison(e))?;
+            let (files, dir_dirty) = io.segments.take_unsynced().map_err(|e| self.poison(e))?;
+            (end, files, dir_dirty)
+        };
+        for f in &files {
+            f.sync().map_err(|e| self.poison(e))?;
+        }
+        if dir_dirty {
+            self.fs.sync_dir(&self.dir).map_err(|e| self.poison(e))?;
+        }
+        self.io.lock().segments.close_before(segment::segment_number(end, self.segment_size));
         self.flushed.store(end.0, Ordering::Release);
         Ok(())
     }

@@ -95,10 +95,14 @@ impl SegmentWriter {
             return Ok(Arc::clone(f));
         }
         let path = segment_path(&self.dir, segno, self.segment_size);
-        if !self.fs.exists(&path) {
-            self.dir_dirty = true;
-        }
+        let created = !self.fs.exists(&path);
         let f = self.fs.open(&path, true)?;
+        if created {
+            self.dir_dirty = true;
+            // Reserve the whole segment so appends need no block allocation; the file's length
+            // still ends where the written WAL ends.
+            f.allocate(0, self.segment_size)?;
+        }
         self.open.insert(segno, Arc::clone(&f));
         Ok(f)
     }
@@ -120,20 +124,20 @@ impl SegmentWriter {
         Ok(())
     }
 
-    /// Fsyncs every segment written since the last call (and the directory if a segment was
-    /// created), then closes the files of segments before `keep_from`.
-    pub(crate) fn sync(&mut self, keep_from: u64) -> Result<()> {
-        while let Some(segno) = self.unsynced.first().copied() {
-            let f = self.file(segno)?;
-            f.sync()?;
-            self.unsynced.remove(&segno);
+    /// Hands over the files written since the last call, and whether a segment was created, so
+    /// that the caller can fsync them without holding the writer (inserters keep writing).
+    pub(crate) fn take_unsynced(&mut self) -> Result<(Vec<Arc<dyn File>>, bool)> {
+        let segnos: Vec<u64> = std::mem::take(&mut self.unsynced).into_iter().collect();
+        let mut files = Vec::with_capacity(segnos.len());
+        for segno in segnos {
+            files.push(self.file(segno)?);
         }
-        if self.dir_dirty {
-            self.fs.sync_dir(&self.dir)?;
-            self.dir_dirty = false;
-        }
-        self.open.retain(|&segno, _| segno >= keep_from);
-        Ok(())
+        Ok((files, std::mem::replace(&mut self.dir_dirty, false)))
+    }
+
+    /// Closes the files of segments before `keep_from` (fully written and synced).
+    pub(crate) fn close_before(&mut self, keep_from: u64) {
+        self.open.retain(|&segno, _| segno >= keep_from || self.unsynced.contains(&segno));
     }
 
     /// Forgets open handles of segments before `segno` (they are being removed).

@@ -1,0 +1,234 @@
+//! `settle bench …`: benchmark programs. Each prints the machine it ran on and its figures,
+//! as a table or, with `--json`, as one JSON object; with `--peer`, PostgreSQL 15 does the same
+//! work on the same machine in the same run so that the two can be compared as a ratio.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use serde::Serialize;
+use settledb::{Column, Database, Schema, TableOptions, Type, Value};
+
+use crate::peer::Postgres;
+
+#[derive(Subcommand)]
+pub enum BenchCmd {
+    /// Bulk-load pgbench_accounts-shaped rows (int4 aid, int4 bid, int4 abalance, 84-char filler).
+    Load {
+        /// Rows to load (pgbench scale 1 = 100,000).
+        #[arg(long, default_value_t = 5_000_000)]
+        rows: u64,
+        /// Data directory to create (default: a fresh one under the temporary directory,
+        /// removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Configuration parameters for both engines, `name=value`.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
+        /// Also run PostgreSQL 15 (`pgbench -i -I dtg`, client-side generate) on the same rows.
+        #[arg(long)]
+        peer: bool,
+        /// Port for the PostgreSQL peer.
+        #[arg(long, default_value_t = 54329)]
+        peer_port: u16,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Serialize, Default, Clone)]
+pub struct Machine {
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub memory_gib: f64,
+    pub os: String,
+}
+
+pub fn machine() -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu_model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kib: f64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    Machine {
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        cpu_model,
+        memory_gib: (mem_kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
+        os: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
+    }
+}
+
+#[derive(Serialize, Default, Clone)]
+pub struct LoadFigures {
+    pub engine: String,
+    pub rows: u64,
+    pub seconds: f64,
+    pub rows_per_second: f64,
+    pub heap_pages: u64,
+    pub wal_bytes: u64,
+    pub wal_records: Option<u64>,
+    pub full_page_images: u64,
+}
+
+#[derive(Serialize)]
+struct LoadReport {
+    benchmark: &'static str,
+    machine: Machine,
+    settings: Vec<String>,
+    settledb: LoadFigures,
+    postgres: Option<LoadFigures>,
+    /// settledb's rate / PostgreSQL's rate.
+    rate_ratio: Option<f64>,
+    /// settledb's pages / PostgreSQL's pages.
+    pages_ratio: Option<f64>,
+}
+
+pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
+    match cmd {
+        BenchCmd::Load { rows, dir, set, peer, peer_port, json } => load(rows, dir, &set, peer, peer_port, json),
+    }
+}
+
+fn accounts_schema() -> Schema {
+    let col = |n: &str, ty| Column { name: n.into(), ty, nullable: false };
+    Schema {
+        columns: vec![col("aid", Type::Int4), col("bid", Type::Int4), col("abalance", Type::Int4), col("filler", Type::Text)],
+    }
+}
+
+struct TempDir(PathBuf, bool);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if self.1 {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn load_settledb(rows: u64, dir: &std::path::Path, set: &[String]) -> Result<LoadFigures> {
+    let config = crate::config_from(set)?;
+    let db = Database::open(dir, config)?;
+    let t = db.create_table("pgbench_accounts", accounts_schema(), TableOptions::default())?;
+    let filler = " ".repeat(84);
+    let before = db.stats();
+    let start = Instant::now();
+    let mut tx = db.begin()?;
+    const BATCH: u64 = 10_000;
+    let mut batch = Vec::with_capacity(BATCH as usize);
+    let mut aid = 1u64;
+    while aid <= rows {
+        batch.clear();
+        let end = (aid + BATCH).min(rows + 1);
+        for a in aid..end {
+            let bid = (a - 1) / 100_000 + 1;
+            batch.push(vec![Value::Int4(a as i32), Value::Int4(bid as i32), Value::Int4(0), Value::Text(filler.clone())]);
+        }
+        tx.insert_many(&t, &batch)?;
+        aid = end;
+    }
+    tx.commit()?;
+    let seconds = start.elapsed().as_secs_f64();
+    let after = db.stats();
+    let pages = db.table_pages(&t)?;
+    db.close()?;
+    Ok(LoadFigures {
+        engine: "settledb".into(),
+        rows,
+        seconds,
+        rows_per_second: rows as f64 / seconds,
+        heap_pages: u64::from(pages),
+        wal_bytes: after.wal.bytes - before.wal.bytes,
+        wal_records: Some(after.wal.records - before.wal.records),
+        full_page_images: after.wal.fpi - before.wal.fpi,
+    })
+}
+
+/// Parses `client-side generate 3.51 s` out of pgbench -i's last line.
+fn parse_generate_seconds(stderr: &str) -> Option<f64> {
+    let i = stderr.find("client-side generate ")?;
+    let rest = &stderr[i + "client-side generate ".len()..];
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+fn load_postgres(rows: u64, port: u16, set: &[String]) -> Result<LoadFigures> {
+    let scale = rows / 100_000;
+    anyhow::ensure!(scale >= 1 && rows % 100_000 == 0, "the PostgreSQL peer needs --rows to be a multiple of 100000");
+    let settings: Vec<(String, String)> = set
+        .iter()
+        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+        .collect();
+    let pg = Postgres::start(port, &settings)?;
+    let lsn0 = pg.query("select pg_current_wal_lsn()")?;
+    let fpi0: u64 = pg.query("select wal_fpi from pg_stat_wal")?.parse()?;
+    let scale_s = scale.to_string();
+    let (_, stderr) = pg.pgbench(&["-i", "-s", &scale_s, "-I", "dtg"])?;
+    let seconds = parse_generate_seconds(&stderr).with_context(|| format!("unexpected pgbench output: {stderr}"))?;
+    let wal_bytes: u64 = pg.query(&format!("select pg_current_wal_lsn() - '{lsn0}'::pg_lsn"))?.parse::<f64>()? as u64;
+    let fpi1: u64 = pg.query("select wal_fpi from pg_stat_wal")?.parse()?;
+    let pages: u64 = pg.query("select pg_relation_size('pgbench_accounts') / 8192")?.parse()?;
+    Ok(LoadFigures {
+        engine: "postgres".into(),
+        rows,
+        seconds,
+        rows_per_second: rows as f64 / seconds,
+        heap_pages: pages,
+        wal_bytes,
+        wal_records: None,
+        full_page_images: fpi1.saturating_sub(fpi0),
+    })
+}
+
+fn load(rows: u64, dir: Option<PathBuf>, set: &[String], peer: bool, port: u16, json: bool) -> Result<ExitCode> {
+    let (path, remove) = match dir {
+        Some(d) => (d, false),
+        None => (std::env::temp_dir().join(format!("settle-bench-load-{}", std::process::id())), true),
+    };
+    let _guard = TempDir(path.clone(), remove);
+    let ours = load_settledb(rows, &path, set)?;
+    let pg = if peer { Some(load_postgres(rows, port, set)?) } else { None };
+    let report = LoadReport {
+        benchmark: "load",
+        machine: machine(),
+        settings: set.to_vec(),
+        rate_ratio: pg.as_ref().map(|p| ours.rows_per_second / p.rows_per_second),
+        pages_ratio: pg.as_ref().map(|p| ours.heap_pages as f64 / p.heap_pages as f64),
+        settledb: ours,
+        postgres: pg,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let m = &report.machine;
+    println!("machine: {} CPUs ({}), {} GiB, {}", m.cpus, m.cpu_model, m.memory_gib, m.os);
+    if !report.settings.is_empty() {
+        println!("settings: {}", report.settings.join(" "));
+    }
+    println!(
+        "{:<10} {:>10} {:>9} {:>12} {:>11} {:>14} {:>8}",
+        "engine", "rows", "seconds", "rows/s", "heap pages", "WAL bytes", "FPIs"
+    );
+    for f in std::iter::once(&report.settledb).chain(report.postgres.as_ref()) {
+        println!(
+            "{:<10} {:>10} {:>9.2} {:>12.0} {:>11} {:>14} {:>8}",
+            f.engine, f.rows, f.seconds, f.rows_per_second, f.heap_pages, f.wal_bytes, f.full_page_images
+        );
+    }
+    if let (Some(r), Some(p)) = (report.rate_ratio, report.pages_ratio) {
+        println!("settledb/postgres: load rate {r:.2}x, heap pages {p:.4}x");
+    }
+    Ok(ExitCode::SUCCESS)
+}
