@@ -522,6 +522,15 @@ impl Database {
         crate::heap::prune_locked(&env, rel, &buf, &mut g.0, oldest)
     }
 
+    /// The row-lock waits in progress, as `(waiter, holder)` pairs sorted by waiter: which
+    /// transaction is blocked on which (the part of PostgreSQL's `pg_locks` that the isolation
+    /// tester polls to know that a step is blocked).
+    pub fn lock_waits(&self) -> Vec<(Xid, Xid)> {
+        let mut v: Vec<(Xid, Xid)> = self.inner.waits.lock().iter().map(|(&a, &b)| (a, b)).collect();
+        v.sort_by_key(|&(a, _)| a.0);
+        v
+    }
+
     /// The next XID to be assigned.
     pub fn next_xid(&self) -> crate::types::FullXid {
         self.inner.xact.next_full_xid()

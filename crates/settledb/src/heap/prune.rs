@@ -81,6 +81,13 @@ pub fn plan(page: &[u8], block: BlockNumber, oldest_xmin: Xid, xact: &Transactio
             }
             chain.push(cur);
             reached[cur] = true;
+            // Only a dead or recently dead member can have dead successors; past a live one
+            // (its updater aborted or still runs) the chain is not pruned (PostgreSQL's
+            // heap_prune_chain stops there too). Walking on made a live root LP_DEAD when the
+            // HOT update after it had aborted; found by tests/model.rs, see prune_dead.txt.
+            if !matches!(status[cur], Some(VacuumStatus::Dead | VacuumStatus::RecentlyDead)) {
+                break;
+            }
             if h.infomask2() & HEAP_HOT_UPDATED == 0 || h.ctid().block != block {
                 break;
             }

@@ -179,7 +179,13 @@ pub fn satisfies_vacuum(h: &TupleHeader<'_>, oldest_xmin: Xid, xact: &Transactio
             if xact.is_running(h.xmin()) {
                 return Ok(VacuumStatus::InsertInProgress);
             }
-            return Ok(VacuumStatus::Dead); // crashed inserter
+            // The inserter may have committed between the status question above and this
+            // one (CLOG is set before the XID leaves the running set): ask CLOG again, as
+            // PostgreSQL asks TransactionIdIsInProgress before TransactionIdDidCommit. Found by
+            // tests/model.rs (live rows pruned to LP_DEAD under concurrent commits).
+            if xid_status(xact, h.xmin())? != XidStatus::Committed {
+                return Ok(VacuumStatus::Dead); // aborted or crashed inserter
+            }
         }
     }
     if xmax_is_irrelevant(h) {
