@@ -104,7 +104,12 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
 fn accounts_schema() -> Schema {
     let col = |n: &str, ty| Column { name: n.into(), ty, nullable: false };
     Schema {
-        columns: vec![col("aid", Type::Int4), col("bid", Type::Int4), col("abalance", Type::Int4), col("filler", Type::Text)],
+        columns: vec![
+            col("aid", Type::Int4),
+            col("bid", Type::Int4),
+            col("abalance", Type::Int4),
+            col("filler", Type::Text),
+        ],
     }
 }
 
@@ -134,7 +139,12 @@ fn load_settledb(rows: u64, dir: &std::path::Path, set: &[String]) -> Result<Loa
         let end = (aid + BATCH).min(rows + 1);
         for a in aid..end {
             let bid = (a - 1) / 100_000 + 1;
-            batch.push(vec![Value::Int4(a as i32), Value::Int4(bid as i32), Value::Int4(0), Value::Text(filler.clone())]);
+            batch.push(vec![
+                Value::Int4(a as i32),
+                Value::Int4(bid as i32),
+                Value::Int4(0),
+                Value::Text(filler.clone()),
+            ]);
         }
         tx.insert_many(&t, &batch)?;
         aid = end;

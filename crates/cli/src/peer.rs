@@ -49,7 +49,8 @@ impl Postgres {
         if !out.status.success() {
             bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr));
         }
-        let mut opts = format!("-c port={port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={}", pg.dir.display());
+        let mut opts =
+            format!("-c port={port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={}", pg.dir.display());
         for (k, v) in settings {
             opts.push_str(&format!(" -c {k}={v}"));
         }

@@ -63,7 +63,11 @@ impl fmt::Display for CheckReport {
             self.tables,
             self.pages,
             self.tuples,
-            if self.problems.is_empty() { "no problems".to_string() } else { format!("{} problems", self.problems.len()) }
+            if self.problems.is_empty() {
+                "no problems".to_string()
+            } else {
+                format!("{} problems", self.problems.len())
+            }
         )
     }
 }
@@ -82,7 +86,10 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
         for b in 0..nblocks {
             report.pages += 1;
             let tag = entry.rel.tag(BlockNumber(b));
-            if inner.pool.smgr().read(tag, &mut disk.0).is_ok() && !page::is_new(&disk.0) && page::lsn(&disk.0) > flushed {
+            if inner.pool.smgr().read(tag, &mut disk.0).is_ok()
+                && !page::is_new(&disk.0)
+                && page::lsn(&disk.0) > flushed
+            {
                 report.problems.push(format!(
                     "relation \"{}\" block {b}: page on disk has LSN {} beyond the flushed WAL {flushed}",
                     entry.rel.name,
@@ -208,7 +215,11 @@ impl Ctx<'_> {
                     self.check_hints(out, tid, &h)?;
                     self.check_hot_link(p, tid, &h, &mut reached, out)?;
                     if all_visible && satisfies_vacuum(&h, horizon, self.xact)? != VacuumStatus::Live {
-                        self.problem(out, tid, "page is marked all-visible but this tuple is not visible to all".into());
+                        self.problem(
+                            out,
+                            tid,
+                            "page is marked all-visible but this tuple is not visible to all".into(),
+                        );
                     }
                 }
                 LpFlags::Dead | LpFlags::Unused => {}

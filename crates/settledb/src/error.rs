@@ -73,7 +73,9 @@ pub enum Error {
     Poisoned(String),
 
     /// Two transactions wait for each other's rows; this one was chosen to fail.
-    #[error("deadlock detected: transaction {xid} waits for transaction {waits_for}, which waits for it")]
+    #[error(
+        "deadlock detected: transaction {xid} waits for transaction {waits_for}, whose chain of waits leads back to {xid}"
+    )]
     Deadlock { xid: Xid, waits_for: Xid },
 
     /// The transaction was already committed, rolled back or failed.

@@ -90,6 +90,14 @@ impl<'db> Transaction<'db> {
         }
     }
 
+    /// Ends a command: a READ COMMITTED transaction stops advertising its command snapshot, so
+    /// an idle transaction does not hold back pruning (scans keep theirs until the next command).
+    fn end_command(&mut self) {
+        if self.isolation == IsolationLevel::ReadCommitted {
+            self.inner.xact.release_snapshot_xmin(self.backend);
+        }
+    }
+
     fn rr(&self) -> bool {
         self.isolation == IsolationLevel::RepeatableRead
     }
@@ -107,6 +115,7 @@ impl<'db> Transaction<'db> {
         let tx = tx_context(xid, self.cid, &snap, self.rr());
         let tid = heap::insert(&self.inner.env(), rel, &tx, values)?;
         self.cid += 1;
+        self.end_command();
         Ok(tid)
     }
 
@@ -118,6 +127,7 @@ impl<'db> Transaction<'db> {
         let ring = self.bulk_ring.get_or_insert_with(|| Ring::new(16 << 20));
         let tids = heap::multi_insert(&self.inner.env(), &table.entry.rel, &tx, rows, ring)?;
         self.cid += 1;
+        self.end_command();
         self.inner.counters.tup_inserted.fetch_add(tids.len() as u64, Ordering::Relaxed);
         Ok(tids)
     }
@@ -126,6 +136,7 @@ impl<'db> Transaction<'db> {
     pub fn fetch(&mut self, table: &Table, tid: Tid) -> Result<Option<Vec<Value>>> {
         let snap = self.command_snapshot()?;
         let r = heap::fetch(&self.inner.env(), &table.entry.rel, &snap, self.cid, tid)?;
+        self.end_command();
         if r.is_some() {
             self.inner.counters.tup_fetched.fetch_add(1, Ordering::Relaxed);
         }
@@ -142,6 +153,11 @@ impl<'db> Transaction<'db> {
     /// Updates the row at `tid` to what `f` computes from its current values. Under READ
     /// COMMITTED, if a concurrent transaction updated the row and committed, `f` is run again on
     /// the newest version (so `balance + delta` is never lost).
+    ///
+    /// A TID names a row version, like PostgreSQL's `ctid`: one read by an earlier command of a
+    /// READ COMMITTED transaction may since have been updated away, pruned, and its line pointer
+    /// reused by another row. Callers that keep TIDs across commands should check the row's key
+    /// inside `f` (or re-find the row) before changing it.
     pub fn update_with(
         &mut self,
         table: &Table,
@@ -155,6 +171,7 @@ impl<'db> Transaction<'db> {
         let wait = move |other: Xid| inner.wait_for_xid(xid, other);
         let r = heap::update(&self.inner.env(), &table.entry.rel, &tx, tid, &mut f, &wait)?;
         self.cid += 1;
+        self.end_command();
         Ok(match r {
             ModifyResult::Done(t) => {
                 self.inner.counters.tup_updated.fetch_add(1, Ordering::Relaxed);
@@ -181,6 +198,7 @@ impl<'db> Transaction<'db> {
         let wait = move |other: Xid| inner.wait_for_xid(xid, other);
         let r = heap::delete(&self.inner.env(), rel, &tx, tid, &wait)?;
         self.cid += 1;
+        self.end_command();
         Ok(matches!(r, ModifyResult::Done(_)))
     }
 

@@ -226,9 +226,16 @@ fn find_target<'a>(
     let reserve = rel.reserved_bytes();
     let mut tried = 0;
     let t = rel.target_block.load(Ordering::Relaxed);
-    let mut candidate = if t != u32::MAX { Some(BlockNumber(t)) } else { rel.candidate_block(need + reserve) };
+    let nblocks = env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
+    // No target yet and no free-space hint (a table just opened): try the last page before
+    // extending, as PostgreSQL's RelationGetBufferForTuple does.
+    let mut candidate = if t != u32::MAX {
+        Some(BlockNumber(t))
+    } else {
+        rel.candidate_block(need + reserve).or((nblocks > 0).then(|| BlockNumber(nblocks - 1)))
+    };
     while let Some(b) = candidate {
-        if Some(b) != avoid && b.0 < env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
+        if Some(b) != avoid && b.0 < nblocks {
             let buf = read_page(env, rel, b, ring.as_deref_mut())?;
             let room = {
                 let mut g = buf.write();
