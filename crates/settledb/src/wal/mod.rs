@@ -71,9 +71,12 @@
 //! exceeds `wal_buffers_bytes` the inserter writes it out (no fsync) so memory stays bounded.
 //!
 //! [`Wal::flush`] is group commit: it returns at once when `flushed_lsn >= upto`; otherwise it
-//! takes the write/flush mutex, checks again (a flush that ran while it waited usually
-//! covered it), and writes and fsyncs *everything* inserted so far, so one fsync serves every
-//! transaction that committed meanwhile.
+//! takes the flush mutex, checks again (a flush that ran while it waited usually covered it),
+//! writes everything inserted so far under the writer mutex, then fsyncs the segments written
+//! since the last flush *after releasing the writer mutex*, so inserters that overflow
+//! `wal_buffers` keep writing while a long fsync runs. One fsync serves every transaction that
+//! committed meanwhile. A segment's disk space is reserved when it is created
+//! ([`crate::io::File::allocate`]) so appends need no block allocation.
 //!
 //! # Poisoning
 //!
@@ -84,8 +87,9 @@
 //!
 //! # Locks
 //!
-//! Order: write/flush mutex, then insert lock (the flusher takes the insert lock briefly to
-//! take the buffer). The insert lock is never held across I/O.
+//! Order: flush mutex, then writer mutex, then insert lock (the writer takes the insert lock
+//! briefly to take the buffer). The insert lock is never held across I/O; the writer mutex is
+//! held across writes but never across an fsync.
 //!
 //! # Reopening
 //!

@@ -1,0 +1,53 @@
+//! The `settle` binary end to end: a small load, then check, waldump and inspect on its
+//! data directory, and the errors a user gets for a wrong directory or flag.
+
+use std::process::Command;
+
+fn settle(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_settle")).args(args).output().expect("run settle");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn load_then_check_waldump_inspect() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let d = dir.to_str().unwrap();
+    let (ok, out, err) = settle(&["bench", "load", "--rows", "20000", "--dir", d, "--json"]);
+    assert!(ok, "bench load failed: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["settledb"]["rows"], 20000);
+    assert_eq!(v["settledb"]["heap_pages"], 20000u64.div_ceil(61), "61 pgbench rows per page");
+    assert!(v["settledb"]["wal_bytes"].as_u64().unwrap() > 20000 * 100);
+
+    let (ok, out, err) = settle(&["check", d]);
+    assert!(ok, "check failed: {out}{err}");
+    assert!(out.contains("no problems"), "{out}");
+
+    let (ok, out, _) = settle(&["waldump", d, "--limit", "50"]);
+    assert!(ok);
+    assert!(out.contains("MULTI_INSERT"), "{out}");
+    assert!(out.lines().count() <= 50);
+    let (ok, out, _) = settle(&["waldump", d, "--stats"]);
+    assert!(ok);
+    assert!(out.contains("Heap2"), "{out}");
+
+    let (ok, out, _) = settle(&["inspect", d, "page", "pgbench_accounts", "0"]);
+    assert!(ok);
+    assert_eq!(out.matches("NORMAL").count(), 61, "{out}");
+}
+
+#[test]
+fn errors_name_what_is_wrong() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ok, _, err) = settle(&["check", tmp.path().to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("not a settledb data directory"), "{err}");
+    let (ok, _, err) = settle(&["bench", "load", "--rows", "10", "--set", "shared_bufers=1MB"]);
+    assert!(!ok);
+    assert!(err.contains("unrecognized configuration parameter \"shared_bufers\""), "{err}");
+}
