@@ -175,7 +175,10 @@ fn parse_generate_seconds(stderr: &str) -> Option<f64> {
 
 fn load_postgres(rows: u64, port: u16, set: &[String]) -> Result<LoadFigures> {
     let scale = rows / 100_000;
-    anyhow::ensure!(scale >= 1 && rows.is_multiple_of(100_000), "the PostgreSQL peer needs --rows to be a multiple of 100000");
+    anyhow::ensure!(
+        scale >= 1 && rows.is_multiple_of(100_000),
+        "the PostgreSQL peer needs --rows to be a multiple of 100000"
+    );
     let settings: Vec<(String, String)> = set
         .iter()
         .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))

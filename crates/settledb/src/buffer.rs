@@ -26,6 +26,14 @@
 //! WAL, reaches it. A page is copied under its shared content lock and the checksum is set on
 //! the copy, so hint-bit setters never race a write.
 //!
+//! # Write-behind
+//!
+//! A bulk writer that has filled a page and will not touch it again hands its tag to
+//! [`BufferPool::queue_write_behind`]; a background writer ([`BufferPool::write_behind`]) writes
+//! such pages on another core, so that when the bulk writer's ring comes round to them they are
+//! already clean and the bulk writer does no write I/O of its own. The queue is a bounded hint:
+//! when it is full, hints are dropped and the ring writes its victims itself.
+//!
 //! # Locking order
 //!
 //! The mapping lock (tag → frame) is taken before, never while holding, a content lock. Pins are
@@ -99,7 +107,12 @@ pub struct BufferPool {
     smgr: Arc<Smgr>,
     wal: RwLock<Option<Arc<dyn WalFlush>>>,
     counters: BufferCounters,
+    write_behind: Mutex<std::collections::VecDeque<BufferTag>>,
+    write_behind_cv: parking_lot::Condvar,
 }
+
+/// Most write-behind hints kept waiting; more are dropped.
+const WRITE_BEHIND_QUEUE_MAX: usize = 8192;
 
 /// A ring of frames reused by one bulk operation (a buffer access strategy).
 pub struct Ring {
@@ -145,7 +158,54 @@ impl BufferPool {
             smgr,
             wal: RwLock::new(None),
             counters: BufferCounters::default(),
+            write_behind: Mutex::new(std::collections::VecDeque::new()),
+            write_behind_cv: parking_lot::Condvar::new(),
         }
+    }
+
+    /// Asks the background writer to write `tag`'s page soon (see "Write-behind").
+    pub fn queue_write_behind(&self, tag: BufferTag) {
+        let mut q = self.write_behind.lock();
+        if q.len() < WRITE_BEHIND_QUEUE_MAX {
+            q.push_back(tag);
+            self.write_behind_cv.notify_one();
+        }
+    }
+
+    /// Background writer step: waits up to `wait` for hints, then writes every queued page that
+    /// is still cached and dirty. Returns how many pages it wrote.
+    pub fn write_behind(&self, wait: std::time::Duration) -> Result<usize> {
+        let batch: Vec<BufferTag> = {
+            let mut q = self.write_behind.lock();
+            if q.is_empty() {
+                self.write_behind_cv.wait_for(&mut q, wait);
+            }
+            q.drain(..).collect()
+        };
+        let mut written = 0;
+        for tag in batch {
+            let id = {
+                let map = self.map.lock();
+                let Some(&id) = map.get(&tag) else { continue };
+                let f = &self.frames[id];
+                if !f.valid.load(Ordering::Acquire) || !f.dirty.load(Ordering::Acquire) {
+                    continue;
+                }
+                f.pins.fetch_add(1, Ordering::AcqRel);
+                id
+            };
+            let r = self.flush_frame(id);
+            self.frames[id].pins.fetch_sub(1, Ordering::AcqRel);
+            r?;
+            written += 1;
+        }
+        Ok(written)
+    }
+
+    /// Wakes a background writer waiting in [`BufferPool::write_behind`] (shutdown).
+    pub fn wake_write_behind(&self) {
+        let _q = self.write_behind.lock();
+        self.write_behind_cv.notify_all();
     }
 
     pub fn set_wal(&self, wal: Arc<dyn WalFlush>) {

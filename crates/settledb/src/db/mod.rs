@@ -222,6 +222,16 @@ impl Inner {
         }
     }
 
+    /// The background writer: writes pages bulk writers have finished with (write-behind).
+    fn bgwriter_loop(self: Arc<Inner>) {
+        while !self.shutdown.load(Ordering::Acquire) {
+            if let Err(e) = self.pool.write_behind(Duration::from_millis(200)) {
+                *self.bg_error.lock() = Some(e.to_string());
+                return;
+            }
+        }
+    }
+
     /// The checkpointer: a checkpoint every `checkpoint_timeout`, or sooner when half of
     /// `max_wal_size` of WAL was written since the last redo pointer.
     fn checkpointer_loop(self: Arc<Inner>) {
@@ -355,6 +365,7 @@ impl Database {
         for (name, f) in [
             ("settledb-walwriter", Inner::wal_writer_loop as fn(Arc<Inner>)),
             ("settledb-checkpointer", Inner::checkpointer_loop as fn(Arc<Inner>)),
+            ("settledb-bgwriter", Inner::bgwriter_loop as fn(Arc<Inner>)),
         ] {
             let i = inner.clone();
             let h = std::thread::Builder::new()
@@ -558,6 +569,7 @@ impl Database {
             let _g = self.inner.bg_mutex.lock();
             self.inner.bg_wake.notify_all();
         }
+        self.inner.pool.wake_write_behind();
         for h in self.background.lock().drain(..) {
             let _ = h.join();
         }

@@ -377,6 +377,7 @@ pub fn multi_insert(
             rel.target_block.store(u32::MAX, Ordering::Relaxed);
             continue;
         }
+        let page_full = i < tuples.len();
         main[1..3].copy_from_slice(&n.to_le_bytes());
         page::clear_flags(&mut g.0, page::PD_ALL_VISIBLE);
         let rec = RecordBuilder {
@@ -390,6 +391,10 @@ pub fn multi_insert(
         drop(rec);
         page::set_lsn(&mut g.0, lsn);
         target.buf.mark_dirty();
+        if page_full {
+            // This load will not come back to the page: let the background writer write it.
+            env.pool.queue_write_behind(rel.tag(block));
+        }
     }
     Ok(tids)
 }
