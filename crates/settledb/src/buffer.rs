@@ -489,6 +489,11 @@ impl<'a> Buffer<'a> {
         self.frame().page.write()
     }
 
+    /// The exclusive content lock if it can be had right now.
+    pub fn try_write(&self) -> Option<RwLockWriteGuard<'a, PageBuf>> {
+        self.frame().page.try_write()
+    }
+
     /// The cleanup lock if it can be had right now: exclusive lock and ours is the only pin.
     pub fn try_cleanup_lock(&self) -> Option<RwLockWriteGuard<'a, PageBuf>> {
         let g = self.frame().page.try_write()?;

@@ -40,6 +40,7 @@
 //! (updates, deletes, pruning) and only when the deciding commit record is flushed (asynchronous
 //! commit), never by readers under a shared lock. Readers consult CLOG, which is cheap here.
 
+pub mod hint;
 pub mod prune;
 pub mod tuple;
 pub mod visibility;
@@ -455,7 +456,11 @@ pub fn scan_page(
     ring: &mut Ring,
 ) -> Result<Vec<(Tid, Vec<Value>)>> {
     let buf = read_page(env, rel, block, Some(ring))?;
-    maybe_prune(env, rel, &buf, oldest_xmin)?;
+    if !maybe_prune(env, rel, &buf, oldest_xmin)? {
+        if let Some(mut w) = buf.try_write() {
+            set_hints_locked(env, &buf, &mut w.0)?;
+        }
+    }
     let g = buf.read();
     let mut out = Vec::new();
     if page::is_new(&g.0) {
@@ -471,6 +476,19 @@ pub fn scan_page(
         }
     }
     Ok(out)
+}
+
+/// Sets what hint bits can be set on a page the caller holds exclusively (see [`hint`]).
+fn set_hints_locked(env: &HeapEnv<'_>, buf: &Buffer<'_>, page_bytes: &mut [u8]) -> Result<()> {
+    if page::is_new(page_bytes) {
+        return Ok(());
+    }
+    if hint::set_page_hints(page_bytes, env.xact, env.wal.flushed_lsn())?
+        && hint::may_dirty_for_hints(page::lsn(page_bytes), env.wal.redo_ptr())
+    {
+        buf.mark_dirty();
+    }
+    Ok(())
 }
 
 /// Opportunistic pruning (`heap_page_prune_opt`): only with the cleanup lock, never waiting.
@@ -494,6 +512,7 @@ pub fn prune_locked(
     oldest_xmin: Xid,
 ) -> Result<bool> {
     let block = buf.block();
+    set_hints_locked(env, buf, page_bytes)?;
     let plan = prune::plan(page_bytes, block, oldest_xmin, env.xact)?;
     if plan.is_empty() {
         if page::prune_xid(page_bytes) != plan.new_prune_xid {

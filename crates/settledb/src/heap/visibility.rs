@@ -93,8 +93,9 @@ fn xmax_is_irrelevant(h: &TupleHeader<'_>) -> bool {
 pub fn satisfies_mvcc(h: &TupleHeader<'_>, snap: &Snapshot, curcid: u32, xact: &TransactionManager) -> Result<bool> {
     let xmin = h.xmin();
     let m = h.infomask();
-    let frozen_or_hinted = m & HEAP_XMIN_FROZEN == HEAP_XMIN_FROZEN || m & HEAP_XMIN_COMMITTED != 0;
-    if !frozen_or_hinted {
+    // Only a frozen xmin is visible to every snapshot; a committed hint says the inserter
+    // committed, not that it did so before this snapshot was taken.
+    if m & HEAP_XMIN_FROZEN != HEAP_XMIN_FROZEN {
         if m & HEAP_XMIN_INVALID != 0 {
             return Ok(false);
         }
@@ -108,7 +109,7 @@ pub fn satisfies_mvcc(h: &TupleHeader<'_>, snap: &Snapshot, curcid: u32, xact: &
         if snap.is_in_progress(xmin) {
             return Ok(false);
         }
-        if xid_status(xact, xmin)? != XidStatus::Committed {
+        if m & HEAP_XMIN_COMMITTED == 0 && xid_status(xact, xmin)? != XidStatus::Committed {
             return Ok(false);
         }
     }
