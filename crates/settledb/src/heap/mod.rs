@@ -57,7 +57,7 @@ use crate::page::{self, LpFlags, PageBuf, BLCKSZ};
 use crate::types::{BlockNumber, BufferTag, Fork, OffsetNumber, Oid, Tid, Xid};
 use crate::wal::{BlockRef, RecordBuilder, Rmgr, Wal};
 use crate::xact::{Snapshot, TransactionManager};
-use tuple::{Schema, TupleHeader, Value, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_UPDATED, HEAP_XMAX_INVALID};
+use tuple::{Schema, TupleHeader, Value, HEAP_ONLY_TUPLE, HEAP_UPDATED, HEAP_XMAX_INVALID};
 use visibility::UpdateStatus;
 use wal::{
     FLAG_INIT_PAGE, XLOG_HEAP2_MULTI_INSERT, XLOG_HEAP_DELETE, XLOG_HEAP_HOT_UPDATE, XLOG_HEAP_INSERT, XLOG_HEAP_UPDATE,
@@ -186,9 +186,27 @@ pub fn read_page<'a>(
     Ok(buf)
 }
 
-/// Logs `rec` and stamps the page LSN of every page given.
-fn log_and_stamp(env: &HeapEnv<'_>, rec: &RecordBuilder<'_>) -> Result<crate::types::Lsn> {
-    env.wal.insert(rec)
+/// Logs a record that changes one page (the caller holds its exclusive lock and stamps the
+/// returned end LSN on it).
+#[expect(clippy::too_many_arguments, reason = "the fields of one WAL record")]
+fn log_one_block(
+    env: &HeapEnv<'_>,
+    rmgr: Rmgr,
+    info: u8,
+    xid: Xid,
+    tag: BufferTag,
+    will_init: bool,
+    page_bytes: &[u8],
+    data: Vec<u8>,
+    main_data: Vec<u8>,
+) -> Result<crate::types::Lsn> {
+    env.wal.insert(&RecordBuilder {
+        rmgr,
+        info,
+        xid,
+        blocks: vec![BlockRef { id: 0, tag, will_init, page: Some(page_bytes), data }],
+        main_data,
+    })
 }
 
 /// Prepares a tuple for insertion by `tx`: xmin, cid, xmax invalid.
@@ -200,13 +218,6 @@ fn stamp_new_tuple(t: &mut [u8], tx: &TxContext<'_>, extra_infomask: u16, extra_
     let (m, m2) = (h.infomask(), h.infomask2());
     tuple::set_infomask(t, (m & !0xFF00 & !0x0080) | HEAP_XMAX_INVALID | extra_infomask);
     tuple::set_infomask2(t, (m2 & tuple::HEAP_NATTS_MASK) | extra_infomask2);
-}
-
-/// A pinned page with room for `need` bytes (fillfactor honoured unless `use_reserve`), locked
-/// exclusively. New pages come back initialized and flagged `fresh`.
-struct Target<'a> {
-    buf: Buffer<'a>,
-    fresh: bool,
 }
 
 fn page_has_room(page: &[u8], need: usize, reserve: usize) -> bool {
@@ -223,7 +234,8 @@ fn find_target<'a>(
     need: usize,
     mut ring: Option<&mut Ring>,
     avoid: Option<BlockNumber>,
-) -> Result<Target<'a>> {
+) -> Result<Buffer<'a>> {
+    // Returns a pinned page with room for `need` bytes (fillfactor honoured), initialized if new.
     let reserve = rel.reserved_bytes();
     let mut tried = 0;
     let t = rel.target_block.load(Ordering::Relaxed);
@@ -240,20 +252,18 @@ fn find_target<'a>(
             let buf = read_page(env, rel, b, ring.as_deref_mut())?;
             let room = {
                 let mut g = buf.write();
-                let fresh = page::is_new(&g.0);
-                if fresh {
+                if page::is_new(&g.0) {
                     page::init(&mut g.0, 0);
                 }
                 let ok = page_has_room(&g.0, need, reserve);
                 if !ok {
                     rel.note_free_space(b, page::heap_free_space(&g.0).saturating_sub(reserve));
                 }
-                drop(g);
-                ok.then_some(fresh)
+                ok
             };
-            if let Some(fresh) = room {
+            if room {
                 rel.target_block.store(b.0, Ordering::Relaxed);
-                return Ok(Target { buf, fresh });
+                return Ok(buf);
             }
         }
         tried += 1;
@@ -268,7 +278,7 @@ fn find_target<'a>(
         page::init(&mut g.0, 0);
     }
     rel.target_block.store(buf.block().0, Ordering::Relaxed);
-    Ok(Target { buf, fresh: true })
+    Ok(buf)
 }
 
 /// Inserts one row; returns its TID.
@@ -281,11 +291,12 @@ pub fn insert(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, values: &[V
 fn insert_tuple(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, t: &mut [u8]) -> Result<Tid> {
     let need = page::maxalign(t.len());
     loop {
-        let target = find_target(env, rel, need, None, None)?;
-        let block = target.buf.block();
-        let mut g = target.buf.write();
-        // Between find_target's check and this lock another inserter may have taken the room.
-        let fresh = page::max_offset(&g.0) == 0 && target.fresh;
+        let target_buf = find_target(env, rel, need, None, None)?;
+        let block = target_buf.block();
+        let mut g = target_buf.write();
+        // An empty page is logged as initialized by this record, so redo never depends on an
+        // in-memory initialization that was not logged.
+        let fresh = page::max_offset(&g.0) == 0;
         let off = OffsetNumber(page::max_offset(&g.0) + 1);
         let off = first_free_offset(&g.0).unwrap_or(off);
         tuple::set_ctid(t, Tid { block, offset: off });
@@ -300,18 +311,9 @@ fn insert_tuple(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, t: &mut [
         main.push(if fresh { FLAG_INIT_PAGE } else { 0 });
         let mut data = Vec::with_capacity(t.len());
         wal::encode_tuple(&mut data, t);
-        let lsn = {
-            let rec = RecordBuilder {
-                rmgr: Rmgr::Heap,
-                info: XLOG_HEAP_INSERT,
-                xid: tx.xid,
-                blocks: vec![BlockRef { id: 0, tag: rel.tag(block), will_init: fresh, page: Some(&g.0), data }],
-                main_data: main,
-            };
-            log_and_stamp(env, &rec)?
-        };
+        let lsn = log_one_block(env, Rmgr::Heap, XLOG_HEAP_INSERT, tx.xid, rel.tag(block), fresh, &g.0, data, main)?;
         page::set_lsn(&mut g.0, lsn);
-        target.buf.mark_dirty();
+        target_buf.mark_dirty();
         return Ok(Tid { block, offset: off });
     }
 }
@@ -343,10 +345,10 @@ pub fn multi_insert(
     let reserve = rel.reserved_bytes();
     let mut i = 0;
     while i < tuples.len() {
-        let target = find_target(env, rel, page::maxalign(tuples[i].len()), Some(ring), None)?;
-        let block = target.buf.block();
-        let mut g = target.buf.write();
-        let fresh = target.fresh && page::max_offset(&g.0) == 0;
+        let target_buf = find_target(env, rel, page::maxalign(tuples[i].len()), Some(ring), None)?;
+        let block = target_buf.block();
+        let mut g = target_buf.write();
+        let fresh = page::max_offset(&g.0) == 0;
         let mut main = Vec::with_capacity(3 + 2 * 64);
         main.push(if fresh { FLAG_INIT_PAGE } else { 0 });
         main.extend_from_slice(&[0, 0]);
@@ -381,17 +383,10 @@ pub fn multi_insert(
         let page_full = i < tuples.len();
         main[1..3].copy_from_slice(&n.to_le_bytes());
         page::clear_flags(&mut g.0, page::PD_ALL_VISIBLE);
-        let rec = RecordBuilder {
-            rmgr: Rmgr::Heap2,
-            info: XLOG_HEAP2_MULTI_INSERT,
-            xid: tx.xid,
-            blocks: vec![BlockRef { id: 0, tag: rel.tag(block), will_init: fresh, page: Some(&g.0), data }],
-            main_data: main,
-        };
-        let lsn = log_and_stamp(env, &rec)?;
-        drop(rec);
+        let lsn =
+            log_one_block(env, Rmgr::Heap2, XLOG_HEAP2_MULTI_INSERT, tx.xid, rel.tag(block), fresh, &g.0, data, main)?;
         page::set_lsn(&mut g.0, lsn);
-        target.buf.mark_dirty();
+        target_buf.mark_dirty();
         if page_full {
             // This load will not come back to the page: let the background writer write it.
             env.pool.queue_write_behind(rel.tag(block));
@@ -522,21 +517,17 @@ pub fn prune_locked(
         return Ok(false);
     }
     wal::apply_prune(page_bytes, &plan);
-    let rec = RecordBuilder {
-        rmgr: Rmgr::Heap2,
-        info: wal::XLOG_HEAP2_PRUNE,
-        xid: Xid::INVALID,
-        blocks: vec![BlockRef {
-            id: 0,
-            tag: rel.tag(block),
-            will_init: false,
-            page: Some(page_bytes),
-            data: Vec::new(),
-        }],
-        main_data: plan.encode(),
-    };
-    let lsn = log_and_stamp(env, &rec)?;
-    drop(rec);
+    let lsn = log_one_block(
+        env,
+        Rmgr::Heap2,
+        wal::XLOG_HEAP2_PRUNE,
+        Xid::INVALID,
+        rel.tag(block),
+        false,
+        page_bytes,
+        Vec::new(),
+        plan.encode(),
+    )?;
     page::set_lsn(page_bytes, lsn);
     buf.mark_dirty();
     rel.note_free_space(block, page::heap_free_space(page_bytes));
@@ -609,15 +600,8 @@ fn delete_once(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, tid: Tid) 
     main.extend_from_slice(&m.to_le_bytes());
     main.extend_from_slice(&m2.to_le_bytes());
     main.extend_from_slice(&0u16.to_le_bytes()); // old key: none without a replica identity
-    let rec = RecordBuilder {
-        rmgr: Rmgr::Heap,
-        info: XLOG_HEAP_DELETE,
-        xid: tx.xid,
-        blocks: vec![BlockRef { id: 0, tag: rel.tag(tid.block), will_init: false, page: Some(&g.0), data: Vec::new() }],
-        main_data: main,
-    };
-    let lsn = log_and_stamp(env, &rec)?;
-    drop(rec);
+    let lsn =
+        log_one_block(env, Rmgr::Heap, XLOG_HEAP_DELETE, tx.xid, rel.tag(tid.block), false, &g.0, Vec::new(), main)?;
     page::set_lsn(&mut g.0, lsn);
     buf.mark_dirty();
     Ok(Attempt::Finished(ModifyResult::Done(tid)))
@@ -644,7 +628,7 @@ pub fn update(
                 // Pick a page with room now, without holding the old page's lock.
                 let need = page::maxalign(tuple::MAX_HEAP_TUPLE_SIZE.min(estimate_len(env, rel, tid)?));
                 let t = find_target(env, rel, need, None, Some(tid.block))?;
-                other_page = Some(t.buf.block());
+                other_page = Some(t.block());
             }
         }
     }
@@ -767,7 +751,7 @@ fn update_once(
             blocks,
             main_data: main,
         };
-        log_and_stamp(env, &rec)?
+        env.wal.insert(&rec)?
     };
     page::set_lsn(&mut og.0, lsn);
     old_buf.mark_dirty();
@@ -777,7 +761,6 @@ fn update_once(
             nb.mark_dirty();
         }
     }
-    let _ = HEAP_HOT_UPDATED;
     Ok(Attempt::Finished(ModifyResult::Done(new_tid)))
 }
 
