@@ -48,3 +48,32 @@ fn update_to_a_much_larger_row_moves_it_to_a_page_with_room() {
     drop(tx);
     db.close().unwrap();
 }
+
+/// Found by `crash.rs` (`uncommitted_pages_on_disk_stay_invisible`: committed rows vanished
+/// after recovery). Pruning walked a HOT chain past a live root into the heap-only version an
+/// aborted update had left, found that version DEAD (its inserter aborted), and removed the
+/// chain "up to the last dead member": the root, which is the row's only live version, became
+/// LP_DEAD. PostgreSQL's `heap_prune_chain` stops walking at a LIVE (or in-progress) member.
+/// No crash is needed: a rolled-back HOT update followed by pruning is enough.
+#[test]
+fn pruning_after_an_aborted_hot_update_keeps_the_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), Config::default()).unwrap();
+    let schema = Schema { columns: vec![Column { name: "id".into(), ty: Type::Int4, nullable: false }] };
+    let t = db.create_table("t", schema, TableOptions::default()).unwrap();
+    let mut tx = db.begin().unwrap();
+    let tid = tx.insert(&t, &[Value::Int4(1)]).unwrap();
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    let new = tx.update(&t, tid, &[Value::Int4(2)]).unwrap().unwrap();
+    assert_eq!(new.block, tid.block, "a HOT update on the same page");
+    tx.rollback().unwrap();
+
+    db.prune_page(&t, tid.block.0).unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.fetch(&t, tid).unwrap(), Some(vec![Value::Int4(1)]), "the committed version survives pruning");
+    let rows: Vec<_> = tx.scan(&t).unwrap().map(|r| r.unwrap()).collect();
+    assert_eq!(rows, vec![(tid, vec![Value::Int4(1)])]);
+    drop(tx);
+    db.close().unwrap();
+}

@@ -81,6 +81,12 @@ pub fn plan(page: &[u8], block: BlockNumber, oldest_xmin: Xid, xact: &Transactio
             }
             chain.push(cur);
             reached[cur] = true;
+            // A member that is not DEAD or RECENTLY_DEAD ends the walk (`heap_prune_chain`):
+            // a live version's successor can only be dead because its inserter aborted, which
+            // says nothing about the live version. Such leftovers are collected below.
+            if !matches!(status[cur], Some(VacuumStatus::Dead | VacuumStatus::RecentlyDead)) {
+                break;
+            }
             if h.infomask2() & HEAP_HOT_UPDATED == 0 || h.ctid().block != block {
                 break;
             }
