@@ -519,7 +519,9 @@ enum Attempt {
     Follow(Tid),
     /// The new version (`need` bytes, MAXALIGNed) fits neither on the old page nor on the
     /// other page tried: pick a page with that much room and try again.
-    NeedsOtherPage { need: usize },
+    NeedsOtherPage {
+        need: usize,
+    },
 }
 
 /// Deletes the row version at `tid` (following the update chain under READ COMMITTED).
