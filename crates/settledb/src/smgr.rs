@@ -81,7 +81,11 @@ impl Smgr {
         }
         let file = self.fs.open(&path, true)?;
         let len = file.len()?;
-        let nblocks = u32::try_from(len / BLCKSZ as u64).map_err(|_| Error::CorruptFile {
+        // A partial last block (a truncated file, or an extension torn by a crash) counts as a
+        // block: reading it fails its checksum, naming relation and block, instead of the rows
+        // it held vanishing silently. Redo never reads such a block: it restores a full-page
+        // image or initializes the page.
+        let nblocks = u32::try_from(len.div_ceil(BLCKSZ as u64)).map_err(|_| Error::CorruptFile {
             path: path.clone(),
             detail: format!("file size {len} exceeds the block address space"),
         })?;

@@ -552,6 +552,17 @@ impl Database {
         self.inner.xact.limits()
     }
 
+    /// How many XID wraparound warnings ("database must be vacuumed within N transactions")
+    /// were issued since the database was opened.
+    pub fn xid_warnings(&self) -> u64 {
+        self.inner.xact.warnings_issued()
+    }
+
+    /// The last XID wraparound warning issued, if any.
+    pub fn last_xid_warning(&self) -> Option<String> {
+        self.inner.xact.last_warning()
+    }
+
     /// The oldest XID any snapshot may still need (`OldestXmin`).
     pub fn oldest_xmin(&self) -> Xid {
         self.inner.xact.oldest_xmin()

@@ -539,8 +539,11 @@ enum Attempt {
     Finished(ModifyResult),
     WaitFor(Xid),
     Follow(Tid),
-    /// The update needs a new page: try again with these two buffers locked in order.
-    NeedsOtherPage,
+    /// The new version (`need` bytes, MAXALIGNed) fits neither on the old page nor on the
+    /// other page tried: pick a page with that much room and try again.
+    NeedsOtherPage {
+        need: usize,
+    },
 }
 
 /// Deletes the row version at `tid` (following the update chain under READ COMMITTED).
@@ -557,7 +560,7 @@ pub fn delete(
             Attempt::Finished(r) => return Ok(r),
             Attempt::WaitFor(x) => wait(x)?,
             Attempt::Follow(next) => tid = next,
-            Attempt::NeedsOtherPage => unreachable!("delete stays on its page"),
+            Attempt::NeedsOtherPage { .. } => unreachable!("delete stays on its page"),
         }
     }
 }
@@ -624,20 +627,15 @@ pub fn update(
             Attempt::Finished(r) => return Ok(r),
             Attempt::WaitFor(x) => wait(x)?,
             Attempt::Follow(next) => tid = next,
-            Attempt::NeedsOtherPage => {
-                // Pick a page with room now, without holding the old page's lock.
-                let need = page::maxalign(tuple::MAX_HEAP_TUPLE_SIZE.min(estimate_len(env, rel, tid)?));
+            Attempt::NeedsOtherPage { need } => {
+                // Pick a page with room for the new version (its size as computed by the
+                // attempt, not the old version's: asking for less could return the same page
+                // forever), without holding the old page's lock.
                 let t = find_target(env, rel, need, None, Some(tid.block))?;
                 other_page = Some(t.block());
             }
         }
     }
-}
-
-fn estimate_len(env: &HeapEnv<'_>, rel: &Relation, tid: Tid) -> Result<usize> {
-    let buf = read_page(env, rel, tid.block, None)?;
-    let g = buf.read();
-    Ok(normal_item(rel, &g.0, tid)?.map_or(64, |t| t.len() + 64))
 }
 
 fn update_once(
@@ -693,11 +691,11 @@ fn update_once(
                     page::init(&mut np.0, 0);
                 }
                 if page::heap_free_space(&np.0) < need {
-                    return Ok(Attempt::NeedsOtherPage);
+                    return Ok(Attempt::NeedsOtherPage { need });
                 }
                 (nb.block(), fresh && page::max_offset(&np.0) == 0)
             }
-            _ => return Ok(Attempt::NeedsOtherPage),
+            _ => return Ok(Attempt::NeedsOtherPage { need }),
         }
     };
     let same_page = new_block == tid.block;

@@ -81,10 +81,11 @@ pub fn plan(page: &[u8], block: BlockNumber, oldest_xmin: Xid, xact: &Transactio
             }
             chain.push(cur);
             reached[cur] = true;
-            // Only a dead or recently dead member can have dead successors; past a live one
-            // (its updater aborted or still runs) the chain is not pruned (PostgreSQL's
-            // heap_prune_chain stops there too). Walking on made a live root LP_DEAD when the
-            // HOT update after it had aborted; found by tests/model.rs, see prune_dead.txt.
+            // A member that is not DEAD or RECENTLY_DEAD ends the walk (`heap_prune_chain`):
+            // a live version's successor can only be dead because its inserter aborted, which
+            // says nothing about the live version; such leftovers are collected below. Walking
+            // on made a live root LP_DEAD (found by tests/model.rs and tests/crash.rs; see
+            // prune_dead.txt and tests/regressions.rs).
             if !matches!(status[cur], Some(VacuumStatus::Dead | VacuumStatus::RecentlyDead)) {
                 break;
             }
