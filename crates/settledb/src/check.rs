@@ -77,7 +77,6 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
     let inner = db.inner();
     let mut report = CheckReport::default();
     let next = inner.xact.next_full_xid();
-    let flushed = inner.wal.flushed_lsn();
     for entry in inner.catalog.tables() {
         report.tables += 1;
         let ctx = Ctx { xact: &inner.xact, rel: &entry.rel, relfrozenxid: entry.relfrozenxid(), next };
@@ -86,10 +85,11 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
         for b in 0..nblocks {
             report.pages += 1;
             let tag = entry.rel.tag(BlockNumber(b));
-            if inner.pool.smgr().read(tag, &mut disk.0).is_ok()
-                && !page::is_new(&disk.0)
-                && page::lsn(&disk.0) > flushed
-            {
+            // The flushed LSN is read after the page: the check's own reads may evict (and so
+            // flush WAL for and write) pages as it goes, and the flushed LSN only grows.
+            let on_disk = inner.pool.smgr().read(tag, &mut disk.0).is_ok() && !page::is_new(&disk.0);
+            let flushed = inner.wal.flushed_lsn();
+            if on_disk && page::lsn(&disk.0) > flushed {
                 report.problems.push(format!(
                     "relation \"{}\" block {b}: page on disk has LSN {} beyond the flushed WAL {flushed}",
                     entry.rel.name,

@@ -91,5 +91,7 @@ fn rows_survive_clean_restart_and_crash() {
     let mut expected = expected;
     expected.push((7000, 7));
     assert_eq!(balances(&db), expected, "after crash recovery");
+    let report = settledb::check::check_database(&db).unwrap();
+    assert!(report.is_clean(), "check after recovery:\n{report}");
     db.close().unwrap();
 }

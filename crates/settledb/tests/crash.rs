@@ -67,6 +67,12 @@ fn open(fs: &Arc<FaultFs>, cfg: &Config) -> settledb::Result<Database> {
     Database::open_with_fs(fs.clone(), Path::new(DIR), cfg.clone())
 }
 
+/// Runs the verifier; any problem fails the test with the full report.
+fn assert_check_clean(db: &Database, what: &str) {
+    let report = settledb::check::check_database(db).unwrap_or_else(|e| panic!("{what}: check failed to run: {e}"));
+    assert!(report.is_clean(), "{what}: check found problems:\n{report}");
+}
+
 /// Every visible row of `t`, by id.
 fn read_rows(db: &Database, name: &str) -> Rows {
     let t = db.table(name).unwrap();
@@ -137,6 +143,7 @@ fn recover_and_check(fs: &Arc<FaultFs>, cfg: &Config, expected: &Rows, what: &st
     let db = open(fs, cfg).unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
     assert!(db.recovery_report().performed, "{what}: the crash needed recovery");
     assert_rows(&read_rows(&db, "t"), expected, &format!("{what}: rows after recovery"));
+    assert_check_clean(&db, what);
     let t = db.table("t").unwrap();
     let mut tx = db.begin().unwrap();
     let note = Some("after recovery".to_string());
@@ -148,6 +155,7 @@ fn recover_and_check(fs: &Arc<FaultFs>, cfg: &Config, expected: &Rows, what: &st
     db.abandon();
     let db = open(&fs2, cfg).unwrap_or_else(|e| panic!("{what}: second recovery failed: {e}"));
     assert_rows(&read_rows(&db, "t"), &expected, &format!("{what}: rows after the second crash"));
+    assert_check_clean(&db, &format!("{what}, second crash"));
     db.abandon();
 }
 

@@ -43,6 +43,12 @@ struct Tally {
     stale_tids: u64,
 }
 
+/// Runs the verifier; any problem fails the test with the full report.
+fn assert_check_clean(db: &Database, what: &str) {
+    let report = settledb::check::check_database(db).unwrap_or_else(|e| panic!("{what}: check failed to run: {e}"));
+    assert!(report.is_clean(), "{what}: check found problems:\n{report}");
+}
+
 fn config() -> Config {
     Config { shared_buffers_bytes: 4 << 20, fsync: false, ..Config::default() }
 }
@@ -318,6 +324,7 @@ fn concurrent_transactions_match_the_oracle_across_restart_and_crash() {
     assert!(tally.commits > 0);
     let expected = oracle.into_inner().unwrap();
     assert_eq!(contents(&db), expected, "after the workload");
+    assert_check_clean(&db, "after the workload");
     let counters: i64 = (0..COUNTERS).map(|c| expected[&c]).sum();
     assert!(counters > 0, "no increment committed");
 
@@ -340,5 +347,6 @@ fn concurrent_transactions_match_the_oracle_across_restart_and_crash() {
     db.abandon();
     let db = Database::open(&path, config()).unwrap();
     assert_eq!(contents(&db), expected, "after a crash");
+    assert_check_clean(&db, "after a crash");
     db.close().unwrap();
 }

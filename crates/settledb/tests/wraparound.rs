@@ -138,5 +138,7 @@ fn stop_limit_refuses_writes_keeps_reads_and_survives_restart() {
     assert_refused(tx.insert(&t, &[Value::Int4(3000), Value::Null]).unwrap_err(), "insert after crash");
     drop(tx);
     assert_eq!(rows(&db), expected, "rows after crash recovery");
+    let report = settledb::check::check_database(&db).unwrap();
+    assert!(report.is_clean(), "check after the stop limit:\n{report}");
     db.close().unwrap();
 }
