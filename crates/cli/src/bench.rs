@@ -33,6 +33,9 @@ pub enum BenchCmd {
         /// Port for the PostgreSQL peer.
         #[arg(long, default_value_t = 54329)]
         peer_port: u16,
+        /// Repeat the load (alternating with the peer) and compare the medians.
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
         /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
@@ -87,9 +90,13 @@ struct LoadReport {
     benchmark: &'static str,
     machine: Machine,
     settings: Vec<String>,
+    /// The run with settledb's median rate.
     settledb: LoadFigures,
+    /// The run with PostgreSQL's median rate.
     postgres: Option<LoadFigures>,
-    /// settledb's rate / PostgreSQL's rate.
+    /// Every run, in the order they ran (settledb and the peer alternate).
+    runs: Vec<LoadFigures>,
+    /// settledb's median rate / PostgreSQL's median rate.
     rate_ratio: Option<f64>,
     /// settledb's pages / PostgreSQL's pages.
     pages_ratio: Option<f64>,
@@ -97,7 +104,9 @@ struct LoadReport {
 
 pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
     match cmd {
-        BenchCmd::Load { rows, dir, set, peer, peer_port, json } => load(rows, dir, &set, peer, peer_port, json),
+        BenchCmd::Load { rows, dir, set, peer, peer_port, runs, json } => {
+            load(rows, dir, &set, peer, peer_port, runs.max(1), json)
+        }
     }
 }
 
@@ -204,14 +213,40 @@ fn load_postgres(rows: u64, port: u16, set: &[String]) -> Result<LoadFigures> {
     })
 }
 
-fn load(rows: u64, dir: Option<PathBuf>, set: &[String], peer: bool, port: u16, json: bool) -> Result<ExitCode> {
-    let (path, remove) = match dir {
-        Some(d) => (d, false),
-        None => (std::env::temp_dir().join(format!("settle-bench-load-{}", std::process::id())), true),
-    };
-    let _guard = TempDir(path.clone(), remove);
-    let ours = load_settledb(rows, &path, set)?;
-    let pg = if peer { Some(load_postgres(rows, port, set)?) } else { None };
+/// The run with the median rate.
+fn median(mut runs: Vec<LoadFigures>) -> Option<LoadFigures> {
+    runs.sort_by(|a, b| a.rows_per_second.total_cmp(&b.rows_per_second));
+    let mid = runs.len() / 2;
+    runs.into_iter().nth(mid)
+}
+
+fn load(
+    rows: u64,
+    dir: Option<PathBuf>,
+    set: &[String],
+    peer: bool,
+    port: u16,
+    runs: usize,
+    json: bool,
+) -> Result<ExitCode> {
+    let mut all = Vec::new();
+    for _ in 0..runs {
+        let (path, remove) = match &dir {
+            Some(d) => (d.clone(), false),
+            None => (std::env::temp_dir().join(format!("settle-bench-load-{}", std::process::id())), true),
+        };
+        if runs > 1 && path.exists() {
+            std::fs::remove_dir_all(&path).with_context(|| format!("removing {}", path.display()))?;
+        }
+        let guard = TempDir(path.clone(), remove);
+        all.push(load_settledb(rows, &path, set)?);
+        drop(guard);
+        if peer {
+            all.push(load_postgres(rows, port, set)?);
+        }
+    }
+    let ours = median(all.iter().filter(|f| f.engine == "settledb").cloned().collect()).context("no run")?;
+    let pg = median(all.iter().filter(|f| f.engine == "postgres").cloned().collect());
     let report = LoadReport {
         benchmark: "load",
         machine: machine(),
@@ -220,6 +255,7 @@ fn load(rows: u64, dir: Option<PathBuf>, set: &[String], peer: bool, port: u16, 
         pages_ratio: pg.as_ref().map(|p| ours.heap_pages as f64 / p.heap_pages as f64),
         settledb: ours,
         postgres: pg,
+        runs: all,
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -234,14 +270,20 @@ fn load(rows: u64, dir: Option<PathBuf>, set: &[String], peer: bool, port: u16, 
         "{:<10} {:>10} {:>9} {:>12} {:>11} {:>14} {:>8}",
         "engine", "rows", "seconds", "rows/s", "heap pages", "WAL bytes", "FPIs"
     );
-    for f in std::iter::once(&report.settledb).chain(report.postgres.as_ref()) {
+    let shown: Vec<&LoadFigures> = if report.runs.len() > 2 {
+        report.runs.iter().collect()
+    } else {
+        std::iter::once(&report.settledb).chain(report.postgres.as_ref()).collect()
+    };
+    for f in shown {
         println!(
             "{:<10} {:>10} {:>9.2} {:>12.0} {:>11} {:>14} {:>8}",
             f.engine, f.rows, f.seconds, f.rows_per_second, f.heap_pages, f.wal_bytes, f.full_page_images
         );
     }
     if let (Some(r), Some(p)) = (report.rate_ratio, report.pages_ratio) {
-        println!("settledb/postgres: load rate {r:.2}x, heap pages {p:.4}x");
+        let of = if report.runs.len() > 2 { "median " } else { "" };
+        println!("settledb/postgres: {of}load rate {r:.2}x, heap pages {p:.4}x");
     }
     Ok(ExitCode::SUCCESS)
 }
