@@ -55,6 +55,10 @@ pub enum Error {
     #[error("{0}")]
     AlreadyExists(String),
 
+    /// An insert or update would duplicate a key of a unique index.
+    #[error("duplicate key value violates unique constraint \"{index}\": Key ({key}) already exists.")]
+    UniqueViolation { index: String, key: String },
+
     /// REPEATABLE READ met a concurrent update: the transaction must be retried.
     #[error("could not serialize access due to concurrent update")]
     SerializationFailure,

@@ -13,6 +13,7 @@ pub mod config;
 pub mod db;
 pub mod error;
 pub mod heap;
+pub mod index;
 pub mod io;
 pub mod page;
 pub mod smgr;

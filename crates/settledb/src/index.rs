@@ -1,0 +1,95 @@
+//! The index access-method interface: what the heap, the row API and VACUUM need from an
+//! index, whatever its kind (PostgreSQL's `amapi.h`, reduced to what we use).
+//!
+//! An index maps a key (the values of its columns, in order) to heap TIDs. Entries are never
+//! updated in place: a non-HOT update inserts a new entry for the new version, and the old
+//! entry stays until VACUUM removes it through [`IndexAm::bulk_delete`], whose callback asks
+//! (in batches) which heap TIDs are dead; it is answered by the dead-TID store, so VACUUM does
+//! not need to know what kind of index it is cleaning.
+//!
+//! A unique index checks uniqueness against *live* heap tuples only (an entry whose heap
+//! tuple is dead does not conflict); for that it asks the heap through [`UniqueCheck`].
+
+use crate::error::Result;
+use crate::heap::tuple::Value;
+use crate::heap::HeapEnv;
+use crate::types::{Tid, Xid};
+
+/// Scan order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanDirection {
+    Forward,
+    Backward,
+}
+
+/// One end of a key range: a prefix of the index's columns, inclusive or not.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KeyBound {
+    Unbounded,
+    Included(Vec<Value>),
+    Excluded(Vec<Value>),
+}
+
+/// An index entry returned by a scan: the key values (for index-only scans) and the heap TID.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexEntry {
+    pub key: Vec<Value>,
+    pub tid: Tid,
+}
+
+/// What the heap says about the tuple an existing index entry points to, for a uniqueness
+/// check (PostgreSQL's `SnapshotDirty` test in `_bt_check_unique`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeapTupleState {
+    /// Dead, or deleted by a committed transaction: no conflict.
+    Dead,
+    /// Live (committed, not deleted), or inserted/deleted by the inserting transaction itself
+    /// in a way that leaves it live: a conflict.
+    Live,
+    /// Inserted or deleted by another transaction still running: wait for it, then ask again.
+    InProgress(Xid),
+}
+
+/// Answers uniqueness questions about heap tuples (implemented by the heap side).
+pub trait UniqueCheck {
+    /// The state of the row version at `tid` (following its HOT chain to the version that
+    /// matters).
+    fn state(&self, tid: Tid) -> Result<HeapTupleState>;
+    /// Blocks until `xid` has finished (with deadlock detection).
+    fn wait(&self, xid: Xid) -> Result<()>;
+}
+
+/// Counters of one VACUUM pass over an index, printed as PostgreSQL prints them:
+/// `index "…": pages: N in total, N newly deleted, N currently deleted, N reusable`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BulkDeleteStats {
+    /// Pages in the index.
+    pub num_pages: u32,
+    /// Entries left after the pass.
+    pub num_index_tuples: u64,
+    /// Entries removed by the pass.
+    pub tuples_removed: u64,
+    /// Pages this pass deleted.
+    pub pages_newly_deleted: u32,
+    /// Pages now in the deleted state (including older ones).
+    pub pages_deleted: u32,
+    /// Deleted pages that no scan can still reach and may be reused.
+    pub pages_free: u32,
+}
+
+/// What VACUUM calls on every index of a table.
+pub trait IndexAm: Send + Sync {
+    /// Removes every entry whose heap TID `is_dead` reports dead. The callback gets a batch of
+    /// TIDs (typically one leaf page's worth) and fills `dead[i]` for `tids[i]`, so that the
+    /// dead-TID store can overlap its memory accesses. Deletes pages that became empty.
+    fn bulk_delete(
+        &self,
+        env: &HeapEnv<'_>,
+        is_dead: &mut dyn FnMut(&[Tid], &mut [bool]),
+        stats: &mut BulkDeleteStats,
+    ) -> Result<()>;
+
+    /// Post-VACUUM cleanup: counts pages and entries, finds deleted pages that can be
+    /// recycled, and fills `stats`.
+    fn cleanup(&self, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats) -> Result<()>;
+}
