@@ -82,6 +82,11 @@ pub enum Error {
     )]
     Deadlock { xid: Xid, waits_for: Xid },
 
+    /// An earlier command of this transaction failed after changing something: it can only be
+    /// rolled back (PostgreSQL's aborted transaction state).
+    #[error("current transaction is aborted, commands ignored until end of transaction block (it failed with: {0})")]
+    TransactionAborted(String),
+
     /// The transaction was already committed, rolled back or failed.
     #[error("transaction is not active: {0}")]
     TransactionClosed(&'static str),

@@ -31,6 +31,8 @@ pub struct Transaction<'db> {
     /// REPEATABLE READ: the transaction snapshot, taken at the first command.
     snapshot: Option<Snapshot>,
     done: bool,
+    /// Set when a command failed after it may have changed something: only rollback remains.
+    failed: Option<String>,
     /// Bulk-insert buffer ring, kept across `insert_many` calls.
     bulk_ring: Option<Ring>,
 }
@@ -39,7 +41,18 @@ impl<'db> Transaction<'db> {
     pub(super) fn new(db: &'db Database, isolation: IsolationLevel) -> Transaction<'db> {
         let inner = db.inner();
         let backend = inner.xact.register_backend();
-        Transaction { db, inner, backend, isolation, xid: None, cid: 0, snapshot: None, done: false, bulk_ring: None }
+        Transaction {
+            db,
+            inner,
+            backend,
+            isolation,
+            xid: None,
+            cid: 0,
+            snapshot: None,
+            done: false,
+            failed: None,
+            bulk_ring: None,
+        }
     }
 
     pub fn isolation(&self) -> IsolationLevel {
@@ -55,7 +68,29 @@ impl<'db> Transaction<'db> {
         if self.done {
             return Err(Error::TransactionClosed("it already committed or rolled back"));
         }
+        if let Some(why) = &self.failed {
+            return Err(Error::TransactionAborted(why.clone()));
+        }
         Ok(())
+    }
+
+    /// Runs one command. An error that may have left changes behind (anything but input
+    /// rejected before any change) puts the transaction in the failed state, as PostgreSQL
+    /// aborts the transaction of a failed statement.
+    fn command<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        self.active()?;
+        let r = f(self);
+        if let Err(e) = &r {
+            if !matches!(e, Error::InvalidInput(_) | Error::NotFound(_) | Error::TransactionAborted(_)) {
+                self.failed = Some(e.to_string());
+            }
+        }
+        r
+    }
+
+    /// Whether an earlier error left the transaction able only to roll back.
+    pub fn is_failed(&self) -> bool {
+        self.failed.is_some()
     }
 
     /// Assigns an XID on first write.
@@ -104,7 +139,7 @@ impl<'db> Transaction<'db> {
 
     /// Inserts a row; returns its TID.
     pub fn insert(&mut self, table: &Table, values: &[Value]) -> Result<Tid> {
-        let tid = self.insert_raw(&table.entry.rel, values)?;
+        let tid = self.command(|tx| tx.insert_raw(&table.entry.rel, values))?;
         self.inner.counters.tup_inserted.fetch_add(1, Ordering::Relaxed);
         Ok(tid)
     }
@@ -121,6 +156,10 @@ impl<'db> Transaction<'db> {
 
     /// Inserts many rows at once, a page per WAL record (COPY's path). Returns their TIDs.
     pub fn insert_many(&mut self, table: &Table, rows: &[Vec<Value>]) -> Result<Vec<Tid>> {
+        self.command(|tx| tx.insert_many_raw(table, rows))
+    }
+
+    fn insert_many_raw(&mut self, table: &Table, rows: &[Vec<Value>]) -> Result<Vec<Tid>> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
         let tx = tx_context(xid, self.cid, &snap, self.rr());
@@ -162,6 +201,15 @@ impl<'db> Transaction<'db> {
         &mut self,
         table: &Table,
         tid: Tid,
+        f: impl FnMut(&[Value]) -> Result<Vec<Value>>,
+    ) -> Result<Option<Tid>> {
+        self.command(|tx| tx.update_raw(table, tid, f))
+    }
+
+    fn update_raw(
+        &mut self,
+        table: &Table,
+        tid: Tid,
         mut f: impl FnMut(&[Value]) -> Result<Vec<Value>>,
     ) -> Result<Option<Tid>> {
         let xid = self.ensure_xid()?;
@@ -183,7 +231,7 @@ impl<'db> Transaction<'db> {
 
     /// Deletes the row at `tid`. Returns whether a row was deleted.
     pub fn delete(&mut self, table: &Table, tid: Tid) -> Result<bool> {
-        let ok = self.delete_raw(&table.entry.rel, tid)?;
+        let ok = self.command(|tx| tx.delete_raw(&table.entry.rel, tid))?;
         if ok {
             self.inner.counters.tup_deleted.fetch_add(1, Ordering::Relaxed);
         }
@@ -221,6 +269,10 @@ impl<'db> Transaction<'db> {
 
     /// Commits. With `synchronous_commit` on, returns once the commit record is durable.
     pub fn commit(mut self) -> Result<()> {
+        if let Some(why) = self.failed.clone() {
+            self.abort_now()?;
+            return Err(Error::TransactionAborted(format!("{why}; the transaction was rolled back")));
+        }
         self.active()?;
         self.done = true;
         let r = match self.xid {
@@ -239,7 +291,9 @@ impl<'db> Transaction<'db> {
 
     /// Rolls back: the transaction's row versions become invisible (aborted in CLOG).
     pub fn rollback(mut self) -> Result<()> {
-        self.active()?;
+        if self.done {
+            return Err(Error::TransactionClosed("it already committed or rolled back"));
+        }
         self.abort_now()
     }
 

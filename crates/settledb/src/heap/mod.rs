@@ -41,6 +41,7 @@
 //! commit), never by readers under a shared lock. Readers consult CLOG, which is cheap here.
 
 pub mod hint;
+pub mod hot;
 pub mod prune;
 pub mod tuple;
 pub mod visibility;
@@ -149,7 +150,7 @@ pub enum ModifyResult {
     Gone,
 }
 
-fn corrupt_tuple(rel: &Relation, tid: Tid, what: &str) -> Error {
+pub(crate) fn corrupt_tuple(rel: &Relation, tid: Tid, what: &str) -> Error {
     Error::corrupted(rel.oid, tid.block, format!("line pointer {} of relation \"{}\": {what}", tid.offset, rel.name))
 }
 
@@ -411,32 +412,6 @@ pub fn fetch(env: &HeapEnv<'_>, rel: &Relation, snap: &Snapshot, curcid: u32, ti
         return Ok(None);
     }
     tuple::deform_tuple(&rel.schema, t).map(Some).map_err(|e| corrupt_tuple(rel, tid, &e))
-}
-
-/// Follows a row's update chain from `tid` to the version `snap` sees (or the newest visible
-/// one), returning its TID; used by READ COMMITTED to re-find a row that changed under it.
-pub fn latest_version(
-    env: &HeapEnv<'_>,
-    rel: &Relation,
-    snap: &Snapshot,
-    curcid: u32,
-    mut tid: Tid,
-) -> Result<Option<Tid>> {
-    for _ in 0..10_000 {
-        let buf = read_page(env, rel, tid.block, None)?;
-        let g = buf.read();
-        let Some(t) = normal_item(rel, &g.0, tid)? else { return Ok(None) };
-        let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
-        if visibility::satisfies_mvcc(&h, snap, curcid, env.xact)? {
-            return Ok(Some(tid));
-        }
-        let next = h.ctid();
-        if next == tid {
-            return Ok(None);
-        }
-        tid = next;
-    }
-    Err(corrupt_tuple(rel, tid, "update chain does not end"))
 }
 
 /// Sequential-scan one page: the visible tuples of `block` with their values. Prunes the page

@@ -1,0 +1,141 @@
+//! Following HOT chains from an index entry (PostgreSQL's `heap_hot_search_buffer`).
+//!
+//! An index entry points at the *root* line pointer of a HOT chain: the version that was
+//! indexed, or, after pruning, a REDIRECT to the chain's first surviving member. The versions
+//! of one row reachable from the root are linked by `t_ctid` on the same page, each successor
+//! being a heap-only tuple whose `xmin` is its predecessor's `xmax`:
+//!
+//! ```text
+//!   index entry -> lp 1 REDIRECT -> lp 4 (HOT_UPDATED, xmax 12) -> lp 6 (HEAP_ONLY, xmin 12)
+//! ```
+//!
+//! [`hot_search`] returns the one member a snapshot sees; [`unique_state`] tells a unique index
+//! whether the chain still holds a version that conflicts with a new key.
+
+use super::tuple::{
+    self, TupleHeader, Value, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY,
+};
+use super::visibility::{satisfies_mvcc, xid_status};
+use super::{corrupt_tuple, read_page, HeapEnv, Relation};
+use crate::error::Result;
+use crate::index::HeapTupleState;
+use crate::page::{self, LpFlags};
+use crate::types::{Fork, OffsetNumber, Tid, Xid};
+use crate::xact::{Snapshot, XidStatus};
+
+/// The members of the HOT chain rooted at `root`, in order (empty if the root is unused,
+/// dead, or out of range).
+pub fn chain(page_bytes: &[u8], root: OffsetNumber) -> Vec<OffsetNumber> {
+    let max = page::max_offset(page_bytes);
+    let mut out = Vec::new();
+    if root.0 == 0 || root.0 > max {
+        return out;
+    }
+    let mut cur = root;
+    let lp = page::item_id(page_bytes, root);
+    if lp.flags == LpFlags::Redirect {
+        cur = OffsetNumber(lp.off);
+    }
+    let mut prior_xmax: Option<Xid> = None;
+    while cur.0 >= 1 && cur.0 <= max && out.len() <= usize::from(max) {
+        if page::item_id(page_bytes, cur).flags != LpFlags::Normal {
+            break;
+        }
+        let Some(h) = TupleHeader::parse(page::item(page_bytes, cur)) else { break };
+        let heap_only = h.infomask2() & HEAP_ONLY_TUPLE != 0;
+        // The root itself is not heap-only; every later member must be, and must continue
+        // the chain (a reused slot would have another xmin).
+        if (cur != root && !heap_only) || (cur == root && heap_only) || prior_xmax.is_some_and(|x| x != h.xmin()) {
+            break;
+        }
+        out.push(cur);
+        if h.infomask2() & HEAP_HOT_UPDATED == 0 {
+            break;
+        }
+        prior_xmax = Some(h.xmax());
+        cur = h.ctid().offset;
+    }
+    out
+}
+
+/// The version of the row rooted at `root` that `snap` sees, with its values.
+pub fn hot_search(
+    env: &HeapEnv<'_>,
+    rel: &Relation,
+    snap: &Snapshot,
+    curcid: u32,
+    root: Tid,
+) -> Result<Option<(Tid, Vec<Value>)>> {
+    if root.block.0 >= env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
+        return Ok(None);
+    }
+    let buf = read_page(env, rel, root.block, None)?;
+    let g = buf.read();
+    if page::is_new(&g.0) {
+        return Ok(None);
+    }
+    for off in chain(&g.0, root.offset) {
+        let tid = Tid { block: root.block, offset: off };
+        let t = page::item(&g.0, off);
+        let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
+        if satisfies_mvcc(&h, snap, curcid, env.xact)? {
+            let vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
+            return Ok(Some((tid, vals)));
+        }
+    }
+    Ok(None)
+}
+
+/// For a unique check by transaction `me`: does the chain rooted at `root` hold a version that
+/// is live, or being inserted or deleted by another running transaction (PostgreSQL's
+/// `SnapshotDirty`)? Returns the values of a live version too, so the caller can compare keys.
+pub fn unique_state(
+    env: &HeapEnv<'_>,
+    rel: &Relation,
+    root: Tid,
+    me: Xid,
+) -> Result<(HeapTupleState, Option<Vec<Value>>)> {
+    if root.block.0 >= env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
+        return Ok((HeapTupleState::Dead, None));
+    }
+    let buf = read_page(env, rel, root.block, None)?;
+    let g = buf.read();
+    if page::is_new(&g.0) {
+        return Ok((HeapTupleState::Dead, None));
+    }
+    for off in chain(&g.0, root.offset) {
+        let tid = Tid { block: root.block, offset: off };
+        let t = page::item(&g.0, off);
+        let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
+        let xmin = h.xmin();
+        let inserted = if xmin == me {
+            true
+        } else {
+            match xid_status(env.xact, xmin)? {
+                XidStatus::Committed => true,
+                XidStatus::Aborted => continue,
+                _ if env.xact.is_running(xmin) => return Ok((HeapTupleState::InProgress(xmin), None)),
+                _ => continue,
+            }
+        };
+        debug_assert!(inserted);
+        let m = h.infomask();
+        let xmax = h.xmax();
+        let deleted = if m & (HEAP_XMAX_INVALID | HEAP_XMAX_LOCK_ONLY) != 0 || !xmax.is_valid() {
+            false
+        } else if xmax == me {
+            true
+        } else {
+            match xid_status(env.xact, xmax)? {
+                XidStatus::Committed => true,
+                _ if env.xact.is_running(xmax) => return Ok((HeapTupleState::InProgress(xmax), None)),
+                _ => false,
+            }
+        };
+        if !deleted {
+            let vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
+            return Ok((HeapTupleState::Live, Some(vals)));
+        }
+    }
+    Ok((HeapTupleState::Dead, None))
+}
