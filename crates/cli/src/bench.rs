@@ -15,6 +15,31 @@ use crate::peer::Postgres;
 
 #[derive(Subcommand)]
 pub enum BenchCmd {
+    /// pgbench's TPC-B-like (or select-only) transactions through the embedded API.
+    Pgbench {
+        /// Scale factor: 100,000 accounts per unit.
+        #[arg(long, short = 's', default_value_t = 1)]
+        scale: u32,
+        /// Client threads.
+        #[arg(long, short = 'c', default_value_t = 1)]
+        clients: usize,
+        /// Duration in seconds.
+        #[arg(long, short = 'T', default_value_t = 10.0)]
+        seconds: f64,
+        /// Only the SELECT of the TPC-B-like transaction (pgbench -S).
+        #[arg(long, short = 'S')]
+        select_only: bool,
+        /// Configuration parameters for both engines, `name=value`.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
+        /// Also run PostgreSQL 15 with pgbench -M prepared on the same scale, clients and time.
+        #[arg(long)]
+        peer: bool,
+        #[arg(long, default_value_t = 54329)]
+        peer_port: u16,
+        #[arg(long)]
+        json: bool,
+    },
     /// Bulk-load pgbench_accounts-shaped rows (int4 aid, int4 bid, int4 abalance, 84-char filler).
     Load {
         /// Rows to load (pgbench scale 1 = 100,000).
@@ -104,6 +129,9 @@ struct LoadReport {
 
 pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
     match cmd {
+        BenchCmd::Pgbench { scale, clients, seconds, select_only, set, peer, peer_port, json } => {
+            crate::pgbench::run(scale, clients, seconds, select_only, &set, peer, peer_port, json)
+        }
         BenchCmd::Load { rows, dir, set, peer, peer_port, runs, json } => {
             load(rows, dir, &set, peer, peer_port, runs.max(1), json)
         }

@@ -6,9 +6,12 @@
 //! * `settle inspect DIR page TABLE BLOCK`: a page with its line pointers and tuple headers.
 //! * `settle bench load --rows N`: bulk-loads pgbench_accounts-shaped rows and reports the rate,
 //!   pages, WAL and full-page images, optionally next to PostgreSQL 15 doing the same.
+//! * `settle bench pgbench -s S -c C -T T [-S]`: pgbench's transactions through the embedded API,
+//!   optionally next to PostgreSQL 15 running the real pgbench.
 
 mod bench;
 mod peer;
+mod pgbench;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -13,7 +13,12 @@
 //! | relfrozenxid | int8   | every unfrozen XID in the table is at or after this one   |
 //! | relminmxid   | int8   | the same for MultiXact IDs (none exist yet: always 1)     |
 //! | fillfactor   | int4   | storage parameter                                         |
-//! | relschema    | bytea  | the columns (`Schema::encode`)                            |
+//! | relschema    | bytea  | the columns (`Schema::encode`); for an index, its key's   |
+//! | relkind      | text   | `r` table, `i` index                                      |
+//! | indrelid     | int8   | an index's table (0 for a table)                          |
+//! | indkey       | bytea  | an index's key columns: table column numbers, u16 LE      |
+//! | indisunique  | bool   | a unique index                                            |
+//! | indisprimary | bool   | the table's primary key                                   |
 //!
 //! Rows are inserted and deleted by MVCC transactions, so a crash in the middle of CREATE or
 //! DROP TABLE leaves the catalog as if it had not started. At startup the catalog is read with
@@ -21,7 +26,10 @@
 //! that did not commit or a DROP whose unlink did not happen) are removed.
 //!
 //! The in-memory maps (by name and by OID) are the cache every operation uses; DDL takes the
-//! catalog's lock, commits, and only then publishes the change in the maps.
+//! catalog's lock, commits, and only then publishes the change in the maps. Tables and
+//! indexes share one namespace, as relations do in PostgreSQL; each table entry lists its
+//! indexes, and the table's `indexed_columns` (which decide whether an update can be HOT)
+//! follow them.
 //!
 //! The database frozen XID is the minimum `relfrozenxid` over all rows
 //! ([`Catalog::database_frozen_xid`]); CLOG is never truncated above it.
@@ -34,6 +42,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::error::{Error, Result};
 use crate::heap::tuple::{Column, Schema, Type, Value};
+use crate::btree::BtreeIndex;
 use crate::heap::Relation;
 use crate::types::{Oid, Tid, Xid};
 
@@ -42,21 +51,64 @@ pub const PG_CLASS_OID: Oid = Oid(1259);
 /// First OID handed to user tables (PostgreSQL's FirstNormalObjectId).
 pub const FIRST_NORMAL_OID: Oid = Oid(16384);
 
-/// Storage options given at CREATE TABLE.
+/// Storage options and constraints given at CREATE TABLE.
 #[derive(Clone, Debug)]
 pub struct TableOptions {
     pub fillfactor: u8,
+    /// Columns of the primary key: a unique index named `<table>_pkey` on them, and the columns
+    /// become NOT NULL.
+    pub primary_key: Option<Vec<String>>,
 }
 
 impl Default for TableOptions {
     fn default() -> TableOptions {
-        TableOptions { fillfactor: 100 }
+        TableOptions { fillfactor: 100, primary_key: None }
+    }
+}
+
+/// Relation kinds (`relkind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RelKind {
+    Table,
+    Index,
+}
+
+/// What an index row of `pg_class` adds (PostgreSQL keeps it in `pg_index`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexMeta {
+    pub table: Oid,
+    /// Key columns, as positions in the table's schema.
+    pub columns: Vec<u16>,
+    pub unique: bool,
+    pub primary: bool,
+}
+
+/// An index as the catalog knows it.
+pub struct IndexDef {
+    pub oid: Oid,
+    pub name: String,
+    pub meta: IndexMeta,
+    /// Where its `pg_class` row is.
+    pub row: Mutex<Tid>,
+    /// The transaction that created it: a snapshot that does not see that transaction as
+    /// committed does not use the index (PostgreSQL's `indcheckxmin`), since the build left out
+    /// row versions only such snapshots could see.
+    pub created_by: Xid,
+    pub btree: Arc<BtreeIndex>,
+}
+
+impl IndexDef {
+    /// The key of a table row under this index.
+    pub fn key_of(&self, row: &[Value]) -> Vec<Value> {
+        self.meta.columns.iter().map(|&c| row.get(usize::from(c)).cloned().unwrap_or(Value::Null)).collect()
     }
 }
 
 /// A table as the catalog knows it.
 pub struct TableEntry {
     pub rel: Arc<Relation>,
+    /// Its indexes, in creation order.
+    pub indexes: RwLock<Vec<Arc<IndexDef>>>,
     /// Where its `pg_class` row is.
     pub row: Mutex<Tid>,
     pub relfrozenxid: AtomicU32,
@@ -85,6 +137,11 @@ pub fn pg_class_schema() -> Schema {
             col("relminmxid", Type::Int8),
             col("fillfactor", Type::Int4),
             col("relschema", Type::Bytea),
+            col("relkind", Type::Text),
+            col("indrelid", Type::Int8),
+            col("indkey", Type::Bytea),
+            col("indisunique", Type::Bool),
+            col("indisprimary", Type::Bool),
         ],
     }
 }
@@ -101,6 +158,8 @@ pub struct ClassRow {
     pub relminmxid: u32,
     pub fillfactor: u8,
     pub schema: Schema,
+    pub kind: RelKind,
+    pub index: Option<IndexMeta>,
 }
 
 impl ClassRow {
@@ -115,6 +174,16 @@ impl ClassRow {
             Value::Int8(i64::from(self.relminmxid)),
             Value::Int4(i32::from(self.fillfactor)),
             Value::Bytea(self.schema.encode()),
+            Value::Text(match self.kind {
+                RelKind::Table => "r".into(),
+                RelKind::Index => "i".into(),
+            }),
+            Value::Int8(i64::from(self.index.as_ref().map_or(0, |m| m.table.0))),
+            Value::Bytea(
+                self.index.as_ref().map_or(Vec::new(), |m| m.columns.iter().flat_map(|c| c.to_le_bytes()).collect()),
+            ),
+            Value::Bool(self.index.as_ref().is_some_and(|m| m.unique)),
+            Value::Bool(self.index.as_ref().is_some_and(|m| m.primary)),
         ]
     }
 
@@ -145,7 +214,30 @@ impl ClassRow {
             Some(Value::Bytea(b)) => Schema::decode(b).map_err(|e| bad(&format!("bad relschema: {e}")))?,
             _ => return Err(bad("bad relschema")),
         };
+        let kind = match v.get(9) {
+            Some(Value::Text(k)) if k == "r" => RelKind::Table,
+            Some(Value::Text(k)) if k == "i" => RelKind::Index,
+            _ => return Err(bad("bad relkind")),
+        };
+        let index = match kind {
+            RelKind::Table => None,
+            RelKind::Index => {
+                let columns = match v.get(11) {
+                    Some(Value::Bytea(b)) if b.len() % 2 == 0 && !b.is_empty() => {
+                        b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()
+                    }
+                    _ => return Err(bad("bad indkey")),
+                };
+                let flag = |i: usize| match v.get(i) {
+                    Some(Value::Bool(b)) => Ok(*b),
+                    _ => Err(bad("bad index flag")),
+                };
+                Some(IndexMeta { table: Oid(int8(10)?), columns, unique: flag(12)?, primary: flag(13)? })
+            }
+        };
         Ok(ClassRow {
+            kind,
+            index,
             oid: Oid(int8(0)?),
             relname,
             relfilenode: Oid(int8(2)?),
@@ -161,6 +253,7 @@ impl ClassRow {
 
 /// The in-memory catalog cache.
 pub struct Catalog {
+    indexes: RwLock<HashMap<String, Arc<IndexDef>>>,
     by_name: RwLock<HashMap<String, Arc<TableEntry>>>,
     by_oid: RwLock<HashMap<Oid, Arc<TableEntry>>>,
     next_oid: AtomicU32,
@@ -177,6 +270,7 @@ impl Default for Catalog {
 impl Catalog {
     pub fn new() -> Catalog {
         Catalog {
+            indexes: RwLock::new(HashMap::new()),
             by_name: RwLock::new(HashMap::new()),
             by_oid: RwLock::new(HashMap::new()),
             next_oid: AtomicU32::new(FIRST_NORMAL_OID.0),
@@ -189,6 +283,7 @@ impl Catalog {
         let rel = Arc::new(Relation::new(row.oid, &row.relname, row.relfilenode, row.schema.clone(), row.fillfactor));
         let e = Arc::new(TableEntry {
             rel,
+            indexes: RwLock::new(Vec::new()),
             row: Mutex::new(tid),
             relfrozenxid: AtomicU32::new(row.relfrozenxid.0),
             relminmxid: AtomicU32::new(row.relminmxid),
@@ -200,6 +295,55 @@ impl Catalog {
         let next = row.oid.0.max(row.relfilenode.0).saturating_add(1);
         self.next_oid.fetch_max(next, Ordering::AcqRel);
         e
+    }
+
+    /// Publishes an index of a published table.
+    pub fn publish_index(&self, def: Arc<IndexDef>) -> Option<Arc<TableEntry>> {
+        let table = self.get_by_oid(def.meta.table)?;
+        self.indexes.write().insert(def.name.clone(), def.clone());
+        let next = def.oid.0.max(def.btree.relfilenode().0).saturating_add(1);
+        self.next_oid.fetch_max(next, Ordering::AcqRel);
+        table.indexes.write().push(def);
+        self.refresh_indexed_columns(&table);
+        Some(table)
+    }
+
+    /// Forgets an index.
+    pub fn unpublish_index(&self, name: &str) -> Option<Arc<IndexDef>> {
+        let def = self.indexes.write().remove(name)?;
+        if let Some(table) = self.get_by_oid(def.meta.table) {
+            table.indexes.write().retain(|d| d.oid != def.oid);
+            self.refresh_indexed_columns(&table);
+        }
+        Some(def)
+    }
+
+    fn refresh_indexed_columns(&self, table: &TableEntry) {
+        let mut cols = vec![false; table.rel.schema.columns.len()];
+        for d in table.indexes.read().iter() {
+            for &c in &d.meta.columns {
+                if let Some(x) = cols.get_mut(usize::from(c)) {
+                    *x = true;
+                }
+            }
+        }
+        *table.rel.indexed_columns.write() = cols;
+    }
+
+    pub fn get_index(&self, name: &str) -> Option<Arc<IndexDef>> {
+        self.indexes.read().get(name).cloned()
+    }
+
+    /// Whether a table or index has this name.
+    pub fn name_taken(&self, name: &str) -> bool {
+        self.by_name.read().contains_key(name) || self.indexes.read().contains_key(name)
+    }
+
+    /// Every index, by OID.
+    pub fn all_indexes(&self) -> Vec<Arc<IndexDef>> {
+        let mut v: Vec<_> = self.indexes.read().values().cloned().collect();
+        v.sort_by_key(|d| d.oid);
+        v
     }
 
     pub fn unpublish(&self, name: &str) -> Option<Arc<TableEntry>> {

@@ -18,11 +18,18 @@
 //! * WAL before data (invariant 1): the copy of every page *on disk* has an LSN no later than
 //!   the WAL flushed so far;
 //!
+//! for every index (B-tree structure is `BtreeIndex::check`'s), that
+//!
+//! * no entry points to a heap line pointer that is LP_UNUSED or beyond the page (invariant 3);
+//! * every row version that is not dead to everyone is reachable through the index: its HOT
+//!   chain's root has an entry under its key;
+//!
 //! and for the catalog, that the database frozen XID is the minimum relfrozenxid.
 //!
 //! Problems are collected, not returned as errors, so one run reports all of them; an I/O error
 //! that stops the check is returned as an error.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use crate::db::Database;
@@ -32,6 +39,8 @@ use crate::heap::tuple::{
     HEAP_XMIN_COMMITTED, HEAP_XMIN_FROZEN, HEAP_XMIN_INVALID,
 };
 use crate::heap::visibility::{satisfies_vacuum, VacuumStatus};
+use crate::catalog::{IndexDef, TableEntry};
+use crate::heap::tuple::Value;
 use crate::heap::Relation;
 use crate::page::{self, LpFlags, PageBuf, BLCKSZ};
 use crate::types::{BlockNumber, Fork, FullXid, OffsetNumber, Tid, Xid};
@@ -106,6 +115,13 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
             let g = buf.read();
             report.tuples += ctx.check_page(&g.0, BlockNumber(b), &mut report.problems)?;
         }
+    }
+    for def in inner.catalog.all_indexes() {
+        let Some(table) = inner.catalog.get_by_oid(def.meta.table) else {
+            report.problems.push(format!("index \"{}\": its table {} does not exist", def.name, def.meta.table));
+            continue;
+        };
+        check_index(db, &table, &def, &mut report.problems)?;
     }
     let min = inner.catalog.tables().iter().map(|e| e.relfrozenxid()).filter(|x| x.is_normal()).reduce(|a, b| {
         if b.precedes(a) {
@@ -280,4 +296,81 @@ impl Ctx<'_> {
         }
         Ok(())
     }
+}
+
+/// Checks one index against its table.
+fn check_index(db: &Database, table: &TableEntry, def: &IndexDef, out: &mut Vec<String>) -> Result<()> {
+    let inner = db.inner();
+    let env = inner.env();
+    let (problems, mut entries) = def.btree.check(&env)?;
+    out.extend(problems.into_iter().map(|p| format!("index \"{}\": {p}", def.name)));
+    let rel = &table.rel;
+    let nblocks = inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
+    // Entries in heap order, so each heap page is read once.
+    entries.sort_by_key(|e| e.tid);
+    let mut by_tid: HashMap<Tid, Vec<Vec<Value>>> = HashMap::new();
+    let mut i = 0;
+    while i < entries.len() {
+        let block = entries[i].tid.block;
+        let page = if block.0 < nblocks { Some(inner.pool.read(rel.tag(block), None)?) } else { None };
+        while i < entries.len() && entries[i].tid.block == block {
+            let e = &entries[i];
+            let ok = page.as_ref().is_some_and(|buf| {
+                let g = buf.read();
+                e.tid.offset.0 >= 1
+                    && e.tid.offset.0 <= page::max_offset(&g.0)
+                    && page::item_id(&g.0, e.tid.offset).flags != LpFlags::Unused
+            });
+            if !ok {
+                out.push(format!(
+                    "index \"{}\": entry {} points to heap tuple {} of \"{}\", which is unused or out of range",
+                    def.name,
+                    crate::heap::render_values(&e.key),
+                    e.tid,
+                    rel.name
+                ));
+            }
+            by_tid.entry(e.tid).or_default().push(e.key.clone());
+            i += 1;
+        }
+    }
+    // Every version not dead to everyone is reachable under its key.
+    let horizon = inner.xact.oldest_xmin();
+    for b in 0..nblocks {
+        let buf = inner.pool.read(rel.tag(BlockNumber(b)), None)?;
+        let g = buf.read();
+        if page::is_new(&g.0) || page::validate_items(&g.0, rel.oid, BlockNumber(b)).is_err() {
+            continue; // reported by the heap check
+        }
+        for o in 1..=page::max_offset(&g.0) {
+            let root = OffsetNumber(o);
+            let lp = page::item_id(&g.0, root);
+            let is_root = lp.flags == LpFlags::Redirect
+                || (lp.flags == LpFlags::Normal
+                    && TupleHeader::parse(page::item(&g.0, root)).is_some_and(|h| h.infomask2() & HEAP_ONLY_TUPLE == 0));
+            if !is_root {
+                continue;
+            }
+            let tid = Tid { block: BlockNumber(b), offset: root };
+            for m in crate::heap::hot::chain(&g.0, root) {
+                let t = page::item(&g.0, m);
+                let Some(h) = TupleHeader::parse(t) else { continue };
+                if matches!(satisfies_vacuum(&h, horizon, &inner.xact)?, VacuumStatus::Dead | VacuumStatus::RecentlyDead) {
+                    continue;
+                }
+                let Ok(vals) = tuple::deform_tuple(&rel.schema, t) else { continue };
+                let key = def.key_of(&vals);
+                if !by_tid.get(&tid).is_some_and(|keys| keys.contains(&key)) {
+                    out.push(format!(
+                        "index \"{}\": row {} of \"{}\" (root {tid}) has no entry for key {}",
+                        def.name,
+                        Tid { block: BlockNumber(b), offset: m },
+                        rel.name,
+                        crate::heap::render_values(&key)
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }

@@ -93,3 +93,62 @@ pub trait IndexAm: Send + Sync {
     /// recycled, and fills `stats`.
     fn cleanup(&self, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats) -> Result<()>;
 }
+
+/// Orders two values of the same type as an index does (NULLs last). Values of different types
+/// order by type, which never happens within one index column.
+pub fn compare_values(a: &Value, b: &Value) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    match (a, b) {
+        (Value::Null, Value::Null) => Ordering::Equal,
+        (Value::Null, _) => Ordering::Greater,
+        (_, Value::Null) => Ordering::Less,
+        (Value::Int4(x), Value::Int4(y)) => x.cmp(y),
+        (Value::Int8(x), Value::Int8(y)) => x.cmp(y),
+        (Value::Float8(x), Value::Float8(y)) => x.total_cmp(y),
+        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
+        (Value::Text(x), Value::Text(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (Value::Bytea(x), Value::Bytea(y)) => x.cmp(y),
+        (Value::Timestamp(x), Value::Timestamp(y)) => x.cmp(y),
+        _ => type_rank(a).cmp(&type_rank(b)),
+    }
+}
+
+fn type_rank(v: &Value) -> u8 {
+    match v {
+        Value::Null => 0,
+        Value::Int4(_) => 1,
+        Value::Int8(_) => 2,
+        Value::Float8(_) => 3,
+        Value::Bool(_) => 4,
+        Value::Text(_) => 5,
+        Value::Bytea(_) => 6,
+        Value::Timestamp(_) => 7,
+    }
+}
+
+/// Compares a key with a bound's prefix: only the bound's columns count.
+pub fn compare_prefix(key: &[Value], prefix: &[Value]) -> std::cmp::Ordering {
+    for (k, p) in key.iter().zip(prefix) {
+        let o = compare_values(k, p);
+        if o != std::cmp::Ordering::Equal {
+            return o;
+        }
+    }
+    std::cmp::Ordering::Equal
+}
+
+/// Whether `key` lies within `[lo, hi]` as the bounds say.
+pub fn in_range(key: &[Value], lo: &KeyBound, hi: &KeyBound) -> bool {
+    use std::cmp::Ordering::*;
+    let lo_ok = match lo {
+        KeyBound::Unbounded => true,
+        KeyBound::Included(p) => compare_prefix(key, p) != Less,
+        KeyBound::Excluded(p) => compare_prefix(key, p) == Greater,
+    };
+    let hi_ok = match hi {
+        KeyBound::Unbounded => true,
+        KeyBound::Included(p) => compare_prefix(key, p) != Greater,
+        KeyBound::Excluded(p) => compare_prefix(key, p) == Less,
+    };
+    lo_ok && hi_ok
+}

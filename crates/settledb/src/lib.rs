@@ -4,7 +4,7 @@
 //!
 //! Layers, each importing only from those above it in this list:
 //! [`types`], [`error`], [`io`], [`page`], [`smgr`], [`buffer`], [`wal`], [`xact`], [`heap`],
-//! [`catalog`], [`db`], [`check`].
+//! [`index`], [`btree`], [`catalog`], [`db`], [`check`].
 
 pub mod buffer;
 pub mod catalog;
@@ -23,7 +23,8 @@ pub mod xact;
 
 pub use catalog::TableOptions;
 pub use config::{Config, IsolationLevel};
-pub use db::{Database, DbStats, Scan, Table, Transaction};
+pub use db::{Database, DbStats, Index, Scan, Table, Transaction};
+pub use index::{KeyBound, ScanDirection};
 pub use error::{Error, Result};
 pub use heap::tuple::{Column, Schema, Type, Value};
 pub use types::{BlockNumber, FullXid, Lsn, OffsetNumber, Oid, Tid, Xid};

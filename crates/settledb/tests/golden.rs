@@ -9,6 +9,13 @@
 //!
 //! ```text
 //! create accounts (aid int4, bal int4) fillfactor 100    table; columns are nullable
+//! create accounts (aid int4, bal int4) primary key (aid) ... with its primary key
+//! create index idx on accounts (bal) [unique]            CREATE INDEX
+//! t1: get accounts_pkey (5)                              the row with that key, via the index
+//! t1: range idx [from (k)] [to (k)] [desc]               rows by key range (inclusive)
+//! t1: update accounts_pkey key (5) set bal = bal + 1     update_by_key
+//! t1: delete accounts_pkey key (5)                       delete_by_key
+//! inspect index idx 1                                    a B-tree page
 //! t1: begin [repeatable read | read committed]
 //! t1: insert accounts (1, 100) as r1                     prints the TID and names it r1
 //! t2: update accounts r1 set bal = bal + 10 [as r2]      update_with; `set col = N` too
@@ -90,6 +97,10 @@ enum Op {
     Delete { table: String, tid: Tid },
     Fetch { table: String, tid: Tid },
     Scan { table: String },
+    Get { index: String, key: Vec<Lit> },
+    Range { index: String, lo: Option<Vec<Lit>>, hi: Option<Vec<Lit>>, desc: bool },
+    UpdateByKey { index: String, key: Vec<Lit>, sets: Vec<(String, Expr)> },
+    DeleteByKey { index: String, key: Vec<Lit> },
 }
 
 #[derive(Debug)]
@@ -236,9 +247,34 @@ fn column_index(schema: &Schema, name: &str) -> Result<usize, String> {
     schema.columns.iter().position(|c| c.name == name).ok_or_else(|| format!("column \"{name}\" does not exist"))
 }
 
+/// Types key literals by the index's columns.
+fn index_key(index: &settledb::Index, lits: &[Lit]) -> Result<Vec<Value>, String> {
+    let table = index.table();
+    let schema = table.schema();
+    let cols = index.columns();
+    if lits.len() > cols.len() {
+        return Err(format!("{} key values for {} key columns", lits.len(), cols.len()));
+    }
+    lits.iter().zip(&cols).map(|(l, c)| coerce(l, &schema.columns[column_index(schema, c)?])).collect()
+}
+
+/// The assignments of an update, as (column position, expression).
+fn targets(schema: &Schema, sets: &[(String, Expr)]) -> Result<Vec<(usize, Expr)>, String> {
+    sets.iter().map(|(col, e)| Ok((column_index(schema, col)?, e.clone()))).collect()
+}
+
+fn apply_sets(schema: &Schema, targets: &[(usize, Expr)], row: &[Value]) -> settledb::Result<Vec<Value>> {
+    let mut new = row.to_vec();
+    for (i, e) in targets {
+        new[*i] = eval(e, schema, row, &schema.columns[*i]).map_err(settledb::Error::InvalidInput)?;
+    }
+    Ok(new)
+}
+
 fn run_op(db: &Database, tx: &mut Transaction<'_>, op: Op) -> StepResult {
     let err = |e: settledb::Error| e.to_string();
     let table = |name: &str| db.table(name).map_err(err);
+    let index = |name: &str| db.index(name).map_err(err);
     match op {
         Op::Insert { table: name, values } => {
             let t = table(&name)?;
@@ -277,6 +313,36 @@ fn run_op(db: &Database, tx: &mut Transaction<'_>, op: Op) -> StepResult {
             let t = table(&name)?;
             let rows = tx.scan(&t).map_err(err)?.collect::<Result<Vec<_>, _>>().map_err(err)?;
             Ok(Out::Rows(rows))
+        }
+        Op::Get { index: name, key } => {
+            let ix = index(&name)?;
+            let key = index_key(&ix, &key)?;
+            tx.get(&ix, &key).map(|r| Out::Row(r.map(|(_, v)| v))).map_err(err)
+        }
+        Op::Range { index: name, lo, hi, desc } => {
+            let ix = index(&name)?;
+            let bound = |k: Option<Vec<Lit>>| -> Result<settledb::KeyBound, String> {
+                Ok(match k {
+                    None => settledb::KeyBound::Unbounded,
+                    Some(k) => settledb::KeyBound::Included(index_key(&ix, &k)?),
+                })
+            };
+            let dir = if desc { settledb::ScanDirection::Backward } else { settledb::ScanDirection::Forward };
+            tx.range(&ix, bound(lo)?, bound(hi)?, dir, None).map(Out::Rows).map_err(err)
+        }
+        Op::UpdateByKey { index: name, key, sets } => {
+            let ix = index(&name)?;
+            let key = index_key(&ix, &key)?;
+            let t = ix.table();
+            let schema = t.schema().clone();
+            let targets = targets(&schema, &sets)?;
+            let r = tx.update_by_key(&ix, &key, |row| apply_sets(&schema, &targets, row));
+            r.map(|o| o.map_or(Out::Gone, Out::Tid)).map_err(err)
+        }
+        Op::DeleteByKey { index: name, key } => {
+            let ix = index(&name)?;
+            let key = index_key(&ix, &key)?;
+            tx.delete_by_key(&ix, &key).map(|d| if d { Out::Deleted } else { Out::Gone }).map_err(err)
         }
     }
 }
@@ -360,18 +426,29 @@ fn parse_type(s: &str) -> Result<Type, String> {
     })
 }
 
-/// `create name (col type, …) [fillfactor N]`
+/// `create name (col type, …) [fillfactor N] [primary key (col, …)]`
 fn parse_create(rest: &str) -> Result<(String, Schema, TableOptions), String> {
     let (name, rest) = rest.split_once(' ').ok_or("create: missing columns")?;
     let open = rest.find('(').ok_or("create: missing (")?;
-    let close = rest.rfind(')').ok_or("create: missing )")?;
+    let close = rest[open..].find(')').map(|i| open + i).ok_or("create: missing )")?;
     let mut columns = Vec::new();
     for c in split_top(&rest[open + 1..close]) {
         let (n, ty) = c.split_once(' ').ok_or_else(|| format!("create: bad column `{c}`"))?;
         columns.push(Column { name: n.trim().into(), ty: parse_type(ty.trim())?, nullable: true });
     }
     let mut options = TableOptions::default();
-    let tail: Vec<&str> = rest[close + 1..].split_whitespace().collect();
+    // The column list ends at the first `)` that closes it; a primary key list may follow.
+    let cols_close = rest[open..].find(')').map(|i| open + i).ok_or("create: missing )")?;
+    let tail = &rest[cols_close + 1..];
+    let (tail, pk) = match tail.split_once("primary key") {
+        Some((t, k)) => {
+            let k = k.trim().strip_prefix('(').and_then(|k| k.strip_suffix(')')).ok_or("create: primary key (cols)")?;
+            (t, Some(k.split(',').map(|c| c.trim().to_string()).collect::<Vec<_>>()))
+        }
+        None => (tail, None),
+    };
+    options.primary_key = pk;
+    let tail: Vec<&str> = tail.split_whitespace().collect();
     match tail.as_slice() {
         [] => {}
         ["fillfactor", n] => options.fillfactor = n.parse().map_err(|_| "bad fillfactor")?,
@@ -441,6 +518,19 @@ impl Runner {
         let table = |n: &str| db.table(n).map_err(|e| e.to_string());
         let block = |s: &str| s.parse::<u32>().map_err(|_| format!("bad block number {s}"));
         let r: Result<Vec<String>, String> = match words.as_slice() {
+            ["create", "index", name, "on", t, rest @ ..] => {
+                let rest = rest.join(" ");
+                let unique = rest.trim_end().ends_with("unique");
+                let cols = rest.trim_end().trim_end_matches("unique");
+                let cols = cols.trim().strip_prefix('(').and_then(|c| c.strip_suffix(')')).ok_or("create index: (cols)")?;
+                let cols: Vec<&str> = cols.split(',').map(str::trim).collect();
+                Ok(db.create_index(name, t, &cols, unique).map_or_else(|e| vec![format!("error: {e}")], |_| ok()))
+            }
+            ["inspect", "index", name, b] => {
+                let ix = db.index(name).map_err(|e| e.to_string())?;
+                let out = db.describe_index_page(&ix, block(b)?).map_err(|e| e.to_string())?;
+                Ok(out.lines().map(str::to_string).collect())
+            }
             ["create", rest @ ..] => {
                 let (name, schema, options) = parse_create(&rest.join(" "))?;
                 Ok(db.create_table(&name, schema, options).map_or_else(|e| vec![format!("error: {e}")], |_| ok()))
@@ -547,6 +637,44 @@ impl Runner {
             ["delete", table, tid] => Cmd::Op(Op::Delete { table: table.to_string(), tid: self.tid(tid)? }),
             ["fetch", table, tid] => Cmd::Op(Op::Fetch { table: table.to_string(), tid: self.tid(tid)? }),
             ["scan", table] => Cmd::Op(Op::Scan { table: table.to_string() }),
+            ["get", index, ..] => {
+                let key = head.split_once(index).map(|(_, k)| k).unwrap_or_default();
+                Cmd::Op(Op::Get { index: index.to_string(), key: parse_values(key)? })
+            }
+            ["range", index, ..] => {
+                let tail = head.split_once(index).map(|(_, t)| t).unwrap_or_default().trim();
+                let (tail, desc) = match tail.strip_suffix("desc") {
+                    Some(t) => (t.trim(), true),
+                    None => (tail, false),
+                };
+                let (lo, hi) = match (tail.find("from"), tail.find("to")) {
+                    (Some(f), Some(t)) if f < t => (Some(&tail[f + 4..t]), Some(&tail[t + 2..])),
+                    (Some(f), None) => (Some(&tail[f + 4..]), None),
+                    (None, Some(t)) => (None, Some(&tail[t + 2..])),
+                    (None, None) => (None, None),
+                    _ => return Err(format!("range: `from (k)` comes before `to (k)` in `{s}`")),
+                };
+                Cmd::Op(Op::Range {
+                    index: index.to_string(),
+                    lo: lo.map(parse_values).transpose()?,
+                    hi: hi.map(parse_values).transpose()?,
+                    desc,
+                })
+            }
+            ["update", index, "key", ..] => {
+                let (k, assigns) = head.split_once(" set ").ok_or("update … key (k) set …")?;
+                let key = k.split_once(" key ").map(|(_, k)| k).unwrap_or_default();
+                let mut sets = Vec::new();
+                for a in split_top(assigns) {
+                    let (col, e) = a.split_once('=').ok_or_else(|| format!("bad assignment `{a}`"))?;
+                    sets.push((col.trim().to_string(), parse_expr(e)?));
+                }
+                Cmd::Op(Op::UpdateByKey { index: index.to_string(), key: parse_values(key)?, sets })
+            }
+            ["delete", index, "key", ..] => {
+                let key = head.split_once(" key ").map(|(_, k)| k).unwrap_or_default();
+                Cmd::Op(Op::DeleteByKey { index: index.to_string(), key: parse_values(key)? })
+            }
             _ => return Err(format!("unknown session step `{s}`")),
         };
         Ok((cmd, bind))

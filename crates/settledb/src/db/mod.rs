@@ -41,6 +41,7 @@
 //! snapshot and fails such an update with [`Error::SerializationFailure`]. Two transactions
 //! waiting for each other's rows are a deadlock: the second waiter gets [`Error::Deadlock`].
 
+mod ddl;
 pub mod startup;
 mod transaction;
 
@@ -66,6 +67,7 @@ use crate::wal::control::{ControlFile, DbState};
 use crate::wal::{RecordBuilder, Rmgr, Wal, WalStats};
 use crate::xact::{TransactionManager, XactOptions};
 pub use startup::RecoveryReport;
+pub use ddl::Index;
 pub use transaction::{Scan, Transaction};
 
 /// pg_stat_database-style counters.
@@ -78,6 +80,12 @@ pub struct DbCounters {
     pub tup_inserted: AtomicU64,
     pub tup_updated: AtomicU64,
     pub tup_deleted: AtomicU64,
+    pub tup_hot_updated: AtomicU64,
+    pub idx_scan: AtomicU64,
+    pub idx_tup_read: AtomicU64,
+    pub idx_tup_fetch: AtomicU64,
+    pub heap_fetches: AtomicU64,
+    pub heap_fetches_avoided: AtomicU64,
 }
 
 /// A snapshot of the database's statistics.
@@ -90,6 +98,15 @@ pub struct DbStats {
     pub tup_inserted: u64,
     pub tup_updated: u64,
     pub tup_deleted: u64,
+    /// Updates that were HOT (`n_tup_hot_upd`).
+    pub tup_hot_updated: u64,
+    /// Index scans started, entries they read, heap rows they returned.
+    pub idx_scan: u64,
+    pub idx_tup_read: u64,
+    pub idx_tup_fetch: u64,
+    /// Index-only scan entries checked against the heap, and those the visibility map spared.
+    pub heap_fetches: u64,
+    pub heap_fetches_avoided: u64,
     pub buffers: BufferUsage,
     pub wal: WalStats,
     pub checkpoints: u64,
@@ -425,64 +442,6 @@ impl Database {
         self.inner.catalog.tables().into_iter().map(|entry| Table { entry }).collect()
     }
 
-    /// CREATE TABLE, in a transaction of its own.
-    pub fn create_table(&self, name: &str, schema: Schema, options: TableOptions) -> Result<Table> {
-        catalog::validate_name(name)?;
-        catalog::validate_schema(&schema)?;
-        if !(10..=100).contains(&options.fillfactor) {
-            return Err(Error::invalid(format!(
-                "value {} out of bounds for option \"fillfactor\" (10..100)",
-                options.fillfactor
-            )));
-        }
-        let inner = &self.inner;
-        let _ddl = inner.catalog.ddl_lock.lock();
-        if inner.catalog.get(name).is_some() {
-            return Err(Error::AlreadyExists(format!("relation \"{name}\" already exists")));
-        }
-        let mut tx = self.begin()?;
-        let xid = tx.ensure_xid()?;
-        let oid = inner.catalog.allocate_oid();
-        startup::log_create(&inner.wal, inner.pool.smgr(), oid, Fork::Main)?;
-        let row = ClassRow {
-            oid,
-            relname: name.to_string(),
-            relfilenode: oid,
-            relpages: 0,
-            reltuples: -1.0,
-            // A new table holds no XID older than the creating transaction.
-            relfrozenxid: xid,
-            relminmxid: 1,
-            fillfactor: options.fillfactor,
-            schema,
-        };
-        let pg_class = inner.catalog.get("pg_class").ok_or_else(|| Error::NotFound("pg_class".into()))?;
-        let tid = tx.insert_raw(&pg_class.rel, &row.to_values())?;
-        tx.commit()?;
-        Ok(Table { entry: inner.catalog.publish(&row, tid) })
-    }
-
-    /// DROP TABLE, in a transaction of its own. The files go once the drop has committed.
-    pub fn drop_table(&self, name: &str) -> Result<()> {
-        let inner = &self.inner;
-        let _ddl = inner.catalog.ddl_lock.lock();
-        if name == "pg_class" {
-            return Err(Error::invalid("permission denied: \"pg_class\" is a system catalog"));
-        }
-        let entry =
-            inner.catalog.get(name).ok_or_else(|| Error::NotFound(format!("table \"{name}\" does not exist")))?;
-        let pg_class = inner.catalog.get("pg_class").ok_or_else(|| Error::NotFound("pg_class".into()))?;
-        let mut tx = self.begin()?;
-        let row = *entry.row.lock();
-        if !tx.delete_raw(&pg_class.rel, row)? {
-            return Err(Error::invalid(format!("table \"{name}\" is being changed by another transaction")));
-        }
-        tx.commit()?;
-        inner.catalog.unpublish(name);
-        inner.pool.drop_relation_buffers(entry.rel.relfilenode, None, crate::types::BlockNumber(0))?;
-        inner.pool.smgr().unlink(entry.rel.relfilenode)
-    }
-
     /// CHECKPOINT.
     pub fn checkpoint(&self) -> Result<()> {
         self.check_healthy()?;
@@ -500,6 +459,12 @@ impl Database {
             tup_inserted: c.tup_inserted.load(Ordering::Relaxed),
             tup_updated: c.tup_updated.load(Ordering::Relaxed),
             tup_deleted: c.tup_deleted.load(Ordering::Relaxed),
+            tup_hot_updated: c.tup_hot_updated.load(Ordering::Relaxed),
+            idx_scan: c.idx_scan.load(Ordering::Relaxed),
+            idx_tup_read: c.idx_tup_read.load(Ordering::Relaxed),
+            idx_tup_fetch: c.idx_tup_fetch.load(Ordering::Relaxed),
+            heap_fetches: c.heap_fetches.load(Ordering::Relaxed),
+            heap_fetches_avoided: c.heap_fetches_avoided.load(Ordering::Relaxed),
             buffers: self.inner.pool.usage(),
             wal: self.inner.wal.stats(),
             checkpoints: self.inner.checkpoints.load(Ordering::Relaxed),

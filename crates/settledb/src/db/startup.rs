@@ -88,11 +88,12 @@ pub fn redo_blocks(rec: &DecodedRecord, pool: &BufferPool) -> Result<()> {
                     format!("record changes block {} of {} which is empty", tag.block, tag.rel),
                 ));
             }
-            if !page::is_new(&g.0) {
+            if !page::is_new(&g.0) && matches!(rec.rmgr, Rmgr::Heap | Rmgr::Heap2) {
                 page::validate_items(&g.0, tag.rel, tag.block)?;
             }
             match rec.rmgr {
                 Rmgr::Heap | Rmgr::Heap2 => heap::wal::redo_block(rec, b.id, tag.block, &b.data, &mut g.0)?,
+                Rmgr::Btree => crate::btree::wal::redo_block(rec, b.id, tag.block, &b.data, &mut g.0)?,
                 other => {
                     return Err(Error::corrupt_wal(rec.lsn, format!("{} records carry no page changes", other.name())));
                 }
@@ -189,6 +190,7 @@ pub fn describe_record(rec: &DecodedRecord) -> String {
         Rmgr::Xlog => CheckpointInfo::describe(rec),
         Rmgr::Storage => describe_storage(rec),
         Rmgr::Heap | Rmgr::Heap2 => heap::wal::describe(rec),
+        Rmgr::Btree => crate::btree::wal::describe(rec),
         Rmgr::Xact | Rmgr::Clog => crate::xact::describe(rec),
         other => format!("{} info 0x{:02X}", other.name(), rec.info),
     }
@@ -248,6 +250,8 @@ pub fn bootstrap_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
         relminmxid: 1,
         fillfactor: 100,
         schema: catalog::pg_class_schema(),
+        kind: catalog::RelKind::Table,
+        index: None,
     };
     let rel = Relation::new(PG_CLASS_OID, "pg_class", PG_CLASS_OID, catalog::pg_class_schema(), 100);
     let snap = Snapshot { xmin: Xid::FIRST_NORMAL, xmax: Xid::FIRST_NORMAL, xip: vec![], my_xid: Some(Xid::BOOTSTRAP) };
@@ -264,11 +268,41 @@ pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
     let oldest = env.xact.oldest_xmin();
     let nblocks = env.pool.smgr().nblocks(PG_CLASS_OID, Fork::Main)?;
     let mut ring = crate::buffer::Ring::new(256 << 10);
+    let mut index_rows = Vec::new();
     for b in 0..nblocks {
         for (tid, vals) in heap::scan_page(env, &rel, &snap, u32::MAX, crate::types::BlockNumber(b), oldest, &mut ring)?
         {
             let row = ClassRow::from_values(&vals, tid)?;
-            catalog.publish(&row, tid);
+            match row.kind {
+                catalog::RelKind::Table => {
+                    catalog.publish(&row, tid);
+                }
+                catalog::RelKind::Index => index_rows.push((row, tid)),
+            }
+        }
+    }
+    // Indexes after every table, whatever order the rows were found in.
+    for (row, tid) in index_rows {
+        let meta =
+            row.index.clone().ok_or_else(|| Error::corrupted(PG_CLASS_OID, tid.block, "index row without index data"))?;
+        let key_types = row.schema.columns.iter().map(|c| c.ty).collect();
+        let btree =
+            std::sync::Arc::new(crate::btree::BtreeIndex::new(row.oid, &row.relname, row.relfilenode, key_types, meta.unique));
+        let def = std::sync::Arc::new(catalog::IndexDef {
+            oid: row.oid,
+            name: row.relname.clone(),
+            meta,
+            row: parking_lot::Mutex::new(tid),
+            // Committed before this startup: every snapshot may use it.
+            created_by: Xid::FROZEN,
+            btree,
+        });
+        if catalog.publish_index(def).is_none() {
+            return Err(Error::corrupted(
+                PG_CLASS_OID,
+                tid.block,
+                format!("index \"{}\" names a table that does not exist", row.relname),
+            ));
         }
     }
     if catalog.get("pg_class").is_none() {
@@ -279,7 +313,8 @@ pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
 
 /// Removes relation files no catalog row names (an uncommitted CREATE, an unfinished DROP).
 pub fn remove_orphans(smgr: &Smgr, catalog: &Catalog) -> Result<Vec<Oid>> {
-    let known: std::collections::HashSet<Oid> = catalog.tables().iter().map(|e| e.rel.relfilenode).collect();
+    let mut known: std::collections::HashSet<Oid> = catalog.tables().iter().map(|e| e.rel.relfilenode).collect();
+    known.extend(catalog.all_indexes().iter().map(|d| d.btree.relfilenode()));
     let mut removed = Vec::new();
     for rel in smgr.list_relations()? {
         catalog.bump_oid_past(rel);

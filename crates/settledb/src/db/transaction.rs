@@ -11,7 +11,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{tx_context, Database, Inner, Table};
+use super::{tx_context, Database, Index, Inner, Table};
+use crate::catalog::{IndexDef, TableEntry};
+use crate::heap::hot;
+use crate::index::{compare_prefix, in_range, HeapTupleState, KeyBound, ScanDirection, UniqueCheck};
+use crate::xact::XidStatus;
 use crate::buffer::Ring;
 use crate::config::IsolationLevel;
 use crate::error::{Error, Result};
@@ -139,19 +143,42 @@ impl<'db> Transaction<'db> {
 
     /// Inserts a row; returns its TID.
     pub fn insert(&mut self, table: &Table, values: &[Value]) -> Result<Tid> {
-        let tid = self.command(|tx| tx.insert_raw(&table.entry.rel, values))?;
+        let tid = self.command(|tx| tx.insert_into(&table.entry.rel, Some(&table.entry), values))?;
         self.inner.counters.tup_inserted.fetch_add(1, Ordering::Relaxed);
         Ok(tid)
     }
 
     pub(crate) fn insert_raw(&mut self, rel: &Relation, values: &[Value]) -> Result<Tid> {
+        self.insert_into(rel, None, values)
+    }
+
+    /// Heap insert plus one entry in each of the table's indexes.
+    fn insert_into(&mut self, rel: &Relation, entry: Option<&TableEntry>, values: &[Value]) -> Result<Tid> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
         let tx = tx_context(xid, self.cid, &snap, self.rr());
+        let _writers = rel.write_lock.read();
         let tid = heap::insert(&self.inner.env(), rel, &tx, values)?;
+        if let Some(e) = entry {
+            self.insert_index_entries(e, xid, tid, values)?;
+        }
         self.cid += 1;
         self.end_command();
         Ok(tid)
+    }
+
+    /// Adds the entries of a new heap version to every index of its table (checking unique
+    /// indexes against live versions, waiting for running inserters and deleters).
+    fn insert_index_entries(&self, entry: &TableEntry, xid: Xid, tid: Tid, values: &[Value]) -> Result<()> {
+        let defs: Vec<Arc<IndexDef>> = entry.indexes.read().clone();
+        let env = self.inner.env();
+        for def in defs {
+            let key = def.key_of(values);
+            let check = UniqueProbe { inner: self.inner, rel: &entry.rel, def: &def, key: &key, me: xid };
+            let unique: Option<&dyn UniqueCheck> = if def.meta.unique { Some(&check) } else { None };
+            def.btree.insert(&env, &key, tid, unique)?;
+        }
+        Ok(())
     }
 
     /// Inserts many rows at once, a page per WAL record (COPY's path). Returns their TIDs.
@@ -163,8 +190,14 @@ impl<'db> Transaction<'db> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
         let tx = tx_context(xid, self.cid, &snap, self.rr());
+        let _writers = table.entry.rel.write_lock.read();
         let ring = self.bulk_ring.get_or_insert_with(|| Ring::new(16 << 20));
         let tids = heap::multi_insert(&self.inner.env(), &table.entry.rel, &tx, rows, ring)?;
+        if !table.entry.indexes.read().is_empty() {
+            for (tid, row) in tids.iter().zip(rows) {
+                self.insert_index_entries(&table.entry, xid, *tid, row)?;
+            }
+        }
         self.cid += 1;
         self.end_command();
         self.inner.counters.tup_inserted.fetch_add(tids.len() as u64, Ordering::Relaxed);
@@ -217,16 +250,25 @@ impl<'db> Transaction<'db> {
         let tx = tx_context(xid, self.cid, &snap, self.rr());
         let inner = self.inner.clone();
         let wait = move |other: Xid| inner.wait_for_xid(xid, other);
+        let _writers = table.entry.rel.write_lock.read();
         let r = heap::update(&self.inner.env(), &table.entry.rel, &tx, tid, &mut f, &wait)?;
+        let out = match r {
+            ModifyResult::Updated { tid, hot, values } => {
+                if !hot {
+                    self.insert_index_entries(&table.entry, xid, tid, &values)?;
+                }
+                self.inner.counters.tup_updated.fetch_add(1, Ordering::Relaxed);
+                if hot {
+                    self.inner.counters.tup_hot_updated.fetch_add(1, Ordering::Relaxed);
+                }
+                Some(tid)
+            }
+            ModifyResult::Done(t) => Some(t),
+            ModifyResult::Gone => None,
+        };
         self.cid += 1;
         self.end_command();
-        Ok(match r {
-            ModifyResult::Done(t) => {
-                self.inner.counters.tup_updated.fetch_add(1, Ordering::Relaxed);
-                Some(t)
-            }
-            ModifyResult::Gone => None,
-        })
+        Ok(out)
     }
 
     /// Deletes the row at `tid`. Returns whether a row was deleted.
@@ -244,6 +286,7 @@ impl<'db> Transaction<'db> {
         let tx = tx_context(xid, self.cid, &snap, self.rr());
         let inner = self.inner.clone();
         let wait = move |other: Xid| inner.wait_for_xid(xid, other);
+        let _writers = rel.write_lock.read();
         let r = heap::delete(&self.inner.env(), rel, &tx, tid, &wait)?;
         self.cid += 1;
         self.end_command();
@@ -316,6 +359,228 @@ impl<'db> Transaction<'db> {
     /// The database this transaction belongs to.
     pub fn database(&self) -> &'db Database {
         self.db
+    }
+}
+
+/// Index lookups and changes by key.
+impl Transaction<'_> {
+    /// The row whose key in `index` equals `key` (the first, for a non-unique index).
+    pub fn get(&mut self, index: &Index, key: &[Value]) -> Result<Option<(Tid, Vec<Value>)>> {
+        let bound = KeyBound::Included(key.to_vec());
+        Ok(self.range(index, bound.clone(), bound, ScanDirection::Forward, Some(1))?.into_iter().next())
+    }
+
+    /// The rows whose keys lie in `[lo, hi]`, in index order, at most `limit` of them.
+    pub fn range(
+        &mut self,
+        index: &Index,
+        lo: KeyBound,
+        hi: KeyBound,
+        dir: ScanDirection,
+        limit: Option<usize>,
+    ) -> Result<Vec<(Tid, Vec<Value>)>> {
+        let snap = self.command_snapshot()?;
+        let r = self.index_rows(index, &snap, &lo, &hi, dir, limit.unwrap_or(usize::MAX));
+        self.end_command();
+        r
+    }
+
+    /// Index-only scan: the key values of the visible rows in `[lo, hi]`, in index order. A heap
+    /// page marked all-visible in the visibility map need not be visited; until the VACUUM
+    /// issue adds the visibility map no page is, so every entry is checked against the heap
+    /// (counted in `heap_fetches`).
+    pub fn index_only(
+        &mut self,
+        index: &Index,
+        lo: KeyBound,
+        hi: KeyBound,
+        dir: ScanDirection,
+        limit: Option<usize>,
+    ) -> Result<Vec<Vec<Value>>> {
+        let snap = self.command_snapshot()?;
+        let r = self.index_only_rows(index, &snap, &lo, &hi, dir, limit.unwrap_or(usize::MAX));
+        self.end_command();
+        r
+    }
+
+    /// Updates the row whose key in `index` is `key` (see [`Transaction::update_with`]); `None`
+    /// when there is none, or when a concurrent update moved it to another key.
+    pub fn update_by_key(
+        &mut self,
+        index: &Index,
+        key: &[Value],
+        mut f: impl FnMut(&[Value]) -> Result<Vec<Value>>,
+    ) -> Result<Option<Tid>> {
+        let Some((tid, _)) = self.get(index, key)? else { return Ok(None) };
+        let def = index.def.clone();
+        let wanted = key.to_vec();
+        let table = index.table();
+        // Re-evaluate the key on the version the update lands on (PostgreSQL's EvalPlanQual).
+        let r = self.update_with(&table, tid, |row| {
+            if def.key_of(row) != wanted {
+                return Err(Error::NotFound(KEY_MOVED.into()));
+            }
+            f(row)
+        });
+        match r {
+            Err(Error::NotFound(m)) if m == KEY_MOVED => Ok(None),
+            other => other,
+        }
+    }
+
+    /// Deletes the row whose key in `index` is `key`; whether one was deleted.
+    pub fn delete_by_key(&mut self, index: &Index, key: &[Value]) -> Result<bool> {
+        let Some((tid, _)) = self.get(index, key)? else { return Ok(false) };
+        self.delete(&index.table(), tid)
+    }
+
+    /// Whether `snap` may use `index`: it must see the index's creation as committed.
+    fn index_usable(&self, index: &Index, snap: &Snapshot) -> Result<bool> {
+        let x = index.def.created_by;
+        if Some(x) == snap.my_xid || !x.is_normal() {
+            return Ok(true);
+        }
+        Ok(!snap.is_in_progress(x) && self.inner.xact.status(x)? == XidStatus::Committed)
+    }
+
+    fn index_rows(
+        &mut self,
+        index: &Index,
+        snap: &Snapshot,
+        lo: &KeyBound,
+        hi: &KeyBound,
+        dir: ScanDirection,
+        limit: usize,
+    ) -> Result<Vec<(Tid, Vec<Value>)>> {
+        let rel = &index.table.rel;
+        if !self.index_usable(index, snap)? {
+            return self.range_by_seqscan(index, snap, lo, hi, dir, limit);
+        }
+        let env = self.inner.env();
+        let c = &self.inner.counters;
+        c.idx_scan.fetch_add(1, Ordering::Relaxed);
+        let mut out = Vec::new();
+        for entry in index.def.btree.scan(&env, lo.clone(), hi.clone(), dir)? {
+            let entry = entry?;
+            c.idx_tup_read.fetch_add(1, Ordering::Relaxed);
+            if let Some((tid, vals)) = hot::hot_search(&env, rel, snap, self.cid, entry.tid)? {
+                // The entry may be for another version of the row (a key changed before the
+                // index existed): the version we see must have the entry's key.
+                if index.def.key_of(&vals) == entry.key {
+                    c.idx_tup_fetch.fetch_add(1, Ordering::Relaxed);
+                    out.push((tid, vals));
+                    if out.len() >= limit {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn index_only_rows(
+        &mut self,
+        index: &Index,
+        snap: &Snapshot,
+        lo: &KeyBound,
+        hi: &KeyBound,
+        dir: ScanDirection,
+        limit: usize,
+    ) -> Result<Vec<Vec<Value>>> {
+        if !self.index_usable(index, snap)? {
+            let rows = self.range_by_seqscan(index, snap, lo, hi, dir, limit)?;
+            return Ok(rows.iter().map(|(_, v)| index.def.key_of(v)).collect());
+        }
+        let env = self.inner.env();
+        let c = &self.inner.counters;
+        c.idx_scan.fetch_add(1, Ordering::Relaxed);
+        let mut out = Vec::new();
+        for entry in index.def.btree.scan(&env, lo.clone(), hi.clone(), dir)? {
+            let entry = entry?;
+            c.idx_tup_read.fetch_add(1, Ordering::Relaxed);
+            if heap_page_all_visible(&index.table.rel, entry.tid.block) {
+                c.heap_fetches_avoided.fetch_add(1, Ordering::Relaxed);
+                out.push(entry.key);
+            } else {
+                c.heap_fetches.fetch_add(1, Ordering::Relaxed);
+                match hot::hot_search(&env, &index.table.rel, snap, self.cid, entry.tid)? {
+                    Some((_, vals)) if index.def.key_of(&vals) == entry.key => out.push(entry.key),
+                    _ => continue,
+                }
+            }
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The rows of an index range found without the index (for snapshots older than it).
+    fn range_by_seqscan(
+        &mut self,
+        index: &Index,
+        snap: &Snapshot,
+        lo: &KeyBound,
+        hi: &KeyBound,
+        dir: ScanDirection,
+        limit: usize,
+    ) -> Result<Vec<(Tid, Vec<Value>)>> {
+        let rel = &index.table.rel;
+        let env = self.inner.env();
+        let nblocks = self.inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
+        let horizon = self.inner.xact.oldest_xmin();
+        let mut ring = Ring::new(256 << 10);
+        let mut rows = Vec::new();
+        for b in 0..nblocks {
+            for (tid, vals) in heap::scan_page(&env, rel, snap, self.cid, BlockNumber(b), horizon, &mut ring)? {
+                if in_range(&index.def.key_of(&vals), lo, hi) {
+                    rows.push((tid, vals));
+                }
+            }
+        }
+        rows.sort_by(|a, b| {
+            let o = compare_prefix(&index.def.key_of(&a.1), &index.def.key_of(&b.1)).then(a.0.cmp(&b.0));
+            if dir == ScanDirection::Backward {
+                o.reverse()
+            } else {
+                o
+            }
+        });
+        rows.truncate(limit);
+        Ok(rows)
+    }
+}
+
+/// Marker for an update whose row no longer has the key it was found by.
+const KEY_MOVED: &str = "the row's key changed under a concurrent update";
+
+/// Whether the visibility map says every tuple on a heap page is visible to everyone. There is
+/// no visibility map until the VACUUM issue, so no page is known to be all-visible.
+fn heap_page_all_visible(_rel: &Relation, _block: BlockNumber) -> bool {
+    false
+}
+
+/// Answers a unique index's questions about the heap for one new key.
+struct UniqueProbe<'a> {
+    inner: &'a Arc<Inner>,
+    rel: &'a Relation,
+    def: &'a IndexDef,
+    key: &'a [Value],
+    me: Xid,
+}
+
+impl UniqueCheck for UniqueProbe<'_> {
+    fn state(&self, tid: Tid) -> Result<HeapTupleState> {
+        let (state, vals) = hot::unique_state(&self.inner.env(), self.rel, tid, self.me)?;
+        Ok(match (state, vals) {
+            // A live version under another key (the entry is stale): no conflict.
+            (HeapTupleState::Live, Some(v)) if self.def.key_of(&v) != self.key => HeapTupleState::Dead,
+            (s, _) => s,
+        })
+    }
+
+    fn wait(&self, xid: Xid) -> Result<()> {
+        self.inner.wait_for_xid(self.me, xid)
     }
 }
 

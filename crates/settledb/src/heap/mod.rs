@@ -75,7 +75,10 @@ pub struct Relation {
     /// updates.
     pub fillfactor: u8,
     /// Columns some index covers: an update changing one of them cannot be HOT.
-    pub indexed_columns: Vec<bool>,
+    pub indexed_columns: parking_lot::RwLock<Vec<bool>>,
+    /// Writers (insert, update, delete) hold it shared; CREATE INDEX holds it exclusively so
+    /// that no row changes while the index is built (PostgreSQL's ShareLock).
+    pub write_lock: parking_lot::RwLock<()>,
     /// The block the last insert went to (`rd_targblock`).
     target_block: AtomicU32,
     /// Free-space hints: pages known to have had room, by free bytes / 32 (a stand-in for the
@@ -92,7 +95,8 @@ impl Relation {
             relfilenode,
             schema,
             fillfactor,
-            indexed_columns: vec![false; n],
+            indexed_columns: parking_lot::RwLock::new(vec![false; n]),
+            write_lock: parking_lot::RwLock::new(()),
             target_block: AtomicU32::new(u32::MAX),
             free_space: Mutex::new(BTreeMap::new()),
         }
@@ -142,10 +146,13 @@ pub struct TxContext<'a> {
 }
 
 /// Result of an update or delete.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ModifyResult {
-    /// Done; for an update, the new version's TID.
+    /// Deleted (the TID of the version deleted).
     Done(Tid),
+    /// Updated: the new version's TID, whether it is a heap-only tuple (then no index needs a
+    /// new entry), and its values (from which the indexes take their keys otherwise).
+    Updated { tid: Tid, hot: bool, values: Vec<Value> },
     /// The row no longer exists (deleted, or already changed by this transaction).
     Gone,
 }
@@ -653,7 +660,7 @@ fn update_once(
     let mut nt = tuple::form_tuple(&rel.schema, &new_vals)?;
     let need = page::maxalign(nt.len());
     let indexed_change =
-        rel.indexed_columns.iter().zip(old_vals.iter().zip(&new_vals)).any(|(&ix, (a, b))| ix && a != b);
+        rel.indexed_columns.read().iter().zip(old_vals.iter().zip(&new_vals)).any(|(&ix, (a, b))| ix && a != b);
     let fits_here = page::heap_free_space(&og.0) >= need;
     let hot = fits_here && !indexed_change;
     let (new_block, new_page_fresh) = if fits_here {
@@ -734,7 +741,7 @@ fn update_once(
             nb.mark_dirty();
         }
     }
-    Ok(Attempt::Finished(ModifyResult::Done(new_tid)))
+    Ok(Attempt::Finished(ModifyResult::Updated { tid: new_tid, hot, values: new_vals }))
 }
 
 /// A pageinspect-style rendering of a heap page: the header, then one line per line pointer
