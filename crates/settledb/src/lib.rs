@@ -3,9 +3,10 @@
 //! [`db`] for the public API with an example.
 //!
 //! Layers, each importing only from those above it in this list:
-//! [`types`], [`error`], [`io`], [`page`], [`smgr`], [`buffer`], [`wal`], [`xact`], [`heap`],
+//! [`types`], [`error`], [`io`], [`page`], [`smgr`], [`buffer`], [`wal`], [`xact`], [`heap`], [`index`], [`btree`],
 //! [`catalog`], [`db`], [`check`].
 
+pub mod btree;
 pub mod buffer;
 pub mod catalog;
 pub mod check;

@@ -88,11 +88,12 @@ pub fn redo_blocks(rec: &DecodedRecord, pool: &BufferPool) -> Result<()> {
                     format!("record changes block {} of {} which is empty", tag.block, tag.rel),
                 ));
             }
-            if !page::is_new(&g.0) {
+            if !page::is_new(&g.0) && matches!(rec.rmgr, Rmgr::Heap | Rmgr::Heap2) {
                 page::validate_items(&g.0, tag.rel, tag.block)?;
             }
             match rec.rmgr {
                 Rmgr::Heap | Rmgr::Heap2 => heap::wal::redo_block(rec, b.id, tag.block, &b.data, &mut g.0)?,
+                Rmgr::Btree => crate::btree::wal::redo_block(rec, b.id, tag.block, &b.data, &mut g.0)?,
                 other => {
                     return Err(Error::corrupt_wal(rec.lsn, format!("{} records carry no page changes", other.name())));
                 }
@@ -189,6 +190,7 @@ pub fn describe_record(rec: &DecodedRecord) -> String {
         Rmgr::Xlog => CheckpointInfo::describe(rec),
         Rmgr::Storage => describe_storage(rec),
         Rmgr::Heap | Rmgr::Heap2 => heap::wal::describe(rec),
+        Rmgr::Btree => crate::btree::wal::describe(rec),
         Rmgr::Xact | Rmgr::Clog => crate::xact::describe(rec),
         other => format!("{} info 0x{:02X}", other.name(), rec.info),
     }
