@@ -210,7 +210,7 @@ pub(crate) fn plan_split(p: &[u8], off: OffsetNumber, tup: &[u8]) -> Option<Spli
         }
         let score = if append {
             if left <= USABLE * LEAF_FILLFACTOR / 100 {
-                usize::MAX - k // the largest k that keeps the left page at most 90% full
+                usize::MAX / 2 + k // the largest k that keeps the left page at most 90% full
             } else {
                 usize::MAX / 2 - left
             }
