@@ -25,6 +25,10 @@ enum Unique {
 }
 
 /// Inserts `(key, tid)`; with `unique`, checks first that no live entry has an equal key.
+///
+/// `UniqueCheck::state` is called while the first leaf that can hold the key is exclusively
+/// locked (that lock is what serializes two inserters of one key), so it must not touch this
+/// index; `UniqueCheck::wait` is called with no lock held, and the insert then starts over.
 pub fn insert(
     ix: &BtreeIndex,
     env: &HeapEnv<'_>,
