@@ -39,6 +39,9 @@ pub struct PgbenchFigures {
     pub tps: f64,
     pub retries: u64,
     pub select_only: bool,
+    /// Pages of pgbench_accounts and of its primary key after the load.
+    pub accounts_pages: u64,
+    pub accounts_pkey_pages: u64,
 }
 
 #[derive(Serialize)]
@@ -60,7 +63,13 @@ fn col(n: &str, ty: Type, nullable: bool) -> Column {
 pub fn init(db: &Database, scale: u32) -> Result<()> {
     let branches = db.create_table(
         "pgbench_branches",
-        Schema { columns: vec![col("bid", Type::Int4, false), col("bbalance", Type::Int4, true), col("filler", Type::Text, true)] },
+        Schema {
+            columns: vec![
+                col("bid", Type::Int4, false),
+                col("bbalance", Type::Int4, true),
+                col("filler", Type::Text, true),
+            ],
+        },
         TableOptions::default(),
     )?;
     let tellers = db.create_table(
@@ -102,8 +111,7 @@ pub fn init(db: &Database, scale: u32) -> Result<()> {
         TableOptions::default(),
     )?;
     let mut tx = db.begin()?;
-    let rows: Vec<Vec<Value>> =
-        (1..=scale as i32).map(|b| vec![Value::Int4(b), Value::Int4(0), Value::Null]).collect();
+    let rows: Vec<Vec<Value>> = (1..=scale as i32).map(|b| vec![Value::Int4(b), Value::Int4(0), Value::Null]).collect();
     tx.insert_many(&branches, &rows)?;
     let rows: Vec<Vec<Value>> = (1..=10 * scale as i32)
         .map(|t| vec![Value::Int4(t), Value::Int4((t - 1) / 10 + 1), Value::Int4(0), Value::Null])
@@ -115,7 +123,9 @@ pub fn init(db: &Database, scale: u32) -> Result<()> {
     while aid <= total {
         let end = (aid + 10_000).min(total + 1);
         let rows: Vec<Vec<Value>> = (aid..end)
-            .map(|a| vec![Value::Int4(a), Value::Int4((a - 1) / 100_000 + 1), Value::Int4(0), Value::Text(filler.clone())])
+            .map(|a| {
+                vec![Value::Int4(a), Value::Int4((a - 1) / 100_000 + 1), Value::Int4(0), Value::Text(filler.clone())]
+            })
             .collect();
         tx.insert_many(&accounts, &rows)?;
         aid = end;
@@ -150,10 +160,18 @@ fn tpcb(db: &Database, h: &Handles, rng: &mut rand::rngs::StdRng, scale: u32) ->
         let _bal = tx.get(&h.accounts_pkey, &[Value::Int4(aid)])?;
         tx.update_by_key(&h.tellers_pkey, &[Value::Int4(tid)], add(delta, 2))?;
         tx.update_by_key(&h.branches_pkey, &[Value::Int4(bid)], add(delta, 1))?;
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
         tx.insert(
             &h.history,
-            &[Value::Int4(tid), Value::Int4(bid), Value::Int4(aid), Value::Int4(delta), Value::Timestamp(now), Value::Null],
+            &[
+                Value::Int4(tid),
+                Value::Int4(bid),
+                Value::Int4(aid),
+                Value::Int4(delta),
+                Value::Timestamp(now),
+                Value::Null,
+            ],
         )?;
         Ok(())
     })();
@@ -231,6 +249,8 @@ fn settledb_run(scale: u32, clients: usize, seconds: f64, select: bool, set: &[S
     let r = (|| {
         let db = Database::open(&dir, crate::config_from(set)?)?;
         init(&db, scale)?;
+        let accounts_pages = u64::from(db.table_pages(&db.table("pgbench_accounts")?)?);
+        let accounts_pkey_pages = u64::from(db.index_pages(&db.index("pgbench_accounts_pkey")?)?);
         let (transactions, retries, elapsed) = run_clients(&db, scale, clients, seconds, select)?;
         db.close()?;
         Ok(PgbenchFigures {
@@ -242,6 +262,8 @@ fn settledb_run(scale: u32, clients: usize, seconds: f64, select: bool, set: &[S
             tps: transactions as f64 / elapsed,
             retries,
             select_only: select,
+            accounts_pages,
+            accounts_pkey_pages,
         })
     })();
     let _ = std::fs::remove_dir_all(&dir);
@@ -253,7 +275,14 @@ fn parse_tps(out: &str) -> Option<f64> {
     out.lines().find(|l| l.starts_with("tps = "))?.split_whitespace().nth(2)?.parse().ok()
 }
 
-fn postgres_run(scale: u32, clients: usize, seconds: f64, select: bool, port: u16, set: &[String]) -> Result<PgbenchFigures> {
+fn postgres_run(
+    scale: u32,
+    clients: usize,
+    seconds: f64,
+    select: bool,
+    port: u16,
+    set: &[String],
+) -> Result<PgbenchFigures> {
     let settings: Vec<(String, String)> = set
         .iter()
         .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
@@ -261,6 +290,8 @@ fn postgres_run(scale: u32, clients: usize, seconds: f64, select: bool, port: u1
     let pg = Postgres::start(port, &settings)?;
     let s = scale.to_string();
     pg.pgbench(&["-i", "-q", "-s", &s])?;
+    let accounts_pages: u64 = pg.query("select pg_relation_size('pgbench_accounts') / 8192")?.parse()?;
+    let accounts_pkey_pages: u64 = pg.query("select pg_relation_size('pgbench_accounts_pkey') / 8192")?.parse()?;
     let c = clients.to_string();
     let t = (seconds.round() as u64).max(1).to_string();
     let mut args = vec!["-M", "prepared", "-c", &c, "-j", &c, "-T", &t];
@@ -285,6 +316,8 @@ fn postgres_run(scale: u32, clients: usize, seconds: f64, select: bool, port: u1
         tps,
         retries: 0,
         select_only: select,
+        accounts_pages,
+        accounts_pkey_pages,
     })
 }
 
@@ -320,9 +353,15 @@ pub fn run(
     if !report.settings.is_empty() {
         println!("settings: {}", report.settings.join(" "));
     }
-    println!("{:<10} {:>9} {:>13} {:>12} {:>8}", "engine", "seconds", "transactions", "tps", "retries");
+    println!(
+        "{:<10} {:>9} {:>13} {:>12} {:>8} {:>15} {:>15}",
+        "engine", "seconds", "transactions", "tps", "retries", "accounts pages", "pkey pages"
+    );
     for f in std::iter::once(&report.settledb).chain(report.postgres.as_ref()) {
-        println!("{:<10} {:>9.1} {:>13} {:>12.0} {:>8}", f.engine, f.seconds, f.transactions, f.tps, f.retries);
+        println!(
+            "{:<10} {:>9.1} {:>13} {:>12.0} {:>8} {:>15} {:>15}",
+            f.engine, f.seconds, f.transactions, f.tps, f.retries, f.accounts_pages, f.accounts_pkey_pages
+        );
     }
     if let Some(r) = report.tps_ratio {
         println!("settledb/postgres: {r:.2}x");

@@ -40,9 +40,9 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::btree::BtreeIndex;
 use crate::error::{Error, Result};
 use crate::heap::tuple::{Column, Schema, Type, Value};
-use crate::btree::BtreeIndex;
 use crate::heap::Relation;
 use crate::types::{Oid, Tid, Xid};
 

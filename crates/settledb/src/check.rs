@@ -32,15 +32,15 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use crate::catalog::{IndexDef, TableEntry};
 use crate::db::Database;
 use crate::error::Result;
+use crate::heap::tuple::Value;
 use crate::heap::tuple::{
     self, TupleHeader, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_XMAX_COMMITTED, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY,
     HEAP_XMIN_COMMITTED, HEAP_XMIN_FROZEN, HEAP_XMIN_INVALID,
 };
 use crate::heap::visibility::{satisfies_vacuum, VacuumStatus};
-use crate::catalog::{IndexDef, TableEntry};
-use crate::heap::tuple::Value;
 use crate::heap::Relation;
 use crate::page::{self, LpFlags, PageBuf, BLCKSZ};
 use crate::types::{BlockNumber, Fork, FullXid, OffsetNumber, Tid, Xid};
@@ -347,7 +347,8 @@ fn check_index(db: &Database, table: &TableEntry, def: &IndexDef, out: &mut Vec<
             let lp = page::item_id(&g.0, root);
             let is_root = lp.flags == LpFlags::Redirect
                 || (lp.flags == LpFlags::Normal
-                    && TupleHeader::parse(page::item(&g.0, root)).is_some_and(|h| h.infomask2() & HEAP_ONLY_TUPLE == 0));
+                    && TupleHeader::parse(page::item(&g.0, root))
+                        .is_some_and(|h| h.infomask2() & HEAP_ONLY_TUPLE == 0));
             if !is_root {
                 continue;
             }
@@ -355,7 +356,10 @@ fn check_index(db: &Database, table: &TableEntry, def: &IndexDef, out: &mut Vec<
             for m in crate::heap::hot::chain(&g.0, root) {
                 let t = page::item(&g.0, m);
                 let Some(h) = TupleHeader::parse(t) else { continue };
-                if matches!(satisfies_vacuum(&h, horizon, &inner.xact)?, VacuumStatus::Dead | VacuumStatus::RecentlyDead) {
+                if matches!(
+                    satisfies_vacuum(&h, horizon, &inner.xact)?,
+                    VacuumStatus::Dead | VacuumStatus::RecentlyDead
+                ) {
                     continue;
                 }
                 let Ok(vals) = tuple::deform_tuple(&rel.schema, t) else { continue };

@@ -6,6 +6,7 @@
 //! [`types`], [`error`], [`io`], [`page`], [`smgr`], [`buffer`], [`wal`], [`xact`], [`heap`],
 //! [`index`], [`btree`], [`catalog`], [`db`], [`check`].
 
+pub mod btree;
 pub mod buffer;
 pub mod catalog;
 pub mod check;
@@ -24,7 +25,7 @@ pub mod xact;
 pub use catalog::TableOptions;
 pub use config::{Config, IsolationLevel};
 pub use db::{Database, DbStats, Index, Scan, Table, Transaction};
-pub use index::{KeyBound, ScanDirection};
 pub use error::{Error, Result};
 pub use heap::tuple::{Column, Schema, Type, Value};
+pub use index::{KeyBound, ScanDirection};
 pub use types::{BlockNumber, FullXid, Lsn, OffsetNumber, Oid, Tid, Xid};

@@ -541,6 +541,22 @@ fn header_problem(page: &[u8]) -> Option<String> {
     }
 }
 
+/// Checks the header fields only (no checksum): the length, `pd_lower <= pd_upper <=
+/// pd_special <= BLCKSZ`, alignment, flags. Index access methods call it before their own
+/// special-area checks. An all-zero page passes. Never panics.
+pub fn validate_header(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
+    if page.len() != BLCKSZ {
+        return Err(Error::corrupted(rel, block, format!("page is {} bytes, expected {BLCKSZ}", page.len())));
+    }
+    if is_new(page) {
+        return Ok(());
+    }
+    match header_problem(page) {
+        Some(detail) => Err(Error::corrupted(rel, block, detail)),
+        None => Ok(()),
+    }
+}
+
 /// Checks a page just read from disk (`PageIsVerified`): an all-zero page is valid (new);
 /// otherwise the checksum must match and the header must be sane. Never panics.
 pub fn verify(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {

@@ -522,7 +522,8 @@ impl Runner {
                 let rest = rest.join(" ");
                 let unique = rest.trim_end().ends_with("unique");
                 let cols = rest.trim_end().trim_end_matches("unique");
-                let cols = cols.trim().strip_prefix('(').and_then(|c| c.strip_suffix(')')).ok_or("create index: (cols)")?;
+                let cols =
+                    cols.trim().strip_prefix('(').and_then(|c| c.strip_suffix(')')).ok_or("create index: (cols)")?;
                 let cols: Vec<&str> = cols.split(',').map(str::trim).collect();
                 Ok(db.create_index(name, t, &cols, unique).map_or_else(|e| vec![format!("error: {e}")], |_| ok()))
             }

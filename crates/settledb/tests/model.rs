@@ -308,7 +308,7 @@ fn concurrent_transactions_match_the_oracle_across_restart_and_crash() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("data");
     let db = Database::open(&path, config()).unwrap();
-    let t = db.create_table("kv", schema(), TableOptions { fillfactor: 90 }).unwrap();
+    let t = db.create_table("kv", schema(), TableOptions { fillfactor: 90, ..TableOptions::default() }).unwrap();
     let oracle = Mutex::new(Rows::new());
     {
         let mut tx = db.begin().unwrap();

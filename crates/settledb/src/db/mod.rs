@@ -41,7 +41,7 @@
 //! snapshot and fails such an update with [`Error::SerializationFailure`]. Two transactions
 //! waiting for each other's rows are a deadlock: the second waiter gets [`Error::Deadlock`].
 
-mod ddl;
+pub(crate) mod ddl;
 pub mod startup;
 mod transaction;
 
@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::buffer::{BufferPool, BufferUsage, WalFlush};
-use crate::catalog::{self, Catalog, ClassRow, TableEntry, TableOptions};
+use crate::catalog::{Catalog, TableEntry};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::heap::tuple::Schema;
@@ -66,8 +66,8 @@ use crate::types::{Fork, Lsn, Oid, Xid};
 use crate::wal::control::{ControlFile, DbState};
 use crate::wal::{RecordBuilder, Rmgr, Wal, WalStats};
 use crate::xact::{TransactionManager, XactOptions};
-pub use startup::RecoveryReport;
 pub use ddl::Index;
+pub use startup::RecoveryReport;
 pub use transaction::{Scan, Transaction};
 
 /// pg_stat_database-style counters.

@@ -283,11 +283,17 @@ pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
     }
     // Indexes after every table, whatever order the rows were found in.
     for (row, tid) in index_rows {
-        let meta =
-            row.index.clone().ok_or_else(|| Error::corrupted(PG_CLASS_OID, tid.block, "index row without index data"))?;
-        let key_types = row.schema.columns.iter().map(|c| c.ty).collect();
-        let btree =
-            std::sync::Arc::new(crate::btree::BtreeIndex::new(row.oid, &row.relname, row.relfilenode, key_types, meta.unique));
+        let meta = row
+            .index
+            .clone()
+            .ok_or_else(|| Error::corrupted(PG_CLASS_OID, tid.block, "index row without index data"))?;
+        let btree = std::sync::Arc::new(crate::db::ddl::new_btree(
+            row.oid,
+            row.relfilenode,
+            &row.relname,
+            &row.schema,
+            meta.unique,
+        ));
         let def = std::sync::Arc::new(catalog::IndexDef {
             oid: row.oid,
             name: row.relname.clone(),

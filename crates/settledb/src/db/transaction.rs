@@ -12,16 +12,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{tx_context, Database, Index, Inner, Table};
-use crate::catalog::{IndexDef, TableEntry};
-use crate::heap::hot;
-use crate::index::{compare_prefix, in_range, HeapTupleState, KeyBound, ScanDirection, UniqueCheck};
-use crate::xact::XidStatus;
 use crate::buffer::Ring;
+use crate::catalog::{IndexDef, TableEntry};
 use crate::config::IsolationLevel;
 use crate::error::{Error, Result};
+use crate::heap::hot;
 use crate::heap::tuple::Value;
 use crate::heap::{self, ModifyResult, Relation};
+use crate::index::{compare_prefix, in_range, HeapTupleState, KeyBound, ScanDirection, UniqueCheck};
 use crate::types::{BlockNumber, Fork, FullXid, Tid, Xid};
+use crate::xact::XidStatus;
 use crate::xact::{BackendId, Snapshot};
 
 /// An open transaction. Dropping it without [`Transaction::commit`] rolls it back.
