@@ -40,7 +40,7 @@
 //! only ever raised from zero under the mapping lock, so the clock sweep, which holds it, can
 //! claim a frame whose pin count it saw at zero.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -50,6 +50,9 @@ use crate::error::{Error, Result};
 use crate::page::{self, PageBuf, BLCKSZ};
 use crate::smgr::Smgr;
 use crate::types::{BlockNumber, BufferTag, Fork, Lsn, Oid};
+
+/// An access method's check of a page's contents, run when the page is read from disk.
+pub type PageValidator = fn(&[u8], Oid, BlockNumber) -> Result<()>;
 
 /// How the buffer pool reaches the WAL to honour WAL-before-data.
 pub trait WalFlush: Send + Sync {
@@ -102,7 +105,7 @@ impl BufferUsage {
 
 pub struct BufferPool {
     frames: Box<[Frame]>,
-    map: Mutex<HashMap<BufferTag, usize>>,
+    map: Mutex<FxHashMap<BufferTag, usize>>,
     hand: AtomicUsize,
     smgr: Arc<Smgr>,
     wal: RwLock<Option<Arc<dyn WalFlush>>>,
@@ -153,7 +156,7 @@ impl BufferPool {
             .into_boxed_slice();
         BufferPool {
             frames,
-            map: Mutex::new(HashMap::with_capacity(nframes)),
+            map: Mutex::new(FxHashMap::with_capacity_and_hasher(nframes, Default::default())),
             hand: AtomicUsize::new(0),
             smgr,
             wal: RwLock::new(None),
@@ -233,12 +236,25 @@ impl BufferPool {
     /// Pins the buffer holding `tag`, reading it from disk on a miss. The page's checksum and
     /// header are verified when it comes in; a corrupt page is an error naming rel and block.
     pub fn read(&self, tag: BufferTag, ring: Option<&mut Ring>) -> Result<Buffer<'_>> {
-        self.get(tag, ring, false)
+        self.get(tag, ring, false, None)
+    }
+
+    /// Like [`BufferPool::read`], and when the page comes in from disk (only then) its contents
+    /// are also checked by `validate` (the access method's structural check: every line
+    /// pointer in bounds, for a heap page). Pages changed in memory are trusted, so the check
+    /// costs nothing on a hit. Hot path.
+    pub fn read_validated(
+        &self,
+        tag: BufferTag,
+        ring: Option<&mut Ring>,
+        validate: PageValidator,
+    ) -> Result<Buffer<'_>> {
+        self.get(tag, ring, false, Some(validate))
     }
 
     /// Pins a buffer for a block just reserved with [`Smgr::extend`]: zero-filled, no read.
     pub fn new_page(&self, tag: BufferTag, ring: Option<&mut Ring>) -> Result<Buffer<'_>> {
-        self.get(tag, ring, true)
+        self.get(tag, ring, true, None)
     }
 
     /// Reserves the next block of `rel`'s fork and pins a zeroed buffer for it.
@@ -247,7 +263,13 @@ impl BufferPool {
         self.new_page(BufferTag { rel, fork, block }, ring)
     }
 
-    fn get(&self, tag: BufferTag, mut ring: Option<&mut Ring>, zero: bool) -> Result<Buffer<'_>> {
+    fn get(
+        &self,
+        tag: BufferTag,
+        mut ring: Option<&mut Ring>,
+        zero: bool,
+        validate: Option<PageValidator>,
+    ) -> Result<Buffer<'_>> {
         loop {
             let mut map = self.map.lock();
             if let Some(&id) = map.get(&tag) {
@@ -282,7 +304,7 @@ impl BufferPool {
             f.usage.store(1, Ordering::Relaxed);
             map.insert(tag, id);
             drop(map);
-            let loaded = self.load(f, tag, zero);
+            let loaded = self.load(f, tag, zero, validate);
             match loaded {
                 Ok(()) => {
                     f.valid.store(true, Ordering::Release);
@@ -303,7 +325,7 @@ impl BufferPool {
         }
     }
 
-    fn load(&self, f: &Frame, tag: BufferTag, zero: bool) -> Result<()> {
+    fn load(&self, f: &Frame, tag: BufferTag, zero: bool, validate: Option<PageValidator>) -> Result<()> {
         let mut page = f.page.write();
         if zero {
             page.0.fill(0);
@@ -311,7 +333,11 @@ impl BufferPool {
         }
         self.smgr.read(tag, &mut page.0)?;
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
-        page::verify(&page.0, tag.rel, tag.block)
+        page::verify(&page.0, tag.rel, tag.block)?;
+        match validate {
+            Some(v) if !page::is_new(&page.0) => v(&page.0, tag.rel, tag.block),
+            _ => Ok(()),
+        }
     }
 
     /// Finds an unpinned frame under the mapping lock and pins it. Returns `Ok(None)` when the
@@ -319,7 +345,7 @@ impl BufferPool {
     /// re-taken) and the caller must retry its lookup.
     fn claim_victim(
         &self,
-        map: &mut parking_lot::MutexGuard<'_, HashMap<BufferTag, usize>>,
+        map: &mut parking_lot::MutexGuard<'_, FxHashMap<BufferTag, usize>>,
         ring: Option<&mut Ring>,
     ) -> Result<Option<usize>> {
         let id = match ring {

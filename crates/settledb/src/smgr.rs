@@ -14,7 +14,8 @@
 //! Writes are not synced one by one: every file written since the last checkpoint is remembered
 //! and [`Smgr::sync_all`] fsyncs them at checkpoint (PostgreSQL's pending-fsync table).
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::FxHashMap;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -41,7 +42,7 @@ const ALLOCATE_MAX_BYTES: u64 = 64 << 20;
 pub struct Smgr {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
-    files: RwLock<HashMap<(Oid, Fork), Arc<ForkFile>>>,
+    files: RwLock<FxHashMap<(Oid, Fork), Arc<ForkFile>>>,
     pending_sync: Mutex<HashSet<(Oid, Fork)>>,
 }
 
@@ -51,7 +52,7 @@ impl Smgr {
         Ok(Smgr {
             fs,
             dir: dir.to_path_buf(),
-            files: RwLock::new(HashMap::new()),
+            files: RwLock::new(FxHashMap::default()),
             pending_sync: Mutex::new(HashSet::new()),
         })
     }
@@ -101,7 +102,11 @@ impl Smgr {
     }
 
     /// Logical number of blocks of a fork; 0 when the fork does not exist.
+    /// Hot path: one map lookup when the fork is open.
     pub fn nblocks(&self, rel: Oid, fork: Fork) -> Result<u32> {
+        if let Some(f) = self.files.read().get(&(rel, fork)) {
+            return Ok(*f.nblocks.lock());
+        }
         if !self.exists(rel, fork) {
             return Ok(0);
         }

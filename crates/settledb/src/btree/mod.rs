@@ -209,19 +209,24 @@ impl BtreeIndex {
         Error::corrupted(self.relfilenode, BlockNumber(block), detail)
     }
 
-    /// Share-locks and validates a page.
+    /// Share-locks a page. Its structure was validated when it came in from disk (pages changed
+    /// in memory are trusted); a never-written page is not a B-tree page. Hot path.
     pub(crate) fn read_page<'a>(&self, env: &HeapEnv<'a>, block: u32) -> Result<RPage<'a>> {
-        let buf = env.pool.read(self.tag(block), None)?;
+        let buf = env.pool.read_validated(self.tag(block), None, bp::validate)?;
         let g = buf.read();
-        bp::validate(&g.0, self.relfilenode, BlockNumber(block))?;
+        if pg::is_new(&g.0) {
+            return Err(self.corrupt(block, "page is empty (never written) but is linked into the index"));
+        }
         Ok(RPage { g, buf })
     }
 
-    /// Exclusively locks and validates a page.
+    /// Exclusively locks a page (validated as for [`BtreeIndex::read_page`]).
     pub(crate) fn write_page<'a>(&self, env: &HeapEnv<'a>, block: u32) -> Result<WPage<'a>> {
-        let buf = env.pool.read(self.tag(block), None)?;
+        let buf = env.pool.read_validated(self.tag(block), None, bp::validate)?;
         let g = buf.write();
-        bp::validate(&g.0, self.relfilenode, BlockNumber(block))?;
+        if pg::is_new(&g.0) {
+            return Err(self.corrupt(block, "page is empty (never written) but is linked into the index"));
+        }
         Ok(WPage { g, buf })
     }
 

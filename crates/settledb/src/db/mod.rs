@@ -581,6 +581,12 @@ impl Drop for Database {
 }
 
 // Used by `TxContext` construction in `transaction.rs`.
-pub(crate) fn tx_context<'a>(xid: Xid, cid: u32, snapshot: &'a crate::xact::Snapshot, rr: bool) -> TxContext<'a> {
-    TxContext { xid, cid, snapshot, serializable_updates: rr }
+pub(crate) fn tx_context<'a>(
+    xid: Xid,
+    cid: u32,
+    snapshot: &'a crate::xact::Snapshot,
+    rr: bool,
+    horizon: Xid,
+) -> TxContext<'a> {
+    TxContext { xid, cid, snapshot, serializable_updates: rr, horizon }
 }

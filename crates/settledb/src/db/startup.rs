@@ -255,7 +255,8 @@ pub fn bootstrap_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
     };
     let rel = Relation::new(PG_CLASS_OID, "pg_class", PG_CLASS_OID, catalog::pg_class_schema(), 100);
     let snap = Snapshot { xmin: Xid::FIRST_NORMAL, xmax: Xid::FIRST_NORMAL, xip: vec![], my_xid: Some(Xid::BOOTSTRAP) };
-    let tx = TxContext { xid: Xid::BOOTSTRAP, cid: 0, snapshot: &snap, serializable_updates: false };
+    let tx =
+        TxContext { xid: Xid::BOOTSTRAP, cid: 0, snapshot: &snap, serializable_updates: false, horizon: Xid::INVALID };
     let tid = heap::insert(env, &rel, &tx, &row.to_values())?;
     catalog.publish(&row, tid);
     Ok(())

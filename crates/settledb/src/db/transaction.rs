@@ -156,7 +156,7 @@ impl<'db> Transaction<'db> {
     fn insert_into(&mut self, rel: &Relation, entry: Option<&TableEntry>, values: &[Value]) -> Result<Tid> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
-        let tx = tx_context(xid, self.cid, &snap, self.rr());
+        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.inner.xact.oldest_xmin());
         let _writers = rel.write_lock.read();
         let tid = heap::insert(&self.inner.env(), rel, &tx, values)?;
         if let Some(e) = entry {
@@ -189,7 +189,7 @@ impl<'db> Transaction<'db> {
     fn insert_many_raw(&mut self, table: &Table, rows: &[Vec<Value>]) -> Result<Vec<Tid>> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
-        let tx = tx_context(xid, self.cid, &snap, self.rr());
+        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.inner.xact.oldest_xmin());
         let _writers = table.entry.rel.write_lock.read();
         let ring = self.bulk_ring.get_or_insert_with(|| Ring::new(16 << 20));
         let tids = heap::multi_insert(&self.inner.env(), &table.entry.rel, &tx, rows, ring)?;
@@ -247,7 +247,7 @@ impl<'db> Transaction<'db> {
     ) -> Result<Option<Tid>> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
-        let tx = tx_context(xid, self.cid, &snap, self.rr());
+        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.inner.xact.oldest_xmin());
         let inner = self.inner.clone();
         let wait = move |other: Xid| inner.wait_for_xid(xid, other);
         let _writers = table.entry.rel.write_lock.read();
@@ -283,7 +283,7 @@ impl<'db> Transaction<'db> {
     pub(crate) fn delete_raw(&mut self, rel: &Relation, tid: Tid) -> Result<bool> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
-        let tx = tx_context(xid, self.cid, &snap, self.rr());
+        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.inner.xact.oldest_xmin());
         let inner = self.inner.clone();
         let wait = move |other: Xid| inner.wait_for_xid(xid, other);
         let _writers = rel.write_lock.read();
@@ -459,11 +459,12 @@ impl Transaction<'_> {
         let env = self.inner.env();
         let c = &self.inner.counters;
         c.idx_scan.fetch_add(1, Ordering::Relaxed);
+        let horizon = self.inner.xact.oldest_xmin();
         let mut out = Vec::new();
         for entry in index.def.btree.scan(&env, lo.clone(), hi.clone(), dir)? {
             let entry = entry?;
             c.idx_tup_read.fetch_add(1, Ordering::Relaxed);
-            if let Some((tid, vals)) = hot::hot_search(&env, rel, snap, self.cid, entry.tid)? {
+            if let Some((tid, vals)) = hot::hot_search(&env, rel, snap, self.cid, entry.tid, horizon)? {
                 // The entry may be for another version of the row (a key changed before the
                 // index existed): the version we see must have the entry's key.
                 if index.def.key_of(&vals) == entry.key {
@@ -494,6 +495,7 @@ impl Transaction<'_> {
         let env = self.inner.env();
         let c = &self.inner.counters;
         c.idx_scan.fetch_add(1, Ordering::Relaxed);
+        let horizon = self.inner.xact.oldest_xmin();
         let mut out = Vec::new();
         for entry in index.def.btree.scan(&env, lo.clone(), hi.clone(), dir)? {
             let entry = entry?;
@@ -503,7 +505,7 @@ impl Transaction<'_> {
                 out.push(entry.key);
             } else {
                 c.heap_fetches.fetch_add(1, Ordering::Relaxed);
-                match hot::hot_search(&env, &index.table.rel, snap, self.cid, entry.tid)? {
+                match hot::hot_search(&env, &index.table.rel, snap, self.cid, entry.tid, horizon)? {
                     Some((_, vals)) if index.def.key_of(&vals) == entry.key => out.push(entry.key),
                     _ => continue,
                 }

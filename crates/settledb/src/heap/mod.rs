@@ -143,6 +143,9 @@ pub struct TxContext<'a> {
     pub snapshot: &'a Snapshot,
     /// REPEATABLE READ: a row changed by a concurrent committed transaction is an error.
     pub serializable_updates: bool,
+    /// The oldest XID any snapshot may still need, as of the start of the command: versions
+    /// deleted before it may be pruned.
+    pub horizon: Xid,
 }
 
 /// Result of an update or delete.
@@ -177,21 +180,16 @@ fn normal_item<'p>(rel: &Relation, page: &'p [u8], tid: Tid) -> Result<Option<&'
     Ok(Some(t))
 }
 
-/// Reads and structurally validates a heap page.
+/// Pins a heap page; a page read from disk has its line pointers and tuple headers validated
+/// (so later code may index them), a cached one was validated when it came in.
 pub fn read_page<'a>(
     env: &HeapEnv<'a>,
     rel: &Relation,
     block: BlockNumber,
     ring: Option<&mut Ring>,
 ) -> Result<Buffer<'a>> {
-    let buf = env.pool.read(rel.tag(block), ring)?;
-    {
-        let g = buf.read();
-        if !page::is_new(&g.0) {
-            page::validate_items(&g.0, rel.oid, block)?;
-        }
-    }
-    Ok(buf)
+    // Line pointers are checked once, when the page comes in from disk.
+    env.pool.read_validated(rel.tag(block), ring, page::validate_items)
 }
 
 /// Logs a record that changes one page (the caller holds its exclusive lock and stamps the
@@ -632,6 +630,9 @@ fn update_once(
         return Ok(Attempt::Finished(ModifyResult::Gone));
     }
     let old_buf = read_page(env, rel, tid.block, None)?;
+    // Make room on the old page first when its dead versions can go (the new version then
+    // usually fits there and the update is HOT).
+    maybe_prune(env, rel, &old_buf, tx.horizon)?;
     let new_buf = match other_page {
         Some(b) if b != tid.block => Some(read_page(env, rel, b, None)?),
         _ => None,

@@ -40,7 +40,7 @@
 //! Non-goals: subtransactions (status 3 is stored and returned, nothing sets it yet);
 //! long (more than 4 hex digit) segment names.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -132,7 +132,7 @@ impl CachedPage {
 
 #[derive(Default)]
 struct Cache {
-    pages: HashMap<u32, CachedPage>,
+    pages: FxHashMap<u32, CachedPage>,
     /// Source of page versions, unique across pages and page reincarnations.
     last_version: u64,
     /// The page of the newest XID extended so far (to refuse an apparent-wraparound truncation).
