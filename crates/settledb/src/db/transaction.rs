@@ -34,6 +34,8 @@ pub struct Transaction<'db> {
     cid: u32,
     /// REPEATABLE READ: the transaction snapshot, taken at the first command.
     snapshot: Option<Snapshot>,
+    /// The pruning horizon computed with the last command snapshot.
+    horizon: Xid,
     done: bool,
     /// Set when a command failed after it may have changed something: only rollback remains.
     failed: Option<String>,
@@ -44,7 +46,7 @@ pub struct Transaction<'db> {
 impl<'db> Transaction<'db> {
     pub(super) fn new(db: &'db Database, isolation: IsolationLevel) -> Transaction<'db> {
         let inner = db.inner();
-        let backend = inner.xact.register_backend();
+        let backend = inner.xact.new_backend_id();
         Transaction {
             db,
             inner,
@@ -53,6 +55,7 @@ impl<'db> Transaction<'db> {
             xid: None,
             cid: 0,
             snapshot: None,
+            horizon: Xid::INVALID,
             done: false,
             failed: None,
             bulk_ring: None,
@@ -111,20 +114,26 @@ impl<'db> Transaction<'db> {
         Ok(full.xid())
     }
 
-    /// The snapshot for the next command: the transaction's (REPEATABLE READ) or a new one.
+    /// The snapshot for the next command: the transaction's (REPEATABLE READ) or a new one,
+    /// advertised in the proc array; also refreshes the pruning horizon.
     fn command_snapshot(&mut self) -> Result<Snapshot> {
         self.active()?;
         let my = self.xid();
         match self.isolation {
             IsolationLevel::RepeatableRead => {
                 if self.snapshot.is_none() {
-                    self.snapshot = Some(self.inner.xact.get_registered_snapshot(self.backend, my)?);
+                    let (snap, horizon) = self.inner.xact.command_snapshot(self.backend, my);
+                    self.snapshot = Some(snap);
+                    self.horizon = horizon;
+                } else {
+                    self.horizon = self.inner.xact.oldest_xmin();
                 }
                 Ok(self.snapshot.clone().expect("set above"))
             }
             IsolationLevel::ReadCommitted => {
-                self.inner.xact.release_snapshot_xmin(self.backend);
-                self.inner.xact.get_registered_snapshot(self.backend, my)
+                let (snap, horizon) = self.inner.xact.command_snapshot(self.backend, my);
+                self.horizon = horizon;
+                Ok(snap)
             }
         }
     }
@@ -156,7 +165,7 @@ impl<'db> Transaction<'db> {
     fn insert_into(&mut self, rel: &Relation, entry: Option<&TableEntry>, values: &[Value]) -> Result<Tid> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
-        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.inner.xact.oldest_xmin());
+        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.horizon);
         let _writers = rel.write_lock.read();
         let tid = heap::insert(&self.inner.env(), rel, &tx, values)?;
         if let Some(e) = entry {
@@ -189,7 +198,7 @@ impl<'db> Transaction<'db> {
     fn insert_many_raw(&mut self, table: &Table, rows: &[Vec<Value>]) -> Result<Vec<Tid>> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
-        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.inner.xact.oldest_xmin());
+        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.horizon);
         let _writers = table.entry.rel.write_lock.read();
         let ring = self.bulk_ring.get_or_insert_with(|| Ring::new(16 << 20));
         let tids = heap::multi_insert(&self.inner.env(), &table.entry.rel, &tx, rows, ring)?;
@@ -247,7 +256,7 @@ impl<'db> Transaction<'db> {
     ) -> Result<Option<Tid>> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
-        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.inner.xact.oldest_xmin());
+        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.horizon);
         let inner = self.inner.clone();
         let wait = move |other: Xid| inner.wait_for_xid(xid, other);
         let _writers = table.entry.rel.write_lock.read();
@@ -283,7 +292,7 @@ impl<'db> Transaction<'db> {
     pub(crate) fn delete_raw(&mut self, rel: &Relation, tid: Tid) -> Result<bool> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
-        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.inner.xact.oldest_xmin());
+        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.horizon);
         let inner = self.inner.clone();
         let wait = move |other: Xid| inner.wait_for_xid(xid, other);
         let _writers = rel.write_lock.read();
@@ -297,7 +306,7 @@ impl<'db> Transaction<'db> {
     pub fn scan(&mut self, table: &Table) -> Result<Scan<'_, 'db>> {
         let snap = self.command_snapshot()?;
         let nblocks = self.inner.pool.smgr().nblocks(table.entry.rel.relfilenode, Fork::Main)?;
-        let oldest_xmin = self.inner.xact.oldest_xmin();
+        let oldest_xmin = self.horizon;
         Ok(Scan {
             tx: self,
             rel: table.entry.rel.clone(),
@@ -352,7 +361,6 @@ impl<'db> Transaction<'db> {
     }
 
     fn release(&mut self) {
-        self.inner.xact.release_snapshot_xmin(self.backend);
         self.inner.xact.unregister_backend(self.backend);
     }
 
@@ -459,7 +467,7 @@ impl Transaction<'_> {
         let env = self.inner.env();
         let c = &self.inner.counters;
         c.idx_scan.fetch_add(1, Ordering::Relaxed);
-        let horizon = self.inner.xact.oldest_xmin();
+        let horizon = self.horizon;
         let mut out = Vec::new();
         for entry in index.def.btree.scan(&env, lo.clone(), hi.clone(), dir)? {
             let entry = entry?;
@@ -495,7 +503,7 @@ impl Transaction<'_> {
         let env = self.inner.env();
         let c = &self.inner.counters;
         c.idx_scan.fetch_add(1, Ordering::Relaxed);
-        let horizon = self.inner.xact.oldest_xmin();
+        let horizon = self.horizon;
         let mut out = Vec::new();
         for entry in index.def.btree.scan(&env, lo.clone(), hi.clone(), dir)? {
             let entry = entry?;
@@ -530,7 +538,7 @@ impl Transaction<'_> {
         let rel = &index.table.rel;
         let env = self.inner.env();
         let nblocks = self.inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
-        let horizon = self.inner.xact.oldest_xmin();
+        let horizon = self.horizon;
         let mut ring = Ring::new(256 << 10);
         let mut rows = Vec::new();
         for b in 0..nblocks {
