@@ -16,6 +16,7 @@
 //! t1: update accounts_pkey key (5) set bal = bal + 1     update_by_key
 //! t1: delete accounts_pkey key (5)                       delete_by_key
 //! inspect index idx 1                                    a B-tree page
+//! values: 5, 'text', null, true, repeat('x', 3), pad('k05', 2000) ('k05' then dots to 2000 bytes)
 //! t1: begin [repeatable read | read committed]
 //! t1: insert accounts (1, 100) as r1                     prints the TID and names it r1
 //! t2: update accounts r1 set bal = bal + 10 [as r2]      update_with; `set col = N` too
@@ -391,6 +392,14 @@ fn parse_lit(s: &str) -> Result<Lit, String> {
             return Ok(Lit::Text(t.repeat(n as usize)));
         }
     }
+    // pad('k05', n): the text followed by dots up to n bytes (wide keys that still sort by prefix)
+    if let Some(args) = s.strip_prefix("pad(").and_then(|r| r.strip_suffix(')')) {
+        let a = split_top(args);
+        if let [Ok(Lit::Text(t)), Ok(Lit::Int(n))] = [parse_lit(&a[0]), parse_lit(a.get(1).map_or("", |s| s))] {
+            let fill = (n as usize).saturating_sub(t.len());
+            return Ok(Lit::Text(format!("{t}{}", ".".repeat(fill))));
+        }
+    }
     s.parse::<i64>().map(Lit::Int).map_err(|_| format!("cannot parse value `{s}`"))
 }
 
@@ -530,7 +539,16 @@ impl Runner {
             ["inspect", "index", name, b] => {
                 let ix = db.index(name).map_err(|e| e.to_string())?;
                 let out = db.describe_index_page(&ix, block(b)?).map_err(|e| e.to_string())?;
-                Ok(out.lines().map(str::to_string).collect())
+                // Leave out WAL positions (they move with any record format change) and cut
+                // long key dumps.
+                Ok(out
+                    .lines()
+                    .map(|l| match l.find("flags:") {
+                        Some(i) if l.starts_with("lsn:") => l[i..].to_string(),
+                        _ if l.chars().count() > 110 => format!("{}…", l.chars().take(110).collect::<String>()),
+                        _ => l.to_string(),
+                    })
+                    .collect())
             }
             ["create", rest @ ..] => {
                 let (name, schema, options) = parse_create(&rest.join(" "))?;
