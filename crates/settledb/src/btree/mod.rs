@@ -99,6 +99,7 @@ pub mod build;
 pub mod check;
 pub mod insert;
 pub mod keys;
+pub mod kill;
 pub mod page;
 pub mod scan;
 pub(crate) mod search;
@@ -285,6 +286,25 @@ impl BtreeIndex {
         BtreeScan::new(self, env, lo, hi, dir)
     }
 
+    /// Marks the leaf entries `dead` LP_DEAD, a hint that their heap chains are dead to every
+    /// snapshot, so scans skip them and a full leaf reclaims them before it splits; see [`kill`].
+    /// Entries no longer in the index are skipped. Returns how many were marked.
+    pub fn kill_entries(&self, env: &HeapEnv<'_>, dead: &[IndexEntry]) -> Result<usize> {
+        kill::kill_entries(self, env, dead, None)
+    }
+
+    /// [`BtreeIndex::kill_entries`], marking only the entries for whose heap TID `still_dead`
+    /// answers true; it is asked under the leaf's exclusive lock (it may read the heap, not this
+    /// index), which rules out a slot reused since the caller's verdict.
+    pub fn kill_entries_checked(
+        &self,
+        env: &HeapEnv<'_>,
+        dead: &[IndexEntry],
+        still_dead: &mut dyn FnMut(Tid) -> Result<bool>,
+    ) -> Result<usize> {
+        kill::kill_entries(self, env, dead, Some(still_dead))
+    }
+
     /// Verifies the structure; see [`check`].
     pub fn check(&self, env: &HeapEnv<'_>) -> Result<(Vec<String>, Vec<IndexEntry>)> {
         check::check(self, env)
@@ -446,7 +466,8 @@ pub fn describe_page(page: &[u8]) -> String {
             (what, k, tid)
         } else {
             let (k, tid) = bp::leaf_key(t);
-            (format!("{tid}"), k, None)
+            let dead = if bp::is_dead(page, off) { " DEAD" } else { "" };
+            (format!("{tid}{dead}"), k, None)
         };
         let mut hex = String::with_capacity(key.len() * 3);
         for b in key {
