@@ -17,7 +17,7 @@
 //!   waits for a cleanup lock) or by comparing the page LSN; we instead ask `recheck` about each
 //!   entry while the leaf is exclusively locked, which no inserter of that entry can get past.
 //! * **Simple deletion.** An insert that finds its leaf full first removes the leaf's LP_DEAD
-//!   entries ([`delete_dead_items`], one DELETE record with their offsets) and tries again on
+//!   entries (`delete_dead_items`, one DELETE record with their offsets) and tries again on
 //!   the same page; only if that made no room does it split. The heap TIDs removed are dead to
 //!   everyone, so a later VACUUM's bulk delete simply does not find them.
 
