@@ -124,7 +124,9 @@ fn scan_equal(p: &[u8], lo: &Target, hi: &Target, tids: &mut Vec<Tid>) -> bool {
         if cmp_item(k, tid, hi) != Ordering::Less {
             return false;
         }
-        tids.extend(tid);
+        if !bp::is_dead(p, OffsetNumber(off)) {
+            tids.extend(tid); // LP_DEAD entries are known dead to everyone
+        }
         off += 1;
     }
     !bp::is_rightmost(p) && cmp_off(p, P_HIKEY, hi) == Ordering::Less
@@ -143,7 +145,8 @@ fn create_root(ix: &BtreeIndex, env: &HeapEnv<'_>) -> Result<()> {
     ix.log_images(env, XLOG_BTREE_NEWROOT, &mut [&mut meta, &mut root])
 }
 
-/// Adds `tup` at its place on the locked leaf, splitting as needed.
+/// Adds `tup` at its place on the locked leaf; a full leaf first loses its LP_DEAD entries
+/// (simple deletion, [`super::kill`]), and splits only if that made no room.
 fn insert_on_leaf(
     ix: &BtreeIndex,
     env: &HeapEnv<'_>,
@@ -152,8 +155,13 @@ fn insert_on_leaf(
     tup: Vec<u8>,
     exact: &Target,
 ) -> Result<()> {
-    let off = leaf_lower_bound(&leaf.g.0, exact);
-    if bp::insert_item(&mut leaf.g.0, off, &tup) {
+    let mut off = leaf_lower_bound(&leaf.g.0, exact);
+    let mut fits = bp::insert_item(&mut leaf.g.0, off, &tup);
+    if !fits && super::kill::delete_dead_items(ix, env, &mut leaf)? {
+        off = leaf_lower_bound(&leaf.g.0, exact);
+        fits = bp::insert_item(&mut leaf.g.0, off, &tup);
+    }
+    if fits {
         let mut data = off.0.to_le_bytes().to_vec();
         data.extend_from_slice(&tup);
         let lsn = env.wal.insert(&RecordBuilder {

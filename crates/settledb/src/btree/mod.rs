@@ -67,7 +67,31 @@
 //! sibling, each parent level, a new root, the metapage) as a `will_init` image. All changed
 //! pages stay locked until the record is inserted and its end LSN stamped on them, so no
 //! reader sees a half-done split and redo never needs PostgreSQL's incomplete-split repair.
-//! Bulk delete logs the offsets removed; page deletion and index build log images.
+//! Bulk delete and simple deletion log the offsets removed; page deletion and index build log
+//! images. LP_DEAD hints are not logged (below).
+//!
+//! # LP_DEAD hints and simple deletion
+//!
+//! An index scan's caller that finds an entry's whole HOT chain dead to every snapshot (the
+//! row API does, through `heap::hot::chain_dead_to_all`) hands it back at the end of the scan
+//! to [`BtreeIndex::kill_entries`], PostgreSQL's `_bt_killitems`: the entry is found again by
+//! (key, heap TID), moving right if a split moved it, and its line pointer is marked LP_DEAD,
+//! storage kept, under the leaf's exclusive lock (one lock per leaf for all its entries;
+//! entries no longer there are skipped). Scans in both directions and unique checks skip
+//! LP_DEAD entries; searches still compare them, since they stay in key order.
+//!
+//! The mark is a *hint*: never WAL-logged, and the page is marked dirty for it only when the
+//! page's LSN is after the checkpoint's redo pointer (the heap's hint-bit rule): a page with no
+//! full-page image since then must not be written for a hint alone, since a torn write could
+//! not be repaired. A hint may therefore be lost, never wrongly gained: replay and crashes only
+//! ever drop hints.
+//!
+//! An insert that finds its leaf full first removes the leaf's LP_DEAD entries (*simple
+//! deletion*, `_bt_delitems_delete`; a DELETE record with their offsets, replayed exactly as
+//! VACUUM's) and retries on the same page; it splits only when that freed too little. The
+//! removed heap TIDs are dead to everyone, so VACUUM's bulk delete merely never finds them;
+//! bulk delete itself removes LP_DEAD entries like any dead entry. [`check`] checks the order
+//! of LP_DEAD entries but leaves them out of the entries it returns. See [`kill`].
 //!
 //! # Deletion (VACUUM)
 //!
@@ -88,9 +112,11 @@
 //! * Internal pages are never deleted (multi-level deletion), and HALF_DEAD never persists:
 //!   the two stages of PostgreSQL's page deletion happen in one record.
 //! * No fast root, no deduplication (posting lists), no suffix truncation of key columns
-//!   (only of the heap TID), no LP_DEAD hints / simple deletion, no cycle IDs (the bulk-delete
-//!   walk is in key order instead of physical order), no free space map (the free list is in
-//!   memory and rebuilt by `cleanup`), no parallel build.
+//!   (only of the heap TID), no cycle IDs (the bulk-delete walk is in key order instead of
+//!   physical order), no free space map (the free list is in memory and rebuilt by `cleanup`),
+//!   no parallel build. Simple deletion removes only entries already marked LP_DEAD (no
+//!   bottom-up deletion, no heap visit to find more), unique checks do not set LP_DEAD, and a
+//!   split does not carry LP_DEAD marks (it runs only after simple deletion removed them).
 //! * Recycling is protected by the XID horizon, so scans must run under a registered
 //!   snapshot or inside a transaction, as in PostgreSQL.
 //! * `check` expects a quiescent index.
@@ -99,6 +125,7 @@ pub mod build;
 pub mod check;
 pub mod insert;
 pub mod keys;
+pub mod kill;
 pub mod page;
 pub mod scan;
 pub(crate) mod search;
@@ -285,6 +312,25 @@ impl BtreeIndex {
         BtreeScan::new(self, env, lo, hi, dir)
     }
 
+    /// Marks the leaf entries `dead` LP_DEAD, a hint that their heap chains are dead to every
+    /// snapshot, so scans skip them and a full leaf reclaims them before it splits; see [`kill`].
+    /// Entries no longer in the index are skipped. Returns how many were marked.
+    pub fn kill_entries(&self, env: &HeapEnv<'_>, dead: &[IndexEntry]) -> Result<usize> {
+        kill::kill_entries(self, env, dead, None)
+    }
+
+    /// [`BtreeIndex::kill_entries`], marking only the entries for whose heap TID `still_dead`
+    /// answers true; it is asked under the leaf's exclusive lock (it may read the heap, not this
+    /// index), which rules out a slot reused since the caller's verdict.
+    pub fn kill_entries_checked(
+        &self,
+        env: &HeapEnv<'_>,
+        dead: &[IndexEntry],
+        still_dead: &mut dyn FnMut(Tid) -> Result<bool>,
+    ) -> Result<usize> {
+        kill::kill_entries(self, env, dead, Some(still_dead))
+    }
+
     /// Verifies the structure; see [`check`].
     pub fn check(&self, env: &HeapEnv<'_>) -> Result<(Vec<String>, Vec<IndexEntry>)> {
         check::check(self, env)
@@ -446,7 +492,8 @@ pub fn describe_page(page: &[u8]) -> String {
             (what, k, tid)
         } else {
             let (k, tid) = bp::leaf_key(t);
-            (format!("{tid}"), k, None)
+            let dead = if bp::is_dead(page, off) { " DEAD" } else { "" };
+            (format!("{tid}{dead}"), k, None)
         };
         let mut hex = String::with_capacity(key.len() * 3);
         for b in key {

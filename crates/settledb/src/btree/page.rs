@@ -14,6 +14,11 @@
 //!   info: bits 0..13 = tuple size in bytes, 0x2000 PIVOT_HAS_TID, 0x8000 HAS_NULLS
 //! ```
 //!
+//! Line pointers are NORMAL, except that a leaf *data* item may be LP_DEAD with its storage
+//! kept (PostgreSQL's `ItemIdMarkDead`): a hint that the entry's heap chain is dead to every
+//! snapshot ([`super::kill`]). A dead item stays in key order, is still compared by searches,
+//! and is skipped by scans and unique checks; [`item`] reads its bytes like any other.
+//!
 //! On a page that is not the rightmost of its level, item 1 is the *high key*: an upper bound
 //! (exclusive) of every key on the page and equal to the separator of the right sibling in the
 //! parent. Data items start at [`first_data_offset`]. On an internal page the first data
@@ -120,9 +125,29 @@ pub fn max_offset(p: &[u8]) -> u16 {
     page::max_offset(p)
 }
 
-/// The bytes of item `off` (the page was validated by [`validate`]).
+/// The bytes of item `off`, NORMAL or LP_DEAD (the page was validated by [`validate`]).
 pub fn item(p: &[u8], off: OffsetNumber) -> &[u8] {
-    page::item(p, off)
+    let id = page::item_id(p, off);
+    &p[id.off as usize..id.off as usize + id.len as usize]
+}
+
+/// Whether item `off` carries the LP_DEAD hint.
+pub fn is_dead(p: &[u8], off: OffsetNumber) -> bool {
+    page::item_id(p, off).flags == page::LpFlags::Dead
+}
+
+/// Sets the LP_DEAD hint on item `off`, keeping its storage. Leaf data items only.
+pub fn mark_dead(p: &mut [u8], off: OffsetNumber) {
+    let id = page::item_id(p, off);
+    page::set_item_id(p, off, page::ItemId { off: id.off, flags: page::LpFlags::Dead, len: id.len });
+}
+
+/// Offsets of the LP_DEAD data items of a leaf, ascending.
+pub fn dead_offsets(p: &[u8]) -> Vec<u16> {
+    if !is_leaf(p) {
+        return Vec::new();
+    }
+    (first_data_offset(p).0..=max_offset(p)).filter(|&o| is_dead(p, OffsetNumber(o))).collect()
 }
 
 /// A leaf entry: header with the heap TID, then the key.
@@ -225,7 +250,10 @@ pub fn insert_item(p: &mut [u8], off: OffsetNumber, t: &[u8]) -> bool {
 }
 
 /// Rebuilds the page with `items` (in offset order), keeping the header's LSN and the special
-/// area: the deterministic way to remove items (vacuum) and to lay out split halves.
+/// area: the deterministic way to remove items (vacuum) and to lay out split halves. Every
+/// line pointer comes out NORMAL: callers remove LP_DEAD items first (vacuum and simple
+/// deletion remove all of a leaf's dead items, and an insert runs simple deletion before it
+/// splits), so no hint is lost that matters.
 pub fn rebuild(p: &mut [u8], items: &[Vec<u8>]) -> bool {
     let mut fresh = PageBuf::zeroed();
     page::init(&mut fresh.0, SPECIAL_SIZE);
@@ -246,7 +274,8 @@ pub fn items(p: &[u8]) -> Vec<Vec<u8>> {
 }
 
 /// Checks a B-tree page so the accessors above cannot panic on it: the special area, the flags,
-/// every line pointer (NORMAL, inside the item area, MAXALIGNed) and every tuple's size field.
+/// every line pointer (NORMAL, or LP_DEAD on a leaf data item; inside the item area,
+/// MAXALIGNed) and every tuple's size field.
 /// Never panics. A new (all-zero) page is rejected: callers that may meet one check first.
 pub fn validate(p: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
     let bad = |d: String| Err(Error::corrupted(rel, block, d));
@@ -280,7 +309,10 @@ pub fn validate(p: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
     for o in 1..=n {
         let id = page::item_id(p, OffsetNumber(o));
         let (off, len) = (id.off as usize, id.len as usize);
-        if id.flags != page::LpFlags::Normal {
+        let dead_ok = id.flags == page::LpFlags::Dead
+            && f & (BTP_LEAF | BTP_META | BTP_DELETED) == BTP_LEAF
+            && o >= first_data_offset(p).0;
+        if id.flags != page::LpFlags::Normal && !dead_ok {
             return bad(format!("line pointer {o} is {}", id.flags.name()));
         }
         if off < u || off + len > s || off != maxalign(off) {

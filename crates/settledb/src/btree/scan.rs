@@ -9,6 +9,9 @@
 //!   for the predecessor of that bound (a descent that takes the last separator *below* it and
 //!   moves right only past high keys *below* it). The covered ranges are contiguous and
 //!   disjoint, so an entry present throughout the scan is returned exactly once.
+//!
+//! Entries marked LP_DEAD ([`super::kill`]) are skipped in both directions: their heap chains
+//! are dead to every snapshot.
 
 use std::cmp::Ordering;
 use std::collections::VecDeque;
@@ -130,7 +133,9 @@ impl<'a> BtreeScan<'a> {
             if !self.below_hi(k, Some(tid)) {
                 return; // state stays Done
             }
-            self.ready.push_back((k.to_vec(), tid, block));
+            if !bp::is_dead(p, OffsetNumber(o)) {
+                self.ready.push_back((k.to_vec(), tid, block));
+            }
         }
         let beyond = !bp::is_rightmost(p) && self.hi.as_ref().is_some_and(|h| cmp_off(p, P_HIKEY, h) != Ordering::Less);
         if !beyond && bp::next(p) != P_NONE {
@@ -154,7 +159,9 @@ impl<'a> BtreeScan<'a> {
             if !self.at_or_above_lo(k, Some(tid)) {
                 return Ok(()); // state stays Done
             }
-            self.ready.push_back((k.to_vec(), tid, block));
+            if !bp::is_dead(p, OffsetNumber(o)) {
+                self.ready.push_back((k.to_vec(), tid, block));
+            }
         }
         if let Some((k, tid)) = low {
             if self.lo.as_ref().is_none_or(|l| cmp_item(&k, tid, l) == Ordering::Greater) {

@@ -593,3 +593,207 @@ fn check_reports_misordered_keys_and_corrupt_pages_are_errors_not_panics() {
     assert!(bp::validate(&junk.0, Oid(1), BlockNumber(1)).is_err());
     let _ = describe_page(&junk.0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// LP_DEAD hints and simple deletion
+
+fn k32(key: &[Value]) -> i32 {
+    match key.first() {
+        Some(Value::Int4(x)) => *x,
+        other => panic!("not an int4 key: {other:?}"),
+    }
+}
+
+fn entry(k: i32, t: Tid) -> IndexEntry {
+    IndexEntry { key: vec![Value::Int4(k)], tid: t }
+}
+
+#[test]
+fn killed_entries_are_skipped_by_scans_both_ways_and_left_out_of_check() {
+    let db = open_db();
+    let ix = new_index(&db, 90020, vec![Type::Int4], false);
+    let env = db.inner().env();
+    // Three entries per key so that duplicates straddle leaves.
+    for i in 0..3000u32 {
+        ix.insert(&env, &[Value::Int4((i % 1000) as i32)], tid(i), None).unwrap();
+    }
+    let all = scan_all(&db, &ix, KeyBound::Unbounded, KeyBound::Unbounded, ScanDirection::Forward);
+    let doomed = |k: i32, t: Tid| k % 3 == 0 || t.block.0.is_multiple_of(7);
+    let dead: Vec<IndexEntry> =
+        all.iter().filter(|(k, t)| doomed(k32(k), *t)).map(|(k, t)| IndexEntry { key: k.clone(), tid: *t }).collect();
+    assert_eq!(ix.kill_entries(&env, &dead).unwrap(), dead.len());
+    assert_eq!(ix.kill_entries(&env, &dead).unwrap(), 0, "already dead");
+    assert_eq!(ix.kill_entries(&env, &[entry(5, Tid::new(9999, 1)), entry(50_000, tid(1))]).unwrap(), 0, "absent");
+    let want: Vec<_> = all.iter().filter(|(k, t)| !doomed(k32(k), *t)).cloned().collect();
+    assert!(want.len() < all.len() && !want.is_empty());
+    assert_eq!(scan_all(&db, &ix, KeyBound::Unbounded, KeyBound::Unbounded, ScanDirection::Forward), want);
+    let mut back = scan_all(&db, &ix, KeyBound::Unbounded, KeyBound::Unbounded, ScanDirection::Backward);
+    back.reverse();
+    assert_eq!(back, want);
+    let (lo, hi) = (KeyBound::Included(vec![Value::Int4(300)]), KeyBound::Excluded(vec![Value::Int4(600)]));
+    let part: Vec<_> = want.iter().filter(|(k, _)| (300..600).contains(&k32(k))).cloned().collect();
+    assert_eq!(scan_all(&db, &ix, lo.clone(), hi.clone(), ScanDirection::Forward), part);
+    let mut back = scan_all(&db, &ix, lo, hi, ScanDirection::Backward);
+    back.reverse();
+    assert_eq!(back, part);
+    assert!(describe_page(
+        &env.pool.read(ix.tag(super::insert::leftmost_at_level(&ix, &env, 0).unwrap()), None).unwrap().read().0
+    )
+    .contains("DEAD"));
+    let entries = assert_clean(&db, &ix);
+    assert_eq!(entries.len(), want.len(), "check() leaves out LP_DEAD entries");
+    // Bulk delete removes killed entries whatever the callback says.
+    let mut stats = BulkDeleteStats::default();
+    ix.bulk_delete(&env, &mut |_, _| {}, &mut stats).unwrap();
+    assert_eq!(stats.tuples_removed, dead.len() as u64);
+    assert_eq!(scan_all(&db, &ix, KeyBound::Unbounded, KeyBound::Unbounded, ScanDirection::Forward), want);
+    assert_clean(&db, &ix);
+}
+
+#[test]
+fn kill_finds_entries_that_a_split_moved_right() {
+    let db = open_db();
+    let ix = new_index(&db, 90021, vec![Type::Int4], false);
+    let env = db.inner().env();
+    for i in 0..200 {
+        ix.insert(&env, &[Value::Int4(i * 10)], tid(i as u32), None).unwrap();
+    }
+    assert_eq!(ix.meta(&env).unwrap().level, 0, "one leaf");
+    let root = ix.meta(&env).unwrap().root;
+    let seen = scan_all(&db, &ix, KeyBound::Unbounded, KeyBound::Unbounded, ScanDirection::Forward);
+    // Fill the gaps: the leaf splits many times and the upper entries move to new pages.
+    for i in 0..2000 {
+        ix.insert(&env, &[Value::Int4(i)], tid(10_000 + i as u32), None).unwrap();
+    }
+    assert!(ix.meta(&env).unwrap().level > 0);
+    let upper: Vec<IndexEntry> =
+        seen.iter().filter(|(k, _)| k32(k) >= 1000).map(|(k, t)| IndexEntry { key: k.clone(), tid: *t }).collect();
+    assert!(upper.len() >= 100);
+    {
+        // They are no longer on the page the scan found them on.
+        let r = ix.read_page(&env, root).unwrap();
+        let p = &r.g.0;
+        assert!(
+            !bp::is_rightmost(p)
+                && bp::item_key(p, bp::P_HIKEY).0 <= &keys::encode(&[Type::Int4], &[Value::Int4(1000)]).unwrap()[..]
+        );
+    }
+    assert_eq!(ix.kill_entries(&env, &upper).unwrap(), upper.len());
+    let rest =
+        scan_all(&db, &ix, KeyBound::Included(vec![Value::Int4(1000)]), KeyBound::Unbounded, ScanDirection::Forward);
+    assert!(rest.iter().all(|(_, t)| t.block.0 >= 100), "only the later inserts remain: {:?}", &rest[..3]);
+    assert_eq!(rest.len(), 1000);
+    assert_clean(&db, &ix);
+}
+
+/// Inserts ascending keys into a one-leaf index until the next one would split it.
+fn fill_one_leaf(ix: &BtreeIndex, env: &HeapEnv<'_>, from: i32) -> i32 {
+    let mut k = from;
+    loop {
+        let root = ix.meta(env).unwrap().root;
+        if root != P_NONE {
+            let r = ix.read_page(env, root).unwrap();
+            if bp::free_bytes(&r.g.0) < bp::item_space(bp::TUPLE_HEADER_SIZE + 5) {
+                return k;
+            }
+        }
+        ix.insert(env, &[Value::Int4(k)], tid(k as u32), None).unwrap();
+        k += 1;
+    }
+}
+
+#[test]
+fn insert_into_a_full_leaf_reclaims_killed_entries_instead_of_splitting_and_redo_matches() {
+    let db = open_db();
+    let env = db.inner().env();
+    let start = env.wal.insert_lsn();
+    let ix = new_index(&db, 90022, vec![Type::Int4], false);
+    let n = fill_one_leaf(&ix, &env, 0);
+    assert!(n > 300, "{n}");
+    let pages = ix.num_pages(&env).unwrap();
+    let dead: Vec<IndexEntry> = (0..n).filter(|k| k % 2 == 0).map(|k| entry(k, tid(k as u32))).collect();
+    assert_eq!(ix.kill_entries(&env, &dead).unwrap(), dead.len());
+    // Another backend inserts into the full leaf: it reclaims the dead half, no split.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let env = db.inner().env();
+            for k in n..n + 100 {
+                ix.insert(&env, &[Value::Int4(k)], tid(k as u32), None).unwrap();
+            }
+        });
+    });
+    assert_eq!(ix.num_pages(&env).unwrap(), pages, "the leaf did not split");
+    assert_eq!(ix.meta(&env).unwrap().level, 0);
+    let want: Vec<_> =
+        (0..n + 100).filter(|k| k % 2 == 1 || *k >= n).map(|k| (vec![Value::Int4(k)], tid(k as u32))).collect();
+    assert_eq!(scan_all(&db, &ix, KeyBound::Unbounded, KeyBound::Unbounded, ScanDirection::Forward), want);
+    assert!(bp::dead_offsets(&ix.read_page(&env, ix.meta(&env).unwrap().root).unwrap().g.0).is_empty());
+    // Keep going until it must split anyway: a leaf without dead entries splits as before.
+    fill_one_leaf(&ix, &env, 50_000);
+    for k in 100_000..100_010 {
+        ix.insert(&env, &[Value::Int4(k)], tid(k as u32), None).unwrap();
+    }
+    assert!(ix.num_pages(&env).unwrap() > pages);
+    assert_clean(&db, &ix);
+    assert_redo_matches(&db, start, &[90022]);
+    let mut reader = WalReader::new(
+        db.inner().fs.clone(),
+        &crate::db::startup::wal_dir(&db.inner().dir),
+        start,
+        env.wal.segment_size(),
+    );
+    let mut deletes = 0;
+    while let Some(rec) = reader.next().unwrap() {
+        if rec.rmgr == Rmgr::Btree && rec.info == wal::XLOG_BTREE_DELETE {
+            assert_eq!(
+                wal::describe(&rec),
+                format!("DELETE ndeleted {}; blocks {}", dead.len(), rec.blocks[0].tag.block.0)
+            );
+            deletes += 1;
+        }
+    }
+    assert_eq!(deletes, 1);
+}
+
+#[test]
+fn unique_check_ignores_killed_entries() {
+    let db = open_db();
+    let ix = new_index(&db, 90023, vec![Type::Int4], true);
+    let env = db.inner().env();
+    let (a, b, c) = (Tid::new(1, 1), Tid::new(1, 2), Tid::new(1, 3));
+    // The heap answers only about `c`: asking about a killed entry's TID panics.
+    let heap = FakeHeap {
+        answers: std::sync::Mutex::new(BTreeMap::from([(c, vec![HeapTupleState::Live])])),
+        waits: Cell::new(0),
+    };
+    ix.insert(&env, &[Value::Int4(5)], a, None).unwrap();
+    ix.insert(&env, &[Value::Int4(5)], b, None).unwrap();
+    assert_eq!(ix.kill_entries(&env, &[entry(5, a), entry(5, b)]).unwrap(), 2);
+    ix.insert(&env, &[Value::Int4(5)], c, Some(&heap)).unwrap();
+    let err = ix.insert(&env, &[Value::Int4(5)], Tid::new(1, 4), Some(&heap)).unwrap_err();
+    assert!(matches!(err, Error::UniqueViolation { .. }), "{err:?}");
+    assert_eq!(assert_clean(&db, &ix).len(), 1);
+}
+
+#[test]
+fn a_kill_dirties_only_pages_changed_since_the_checkpoint() {
+    let db = open_db();
+    let ix = new_index(&db, 90024, vec![Type::Int4], false);
+    let env = db.inner().env();
+    for k in 0..100 {
+        ix.insert(&env, &[Value::Int4(k)], tid(k as u32), None).unwrap();
+    }
+    db.checkpoint().unwrap();
+    let root = ix.meta(&env).unwrap().root;
+    let buf = env.pool.read(ix.tag(root), None).unwrap();
+    assert!(!buf.is_dirty());
+    assert_eq!(ix.kill_entries(&env, &[entry(1, tid(1))]).unwrap(), 1);
+    assert!(!buf.is_dirty(), "no full-page image since the checkpoint: the hint must not be written");
+    assert_eq!(scan_all(&db, &ix, KeyBound::Unbounded, KeyBound::Unbounded, ScanDirection::Forward).len(), 99);
+    ix.insert(&env, &[Value::Int4(1000)], tid(1000), None).unwrap(); // logged with an image
+    buf.flush().unwrap();
+    assert!(!buf.is_dirty());
+    assert_eq!(ix.kill_entries(&env, &[entry(2, tid(2))]).unwrap(), 1);
+    assert!(buf.is_dirty(), "changed since the checkpoint: the hint may be written");
+    assert_clean(&db, &ix);
+}

@@ -84,7 +84,9 @@ fn vacuum_leaf(
     if !tids.is_empty() {
         is_dead(&tids, &mut dead);
     }
-    let offsets: Vec<u16> = (first..=n).zip(&dead).filter(|(_, &d)| d).map(|(o, _)| o).collect();
+    // LP_DEAD entries (killed by scans) go too: their heap chains are dead to everyone.
+    let offsets: Vec<u16> =
+        (first..=n).zip(&dead).filter(|(o, &d)| d || bp::is_dead(p, OffsetNumber(*o))).map(|(o, _)| o).collect();
     stats.tuples_removed += offsets.len() as u64;
     stats.num_index_tuples += (tids.len() - offsets.len()) as u64;
     if !offsets.is_empty() {

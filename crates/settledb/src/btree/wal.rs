@@ -8,6 +8,12 @@
 //! | 0x30 | NEWPAGES    | metapage creation, bulk-build pages      | page image                        |
 //! | 0x40 | VACUUM      | the leaf (full-page image when needed)   | count u16, offsets u16 × count    |
 //! | 0x50 | DELETE_PAGE | left sibling, page, right sibling, parent| page image                        |
+//! | 0x60 | DELETE      | the leaf (full-page image when needed)   | count u16, offsets u16 × count    |
+//!
+//! DELETE is simple deletion (PostgreSQL's `XLOG_BTREE_DELETE`): an insert that found its leaf
+//! full removed the leaf's LP_DEAD entries before trying again. Its redo is VACUUM's. The
+//! LP_DEAD hints themselves are never logged; redo removes the logged offsets whether or not
+//! the page it starts from carries the hints.
 //!
 //! A page image in block data is `pd_lower u16, hole length u16`, then the page without the
 //! hole between `pd_lower` and `pd_upper`. The deltas are applied by the same functions that
@@ -28,6 +34,7 @@ pub const XLOG_BTREE_NEWROOT: u8 = 0x20;
 pub const XLOG_BTREE_NEWPAGES: u8 = 0x30;
 pub const XLOG_BTREE_VACUUM: u8 = 0x40;
 pub const XLOG_BTREE_DELETE_PAGE: u8 = 0x50;
+pub const XLOG_BTREE_DELETE: u8 = 0x60;
 
 /// The block data of a `will_init` page image.
 pub fn image_data(page: &[u8]) -> Vec<u8> {
@@ -55,7 +62,8 @@ fn restore_image(rec: &DecodedRecord, data: &[u8], page: &mut [u8]) -> Result<()
     Ok(())
 }
 
-/// Removes the items at `offsets` (ascending) from a leaf, compacting the rest in order.
+/// Removes the items at `offsets` (ascending) from a leaf, compacting the rest in order (VACUUM
+/// and simple deletion, and their redo).
 pub fn apply_vacuum(page: &mut [u8], offsets: &[u16]) -> bool {
     let n = bp::max_offset(page);
     if offsets.iter().any(|&o| o == 0 || o > n) {
@@ -99,7 +107,7 @@ pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, data: &
             }
             Ok(())
         }
-        XLOG_BTREE_VACUUM => {
+        XLOG_BTREE_VACUUM | XLOG_BTREE_DELETE => {
             bp::validate(page, rel, block)?;
             let mut c = Cursor::new(data, rec.lsn);
             let n = c.u16()?;
@@ -121,6 +129,7 @@ fn name(info: u8) -> &'static str {
         XLOG_BTREE_NEWPAGES => "NEWPAGES",
         XLOG_BTREE_VACUUM => "VACUUM",
         XLOG_BTREE_DELETE_PAGE => "DELETE_PAGE",
+        XLOG_BTREE_DELETE => "DELETE",
         _ => "UNKNOWN",
     }
 }
@@ -135,7 +144,7 @@ pub fn describe(rec: &DecodedRecord) -> String {
             .filter(|b| b.data.len() >= 2)
             .map(|b| format!("off {}", u16::from_le_bytes([b.data[0], b.data[1]])))
             .unwrap_or_else(|| "image".into()),
-        XLOG_BTREE_VACUUM => rec
+        XLOG_BTREE_VACUUM | XLOG_BTREE_DELETE => rec
             .blocks
             .first()
             .filter(|b| b.data.len() >= 2)

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::heap::hot;
 use crate::heap::tuple::Value;
 use crate::heap::{self, ModifyResult, Relation};
-use crate::index::{compare_prefix, in_range, HeapTupleState, KeyBound, ScanDirection, UniqueCheck};
+use crate::index::{compare_prefix, in_range, HeapTupleState, IndexEntry, KeyBound, ScanDirection, UniqueCheck};
 use crate::types::{BlockNumber, Fork, FullXid, Tid, Xid};
 use crate::xact::XidStatus;
 use crate::xact::{BackendId, Snapshot};
@@ -469,21 +469,30 @@ impl Transaction<'_> {
         c.idx_scan.fetch_add(1, Ordering::Relaxed);
         let horizon = self.horizon;
         let mut out = Vec::new();
+        let mut dead = Vec::new();
         for entry in index.def.btree.scan(&env, lo.clone(), hi.clone(), dir)? {
             let entry = entry?;
             c.idx_tup_read.fetch_add(1, Ordering::Relaxed);
-            if let Some((tid, vals)) = hot::hot_search(&env, rel, snap, self.cid, entry.tid, horizon)? {
-                // The entry may be for another version of the row (a key changed before the
-                // index existed): the version we see must have the entry's key.
-                if index.def.key_of(&vals) == entry.key {
-                    c.idx_tup_fetch.fetch_add(1, Ordering::Relaxed);
-                    out.push((tid, vals));
-                    if out.len() >= limit {
-                        break;
+            match hot::hot_search(&env, rel, snap, self.cid, entry.tid, horizon)? {
+                Some((tid, vals)) => {
+                    // The entry may be for another version of the row (a key changed before the
+                    // index existed): the version we see must have the entry's key.
+                    if index.def.key_of(&vals) == entry.key {
+                        c.idx_tup_fetch.fetch_add(1, Ordering::Relaxed);
+                        out.push((tid, vals));
+                        if out.len() >= limit {
+                            break;
+                        }
+                    }
+                }
+                None => {
+                    if hot::chain_dead_to_all(&env, rel, entry.tid, horizon)? {
+                        dead.push(entry);
                     }
                 }
             }
         }
+        kill_dead_entries(&env, index, &dead, horizon)?;
         Ok(out)
     }
 
@@ -504,24 +513,33 @@ impl Transaction<'_> {
         let c = &self.inner.counters;
         c.idx_scan.fetch_add(1, Ordering::Relaxed);
         let horizon = self.horizon;
+        let rel = &index.table.rel;
         let mut out = Vec::new();
+        let mut dead = Vec::new();
         for entry in index.def.btree.scan(&env, lo.clone(), hi.clone(), dir)? {
             let entry = entry?;
             c.idx_tup_read.fetch_add(1, Ordering::Relaxed);
-            if heap_page_all_visible(&index.table.rel, entry.tid.block) {
+            if heap_page_all_visible(rel, entry.tid.block) {
                 c.heap_fetches_avoided.fetch_add(1, Ordering::Relaxed);
                 out.push(entry.key);
             } else {
                 c.heap_fetches.fetch_add(1, Ordering::Relaxed);
-                match hot::hot_search(&env, &index.table.rel, snap, self.cid, entry.tid, horizon)? {
+                match hot::hot_search(&env, rel, snap, self.cid, entry.tid, horizon)? {
                     Some((_, vals)) if index.def.key_of(&vals) == entry.key => out.push(entry.key),
-                    _ => continue,
+                    Some(_) => continue,
+                    None => {
+                        if hot::chain_dead_to_all(&env, rel, entry.tid, horizon)? {
+                            dead.push(entry);
+                        }
+                        continue;
+                    }
                 }
             }
             if out.len() >= limit {
                 break;
             }
         }
+        kill_dead_entries(&env, index, &dead, horizon)?;
         Ok(out)
     }
 
@@ -559,6 +577,18 @@ impl Transaction<'_> {
         rows.truncate(limit);
         Ok(rows)
     }
+}
+
+/// Marks index entries whose heap chains an index scan found dead to everyone LP_DEAD, once at
+/// the end of the scan (PostgreSQL's `kill_prior_tuple`, batched per leaf by `kill_entries`).
+/// Each is checked again under its leaf's lock, in case its heap slot was freed and reused.
+fn kill_dead_entries(env: &heap::HeapEnv<'_>, index: &Index, dead: &[IndexEntry], horizon: Xid) -> Result<()> {
+    if dead.is_empty() {
+        return Ok(());
+    }
+    let rel = &index.table.rel;
+    index.def.btree.kill_entries_checked(env, dead, &mut |tid| hot::chain_dead_to_all(env, rel, tid, horizon))?;
+    Ok(())
 }
 
 /// Marker for an update whose row no longer has the key it was found by.

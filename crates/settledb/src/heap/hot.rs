@@ -10,12 +10,13 @@
 //! ```
 //!
 //! [`hot_search`] returns the one member a snapshot sees; [`unique_state`] tells a unique index
-//! whether the chain still holds a version that conflicts with a new key.
+//! whether the chain still holds a version that conflicts with a new key; [`chain_dead_to_all`]
+//! tells an index scan whether the entry can be killed (marked LP_DEAD, [`crate::btree::kill`]).
 
 use super::tuple::{
     self, TupleHeader, Value, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY,
 };
-use super::visibility::{satisfies_mvcc, xid_status};
+use super::visibility::{satisfies_mvcc, satisfies_vacuum, xid_status, VacuumStatus};
 use super::{corrupt_tuple, read_page, HeapEnv, Relation};
 use crate::error::Result;
 use crate::index::HeapTupleState;
@@ -89,6 +90,43 @@ pub fn hot_search(
         }
     }
     Ok(None)
+}
+
+/// Whether no snapshot can see any version of the row rooted at `root` (PostgreSQL's
+/// `all_dead` from `heap_hot_search_buffer`): the root line pointer is LP_DEAD or LP_UNUSED
+/// (or past the end of the line pointer array), or every chain member is
+/// [`VacuumStatus::Dead`] with respect to `horizon`. A chain with any member that is not dead
+/// to everyone — recently dead, in progress, or live, whatever its key — is not dead. Unsure
+/// cases (a block past the end, a new page, a chain that cannot be followed) answer false.
+pub fn chain_dead_to_all(env: &HeapEnv<'_>, rel: &Relation, root: Tid, horizon: Xid) -> Result<bool> {
+    if root.offset.0 == 0 || root.block.0 >= env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
+        return Ok(false);
+    }
+    let buf = read_page(env, rel, root.block, None)?;
+    let g = buf.read();
+    if page::is_new(&g.0) {
+        return Ok(false);
+    }
+    if root.offset.0 > page::max_offset(&g.0) {
+        return Ok(true);
+    }
+    match page::item_id(&g.0, root.offset).flags {
+        LpFlags::Dead | LpFlags::Unused => return Ok(true),
+        LpFlags::Normal | LpFlags::Redirect => {}
+    }
+    let members = chain(&g.0, root.offset);
+    if members.is_empty() {
+        return Ok(false);
+    }
+    for off in members {
+        let tid = Tid { block: root.block, offset: off };
+        let h =
+            TupleHeader::parse(page::item(&g.0, off)).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
+        if satisfies_vacuum(&h, horizon, env.xact)? != VacuumStatus::Dead {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// For a unique check by transaction `me`: does the chain rooted at `root` hold a version that
