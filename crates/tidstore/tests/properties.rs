@@ -302,7 +302,7 @@ fn sparse_over_the_whole_block_range() {
     let mut b: u64 = rng.gen_range(0..100);
     while b < u64::from(u32::MAX) && pages.len() < 20_000 {
         pages.push((b as u32, vec![rng.gen_range(1..=291)]));
-        b += rng.gen_range(1..200) + if pages.len() % 100 == 0 { 1 << 22 } else { 0 };
+        b += rng.gen_range(1..200) + if pages.len().is_multiple_of(100) { 1 << 22 } else { 0 };
     }
     let set = oracle(&pages);
     let probes = probes(&mut rng, &set, 291);
