@@ -134,7 +134,7 @@ fn probe_sets(case: &Case, probes: usize) -> (Vec<Tid>, Vec<Tid>) {
     let m = u64::from(case.index_per_page());
     let total = case.index_tids();
     let tid = |p: u64| Tid::new((p / m) as u32, (p % m) as u16 + 1);
-    let mut rng = StdRng::seed_from_u64(0xbdbe_c4);
+    let mut rng = StdRng::seed_from_u64(0x00bd_bec4);
     let mut shuffled: Vec<Tid>;
     if total <= probes as u64 {
         shuffled = (0..total).map(tid).collect();
