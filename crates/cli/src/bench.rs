@@ -53,6 +53,9 @@ pub enum BenchCmd {
         /// Run only the cases whose name contains this.
         #[arg(long)]
         only: Option<String>,
+        /// The structures to run, in this order.
+        #[arg(long, value_delimiter = ',', default_value = "tidstore,pgradix,roaring,array6")]
+        structures: Vec<String>,
         /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
@@ -124,20 +127,26 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Load { rows, dir, set, peer, peer_port, runs, json } => {
             load(rows, dir, &set, peer, peer_port, runs.max(1), json)
         }
-        BenchCmd::Tidstore { scale, probes, only, json } => tidstore(scale, probes, only.as_deref(), json),
+        BenchCmd::Tidstore { scale, probes, only, structures, json } => {
+            tidstore(scale, probes, only.as_deref(), &structures, json)
+        }
     }
 }
 
 /// `settle bench tidstore`: prints each case's table as it finishes, then the targets.
-fn tidstore(scale: u32, probes: usize, only: Option<&str>, json: bool) -> Result<ExitCode> {
+fn tidstore(scale: u32, probes: usize, only: Option<&str>, structures: &[String], json: bool) -> Result<ExitCode> {
     anyhow::ensure!(scale >= 1, "--scale must be at least 1");
+    let names: Vec<&str> = structures.iter().map(String::as_str).collect();
+    for n in &names {
+        anyhow::ensure!(tidstore::bench::STRUCTURES.contains(n), "unknown structure {n}");
+    }
     if tidstore::bench::allocated_bytes().is_none() {
         eprintln!("warning: the counting allocator is not installed; memory figures are self-reported");
     }
     if !json {
         println!("tidstore benchmark, scale {scale}, at most {probes} shuffled probes per case");
     }
-    let report = tidstore::bench::run(scale, probes, only, |c| {
+    let report = tidstore::bench::run(scale, probes, only, &names, |c| {
         if !json {
             print!("{}", tidstore::bench::render_case(c));
         }

@@ -245,7 +245,13 @@ fn measure(name: &str, t: &Truth<'_>) -> Row {
 }
 
 /// Runs every case at `scale` with at most `probes` shuffled probes per case.
-pub fn run(scale: u32, probes: usize, only: Option<&str>, mut progress: impl FnMut(&CaseReport)) -> Report {
+pub fn run(
+    scale: u32,
+    probes: usize,
+    only: Option<&str>,
+    structures: &[&str],
+    mut progress: impl FnMut(&CaseReport),
+) -> Report {
     let mut reports = Vec::new();
     for case in cases(scale) {
         if only.is_some_and(|o| !case.name.contains(o)) {
@@ -272,7 +278,7 @@ pub fn run(scale: u32, probes: usize, only: Option<&str>, mut progress: impl FnM
             ordered: &ordered,
         };
         let mut rows = Vec::new();
-        for name in STRUCTURES {
+        for &name in structures {
             if name == "array6" && 6 * dead_tids > MAX_STRUCTURE_BYTES {
                 rows.push(skipped(name, dead_tids, &truth, "over 3 GiB (6 B/TID)"));
                 continue;

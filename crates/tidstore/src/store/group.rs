@@ -1,29 +1,40 @@
-//! Groups: up to [`GROUP_PAGES`] consecutive non-empty pages encoded together.
+//! Groups: up to [`GROUP_PAGES`] consecutive non-empty pages encoded together, described by
+//! one 16-byte directory [`Entry`] so that a lookup reads the entry and then goes straight to
+//! the page's container.
 //!
 //! ```text
-//! byte 0        n-1 (bits 0-3) | block-set kind (bits 4-5) | uniform (bit 6) | u is 2 bytes (bit 7)
-//! u             1 or 2 bytes: the largest offset in the group (every container's universe)
-//! block set     kind 0 CONTIG  nothing: blocks first, first+1, …, first+n-1
-//!               kind 1 MASK    1 byte L, then L bytes: bit d set iff block first+d is present
-//!               kind 2 LIST    1 byte w, then the n-1 deltas block-first of pages 1.., w bits each
-//! codes         1 byte if uniform (every page has the same code), else n bytes
-//! containers    bit string: page 0's container, page 1's, … (lengths from code and u),
-//!               padded to a byte
+//! Entry (16 bytes, 4 per cache line)
+//!   first   u32  the group's first block
+//!   pos     u32  arena byte where the group's bytes start
+//!   meta    u32  n-1 (bits 0-6) | block-set kind (7-8) | uniform (9) | code if uniform (10-17)
+//!                | u, the largest offset in the group (18-29)
+//!   mask    u32  MASK kind: bit d set iff block first+d holds dead TIDs
+//!
+//! arena bytes at pos
+//!   LIST kind only   1 byte w, then the n-1 deltas block-first of pages 1.., w bits each
+//!   not uniform only n code bytes
+//!   containers       page 0's container, page 1's, … as one bit string, padded to a byte
 //! ```
 //!
-//! A page's container starts at `sum(code_bits(code_j, u) for j < rank)`: `rank * bits` when
-//! the group is uniform (the usual case: VACUUM sees runs of similar pages), else a short sum
-//! over at most 15 code bytes that sit in the same cache line as the header.
+//! Block-set kinds: CONTIG (blocks first..first+n-1: the dense case costs nothing), MASK (span
+//! under 32 blocks), LIST (anything else; 11 bits per page for a page every 100 blocks, 32 at
+//! worst). A page's container starts `rank * code_bits(code, u)` bits in when the group is
+//! uniform (the usual case: VACUUM sees runs of similar pages), so a dense or regular set
+//! needs no arena byte but the container's own; otherwise a short sum over the code bytes.
 //!
-//! The plan ([`GroupPlan::new`]) is a pure function of the pages' summaries, so the store can
-//! know a group's exact size before writing it (the budget check) and write it later.
+//! The plan ([`GroupPlan::new`]) is a pure function of the pages' summaries, so the store
+//! knows a group's exact size before writing it (the budget check) and writes it later.
 
 use super::bits::{read_bits, BitWriter};
 use super::container::{self, bitlen, code_bits};
 
-/// Pages per group: 16 keeps a group's header, codes and most containers within two cache
-/// lines while the directory costs 8 bytes per 16 pages.
-pub const GROUP_PAGES: usize = 16;
+/// Most pages in a group whose pages all have the same shape (same count, first and last
+/// offset, hence one code): the 16-byte entry then costs 1/8 byte per page, and a directory
+/// for ten million pages is 1.25 MB, small enough to stay in cache.
+pub const GROUP_PAGES: usize = 128;
+
+/// Most pages in a group of mixed shapes, whose lookups sum code lengths up to the page.
+pub const GROUP_PAGES_MIXED: usize = 32;
 
 const KIND_CONTIG: u8 = 0;
 const KIND_MASK: u8 = 1;
@@ -61,15 +72,11 @@ impl GroupPlan {
         let span = pages[n - 1].block - first;
         let (kind, param, set_bytes) = if span as usize == n - 1 {
             (KIND_CONTIG, 0, 0)
+        } else if span < 32 {
+            (KIND_MASK, 0, 0)
         } else {
             let w = bitlen(span);
-            let list = 1 + ((n - 1) * w as usize).div_ceil(8);
-            let mask = 1 + (span as usize + 1).div_ceil(8);
-            if span < 64 && mask <= list {
-                (KIND_MASK, mask as u8 - 1, mask)
-            } else {
-                (KIND_LIST, w as u8, list)
-            }
+            (KIND_LIST, w as u8, 1 + ((n - 1) * w as usize).div_ceil(8))
         };
         let mut codes = [0u8; GROUP_PAGES];
         let mut payload_bits = 0usize;
@@ -78,34 +85,25 @@ impl GroupPlan {
             payload_bits += code_bits(*c, u) as usize;
         }
         let uniform = codes[..n].iter().all(|&c| c == codes[0]);
-        let header_bytes = 1 + if u > 255 { 2 } else { 1 } + set_bytes + if uniform { 1 } else { n };
+        let header_bytes = set_bytes + if uniform { 0 } else { n };
         GroupPlan { n, u, kind, param, uniform, codes, header_bytes, payload_bits }
     }
 
-    /// The group's exact encoded size in bytes.
+    /// The group's exact size in arena bytes (its directory entry aside).
     pub fn bytes(&self) -> usize {
         self.header_bytes + self.payload_bits.div_ceil(8)
     }
 
-    /// Appends the group; `offsets(i)` gives page `i`'s offsets.
-    pub fn encode<'o>(&self, pages: &[PageSummary], offsets: impl Fn(usize) -> &'o [u16], out: &mut Vec<u8>) {
+    /// Appends the group to `out`; `offsets(i)` gives page `i`'s offsets. Returns its entry.
+    pub fn encode<'o>(&self, pages: &[PageSummary], offsets: impl Fn(usize) -> &'o [u16], out: &mut Vec<u8>) -> Entry {
         let start = out.len();
-        let wide = self.u > 255;
-        out.push((self.n - 1) as u8 | self.kind << 4 | u8::from(self.uniform) << 6 | u8::from(wide) << 7);
-        if wide {
-            out.extend_from_slice(&(self.u as u16).to_le_bytes());
-        } else {
-            out.push(self.u as u8);
-        }
         let first = pages[0].block;
+        let mut mask = 0u32;
         match self.kind {
             KIND_MASK => {
-                let mut mask = 0u64;
                 for p in pages {
                     mask |= 1 << (p.block - first);
                 }
-                out.push(self.param);
-                out.extend_from_slice(&mask.to_le_bytes()[..usize::from(self.param)]);
             }
             KIND_LIST => {
                 out.push(self.param);
@@ -117,9 +115,7 @@ impl GroupPlan {
             }
             _ => {}
         }
-        if self.uniform {
-            out.push(self.codes[0]);
-        } else {
+        if !self.uniform {
             out.extend_from_slice(&self.codes[..self.n]);
         }
         let mut w = BitWriter::new(out);
@@ -128,103 +124,99 @@ impl GroupPlan {
         }
         w.finish();
         debug_assert_eq!(out.len() - start, self.bytes());
+        debug_assert!(self.u < 4096);
+        let meta = (self.n - 1) as u32
+            | u32::from(self.kind) << 7
+            | u32::from(self.uniform) << 9
+            | if self.uniform { u32::from(self.codes[0]) << 10 } else { 0 }
+            | self.u << 18;
+        Entry { first, pos: u32::try_from(start).expect("arena below 4 GiB"), meta, mask }
     }
 }
 
-/// A parsed group header. Parsing touches only the first bytes of the group.
-#[derive(Clone, Copy, Debug)]
-pub struct Header {
-    pub n: usize,
-    pub u: u32,
-    kind: u8,
-    param: u8,
-    uniform: bool,
-    set_pos: usize,
-    codes_pos: usize,
-    /// Bit position of page 0's container.
-    payload_bit: usize,
+/// A group's directory entry; see the module documentation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C, align(16))]
+pub struct Entry {
+    pub first: u32,
+    pub pos: u32,
+    meta: u32,
+    mask: u32,
 }
 
-impl Header {
+const _: () = assert!(std::mem::size_of::<Entry>() == 16);
+
+impl Entry {
     #[inline(always)]
-    pub fn parse(a: &[u8], pos: usize) -> Header {
-        let b0 = a[pos];
-        let n = usize::from(b0 & 15) + 1;
-        let kind = (b0 >> 4) & 3;
-        let uniform = b0 & 64 != 0;
-        let (u, mut p) = if b0 & 128 != 0 {
-            (u32::from(u16::from_le_bytes([a[pos + 1], a[pos + 2]])), pos + 3)
+    pub fn n(&self) -> usize {
+        (self.meta & 127) as usize + 1
+    }
+
+    #[inline(always)]
+    fn kind(&self) -> u8 {
+        ((self.meta >> 7) & 3) as u8
+    }
+
+    #[inline(always)]
+    fn uniform(&self) -> bool {
+        self.meta & (1 << 9) != 0
+    }
+
+    #[inline(always)]
+    pub fn u(&self) -> u32 {
+        self.meta >> 18
+    }
+
+    /// Byte where the code bytes (or, if uniform, the containers) start.
+    #[inline(always)]
+    fn codes_pos(&self, a: &[u8]) -> usize {
+        let p = self.pos as usize;
+        if self.kind() == KIND_LIST {
+            p + 1 + ((self.n() - 1) * usize::from(a[p])).div_ceil(8)
         } else {
-            (u32::from(a[pos + 1]), pos + 2)
-        };
-        let (param, set_pos) = match kind {
-            KIND_CONTIG => (0, p),
-            KIND_MASK => {
-                let l = a[p];
-                p += 1 + usize::from(l);
-                (l, p - usize::from(l))
-            }
-            _ => {
-                let w = a[p];
-                p += 1 + ((n - 1) * usize::from(w)).div_ceil(8);
-                (w, p - ((n - 1) * usize::from(w)).div_ceil(8))
-            }
-        };
-        let codes_pos = p;
-        let payload_bit = (p + if uniform { 1 } else { n }) * 8;
-        Header { n, u, kind, param, uniform, set_pos, codes_pos, payload_bit }
+            p
+        }
     }
 
     /// The rank of block `first + d` within the group, if present.
     #[inline(always)]
     pub fn rank(&self, a: &[u8], d: u32) -> Option<usize> {
-        match self.kind {
-            KIND_CONTIG => ((d as usize) < self.n).then_some(d as usize),
+        match self.kind() {
+            KIND_CONTIG => ((d as usize) < self.n()).then_some(d as usize),
             KIND_MASK => {
-                if d >= u32::from(self.param) * 8 {
+                if d >= 32 || self.mask >> d & 1 == 0 {
                     return None;
                 }
-                let mask = self.mask(a);
-                if mask >> d & 1 == 0 {
-                    return None;
-                }
-                Some((mask & ((1u64 << d) - 1)).count_ones() as usize)
+                Some((self.mask & ((1u32 << d) - 1)).count_ones() as usize)
             }
             _ => {
                 if d == 0 {
                     return Some(0);
                 }
-                let w = u32::from(self.param);
-                let base = self.set_pos * 8;
-                // At most 15 deltas, ascending: a linear scan is as fast as a binary search.
-                for i in 0..self.n - 1 {
-                    let v = read_bits(a, base + i * w as usize, w) as u32;
-                    if v >= d {
-                        return (v == d).then_some(i + 1);
+                let p = self.pos as usize;
+                let w = u32::from(a[p]);
+                let base = (p + 1) * 8;
+                // Binary search over the n-1 ascending deltas.
+                let (mut lo, mut hi) = (0usize, self.n() - 1);
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    if (read_bits(a, base + mid * w as usize, w) as u32) < d {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
                     }
                 }
-                None
+                (lo < self.n() - 1 && read_bits(a, base + lo * w as usize, w) as u32 == d).then_some(lo + 1)
             }
         }
     }
 
-    #[inline(always)]
-    fn mask(&self, a: &[u8]) -> u64 {
-        let word = u64::from_le_bytes(a[self.set_pos..self.set_pos + 8].try_into().expect("8 bytes"));
-        let bits = u32::from(self.param) * 8;
-        if bits == 64 {
-            word
-        } else {
-            word & ((1u64 << bits) - 1)
-        }
-    }
-
-    /// The block delta (from the group's first block) of the page of rank `r`.
+    /// The block delta (from `first`) of the page of rank `r`.
     pub fn delta(&self, a: &[u8], r: usize) -> u32 {
-        match self.kind {
+        match self.kind() {
             KIND_CONTIG => r as u32,
             KIND_MASK => {
-                let mut m = self.mask(a);
+                let mut m = self.mask;
                 for _ in 0..r {
                     m &= m - 1;
                 }
@@ -232,8 +224,9 @@ impl Header {
             }
             _ if r == 0 => 0,
             _ => {
-                let w = u32::from(self.param);
-                read_bits(a, self.set_pos * 8 + (r - 1) * w as usize, w) as u32
+                let p = self.pos as usize;
+                let w = u32::from(a[p]);
+                read_bits(a, (p + 1) * 8 + (r - 1) * w as usize, w) as u32
             }
         }
     }
@@ -241,16 +234,36 @@ impl Header {
     /// The code and absolute bit position of the container of the page of rank `r`.
     #[inline(always)]
     pub fn container(&self, a: &[u8], r: usize) -> (u8, usize) {
-        if self.uniform {
-            let c = a[self.codes_pos];
-            (c, self.payload_bit + r * code_bits(c, self.u) as usize)
+        let u = self.u();
+        let p = self.codes_pos(a);
+        if self.uniform() {
+            let c = (self.meta >> 10) as u8;
+            (c, p * 8 + r * code_bits(c, u) as usize)
         } else {
-            let codes = &a[self.codes_pos..self.codes_pos + self.n];
-            let mut bit = self.payload_bit;
+            let n = self.n();
+            let codes = &a[p..p + n];
+            let mut bit = (p + n) * 8;
             for &c in &codes[..r] {
-                bit += code_bits(c, self.u) as usize;
+                bit += code_bits(c, u) as usize;
             }
             (codes[r], bit)
+        }
+    }
+
+    /// Where a prefetch should go before [`Entry::container`]: the container itself when the
+    /// entry alone locates it, else the group's first byte.
+    #[inline(always)]
+    pub fn prefetch_byte(&self, d: u32) -> usize {
+        let r = match self.kind() {
+            KIND_CONTIG => d,
+            KIND_MASK if d < 32 => (self.mask & ((1u32 << d) - 1)).count_ones(),
+            _ => 0,
+        };
+        if self.uniform() && self.kind() != KIND_LIST {
+            let c = (self.meta >> 10) as u8;
+            self.pos as usize + (r as usize * code_bits(c, self.u()) as usize) / 8
+        } else {
+            self.pos as usize
         }
     }
 }

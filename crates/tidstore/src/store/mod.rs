@@ -63,7 +63,7 @@ mod container;
 mod group;
 
 use bits::PAD;
-use group::{GroupPlan, Header, PageSummary, GROUP_PAGES};
+use group::{Entry, GroupPlan, PageSummary, GROUP_PAGES, GROUP_PAGES_MIXED};
 
 use crate::{check_page, grown_capacity, reserve_to, DeadTids, Full, Tid, MAX_OFFSET};
 
@@ -71,16 +71,18 @@ use crate::{check_page, grown_capacity, reserve_to, DeadTids, Full, Tid, MAX_OFF
 const WINDOW: usize = 16;
 
 /// settledb's dead-TID store. See the module documentation for the layout.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TidStore {
     budget_bytes: usize,
-    /// `[first_block, arena_pos]` per encoded group.
-    dir: Vec<[u32; 2]>,
+    /// One entry per encoded group, by first block.
+    dir: Vec<Entry>,
     /// Encoded groups, then [`PAD`] zero bytes (once anything is stored).
     arena: Vec<u8>,
     /// The group being filled: its pages' summaries and offsets, not yet encoded.
     staged: [PageSummary; GROUP_PAGES],
     staged_n: usize,
+    /// Do the staged pages differ in shape (count, first or last offset)?
+    staged_mixed: bool,
     staged_offsets: Vec<u16>,
     num_tids: u64,
     last_block: Option<u32>,
@@ -89,7 +91,17 @@ pub struct TidStore {
 impl TidStore {
     /// An empty store that will hold at most `budget_bytes` bytes of heap memory.
     pub fn new(budget_bytes: usize) -> TidStore {
-        TidStore { budget_bytes, ..Default::default() }
+        TidStore {
+            budget_bytes,
+            dir: Vec::new(),
+            arena: Vec::new(),
+            staged: [PageSummary::default(); GROUP_PAGES],
+            staged_n: 0,
+            staged_mixed: false,
+            staged_offsets: Vec::new(),
+            num_tids: 0,
+            last_block: None,
+        }
     }
 
     pub fn budget_bytes(&self) -> usize {
@@ -98,7 +110,7 @@ impl TidStore {
 
     /// Exact heap bytes held.
     pub fn memory_bytes(&self) -> usize {
-        self.arena.capacity() + self.dir.capacity() * 8 + self.staged_offsets.capacity() * 2
+        self.arena.capacity() + self.dir.capacity() * 16 + self.staged_offsets.capacity() * 2
     }
 
     /// Is `tid` in the store? Hot path: one directory probe, then one group.
@@ -119,11 +131,11 @@ impl TidStore {
     fn find_group(&self, block: u32) -> Option<usize> {
         let dir = &self.dir[..];
         let n = dir.len();
-        if n == 0 || block < dir[0][0] {
+        if n == 0 || block < dir[0].first {
             return None;
         }
         let (mut lo, mut hi) = (0usize, n - 1);
-        if dir[hi][0] <= block {
+        if dir[hi].first <= block {
             return Some(hi);
         }
         // Invariant: dir[lo].first <= block < dir[hi].first.
@@ -131,10 +143,10 @@ impl TidStore {
             if hi - lo <= 8 {
                 break;
             }
-            let span = u64::from(dir[hi][0] - dir[lo][0]);
-            let g = lo + (u64::from(block - dir[lo][0]) * (hi - lo) as u64 / span) as usize;
-            if dir[g][0] <= block {
-                if dir[g + 1][0] > block {
+            let span = u64::from(dir[hi].first - dir[lo].first);
+            let g = lo + (u64::from(block - dir[lo].first) * (hi - lo) as u64 / span) as usize;
+            if dir[g].first <= block {
+                if dir[g + 1].first > block {
                     return Some(g);
                 }
                 lo = g + 1;
@@ -143,20 +155,19 @@ impl TidStore {
             }
         }
         // Largest i in [lo, hi) with dir[i].first <= block.
-        let i = dir[lo..hi].partition_point(|e| e[0] <= block);
+        let i = dir[lo..hi].partition_point(|e| e.first <= block);
         Some(lo + i - 1)
     }
 
     #[inline(always)]
     fn group_contains(&self, g: usize, tid: Tid) -> bool {
-        let [first, pos] = self.dir[g];
+        let e = &self.dir[g];
         let a = &self.arena[..];
-        let h = Header::parse(a, pos as usize);
-        let Some(r) = h.rank(a, tid.block - first) else {
+        let Some(r) = e.rank(a, tid.block - e.first) else {
             return false;
         };
-        let (code, bit) = h.container(a, r);
-        container::contains(a, bit, code, h.u, u32::from(tid.offset))
+        let (code, bit) = e.container(a, r);
+        container::contains(a, bit, code, e.u(), u32::from(tid.offset))
     }
 
     fn staged_contains(&self, tid: Tid) -> bool {
@@ -186,8 +197,8 @@ impl TidStore {
             }
             return;
         }
-        let first0 = dir[0][0];
-        let scale = (dir.len() - 1) as f64 / f64::from((dir[dir.len() - 1][0] - first0).max(1));
+        let first0 = dir[0].first;
+        let scale = (dir.len() - 1) as f64 / f64::from((dir[dir.len() - 1].first - first0).max(1));
         let guess = |b: u32| -> usize {
             let g = (f64::from(b.saturating_sub(first0)) * scale) as usize;
             g.min(dir.len() - 1)
@@ -209,7 +220,8 @@ impl TidStore {
                 let g = self.find_group(tids[j].block).unwrap_or(usize::MAX);
                 ring[j % WINDOW] = g;
                 if g != usize::MAX {
-                    let p = self.arena.as_ptr().wrapping_add(dir[g][1] as usize);
+                    let e = &dir[g];
+                    let p = self.arena.as_ptr().wrapping_add(e.prefetch_byte(tids[j].block.wrapping_sub(e.first)));
                     prefetch(p);
                     prefetch(p.wrapping_add(64));
                 }
@@ -220,14 +232,13 @@ impl TidStore {
     /// Pages in ascending block order, each with its offsets.
     pub fn iter(&self) -> impl Iterator<Item = (u32, OffsetSet)> + '_ {
         let groups = (0..self.dir.len()).flat_map(move |g| {
-            let [first, pos] = self.dir[g];
+            let e = self.dir[g];
             let a = &self.arena[..];
-            let h = Header::parse(a, pos as usize);
-            (0..h.n).map(move |r| {
-                let (code, bit) = h.container(a, r);
+            (0..e.n()).map(move |r| {
+                let (code, bit) = e.container(a, r);
                 let mut offsets = Vec::new();
-                container::decode(a, bit, code, h.u, &mut offsets);
-                (first + h.delta(a, r), OffsetSet { offsets })
+                container::decode(a, bit, code, e.u(), &mut offsets);
+                (e.first + e.delta(a, r), OffsetSet { offsets })
             })
         });
         let mut start = 0usize;
@@ -256,17 +267,54 @@ impl TidStore {
         let pos = self.arena.len() - PAD;
         self.arena.truncate(pos);
         let mut arena = std::mem::take(&mut self.arena);
-        plan.encode(pages, |i| self.staged_slice(i), &mut arena);
+        let mut starts = [0usize; GROUP_PAGES + 1];
+        for (i, p) in pages.iter().enumerate() {
+            starts[i + 1] = starts[i] + usize::from(p.k);
+        }
+        let offsets = &self.staged_offsets;
+        let entry = plan.encode(pages, |i| &offsets[starts[i]..starts[i + 1]], &mut arena);
         arena.resize(arena.len() + PAD, 0);
         self.arena = arena;
-        self.dir.push([pages[0].block, u32::try_from(pos).expect("arena below 4 GiB")]);
+        self.dir.push(entry);
         self.staged_n = 0;
+        self.staged_mixed = false;
         self.staged_offsets.clear();
+    }
+
+    /// Does the staged group end before this page? At [`GROUP_PAGES`] pages, or at
+    /// [`GROUP_PAGES_MIXED`] unless every page so far and this one have the same shape.
+    fn must_flush(&self, p: PageSummary) -> bool {
+        let n = self.staged_n;
+        if n == GROUP_PAGES {
+            return true;
+        }
+        if n < GROUP_PAGES_MIXED {
+            return false;
+        }
+        let s = self.staged[0];
+        self.staged_mixed || (p.k, p.min, p.max) != (s.k, s.min, s.max)
     }
 
     /// Capacities after adding a page: (arena, dir, staged offsets), or `Full`.
     fn plan_capacity(&self, summary: PageSummary) -> Result<(usize, usize, usize), Full> {
-        let flush = self.staged_n == GROUP_PAGES;
+        let flush = self.must_flush(summary);
+        // Fast path: the current capacity holds even a loose upper bound of what is needed.
+        let staged_u = self.staged[..self.staged_n].iter().map(|p| p.max).max().unwrap_or(0);
+        let (closed_upper, open_upper, staged_after) = if flush {
+            (upper_bytes(self.staged_n, staged_u), upper_bytes(1, summary.max), usize::from(summary.k))
+        } else {
+            (
+                0,
+                upper_bytes(self.staged_n + 1, staged_u.max(summary.max)),
+                self.staged_offsets.len() + usize::from(summary.k),
+            )
+        };
+        if self.arena.capacity() >= self.arena.len().max(PAD) + closed_upper + open_upper
+            && self.dir.capacity() >= self.dir.len() + 2
+            && self.staged_offsets.capacity() >= staged_after
+        {
+            return Ok((self.arena.capacity(), self.dir.capacity(), self.staged_offsets.capacity()));
+        }
         let (arena_len, dir_len, staged_len, open) = if flush {
             let closed = GroupPlan::new(&self.staged[..self.staged_n]).bytes();
             (self.arena.len().max(PAD) + closed, self.dir.len() + 1, 0, GroupPlan::new(&[summary]).bytes())
@@ -281,7 +329,7 @@ impl TidStore {
         let arena_cap = grown_capacity(self.arena.len(), self.arena.capacity(), arena_need - self.arena.len(), 4096);
         let dir_cap = grown_capacity(self.dir.len(), self.dir.capacity(), dir_len + 1 - self.dir.len(), 64);
         let staged_cap = grown_capacity(staged_len, self.staged_offsets.capacity(), usize::from(summary.k), 64);
-        let total = |a: usize, d: usize, s: usize| a + d * 8 + s * 2;
+        let total = |a: usize, d: usize, s: usize| a + d * 16 + s * 2;
         if total(arena_cap, dir_cap, staged_cap) <= self.budget_bytes {
             return Ok((arena_cap, dir_cap, staged_cap));
         }
@@ -299,6 +347,12 @@ impl TidStore {
         let arena_cap = exact.0 + room.min(arena_cap - exact.0);
         Ok((arena_cap, exact.1, exact.2))
     }
+}
+
+/// An upper bound of the arena bytes of a group of `n` pages whose largest offset is `u`:
+/// block list (32 bits per page at most), code bytes, and containers no longer than bitmaps.
+fn upper_bytes(n: usize, u: u16) -> usize {
+    2 + n * (usize::from(u).div_ceil(8) + 1 + 4)
 }
 
 /// Prefetches the cache line at `p` into all cache levels; a no-op off x86-64.
@@ -349,12 +403,16 @@ impl DeadTids for TidStore {
         let (arena_cap, dir_cap, staged_cap) = self.plan_capacity(summary)?;
         reserve_to(&mut self.arena, arena_cap);
         reserve_to(&mut self.dir, dir_cap);
-        if self.staged_n == GROUP_PAGES {
+        if self.must_flush(summary) {
             self.flush();
         }
         reserve_to(&mut self.staged_offsets, staged_cap);
         if self.arena.is_empty() {
             self.arena.resize(PAD, 0);
+        }
+        if self.staged_n > 0 {
+            let s = self.staged[0];
+            self.staged_mixed |= (summary.k, summary.min, summary.max) != (s.k, s.min, s.max);
         }
         self.staged[self.staged_n] = summary;
         self.staged_n += 1;
@@ -383,12 +441,11 @@ impl DeadTids for TidStore {
     fn for_each_page(&self, f: &mut dyn FnMut(u32, &[u16])) {
         let a = &self.arena[..];
         let mut buf = Vec::with_capacity(usize::from(MAX_OFFSET));
-        for &[first, pos] in &self.dir {
-            let h = Header::parse(a, pos as usize);
-            for r in 0..h.n {
-                let (code, bit) = h.container(a, r);
-                container::decode(a, bit, code, h.u, &mut buf);
-                f(first + h.delta(a, r), &buf);
+        for e in &self.dir {
+            for r in 0..e.n() {
+                let (code, bit) = e.container(a, r);
+                container::decode(a, bit, code, e.u(), &mut buf);
+                f(e.first + e.delta(a, r), &buf);
             }
         }
         for i in 0..self.staged_n {
