@@ -41,10 +41,10 @@ impl<'a> BitWriter<'a> {
         debug_assert!(w <= 32 && (w == 32 || v >> w == 0));
         self.acc |= v << self.nacc;
         self.nacc += w;
-        while self.nacc >= 8 {
-            self.out.push(self.acc as u8);
-            self.acc >>= 8;
-            self.nacc -= 8;
+        if self.nacc >= 32 {
+            self.out.extend_from_slice(&(self.acc as u32).to_le_bytes());
+            self.acc >>= 32;
+            self.nacc -= 32;
         }
     }
 
@@ -59,10 +59,10 @@ impl<'a> BitWriter<'a> {
 
     /// Pads to a byte boundary with zero bits.
     pub fn finish(mut self) {
-        if self.nacc > 0 {
+        while self.nacc > 0 {
             self.out.push(self.acc as u8);
-            self.acc = 0;
-            self.nacc = 0;
+            self.acc >>= 8;
+            self.nacc = self.nacc.saturating_sub(8);
         }
     }
 }

@@ -83,6 +83,8 @@ pub struct TidStore {
     staged_n: usize,
     /// Do the staged pages differ in shape (count, first or last offset)?
     staged_mixed: bool,
+    /// The largest offset among the staged pages.
+    staged_u: u16,
     staged_offsets: Vec<u16>,
     num_tids: u64,
     last_block: Option<u32>,
@@ -98,6 +100,7 @@ impl TidStore {
             staged: [PageSummary::default(); GROUP_PAGES],
             staged_n: 0,
             staged_mixed: false,
+            staged_u: 0,
             staged_offsets: Vec::new(),
             num_tids: 0,
             last_block: None,
@@ -278,6 +281,7 @@ impl TidStore {
         self.dir.push(entry);
         self.staged_n = 0;
         self.staged_mixed = false;
+        self.staged_u = 0;
         self.staged_offsets.clear();
     }
 
@@ -299,7 +303,7 @@ impl TidStore {
     fn plan_capacity(&self, summary: PageSummary) -> Result<(usize, usize, usize), Full> {
         let flush = self.must_flush(summary);
         // Fast path: the current capacity holds even a loose upper bound of what is needed.
-        let staged_u = self.staged[..self.staged_n].iter().map(|p| p.max).max().unwrap_or(0);
+        let staged_u = self.staged_u;
         let (closed_upper, open_upper, staged_after) = if flush {
             (upper_bytes(self.staged_n, staged_u), upper_bytes(1, summary.max), usize::from(summary.k))
         } else {
@@ -416,6 +420,7 @@ impl DeadTids for TidStore {
         }
         self.staged[self.staged_n] = summary;
         self.staged_n += 1;
+        self.staged_u = self.staged_u.max(summary.max);
         self.staged_offsets.extend_from_slice(offsets);
         self.num_tids += offsets.len() as u64;
         self.last_block = Some(block);
