@@ -10,40 +10,45 @@
 //! # Layout
 //!
 //! ```text
-//!  directory: Vec<[u32; 2]>, one entry per group, sorted by first block
-//!  ┌───────────────┬───────────────┬───────────────┬─────
-//!  │ first=0 pos=0 │ first=16 pos=… │ first=32 pos=… │ …
-//!  └───────┬───────┴───────────────┴───────────────┴─────
-//!          │
-//!  arena:  ▼ (bytes)
-//!  ┌──────┬──┬─────────┬───────┬──────────────────────────────────────┬──────┬─ ─ ─ ┬────────┐
-//!  │ hdr  │u │block set│ codes │ containers: page0 | page1 | … page15  │ hdr  │ …     │ 8 zero │
-//!  └──────┴──┴─────────┴───────┴──────────────────────────────────────┴──────┴─ ─ ─ ┴────────┘
-//!   one group = up to 16 consecutive non-empty pages (group.rs)      next group       PAD
+//!  directory: Vec<Entry>, 16 bytes per group, sorted by first block
+//!  ┌──────────────────────────────┬──────────────────────────────┬─────
+//!  │ first=0   pos=0  meta  mask  │ first=128 pos=…  meta  mask  │ …
+//!  └──────────────┬───────────────┴──────────────────────────────┴─────
+//!                 │ meta: pages n, block-set kind, uniform?, code, u (largest offset)
+//!  arena (bytes)  ▼
+//!  ┌─────────────┬───────────┬──────────────────────────────────────┬─────────┬─ ─ ─┬───────┐
+//!  │ block list? │ codes?    │ containers: page0 | page1 | … | pageN │ group 2 │ …    │ 8 × 0 │
+//!  └─────────────┴───────────┴──────────────────────────────────────┴─────────┴─ ─ ─┴───────┘
+//!   only if the    only if      bit string, lengths from (code, u)                    PAD
+//!   blocks are     pages differ
+//!   spread out     in shape
 //! ```
 //!
-//! * **Directory** — `[first_block, arena_pos]` per group. A lookup finds the last group whose
-//!   first block is `<=` the probe by *interpolation search*: on the usual dense or evenly
-//!   spread sets the first guess is the answer (one cache line), with a binary search as the
-//!   fallback after three guesses, so no distribution costs more than `O(log n)`.
-//! * **Group** ([`group`]) — a byte header, the group's largest offset `u`, the set of
-//!   blocks present (contiguous: 0 bytes; a bit mask when the span is under 64 blocks; else
-//!   bit-packed deltas of the width the span needs: 11 bits for a page every 100 blocks,
-//!   32 bits at worst), one code byte per page or one for all, then the containers.
+//! * **Directory** ([`group::Entry`]) — per group: first block, arena position, and the
+//!   group's header: page count, how its blocks are known (contiguous; a 32-bit mask inside
+//!   the entry; or a bit-packed delta list in the arena), whether every page has the same
+//!   code (and which), and the universe `u`. A lookup finds the last entry whose first block
+//!   is `<=` the probe by *interpolation search*: on dense or evenly spread sets the first
+//!   guess is the answer, with a binary search after three guesses, so no distribution costs
+//!   more than `O(log n)`.
+//! * **Group** ([`group`]) — up to 128 consecutive non-empty pages of one shape (same count,
+//!   first and last offset: a uniform group, one code for all), or up to 32 of mixed shapes.
 //! * **Container** ([`container`]) — each page's offsets as the shortest of a `u`-bit bitmap, a
 //!   single run, or an Elias–Fano code, bit-packed back to back.
 //!
 //! # Costs
 //!
-//! A lookup: directory entry (one cache line; L2/L3 for sets up to tens of millions of pages)
-//! → group header, codes and container (usually the same or the adjacent cache line) → a bit
-//! test or a short Elias–Fano decode. [`TidStore::contains_many`] overlaps these misses
-//! across a window of probes with prefetches.
+//! A lookup in a uniform group: the directory entry (1.25 MB of directory for ten million
+//! dense pages: cache-resident) → arithmetic → the container (one cache miss) → a bit test or
+//! a short Elias–Fano decode. Mixed groups add a sum over at most 31 code bytes, spread
+//! groups a binary search of the delta list, both in the container's neighbourhood.
+//! [`TidStore::contains_many`] overlaps these misses across a window of probes with
+//! prefetches.
 //!
-//! Memory, for the bdbench set of 10 offsets every 20th line pointer on every page: 8 bytes
-//! of containers, 0.5 byte of directory and 0.2 of header per page — 1.15× the
-//! information-theoretic bound. One dead TID per 100 pages over 2^32 blocks: 4 bytes per TID.
-//! Never more than the 6-byte array plus a small constant (tests/properties.rs checks it).
+//! Memory, for the bdbench set of 10 offsets every 20th line pointer on every page: 62 bits
+//! of container and 1/8 byte of directory per page — 1.05× the information-theoretic bound.
+//! One dead TID per 100 pages over 2^32 blocks: about 3.5 bytes per TID. Never more than the
+//! 6-byte array plus a small constant (tests/properties.rs checks it).
 //!
 //! # Budget
 //!
