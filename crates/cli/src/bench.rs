@@ -65,6 +65,26 @@ pub enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Dead-TID stores for VACUUM (settledb's TidStore, array6, roaring, pgradix) on the
+    /// bdbench sets of the pgsql-hackers "dead tuple storage" thread.
+    Tidstore {
+        /// Multiply every case's number of blocks (1 or 10).
+        #[arg(long, default_value_t = 1)]
+        scale: u32,
+        /// At most this many shuffled probes per case (a fixed seeded sample of the index
+        /// when it holds more).
+        #[arg(long, default_value_t = 10_000_000)]
+        probes: usize,
+        /// Run only the cases whose name contains this.
+        #[arg(long)]
+        only: Option<String>,
+        /// The structures to run, in this order.
+        #[arg(long, value_delimiter = ',', default_value = "tidstore,pgradix,roaring,array6")]
+        structures: Vec<String>,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Serialize, Default, Clone)]
@@ -135,7 +155,43 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Load { rows, dir, set, peer, peer_port, runs, json } => {
             load(rows, dir, &set, peer, peer_port, runs.max(1), json)
         }
+        BenchCmd::Tidstore { scale, probes, only, structures, json } => {
+            tidstore(scale, probes, only.as_deref(), &structures, json)
+        }
     }
+}
+
+/// `settle bench tidstore`: prints each case's table as it finishes, then the targets.
+fn tidstore(scale: u32, probes: usize, only: Option<&str>, structures: &[String], json: bool) -> Result<ExitCode> {
+    anyhow::ensure!(scale >= 1, "--scale must be at least 1");
+    let names: Vec<&str> = structures.iter().map(String::as_str).collect();
+    for n in &names {
+        anyhow::ensure!(tidstore::bench::STRUCTURES.contains(n), "unknown structure {n}");
+    }
+    if tidstore::bench::allocated_bytes().is_none() {
+        eprintln!("warning: the counting allocator is not installed; memory figures are self-reported");
+    }
+    if !json {
+        println!("tidstore benchmark, scale {scale}, at most {probes} shuffled probes per case");
+    }
+    let report = tidstore::bench::run(scale, probes, only, &names, |c| {
+        if !json {
+            print!("{}", tidstore::bench::render_case(c));
+        }
+    });
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("\nmachine: {}\ntargets:", report.machine);
+        for t in &report.targets {
+            println!("  [{}] {} ({})", if t.holds { "ok" } else { "MISS" }, t.what, t.detail);
+        }
+    }
+    if report.failed {
+        eprintln!("FAILED: a structure matched the wrong number of dead TIDs");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn accounts_schema() -> Schema {

@@ -1,0 +1,351 @@
+//! Model tests: every dead-TID store against a `BTreeSet<Tid>` oracle.
+//!
+//! Each case draws a seeded random set of pages from one of several distributions (dense,
+//! every n-th page, sparse over all 2^32 blocks, full pages, runs, single offsets, mixed),
+//! adds it page by page, and checks that `contains`, `contains_many`, `for_each_page` and
+//! `num_tids` agree with the oracle before and after `freeze`, and after `reset`. The budget
+//! cases add pages until the store says `Full` and check that the store then still holds
+//! exactly the pages accepted and never exceeded its budget. For `TidStore` they also check the
+//! memory promise: never more than the 6-byte array plus a small constant.
+
+use std::collections::BTreeSet;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tidstore::{Array6, DeadTids, Full, PgRadix, RoaringRef, Tid, TidStore};
+
+type Pages = Vec<(u32, Vec<u16>)>;
+
+fn structures(budget: usize) -> Vec<Box<dyn DeadTids>> {
+    vec![
+        Box::new(TidStore::new(budget)),
+        Box::new(Array6::new(budget)),
+        Box::new(RoaringRef::new(budget)),
+        Box::new(PgRadix::new(budget)),
+    ]
+}
+
+fn random_offsets(rng: &mut StdRng, max_off: u16, k: usize) -> Vec<u16> {
+    let mut s = BTreeSet::new();
+    while s.len() < k.min(usize::from(max_off)) {
+        s.insert(rng.gen_range(1..=max_off));
+    }
+    s.into_iter().collect()
+}
+
+/// A random page set from distribution `kind`.
+fn gen_pages(rng: &mut StdRng, kind: u32, max_off: u16) -> Pages {
+    let npages = rng.gen_range(1..400usize);
+    let mut pages = Vec::new();
+    let mut block: u64 = match kind % 3 {
+        0 => 0,
+        1 => rng.gen_range(0..1000),
+        _ => rng.gen_range(0..u64::from(u32::MAX) / 2),
+    };
+    for _ in 0..npages {
+        let gap: u64 = match kind {
+            0 => 1,
+            1 => rng.gen_range(1..4),
+            2 => rng.gen_range(1..(u64::from(u32::MAX) / npages as u64).max(2)),
+            3 | 6 => 20,
+            4 => rng.gen_range(1..200),
+            7 => rng.gen_range(1..3),
+            _ => {
+                if rng.gen_bool(0.1) {
+                    rng.gen_range(1..1_000_000)
+                } else {
+                    rng.gen_range(1..3)
+                }
+            }
+        };
+        if block + gap > u64::from(u32::MAX) {
+            break;
+        }
+        block += if pages.is_empty() { 0 } else { gap };
+        let offsets = match rng.gen_range(0..6) {
+            0 => (1..=max_off).collect(),
+            1 => {
+                let lo = rng.gen_range(1..=max_off);
+                let hi = rng.gen_range(lo..=max_off);
+                (lo..=hi).collect()
+            }
+            2 => vec![rng.gen_range(1..=max_off)],
+            3 => {
+                let k = rng.gen_range(1..=8);
+                random_offsets(rng, max_off, k)
+            }
+            4 => {
+                let iv = rng.gen_range(1..30u16);
+                (1..=max_off / iv).map(|i| i * iv).take(rng.gen_range(1..40)).collect()
+            }
+            _ => {
+                let k = rng.gen_range(1..=usize::from(max_off));
+                random_offsets(rng, max_off, k)
+            }
+        };
+        pages.push((block as u32, offsets));
+    }
+    if kind >= 6 {
+        // Long runs of pages with one shape (the store's 128-page uniform groups), broken now
+        // and then by a different page in kind 7.
+        let shape = pages[0].1.clone();
+        for (i, p) in pages.iter_mut().enumerate() {
+            if kind == 6 || i % 97 != 50 {
+                p.1 = shape.clone();
+            }
+        }
+    }
+    pages
+}
+
+fn oracle(pages: &[(u32, Vec<u16>)]) -> BTreeSet<Tid> {
+    pages.iter().flat_map(|(b, offs)| offs.iter().map(move |&o| Tid::new(*b, o))).collect()
+}
+
+fn probes(rng: &mut StdRng, set: &BTreeSet<Tid>, max_off: u16) -> Vec<Tid> {
+    let mut v: Vec<Tid> = set.iter().copied().collect();
+    let blocks: Vec<u32> = set.iter().map(|t| t.block).collect();
+    for _ in 0..v.len().max(100) {
+        let t = match rng.gen_range(0..4) {
+            0 if !blocks.is_empty() => Tid::new(blocks[rng.gen_range(0..blocks.len())], rng.gen_range(0..=max_off + 2)),
+            1 if !blocks.is_empty() => {
+                let b = blocks[rng.gen_range(0..blocks.len())];
+                Tid::new(b.saturating_add(rng.gen_range(0..3)).saturating_sub(1), rng.gen_range(1..=max_off))
+            }
+            _ => Tid::new(rng.gen(), rng.gen_range(0..=max_off)),
+        };
+        v.push(t);
+    }
+    // Shuffle so contains_many sees random order.
+    for i in (1..v.len()).rev() {
+        v.swap(i, rng.gen_range(0..=i));
+    }
+    v
+}
+
+fn pages_of(s: &dyn DeadTids) -> Pages {
+    let mut out = Vec::new();
+    s.for_each_page(&mut |b, offs| out.push((b, offs.to_vec())));
+    out
+}
+
+fn check_against(s: &dyn DeadTids, set: &BTreeSet<Tid>, pages: &[(u32, Vec<u16>)], probes: &[Tid], what: &str) {
+    let name = s.name();
+    assert_eq!(s.num_tids(), set.len() as u64, "{name} {what}: num_tids");
+    for &t in probes {
+        assert_eq!(s.contains(t), set.contains(&t), "{name} {what}: contains({t})");
+    }
+    let mut bits = vec![0u64; probes.len().div_ceil(64)];
+    s.contains_many(probes, &mut bits);
+    for (i, &t) in probes.iter().enumerate() {
+        assert_eq!(bits[i / 64] >> (i % 64) & 1 != 0, set.contains(&t), "{name} {what}: contains_many[{i}] {t}");
+    }
+    let expect: Pages = pages.iter().filter(|(_, o)| !o.is_empty()).cloned().collect();
+    assert_eq!(pages_of(s), expect, "{name} {what}: iteration");
+}
+
+#[test]
+fn random_sets_match_the_oracle() {
+    for seed in 0..80u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let kind = (seed % 8) as u32;
+        let pages = gen_pages(&mut rng, kind, 291);
+        let set = oracle(&pages);
+        let probes = probes(&mut rng, &set, 291);
+        for mut s in structures(usize::MAX) {
+            for (b, offs) in &pages {
+                s.add_page(*b, offs).expect("unlimited budget");
+            }
+            check_against(s.as_ref(), &set, &pages, &probes, &format!("seed {seed} before freeze"));
+            s.freeze();
+            check_against(s.as_ref(), &set, &pages, &probes, &format!("seed {seed} after freeze"));
+            s.reset();
+            assert_eq!(s.num_tids(), 0);
+            assert_eq!(s.memory_bytes(), 0, "{} reset frees", s.name());
+            check_against(s.as_ref(), &BTreeSet::new(), &[], &probes[..10], "after reset");
+            // Reusable after reset.
+            for (b, offs) in pages.iter().take(5) {
+                s.add_page(*b, offs).expect("unlimited budget");
+            }
+            check_against(
+                s.as_ref(),
+                &oracle(&pages[..pages.len().min(5)]),
+                &pages[..pages.len().min(5)],
+                &probes,
+                "refill",
+            );
+        }
+    }
+}
+
+#[test]
+fn large_offsets_up_to_max_offset() {
+    for seed in 100..120u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let pages = gen_pages(&mut rng, (seed % 6) as u32, tidstore::MAX_OFFSET);
+        let set = oracle(&pages);
+        let probes = probes(&mut rng, &set, tidstore::MAX_OFFSET);
+        let mut list: Vec<Box<dyn DeadTids>> = vec![
+            Box::new(TidStore::new(usize::MAX)),
+            Box::new(Array6::new(usize::MAX)),
+            Box::new(PgRadix::new(usize::MAX)),
+        ];
+        for s in &mut list {
+            for (b, offs) in &pages {
+                s.add_page(*b, offs).unwrap();
+            }
+            s.freeze();
+            check_against(s.as_ref(), &set, &pages, &probes, &format!("seed {seed}"));
+        }
+    }
+}
+
+#[test]
+fn budget_exhaustion_leaves_a_consistent_store() {
+    for seed in 200..240u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let pages = gen_pages(&mut rng, (seed % 8) as u32, 291);
+        let budget = rng.gen_range(64..20_000usize);
+        for mut s in structures(budget) {
+            let mut accepted = Vec::new();
+            let mut full = None;
+            for (i, (b, offs)) in pages.iter().enumerate() {
+                match s.add_page(*b, offs) {
+                    Ok(()) => accepted.push((*b, offs.clone())),
+                    Err(Full) => {
+                        full = Some(i);
+                        break;
+                    }
+                }
+                if s.name() != "roaring" {
+                    assert!(
+                        s.memory_bytes() <= budget,
+                        "{} seed {seed}: {} > budget {budget}",
+                        s.name(),
+                        s.memory_bytes()
+                    );
+                }
+            }
+            let set = oracle(&accepted);
+            let probes = probes(&mut rng, &set, 291);
+            check_against(s.as_ref(), &set, &accepted, &probes, &format!("seed {seed} budget {budget} at full"));
+            if let Some(i) = full {
+                // The refused page is not there, and asking again is still refused.
+                let (b, offs) = &pages[i];
+                if !offs.is_empty() {
+                    assert!(!s.contains(Tid::new(*b, offs[0])) || accepted.iter().any(|(ab, _)| ab == b));
+                }
+                assert_eq!(s.add_page(*b, offs), Err(Full), "{} seed {seed}: Full is stable", s.name());
+            }
+            s.freeze();
+            if s.name() != "roaring" {
+                assert!(s.memory_bytes() <= budget, "{} seed {seed}: frozen memory over budget", s.name());
+            }
+            check_against(s.as_ref(), &set, &accepted, &probes, &format!("seed {seed} budget {budget} frozen"));
+        }
+    }
+}
+
+/// The promise of the store: never more bytes than PostgreSQL <= 16's 6-byte array, plus a
+/// small constant, for any distribution.
+#[test]
+fn memory_never_exceeds_the_six_byte_array() {
+    const SLACK: usize = 64;
+    for seed in 300..500u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let kind = (seed % 8) as u32;
+        let max_off = if seed % 7 == 0 { tidstore::MAX_OFFSET } else { 291 };
+        let mut pages = gen_pages(&mut rng, kind, max_off);
+        if seed % 2 == 0 {
+            // The worst case for block numbers: one TID per page.
+            for p in &mut pages {
+                p.1.truncate(1);
+            }
+        }
+        let n = oracle(&pages).len();
+        let mut s = TidStore::new(usize::MAX);
+        for (b, offs) in &pages {
+            s.add_page(*b, offs).unwrap();
+        }
+        s.freeze();
+        assert!(
+            s.memory_bytes() <= 6 * n + SLACK,
+            "seed {seed} kind {kind}: {} bytes for {n} TIDs (array: {})",
+            s.memory_bytes(),
+            6 * n
+        );
+    }
+}
+
+#[test]
+fn edge_blocks_and_offsets() {
+    let pages: Pages = vec![
+        (0, vec![1]),
+        (1, vec![291]),
+        (2, (1..=291).collect()),
+        (1 << 20, vec![1, 291]),
+        (u32::MAX / 2, vec![7]),
+        (u32::MAX - 1, vec![1, 2, 3, 291]),
+        (u32::MAX, vec![5]),
+    ];
+    let set = oracle(&pages);
+    let mut probes: Vec<Tid> = set.iter().copied().collect();
+    for b in [0, 1, 2, 3, 1 << 20, (1 << 20) + 1, u32::MAX / 2, u32::MAX - 2, u32::MAX - 1, u32::MAX] {
+        for o in [0, 1, 2, 4, 290, 291, 292, 511, 2048] {
+            probes.push(Tid::new(b, o));
+        }
+    }
+    for mut s in structures(usize::MAX) {
+        for (b, offs) in &pages {
+            s.add_page(*b, offs).unwrap();
+        }
+        check_against(s.as_ref(), &set, &pages, &probes, "edges");
+        s.freeze();
+        check_against(s.as_ref(), &set, &pages, &probes, "edges frozen");
+    }
+}
+
+#[test]
+fn sparse_over_the_whole_block_range() {
+    // One dead TID per ~100 pages over 2^32 blocks (sampled: every 2^20th stretch).
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut pages: Pages = Vec::new();
+    let mut b: u64 = rng.gen_range(0..100);
+    while b < u64::from(u32::MAX) && pages.len() < 20_000 {
+        pages.push((b as u32, vec![rng.gen_range(1..=291)]));
+        b += rng.gen_range(1..200) + if pages.len().is_multiple_of(100) { 1 << 22 } else { 0 };
+    }
+    let set = oracle(&pages);
+    let probes = probes(&mut rng, &set, 291);
+    let mut s = TidStore::new(usize::MAX);
+    for (b, offs) in &pages {
+        s.add_page(*b, offs).unwrap();
+    }
+    s.freeze();
+    check_against(&s, &set, &pages, &probes, "sparse");
+    assert!(s.memory_bytes() < 6 * set.len(), "{} bytes for {} TIDs", s.memory_bytes(), set.len());
+}
+
+#[test]
+fn add_after_freeze_and_empty_pages() {
+    let mut s = TidStore::new(usize::MAX);
+    s.add_page(3, &[]).unwrap();
+    s.add_page(5, &[1, 2]).unwrap();
+    s.freeze();
+    s.add_page(6, &[3]).unwrap();
+    s.add_page(9, &[]).unwrap();
+    assert!(s.contains(Tid::new(5, 2)) && s.contains(Tid::new(6, 3)));
+    assert!(!s.contains(Tid::new(3, 1)) && !s.contains(Tid::new(9, 1)));
+    assert_eq!(
+        s.iter().map(|(b, o)| (b, o.as_slice().to_vec())).collect::<Vec<_>>(),
+        vec![(5, vec![1, 2]), (6, vec![3])]
+    );
+}
+
+#[test]
+#[should_panic(expected = "blocks must ascend")]
+fn descending_blocks_are_refused() {
+    let mut s = TidStore::new(usize::MAX);
+    s.add_page(5, &[1]).unwrap();
+    let _ = s.add_page(4, &[1]);
+}
