@@ -136,6 +136,7 @@ pub mod wal;
 mod tests;
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLockReadGuard, RwLockWriteGuard};
 
@@ -188,6 +189,11 @@ pub struct BtreeIndex {
     column_names: Vec<String>,
     /// Deleted pages known to be safe to reuse (filled by `cleanup`).
     free_pages: Mutex<Vec<u32>>,
+    /// Bumped whenever the metapage is locked for writing (see [`BtreeIndex::meta`]).
+    meta_version: AtomicU64,
+    /// The metapage as last read: `(version & 0xFF_FFFF) << 40 | level << 32 | root`, or
+    /// `u64::MAX` when nothing is cached.
+    meta_cache: AtomicU64,
 }
 
 impl BtreeIndex {
@@ -201,6 +207,8 @@ impl BtreeIndex {
             unique,
             column_names,
             free_pages: Mutex::new(Vec::new()),
+            meta_version: AtomicU64::new(0),
+            meta_cache: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -251,16 +259,35 @@ impl BtreeIndex {
     pub(crate) fn write_page<'a>(&self, env: &HeapEnv<'a>, block: u32) -> Result<WPage<'a>> {
         let buf = env.pool.read_validated(self.tag(block), None, bp::validate)?;
         let g = buf.write();
+        if block == 0 {
+            // Whatever is cached of the metapage may be about to change.
+            self.meta_version.fetch_add(1, Ordering::AcqRel);
+        }
         if pg::is_new(&g.0) {
             return Err(self.corrupt(block, "page is empty (never written) but is linked into the index"));
         }
         Ok(WPage { g, buf })
     }
 
-    /// Reads the metapage.
+    /// The metapage (root block and level). Cached in memory as PostgreSQL caches it in the
+    /// relcache: the cached copy is used only while no writer has locked the metapage since it
+    /// was read (it is read under the page's shared lock, and writers bump the version under
+    /// the exclusive lock). A root split changes the metapage; a descent that started from
+    /// the old root just before is still correct (Lehman & Yao: the old root is the leftmost
+    /// page of its level, and moving right reaches every key). Hot path: one atomic load.
     pub fn meta(&self, env: &HeapEnv<'_>) -> Result<Meta> {
+        let v = self.meta_version.load(Ordering::Acquire) & 0xFF_FFFF;
+        let c = self.meta_cache.load(Ordering::Acquire);
+        if c != u64::MAX && c >> 40 == v {
+            return Ok(Meta { root: c as u32, level: ((c >> 32) & 0xFF) as u32 });
+        }
         let pg = self.read_page(env, 0)?;
-        self.decode_meta(&pg.g.0)
+        let v = self.meta_version.load(Ordering::Acquire) & 0xFF_FFFF;
+        let m = self.decode_meta(&pg.g.0)?;
+        if m.level < 256 {
+            self.meta_cache.store(v << 40 | u64::from(m.level) << 32 | u64::from(m.root), Ordering::Release);
+        }
+        Ok(m)
     }
 
     pub(crate) fn decode_meta(&self, p: &[u8]) -> Result<Meta> {
@@ -282,6 +309,7 @@ impl BtreeIndex {
             )));
         }
         let mut w = WPage { g: buf.write(), buf };
+        self.meta_version.fetch_add(1, Ordering::AcqRel);
         init_meta(&mut w.g.0, Meta { root: P_NONE, level: 0 });
         self.log_images(env, wal::XLOG_BTREE_NEWPAGES, &mut [&mut w])
     }

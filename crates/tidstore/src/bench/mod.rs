@@ -25,7 +25,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use workload::Bound;
-pub use workload::{allocated_bytes, Case, CountingAlloc, Shape, ALLOCATED};
+pub use workload::{allocated_bytes, enable_counting, Case, CountingAlloc, Shape, ALLOCATED};
 
 use crate::{Array6, DeadTids, PgRadix, RoaringRef, Tid, TidStore};
 
@@ -191,7 +191,7 @@ fn measure(name: &str, t: &Truth<'_>) -> Row {
     }
     s.freeze();
     let attach_ms = start.elapsed().as_secs_f64() * 1e3;
-    let bytes = before.and_then(|b| allocated_bytes().map(|a| a.saturating_sub(b)));
+    let bytes = before.and_then(|b| allocated_bytes().map(|a| a.wrapping_sub(b)));
     let reported_bytes = s.memory_bytes();
     let shown = bytes.unwrap_or(reported_bytes) as f64;
 
@@ -252,6 +252,7 @@ pub fn run(
     structures: &[&str],
     mut progress: impl FnMut(&CaseReport),
 ) -> Report {
+    enable_counting();
     let mut reports = Vec::new();
     for case in cases(scale) {
         if only.is_some_and(|o| !case.name.contains(o)) {

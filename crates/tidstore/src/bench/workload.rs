@@ -14,8 +14,24 @@ use serde::Serialize;
 
 use crate::MAX_HEAP_TUPLES_PER_PAGE;
 
-/// Heap bytes currently allocated through [`CountingAlloc`] (0 if it is not installed).
+/// Heap bytes allocated minus bytes freed through [`CountingAlloc`] since counting was
+/// enabled (wrapping: only differences between two readings mean anything).
 pub static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+
+/// Counting is off until [`enable_counting`]: the `settle` binary installs the allocator for
+/// every command, and only the tidstore benchmark pays for the shared counter (two threads
+/// bumping one cache line cost a few percent of an OLTP benchmark's time).
+static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Starts counting allocations (once on, it stays on).
+pub fn enable_counting() {
+    COUNTING.store(true, Ordering::Relaxed);
+}
+
+#[inline]
+fn counting() -> bool {
+    COUNTING.load(Ordering::Relaxed)
+}
 
 /// A global allocator that counts live heap bytes: one relaxed atomic add per allocation and
 /// one subtract per free, on top of the system allocator. The library never installs it; the
@@ -28,7 +44,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded unchanged.
         let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
+        if !p.is_null() && counting() {
             ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
         }
         p
@@ -37,7 +53,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded unchanged.
         let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
+        if !p.is_null() && counting() {
             ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
         }
         p
@@ -46,13 +62,15 @@ unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded unchanged.
         unsafe { System.dealloc(ptr, layout) };
-        ALLOCATED.fetch_sub(layout.size(), Ordering::Relaxed);
+        if counting() {
+            ALLOCATED.fetch_sub(layout.size(), Ordering::Relaxed);
+        }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded unchanged.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
+        if !p.is_null() && counting() {
             ALLOCATED.fetch_add(new_size, Ordering::Relaxed);
             ALLOCATED.fetch_sub(layout.size(), Ordering::Relaxed);
         }
@@ -66,7 +84,7 @@ pub fn allocated_bytes() -> Option<usize> {
     let probe = std::hint::black_box(vec![0u8; 4096]);
     let during = ALLOCATED.load(Ordering::Relaxed);
     drop(probe);
-    (during >= before + 4096).then(|| ALLOCATED.load(Ordering::Relaxed))
+    (during.wrapping_sub(before) >= 4096).then(|| ALLOCATED.load(Ordering::Relaxed))
 }
 
 /// How a case chooses its dead TIDs.
