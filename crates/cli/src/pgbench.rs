@@ -252,6 +252,7 @@ fn settledb_run(scale: u32, clients: usize, seconds: f64, select: bool, set: &[S
         let accounts_pages = u64::from(db.table_pages(&db.table("pgbench_accounts")?)?);
         let accounts_pkey_pages = u64::from(db.index_pages(&db.index("pgbench_accounts_pkey")?)?);
         let (transactions, retries, elapsed) = run_clients(&db, scale, clients, seconds, select)?;
+        verify_balances(&db)?;
         db.close()?;
         Ok(PgbenchFigures {
             engine: "settledb".into(),
@@ -268,6 +269,29 @@ fn settledb_run(scale: u32, clients: usize, seconds: f64, select: bool, set: &[S
     })();
     let _ = std::fs::remove_dir_all(&dir);
     r
+}
+
+/// pgbench's invariant: the balances of accounts, tellers and branches each sum to the sum of
+/// the deltas recorded in history. A difference means a lost or doubled update: the run fails.
+pub fn verify_balances(db: &Database) -> Result<()> {
+    let sum = |table: &str, col: usize| -> Result<i64> {
+        let t = db.table(table)?;
+        let mut tx = db.begin()?;
+        let mut total = 0i64;
+        for row in tx.scan(&t)? {
+            if let Value::Int4(v) = row?.1[col] {
+                total += i64::from(v);
+            }
+        }
+        tx.commit()?;
+        Ok(total)
+    };
+    let history = sum("pgbench_history", 3)?;
+    for (table, col) in [("pgbench_accounts", 2), ("pgbench_tellers", 2), ("pgbench_branches", 1)] {
+        let s = sum(table, col)?;
+        anyhow::ensure!(s == history, "balance check failed: sum over {table} is {s}, history deltas sum to {history}");
+    }
+    Ok(())
 }
 
 /// Parses `tps = 4066.123 (without initial connection time)` from pgbench's output.

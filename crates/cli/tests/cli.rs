@@ -51,3 +51,14 @@ fn errors_name_what_is_wrong() {
     assert!(!ok);
     assert!(err.contains("unrecognized configuration parameter \"shared_bufers\""), "{err}");
 }
+
+/// pgbench's transaction from two threads for two seconds; the benchmark itself fails when the
+/// balances of accounts, tellers and branches do not each equal the history's deltas.
+#[test]
+fn pgbench_keeps_its_balance_invariant() {
+    let (ok, out, err) = settle(&["bench", "pgbench", "-s", "1", "-c", "2", "-T", "2", "--json"]);
+    assert!(ok, "pgbench run failed: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["settledb"]["transactions"].as_u64().unwrap() > 0, "{out}");
+    assert_eq!(v["settledb"]["accounts_pages"], 100_000u64.div_ceil(61));
+}
