@@ -256,11 +256,26 @@ impl<'db> Transaction<'db> {
     ) -> Result<Option<Tid>> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
-        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.horizon);
+        let out = self.update_in_command(table, xid, &snap, tid, &mut f)?;
+        self.cid += 1;
+        self.end_command();
+        Ok(out)
+    }
+
+    /// The update itself, within a command whose snapshot `snap` is taken (and advertised).
+    fn update_in_command(
+        &mut self,
+        table: &Table,
+        xid: Xid,
+        snap: &Snapshot,
+        tid: Tid,
+        f: &mut dyn FnMut(&[Value]) -> Result<Vec<Value>>,
+    ) -> Result<Option<Tid>> {
+        let tx = tx_context(xid, self.cid, snap, self.rr(), self.horizon);
         let inner = self.inner.clone();
         let wait = move |other: Xid| inner.wait_for_xid(xid, other);
         let _writers = table.entry.rel.write_lock.read();
-        let r = heap::update(&self.inner.env(), &table.entry.rel, &tx, tid, &mut f, &wait)?;
+        let r = heap::update(&self.inner.env(), &table.entry.rel, &tx, tid, f, &wait)?;
         let out = match r {
             ModifyResult::Updated { tid, hot, values } => {
                 if !hot {
@@ -275,8 +290,6 @@ impl<'db> Transaction<'db> {
             ModifyResult::Done(t) => Some(t),
             ModifyResult::Gone => None,
         };
-        self.cid += 1;
-        self.end_command();
         Ok(out)
     }
 
@@ -292,13 +305,19 @@ impl<'db> Transaction<'db> {
     pub(crate) fn delete_raw(&mut self, rel: &Relation, tid: Tid) -> Result<bool> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
-        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.horizon);
+        let done = self.delete_in_command(rel, xid, &snap, tid)?;
+        self.cid += 1;
+        self.end_command();
+        Ok(done)
+    }
+
+    /// The delete itself, within a command whose snapshot `snap` is taken (and advertised).
+    fn delete_in_command(&mut self, rel: &Relation, xid: Xid, snap: &Snapshot, tid: Tid) -> Result<bool> {
+        let tx = tx_context(xid, self.cid, snap, self.rr(), self.horizon);
         let inner = self.inner.clone();
         let wait = move |other: Xid| inner.wait_for_xid(xid, other);
         let _writers = rel.write_lock.read();
         let r = heap::delete(&self.inner.env(), rel, &tx, tid, &wait)?;
-        self.cid += 1;
-        self.end_command();
         Ok(matches!(r, ModifyResult::Done(_)))
     }
 
@@ -413,22 +432,39 @@ impl Transaction<'_> {
 
     /// Updates the row whose key in `index` is `key` (see [`Transaction::update_with`]); `None`
     /// when there is none, or when a concurrent update moved it to another key.
+    ///
+    /// Finding the row and updating it are one command under one snapshot, which stays
+    /// advertised throughout, so the version found cannot be pruned before it is locked (as
+    /// PostgreSQL's UPDATE … WHERE finds and locks its rows in one statement). If the version
+    /// found was changed meanwhile, READ COMMITTED follows it to the newest version and
+    /// re-evaluates the key there (EvalPlanQual).
     pub fn update_by_key(
         &mut self,
         index: &Index,
         key: &[Value],
         mut f: impl FnMut(&[Value]) -> Result<Vec<Value>>,
     ) -> Result<Option<Tid>> {
-        let Some((tid, _)) = self.get(index, key)? else { return Ok(None) };
         let def = index.def.clone();
         let wanted = key.to_vec();
         let table = index.table();
-        // Re-evaluate the key on the version the update lands on (PostgreSQL's EvalPlanQual).
-        let r = self.update_with(&table, tid, |row| {
+        let mut g = |row: &[Value]| {
             if def.key_of(row) != wanted {
                 return Err(Error::NotFound(KEY_MOVED.into()));
             }
             f(row)
+        };
+        let r = self.command(|tx| {
+            let xid = tx.ensure_xid()?;
+            let snap = tx.command_snapshot()?;
+            let bound = KeyBound::Included(key.to_vec());
+            let found = tx.index_rows(index, &snap, &bound, &bound, ScanDirection::Forward, 1)?;
+            let out = match found.first() {
+                Some(&(tid, _)) => tx.update_in_command(&table, xid, &snap, tid, &mut g)?,
+                None => None,
+            };
+            tx.cid += 1;
+            tx.end_command();
+            Ok(out)
         });
         match r {
             Err(Error::NotFound(m)) if m == KEY_MOVED => Ok(None),
@@ -436,10 +472,27 @@ impl Transaction<'_> {
         }
     }
 
-    /// Deletes the row whose key in `index` is `key`; whether one was deleted.
+    /// Deletes the row whose key in `index` is `key` (found and deleted in one command, as
+    /// [`Transaction::update_by_key`]); whether one was deleted.
     pub fn delete_by_key(&mut self, index: &Index, key: &[Value]) -> Result<bool> {
-        let Some((tid, _)) = self.get(index, key)? else { return Ok(false) };
-        self.delete(&index.table(), tid)
+        let table = index.table();
+        let done = self.command(|tx| {
+            let xid = tx.ensure_xid()?;
+            let snap = tx.command_snapshot()?;
+            let bound = KeyBound::Included(key.to_vec());
+            let found = tx.index_rows(index, &snap, &bound, &bound, ScanDirection::Forward, 1)?;
+            let out = match found.first() {
+                Some(&(tid, _)) => tx.delete_in_command(&table.entry.rel, xid, &snap, tid)?,
+                None => false,
+            };
+            tx.cid += 1;
+            tx.end_command();
+            Ok(out)
+        })?;
+        if done {
+            self.inner.counters.tup_deleted.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(done)
     }
 
     /// Whether `snap` may use `index`: it must see the index's creation as committed.
