@@ -453,19 +453,8 @@ impl Transaction<'_> {
             }
             f(row)
         };
-        let r = self.command(|tx| {
-            let xid = tx.ensure_xid()?;
-            let snap = tx.command_snapshot()?;
-            let bound = KeyBound::Included(key.to_vec());
-            let found = tx.index_rows(index, &snap, &bound, &bound, ScanDirection::Forward, 1)?;
-            let out = match found.first() {
-                Some(&(tid, _)) => tx.update_in_command(&table, xid, &snap, tid, &mut g)?,
-                None => None,
-            };
-            tx.cid += 1;
-            tx.end_command();
-            Ok(out)
-        });
+        let r =
+            self.by_key(index, key, None, |tx, xid, snap, tid| tx.update_in_command(&table, xid, snap, tid, &mut g));
         match r {
             Err(Error::NotFound(m)) if m == KEY_MOVED => Ok(None),
             other => other,
@@ -476,23 +465,37 @@ impl Transaction<'_> {
     /// [`Transaction::update_by_key`]); whether one was deleted.
     pub fn delete_by_key(&mut self, index: &Index, key: &[Value]) -> Result<bool> {
         let table = index.table();
-        let done = self.command(|tx| {
+        let done = self
+            .by_key(index, key, false, |tx, xid, snap, tid| tx.delete_in_command(&table.entry.rel, xid, snap, tid))?;
+        if done {
+            self.inner.counters.tup_deleted.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(done)
+    }
+
+    /// One writing command on the row whose key in `index` is `key`: finds it under the
+    /// command's snapshot and runs `act` on it while that snapshot is still advertised (so the
+    /// version found cannot be pruned in between); `none` when there is no such row.
+    fn by_key<T>(
+        &mut self,
+        index: &Index,
+        key: &[Value],
+        none: T,
+        act: impl FnOnce(&mut Self, Xid, &Snapshot, Tid) -> Result<T>,
+    ) -> Result<T> {
+        self.command(|tx| {
             let xid = tx.ensure_xid()?;
             let snap = tx.command_snapshot()?;
             let bound = KeyBound::Included(key.to_vec());
             let found = tx.index_rows(index, &snap, &bound, &bound, ScanDirection::Forward, 1)?;
             let out = match found.first() {
-                Some(&(tid, _)) => tx.delete_in_command(&table.entry.rel, xid, &snap, tid)?,
-                None => false,
+                Some(&(tid, _)) => act(tx, xid, &snap, tid)?,
+                None => none,
             };
             tx.cid += 1;
             tx.end_command();
             Ok(out)
-        })?;
-        if done {
-            self.inner.counters.tup_deleted.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(done)
+        })
     }
 
     /// Whether `snap` may use `index`: it must see the index's creation as committed.
