@@ -394,7 +394,7 @@ impl VisibilityMap {
 
     /// Heap pages whose map bit claims more than the page holds: ALL_VISIBLE set while the
     /// page lacks `PD_ALL_VISIBLE` (DESIGN.md §4.4), or ALL_FROZEN without ALL_VISIBLE.
-    /// `heap_page` reads one heap page's `pd_flags`; used by tests and, later, `check`.
+    /// `heap_flags` reads one heap page's `pd_flags`; used by tests and, later, `check`.
     pub fn violations(
         &self,
         pool: &BufferPool,
