@@ -4,7 +4,7 @@
 //!
 //! Layers, each importing only from those above it in this list:
 //! [`types`], [`error`], [`io`], [`page`], [`smgr`], [`buffer`], [`wal`], [`xact`], [`heap`],
-//! [`index`], [`btree`], [`catalog`], [`db`], [`check`].
+//! [`vm`], [`fsm`], [`index`], [`btree`], [`catalog`], [`db`], [`check`].
 
 pub mod btree;
 pub mod buffer;
@@ -13,12 +13,14 @@ pub mod check;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod fsm;
 pub mod heap;
 pub mod index;
 pub mod io;
 pub mod page;
 pub mod smgr;
 pub mod types;
+pub mod vm;
 pub mod wal;
 pub mod xact;
 

@@ -45,8 +45,7 @@ use crate::xact::{Snapshot, TransactionManager, XactOptions};
 
 pub const XLOG_CHECKPOINT: u8 = 0x00;
 pub const XLOG_CHECKPOINT_SHUTDOWN: u8 = 0x10;
-pub const STORAGE_CREATE: u8 = 0x00;
-pub const STORAGE_TRUNCATE: u8 = 0x10;
+pub use crate::wal::{STORAGE_CREATE, STORAGE_TRUNCATE};
 
 pub fn control_path(dir: &Path) -> PathBuf {
     dir.join("global").join("pg_control")
@@ -88,10 +87,11 @@ pub fn redo_blocks(rec: &DecodedRecord, pool: &BufferPool) -> Result<()> {
                     format!("record changes block {} of {} which is empty", tag.block, tag.rel),
                 ));
             }
-            if !page::is_new(&g.0) && matches!(rec.rmgr, Rmgr::Heap | Rmgr::Heap2) {
+            if !page::is_new(&g.0) && matches!(rec.rmgr, Rmgr::Heap | Rmgr::Heap2) && tag.fork == Fork::Main {
                 page::validate_items(&g.0, tag.rel, tag.block)?;
             }
             match rec.rmgr {
+                Rmgr::Heap2 if crate::vm::is_vm_record(rec) => crate::vm::redo_block(rec, b.id, tag.block, &mut g.0)?,
                 Rmgr::Heap | Rmgr::Heap2 => heap::wal::redo_block(rec, b.id, tag.block, &b.data, &mut g.0)?,
                 Rmgr::Btree => crate::btree::wal::redo_block(rec, b.id, tag.block, &b.data, &mut g.0)?,
                 other => {
@@ -143,8 +143,7 @@ impl CheckpointInfo {
 
 /// Logs the creation of a relation fork, then creates it (redo creates it again).
 pub fn log_create(wal: &Wal, smgr: &Smgr, rel: Oid, fork: Fork) -> Result<()> {
-    let mut main = rel.0.to_le_bytes().to_vec();
-    main.push(fork as u8);
+    let main = wal::storage_main_data(rel, fork, None);
     let lsn = wal.insert(&RecordBuilder {
         rmgr: Rmgr::Storage,
         info: STORAGE_CREATE,
@@ -189,6 +188,7 @@ pub fn describe_record(rec: &DecodedRecord) -> String {
     match rec.rmgr {
         Rmgr::Xlog => CheckpointInfo::describe(rec),
         Rmgr::Storage => describe_storage(rec),
+        Rmgr::Heap2 if crate::vm::is_vm_record(rec) => crate::vm::describe(rec),
         Rmgr::Heap | Rmgr::Heap2 => heap::wal::describe(rec),
         Rmgr::Btree => crate::btree::wal::describe(rec),
         Rmgr::Xact | Rmgr::Clog => crate::xact::describe(rec),

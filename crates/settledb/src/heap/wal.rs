@@ -8,7 +8,14 @@
 //! | Heap  | 0x40 | HOT_UPDATE    | page (+tuple)    |           | as UPDATE                          |
 //! | Heap  | 0x70 | INPLACE       | target (+data)   |           | offnum                             |
 //! | Heap2 | 0x10 | PRUNE         | target           |           | prune_xid, redirects, dead, unused |
+//! | Heap2 | 0x40 | VISIBLE       | VM page          | heap page | heap block, VM bits, flags         |
 //! | Heap2 | 0x50 | MULTI_INSERT  | target (+tuples) |           | flags, offsets                     |
+//! | Heap2 | 0x80 | VM_CLEAR      | VM page          |           | first heap block, count, VM bits   |
+//!
+//! VISIBLE and VM_CLEAR belong to the visibility map; their encoding, redo and description
+//! live in [`crate::vm`], and the recovery driver routes them there. (PostgreSQL has no
+//! VM_CLEAR: it clears VM bits as part of the heap change's own record. 0x80 is not a Heap2
+//! operation code in PostgreSQL, so it cannot collide with one we adopt later.)
 //!
 //! A logged tuple is its header's `t_infomask2`, `t_infomask`, `t_hoff` and every byte after
 //! the fixed 23-byte header (null bitmap, padding, data): redo rebuilds `t_xmin` from the
@@ -37,6 +44,10 @@ pub const XLOG_HEAP_HOT_UPDATE: u8 = 0x40;
 pub const XLOG_HEAP_INPLACE: u8 = 0x70;
 pub const XLOG_HEAP2_PRUNE: u8 = 0x10;
 pub const XLOG_HEAP2_MULTI_INSERT: u8 = 0x50;
+/// Set visibility-map bits and `PD_ALL_VISIBLE` ([`crate::vm`]).
+pub const XLOG_HEAP2_VISIBLE: u8 = 0x40;
+/// Clear visibility-map bits of a range of heap blocks on one map page ([`crate::vm`]).
+pub const XLOG_HEAP2_VM_CLEAR: u8 = 0x80;
 
 /// The page was initialized by this record (redo re-initializes it).
 pub const FLAG_INIT_PAGE: u8 = 0x01;

@@ -162,6 +162,21 @@ impl Rmgr {
     }
 }
 
+/// `Storage` rmgr info: a relation fork was created (redo: `db::startup::redo_storage`).
+pub const STORAGE_CREATE: u8 = 0x00;
+/// `Storage` rmgr info: a relation fork was truncated to a number of blocks.
+pub const STORAGE_TRUNCATE: u8 = 0x10;
+
+/// Main data of a `Storage` record: file node u32, fork u8, and for TRUNCATE the new size u32.
+pub fn storage_main_data(rel: crate::types::Oid, fork: crate::types::Fork, nblocks: Option<u32>) -> Vec<u8> {
+    let mut main = rel.0.to_le_bytes().to_vec();
+    main.push(fork as u8);
+    if let Some(n) = nblocks {
+        main.extend_from_slice(&n.to_le_bytes());
+    }
+    main
+}
+
 /// One block a record changes.
 pub struct BlockRef<'a> {
     pub id: u8,

@@ -1,0 +1,517 @@
+//! The visibility map (PostgreSQL's `visibilitymap.c`): two bits per heap page, kept in the
+//! relation's `_vm` fork, telling VACUUM which pages it may skip and index-only scans which
+//! heap pages they need not visit.
+//!
+//! # What the bits mean
+//!
+//! * `ALL_VISIBLE` (0x01): every tuple on the heap page is visible to every current and future
+//!   snapshot. VACUUM's phase I skips such pages (a non-aggressive vacuum has nothing to prune
+//!   there); index-only scans trust the index entry without fetching the heap tuple.
+//! * `ALL_FROZEN` (0x02): additionally every tuple is frozen, so even an aggressive
+//!   (anti-wraparound) vacuum may skip the page. It is never set without `ALL_VISIBLE`.
+//!
+//! A bit may be clear although the page would qualify (the map is conservative); a set bit
+//! must be true. That is DESIGN.md §4 invariant 4: *the map never claims more than the heap page
+//! holds*, and the heap page's own `PD_ALL_VISIBLE` flag agrees with `ALL_VISIBLE`.
+//!
+//! # Layout
+//!
+//! Map pages are standard 8 KB pages: the 24-byte page header, then the bitmap to the end of
+//! the page (`pd_lower = pd_upper = pd_special = 8192`, so a full-page image has no "hole" and
+//! keeps the whole bitmap). Heap block `b` lives in
+//!
+//! ```text
+//!   map block  = b / HEAPBLOCKS_PER_PAGE          (HEAPBLOCKS_PER_PAGE = 8168 * 4 = 32672)
+//!   byte       = 24 + (b % HEAPBLOCKS_PER_PAGE) / 4
+//!   bits       = 2 * (b % 4) .. 2 * (b % 4) + 2    ALL_VISIBLE is the low bit of the pair
+//!
+//!   byte 24 of map block 0:  | b3 F V | b2 F V | b1 F V | b0 F V |   (bit 7 .. bit 0)
+//! ```
+//!
+//! A missing fork, a map block past the fork's end and an all-zero (never initialized) map page
+//! all read as "no bits set".
+//!
+//! # Interface
+//!
+//! [`VisibilityMap`] is the map of one heap relation (one per relation: it owns the lock that
+//! serializes extending the fork). [`VisibilityMap::get`] reads a page's bits,
+//! [`VisibilityMap::set`] sets them together with `PD_ALL_VISIBLE`, [`VisibilityMap::clear`]
+//! clears them, [`VisibilityMap::count`] counts set bits (`settle inspect`, the `visibility
+//! map:` line of VACUUM VERBOSE, pg_visibility's `pg_visibility_map_summary`), and
+//! [`VisibilityMap::truncate`] forgets heap pages past a new end (VACUUM's truncation).
+//!
+//! # Locking
+//!
+//! `set` runs with the heap page exclusively locked (the caller holds the lock and passes the
+//! page bytes); it then takes the map page's exclusive lock: heap page before map page, as in
+//! PostgreSQL. Map pages are locked only briefly and never while waiting for anything else.
+//! `clear` is called by the code that changes the heap page, with that page still locked, so no
+//! reader can see the changed heap page and a still-set bit... except index-only scans, which
+//! read the map without the heap lock: like PostgreSQL's, they must recheck what they read
+//! (a bit cleared a moment later is the ordinary race of a concurrent writer).
+//! PostgreSQL pins the map page before locking the heap page so that no I/O happens under
+//! the heap lock (`visibilitymap_pin`); here the map page is read while the heap page is locked,
+//! which is correct, only slower when the map page is not cached.
+//!
+//! # WAL
+//!
+//! * `set` logs one `Heap2 VISIBLE` record: block 0 is the map page, block 1 the heap page
+//!   (so the heap page gets a full-page image when it is its first change since the checkpoint's
+//!   redo pointer: `PD_ALL_VISIBLE` is not a hint, and a torn heap page must be repairable), and
+//!   both pages get the record's end LSN. A map page created by the record (it was all zeros)
+//!   is initialized by its redo (`FLAG_INIT_PAGE`, `will_init`), so extending the fork needs no
+//!   record of its own; the zero pages an extension leaves in between are read as empty.
+//! * `clear` logs a `Heap2 VM_CLEAR` record (block 0: the map page; main data: first heap
+//!   block, count, bits). PostgreSQL instead clears the bits in the redo of the heap record
+//!   that made the page not all-visible; a standalone record keeps this module independent of
+//!   every heap record format, at the cost of one small record per clear. Its redo only clears
+//!   bits, so applying it twice is harmless. Clearing `ALL_VISIBLE` also clears `ALL_FROZEN`.
+//! * `truncate` clears the tail of the last remaining map page with VM_CLEAR and shortens the
+//!   fork with a `Storage TRUNCATE` record, flushed before the file is cut.
+//!
+//! The caller of `clear` clears `PD_ALL_VISIBLE` itself as part of its own logged heap change
+//! (heap redo already does: see `heap::wal::apply_xmax`). Order: clear the flag and the bit
+//! under the same heap page lock; a crash between the two records leaves a bit set on a page
+//! whose flag is clear only if the heap change's record was lost too, and then the page is
+//! still all-visible.
+//!
+//! # What VACUUM will do with it
+//!
+//! Phase I reads the map to skip all-visible pages (all-frozen ones in an aggressive run),
+//! and after pruning and freezing a page whose tuples are all visible (and frozen) calls `set`
+//! under the page's exclusive lock. Inserts, updates and deletes call `clear` when they touch a
+//! page with `PD_ALL_VISIBLE`. After truncating empty tail pages VACUUM calls `truncate`.
+//! VACUUM VERBOSE's `visibility map:` line and `settle inspect` report `count`.
+
+use parking_lot::Mutex;
+
+use crate::buffer::{Buffer, BufferPool};
+use crate::error::{Error, Result};
+use crate::heap::wal::{Cursor, FLAG_INIT_PAGE, XLOG_HEAP2_VISIBLE, XLOG_HEAP2_VM_CLEAR};
+use crate::heap::HeapEnv;
+use crate::page::{self, BLCKSZ, PAGE_HEADER_SIZE, PD_ALL_VISIBLE};
+use crate::types::{BlockNumber, BufferTag, Fork, Lsn, Oid, Xid};
+use crate::wal::{BlockRef, DecodedRecord, RecordBuilder, Rmgr};
+
+/// Bytes of bitmap on one map page.
+pub const MAPSIZE: usize = BLCKSZ - PAGE_HEADER_SIZE;
+/// Heap pages described by one bitmap byte.
+pub const HEAPBLOCKS_PER_BYTE: u32 = 4;
+/// Heap pages described by one map page (32672).
+pub const HEAPBLOCKS_PER_PAGE: u32 = MAPSIZE as u32 * HEAPBLOCKS_PER_BYTE;
+
+const _: () = assert!(MAPSIZE == 8168 && HEAPBLOCKS_PER_PAGE == 32672);
+
+/// The two bits of one heap page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VmBits(pub u8);
+
+impl VmBits {
+    pub const NONE: VmBits = VmBits(0);
+    pub const ALL_VISIBLE: VmBits = VmBits(0x01);
+    pub const ALL_FROZEN: VmBits = VmBits(0x02);
+    pub const VALID: VmBits = VmBits(0x03);
+
+    pub fn all_visible(self) -> bool {
+        self.0 & Self::ALL_VISIBLE.0 != 0
+    }
+
+    pub fn all_frozen(self) -> bool {
+        self.0 & Self::ALL_FROZEN.0 != 0
+    }
+
+    pub fn contains(self, other: VmBits) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for VmBits {
+    type Output = VmBits;
+    fn bitor(self, o: VmBits) -> VmBits {
+        VmBits(self.0 | o.0)
+    }
+}
+
+impl std::fmt::Display for VmBits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = [(self.all_visible(), "ALL_VISIBLE"), (self.all_frozen(), "ALL_FROZEN")]
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|&(_, n)| n)
+            .collect();
+        if names.is_empty() {
+            f.write_str("0")
+        } else {
+            f.write_str(&names.join("|"))
+        }
+    }
+}
+
+/// Where a heap block's bits live: map block, byte offset within the page, bit shift.
+pub fn location(heap_block: BlockNumber) -> (BlockNumber, usize, u32) {
+    let map_block = heap_block.0 / HEAPBLOCKS_PER_PAGE;
+    let within = heap_block.0 % HEAPBLOCKS_PER_PAGE;
+    let byte = PAGE_HEADER_SIZE + (within / HEAPBLOCKS_PER_BYTE) as usize;
+    (BlockNumber(map_block), byte, 2 * (within % HEAPBLOCKS_PER_BYTE))
+}
+
+/// Number of map pages needed to describe `heap_nblocks` heap pages.
+pub fn map_pages_for(heap_nblocks: u32) -> u32 {
+    heap_nblocks.div_ceil(HEAPBLOCKS_PER_PAGE)
+}
+
+/// Initializes an empty map page: a standard header whose content area is the whole page.
+pub fn init_page(p: &mut [u8]) {
+    page::init(p, 0);
+    page::set_lower(p, BLCKSZ as u16);
+}
+
+fn bits_at(p: &[u8], heap_block: BlockNumber) -> VmBits {
+    if page::is_new(p) {
+        return VmBits::NONE;
+    }
+    let (_, byte, shift) = location(heap_block);
+    VmBits((p[byte] >> shift) & VmBits::VALID.0)
+}
+
+/// Sets bits on a map page (live path and redo).
+pub fn apply_set(p: &mut [u8], heap_block: BlockNumber, bits: VmBits) {
+    let (_, byte, shift) = location(heap_block);
+    p[byte] |= (bits.0 & VmBits::VALID.0) << shift;
+}
+
+/// Clears `bits` for `count` heap blocks from `first` (all on one map page). Clearing
+/// ALL_VISIBLE clears ALL_FROZEN too. Returns whether any bit changed (live path and redo).
+pub fn apply_clear(p: &mut [u8], first: BlockNumber, count: u32, bits: VmBits) -> bool {
+    let mask = effective_clear_mask(bits);
+    let mut changed = false;
+    for b in first.0..first.0.saturating_add(count) {
+        let (_, byte, shift) = location(BlockNumber(b));
+        let m = mask << shift;
+        changed |= p[byte] & m != 0;
+        p[byte] &= !m;
+    }
+    changed
+}
+
+fn effective_clear_mask(bits: VmBits) -> u8 {
+    if bits.all_visible() {
+        VmBits::VALID.0
+    } else {
+        bits.0 & VmBits::VALID.0
+    }
+}
+
+/// The visibility map of one heap relation.
+pub struct VisibilityMap {
+    /// The heap relation's file node (the map is its `_vm` fork).
+    rel: Oid,
+    /// Serializes extending the fork (PostgreSQL's relation extension lock).
+    extend_lock: Mutex<()>,
+}
+
+impl VisibilityMap {
+    pub fn new(rel: Oid) -> VisibilityMap {
+        VisibilityMap { rel, extend_lock: Mutex::new(()) }
+    }
+
+    pub fn rel(&self) -> Oid {
+        self.rel
+    }
+
+    fn tag(&self, map_block: BlockNumber) -> BufferTag {
+        BufferTag { rel: self.rel, fork: Fork::Vm, block: map_block }
+    }
+
+    /// Pins an existing map page, or `None` when the fork does not reach it.
+    fn existing<'p>(&self, pool: &'p BufferPool, map_block: BlockNumber) -> Result<Option<Buffer<'p>>> {
+        if map_block.0 >= pool.smgr().nblocks(self.rel, Fork::Vm)? {
+            return Ok(None);
+        }
+        Ok(Some(pool.read(self.tag(map_block), None)?))
+    }
+
+    /// Pins a map page, extending the fork with zero pages up to it first.
+    fn pin_or_extend<'p>(&self, pool: &'p BufferPool, map_block: BlockNumber) -> Result<Buffer<'p>> {
+        if map_block.0 >= pool.smgr().nblocks(self.rel, Fork::Vm)? {
+            let _ext = self.extend_lock.lock();
+            while map_block.0 >= pool.smgr().nblocks(self.rel, Fork::Vm)? {
+                drop(pool.extend(self.rel, Fork::Vm, None)?);
+            }
+        }
+        pool.read(self.tag(map_block), None)
+    }
+
+    /// The bits of `heap_block` (0 when the fork or the map page does not exist).
+    pub fn get(&self, pool: &BufferPool, heap_block: BlockNumber) -> Result<VmBits> {
+        let (map_block, _, _) = location(heap_block);
+        let Some(buf) = self.existing(pool, map_block)? else { return Ok(VmBits::NONE) };
+        let g = buf.read();
+        Ok(bits_at(&g.0, heap_block))
+    }
+
+    /// Sets `bits` for the heap page in `heap_buf` and `PD_ALL_VISIBLE` on the page itself.
+    /// The caller holds the heap page's exclusive lock; `heap_page` is its bytes. Returns the
+    /// record's end LSN, or `None` when everything was already set (nothing logged).
+    ///
+    /// The caller guarantees the claim is true (every tuple visible to all, and frozen for
+    /// ALL_FROZEN). ALL_FROZEN is refused without ALL_VISIBLE in the result.
+    pub fn set(
+        &self,
+        env: &HeapEnv<'_>,
+        heap_buf: &Buffer<'_>,
+        heap_page: &mut [u8],
+        bits: VmBits,
+    ) -> Result<Option<Lsn>> {
+        let heap_tag = heap_buf.tag();
+        let heap_block = heap_tag.block;
+        if heap_tag.rel != self.rel || heap_tag.fork != Fork::Main {
+            return Err(Error::invalid(format!("visibility map of {} asked to set bits for {:?}", self.rel, heap_tag)));
+        }
+        if bits.0 & !VmBits::VALID.0 != 0 || bits == VmBits::NONE {
+            return Err(Error::invalid(format!("invalid visibility map bits 0x{:02X}", bits.0)));
+        }
+        if page::is_new(heap_page) {
+            return Err(Error::invalid(format!("heap block {heap_block} of {} is not initialized", self.rel)));
+        }
+        let (map_block, _, _) = location(heap_block);
+        let map_buf = self.pin_or_extend(env.pool, map_block)?;
+        let mut g = map_buf.write();
+        let old = bits_at(&g.0, heap_block);
+        if !(old | bits).all_visible() {
+            return Err(Error::invalid("ALL_FROZEN cannot be set without ALL_VISIBLE"));
+        }
+        let flag_set = page::flags(heap_page) & PD_ALL_VISIBLE != 0;
+        if old.contains(bits) && flag_set {
+            return Ok(None);
+        }
+        let init = page::is_new(&g.0);
+        if init {
+            init_page(&mut g.0);
+        }
+        apply_set(&mut g.0, heap_block, bits);
+        page::set_flags(heap_page, page::flags(heap_page) | PD_ALL_VISIBLE);
+        let mut main = heap_block.0.to_le_bytes().to_vec();
+        main.push(bits.0);
+        main.push(if init { FLAG_INIT_PAGE } else { 0 });
+        let lsn = env.wal.insert(&RecordBuilder {
+            rmgr: Rmgr::Heap2,
+            info: XLOG_HEAP2_VISIBLE,
+            xid: Xid::INVALID,
+            blocks: vec![
+                BlockRef { id: 0, tag: self.tag(map_block), will_init: init, page: Some(&g.0), data: vec![] },
+                BlockRef { id: 1, tag: heap_tag, will_init: false, page: Some(heap_page), data: vec![] },
+            ],
+            main_data: main,
+        })?;
+        page::set_lsn(&mut g.0, lsn);
+        page::set_lsn(heap_page, lsn);
+        map_buf.mark_dirty();
+        heap_buf.mark_dirty();
+        Ok(Some(lsn))
+    }
+
+    /// Clears `bits` of `heap_block` (ALL_VISIBLE takes ALL_FROZEN with it). Called with the
+    /// heap page exclusively locked by the code that changes it, which clears `PD_ALL_VISIBLE`
+    /// in its own logged change. Returns the record's end LSN, or `None` when nothing was set.
+    pub fn clear(&self, env: &HeapEnv<'_>, heap_block: BlockNumber, bits: VmBits) -> Result<Option<Lsn>> {
+        self.clear_range(env, heap_block, 1, bits)
+    }
+
+    /// Clears bits for `count` heap blocks from `first`, all on one map page.
+    fn clear_range(&self, env: &HeapEnv<'_>, first: BlockNumber, count: u32, bits: VmBits) -> Result<Option<Lsn>> {
+        let (map_block, _, _) = location(first);
+        debug_assert!(count >= 1 && location(BlockNumber(first.0 + count - 1)).0 == map_block);
+        let Some(buf) = self.existing(env.pool, map_block)? else { return Ok(None) };
+        let mut g = buf.write();
+        if page::is_new(&g.0) || !apply_clear(&mut g.0, first, count, bits) {
+            return Ok(None);
+        }
+        let mut main = first.0.to_le_bytes().to_vec();
+        main.extend_from_slice(&count.to_le_bytes());
+        main.push(bits.0);
+        let lsn = env.wal.insert(&RecordBuilder {
+            rmgr: Rmgr::Heap2,
+            info: XLOG_HEAP2_VM_CLEAR,
+            xid: Xid::INVALID,
+            blocks: vec![BlockRef {
+                id: 0,
+                tag: self.tag(map_block),
+                will_init: false,
+                page: Some(&g.0),
+                data: vec![],
+            }],
+            main_data: main,
+        })?;
+        page::set_lsn(&mut g.0, lsn);
+        buf.mark_dirty();
+        Ok(Some(lsn))
+    }
+
+    /// `(all_visible_pages, all_frozen_pages)` over the whole map.
+    pub fn count(&self, pool: &BufferPool) -> Result<(u64, u64)> {
+        let (mut visible, mut frozen) = (0u64, 0u64);
+        for b in 0..pool.smgr().nblocks(self.rel, Fork::Vm)? {
+            let buf = pool.read(self.tag(BlockNumber(b)), None)?;
+            let g = buf.read();
+            if page::is_new(&g.0) {
+                continue;
+            }
+            for &byte in &g.0[PAGE_HEADER_SIZE..] {
+                visible += u64::from((byte & 0b0101_0101).count_ones());
+                frozen += u64::from((byte & 0b1010_1010).count_ones());
+            }
+        }
+        Ok((visible, frozen))
+    }
+
+    /// Forgets every heap page at or past `new_heap_nblocks` (after the heap was truncated to
+    /// that size): clears their bits on the last remaining map page and cuts the fork after it.
+    /// Both steps are WAL-logged.
+    pub fn truncate(&self, env: &HeapEnv<'_>, new_heap_nblocks: u32) -> Result<()> {
+        let _ext = self.extend_lock.lock();
+        let old_map_pages = env.pool.smgr().nblocks(self.rel, Fork::Vm)?;
+        let keep = map_pages_for(new_heap_nblocks);
+        let tail = new_heap_nblocks % HEAPBLOCKS_PER_PAGE;
+        if tail != 0 && keep <= old_map_pages {
+            let count = HEAPBLOCKS_PER_PAGE - tail;
+            self.clear_range(env, BlockNumber(new_heap_nblocks), count, VmBits::VALID)?;
+        }
+        if keep < old_map_pages {
+            let lsn = env.wal.insert(&RecordBuilder {
+                rmgr: Rmgr::Storage,
+                info: crate::wal::STORAGE_TRUNCATE,
+                xid: Xid::INVALID,
+                blocks: vec![],
+                main_data: crate::wal::storage_main_data(self.rel, Fork::Vm, Some(keep)),
+            })?;
+            env.wal.flush(lsn)?;
+            env.pool.drop_relation_buffers(self.rel, Some(Fork::Vm), BlockNumber(keep))?;
+            env.pool.smgr().truncate(self.rel, Fork::Vm, keep)?;
+        }
+        Ok(())
+    }
+
+    /// Heap pages whose map bit claims more than the page holds: ALL_VISIBLE set while the
+    /// page lacks `PD_ALL_VISIBLE` (DESIGN.md §4.4), or ALL_FROZEN without ALL_VISIBLE.
+    /// `heap_flags` reads one heap page's `pd_flags`; used by tests and, later, `check`.
+    pub fn violations(
+        &self,
+        pool: &BufferPool,
+        heap_nblocks: u32,
+        mut heap_flags: impl FnMut(BlockNumber) -> Result<u16>,
+    ) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for b in 0..heap_nblocks {
+            let block = BlockNumber(b);
+            let bits = self.get(pool, block)?;
+            if bits.all_frozen() && !bits.all_visible() {
+                out.push(format!("heap block {block}: ALL_FROZEN without ALL_VISIBLE"));
+            }
+            if bits.all_visible() && heap_flags(block)? & PD_ALL_VISIBLE == 0 {
+                out.push(format!("heap block {block}: map says {bits} but the page lacks PD_ALL_VISIBLE"));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Whether a record belongs to the visibility map (the recovery driver routes it here).
+pub fn is_vm_record(rec: &DecodedRecord) -> bool {
+    rec.rmgr == Rmgr::Heap2 && matches!(rec.info & 0xF0, XLOG_HEAP2_VISIBLE | XLOG_HEAP2_VM_CLEAR)
+}
+
+/// Applies one block of a VISIBLE or VM_CLEAR record (the caller restored images, skipped
+/// pages already covering the record, and stamps the LSN).
+pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, p: &mut [u8]) -> Result<()> {
+    let mut m = Cursor::new(&rec.main_data, rec.lsn);
+    match rec.info & 0xF0 {
+        XLOG_HEAP2_VISIBLE => {
+            let heap_block = BlockNumber(m.u32()?);
+            let bits = VmBits(m.u8()?);
+            let flags = m.u8()?;
+            match block_id {
+                0 => {
+                    if flags & FLAG_INIT_PAGE != 0 {
+                        init_page(p);
+                    } else if page::is_new(p) {
+                        return Err(Error::corrupt_wal(
+                            rec.lsn,
+                            format!("VISIBLE names map block {block}, which is empty"),
+                        ));
+                    }
+                    apply_set(p, heap_block, bits);
+                }
+                _ => {
+                    if page::is_new(p) {
+                        return Err(Error::corrupt_wal(
+                            rec.lsn,
+                            format!("VISIBLE names heap block {block}, which is empty"),
+                        ));
+                    }
+                    page::set_flags(p, page::flags(p) | PD_ALL_VISIBLE);
+                }
+            }
+        }
+        XLOG_HEAP2_VM_CLEAR => {
+            let first = BlockNumber(m.u32()?);
+            let count = m.u32()?;
+            let bits = VmBits(m.u8()?);
+            if count == 0 || location(BlockNumber(first.0.saturating_add(count - 1))).0 != location(first).0 {
+                return Err(Error::corrupt_wal(rec.lsn, "VM_CLEAR range spans map pages"));
+            }
+            if !page::is_new(p) {
+                apply_clear(p, first, count, bits);
+            }
+        }
+        other => return Err(Error::corrupt_wal(rec.lsn, format!("not a visibility map record: 0x{other:02X}"))),
+    }
+    Ok(())
+}
+
+/// One-line description for `settle waldump`.
+pub fn describe(rec: &DecodedRecord) -> String {
+    let mut m = Cursor::new(&rec.main_data, rec.lsn);
+    let r: Result<String> = (|| {
+        Ok(match rec.info & 0xF0 {
+            XLOG_HEAP2_VISIBLE => {
+                let heap_block = m.u32()?;
+                let bits = VmBits(m.u8()?);
+                let flags = m.u8()?;
+                let init = if flags & FLAG_INIT_PAGE != 0 { ", init map page" } else { "" };
+                format!("VISIBLE heap block: {heap_block}, flags: {bits}{init}")
+            }
+            XLOG_HEAP2_VM_CLEAR => {
+                let first = m.u32()?;
+                let count = m.u32()?;
+                format!(
+                    "VM_CLEAR heap blocks: {first}..{}, flags: {}",
+                    u64::from(first) + u64::from(count),
+                    VmBits(m.u8()?)
+                )
+            }
+            _ => format!("UNKNOWN info 0x{:02X}", rec.info),
+        })
+    })();
+    r.unwrap_or_else(|e| format!("(undecodable: {e})"))
+}
+
+/// Human rendering of one map page (`settle inspect`): the heap blocks with bits set.
+pub fn describe_page(p: &[u8], map_block: BlockNumber) -> String {
+    if page::is_new(p) {
+        return format!("visibility map block {map_block}: new (no bits set)");
+    }
+    let base = map_block.0 * HEAPBLOCKS_PER_PAGE;
+    let mut lines = vec![format!("visibility map block {map_block}: lsn {}", page::lsn(p))];
+    for i in 0..HEAPBLOCKS_PER_PAGE {
+        let b = BlockNumber(base + i);
+        let bits = bits_at(p, b);
+        if bits != VmBits::NONE {
+            lines.push(format!("  heap block {b}: {bits}"));
+        }
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests;
