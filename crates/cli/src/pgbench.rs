@@ -42,6 +42,9 @@ pub struct PgbenchFigures {
     /// Pages of pgbench_accounts and of its primary key after the load.
     pub accounts_pages: u64,
     pub accounts_pkey_pages: u64,
+    /// Shared-buffer hits and reads (misses) per transaction during the run (settledb only).
+    pub buffer_hits_per_tx: Option<f64>,
+    pub buffer_reads_per_tx: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -251,7 +254,10 @@ fn settledb_run(scale: u32, clients: usize, seconds: f64, select: bool, set: &[S
         init(&db, scale)?;
         let accounts_pages = u64::from(db.table_pages(&db.table("pgbench_accounts")?)?);
         let accounts_pkey_pages = u64::from(db.index_pages(&db.index("pgbench_accounts_pkey")?)?);
+        let before = db.stats().buffers;
         let (transactions, retries, elapsed) = run_clients(&db, scale, clients, seconds, select)?;
+        let used = db.stats().buffers.since(before);
+        let per_tx = |n: u64| (transactions > 0).then(|| n as f64 / transactions as f64);
         verify_balances(&db)?;
         db.close()?;
         Ok(PgbenchFigures {
@@ -265,6 +271,8 @@ fn settledb_run(scale: u32, clients: usize, seconds: f64, select: bool, set: &[S
             select_only: select,
             accounts_pages,
             accounts_pkey_pages,
+            buffer_hits_per_tx: per_tx(used.hits),
+            buffer_reads_per_tx: per_tx(used.reads),
         })
     })();
     let _ = std::fs::remove_dir_all(&dir);
@@ -342,6 +350,8 @@ fn postgres_run(
         select_only: select,
         accounts_pages,
         accounts_pkey_pages,
+        buffer_hits_per_tx: None,
+        buffer_reads_per_tx: None,
     })
 }
 
@@ -386,6 +396,9 @@ pub fn run(
             "{:<10} {:>9.1} {:>13} {:>12.0} {:>8} {:>15} {:>15}",
             f.engine, f.seconds, f.transactions, f.tps, f.retries, f.accounts_pages, f.accounts_pkey_pages
         );
+    }
+    if let (Some(h), Some(r)) = (report.settledb.buffer_hits_per_tx, report.settledb.buffer_reads_per_tx) {
+        println!("settledb shared buffers per transaction: {h:.2} hits, {r:.2} reads");
     }
     if let Some(r) = report.tps_ratio {
         println!("settledb/postgres: {r:.2}x");
