@@ -3,7 +3,8 @@
 //! * `settle check DIR`: opens the data directory (running crash recovery if needed) and
 //!   verifies every invariant `settledb::check` knows; exits 1 naming each problem.
 //! * `settle waldump DIR`: prints WAL records one per line, like `pg_waldump`.
-//! * `settle inspect DIR page TABLE BLOCK`: a page with its line pointers and tuple headers.
+//! * `settle inspect DIR page|index|vm|fsm NAME BLOCK`: a heap page with its line pointers and
+//!   tuple headers, a B-tree page, or the visibility-map / free-space-map page of a heap block.
 //! * `settle bench load --rows N`: bulk-loads pgbench_accounts-shaped rows and reports the rate,
 //!   pages, WAL and full-page images, optionally next to PostgreSQL 15 doing the same.
 //! * `settle bench pgbench -s S -c C -T T [-S]`: pgbench's transactions through the embedded API,
@@ -60,12 +61,15 @@ enum Cmd {
         #[arg(long)]
         stats: bool,
     },
-    /// Show a page: header, line pointers, tuple headers and values (like pageinspect).
+    /// Show a page: `page TABLE BLOCK` (heap page: line pointers, tuple headers, values, like
+    /// pageinspect), `index NAME BLOCK` (B-tree page, like bt_page_items), `vm TABLE BLOCK` or
+    /// `fsm TABLE BLOCK` (the visibility-map or free-space-map page covering heap block BLOCK).
     Inspect {
         dir: PathBuf,
-        /// What to show; only `page` for now.
+        /// `page`, `index`, `vm` or `fsm`.
         what: String,
-        table: String,
+        /// The table (or, for `index`, the index).
+        name: String,
         block: u32,
     },
     /// Benchmarks (programs that print figures).
@@ -88,7 +92,7 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Cmd::Check { dir, set } => check(dir, &set),
         Cmd::Waldump { dir, limit, stats } => waldump(dir, limit, stats),
-        Cmd::Inspect { dir, what, table, block } => inspect(dir, &what, &table, block),
+        Cmd::Inspect { dir, what, name, block } => inspect(dir, &what, &name, block),
         Cmd::Bench(b) => bench::run(b),
     };
     match r {
@@ -161,14 +165,22 @@ fn waldump(dir: PathBuf, limit: Option<u64>, stats: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn inspect(dir: PathBuf, what: &str, table: &str, block: u32) -> Result<ExitCode> {
+fn inspect(dir: PathBuf, what: &str, name: &str, block: u32) -> Result<ExitCode> {
     require_data_dir(&dir)?;
-    if what != "page" {
-        bail!("settle inspect: unknown object {what:?} (expected \"page\")");
+    if !matches!(what, "page" | "index" | "vm" | "fsm") {
+        bail!("settle inspect: unknown object {what:?} (expected page, index, vm or fsm)");
     }
     let db = Database::open(&dir, Config::default())?;
-    let t = db.table(table)?;
-    print!("{}", db.describe_page(&t, block, true)?);
+    let out = match what {
+        "page" => db.describe_page(&db.table(name)?, block, true)?,
+        "index" => db.describe_index_page(&db.index(name)?, block)?,
+        "vm" => db.describe_map_page(&db.table(name)?, settledb::types::Fork::Vm, block)?,
+        _ => db.describe_map_page(&db.table(name)?, settledb::types::Fork::Fsm, block)?,
+    };
+    print!("{out}");
+    if !out.ends_with('\n') {
+        println!();
+    }
     db.close()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -39,6 +39,16 @@ fn load_then_check_waldump_inspect() {
     let (ok, out, _) = settle(&["inspect", d, "page", "pgbench_accounts", "0"]);
     assert!(ok);
     assert_eq!(out.matches("NORMAL").count(), 61, "{out}");
+    // No VACUUM has run: the visibility map fork does not exist yet, and says so.
+    let (ok, out, err) = settle(&["inspect", d, "vm", "pgbench_accounts", "0"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("has no block"), "{out}");
+    let (ok, _, err) = settle(&["inspect", d, "index", "no_such_index", "0"]);
+    assert!(!ok);
+    assert!(err.contains("index \"no_such_index\" does not exist"), "{err}");
+    let (ok, _, err) = settle(&["inspect", d, "toast", "pgbench_accounts", "0"]);
+    assert!(!ok);
+    assert!(err.contains("unknown object"), "{err}");
 }
 
 #[test]
