@@ -81,6 +81,8 @@ pub struct TidStore {
     budget_bytes: usize,
     /// One entry per encoded group, by first block.
     dir: Vec<Entry>,
+    /// [`TidStore::slope`] of `dir`.
+    dir_mult: u64,
     /// Encoded groups, then [`PAD`] zero bytes (once anything is stored).
     arena: Vec<u8>,
     /// The group being filled: its pages' summaries and offsets, not yet encoded.
@@ -101,6 +103,7 @@ impl TidStore {
         TidStore {
             budget_bytes,
             dir: Vec::new(),
+            dir_mult: 0,
             arena: Vec::new(),
             staged: [PageSummary::default(); GROUP_PAGES],
             staged_n: 0,
@@ -133,8 +136,9 @@ impl TidStore {
         }
     }
 
-    /// The last group whose first block is `<= block`. Interpolation search with a binary
-    /// search fallback.
+    /// The last group whose first block is `<= block`. One interpolation guess with the
+    /// precomputed fixed-point slope [`TidStore::dir_mult`] (a multiply and a shift, no divide),
+    /// a step or two either way, and a binary search if the guess is further off.
     #[inline(always)]
     fn find_group(&self, block: u32) -> Option<usize> {
         let dir = &self.dir[..];
@@ -142,29 +146,29 @@ impl TidStore {
         if n == 0 || block < dir[0].first {
             return None;
         }
-        let (mut lo, mut hi) = (0usize, n - 1);
-        if dir[hi].first <= block {
-            return Some(hi);
-        }
-        // Invariant: dir[lo].first <= block < dir[hi].first.
-        for _ in 0..3 {
-            if hi - lo <= 8 {
-                break;
-            }
-            let span = u64::from(dir[hi].first - dir[lo].first);
-            let g = lo + (u64::from(block - dir[lo].first) * (hi - lo) as u64 / span) as usize;
-            if dir[g].first <= block {
-                if dir[g + 1].first > block {
-                    return Some(g);
-                }
-                lo = g + 1;
+        let g = ((u64::from(block - dir[0].first) * self.dir_mult) >> 32) as usize;
+        let mut g = g.min(n - 1);
+        for _ in 0..2 {
+            if dir[g].first > block {
+                g -= 1;
+            } else if g + 1 < n && dir[g + 1].first <= block {
+                g += 1;
             } else {
-                hi = g;
+                return Some(g);
             }
         }
-        // Largest i in [lo, hi) with dir[i].first <= block.
-        let i = dir[lo..hi].partition_point(|e| e.first <= block);
-        Some(lo + i - 1)
+        // Largest i with dir[i].first <= block: the guess was off by more than two.
+        Some(dir.partition_point(|e| e.first <= block) - 1)
+    }
+
+    /// `(n - 1) / (last first block - first first block)` in 32.32 fixed point (0 for one
+    /// group): the interpolation slope of [`TidStore::find_group`]. At most `1 << 32`, as the
+    /// first blocks are distinct, so the product with a 32-bit block delta fits 64 bits.
+    fn slope(dir: &[Entry]) -> u64 {
+        match dir {
+            [] | [_] => 0,
+            [first, .., last] => (((dir.len() - 1) as u64) << 32) / u64::from(last.first - first.first),
+        }
     }
 
     #[inline(always)]
@@ -284,6 +288,7 @@ impl TidStore {
         arena.resize(arena.len() + PAD, 0);
         self.arena = arena;
         self.dir.push(entry);
+        self.dir_mult = Self::slope(&self.dir);
         self.staged_n = 0;
         self.staged_mixed = false;
         self.staged_u = 0;
