@@ -22,6 +22,9 @@
 //! uniform (the usual case: VACUUM sees runs of similar pages), so a dense or regular set
 //! needs no arena byte but the container's own; otherwise a short sum over the code bytes.
 //!
+//! Encoding a uniform group whose pages all repeat page 0's offsets (a regular workload)
+//! encodes page 0's container once and replicates its bits.
+//!
 //! The plan ([`GroupPlan::new`]) is a pure function of the pages' summaries, so the store
 //! knows a group's exact size before writing it (the budget check) and writes it later.
 

@@ -28,9 +28,10 @@
 //!   group's header: page count, how its blocks are known (contiguous; a 32-bit mask inside
 //!   the entry; or a bit-packed delta list in the arena), whether every page has the same
 //!   code (and which), and the universe `u`. A lookup finds the last entry whose first block
-//!   is `<=` the probe by *interpolation search*: on dense or evenly spread sets the first
-//!   guess is the answer, with a binary search after three guesses, so no distribution costs
-//!   more than `O(log n)`.
+//!   is `<=` the probe by *interpolation*: one guess from a precomputed 32.32 fixed-point
+//!   slope (a multiply and a shift, no divide), up to two steps either way, then a binary
+//!   search, so no distribution costs more than `O(log n)`; on dense or evenly spread sets
+//!   the guess is the answer.
 //! * **Group** ([`group`]) — up to 128 consecutive non-empty pages of one shape (same count,
 //!   first and last offset: a uniform group, one code for all), or up to 32 of mixed shapes.
 //! * **Container** ([`container`]) — each page's offsets as the shortest of a `u`-bit bitmap, a
@@ -40,7 +41,8 @@
 //!
 //! A lookup in a uniform group: the directory entry (1.25 MB of directory for ten million
 //! dense pages: cache-resident) → arithmetic → the container (one cache miss) → a bit test or
-//! a short Elias–Fano decode. Mixed groups add a sum over at most 31 code bytes, spread
+//! a short Elias–Fano test (branch-light when the upper part fits a 56-bit word: one select,
+//! a run length, two low parts compared at once). Mixed groups add a sum over at most 31 code bytes, spread
 //! groups a binary search of the delta list, both in the container's neighbourhood.
 //! [`TidStore::contains_many`] overlaps these misses across a window of probes with
 //! prefetches.
