@@ -5,7 +5,8 @@
 //! |------|------|------|--------|
 //! | `0` | bitmap: bit `o - 1` set for each offset `o` | `u` | one bit test |
 //! | `255` | one run `lo..=hi` (a full page, `1..=k`) | `2 * bitlen(u)` | two compares |
-//! | `k` in `1..=254` | Elias–Fano of the `k` values `o - 1` in `[0, u)` | `k*l + k + ((u-1) >> l)` | decode up to the probe |
+//! | `251 + k`, `k` in `1..=3` | packed: the `k` offsets, `bitlen(u)` bits each | `k * bitlen(u)` | `k` compares, no branch |
+//! | `k` in `1..=251` | Elias–Fano of the `k` values `o - 1` in `[0, u)` | `k*l + k + ((u-1) >> l)` | decode up to the probe |
 //!
 //! Elias–Fano (Elias 1974, Fano 1971; Vigna, "Quasi-succinct indices", WSDM 2013) with
 //! `l = floor(log2(u / k))` stores the low `l` bits of each value verbatim (the *lower* part,
@@ -15,15 +16,20 @@
 //! bdbench page of 10 offsets 20, 40, …, 200 takes 62 bits, against log2 C(200, 10) = 54.3
 //! for its own universe and log2 C(291, 10) = 59.8 for a whole 8 KB page's.
 //!
-//! The encoder picks the shortest of the three forms ([`choose_code`]); ties go to the bitmap,
-//! then the run, which are faster to test.
+//! The encoder picks the shortest of the four forms ([`choose_code`]); ties go to the bitmap,
+//! then the run, then the packed form, which are faster to test. The packed form exists for
+//! speed: a page of one to three offsets (bdbench's seed 4 has two per page) is no longer
+//! packed than as Elias–Fano, and its test is a few instructions that depend on the loaded
+//! word, so consecutive random probes overlap their cache misses better.
 
 use super::bits::{read56, read_bits, BitWriter};
 
 pub const CODE_BITMAP: u8 = 0;
 pub const CODE_RUN: u8 = 255;
 /// The largest `k` an Elias–Fano code can name; larger non-run pages use the bitmap.
-pub const EF_MAX_K: usize = 254;
+pub const EF_MAX_K: usize = 251;
+/// Packed pages hold at most this many offsets; code `EF_MAX_K + k`.
+pub const PACKED_MAX_K: usize = 3;
 
 /// Bits needed to write `x`.
 #[inline(always)]
@@ -55,6 +61,7 @@ pub fn code_bits(code: u8, u: u32) -> u32 {
     match code {
         CODE_BITMAP => u,
         CODE_RUN => 2 * bitlen(u),
+        c if usize::from(c) > EF_MAX_K => (u32::from(c) - EF_MAX_K as u32) * bitlen(u),
         k => ef_bits(k as u32, u),
     }
 }
@@ -64,6 +71,9 @@ pub fn choose_code(k: usize, min: u16, max: u16, u: u32) -> u8 {
     let mut best = (u, CODE_BITMAP);
     if usize::from(max - min) + 1 == k && 2 * bitlen(u) < best.0 {
         best = (2 * bitlen(u), CODE_RUN);
+    }
+    if k <= PACKED_MAX_K && k as u32 * bitlen(u) < best.0 {
+        best = (k as u32 * bitlen(u), (EF_MAX_K + k) as u8);
     }
     if k <= EF_MAX_K {
         let e = ef_bits(k as u32, u);
@@ -91,6 +101,12 @@ pub fn encode(w: &mut BitWriter<'_>, code: u8, u: u32, offsets: &[u16]) {
             let b = bitlen(u);
             w.put(u64::from(offsets[0]), b);
             w.put(u64::from(offsets[offsets.len() - 1]), b);
+        }
+        c if usize::from(c) > EF_MAX_K => {
+            debug_assert_eq!(usize::from(c) - EF_MAX_K, offsets.len());
+            for &o in offsets {
+                w.put(u64::from(o), bitlen(u));
+            }
         }
         k => {
             debug_assert_eq!(usize::from(k), offsets.len());
@@ -125,6 +141,13 @@ pub fn contains(a: &[u8], q: usize, code: u8, u: u32, o: u32) -> bool {
             let lo = (v & ((1 << b) - 1)) as u32;
             let hi = (v >> b) as u32;
             lo <= o && o <= hi
+        }
+        c if usize::from(c) > EF_MAX_K => {
+            let (b, k) = (bitlen(u), u32::from(c) - EF_MAX_K as u32);
+            let v = read56(a, q);
+            let m = (1u64 << b) - 1;
+            let o = u64::from(o);
+            (v & m == o) | (k >= 2) & ((v >> b) & m == o) | (k >= 3) & ((v >> (2 * b)) & m == o)
         }
         k => ef_contains(a, q, k as u32, u, o - 1),
     }
@@ -240,6 +263,12 @@ pub fn decode(a: &[u8], q: usize, code: u8, u: u32, out: &mut Vec<u16>) {
             let lo = read_bits(a, q, b) as u16;
             let hi = read_bits(a, q + b as usize, b) as u16;
             out.extend(lo..=hi);
+        }
+        c if usize::from(c) > EF_MAX_K => {
+            let b = bitlen(u);
+            for i in 0..u32::from(c) - EF_MAX_K as u32 {
+                out.push(read_bits(a, q + (i * b) as usize, b) as u16);
+            }
         }
         k => {
             let k = u32::from(k);
