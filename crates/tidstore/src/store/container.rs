@@ -185,7 +185,7 @@ fn select1(w: u64, r: u32) -> u32 {
     s = (s + (s >> 4)) & 0x0f0f_0f0f_0f0f_0f0f;
     let sums = s.wrapping_mul(L8);
     // High bit of byte i set iff the bytes up to i hold at most r set bits.
-    let le = ((u64::from(r) * L8 | H8) - sums) & H8;
+    let le = (((u64::from(r) * L8) | H8) - sums) & H8;
     let place = (((le >> 7).wrapping_mul(L8) >> 56) * 8) as u32;
     let before = ((sums << 8) >> place) & 0xff;
     let rank = u64::from(r) - before;

@@ -35,14 +35,19 @@
 //! * **Group** ([`group`]) — up to 128 consecutive non-empty pages of one shape (same count,
 //!   first and last offset: a uniform group, one code for all), or up to 32 of mixed shapes.
 //! * **Container** ([`container`]) — each page's offsets as the shortest of a `u`-bit bitmap, a
-//!   single run, or an Elias–Fano code, bit-packed back to back.
+//!   single run, 1–3 offsets packed verbatim, or an Elias–Fano code, bit-packed back to back.
 //!
 //! # Costs
 //!
 //! A lookup in a uniform group: the directory entry (1.25 MB of directory for ten million
 //! dense pages: cache-resident) → arithmetic → the container (one cache miss) → a bit test or
-//! a short Elias–Fano test (branch-light when the upper part fits a 56-bit word: one select,
-//! a run length, two low parts compared at once). Mixed groups add a sum over at most 31 code bytes, spread
+//! a short Elias–Fano test (branch-light when the upper part fits a 56-bit word: one broadword
+//! select, a run length, two low parts compared at once).
+//!
+//! Shuffled single probes are bound by how many of them the CPU overlaps, and that is limited
+//! by the instructions each probe runs after its container miss, not by the miss count: the
+//! packed form for 1–3 offsets and the branch-free select each cut that tail. (Huge pages for
+//! the arena were tried: no gain, and `MADV_COLLAPSE` costs attach time.) Mixed groups add a sum over at most 31 code bytes, spread
 //! groups a binary search of the delta list, both in the container's neighbourhood.
 //! [`TidStore::contains_many`] overlaps these misses across a window of probes with
 //! prefetches.
