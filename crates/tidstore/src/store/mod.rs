@@ -29,9 +29,10 @@
 //!   the entry; or a bit-packed delta list in the arena), whether every page has the same
 //!   code (and which), and the universe `u`. A lookup finds the last entry whose first block
 //!   is `<=` the probe by *interpolation*: one guess from a precomputed 32.32 fixed-point
-//!   slope (a multiply and a shift, no divide), up to two steps either way, then a binary
-//!   search, so no distribution costs more than `O(log n)`; on dense or evenly spread sets
-//!   the guess is the answer.
+//!   slope (a multiply and a shift, no divide), up to two steps either way; if still off
+//!   (uneven group spans), interpolation search between the ends with a binary search after
+//!   three guesses, so no distribution costs more than `O(log n)`. On dense or evenly spread
+//!   sets the first guess is the answer.
 //! * **Group** ([`group`]) — up to 128 consecutive non-empty pages of one shape (same count,
 //!   first and last offset: a uniform group, one code for all), or up to 32 of mixed shapes.
 //! * **Container** ([`container`]) — each page's offsets as the shortest of a `u`-bit bitmap, a
@@ -145,7 +146,7 @@ impl TidStore {
 
     /// The last group whose first block is `<= block`. One interpolation guess with the
     /// precomputed fixed-point slope [`TidStore::dir_mult`] (a multiply and a shift, no divide),
-    /// a step or two either way, and a binary search if the guess is further off.
+    /// a step or two either way, and [`TidStore::find_group_far`] if the guess is further off.
     #[inline(always)]
     fn find_group(&self, block: u32) -> Option<usize> {
         let dir = &self.dir[..];
@@ -164,8 +165,38 @@ impl TidStore {
                 return Some(g);
             }
         }
-        // Largest i with dir[i].first <= block: the guess was off by more than two.
-        Some(dir.partition_point(|e| e.first <= block) - 1)
+        self.find_group_far(block)
+    }
+
+    /// [`TidStore::find_group`] when the global guess is off by more than two groups (groups
+    /// of uneven spans, as on random sets): interpolation search between the ends, refined
+    /// three times, then a binary search.
+    #[inline(never)]
+    fn find_group_far(&self, block: u32) -> Option<usize> {
+        let dir = &self.dir[..];
+        let (mut lo, mut hi) = (0usize, dir.len() - 1);
+        if dir[hi].first <= block {
+            return Some(hi);
+        }
+        // Invariant: dir[lo].first <= block < dir[hi].first.
+        for _ in 0..3 {
+            if hi - lo <= 8 {
+                break;
+            }
+            let span = u64::from(dir[hi].first - dir[lo].first);
+            let g = lo + (u64::from(block - dir[lo].first) * (hi - lo) as u64 / span) as usize;
+            if dir[g].first <= block {
+                if dir[g + 1].first > block {
+                    return Some(g);
+                }
+                lo = g + 1;
+            } else {
+                hi = g;
+            }
+        }
+        // Largest i in [lo, hi) with dir[i].first <= block.
+        let i = dir[lo..hi].partition_point(|e| e.first <= block);
+        Some(lo + i - 1)
     }
 
     /// `(n - 1) / (last first block - first first block)` in 32.32 fixed point (0 for one
