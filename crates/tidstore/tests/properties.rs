@@ -349,3 +349,39 @@ fn descending_blocks_are_refused() {
     s.add_page(5, &[1]).unwrap();
     let _ = s.add_page(4, &[1]);
 }
+
+/// Runs of identical pages (the attach fast path that encodes one container and replicates
+/// it) and EF pages with short and long upper parts (the branch-light membership test and its
+/// fallback), contiguous and spread, each followed by a differing page.
+#[test]
+fn repeated_pages_and_elias_fano_shapes() {
+    let mut rng = StdRng::seed_from_u64(0x7e9ea7);
+    let shapes: Vec<Vec<u16>> = vec![
+        vec![100, 200],
+        (1..=10).map(|i| i * 20).collect(),
+        (1..=20).map(|i| i * 10).collect(),
+        vec![3],
+        (5..=40).collect(),
+        (1..=40).map(|i| i * 7).collect(),
+        random_offsets(&mut rng, 291, 30),
+        random_offsets(&mut rng, 511, 3),
+    ];
+    for (si, shape) in shapes.iter().enumerate() {
+        for step in [1u32, 3, 20, 100] {
+            for run in [1usize, 2, 31, 128, 129, 300] {
+                let mut pages: Pages = (0..run as u32).map(|i| (10 + i * step, shape.clone())).collect();
+                let last = pages.last().expect("non-empty").0;
+                pages.push((last + 1, vec![1, 2, 291]));
+                let set = oracle(&pages);
+                let p = probes(&mut rng, &set, 300);
+                for mut s in structures(usize::MAX) {
+                    for (b, offs) in &pages {
+                        s.add_page(*b, offs).expect("unlimited");
+                    }
+                    s.freeze();
+                    check_against(s.as_ref(), &set, &pages, &p, &format!("shape {si} step {step} run {run}"));
+                }
+            }
+        }
+    }
+}

@@ -5,7 +5,8 @@
 //! |------|------|------|--------|
 //! | `0` | bitmap: bit `o - 1` set for each offset `o` | `u` | one bit test |
 //! | `255` | one run `lo..=hi` (a full page, `1..=k`) | `2 * bitlen(u)` | two compares |
-//! | `k` in `1..=254` | Elias–Fano of the `k` values `o - 1` in `[0, u)` | `k*l + k + ((u-1) >> l)` | decode up to the probe |
+//! | `251 + k`, `k` in `1..=3` | packed: the `k` offsets, `bitlen(u)` bits each | `k * bitlen(u)` | `k` compares, no branch |
+//! | `k` in `1..=251` | Elias–Fano of the `k` values `o - 1` in `[0, u)` | `k*l + k + ((u-1) >> l)` | decode up to the probe |
 //!
 //! Elias–Fano (Elias 1974, Fano 1971; Vigna, "Quasi-succinct indices", WSDM 2013) with
 //! `l = floor(log2(u / k))` stores the low `l` bits of each value verbatim (the *lower* part,
@@ -15,15 +16,20 @@
 //! bdbench page of 10 offsets 20, 40, …, 200 takes 62 bits, against log2 C(200, 10) = 54.3
 //! for its own universe and log2 C(291, 10) = 59.8 for a whole 8 KB page's.
 //!
-//! The encoder picks the shortest of the three forms ([`choose_code`]); ties go to the bitmap,
-//! then the run, which are faster to test.
+//! The encoder picks the shortest of the four forms ([`choose_code`]); ties go to the bitmap,
+//! then the run, then the packed form, which are faster to test. The packed form exists for
+//! speed: a page of one to three offsets (bdbench's seed 4 has two per page) is no longer
+//! packed than as Elias–Fano, and its test is a few instructions that depend on the loaded
+//! word, so consecutive random probes overlap their cache misses better.
 
 use super::bits::{read56, read_bits, BitWriter};
 
 pub const CODE_BITMAP: u8 = 0;
 pub const CODE_RUN: u8 = 255;
 /// The largest `k` an Elias–Fano code can name; larger non-run pages use the bitmap.
-pub const EF_MAX_K: usize = 254;
+pub const EF_MAX_K: usize = 251;
+/// Packed pages hold at most this many offsets; code `EF_MAX_K + k`.
+pub const PACKED_MAX_K: usize = 3;
 
 /// Bits needed to write `x`.
 #[inline(always)]
@@ -55,6 +61,7 @@ pub fn code_bits(code: u8, u: u32) -> u32 {
     match code {
         CODE_BITMAP => u,
         CODE_RUN => 2 * bitlen(u),
+        c if usize::from(c) > EF_MAX_K => (u32::from(c) - EF_MAX_K as u32) * bitlen(u),
         k => ef_bits(k as u32, u),
     }
 }
@@ -64,6 +71,9 @@ pub fn choose_code(k: usize, min: u16, max: u16, u: u32) -> u8 {
     let mut best = (u, CODE_BITMAP);
     if usize::from(max - min) + 1 == k && 2 * bitlen(u) < best.0 {
         best = (2 * bitlen(u), CODE_RUN);
+    }
+    if k <= PACKED_MAX_K && k as u32 * bitlen(u) < best.0 {
+        best = (k as u32 * bitlen(u), (EF_MAX_K + k) as u8);
     }
     if k <= EF_MAX_K {
         let e = ef_bits(k as u32, u);
@@ -91,6 +101,12 @@ pub fn encode(w: &mut BitWriter<'_>, code: u8, u: u32, offsets: &[u16]) {
             let b = bitlen(u);
             w.put(u64::from(offsets[0]), b);
             w.put(u64::from(offsets[offsets.len() - 1]), b);
+        }
+        c if usize::from(c) > EF_MAX_K => {
+            debug_assert_eq!(usize::from(c) - EF_MAX_K, offsets.len());
+            for &o in offsets {
+                w.put(u64::from(o), bitlen(u));
+            }
         }
         k => {
             debug_assert_eq!(usize::from(k), offsets.len());
@@ -126,14 +142,92 @@ pub fn contains(a: &[u8], q: usize, code: u8, u: u32, o: u32) -> bool {
             let hi = (v >> b) as u32;
             lo <= o && o <= hi
         }
+        c if usize::from(c) > EF_MAX_K => {
+            let (b, k) = (bitlen(u), u32::from(c) - EF_MAX_K as u32);
+            let v = read56(a, q);
+            let m = (1u64 << b) - 1;
+            let o = u64::from(o);
+            (v & m == o) | (k >= 2) & ((v >> b) & m == o) | (k >= 3) & ((v >> (2 * b)) & m == o)
+        }
         k => ef_contains(a, q, k as u32, u, o - 1),
     }
 }
 
-/// Elias–Fano membership of `x`: skip the values whose high part is below `x >> l` by
-/// counting zeros of the upper part word by word, then compare low parts in that bucket.
+/// `SELECT_IN_BYTE[r << 8 | b]`: the position of the set bit of rank `r` in byte `b` (8 if none).
+static SELECT_IN_BYTE: [u8; 2048] = {
+    let mut t = [8u8; 2048];
+    let mut b = 0;
+    while b < 256 {
+        let (mut r, mut i) = (0, 0);
+        while i < 8 {
+            if b >> i & 1 != 0 {
+                t[r << 8 | b] = i as u8;
+                r += 1;
+            }
+            i += 1;
+        }
+        b += 1;
+    }
+    t
+};
+
+/// Position of the set bit of rank `r` (0-based) in `w`; `w` must have more than `r` set bits.
+/// Branch-free broadword select (Vigna, "Broadword implementation of rank/select queries",
+/// 2008): byte popcounts, their prefix sums by one multiply, the byte by a SWAR compare, the bit
+/// by a table. Portable; BMI2 `pdep` was tried and made shuffled probes 60% slower on the
+/// benchmark machine (microcoded `pdep`, as on AMD before Zen 3).
+#[inline(always)]
+fn select1(w: u64, r: u32) -> u32 {
+    const L8: u64 = 0x0101_0101_0101_0101;
+    const H8: u64 = 0x8080_8080_8080_8080;
+    let mut s = w - ((w >> 1) & 0x5555_5555_5555_5555);
+    s = (s & 0x3333_3333_3333_3333) + ((s >> 2) & 0x3333_3333_3333_3333);
+    s = (s + (s >> 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    let sums = s.wrapping_mul(L8);
+    // High bit of byte i set iff the bytes up to i hold at most r set bits.
+    let le = (((u64::from(r) * L8) | H8) - sums) & H8;
+    let place = (((le >> 7).wrapping_mul(L8) >> 56) * 8) as u32;
+    let before = ((sums << 8) >> place) & 0xff;
+    let rank = u64::from(r) - before;
+    let byte = (w >> place) & 0xff;
+    place + u32::from(SELECT_IN_BYTE[(rank << 8 | byte) as usize])
+}
+
+/// Elias–Fano membership of `x`. When the upper part fits one 56-bit word (every page of
+/// up to about 25 offsets), branch-free: the bucket of `x >> l` starts just after the
+/// `h`-th zero of the upper part (one select), its length is the run of ones there, and the
+/// first two low parts of the bucket are compared at once; longer buckets fall back to a loop.
+/// Otherwise [`ef_contains_long`].
 #[inline(always)]
 fn ef_contains(a: &[u8], q: usize, k: u32, u: u32, x: u32) -> bool {
+    let l = ef_l(k, u);
+    let ulen = k + ((u - 1) >> l);
+    if ulen > 56 {
+        return ef_contains_long(a, q, k, u, x);
+    }
+    let h = x >> l;
+    let lo = u64::from(x & ((1 << l) - 1));
+    let up = q + (k * l) as usize;
+    let upper = read56(a, up) & ((1u64 << ulen) - 1);
+    // A virtual zero at position -1: bucket h starts at the h-th zero (0-based) of `inv`.
+    let inv = (!upper << 1 | 1) & ((1u64 << (ulen + 1)) - 1);
+    let p = select1(inv, h);
+    let i0 = p - h;
+    let cnt = (!(upper >> p)).trailing_zeros();
+    let lmask = (1u64 << l) - 1;
+    let lows = read56(a, q + (i0 * l) as usize);
+    let hit = (cnt >= 1) & (lows & lmask == lo) | (cnt >= 2) & ((lows >> l) & lmask == lo);
+    if cnt <= 2 || hit {
+        return hit;
+    }
+    (2..cnt).any(|j| read_bits(a, q + ((i0 + j) * l) as usize, l) == lo)
+}
+
+/// Elias–Fano membership of `x` for long upper parts: skip the values whose high part is
+/// below `x >> l` by counting zeros of the upper part word by word, then compare low parts in
+/// that bucket.
+#[inline(never)]
+fn ef_contains_long(a: &[u8], q: usize, k: u32, u: u32, x: u32) -> bool {
     let l = ef_l(k, u);
     let h = x >> l;
     let lo = u64::from(x & ((1 << l) - 1));
@@ -196,6 +290,12 @@ pub fn decode(a: &[u8], q: usize, code: u8, u: u32, out: &mut Vec<u16>) {
             let lo = read_bits(a, q, b) as u16;
             let hi = read_bits(a, q + b as usize, b) as u16;
             out.extend(lo..=hi);
+        }
+        c if usize::from(c) > EF_MAX_K => {
+            let b = bitlen(u);
+            for i in 0..u32::from(c) - EF_MAX_K as u32 {
+                out.push(read_bits(a, q + (i * b) as usize, b) as u16);
+            }
         }
         k => {
             let k = u32::from(k);

@@ -22,6 +22,9 @@
 //! uniform (the usual case: VACUUM sees runs of similar pages), so a dense or regular set
 //! needs no arena byte but the container's own; otherwise a short sum over the code bytes.
 //!
+//! Encoding a uniform group whose pages all repeat page 0's offsets (a regular workload)
+//! encodes page 0's container once and replicates its bits.
+//!
 //! The plan ([`GroupPlan::new`]) is a pure function of the pages' summaries, so the store
 //! knows a group's exact size before writing it (the budget check) and writes it later.
 
@@ -118,11 +121,33 @@ impl GroupPlan {
         if !self.uniform {
             out.extend_from_slice(&self.codes[..self.n]);
         }
-        let mut w = BitWriter::new(out);
-        for (i, &c) in self.codes[..self.n].iter().enumerate() {
-            container::encode(&mut w, c, self.u, offsets(i));
+        // Fast path (attach): a uniform group whose pages repeat page 0's offsets, as a
+        // regular workload gives, encodes page 0 once and replicates its bits.
+        let bits = code_bits(self.codes[0], self.u);
+        if self.uniform && bits <= 64 && (1..self.n).all(|i| offsets(i) == offsets(0)) {
+            let mut one = Vec::with_capacity(16);
+            let mut w = BitWriter::new(&mut one);
+            container::encode(&mut w, self.codes[0], self.u, offsets(0));
+            w.finish();
+            one.resize(16, 0);
+            let v = u64::from_le_bytes(one[..8].try_into().expect("8 bytes"));
+            let (lo, hi) = (v & 0xffff_ffff, v >> 32);
+            let (wlo, whi) = (bits.min(32), bits.saturating_sub(32));
+            let mut w = BitWriter::new(out);
+            for _ in 0..self.n {
+                w.put(lo & ((1u64 << wlo) - 1), wlo);
+                if whi > 0 {
+                    w.put(hi & ((1u64 << whi) - 1), whi);
+                }
+            }
+            w.finish();
+        } else {
+            let mut w = BitWriter::new(out);
+            for (i, &c) in self.codes[..self.n].iter().enumerate() {
+                container::encode(&mut w, c, self.u, offsets(i));
+            }
+            w.finish();
         }
-        w.finish();
         debug_assert_eq!(out.len() - start, self.bytes());
         debug_assert!(self.u < 4096);
         let meta = (self.n - 1) as u32

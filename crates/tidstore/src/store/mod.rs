@@ -28,19 +28,27 @@
 //!   group's header: page count, how its blocks are known (contiguous; a 32-bit mask inside
 //!   the entry; or a bit-packed delta list in the arena), whether every page has the same
 //!   code (and which), and the universe `u`. A lookup finds the last entry whose first block
-//!   is `<=` the probe by *interpolation search*: on dense or evenly spread sets the first
-//!   guess is the answer, with a binary search after three guesses, so no distribution costs
-//!   more than `O(log n)`.
+//!   is `<=` the probe by *interpolation*: one guess from a precomputed 32.32 fixed-point
+//!   slope (a multiply and a shift, no divide), up to two steps either way; if still off
+//!   (uneven group spans), interpolation search between the ends with a binary search after
+//!   three guesses, so no distribution costs more than `O(log n)`. On dense or evenly spread
+//!   sets the first guess is the answer.
 //! * **Group** ([`group`]) — up to 128 consecutive non-empty pages of one shape (same count,
 //!   first and last offset: a uniform group, one code for all), or up to 32 of mixed shapes.
 //! * **Container** ([`container`]) — each page's offsets as the shortest of a `u`-bit bitmap, a
-//!   single run, or an Elias–Fano code, bit-packed back to back.
+//!   single run, 1–3 offsets packed verbatim, or an Elias–Fano code, bit-packed back to back.
 //!
 //! # Costs
 //!
 //! A lookup in a uniform group: the directory entry (1.25 MB of directory for ten million
 //! dense pages: cache-resident) → arithmetic → the container (one cache miss) → a bit test or
-//! a short Elias–Fano decode. Mixed groups add a sum over at most 31 code bytes, spread
+//! a short Elias–Fano test (branch-light when the upper part fits a 56-bit word: one broadword
+//! select, a run length, two low parts compared at once).
+//!
+//! Shuffled single probes are bound by how many of them the CPU overlaps, and that is limited
+//! by the instructions each probe runs after its container miss, not by the miss count: the
+//! packed form for 1–3 offsets and the branch-free select each cut that tail. (Huge pages for
+//! the arena were tried: no gain, and `MADV_COLLAPSE` costs attach time.) Mixed groups add a sum over at most 31 code bytes, spread
 //! groups a binary search of the delta list, both in the container's neighbourhood.
 //! [`TidStore::contains_many`] overlaps these misses across a window of probes with
 //! prefetches.
@@ -81,6 +89,8 @@ pub struct TidStore {
     budget_bytes: usize,
     /// One entry per encoded group, by first block.
     dir: Vec<Entry>,
+    /// [`TidStore::slope`] of `dir`.
+    dir_mult: u64,
     /// Encoded groups, then [`PAD`] zero bytes (once anything is stored).
     arena: Vec<u8>,
     /// The group being filled: its pages' summaries and offsets, not yet encoded.
@@ -101,6 +111,7 @@ impl TidStore {
         TidStore {
             budget_bytes,
             dir: Vec::new(),
+            dir_mult: 0,
             arena: Vec::new(),
             staged: [PageSummary::default(); GROUP_PAGES],
             staged_n: 0,
@@ -133,8 +144,9 @@ impl TidStore {
         }
     }
 
-    /// The last group whose first block is `<= block`. Interpolation search with a binary
-    /// search fallback.
+    /// The last group whose first block is `<= block`. One interpolation guess with the
+    /// precomputed fixed-point slope [`TidStore::dir_mult`] (a multiply and a shift, no divide),
+    /// a step or two either way, and [`TidStore::find_group_far`] if the guess is further off.
     #[inline(always)]
     fn find_group(&self, block: u32) -> Option<usize> {
         let dir = &self.dir[..];
@@ -142,7 +154,27 @@ impl TidStore {
         if n == 0 || block < dir[0].first {
             return None;
         }
-        let (mut lo, mut hi) = (0usize, n - 1);
+        let g = ((u64::from(block - dir[0].first) * self.dir_mult) >> 32) as usize;
+        let mut g = g.min(n - 1);
+        for _ in 0..2 {
+            if dir[g].first > block {
+                g -= 1;
+            } else if g + 1 < n && dir[g + 1].first <= block {
+                g += 1;
+            } else {
+                return Some(g);
+            }
+        }
+        self.find_group_far(block)
+    }
+
+    /// [`TidStore::find_group`] when the global guess is off by more than two groups (groups
+    /// of uneven spans, as on random sets): interpolation search between the ends, refined
+    /// three times, then a binary search.
+    #[inline(never)]
+    fn find_group_far(&self, block: u32) -> Option<usize> {
+        let dir = &self.dir[..];
+        let (mut lo, mut hi) = (0usize, dir.len() - 1);
         if dir[hi].first <= block {
             return Some(hi);
         }
@@ -165,6 +197,16 @@ impl TidStore {
         // Largest i in [lo, hi) with dir[i].first <= block.
         let i = dir[lo..hi].partition_point(|e| e.first <= block);
         Some(lo + i - 1)
+    }
+
+    /// `(n - 1) / (last first block - first first block)` in 32.32 fixed point (0 for one
+    /// group): the interpolation slope of [`TidStore::find_group`]. At most `1 << 32`, as the
+    /// first blocks are distinct, so the product with a 32-bit block delta fits 64 bits.
+    fn slope(dir: &[Entry]) -> u64 {
+        match dir {
+            [] | [_] => 0,
+            [first, .., last] => (((dir.len() - 1) as u64) << 32) / u64::from(last.first - first.first),
+        }
     }
 
     #[inline(always)]
@@ -284,6 +326,7 @@ impl TidStore {
         arena.resize(arena.len() + PAD, 0);
         self.arena = arena;
         self.dir.push(entry);
+        self.dir_mult = Self::slope(&self.dir);
         self.staged_n = 0;
         self.staged_mixed = false;
         self.staged_u = 0;
