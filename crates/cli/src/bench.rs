@@ -168,6 +168,8 @@ fn tidstore(scale: u32, probes: usize, only: Option<&str>, structures: &[String]
     for n in &names {
         anyhow::ensure!(tidstore::bench::STRUCTURES.contains(n), "unknown structure {n}");
     }
+    // Allocation counting is off in every other command; this benchmark measures with it.
+    tidstore::bench::enable_counting();
     if tidstore::bench::allocated_bytes().is_none() {
         eprintln!("warning: the counting allocator is not installed; memory figures are self-reported");
     }

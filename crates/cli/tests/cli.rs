@@ -74,3 +74,30 @@ fn pgbench_keeps_its_balance_invariant() {
     assert!(v["settledb"]["transactions"].as_u64().unwrap() > 0, "{out}");
     assert_eq!(v["settledb"]["accounts_pages"], 100_000u64.div_ceil(61));
 }
+
+/// The tidstore benchmark measures each structure with the counting allocator (which every
+/// other command leaves off): its byte count must be there and agree with the structure's own.
+/// Regression: gating the allocator left it off for this command too.
+#[test]
+fn tidstore_bench_measures_with_the_counting_allocator() {
+    let (ok, out, err) = settle(&[
+        "bench",
+        "tidstore",
+        "--scale",
+        "1",
+        "--only",
+        "seed3",
+        "--probes",
+        "20000",
+        "--structures",
+        "tidstore",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    assert!(!err.contains("not installed"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let row = &v["cases"][0]["rows"][0];
+    assert_eq!(row["matched_ok"], true, "{row}");
+    let (bytes, reported) = (row["bytes"].as_f64().unwrap(), row["reported_bytes"].as_f64().unwrap());
+    assert!((bytes - reported).abs() <= reported * 0.05, "allocator {bytes} vs own {reported}");
+}
