@@ -413,9 +413,9 @@ impl Transaction<'_> {
     }
 
     /// Index-only scan: the key values of the visible rows in `[lo, hi]`, in index order. A heap
-    /// page marked all-visible in the visibility map need not be visited; until the VACUUM
-    /// issue adds the visibility map no page is, so every entry is checked against the heap
-    /// (counted in `heap_fetches`).
+    /// page marked all-visible in the visibility map need not be visited; until VACUUM sets
+    /// visibility-map bits (the VACUUM issue) no page is, so every entry is checked against the
+    /// heap (counted in `heap_fetches`).
     pub fn index_only(
         &mut self,
         index: &Index,
@@ -650,8 +650,9 @@ fn kill_dead_entries(env: &heap::HeapEnv<'_>, index: &Index, dead: &[IndexEntry]
 /// Marker for an update whose row no longer has the key it was found by.
 const KEY_MOVED: &str = "the row's key changed under a concurrent update";
 
-/// Whether the visibility map says every tuple on a heap page is visible to everyone. There is
-/// no visibility map until the VACUUM issue, so no page is known to be all-visible.
+/// Whether the visibility map says every tuple on a heap page is visible to everyone. Nothing
+/// sets visibility-map bits until VACUUM exists (the VACUUM issue), so no page is known to be
+/// all-visible yet.
 fn heap_page_all_visible(_rel: &Relation, _block: BlockNumber) -> bool {
     false
 }
