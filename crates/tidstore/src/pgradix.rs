@@ -175,35 +175,13 @@ impl PgRadix {
         match kind {
             0 => {
                 let n = &mut self.n4[idx];
-                let cnt = usize::from(n.count);
-                if let Some(j) = n.chunks[..cnt].iter().position(|&c| c == chunk) {
-                    n.children[j] = child;
-                    return node;
-                }
-                if cnt < 4 {
-                    let j = n.chunks[..cnt].iter().position(|&c| c > chunk).unwrap_or(cnt);
-                    n.chunks.copy_within(j..cnt, j + 1);
-                    n.children.copy_within(j..cnt, j + 1);
-                    n.chunks[j] = chunk;
-                    n.children[j] = child;
-                    n.count += 1;
+                if sorted_insert(&mut n.count, &mut n.chunks, &mut n.children, chunk, child) {
                     return node;
                 }
             }
             1 => {
                 let n = &mut self.n16[idx];
-                let cnt = usize::from(n.count);
-                if let Some(j) = n.chunks[..cnt].iter().position(|&c| c == chunk) {
-                    n.children[j] = child;
-                    return node;
-                }
-                if cnt < 16 {
-                    let j = n.chunks[..cnt].iter().position(|&c| c > chunk).unwrap_or(cnt);
-                    n.chunks.copy_within(j..cnt, j + 1);
-                    n.children.copy_within(j..cnt, j + 1);
-                    n.chunks[j] = chunk;
-                    n.children[j] = child;
-                    n.count += 1;
+                if sorted_insert(&mut n.count, &mut n.chunks, &mut n.children, chunk, child) {
                     return node;
                 }
             }
@@ -484,4 +462,30 @@ impl PgRadix {
             f(key, buf);
         }
     }
+}
+
+/// Sets `chunk`'s child in a small node kept sorted by chunk (the 4- and 16-slot kinds):
+/// replaces an existing entry or inserts in order. Returns false when the node is full.
+fn sorted_insert<const N: usize>(
+    count: &mut u8,
+    chunks: &mut [u8; N],
+    children: &mut [u64; N],
+    chunk: u8,
+    child: u64,
+) -> bool {
+    let cnt = usize::from(*count);
+    if let Some(j) = chunks[..cnt].iter().position(|&c| c == chunk) {
+        children[j] = child;
+        return true;
+    }
+    if cnt == N {
+        return false;
+    }
+    let j = chunks[..cnt].iter().position(|&c| c > chunk).unwrap_or(cnt);
+    chunks.copy_within(j..cnt, j + 1);
+    children.copy_within(j..cnt, j + 1);
+    chunks[j] = chunk;
+    children[j] = child;
+    *count += 1;
+    true
 }

@@ -23,15 +23,14 @@
 
 use super::page::{self as bp};
 use super::search::{cmp_off, leaf_lower_bound, must_move_right, Target, TidPos};
-use super::wal::{apply_vacuum, vacuum_data, XLOG_BTREE_DELETE};
+use super::wal::XLOG_BTREE_DELETE;
 use super::{keys, BtreeIndex, WPage};
 use crate::error::Result;
 use crate::heap::hint::may_dirty_for_hints;
 use crate::heap::HeapEnv;
 use crate::index::IndexEntry;
 use crate::page::{self as pg};
-use crate::types::{Tid, Xid};
-use crate::wal::{BlockRef, RecordBuilder, Rmgr};
+use crate::types::Tid;
 
 /// Marks the leaf entries `dead` LP_DEAD (see the module doc); with `recheck`, only those for
 /// which it still answers true under the leaf's lock. Returns how many were marked.
@@ -92,24 +91,6 @@ pub(crate) fn delete_dead_items(ix: &BtreeIndex, env: &HeapEnv<'_>, w: &mut WPag
     if offsets.is_empty() {
         return Ok(false);
     }
-    let block = w.buf.block().0;
-    if !apply_vacuum(&mut w.g.0, &offsets) {
-        return Err(ix.corrupt(block, "could not remove LP_DEAD index entries"));
-    }
-    let lsn = env.wal.insert(&RecordBuilder {
-        rmgr: Rmgr::Btree,
-        info: XLOG_BTREE_DELETE,
-        xid: Xid::INVALID,
-        blocks: vec![BlockRef {
-            id: 0,
-            tag: ix.tag(block),
-            will_init: false,
-            page: Some(&w.g.0),
-            data: vacuum_data(&offsets),
-        }],
-        main_data: vec![],
-    })?;
-    pg::set_lsn(&mut w.g.0, lsn);
-    w.buf.mark_dirty();
+    super::vacuum::remove_items(ix, env, w, XLOG_BTREE_DELETE, &offsets, "could not remove LP_DEAD index entries")?;
     Ok(true)
 }

@@ -90,24 +90,7 @@ fn vacuum_leaf(
     stats.tuples_removed += offsets.len() as u64;
     stats.num_index_tuples += (tids.len() - offsets.len()) as u64;
     if !offsets.is_empty() {
-        if !apply_vacuum(&mut w.g.0, &offsets) {
-            return Err(ix.corrupt(block, "could not remove index entries"));
-        }
-        let lsn = env.wal.insert(&RecordBuilder {
-            rmgr: Rmgr::Btree,
-            info: XLOG_BTREE_VACUUM,
-            xid: crate::types::Xid::INVALID,
-            blocks: vec![BlockRef {
-                id: 0,
-                tag: ix.tag(block),
-                will_init: false,
-                page: Some(&w.g.0),
-                data: vacuum_data(&offsets),
-            }],
-            main_data: vec![],
-        })?;
-        pg::set_lsn(&mut w.g.0, lsn);
-        w.buf.mark_dirty();
+        remove_items(ix, env, &mut w, XLOG_BTREE_VACUUM, &offsets, "could not remove index entries")?;
     }
     let p = &w.g.0;
     let empty = first > bp::max_offset(p) && !bp::is_rightmost(p) && bp::flags(p) & BTP_ROOT == 0;
@@ -235,5 +218,38 @@ pub fn cleanup(ix: &BtreeIndex, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats) 
     let mut list = ix.free_pages.lock();
     free.retain(|b| !list.contains(b));
     list.extend(free);
+    Ok(())
+}
+
+/// Removes the entries at `offsets` from the exclusively locked page `w` and logs it as one
+/// record (`info`: VACUUM for bulk delete, DELETE for simple deletion; both redo the same way),
+/// stamping the record's LSN on the page.
+pub(crate) fn remove_items(
+    ix: &BtreeIndex,
+    env: &HeapEnv<'_>,
+    w: &mut WPage<'_>,
+    info: u8,
+    offsets: &[u16],
+    what: &str,
+) -> Result<()> {
+    let block = w.buf.block().0;
+    if !apply_vacuum(&mut w.g.0, offsets) {
+        return Err(ix.corrupt(block, what));
+    }
+    let lsn = env.wal.insert(&RecordBuilder {
+        rmgr: Rmgr::Btree,
+        info,
+        xid: crate::types::Xid::INVALID,
+        blocks: vec![BlockRef {
+            id: 0,
+            tag: ix.tag(block),
+            will_init: false,
+            page: Some(&w.g.0),
+            data: vacuum_data(offsets),
+        }],
+        main_data: vec![],
+    })?;
+    pg::set_lsn(&mut w.g.0, lsn);
+    w.buf.mark_dirty();
     Ok(())
 }
