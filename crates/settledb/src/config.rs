@@ -15,6 +15,44 @@ pub enum IsolationLevel {
     RepeatableRead,
 }
 
+/// `vacuum_freeze_policy`: how VACUUM decides which tuples to freeze (DESIGN.md §5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreezePolicy {
+    /// PostgreSQL 14: freeze a tuple when its XID is older than FreezeLimit.
+    Lazy,
+    /// PostgreSQL 16: freeze the whole page when one tuple must be frozen, or when pruning
+    /// wrote a full-page image and the page would become all-frozen.
+    Pg16,
+    /// Seed 000's block-driven freezing: freeze every tuple of a page about to be set
+    /// all-visible, so that it is set all-frozen too.
+    Eager,
+}
+
+impl FreezePolicy {
+    pub fn parse(v: &str) -> Option<FreezePolicy> {
+        match v.to_ascii_lowercase().as_str() {
+            "lazy" => Some(FreezePolicy::Lazy),
+            "pg16" => Some(FreezePolicy::Pg16),
+            "eager" => Some(FreezePolicy::Eager),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FreezePolicy::Lazy => "lazy",
+            FreezePolicy::Pg16 => "pg16",
+            FreezePolicy::Eager => "eager",
+        }
+    }
+}
+
+impl std::fmt::Display for FreezePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     /// `shared_buffers`, bytes (default 128MB).
@@ -37,8 +75,55 @@ pub struct Config {
     pub wal_writer_delay_ms: u64,
     /// `default_transaction_isolation`.
     pub default_transaction_isolation: IsolationLevel,
-    /// `autovacuum_freeze_max_age` (default 200 million): drives the XID vacuum limit.
+    /// `autovacuum_freeze_max_age` (default 200 million): a table whose relfrozenxid is older
+    /// gets an anti-wraparound autovacuum; also drives the XID vacuum limit.
     pub autovacuum_freeze_max_age: u32,
+    /// `vacuum_freeze_min_age` (default 50 million): FreezeLimit = OldestXmin - this.
+    pub vacuum_freeze_min_age: u32,
+    /// `vacuum_freeze_table_age` (default 150 million): a vacuum is aggressive when
+    /// relfrozenxid is older than this (capped at 95% of `autovacuum_freeze_max_age`).
+    pub vacuum_freeze_table_age: u32,
+    /// `vacuum_failsafe_age` (default 1.6 billion): past it VACUUM skips index vacuuming and
+    /// cost delays to advance relfrozenxid as fast as it can.
+    pub vacuum_failsafe_age: u32,
+    /// `vacuum_freeze_policy` (our parameter; default `eager`).
+    pub vacuum_freeze_policy: FreezePolicy,
+    /// `vacuum_fsm_settled` (our parameter): a page set all-visible records no free space
+    /// unless more than half of it is free. `None` means "on with `eager`, off otherwise".
+    pub vacuum_fsm_settled: Option<bool>,
+    /// `maintenance_work_mem`, bytes (default 64MB): the dead-item store's budget. Values below
+    /// PostgreSQL's 1MB minimum are accepted (down to 1kB) so tests can force several index
+    /// passes on small tables.
+    pub maintenance_work_mem_bytes: usize,
+    /// `vacuum_truncate` (default on): truncate empty pages at the end of the table.
+    pub vacuum_truncate: bool,
+    /// `vacuum_cost_delay`, milliseconds (default 0: manual VACUUM is not throttled).
+    pub vacuum_cost_delay_ms: f64,
+    /// `vacuum_cost_limit` (default 200).
+    pub vacuum_cost_limit: u32,
+    /// `vacuum_cost_page_hit`, `_miss`, `_dirty` (defaults 1, 2, 20).
+    pub vacuum_cost_page_hit: u32,
+    pub vacuum_cost_page_miss: u32,
+    pub vacuum_cost_page_dirty: u32,
+    /// `autovacuum` (default on).
+    pub autovacuum: bool,
+    /// `autovacuum_max_workers` (default 3).
+    pub autovacuum_max_workers: u32,
+    /// `autovacuum_naptime`, milliseconds (default 1min).
+    pub autovacuum_naptime_ms: u64,
+    /// `autovacuum_vacuum_threshold` (50) and `autovacuum_vacuum_scale_factor` (0.2).
+    pub autovacuum_vacuum_threshold: u64,
+    pub autovacuum_vacuum_scale_factor: f64,
+    /// `autovacuum_vacuum_insert_threshold` (1000; -1 disables) and
+    /// `autovacuum_vacuum_insert_scale_factor` (0.2).
+    pub autovacuum_vacuum_insert_threshold: i64,
+    pub autovacuum_vacuum_insert_scale_factor: f64,
+    /// `autovacuum_vacuum_cost_delay`, milliseconds (default 2ms).
+    pub autovacuum_vacuum_cost_delay_ms: f64,
+    /// `autovacuum_vacuum_cost_limit` (default -1: use `vacuum_cost_limit`).
+    pub autovacuum_vacuum_cost_limit: i32,
+    /// `log_autovacuum_min_duration`, milliseconds (default 10min; -1 disables, 0 logs all).
+    pub log_autovacuum_min_duration_ms: i64,
     /// `deadlock_timeout`, milliseconds: how long a row-lock wait lasts before we give up
     /// waiting politely and report a lock timeout (no deadlock detector yet).
     pub lock_timeout_ms: u64,
@@ -58,6 +143,28 @@ impl Default for Config {
             wal_writer_delay_ms: 200,
             default_transaction_isolation: IsolationLevel::ReadCommitted,
             autovacuum_freeze_max_age: 200_000_000,
+            vacuum_freeze_min_age: 50_000_000,
+            vacuum_freeze_table_age: 150_000_000,
+            vacuum_failsafe_age: 1_600_000_000,
+            vacuum_freeze_policy: FreezePolicy::Eager,
+            vacuum_fsm_settled: None,
+            maintenance_work_mem_bytes: 64 << 20,
+            vacuum_truncate: true,
+            vacuum_cost_delay_ms: 0.0,
+            vacuum_cost_limit: 200,
+            vacuum_cost_page_hit: 1,
+            vacuum_cost_page_miss: 2,
+            vacuum_cost_page_dirty: 20,
+            autovacuum: true,
+            autovacuum_max_workers: 3,
+            autovacuum_naptime_ms: 60_000,
+            autovacuum_vacuum_threshold: 50,
+            autovacuum_vacuum_scale_factor: 0.2,
+            autovacuum_vacuum_insert_threshold: 1000,
+            autovacuum_vacuum_insert_scale_factor: 0.2,
+            autovacuum_vacuum_cost_delay_ms: 2.0,
+            autovacuum_vacuum_cost_limit: -1,
+            log_autovacuum_min_duration_ms: 600_000,
             lock_timeout_ms: 0,
         }
     }
@@ -76,6 +183,28 @@ pub const PARAMETERS: &[&str] = &[
     "wal_writer_delay",
     "default_transaction_isolation",
     "autovacuum_freeze_max_age",
+    "vacuum_freeze_min_age",
+    "vacuum_freeze_table_age",
+    "vacuum_failsafe_age",
+    "vacuum_freeze_policy",
+    "vacuum_fsm_settled",
+    "maintenance_work_mem",
+    "vacuum_truncate",
+    "vacuum_cost_delay",
+    "vacuum_cost_limit",
+    "vacuum_cost_page_hit",
+    "vacuum_cost_page_miss",
+    "vacuum_cost_page_dirty",
+    "autovacuum",
+    "autovacuum_max_workers",
+    "autovacuum_naptime",
+    "autovacuum_vacuum_threshold",
+    "autovacuum_vacuum_scale_factor",
+    "autovacuum_vacuum_insert_threshold",
+    "autovacuum_vacuum_insert_scale_factor",
+    "autovacuum_vacuum_cost_delay",
+    "autovacuum_vacuum_cost_limit",
+    "log_autovacuum_min_duration",
     "lock_timeout",
 ];
 
@@ -111,12 +240,72 @@ impl Config {
             "autovacuum_freeze_max_age" => {
                 self.autovacuum_freeze_max_age = integer(name, v, 100_000, 2_000_000_000)? as u32
             }
+            "vacuum_freeze_min_age" => self.vacuum_freeze_min_age = integer(name, v, 0, 1_000_000_000)? as u32,
+            "vacuum_freeze_table_age" => self.vacuum_freeze_table_age = integer(name, v, 0, 2_000_000_000)? as u32,
+            "vacuum_failsafe_age" => self.vacuum_failsafe_age = integer(name, v, 0, 2_100_000_000)? as u32,
+            "vacuum_freeze_policy" => {
+                self.vacuum_freeze_policy = FreezePolicy::parse(v)
+                    .ok_or_else(|| bad(name, v, "expected \"lazy\", \"pg16\" or \"eager\""))?
+            }
+            "vacuum_fsm_settled" => {
+                self.vacuum_fsm_settled = if v.eq_ignore_ascii_case("auto") { None } else { Some(boolean(name, v)?) }
+            }
+            "maintenance_work_mem" => {
+                self.maintenance_work_mem_bytes = bytes(name, v, 1 << 10, 1 << 10, i32::MAX as u64 * 1024)? as usize
+            }
+            "vacuum_truncate" => self.vacuum_truncate = boolean(name, v)?,
+            "vacuum_cost_delay" => self.vacuum_cost_delay_ms = float(name, v, 0.0, 100.0)?,
+            "vacuum_cost_limit" => self.vacuum_cost_limit = integer(name, v, 1, 10_000)? as u32,
+            "vacuum_cost_page_hit" => self.vacuum_cost_page_hit = integer(name, v, 0, 10_000)? as u32,
+            "vacuum_cost_page_miss" => self.vacuum_cost_page_miss = integer(name, v, 0, 10_000)? as u32,
+            "vacuum_cost_page_dirty" => self.vacuum_cost_page_dirty = integer(name, v, 0, 10_000)? as u32,
+            "autovacuum" => self.autovacuum = boolean(name, v)?,
+            "autovacuum_max_workers" => self.autovacuum_max_workers = integer(name, v, 1, 262_143)? as u32,
+            "autovacuum_naptime" => self.autovacuum_naptime_ms = millis(name, v, 1000, 1000, 2_147_483_000)?,
+            "autovacuum_vacuum_threshold" => {
+                self.autovacuum_vacuum_threshold = integer(name, v, 0, i32::MAX as i64)? as u64
+            }
+            "autovacuum_vacuum_scale_factor" => self.autovacuum_vacuum_scale_factor = float(name, v, 0.0, 100.0)?,
+            "autovacuum_vacuum_insert_threshold" => {
+                self.autovacuum_vacuum_insert_threshold = integer(name, v, -1, i32::MAX as i64)?
+            }
+            "autovacuum_vacuum_insert_scale_factor" => {
+                self.autovacuum_vacuum_insert_scale_factor = float(name, v, 0.0, 100.0)?
+            }
+            "autovacuum_vacuum_cost_delay" => {
+                self.autovacuum_vacuum_cost_delay_ms =
+                    if v == "-1" { self.vacuum_cost_delay_ms } else { float(name, v, 0.0, 100.0)? }
+            }
+            "autovacuum_vacuum_cost_limit" => {
+                self.autovacuum_vacuum_cost_limit = integer(name, v, -1, 10_000)? as i32;
+                if self.autovacuum_vacuum_cost_limit == 0 {
+                    return Err(bad(name, v, "must be -1 or between 1 and 10000"));
+                }
+            }
+            "log_autovacuum_min_duration" => {
+                self.log_autovacuum_min_duration_ms =
+                    if v == "-1" { -1 } else { millis(name, v, 1, 0, i32::MAX as u64)? as i64 }
+            }
             "lock_timeout" => self.lock_timeout_ms = millis(name, v, 1, 0, i32::MAX as u64)?,
             _ => {
                 return Err(Error::Config(format!("unrecognized configuration parameter \"{name}\"")));
             }
         }
         Ok(())
+    }
+
+    /// Whether the all-visible FSM heuristic is on (`vacuum_fsm_settled`, `auto` = with `eager`).
+    pub fn fsm_settled(&self) -> bool {
+        self.vacuum_fsm_settled.unwrap_or(self.vacuum_freeze_policy == FreezePolicy::Eager)
+    }
+
+    /// The cost limit autovacuum workers share.
+    pub fn autovacuum_cost_limit(&self) -> u32 {
+        if self.autovacuum_vacuum_cost_limit > 0 {
+            self.autovacuum_vacuum_cost_limit as u32
+        } else {
+            self.vacuum_cost_limit
+        }
     }
 
     /// Builds a configuration from `name=value` pairs on top of the defaults.
@@ -144,6 +333,15 @@ fn boolean(name: &str, v: &str) -> Result<bool> {
 fn integer(name: &str, v: &str, min: i64, max: i64) -> Result<i64> {
     let n: i64 = v.parse().map_err(|_| bad(name, v, "expected an integer"))?;
     if n < min || n > max {
+        return Err(bad(name, v, &format!("must be between {min} and {max}")));
+    }
+    Ok(n)
+}
+
+fn float(name: &str, v: &str, min: f64, max: f64) -> Result<f64> {
+    // Cost delays may carry PostgreSQL's "ms" unit; scale factors have none.
+    let n: f64 = v.trim_end_matches("ms").trim().parse().map_err(|_| bad(name, v, "expected a number"))?;
+    if !(min..=max).contains(&n) {
         return Err(bad(name, v, &format!("must be between {min} and {max}")));
     }
     Ok(n)

@@ -84,6 +84,10 @@ pub struct Relation {
     pub write_lock: parking_lot::RwLock<()>,
     /// The block the last insert went to (`rd_targblock`).
     target_block: AtomicU32,
+    /// Its visibility map (`_vm` fork).
+    pub vm: crate::vm::VisibilityMap,
+    /// Its free space map (`_fsm` fork).
+    pub fsm: crate::fsm::FreeSpaceMap,
     /// Free-space hints: pages known to have had room, by free bytes / 32 (a stand-in for the
     /// free space map, which lives with VACUUM).
     free_space: Mutex<BTreeMap<u32, u8>>,
@@ -101,6 +105,8 @@ impl Relation {
             indexed_columns: parking_lot::RwLock::new(vec![false; n]),
             write_lock: parking_lot::RwLock::new(()),
             target_block: AtomicU32::new(u32::MAX),
+            vm: crate::vm::VisibilityMap::new(relfilenode),
+            fsm: crate::fsm::FreeSpaceMap::new(relfilenode),
             free_space: Mutex::new(BTreeMap::new()),
         }
     }
