@@ -138,6 +138,8 @@ pub(crate) struct Inner {
     bg_wake: Condvar,
     bg_mutex: Mutex<()>,
     bg_error: Mutex<Option<String>>,
+    /// Progress of the VACUUMs running now (`pg_stat_progress_vacuum`).
+    pub(crate) vacuum_progress: Mutex<Vec<Arc<crate::vacuum::VacuumProgress>>>,
 }
 
 impl Inner {
@@ -367,6 +369,7 @@ impl Database {
             bg_wake: Condvar::new(),
             bg_mutex: Mutex::new(()),
             bg_error: Mutex::new(None),
+            vacuum_progress: Mutex::new(Vec::new()),
         });
         if fresh {
             startup::bootstrap_catalog(&inner.env(), &inner.catalog)?;
