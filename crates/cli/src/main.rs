@@ -13,6 +13,8 @@
 //!   pages, WAL and full-page images, optionally next to PostgreSQL 15 doing the same.
 //! * `settle bench pgbench -s S -c C -T T [-S]`: pgbench's transactions through the embedded API,
 //!   optionally next to PostgreSQL 15 running the real pgbench.
+//! * `settle bench vacuum --scale S [--peer]`: VACUUM after 5% of a pgbench_accounts table was
+//!   updated, then again over the clean table, next to PostgreSQL 15 doing the same.
 //! * `settle bench tidstore [--scale 1|10] [--json]`: VACUUM's dead-TID stores compared
 //!   (memory, attach, shuffled/ordered/batched lookups, iteration).
 //!
@@ -26,6 +28,7 @@ mod inspect;
 mod peer;
 mod pgbench;
 mod vacuum;
+mod vacuum_bench;
 
 #[global_allocator]
 static ALLOC: tidstore::bench::CountingAlloc = tidstore::bench::CountingAlloc;

@@ -97,6 +97,24 @@ impl Postgres {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
+    /// Runs several commands in one psql session (one `-c` each, so backslash commands such as
+    /// `\timing on` work), stopping at the first error; returns (stdout, stderr). Notices and
+    /// INFO messages (VACUUM VERBOSE's report) arrive on stderr.
+    pub fn psql(&self, commands: &[&str]) -> Result<(String, String)> {
+        let port = self.port.to_string();
+        let mut args = vec!["-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-d", "postgres", "-X", "-A", "-t"];
+        args.extend(["-v", "ON_ERROR_STOP=1"]);
+        for c in commands {
+            args.extend(["-c", c]);
+        }
+        let out = self.run("psql", &args)?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() {
+            bail!("psql failed on {commands:?}: {stderr}");
+        }
+        Ok((String::from_utf8_lossy(&out.stdout).into_owned(), stderr))
+    }
+
     /// Runs pgbench with `args` against this server; returns (stdout, stderr).
     pub fn pgbench(&self, args: &[&str]) -> Result<(String, String)> {
         let port = self.port.to_string();

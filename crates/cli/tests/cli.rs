@@ -182,6 +182,7 @@ fn vacuum_and_inspect_reject_bad_input_without_panicking() {
         (&["vacuum", tmp.path().to_str().unwrap()], "not a settledb data directory"),
         (&["inspect", d, "page", "t"], "needs a BLOCK number"),
         (&["inspect", d, "fsm", "no_such_table"], "relation \"no_such_table\" does not exist"),
+        (&["bench", "vacuum", "--policy", "fast"], "--policy"),
     ];
     for (args, want) in cases {
         let (ok, _, err) = settle(args);
@@ -192,4 +193,27 @@ fn vacuum_and_inspect_reject_bad_input_without_panicking() {
     // The directory is still clean after the failed commands.
     let (ok, out, err) = settle(&["check", d]);
     assert!(ok && out.contains("no problems"), "{out}{err}");
+}
+
+/// The VACUUM benchmark at scale 1 with the verifier on: the first VACUUM removes the 5,000
+/// updated rows' old versions and, in one index scan, their index entries; the second reads
+/// every page and changes nothing.
+#[test]
+fn vacuum_bench_runs_both_vacuums() {
+    let (ok, out, err) = settle(&["bench", "vacuum", "--scale", "1", "--check", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["prep"][0]["updated_rows"], 5000);
+    let (first, second) = (&v["vacuums"][0], &v["vacuums"][1]);
+    assert_eq!(first["phase"], "vacuum");
+    assert_eq!(first["index_scans"], 1);
+    assert_eq!(v["prep"][0]["hot_updates"], 0, "updates to full pages are not HOT");
+    assert_eq!(first["tuples_removed"], 5000);
+    assert_eq!(first["dead_items_removed"], 5000);
+    assert_eq!(first["scanned_pages"], first["pages"]);
+    assert_eq!(second["phase"], "full-scan");
+    assert_eq!(second["tuples_removed"], 0);
+    assert_eq!(second["full_page_images"], 0);
+    assert_eq!(second["scanned_pages"], second["pages"]);
+    assert!(first["verbose"].as_str().unwrap().contains("INFO:  finished vacuuming"), "{first}");
 }
