@@ -44,6 +44,7 @@ use crate::btree::BtreeIndex;
 use crate::error::{Error, Result};
 use crate::heap::tuple::{Column, Schema, Type, Value};
 use crate::heap::Relation;
+use crate::stats::TableStats;
 use crate::types::{Oid, Tid, Xid};
 
 /// OID and file node of `pg_class`.
@@ -115,6 +116,8 @@ pub struct TableEntry {
     pub relminmxid: AtomicU32,
     pub relpages: AtomicU32,
     pub reltuples: Mutex<f64>,
+    /// Cumulative statistics (`pg_stat_user_tables`).
+    pub stats: TableStats,
 }
 
 impl TableEntry {
@@ -289,6 +292,7 @@ impl Catalog {
             relminmxid: AtomicU32::new(row.relminmxid),
             relpages: AtomicU32::new(row.relpages.max(0) as u32),
             reltuples: Mutex::new(row.reltuples),
+            stats: TableStats::new(),
         });
         self.by_name.write().insert(row.relname.clone(), e.clone());
         self.by_oid.write().insert(row.oid, e.clone());
