@@ -344,10 +344,13 @@ pub struct DbTotals {
     pub wal_records: u64,
     pub wal_fpi: u64,
     pub wal_bytes: u64,
+    /// When these counters started from zero (the database's creation, or the open that
+    /// followed a crash), microseconds since the Unix epoch.
+    pub stats_reset: u64,
 }
 
 /// Database counters in the stats file.
-const DB_FIELDS: usize = 18;
+const DB_FIELDS: usize = 19;
 
 impl DbTotals {
     pub fn to_fields(&self) -> [u64; DB_FIELDS] {
@@ -370,6 +373,7 @@ impl DbTotals {
             self.wal_records,
             self.wal_fpi,
             self.wal_bytes,
+            self.stats_reset,
         ]
     }
 
@@ -393,6 +397,7 @@ impl DbTotals {
             wal_records: f[15],
             wal_fpi: f[16],
             wal_bytes: f[17],
+            stats_reset: f[18],
         }
     }
 }

@@ -150,6 +150,7 @@ fn clean_shutdown_keeps_counters_and_a_crash_resets_them() {
     assert!(after.blks_hit >= before.blks_hit && after.blks_read >= before.blks_read);
     assert!(after.wal_records > before.wal_records, "the shutdown checkpoint and this open's are added");
     assert!(after.buffers.hits < after.blks_hit, "buffers count this open only");
+    assert_eq!(after.stats_reset, before.stats_reset, "not reset by a clean restart");
     // Counting goes on from the restored values, and survives a second restart.
     let mut tx = db.begin().unwrap();
     tx.insert(&t, &row(70, 0)).unwrap();
@@ -175,6 +176,7 @@ fn clean_shutdown_keeps_counters_and_a_crash_resets_them() {
     let s = db.stats();
     assert_eq!((s.xact_commit, s.xact_rollback, s.tup_inserted), (0, 0, 0));
     assert_eq!(s.blks_read, s.buffers.reads);
+    assert!(s.stats_reset > before.stats_reset, "stats_reset says when the crash reset them");
     db.close().unwrap();
 }
 

@@ -123,6 +123,9 @@ pub struct DbStats {
     pub wal_records: u64,
     pub wal_fpi: u64,
     pub wal_bytes: u64,
+    /// When the counters kept across clean shutdowns started from zero: the database's
+    /// creation or the open after a crash (microseconds since the Unix epoch).
+    pub stats_reset: u64,
 }
 
 struct WalFlusher(Arc<Wal>);
@@ -340,7 +343,9 @@ impl Database {
         let control =
             if fresh { startup::new_control(config.wal_segment_size_bytes) } else { ControlFile::read(&*fs, &cpath)? };
         let saved_stats = StatsFile::take(&*fs, dir, control.state == DbState::ShutDown);
-        let restored = saved_stats.as_ref().map(|f| f.db).unwrap_or_default();
+        let restored = saved_stats
+            .as_ref()
+            .map_or(DbTotals { stats_reset: crate::stats::now_micros(), ..DbTotals::default() }, |f| f.db);
         let smgr = Arc::new(Smgr::new(fs.clone(), &startup::base_dir(dir))?);
         let pool = BufferPool::new(config.shared_buffers_bytes / BLCKSZ, smgr.clone());
         let xact = TransactionManager::open(
@@ -496,6 +501,7 @@ impl Database {
             wal_records: base.wal_records + wal.records,
             wal_fpi: base.wal_fpi + wal.fpi,
             wal_bytes: base.wal_bytes + wal.bytes,
+            stats_reset: base.stats_reset,
         }
     }
 

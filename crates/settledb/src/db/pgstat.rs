@@ -4,7 +4,8 @@
 //! At open, `pg_stat/stats.bin` is taken ([`StatsFile::take`]) before anything runs: after a
 //! clean shutdown its database counters seed [`DbCounters`] and the buffer and WAL totals, and
 //! its table counters are restored into the catalog entries once the catalog is loaded (tables
-//! dropped since are skipped by OID). After a crash it is removed unread. [`Database::close`]
+//! dropped since are skipped by OID). After a crash it is removed unread, and the counters
+//! start from zero with `stats_reset` set to the time of the open. [`Database::close`]
 //! writes it again after the shutdown checkpoint, when nothing can change the counters any more.
 
 use std::sync::atomic::AtomicU64;
@@ -82,6 +83,7 @@ pub(super) fn totals_of(s: &DbStats) -> DbTotals {
         wal_records: s.wal_records,
         wal_fpi: s.wal_fpi,
         wal_bytes: s.wal_bytes,
+        stats_reset: s.stats_reset,
     }
 }
 
