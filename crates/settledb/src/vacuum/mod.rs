@@ -25,7 +25,8 @@
 //! # Cleanup locks
 //!
 //! Pruning moves tuples, so it needs the cleanup lock (exclusive lock and the only pin). When a
-//! page's cleanup lock is not free, the page is processed read-only (PostgreSQL's
+//! page's cleanup lock is not free (after a few microseconds' grace for a background
+//! writer's pin), the page is processed read-only (PostgreSQL's
 //! `lazy_scan_noprune`): its existing LP_DEAD items are still collected, dead tuples are
 //! counted as missed, and its unfrozen XIDs still bound the new relfrozenxid. Only an
 //! aggressive vacuum that finds an XID older than FreezeLimit there waits for the lock.
@@ -86,6 +87,8 @@ const REL_TRUNCATE_FRACTION: u32 = 16;
 const TRUNCATE_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// ... and holds it at most this long before giving way to writers.
 const TRUNCATE_LOCK_HOLD: Duration = Duration::from_millis(20);
+/// Extra attempts at a page's cleanup lock before the no-prune path.
+const CLEANUP_LOCK_RETRIES: usize = 5;
 /// Pages between FSM flushes in phase I.
 const FSM_BATCH: usize = 1024;
 
@@ -682,7 +685,18 @@ impl LazyVacuum<'_> {
     fn scan_page(&mut self, block: BlockNumber) -> Result<()> {
         let env = &self.inner.env();
         let buf = heap::read_page(env, self.rel, block, Some(&mut self.ring))?;
-        let cleanup = match buf.try_cleanup_lock() {
+        // Our background writer pins pages for a moment while it writes them; give such a
+        // pin a few microseconds to go away before settling for the no-prune path (PostgreSQL
+        // tries once).
+        let mut first = buf.try_cleanup_lock();
+        for _ in 0..CLEANUP_LOCK_RETRIES {
+            if first.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+            first = buf.try_cleanup_lock();
+        }
+        let cleanup = match first {
             Some(g) => Some(g),
             None => {
                 // No cleanup lock: process the page read-only, unless an aggressive vacuum
