@@ -41,6 +41,7 @@
 //! snapshot and fails such an update with [`Error::SerializationFailure`]. Two transactions
 //! waiting for each other's rows are a deadlock: the second waiter gets [`Error::Deadlock`].
 
+pub mod autovacuum;
 pub(crate) mod ddl;
 mod pgstat;
 pub mod startup;
@@ -153,10 +154,13 @@ pub(crate) struct Inner {
     checkpoints: AtomicU64,
     /// Who waits for whom, for deadlock detection.
     waits: Mutex<std::collections::HashMap<Xid, Xid>>,
-    shutdown: AtomicBool,
+    pub(crate) shutdown: AtomicBool,
     bg_wake: Condvar,
     bg_mutex: Mutex<()>,
     bg_error: Mutex<Option<String>>,
+    /// Progress of the VACUUMs running now (`pg_stat_progress_vacuum`).
+    pub(crate) vacuum_progress: Mutex<Vec<Arc<crate::vacuum::VacuumProgress>>>,
+    pub(crate) autovacuum: autovacuum::AutovacuumState,
 }
 
 impl Inner {
@@ -391,6 +395,8 @@ impl Database {
             bg_wake: Condvar::new(),
             bg_mutex: Mutex::new(()),
             bg_error: Mutex::new(None),
+            vacuum_progress: Mutex::new(Vec::new()),
+            autovacuum: Default::default(),
         });
         if fresh {
             startup::bootstrap_catalog(&inner.env(), &inner.catalog)?;
@@ -417,6 +423,19 @@ impl Database {
                 .spawn(move || f(i))
                 .map_err(|e| Error::io("spawn background thread", dir, e))?;
             bg.push(h);
+        }
+        if inner.config.autovacuum {
+            let workers = inner.config.autovacuum_max_workers as usize;
+            let launcher = std::iter::once(("settledb-autovacuum-launcher".to_string(), true));
+            let names = launcher.chain((0..workers).map(|i| (format!("settledb-autovacuum-worker-{i}"), false)));
+            for (name, is_launcher) in names {
+                let i = inner.clone();
+                let h = std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || if is_launcher { i.autovacuum_launcher_loop() } else { i.autovacuum_worker_loop() })
+                    .map_err(|e| Error::io("spawn autovacuum thread", dir, e))?;
+                bg.push(h);
+            }
         }
         Ok(Database { inner, background: Mutex::new(bg), recovery, closed: AtomicBool::new(false) })
     }
@@ -580,6 +599,7 @@ impl Database {
             self.inner.bg_wake.notify_all();
         }
         self.inner.pool.wake_write_behind();
+        self.inner.autovacuum.wake.notify_all();
         for h in self.background.lock().drain(..) {
             let _ = h.join();
         }

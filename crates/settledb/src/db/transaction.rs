@@ -761,6 +761,13 @@ impl Iterator for Scan<'_, '_> {
             let env = self.tx.inner.env();
             match heap::scan_page(&env, &self.rel, &self.snap, self.tx.cid, b, self.oldest_xmin, &mut self.ring) {
                 Ok(rows) => self.buffered = rows.into_iter(),
+                // VACUUM truncated the table's empty tail after the scan began: the pages
+                // it removed held no rows.
+                Err(Error::NotFound(_))
+                    if env.pool.smgr().nblocks(self.rel.relfilenode, Fork::Main).is_ok_and(|n| b.0 >= n) =>
+                {
+                    self.next_block = self.nblocks;
+                }
                 Err(e) => {
                     self.next_block = self.nblocks;
                     return Some(Err(e));
