@@ -82,7 +82,8 @@ enum Cmd {
         /// Print one JSON object instead of tables.
         #[arg(long)]
         json: bool,
-        /// Configuration parameters, `name=value` (PostgreSQL names and units).
+        /// Configuration parameters, `name=value` (PostgreSQL names and units); autovacuum is
+        /// off unless set here.
         #[arg(long = "set", value_name = "NAME=VALUE")]
         set: Vec<String>,
     },
@@ -107,7 +108,11 @@ fn main() -> ExitCode {
         Cmd::Check { dir, set } => check(dir, &set),
         Cmd::Waldump { dir, limit, stats } => waldump(dir, limit, stats),
         Cmd::Inspect { dir, what, name, block } => inspect(dir, &what, &name, block),
-        Cmd::Stats { dir, json, set } => config_from(&set).and_then(|c| stats::run(dir, json, c)),
+        Cmd::Stats { dir, json, set } => {
+            // An inspection tool starts no maintenance of its own unless asked to.
+            let set: Vec<String> = std::iter::once("autovacuum=off".to_string()).chain(set).collect();
+            config_from(&set).and_then(|c| stats::run(dir, json, c))
+        }
         Cmd::Bench(b) => bench::run(b),
     };
     match r {
