@@ -23,7 +23,10 @@ pub fn run(dir: PathBuf, what: &str, name: &str, block: Option<u32>) -> Result<E
     if !matches!(what, "page" | "index" | "vm" | "fsm") {
         bail!("settle inspect: unknown object {what:?} (expected page, index, vm or fsm)");
     }
-    let db = Database::open(&dir, Config::default())?;
+    // An inspection tool starts no maintenance of its own: autovacuum stays off.
+    let mut config = Config::default();
+    config.set("autovacuum", "off")?;
+    let db = Database::open(&dir, config)?;
     let out = render(&db, what, name, block);
     // Close cleanly whether or not the rendering worked; its error is the one to report.
     let closed = db.close();

@@ -9,6 +9,8 @@
 //!   tuple headers, a B-tree page, or the visibility-map / free-space-map page of a heap block;
 //!   `vm|fsm TABLE` without a block summarizes the whole map (all-visible / all-frozen counts,
 //!   free space per page or as a histogram).
+//! * `settle stats DIR [--json]`: the cumulative statistics views (`pg_stat_user_tables`,
+//!   `pg_stat_database`, `pg_stat_wal`) and every table's relfrozenxid age.
 //! * `settle bench load --rows N`: bulk-loads pgbench_accounts-shaped rows and reports the rate,
 //!   pages, WAL and full-page images, optionally next to PostgreSQL 15 doing the same.
 //! * `settle bench pgbench -s S -c C -T T [-S]`: pgbench's transactions through the embedded API,
@@ -27,6 +29,7 @@ mod bench;
 mod inspect;
 mod peer;
 mod pgbench;
+mod stats;
 mod vacuum;
 mod vacuum_bench;
 
@@ -86,6 +89,18 @@ enum Cmd {
         /// The block (required for `page` and `index`).
         block: Option<u32>,
     },
+    /// Print the statistics views (pg_stat_user_tables, pg_stat_database, pg_stat_wal) and
+    /// every table's relfrozenxid age (runs crash recovery first if needed).
+    Stats {
+        dir: PathBuf,
+        /// Print one JSON object instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Configuration parameters, `name=value` (PostgreSQL names and units); autovacuum is
+        /// off unless set here.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
+    },
     /// Benchmarks (programs that print figures).
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -108,6 +123,11 @@ fn main() -> ExitCode {
         Cmd::Waldump { dir, limit, stats } => waldump(dir, limit, stats),
         Cmd::Vacuum(a) => vacuum::run(a),
         Cmd::Inspect { dir, what, name, block } => inspect::run(dir, &what, &name, block),
+        Cmd::Stats { dir, json, set } => {
+            // An inspection tool starts no maintenance of its own unless asked to.
+            let set: Vec<String> = std::iter::once("autovacuum=off".to_string()).chain(set).collect();
+            config_from(&set).and_then(|c| stats::run(dir, json, c))
+        }
         Cmd::Bench(b) => bench::run(b),
     };
     match r {

@@ -46,6 +46,7 @@ use crate::config::{Config, FreezePolicy};
 use crate::error::{Error, Result};
 use crate::heap::tuple::{Column, Schema, Type, Value};
 use crate::heap::Relation;
+use crate::stats::TableStats;
 use crate::types::{Oid, Tid, Xid};
 
 /// OID and file node of `pg_class`.
@@ -215,6 +216,8 @@ pub struct TableEntry {
     /// Held by VACUUM for its whole run, and by DROP TABLE and CREATE INDEX (PostgreSQL's
     /// ShareUpdateExclusiveLock): one maintenance operation per table at a time.
     pub maintenance_lock: Mutex<()>,
+    /// Cumulative statistics (`pg_stat_user_tables`).
+    pub stats: TableStats,
 }
 
 impl TableEntry {
@@ -399,6 +402,7 @@ impl Catalog {
             reltuples: Mutex::new(row.reltuples),
             options: row.options.clone(),
             maintenance_lock: Mutex::new(()),
+            stats: TableStats::new(),
         });
         self.by_name.write().insert(row.relname.clone(), e.clone());
         self.by_oid.write().insert(row.oid, e.clone());

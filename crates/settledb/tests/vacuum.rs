@@ -165,11 +165,18 @@ fn truncates_empty_tail_pages() {
         }
     }
     tx.commit().unwrap();
-    let r = db.vacuum(Some("t"), &VacuumParams { verbose: true, ..Default::default() }).unwrap().remove(0);
-    let text = r.verbose_text();
-    assert_eq!(r.removed_pages, pages - 10, "{text}");
+    // The background writer may hold a pin on a page for a moment (it writes pages a bulk
+    // load finished): VACUUM then skips pruning that page and cannot truncate below it, so
+    // allow a second run, as autovacuum would do later.
+    let mut reports = Vec::new();
+    while db.table_pages(&t).unwrap() > 10 && reports.len() < 3 {
+        reports.push(db.vacuum(Some("t"), &VacuumParams { verbose: true, ..Default::default() }).unwrap().remove(0));
+    }
+    let text: String = reports.iter().map(|r| r.verbose_text()).collect();
+    assert_eq!(reports.iter().map(|r| r.removed_pages).sum::<u32>(), pages - 10, "{text}");
     assert_eq!(db.table_pages(&t).unwrap(), 10);
-    assert!(text.contains(&format!("truncated {pages} to 10 pages")), "{text}");
+    assert!(text.contains(" to 10 pages"), "{text}");
+    assert!(reports[0].truncated.is_some_and(|(from, _)| from == pages), "{text}");
     assert_eq!(sum_balances(&db, &t).0, kept);
     check(&db);
     drop(db);

@@ -7,6 +7,7 @@
 //!   DIR/pg_wal/             WAL segments
 //!   DIR/pg_xact/            CLOG segments
 //!   DIR/base/<filenode>     relation forks (pg_class is 1259)
+//!   DIR/pg_stat/stats.bin   statistics saved by a clean shutdown ([`crate::stats`])
 //! ```
 //!
 //! # Recovery

@@ -25,7 +25,8 @@
 //! # Cleanup locks
 //!
 //! Pruning moves tuples, so it needs the cleanup lock (exclusive lock and the only pin). When a
-//! page's cleanup lock is not free, the page is processed read-only (PostgreSQL's
+//! page's cleanup lock is not free (after a few microseconds' grace for a background
+//! writer's pin), the page is processed read-only (PostgreSQL's
 //! `lazy_scan_noprune`): its existing LP_DEAD items are still collected, dead tuples are
 //! counted as missed, and its unfrozen XIDs still bound the new relfrozenxid. Only an
 //! aggressive vacuum that finds an XID older than FreezeLimit there waits for the lock.
@@ -86,6 +87,8 @@ const REL_TRUNCATE_FRACTION: u32 = 16;
 const TRUNCATE_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// ... and holds it at most this long before giving way to writers.
 const TRUNCATE_LOCK_HOLD: Duration = Duration::from_millis(20);
+/// Extra attempts at a page's cleanup lock before the no-prune path.
+const CLEANUP_LOCK_RETRIES: usize = 5;
 /// Pages between FSM flushes in phase I.
 const FSM_BATCH: usize = 1024;
 
@@ -236,6 +239,35 @@ impl Database {
         Ok(out)
     }
 
+    /// The visibility map bits of every page of a table (`pg_visibility_map`):
+    /// `(all_visible, all_frozen)` per block.
+    pub fn visibility_map(&self, table: &crate::db::Table) -> Result<Vec<(bool, bool)>> {
+        let inner = self.inner();
+        let rel = &table.entry.rel;
+        let n = inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
+        (0..n).map(|b| rel.vm.get(&inner.pool, BlockNumber(b)).map(|v| (v.all_visible(), v.all_frozen()))).collect()
+    }
+
+    /// The free space map category (free bytes / 32) of every page of a table
+    /// (`pg_freespace`).
+    pub fn free_space_map(&self, table: &crate::db::Table) -> Result<Vec<u8>> {
+        let inner = self.inner();
+        let rel = &table.entry.rel;
+        let n = inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
+        (0..n).map(|b| rel.fsm.get(&inner.pool, BlockNumber(b))).collect()
+    }
+
+    /// Pins a heap page until the returned guard is dropped, as a cursor parked on the page
+    /// does: VACUUM cannot get that page's cleanup lock meanwhile (tests and tools).
+    pub fn pin_page(&self, table: &crate::db::Table, block: u32) -> Result<PagePin<'_>> {
+        let inner = self.inner();
+        let n = inner.pool.smgr().nblocks(table.entry.rel.relfilenode, Fork::Main)?;
+        if block >= n {
+            return Err(Error::NotFound(format!("block {block} of \"{}\" does not exist", table.name())));
+        }
+        Ok(PagePin { _buf: heap::read_page(&inner.env(), &table.entry.rel, BlockNumber(block), None)? })
+    }
+
     /// `pg_stat_progress_vacuum`: one row per VACUUM running now.
     pub fn vacuum_progress(&self) -> Vec<ProgressRow> {
         let inner = self.inner();
@@ -260,6 +292,11 @@ impl Database {
             })
             .collect()
     }
+}
+
+/// A pinned heap page (see [`Database::pin_page`]).
+pub struct PagePin<'a> {
+    _buf: Buffer<'a>,
 }
 
 /// Cost-based vacuum delay (`vacuum_delay_point`): page hits, misses and dirtyings cost
@@ -508,6 +545,13 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     lv.r.elapsed = start.elapsed();
     lv.r.delay_time = lv.cost.slept;
     lv.r.failsafe = lv.failsafe;
+    entry.stats.report_vacuum(
+        params.is_autovacuum,
+        params.is_wraparound,
+        lv.r.new_live_tuples,
+        lv.r.recently_dead_tuples + lv.r.missed_dead_tuples,
+        u64::from(lv.r.frozen_pages),
+    );
     Ok(lv.r)
 }
 
@@ -569,6 +613,9 @@ impl LazyVacuum<'_> {
             }
             while blk < end.min(rel_pages) {
                 self.cost.point();
+                if self.r.autovacuum && self.inner.shutdown.load(Ordering::Acquire) {
+                    return Err(Error::invalid("canceling autovacuum task: the database is shutting down"));
+                }
                 if self.r.scanned_pages > 0 && self.r.scanned_pages.is_multiple_of(FAILSAFE_EVERY_PAGES) {
                     self.check_failsafe();
                 }
@@ -638,7 +685,18 @@ impl LazyVacuum<'_> {
     fn scan_page(&mut self, block: BlockNumber) -> Result<()> {
         let env = &self.inner.env();
         let buf = heap::read_page(env, self.rel, block, Some(&mut self.ring))?;
-        let cleanup = match buf.try_cleanup_lock() {
+        // Our background writer pins pages for a moment while it writes them; give such a
+        // pin a few microseconds to go away before settling for the no-prune path (PostgreSQL
+        // tries once).
+        let mut first = buf.try_cleanup_lock();
+        for _ in 0..CLEANUP_LOCK_RETRIES {
+            if first.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+            first = buf.try_cleanup_lock();
+        }
+        let cleanup = match first {
             Some(g) => Some(g),
             None => {
                 // No cleanup lock: process the page read-only, unless an aggressive vacuum
