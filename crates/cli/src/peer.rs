@@ -32,6 +32,11 @@ fn is_root() -> bool {
 impl Postgres {
     /// Starts a cluster with `settings` (`name=value`, as `postgres -c`).
     pub fn start(port: u16, settings: &[(String, String)]) -> Result<Postgres> {
+        Postgres::start_with(port, settings, &[])
+    }
+
+    /// [`Postgres::start`], passing `initdb_args` to initdb as well (e.g. `--data-checksums`).
+    pub fn start_with(port: u16, settings: &[(String, String)], initdb_args: &[&str]) -> Result<Postgres> {
         let bindir = find_bindir().context("PostgreSQL 15 is not installed (apt-get install postgresql-15)")?;
         let dir = std::env::temp_dir().join(format!("settle-peer-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -45,7 +50,10 @@ impl Postgres {
             }
         }
         let data = pg.data_dir();
-        let out = pg.run("initdb", &["-D", &data.to_string_lossy(), "-A", "trust", "-U", "postgres", "--no-sync"])?;
+        let data_arg = data.to_string_lossy();
+        let mut args = vec!["-D", &data_arg, "-A", "trust", "-U", "postgres", "--no-sync"];
+        args.extend_from_slice(initdb_args);
+        let out = pg.run("initdb", &args)?;
         if !out.status.success() {
             bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr));
         }
