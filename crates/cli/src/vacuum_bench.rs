@@ -178,6 +178,9 @@ pub struct SummaryRow {
     pub phase: &'static str,
     pub runs: usize,
     pub seconds: f64,
+    /// CPU time (user + system) of the vacuuming thread or backend, in the same run: a steadier
+    /// figure than elapsed time on a machine others are using.
+    pub cpu_seconds: f64,
     pub wal_bytes: u64,
     pub full_page_images: u64,
     /// settledb / postgres.
@@ -604,6 +607,7 @@ fn summarize(all: &[VacuumFigures]) -> Vec<SummaryRow> {
                 phase,
                 runs: all.iter().filter(|f| f.engine == engine && f.phase == phase).count(),
                 seconds: m.seconds,
+                cpu_seconds: m.cpu_user_seconds + m.cpu_system_seconds,
                 wal_bytes: m.wal_bytes,
                 full_page_images: m.full_page_images,
                 seconds_ratio: vs.and_then(|p| ratio(m.seconds, p.seconds)),
@@ -677,16 +681,17 @@ fn print_summary(r: &VacuumBenchReport) {
     let of = if runs > 1 { format!("medians of {runs} runs") } else { "one run".to_string() };
     println!("{TABLE} at scale {} ({} rows), {of}:", r.scale, r.rows);
     println!(
-        "{:<18} {:<10} {:>9} {:>14} {:>8} {:>12} {:>10}",
-        "engine", "phase", "seconds", "WAL bytes", "FPIs", "time ratio", "WAL ratio"
+        "{:<18} {:<10} {:>9} {:>9} {:>14} {:>8} {:>12} {:>10}",
+        "engine", "phase", "seconds", "CPU s", "WAL bytes", "FPIs", "time ratio", "WAL ratio"
     );
     let x = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.3}x"));
     for s in &r.summary {
         println!(
-            "{:<18} {:<10} {:>9.3} {:>14} {:>8} {:>12} {:>10}",
+            "{:<18} {:<10} {:>9.3} {:>9.2} {:>14} {:>8} {:>12} {:>10}",
             s.engine,
             s.phase,
             s.seconds,
+            s.cpu_seconds,
             s.wal_bytes,
             s.full_page_images,
             x(s.seconds_ratio),
