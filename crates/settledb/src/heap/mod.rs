@@ -34,6 +34,14 @@
 //! LSN is set to the record's end before the lock is released, so the buffer pool's
 //! WAL-before-data rule holds.
 //!
+//! # The visibility map
+//!
+//! A change to a page marked `PD_ALL_VISIBLE` (insert, multi-insert, either page of an update,
+//! delete) first clears the page's bits in the relation's [`crate::vm`] (a VM_CLEAR record)
+//! and the flag, under the page's exclusive lock: heap page first, map page second, never
+//! the reverse. Redo of the heap records clears the flag too (`wal::apply_insert`,
+//! `wal::apply_xmax`).
+//!
 //! # Hint bits
 //!
 //! `XMIN_COMMITTED`/`XMAX_COMMITTED` hints are set only by code holding the exclusive lock
@@ -59,6 +67,7 @@ use crate::buffer::{Buffer, BufferPool, Ring};
 use crate::error::{Error, Result};
 use crate::page::{self, LpFlags, PageBuf, BLCKSZ};
 use crate::types::{BlockNumber, BufferTag, Fork, OffsetNumber, Oid, Tid, Xid};
+use crate::vm::VmBits;
 use crate::wal::{BlockRef, RecordBuilder, Rmgr, Wal};
 use crate::xact::{Snapshot, TransactionManager};
 use tuple::{Schema, TupleHeader, Value, HEAP_ONLY_TUPLE, HEAP_UPDATED, HEAP_XMAX_INVALID};
@@ -296,6 +305,21 @@ fn find_target<'a>(
     Ok(buf)
 }
 
+/// Called by every change that adds or stamps a tuple on a page, with the page exclusively
+/// locked and before the page is changed: if the page is marked all-visible, clears its
+/// visibility-map bits (logging VM_CLEAR) and its `PD_ALL_VISIBLE` flag. The map is cleared
+/// before the heap change is logged, so WAL never holds the heap change without the clear:
+/// a crash between the two leaves a page that is still all-visible with its bit clear, which
+/// the map allows (see [`crate::vm`], "WAL"). Redo of the heap record clears the flag again
+/// (the `apply_*` helpers in [`wal`]).
+fn clear_all_visible(env: &HeapEnv<'_>, rel: &Relation, block: BlockNumber, page_bytes: &mut [u8]) -> Result<()> {
+    if page::flags(page_bytes) & page::PD_ALL_VISIBLE != 0 {
+        rel.vm.clear(env, block, VmBits::VALID)?;
+        page::clear_flags(page_bytes, page::PD_ALL_VISIBLE);
+    }
+    Ok(())
+}
+
 /// Inserts one row; returns its TID.
 pub fn insert(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, values: &[Value]) -> Result<Tid> {
     let mut t = tuple::form_tuple(&rel.schema, values)?;
@@ -315,12 +339,12 @@ fn insert_tuple(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, t: &mut [
         let off = OffsetNumber(page::max_offset(&g.0) + 1);
         let off = first_free_offset(&g.0).unwrap_or(off);
         tuple::set_ctid(t, Tid { block, offset: off });
-        if page::add_item(&mut g.0, t, Some(off), true) != Some(off) {
+        clear_all_visible(env, rel, block, &mut g.0)?;
+        if !wal::apply_insert(&mut g.0, off, t) {
             rel.note_free_space(block, 0);
             rel.target_block.store(u32::MAX, Ordering::Relaxed);
             continue;
         }
-        page::clear_flags(&mut g.0, page::PD_ALL_VISIBLE);
         let mut main = Vec::with_capacity(3);
         main.extend_from_slice(&off.0.to_le_bytes());
         main.push(if fresh { FLAG_INIT_PAGE } else { 0 });
@@ -364,6 +388,7 @@ pub fn multi_insert(
         let block = target_buf.block();
         let mut g = target_buf.write();
         let fresh = page::max_offset(&g.0) == 0;
+        clear_all_visible(env, rel, block, &mut g.0)?;
         let mut main = Vec::with_capacity(3 + 2 * 64);
         main.push(if fresh { FLAG_INIT_PAGE } else { 0 });
         main.extend_from_slice(&[0, 0]);
@@ -378,7 +403,7 @@ pub fn multi_insert(
             }
             let off = OffsetNumber(page::max_offset(&g.0) + 1);
             tuple::set_ctid(t, Tid { block, offset: off });
-            if page::add_item(&mut g.0, t, Some(off), true) != Some(off) {
+            if !wal::apply_insert(&mut g.0, off, t) {
                 break;
             }
             main.extend_from_slice(&off.0.to_le_bytes());
@@ -397,7 +422,6 @@ pub fn multi_insert(
         }
         let page_full = i < tuples.len();
         main[1..3].copy_from_slice(&n.to_le_bytes());
-        page::clear_flags(&mut g.0, page::PD_ALL_VISIBLE);
         let lsn =
             log_one_block(env, Rmgr::Heap2, XLOG_HEAP2_MULTI_INSERT, tx.xid, rel.tag(block), fresh, &g.0, data, main)?;
         page::set_lsn(&mut g.0, lsn);
@@ -600,3 +624,6 @@ pub fn empty_page() -> PageBuf {
     page::init(&mut p.0, 0);
     p
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,132 @@
+//! How the heap honours the visibility map and the free space map:
+//!
+//! * every way a page gets a new or a changed tuple (insert, multi-insert, update on the same
+//!   page, update to another page, both its pages, delete) clears the page's map bits and
+//!   `PD_ALL_VISIBLE`, and crash recovery replays the same result (the heap records' redo
+//!   clears the flag, VM_CLEAR the bits);
+//!
+//! Bits are set here directly with [`crate::vm::VisibilityMap::set`], as VACUUM does, on pages
+//! whose tuples are all committed and older than every snapshot.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::*;
+use crate::check::check_database;
+use crate::db::{Database, Table};
+use crate::io::fault::{CrashMode, FaultFs};
+use crate::{Column, Config, TableOptions, Type};
+
+fn config() -> Config {
+    // Only the tests' own checkpoints run, and no autovacuum sets bits behind their back.
+    Config::from_pairs(vec![
+        ("checkpoint_timeout", "1d"),
+        ("max_wal_size", "1TB"),
+        ("wal_writer_delay", "10s"),
+        ("autovacuum", "off"),
+    ])
+    .unwrap()
+}
+
+fn open(fs: &Arc<FaultFs>) -> Database {
+    Database::open_with_fs(fs.clone(), Path::new("/db"), config()).unwrap()
+}
+
+fn make_table(db: &Database, name: &str) -> Table {
+    let schema = Schema {
+        columns: vec![
+            Column { name: "id".into(), ty: Type::Int4, nullable: false },
+            Column { name: "pad".into(), ty: Type::Text, nullable: false },
+        ],
+    };
+    db.create_table(name, schema, TableOptions::default()).unwrap()
+}
+
+fn row(id: i32, pad_bytes: usize) -> Vec<Value> {
+    vec![Value::Int4(id), Value::Text("p".repeat(pad_bytes))]
+}
+
+/// Sets the page's map bits (and `PD_ALL_VISIBLE`) the way VACUUM does, under its lock.
+fn set_bits(db: &Database, t: &Table, block: u32, bits: VmBits) {
+    let env = db.inner().env();
+    let rel = &t.entry.rel;
+    let buf = read_page(&env, rel, BlockNumber(block), None).unwrap();
+    let mut g = buf.write();
+    rel.vm.set(&env, &buf, &mut g.0, bits).unwrap();
+}
+
+/// The page's map bits and whether it carries `PD_ALL_VISIBLE`.
+fn visibility(db: &Database, t: &Table, block: u32) -> (VmBits, bool) {
+    let env = db.inner().env();
+    let rel = &t.entry.rel;
+    let bits = rel.vm.get(env.pool, BlockNumber(block)).unwrap();
+    let buf = read_page(&env, rel, BlockNumber(block), None).unwrap();
+    let flag = page::flags(&buf.read().0) & page::PD_ALL_VISIBLE != 0;
+    (bits, flag)
+}
+
+fn assert_clean(db: &Database) {
+    let report = check_database(db).unwrap();
+    assert!(report.is_clean(), "{report}");
+}
+
+#[test]
+fn every_heap_change_clears_the_map_and_redo_agrees() {
+    let fs = FaultFs::new();
+    let db = open(&fs);
+    let t = make_table(&db, "t");
+    // Rows of ~1.5 kB: five fill a page (pages 0..=5) and leave ~470 bytes; page 6 has one.
+    let mut tx = db.begin().unwrap();
+    let tids: Vec<Tid> = (0..31).map(|i| tx.insert(&t, &row(i, 1500)).unwrap()).collect();
+    tx.commit().unwrap();
+    for (i, tid) in tids.iter().enumerate() {
+        assert_eq!(tid.block.0, i as u32 / 5, "row {i}");
+    }
+    db.checkpoint().unwrap();
+    for b in 0..7 {
+        set_bits(&db, &t, b, VmBits::ALL_VISIBLE);
+    }
+    assert_clean(&db);
+
+    let rel = &t.entry.rel;
+    let mut tx = db.begin().unwrap();
+    // Page 0: a single insert (the target block points there; the small row fits).
+    rel.target_block.store(0, Ordering::Relaxed);
+    assert_eq!(tx.insert(&t, &row(100, 10)).unwrap().block.0, 0);
+    // Pages 1 and 6: an update whose new version does not fit on its page.
+    rel.target_block.store(6, Ordering::Relaxed);
+    let moved = tx.update(&t, tids[5], &row(5, 1400)).unwrap().unwrap();
+    assert_eq!(moved.block.0, 6);
+    // Page 2: a delete.
+    assert!(tx.delete(&t, tids[10]).unwrap());
+    // Page 3: a multi-insert.
+    rel.target_block.store(3, Ordering::Relaxed);
+    let many = tx.insert_many(&t, &[row(101, 10), row(102, 10)]).unwrap();
+    assert!(many.iter().all(|tid| tid.block.0 == 3), "{many:?}");
+    // Page 4: an update that stays on its page (HOT: the table has no index).
+    assert_eq!(tx.update(&t, tids[20], &row(20, 10)).unwrap().unwrap().block.0, 4);
+    tx.commit().unwrap();
+
+    // Page 5 was not touched: it keeps its bits, which shows the others lost theirs for a reason.
+    let expect = |db: &Database| {
+        for b in 0..7 {
+            let want = if b == 5 { (VmBits::ALL_VISIBLE, true) } else { (VmBits::NONE, false) };
+            assert_eq!(visibility(db, &t, b), want, "heap block {b}");
+        }
+    };
+    expect(&db);
+    assert_clean(&db);
+
+    // Everything since the checkpoint is replayed: the VISIBLE records (carrying the heap
+    // pages' images), then each heap change without an image, then VM_CLEAR.
+    let crashed = fs.crash(CrashMode::LoseUnsynced);
+    db.abandon();
+    let db = open(&crashed);
+    assert!(db.recovery_report().records_replayed > 0);
+    let t = db.table("t").unwrap();
+    expect(&db);
+    assert_clean(&db);
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.scan(&t).unwrap().count(), 31 + 1 + 2 - 1);
+}
