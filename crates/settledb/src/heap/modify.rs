@@ -109,7 +109,9 @@ pub fn update(
                 // Pick a page with room for the new version (its size as computed by the
                 // attempt, not the old version's: asking for less could return the same page
                 // forever), without holding the old page's lock.
-                let t = find_target(env, rel, need, None, Some(tid.block))?;
+                // The map may offer the old page itself when it gained room meanwhile; the
+                // next attempt then finds that the version fits there.
+                let t = find_target(env, rel, need, None)?;
                 other_page = Some(t.block());
             }
         }

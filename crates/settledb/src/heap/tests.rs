@@ -4,6 +4,9 @@
 //!   page, update to another page, both its pages, delete) clears the page's map bits and
 //!   `PD_ALL_VISIBLE`, and crash recovery replays the same result (the heap records' redo
 //!   clears the flag, VM_CLEAR the bits);
+//! * inserts go where the free space map says: a page with room recorded as full is left
+//!   alone, the same page recorded with its real free space is used, and a page the map
+//!   over-promised is corrected when an insert finds it full.
 //!
 //! Bits are set here directly with [`crate::vm::VisibilityMap::set`], as VACUUM does, on pages
 //! whose tuples are all committed and older than every snapshot.
@@ -64,6 +67,13 @@ fn visibility(db: &Database, t: &Table, block: u32) -> (VmBits, bool) {
     let buf = read_page(&env, rel, BlockNumber(block), None).unwrap();
     let flag = page::flags(&buf.read().0) & page::PD_ALL_VISIBLE != 0;
     (bits, flag)
+}
+
+fn heap_free(db: &Database, t: &Table, block: u32) -> usize {
+    let env = db.inner().env();
+    let buf = read_page(&env, &t.entry.rel, BlockNumber(block), None).unwrap();
+    let free = page::heap_free_space(&buf.read().0);
+    free
 }
 
 fn assert_clean(db: &Database) {
@@ -129,4 +139,66 @@ fn every_heap_change_clears_the_map_and_redo_agrees() {
     assert_clean(&db);
     let mut tx = db.begin().unwrap();
     assert_eq!(tx.scan(&t).unwrap().count(), 31 + 1 + 2 - 1);
+}
+
+#[test]
+fn inserts_go_where_the_free_space_map_says() {
+    let fs = FaultFs::new();
+    let db = open(&fs);
+    let t = make_table(&db, "t");
+    // 58 rows of 140 bytes (with their line pointers) fill a page: three full pages.
+    let mut tx = db.begin().unwrap();
+    let tids: Vec<Tid> = (0..174).map(|i| tx.insert(&t, &row(i, 100)).unwrap()).collect();
+    tx.commit().unwrap();
+    assert_eq!(db.table_pages(&t).unwrap(), 3);
+    assert!(heap_free(&db, &t, 2) < 140, "the last page is full");
+
+    // Empty page 0; pruning records its new free space in the map.
+    let mut tx = db.begin().unwrap();
+    for tid in tids.iter().filter(|tid| tid.block.0 == 0) {
+        assert!(tx.delete(&t, *tid).unwrap());
+    }
+    tx.commit().unwrap();
+    assert!(db.prune_page(&t, 0).unwrap());
+    let room = heap_free(&db, &t, 0);
+    assert!(room > 4000, "{room} bytes free after pruning");
+    let pool = &db.inner().pool;
+    assert_eq!(t.entry.rel.fsm.get(pool, BlockNumber(0)).unwrap(), fsm::avail_to_category(room));
+
+    // Recorded as full (as VACUUM records a settled page): a new row extends the table instead.
+    t.entry.rel.fsm.record(pool, BlockNumber(0), 0).unwrap();
+    db.close().unwrap();
+    let db = open(&fs);
+    let t = db.table("t").unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.insert(&t, &row(1000, 100)).unwrap().block.0, 3);
+    tx.commit().unwrap();
+
+    // Recorded with its real free space: the next insert of a freshly opened table goes there.
+    let pool = &db.inner().pool;
+    t.entry.rel.fsm.record(pool, BlockNumber(0), room).unwrap();
+    db.close().unwrap();
+    let db = open(&fs);
+    let t = db.table("t").unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.insert(&t, &row(1001, 100)).unwrap().block.0, 0);
+    tx.commit().unwrap();
+
+    // Page 1 recorded with room it does not have, page 3 with the room it has: the insert tries
+    // page 1 first (lowest block first), finds it full, corrects the map and asks again.
+    let pool = &db.inner().pool;
+    let rel = &t.entry.rel;
+    rel.fsm.record(pool, BlockNumber(0), 0).unwrap();
+    rel.fsm.record(pool, BlockNumber(1), 8000).unwrap();
+    rel.fsm.record(pool, BlockNumber(3), heap_free(&db, &t, 3)).unwrap();
+    let full = heap_free(&db, &t, 1);
+    db.close().unwrap();
+    let db = open(&fs);
+    let t = db.table("t").unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_eq!(tx.insert(&t, &row(1002, 100)).unwrap().block.0, 3);
+    tx.commit().unwrap();
+    let pool = &db.inner().pool;
+    assert_eq!(t.entry.rel.fsm.get(pool, BlockNumber(1)).unwrap(), fsm::avail_to_category(full));
+    assert_clean(&db);
 }
