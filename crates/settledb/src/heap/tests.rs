@@ -4,6 +4,8 @@
 //!   page, update to another page, both its pages, delete) clears the page's map bits and
 //!   `PD_ALL_VISIBLE`, and crash recovery replays the same result (the heap records' redo
 //!   clears the flag, VM_CLEAR the bits);
+//! * an index-only scan skips the heap for entries on all-visible pages and visits it again once
+//!   a change clears the bit;
 //! * inserts go where the free space map says: a page with room recorded as full is left
 //!   alone, the same page recorded with its real free space is used, and a page the map
 //!   over-promised is corrected when an insert finds it full.
@@ -19,7 +21,7 @@ use super::*;
 use crate::check::check_database;
 use crate::db::{Database, Table};
 use crate::io::fault::{CrashMode, FaultFs};
-use crate::{Column, Config, TableOptions, Type};
+use crate::{Column, Config, KeyBound, ScanDirection, TableOptions, Type};
 
 fn config() -> Config {
     // Only the tests' own checkpoints run, and no autovacuum sets bits behind their back.
@@ -139,6 +141,44 @@ fn every_heap_change_clears_the_map_and_redo_agrees() {
     assert_clean(&db);
     let mut tx = db.begin().unwrap();
     assert_eq!(tx.scan(&t).unwrap().count(), 31 + 1 + 2 - 1);
+}
+
+#[test]
+fn index_only_scan_trusts_the_map_until_a_change_clears_it() {
+    let fs = FaultFs::new();
+    let db = open(&fs);
+    let t = make_table(&db, "t");
+    let by_id = db.create_index("t_id", "t", &["id"], false).unwrap();
+    let mut tx = db.begin().unwrap();
+    let tids: Vec<Tid> = (0..200).map(|i| tx.insert(&t, &row(i, 100)).unwrap()).collect();
+    tx.commit().unwrap();
+    let nblocks = db.table_pages(&t).unwrap();
+    assert!(nblocks >= 3, "{nblocks} pages");
+
+    // (keys returned, heap fetches, heap fetches avoided) of a full index-only scan.
+    let scan = |db: &Database| {
+        let before = db.stats();
+        let mut tx = db.begin().unwrap();
+        let keys =
+            tx.index_only(&by_id, KeyBound::Unbounded, KeyBound::Unbounded, ScanDirection::Forward, None).unwrap();
+        tx.commit().unwrap();
+        let after = db.stats();
+        (keys.len(), after.heap_fetches - before.heap_fetches, after.heap_fetches_avoided - before.heap_fetches_avoided)
+    };
+    assert_eq!(scan(&db), (200, 200, 0), "no bit set: every entry visits the heap");
+    for b in 0..nblocks {
+        set_bits(&db, &t, b, VmBits::ALL_VISIBLE);
+    }
+    assert_eq!(scan(&db), (200, 0, 200), "every page all-visible: no entry visits the heap");
+
+    // A delete on page 0 clears its bit: its entries visit the heap again, the others do not.
+    let mut tx = db.begin().unwrap();
+    assert!(tx.delete(&t, tids[0]).unwrap());
+    tx.commit().unwrap();
+    let on_page_0 = tids.iter().filter(|tid| tid.block.0 == 0).count() as u64;
+    assert_eq!(visibility(&db, &t, 0), (VmBits::NONE, false));
+    assert_eq!(scan(&db), (199, on_page_0, 200 - on_page_0));
+    assert_clean(&db);
 }
 
 #[test]
