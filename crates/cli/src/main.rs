@@ -5,6 +5,8 @@
 //! * `settle waldump DIR`: prints WAL records one per line, like `pg_waldump`.
 //! * `settle inspect DIR page|index|vm|fsm NAME BLOCK`: a heap page with its line pointers and
 //!   tuple headers, a B-tree page, or the visibility-map / free-space-map page of a heap block.
+//! * `settle stats DIR [--json]`: the cumulative statistics views (`pg_stat_user_tables`,
+//!   `pg_stat_database`, `pg_stat_wal`) and every table's relfrozenxid age.
 //! * `settle bench load --rows N`: bulk-loads pgbench_accounts-shaped rows and reports the rate,
 //!   pages, WAL and full-page images, optionally next to PostgreSQL 15 doing the same.
 //! * `settle bench pgbench -s S -c C -T T [-S]`: pgbench's transactions through the embedded API,
@@ -20,6 +22,7 @@
 mod bench;
 mod peer;
 mod pgbench;
+mod stats;
 
 #[global_allocator]
 static ALLOC: tidstore::bench::CountingAlloc = tidstore::bench::CountingAlloc;
@@ -72,6 +75,18 @@ enum Cmd {
         name: String,
         block: u32,
     },
+    /// Print the statistics views (pg_stat_user_tables, pg_stat_database, pg_stat_wal) and
+    /// every table's relfrozenxid age (runs crash recovery first if needed).
+    Stats {
+        dir: PathBuf,
+        /// Print one JSON object instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Configuration parameters, `name=value` (PostgreSQL names and units); autovacuum is
+        /// off unless set here.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
+    },
     /// Benchmarks (programs that print figures).
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -93,6 +108,11 @@ fn main() -> ExitCode {
         Cmd::Check { dir, set } => check(dir, &set),
         Cmd::Waldump { dir, limit, stats } => waldump(dir, limit, stats),
         Cmd::Inspect { dir, what, name, block } => inspect(dir, &what, &name, block),
+        Cmd::Stats { dir, json, set } => {
+            // An inspection tool starts no maintenance of its own unless asked to.
+            let set: Vec<String> = std::iter::once("autovacuum=off".to_string()).chain(set).collect();
+            config_from(&set).and_then(|c| stats::run(dir, json, c))
+        }
         Cmd::Bench(b) => bench::run(b),
     };
     match r {

@@ -1,4 +1,4 @@
-//! The `settle` binary end to end: a small load, then check, waldump and inspect on its
+//! The `settle` binary end to end: a small load, then check, waldump, inspect and stats on its
 //! data directory, and the errors a user gets for a wrong directory or flag.
 
 use std::process::Command;
@@ -100,4 +100,59 @@ fn tidstore_bench_measures_with_the_counting_allocator() {
     assert_eq!(row["matched_ok"], true, "{row}");
     let (bytes, reported) = (row["bytes"].as_f64().unwrap(), row["reported_bytes"].as_f64().unwrap());
     assert!((bytes - reported).abs() <= reported * 0.05, "allocator {bytes} vs own {reported}");
+}
+
+/// `settle stats` after a load: the table's counters as the load left them, the same in text
+/// and JSON, and kept from one run to the next (each run's clean close saves them).
+#[test]
+fn stats_shows_the_views_and_keeps_them_across_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let d = dir.to_str().unwrap();
+    let (ok, _, err) = settle(&["bench", "load", "--rows", "3000", "--dir", d, "--json"]);
+    assert!(ok, "bench load failed: {err}");
+
+    let (ok, out, err) = settle(&["stats", d]);
+    assert!(ok, "stats failed: {err}");
+    for header in ["pg_stat_user_tables", "pg_stat_database", "pg_stat_wal", "relfrozenxid", "n_dead_tup", "blks_hit"] {
+        assert!(out.contains(header), "{header} missing from:\n{out}");
+    }
+    let row = out.lines().find(|l| l.starts_with(" pgbench_accounts ") && l.contains("3000")).expect("table row");
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    assert_eq!(cells.len(), 18, "{row}");
+    assert_eq!((cells[3], cells[7], cells[8], cells[11]), ("3000", "3000", "0", ""), "ins, live, dead, last_vacuum");
+
+    let json = |out: &str| -> serde_json::Value { serde_json::from_str(out).unwrap() };
+    let (ok, out, err) = settle(&["stats", d, "--json"]);
+    assert!(ok, "stats --json failed: {err}");
+    let v = json(&out);
+    let t = &v["pg_stat_user_tables"][0];
+    assert_eq!(t["relname"], "pgbench_accounts");
+    assert_eq!((t["n_tup_ins"].as_u64(), t["n_live_tup"].as_u64()), (Some(3000), Some(3000)));
+    assert_eq!((t["n_ins_since_vacuum"].as_u64(), t["n_tup_upd"].as_u64()), (Some(3000), Some(0)));
+    assert!(t["last_vacuum"].is_null());
+    let db = &v["pg_stat_database"];
+    assert_eq!(db["tup_inserted"], 3000);
+    assert!(db["xact_commit"].as_u64().unwrap() >= 2, "{db}");
+    assert!(db["stats_reset"].is_string());
+    assert!(v["pg_stat_wal"]["wal_bytes"].as_u64().unwrap() > 3000 * 100);
+    let next_xid = v["next_xid"].as_u64().unwrap();
+    let frozen = v["relfrozenxid"].as_array().unwrap();
+    assert_eq!(frozen.len(), 2, "pg_class and the table");
+    for f in frozen {
+        assert_eq!(f["age"].as_u64().unwrap(), next_xid - f["relfrozenxid"].as_u64().unwrap(), "{f}");
+    }
+
+    // The next run starts from what this one saved: `settle stats` commits nothing itself.
+    let (ok, out, err) = settle(&["stats", d, "--json"]);
+    assert!(ok, "{err}");
+    let again = json(&out);
+    assert_eq!(again["pg_stat_user_tables"], v["pg_stat_user_tables"]);
+    assert_eq!(again["pg_stat_database"]["xact_commit"], db["xact_commit"]);
+    assert_eq!(again["pg_stat_database"]["stats_reset"], db["stats_reset"]);
+    assert!(again["pg_stat_database"]["blks_read"].as_u64() > db["blks_read"].as_u64(), "each open reads pg_class");
+
+    let (ok, _, err) = settle(&["stats", tmp.path().to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("not a settledb data directory"), "{err}");
 }

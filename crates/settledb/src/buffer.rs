@@ -92,6 +92,27 @@ pub struct BufferUsage {
     pub written: u64,
 }
 
+thread_local! {
+    /// This thread's own buffer usage (PostgreSQL's per-backend `pgBufferUsage`): VACUUM
+    /// reports and cost-limits its own accesses, not the whole pool's.
+    static MY_USAGE: std::cell::Cell<BufferUsage> = const {
+        std::cell::Cell::new(BufferUsage { hits: 0, reads: 0, dirtied: 0, written: 0 })
+    };
+}
+
+/// The buffer usage of the calling thread so far.
+pub fn my_usage() -> BufferUsage {
+    MY_USAGE.with(|c| c.get())
+}
+
+fn count_mine(f: impl FnOnce(&mut BufferUsage)) {
+    MY_USAGE.with(|c| {
+        let mut u = c.get();
+        f(&mut u);
+        c.set(u);
+    });
+}
+
 impl BufferUsage {
     pub fn since(self, earlier: BufferUsage) -> BufferUsage {
         BufferUsage {
@@ -286,6 +307,7 @@ impl BufferPool {
                     }
                 }
                 self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                count_mine(|u| u.hits += 1);
                 return Ok(Buffer { pool: self, id, tag });
             }
             let id = self.claim_victim(&mut map, ring.as_deref_mut())?;
@@ -333,6 +355,7 @@ impl BufferPool {
         }
         self.smgr.read(tag, &mut page.0)?;
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        count_mine(|u| u.reads += 1);
         page::verify(&page.0, tag.rel, tag.block)?;
         match validate {
             Some(v) if !page::is_new(&page.0) => v(&page.0, tag.rel, tag.block),
@@ -546,6 +569,7 @@ impl<'a> Buffer<'a> {
     pub fn mark_dirty(&self) {
         if !self.frame().dirty.swap(true, Ordering::AcqRel) {
             self.pool.counters.dirtied.fetch_add(1, Ordering::Relaxed);
+            count_mine(|u| u.dirtied += 1);
         }
     }
 

@@ -19,6 +19,7 @@
 //! | indkey       | bytea  | an index's key columns: table column numbers, u16 LE      |
 //! | indisunique  | bool   | a unique index                                            |
 //! | indisprimary | bool   | the table's primary key                                   |
+//! | reloptions   | text   | storage parameters, `name=value,...` ([`RelOptions`])      |
 //!
 //! Rows are inserted and deleted by MVCC transactions, so a crash in the middle of CREATE or
 //! DROP TABLE leaves the catalog as if it had not started. At startup the catalog is read with
@@ -41,9 +42,11 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::btree::BtreeIndex;
+use crate::config::{Config, FreezePolicy};
 use crate::error::{Error, Result};
 use crate::heap::tuple::{Column, Schema, Type, Value};
 use crate::heap::Relation;
+use crate::stats::TableStats;
 use crate::types::{Oid, Tid, Xid};
 
 /// OID and file node of `pg_class`.
@@ -58,11 +61,104 @@ pub struct TableOptions {
     /// Columns of the primary key: a unique index named `<table>_pkey` on them, and the columns
     /// become NOT NULL.
     pub primary_key: Option<Vec<String>>,
+    /// Other storage parameters (`WITH (autovacuum_vacuum_scale_factor = 0.05, ...)`).
+    pub options: RelOptions,
 }
 
 impl Default for TableOptions {
     fn default() -> TableOptions {
-        TableOptions { fillfactor: 100, primary_key: None }
+        TableOptions { fillfactor: 100, primary_key: None, options: RelOptions::default() }
+    }
+}
+
+/// Per-table storage parameters that override the database's settings (PostgreSQL's
+/// reloptions, with their names), plus our `vacuum_freeze_policy` and `vacuum_fsm_settled`.
+/// The `autovacuum_freeze_*` ages apply to autovacuum only, as in PostgreSQL.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RelOptions {
+    /// The options as given, in order (what `pg_class.reloptions` stores).
+    pub raw: Vec<(String, String)>,
+    pub vacuum_freeze_policy: Option<FreezePolicy>,
+    pub vacuum_fsm_settled: Option<bool>,
+    pub vacuum_truncate: Option<bool>,
+    pub autovacuum_enabled: Option<bool>,
+    pub autovacuum_vacuum_threshold: Option<u64>,
+    pub autovacuum_vacuum_scale_factor: Option<f64>,
+    pub autovacuum_vacuum_insert_threshold: Option<i64>,
+    pub autovacuum_vacuum_insert_scale_factor: Option<f64>,
+    pub autovacuum_freeze_min_age: Option<u32>,
+    pub autovacuum_freeze_table_age: Option<u32>,
+    pub autovacuum_freeze_max_age: Option<u32>,
+    pub autovacuum_vacuum_cost_delay_ms: Option<f64>,
+    pub autovacuum_vacuum_cost_limit: Option<u32>,
+    pub log_autovacuum_min_duration_ms: Option<i64>,
+}
+
+impl RelOptions {
+    /// Sets one option, validated as the database parameter it overrides would be.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        let mut c = Config::default();
+        let param = match name {
+            "autovacuum_enabled" => "autovacuum",
+            "autovacuum_freeze_min_age" => "vacuum_freeze_min_age",
+            "autovacuum_freeze_table_age" => "vacuum_freeze_table_age",
+            "vacuum_freeze_policy"
+            | "vacuum_fsm_settled"
+            | "vacuum_truncate"
+            | "autovacuum_vacuum_threshold"
+            | "autovacuum_vacuum_scale_factor"
+            | "autovacuum_vacuum_insert_threshold"
+            | "autovacuum_vacuum_insert_scale_factor"
+            | "autovacuum_freeze_max_age"
+            | "autovacuum_vacuum_cost_delay"
+            | "autovacuum_vacuum_cost_limit"
+            | "log_autovacuum_min_duration" => name,
+            _ => return Err(Error::Config(format!("unrecognized parameter \"{name}\""))),
+        };
+        c.set(param, value)?;
+        match name {
+            "vacuum_freeze_policy" => self.vacuum_freeze_policy = Some(c.vacuum_freeze_policy),
+            "vacuum_fsm_settled" => self.vacuum_fsm_settled = c.vacuum_fsm_settled,
+            "vacuum_truncate" => self.vacuum_truncate = Some(c.vacuum_truncate),
+            "autovacuum_enabled" => self.autovacuum_enabled = Some(c.autovacuum),
+            "autovacuum_vacuum_threshold" => self.autovacuum_vacuum_threshold = Some(c.autovacuum_vacuum_threshold),
+            "autovacuum_vacuum_scale_factor" => {
+                self.autovacuum_vacuum_scale_factor = Some(c.autovacuum_vacuum_scale_factor)
+            }
+            "autovacuum_vacuum_insert_threshold" => {
+                self.autovacuum_vacuum_insert_threshold = Some(c.autovacuum_vacuum_insert_threshold)
+            }
+            "autovacuum_vacuum_insert_scale_factor" => {
+                self.autovacuum_vacuum_insert_scale_factor = Some(c.autovacuum_vacuum_insert_scale_factor)
+            }
+            "autovacuum_freeze_min_age" => self.autovacuum_freeze_min_age = Some(c.vacuum_freeze_min_age),
+            "autovacuum_freeze_table_age" => self.autovacuum_freeze_table_age = Some(c.vacuum_freeze_table_age),
+            "autovacuum_freeze_max_age" => self.autovacuum_freeze_max_age = Some(c.autovacuum_freeze_max_age),
+            "autovacuum_vacuum_cost_delay" => {
+                self.autovacuum_vacuum_cost_delay_ms = Some(c.autovacuum_vacuum_cost_delay_ms)
+            }
+            "autovacuum_vacuum_cost_limit" => {
+                self.autovacuum_vacuum_cost_limit = u32::try_from(c.autovacuum_vacuum_cost_limit).ok()
+            }
+            _ => self.log_autovacuum_min_duration_ms = Some(c.log_autovacuum_min_duration_ms),
+        }
+        self.raw.retain(|(k, _)| k != name);
+        self.raw.push((name.to_string(), value.to_string()));
+        Ok(())
+    }
+
+    /// `name=value,name=value` (values never contain `,` or `=`).
+    pub fn encode(&self) -> String {
+        self.raw.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    }
+
+    pub fn decode(s: &str) -> Result<RelOptions> {
+        let mut o = RelOptions::default();
+        for kv in s.split(',').filter(|kv| !kv.is_empty()) {
+            let (k, v) = kv.split_once('=').ok_or_else(|| Error::Config(format!("bad reloption \"{kv}\"")))?;
+            o.set(k, v)?;
+        }
+        Ok(o)
     }
 }
 
@@ -115,6 +211,13 @@ pub struct TableEntry {
     pub relminmxid: AtomicU32,
     pub relpages: AtomicU32,
     pub reltuples: Mutex<f64>,
+    /// Storage parameters given at CREATE TABLE.
+    pub options: RelOptions,
+    /// Held by VACUUM for its whole run, and by DROP TABLE and CREATE INDEX (PostgreSQL's
+    /// ShareUpdateExclusiveLock): one maintenance operation per table at a time.
+    pub maintenance_lock: Mutex<()>,
+    /// Cumulative statistics (`pg_stat_user_tables`).
+    pub stats: TableStats,
 }
 
 impl TableEntry {
@@ -142,6 +245,7 @@ pub fn pg_class_schema() -> Schema {
             col("indkey", Type::Bytea),
             col("indisunique", Type::Bool),
             col("indisprimary", Type::Bool),
+            col("reloptions", Type::Text),
         ],
     }
 }
@@ -160,6 +264,7 @@ pub struct ClassRow {
     pub schema: Schema,
     pub kind: RelKind,
     pub index: Option<IndexMeta>,
+    pub options: RelOptions,
 }
 
 impl ClassRow {
@@ -184,6 +289,7 @@ impl ClassRow {
             ),
             Value::Bool(self.index.as_ref().is_some_and(|m| m.unique)),
             Value::Bool(self.index.as_ref().is_some_and(|m| m.primary)),
+            Value::Text(self.options.encode()),
         ]
     }
 
@@ -235,9 +341,14 @@ impl ClassRow {
                 Some(IndexMeta { table: Oid(int8(10)?), columns, unique: flag(12)?, primary: flag(13)? })
             }
         };
+        let options = match v.get(14) {
+            Some(Value::Text(t)) => RelOptions::decode(t).map_err(|e| bad(&format!("bad reloptions: {e}")))?,
+            _ => return Err(bad("bad reloptions")),
+        };
         Ok(ClassRow {
             kind,
             index,
+            options,
             oid: Oid(int8(0)?),
             relname,
             relfilenode: Oid(int8(2)?),
@@ -289,6 +400,9 @@ impl Catalog {
             relminmxid: AtomicU32::new(row.relminmxid),
             relpages: AtomicU32::new(row.relpages.max(0) as u32),
             reltuples: Mutex::new(row.reltuples),
+            options: row.options.clone(),
+            maintenance_lock: Mutex::new(()),
+            stats: TableStats::new(),
         });
         self.by_name.write().insert(row.relname.clone(), e.clone());
         self.by_oid.write().insert(row.oid, e.clone());

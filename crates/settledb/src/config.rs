@@ -244,8 +244,8 @@ impl Config {
             "vacuum_freeze_table_age" => self.vacuum_freeze_table_age = integer(name, v, 0, 2_000_000_000)? as u32,
             "vacuum_failsafe_age" => self.vacuum_failsafe_age = integer(name, v, 0, 2_100_000_000)? as u32,
             "vacuum_freeze_policy" => {
-                self.vacuum_freeze_policy = FreezePolicy::parse(v)
-                    .ok_or_else(|| bad(name, v, "expected \"lazy\", \"pg16\" or \"eager\""))?
+                self.vacuum_freeze_policy =
+                    FreezePolicy::parse(v).ok_or_else(|| bad(name, v, "expected \"lazy\", \"pg16\" or \"eager\""))?
             }
             "vacuum_fsm_settled" => {
                 self.vacuum_fsm_settled = if v.eq_ignore_ascii_case("auto") { None } else { Some(boolean(name, v)?) }

@@ -3,7 +3,7 @@
 //! [`db`] for the public API with an example.
 //!
 //! Layers, each importing only from those above it in this list:
-//! [`types`], [`error`], [`io`], [`page`], [`smgr`], [`buffer`], [`wal`], [`xact`], [`heap`],
+//! [`types`], [`error`], [`io`], [`page`], [`smgr`], [`stats`], [`buffer`], [`wal`], [`xact`], [`heap`],
 //! [`vm`], [`fsm`], [`index`], [`btree`], [`catalog`], [`db`], [`check`].
 
 pub mod btree;
@@ -19,15 +19,19 @@ pub mod index;
 pub mod io;
 pub mod page;
 pub mod smgr;
+pub mod stats;
 pub mod types;
+pub mod vacuum;
 pub mod vm;
 pub mod wal;
 pub mod xact;
 
 pub use catalog::TableOptions;
-pub use config::{Config, IsolationLevel};
+pub use config::{Config, FreezePolicy, IsolationLevel};
 pub use db::{Database, DbStats, Index, Scan, Table, Transaction};
 pub use error::{Error, Result};
 pub use heap::tuple::{Column, Schema, Type, Value};
 pub use index::{KeyBound, ScanDirection};
+pub use stats::TableStatsSnapshot;
 pub use types::{BlockNumber, FullXid, Lsn, OffsetNumber, Oid, Tid, Xid};
+pub use vacuum::{IndexCleanup, VacuumParams, VacuumReport};

@@ -29,6 +29,12 @@
 //! inspect accounts 0                                     Database::describe_page
 //! prune accounts 0                                       Database::prune_page
 //! checkpoint | restart | crash | check
+//! config name=value ...                                  restart with these parameters
+//! vacuum accounts [freeze] [disable_page_skipping] [index_cleanup on|off|auto]
+//!        [truncate on|off] [policy lazy|pg16|eager]      VACUUM (VERBOSE), timing lines left out
+//! vm accounts | fsm accounts                             visibility map bits, free space per page
+//! relfrozenxid accounts | consume xids 1000              the table's relfrozenxid; burn XIDs
+//! pin accounts 0 | unpin accounts 0                      hold a page pinned (no cleanup lock)
 //! ```
 //!
 //! A session step outside `begin … commit` runs in a transaction of its own (autocommit). A
@@ -69,7 +75,7 @@ fn run_check(db: &Database) -> Result<(), String> {
 }
 
 fn config() -> Config {
-    Config { shared_buffers_bytes: 4 << 20, fsync: false, ..Config::default() }
+    Config { shared_buffers_bytes: 4 << 20, fsync: false, autovacuum: false, ..Config::default() }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -479,6 +485,9 @@ fn split_as(s: &str) -> (&str, Option<String>) {
 
 struct Runner {
     dir: PathBuf,
+    config: Config,
+    /// Pages held pinned by `pin`, each by a thread of its own until `unpin`.
+    pins: HashMap<(String, u32), (Sender<()>, JoinHandle<()>)>,
     db: Option<Arc<Database>>,
     sessions: BTreeMap<String, Session>,
     names: HashMap<String, Tid>,
@@ -561,6 +570,83 @@ impl Runner {
             ["prune", t, b] => {
                 let changed = db.prune_page(&table(t)?, block(b)?).map_err(|e| e.to_string())?;
                 Ok(vec![if changed { "pruned" } else { "nothing to prune" }.into()])
+            }
+            ["vacuum", t, opts @ ..] => {
+                let params = parse_vacuum(opts)?;
+                let r = db.vacuum(Some(t), &params).map_err(|e| e.to_string())?.remove(0);
+                Ok(r.verbose_text()
+                    .lines()
+                    .filter(|l| !VACUUM_UNSTABLE_LINES.iter().any(|p| l.starts_with(p)))
+                    .map(str::to_string)
+                    .collect())
+            }
+            ["config", pairs @ ..] => {
+                for kv in pairs {
+                    let (k, v) = kv.split_once('=').ok_or_else(|| format!("config: expected name=value, got {kv}"))?;
+                    self.config.set(k, v).map_err(|e| e.to_string())?;
+                }
+                drop(db);
+                self.reopen(false).map(|()| ok())
+            }
+            ["consume", "xids", n] => {
+                let n: u64 = n.parse().map_err(|_| format!("bad count {n}"))?;
+                db.consume_xids(n).map(|next| vec![format!("next xid {}", next.xid())]).map_err(|e| e.to_string())
+            }
+            ["relfrozenxid", t] => Ok(vec![format!("{}", table(t)?.relfrozenxid())]),
+            ["vm", t] => {
+                let bits = db.visibility_map(&table(t)?).map_err(|e| e.to_string())?;
+                Ok(bits
+                    .iter()
+                    .enumerate()
+                    .map(|(b, (v, f))| {
+                        format!(
+                            "block {b}: {}",
+                            match (v, f) {
+                                (true, true) => "all-visible all-frozen",
+                                (true, false) => "all-visible",
+                                _ => "-",
+                            }
+                        )
+                    })
+                    .collect())
+            }
+            ["fsm", t] => {
+                let cats = db.free_space_map(&table(t)?).map_err(|e| e.to_string())?;
+                Ok(cats
+                    .iter()
+                    .enumerate()
+                    .map(|(b, c)| format!("block {b}: {} bytes free", u32::from(*c) * 32))
+                    .collect())
+            }
+            ["pin", t, b] => {
+                let (t, b) = (t.to_string(), block(b)?);
+                let (release, wait) = mpsc::channel::<()>();
+                let (ready_tx, ready) = mpsc::channel::<Result<(), String>>();
+                let db2 = db.clone();
+                let name = t.clone();
+                let handle = std::thread::spawn(move || {
+                    let pinned = db2.table(&name).and_then(|tb| db2.pin_page(&tb, b));
+                    match pinned {
+                        Ok(pin) => {
+                            let _ = ready_tx.send(Ok(()));
+                            let _ = wait.recv();
+                            drop(pin);
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.to_string()));
+                        }
+                    }
+                });
+                ready.recv_timeout(STEP_TIMEOUT).map_err(|e| e.to_string())??;
+                self.pins.insert((t, b), (release, handle));
+                Ok(ok())
+            }
+            ["unpin", t, b] => {
+                let (release, handle) =
+                    self.pins.remove(&(t.to_string(), block(b)?)).ok_or_else(|| format!("{t} {b} is not pinned"))?;
+                let _ = release.send(());
+                let _ = handle.join();
+                Ok(ok())
             }
             ["checkpoint"] => db.checkpoint().map(|()| ok()).map_err(|e| e.to_string()),
             ["check"] => run_check(&db).map(|()| ok()),
@@ -712,7 +798,7 @@ impl Runner {
         } else {
             db.close().map_err(|e| e.to_string())?;
         }
-        self.db = Some(Arc::new(Database::open(&self.dir, config()).map_err(|e| e.to_string())?));
+        self.db = Some(Arc::new(Database::open(&self.dir, self.config.clone()).map_err(|e| e.to_string())?));
         Ok(())
     }
 
@@ -722,6 +808,28 @@ impl Runner {
             let _ = s.handle.join();
         }
     }
+}
+
+/// VACUUM VERBOSE lines that depend on timing or WAL layout, left out of golden output.
+const VACUUM_UNSTABLE_LINES: &[&str] = &["avg read rate:", "buffer usage:", "WAL usage:", "system usage:"];
+
+fn parse_vacuum(opts: &[&str]) -> Result<settledb::VacuumParams, String> {
+    let mut p = settledb::VacuumParams { verbose: true, ..Default::default() };
+    let mut it = opts.iter();
+    while let Some(o) = it.next() {
+        let mut val = || it.next().copied().ok_or_else(|| format!("vacuum: {o} needs a value"));
+        match *o {
+            "freeze" => p.freeze = true,
+            "disable_page_skipping" => p.disable_page_skipping = true,
+            "index_cleanup" => {
+                p.index_cleanup = settledb::IndexCleanup::parse(val()?).ok_or("vacuum: index_cleanup auto|on|off")?
+            }
+            "truncate" => p.truncate = Some(val()? == "on"),
+            "policy" => p.policy = Some(settledb::FreezePolicy::parse(val()?).ok_or("vacuum: policy lazy|pg16|eager")?),
+            other => return Err(format!("vacuum: unknown option {other}")),
+        }
+    }
+    Ok(p)
 }
 
 fn ok() -> Vec<String> {
@@ -745,7 +853,14 @@ fn run_script(path: &Path) -> Result<String, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let data = dir.path().join("data");
     let db = Database::open(&data, config()).map_err(|e| e.to_string())?;
-    let mut runner = Runner { dir: data, db: Some(Arc::new(db)), sessions: BTreeMap::new(), names: HashMap::new() };
+    let mut runner = Runner {
+        dir: data,
+        config: config(),
+        pins: HashMap::new(),
+        db: Some(Arc::new(db)),
+        sessions: BTreeMap::new(),
+        names: HashMap::new(),
+    };
     let mut out = String::new();
     for (n, line) in text.lines().enumerate() {
         if line.starts_with('>') {

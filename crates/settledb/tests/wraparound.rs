@@ -8,11 +8,9 @@
 //! before reads back unchanged. The refusal survives a restart, because the limits are
 //! recomputed from the catalog's relfrozenxid values, not remembered.
 //!
-//! What this file cannot test yet: going *through* the stop limit and across 2^32 (into the
-//! next epoch) needs VACUUM to freeze the old rows and advance relfrozenxid, which moves the
-//! limits forward. That test comes with the VACUUM issue: freeze, advance the database frozen
-//! XID, burn past 2^32, and check that frozen rows stay visible and CLOG was truncated only
-//! below the frozen XID.
+//! Going *through* the stop limit and across 2^32 (into later epochs) needs VACUUM to freeze
+//! the old rows and advance relfrozenxid: `tests/vacuum_wraparound.rs` does that, with
+//! autovacuum and with a manual VACUUM after the stop limit.
 
 use settledb::{Column, Config, Database, Error, Schema, TableOptions, Type, Value};
 

@@ -41,7 +41,9 @@
 //! snapshot and fails such an update with [`Error::SerializationFailure`]. Two transactions
 //! waiting for each other's rows are a deadlock: the second waiter gets [`Error::Deadlock`].
 
+pub mod autovacuum;
 pub(crate) mod ddl;
+mod pgstat;
 pub mod startup;
 mod transaction;
 
@@ -62,6 +64,7 @@ use crate::heap::{HeapEnv, TxContext};
 use crate::io::{FileSystem, RealFs};
 use crate::page::BLCKSZ;
 use crate::smgr::Smgr;
+use crate::stats::{DbTotals, StatsFile};
 use crate::types::{Fork, Lsn, Oid, Xid};
 use crate::wal::control::{ControlFile, DbState};
 use crate::wal::{RecordBuilder, Rmgr, Wal, WalStats};
@@ -107,9 +110,23 @@ pub struct DbStats {
     /// Index-only scan entries checked against the heap, and those the visibility map spared.
     pub heap_fetches: u64,
     pub heap_fetches_avoided: u64,
+    /// Buffer accesses and WAL written since this open (deltas between two snapshots measure
+    /// a piece of work).
     pub buffers: BufferUsage,
     pub wal: WalStats,
     pub checkpoints: u64,
+    /// Pages read from disk and found in the buffer pool, as `pg_stat_database` counts them:
+    /// like every counter above except `buffers`, `wal` and `checkpoints`, kept across a clean
+    /// shutdown (see [`crate::stats`]).
+    pub blks_read: u64,
+    pub blks_hit: u64,
+    /// WAL written, kept across a clean shutdown (`pg_stat_wal`).
+    pub wal_records: u64,
+    pub wal_fpi: u64,
+    pub wal_bytes: u64,
+    /// When the counters kept across clean shutdowns started from zero: the database's
+    /// creation or the open after a crash (microseconds since the Unix epoch).
+    pub stats_reset: u64,
 }
 
 struct WalFlusher(Arc<Wal>);
@@ -129,15 +146,21 @@ pub(crate) struct Inner {
     pub(crate) xact: TransactionManager,
     pub(crate) catalog: Catalog,
     pub(crate) counters: DbCounters,
+    /// The database counters the last clean shutdown saved; those of `counters` were loaded
+    /// into it, the buffer and WAL totals are added to this run's.
+    restored: DbTotals,
     control: Mutex<ControlFile>,
     checkpoint_lock: Mutex<()>,
     checkpoints: AtomicU64,
     /// Who waits for whom, for deadlock detection.
     waits: Mutex<std::collections::HashMap<Xid, Xid>>,
-    shutdown: AtomicBool,
+    pub(crate) shutdown: AtomicBool,
     bg_wake: Condvar,
     bg_mutex: Mutex<()>,
     bg_error: Mutex<Option<String>>,
+    /// Progress of the VACUUMs running now (`pg_stat_progress_vacuum`).
+    pub(crate) vacuum_progress: Mutex<Vec<Arc<crate::vacuum::VacuumProgress>>>,
+    pub(crate) autovacuum: autovacuum::AutovacuumState,
 }
 
 impl Inner {
@@ -323,6 +346,10 @@ impl Database {
         }
         let control =
             if fresh { startup::new_control(config.wal_segment_size_bytes) } else { ControlFile::read(&*fs, &cpath)? };
+        let saved_stats = StatsFile::take(&*fs, dir, control.state == DbState::ShutDown);
+        let restored = saved_stats
+            .as_ref()
+            .map_or(DbTotals { stats_reset: crate::stats::now_micros(), ..DbTotals::default() }, |f| f.db);
         let smgr = Arc::new(Smgr::new(fs.clone(), &startup::base_dir(dir))?);
         let pool = BufferPool::new(config.shared_buffers_bytes / BLCKSZ, smgr.clone());
         let xact = TransactionManager::open(
@@ -358,7 +385,8 @@ impl Database {
             wal,
             xact,
             catalog: Catalog::new(),
-            counters: DbCounters::default(),
+            counters: pgstat::counters_from(&restored),
+            restored,
             control: Mutex::new(control),
             checkpoint_lock: Mutex::new(()),
             checkpoints: AtomicU64::new(0),
@@ -367,12 +395,17 @@ impl Database {
             bg_wake: Condvar::new(),
             bg_mutex: Mutex::new(()),
             bg_error: Mutex::new(None),
+            vacuum_progress: Mutex::new(Vec::new()),
+            autovacuum: Default::default(),
         });
         if fresh {
             startup::bootstrap_catalog(&inner.env(), &inner.catalog)?;
         } else {
             startup::load_catalog(&inner.env(), &inner.catalog)?;
             startup::remove_orphans(inner.pool.smgr(), &inner.catalog)?;
+        }
+        if let Some(f) = &saved_stats {
+            pgstat::restore_tables(&inner.catalog, f);
         }
         let oldest = inner.catalog.database_frozen_xid().unwrap_or(Xid::FIRST_NORMAL);
         inner.xact.set_oldest_xid(oldest, inner.config.autovacuum_freeze_max_age);
@@ -390,6 +423,19 @@ impl Database {
                 .spawn(move || f(i))
                 .map_err(|e| Error::io("spawn background thread", dir, e))?;
             bg.push(h);
+        }
+        if inner.config.autovacuum {
+            let workers = inner.config.autovacuum_max_workers as usize;
+            let launcher = std::iter::once(("settledb-autovacuum-launcher".to_string(), true));
+            let names = launcher.chain((0..workers).map(|i| (format!("settledb-autovacuum-worker-{i}"), false)));
+            for (name, is_launcher) in names {
+                let i = inner.clone();
+                let h = std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || if is_launcher { i.autovacuum_launcher_loop() } else { i.autovacuum_worker_loop() })
+                    .map_err(|e| Error::io("spawn autovacuum thread", dir, e))?;
+                bg.push(h);
+            }
         }
         Ok(Database { inner, background: Mutex::new(bg), recovery, closed: AtomicBool::new(false) })
     }
@@ -451,6 +497,7 @@ impl Database {
     /// Counters (pg_stat_database, buffer usage, WAL).
     pub fn stats(&self) -> DbStats {
         let c = &self.inner.counters;
+        let (buffers, wal, base) = (self.inner.pool.usage(), self.inner.wal.stats(), &self.inner.restored);
         DbStats {
             xact_commit: c.xact_commit.load(Ordering::Relaxed),
             xact_rollback: c.xact_rollback.load(Ordering::Relaxed),
@@ -465,9 +512,15 @@ impl Database {
             idx_tup_fetch: c.idx_tup_fetch.load(Ordering::Relaxed),
             heap_fetches: c.heap_fetches.load(Ordering::Relaxed),
             heap_fetches_avoided: c.heap_fetches_avoided.load(Ordering::Relaxed),
-            buffers: self.inner.pool.usage(),
-            wal: self.inner.wal.stats(),
+            buffers,
+            wal,
             checkpoints: self.inner.checkpoints.load(Ordering::Relaxed),
+            blks_read: base.blks_read + buffers.reads,
+            blks_hit: base.blks_hit + buffers.hits,
+            wal_records: base.wal_records + wal.records,
+            wal_fpi: base.wal_fpi + wal.fpi,
+            wal_bytes: base.wal_bytes + wal.bytes,
+            stats_reset: base.stats_reset,
         }
     }
 
@@ -546,19 +599,22 @@ impl Database {
             self.inner.bg_wake.notify_all();
         }
         self.inner.pool.wake_write_behind();
+        self.inner.autovacuum.wake.notify_all();
         for h in self.background.lock().drain(..) {
             let _ = h.join();
         }
     }
 
-    /// Clean shutdown: a shutdown checkpoint, then the control file says "shut down".
+    /// Clean shutdown: a shutdown checkpoint, then the control file says "shut down"; then the
+    /// statistics are saved for the next open (`pg_stat/stats.bin`).
     pub fn close(self) -> Result<()> {
         self.closed.store(true, Ordering::Release);
         self.stop_background();
         if self.inner.wal.is_poisoned() {
             return Err(Error::Poisoned("WAL write or fsync failed earlier".into()));
         }
-        self.inner.checkpoint(true).map(|_| ())
+        self.inner.checkpoint(true)?;
+        pgstat::save(&self)
     }
 
     /// Stops without a checkpoint or any further write, as a crash would (the process lives on,
@@ -573,8 +629,8 @@ impl Drop for Database {
     fn drop(&mut self) {
         if !self.closed.swap(true, Ordering::AcqRel) {
             self.stop_background();
-            if !self.inner.wal.is_poisoned() {
-                let _ = self.inner.checkpoint(true);
+            if !self.inner.wal.is_poisoned() && self.inner.checkpoint(true).is_ok() {
+                let _ = pgstat::save(self);
             }
         }
     }

@@ -7,6 +7,7 @@
 //!   DIR/pg_wal/             WAL segments
 //!   DIR/pg_xact/            CLOG segments
 //!   DIR/base/<filenode>     relation forks (pg_class is 1259)
+//!   DIR/pg_stat/stats.bin   statistics saved by a clean shutdown ([`crate::stats`])
 //! ```
 //!
 //! # Recovery
@@ -252,6 +253,7 @@ pub fn bootstrap_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
         schema: catalog::pg_class_schema(),
         kind: catalog::RelKind::Table,
         index: None,
+        options: Default::default(),
     };
     let rel = Relation::new(PG_CLASS_OID, "pg_class", PG_CLASS_OID, catalog::pg_class_schema(), 100);
     let snap = Snapshot { xmin: Xid::FIRST_NORMAL, xmax: Xid::FIRST_NORMAL, xip: vec![], my_xid: Some(Xid::BOOTSTRAP) };

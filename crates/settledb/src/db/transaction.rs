@@ -7,6 +7,12 @@
 //!
 //! The snapshot a call runs with is advertised in the proc array (so pruning never removes a
 //! version it may still need) and withdrawn at commit or rollback.
+//!
+//! What a transaction does to each user table (rows inserted, updated, deleted, scans started)
+//! is counted in the transaction and added to the table's [`crate::stats::TableStats`] once,
+//! when it ends, by rules that depend on whether it committed (see [`crate::stats`]). A heap
+//! change counts as soon as it is made, even if the command then fails (a unique violation
+//! after the heap insert): its version exists, and dies with the abort.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -20,6 +26,7 @@ use crate::heap::hot;
 use crate::heap::tuple::Value;
 use crate::heap::{self, ModifyResult, Relation};
 use crate::index::{compare_prefix, in_range, HeapTupleState, IndexEntry, KeyBound, ScanDirection, UniqueCheck};
+use crate::stats::TableCounts;
 use crate::types::{BlockNumber, Fork, FullXid, Tid, Xid};
 use crate::xact::XidStatus;
 use crate::xact::{BackendId, Snapshot};
@@ -41,6 +48,8 @@ pub struct Transaction<'db> {
     failed: Option<String>,
     /// Bulk-insert buffer ring, kept across `insert_many` calls.
     bulk_ring: Option<Ring>,
+    /// Statistics counted per table, applied to the tables when the transaction ends.
+    table_counts: Vec<(Arc<TableEntry>, TableCounts)>,
 }
 
 impl<'db> Transaction<'db> {
@@ -59,6 +68,7 @@ impl<'db> Transaction<'db> {
             done: false,
             failed: None,
             bulk_ring: None,
+            table_counts: Vec::new(),
         }
     }
 
@@ -150,6 +160,26 @@ impl<'db> Transaction<'db> {
         self.isolation == IsolationLevel::RepeatableRead
     }
 
+    /// This transaction's statistics for `entry`'s table. Hot path: a linear search of a list
+    /// that rarely holds more than a few tables, and no lock.
+    fn counts(&mut self, entry: &Arc<TableEntry>) -> &mut TableCounts {
+        let i = match self.table_counts.iter().position(|(e, _)| Arc::ptr_eq(e, entry)) {
+            Some(i) => i,
+            None => {
+                self.table_counts.push((entry.clone(), TableCounts::default()));
+                self.table_counts.len() - 1
+            }
+        };
+        &mut self.table_counts[i].1
+    }
+
+    /// Adds the counts to the tables' statistics, once, as the transaction ends.
+    fn apply_table_counts(&mut self, committed: bool) {
+        for (entry, c) in std::mem::take(&mut self.table_counts) {
+            entry.stats.apply(&c, committed);
+        }
+    }
+
     /// Inserts a row; returns its TID.
     pub fn insert(&mut self, table: &Table, values: &[Value]) -> Result<Tid> {
         let tid = self.command(|tx| tx.insert_into(&table.entry.rel, Some(&table.entry), values))?;
@@ -162,13 +192,14 @@ impl<'db> Transaction<'db> {
     }
 
     /// Heap insert plus one entry in each of the table's indexes.
-    fn insert_into(&mut self, rel: &Relation, entry: Option<&TableEntry>, values: &[Value]) -> Result<Tid> {
+    fn insert_into(&mut self, rel: &Relation, entry: Option<&Arc<TableEntry>>, values: &[Value]) -> Result<Tid> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
         let tx = tx_context(xid, self.cid, &snap, self.rr(), self.horizon);
         let _writers = rel.write_lock.read();
         let tid = heap::insert(&self.inner.env(), rel, &tx, values)?;
         if let Some(e) = entry {
+            self.counts(e).inserted += 1;
             self.insert_index_entries(e, xid, tid, values)?;
         }
         self.cid += 1;
@@ -202,6 +233,7 @@ impl<'db> Transaction<'db> {
         let _writers = table.entry.rel.write_lock.read();
         let ring = self.bulk_ring.get_or_insert_with(|| Ring::new(16 << 20));
         let tids = heap::multi_insert(&self.inner.env(), &table.entry.rel, &tx, rows, ring)?;
+        self.counts(&table.entry).inserted += tids.len() as u64;
         if !table.entry.indexes.read().is_empty() {
             for (tid, row) in tids.iter().zip(rows) {
                 self.insert_index_entries(&table.entry, xid, *tid, row)?;
@@ -278,6 +310,9 @@ impl<'db> Transaction<'db> {
         let r = heap::update(&self.inner.env(), &table.entry.rel, &tx, tid, f, &wait)?;
         let out = match r {
             ModifyResult::Updated { tid, hot, values } => {
+                let c = self.counts(&table.entry);
+                c.updated += 1;
+                c.hot_updated += u64::from(hot);
                 if !hot {
                     self.insert_index_entries(&table.entry, xid, tid, &values)?;
                 }
@@ -297,6 +332,7 @@ impl<'db> Transaction<'db> {
     pub fn delete(&mut self, table: &Table, tid: Tid) -> Result<bool> {
         let ok = self.command(|tx| tx.delete_raw(&table.entry.rel, tid))?;
         if ok {
+            self.counts(&table.entry).deleted += 1;
             self.inner.counters.tup_deleted.fetch_add(1, Ordering::Relaxed);
         }
         Ok(ok)
@@ -326,6 +362,7 @@ impl<'db> Transaction<'db> {
         let snap = self.command_snapshot()?;
         let nblocks = self.inner.pool.smgr().nblocks(table.entry.rel.relfilenode, Fork::Main)?;
         let oldest_xmin = self.horizon;
+        self.counts(&table.entry).seq_scan += 1;
         Ok(Scan {
             tx: self,
             rel: table.entry.rel.clone(),
@@ -350,6 +387,7 @@ impl<'db> Transaction<'db> {
             Some(x) => self.inner.xact.commit(x, &*self.inner.wal, self.inner.config.synchronous_commit).map(|_| ()),
             None => Ok(()),
         };
+        self.apply_table_counts(r.is_ok());
         self.release();
         match r {
             Ok(()) => {
@@ -374,6 +412,7 @@ impl<'db> Transaction<'db> {
             Some(x) => self.inner.xact.abort(x, &*self.inner.wal).map(|_| ()),
             None => Ok(()),
         };
+        self.apply_table_counts(false);
         self.release();
         self.inner.counters.xact_rollback.fetch_add(1, Ordering::Relaxed);
         r
@@ -468,6 +507,7 @@ impl Transaction<'_> {
         let done = self
             .by_key(index, key, false, |tx, xid, snap, tid| tx.delete_in_command(&table.entry.rel, xid, snap, tid))?;
         if done {
+            self.counts(&index.table).deleted += 1;
             self.inner.counters.tup_deleted.fetch_add(1, Ordering::Relaxed);
         }
         Ok(done)
@@ -520,6 +560,7 @@ impl Transaction<'_> {
         if !self.index_usable(index, snap)? {
             return self.range_by_seqscan(index, snap, lo, hi, dir, limit);
         }
+        self.counts(&index.table).idx_scan += 1;
         let env = self.inner.env();
         let c = &self.inner.counters;
         c.idx_scan.fetch_add(1, Ordering::Relaxed);
@@ -565,6 +606,7 @@ impl Transaction<'_> {
             let rows = self.range_by_seqscan(index, snap, lo, hi, dir, limit)?;
             return Ok(rows.iter().map(|(_, v)| index.def.key_of(v)).collect());
         }
+        self.counts(&index.table).idx_scan += 1;
         let env = self.inner.env();
         let c = &self.inner.counters;
         c.idx_scan.fetch_add(1, Ordering::Relaxed);
@@ -609,6 +651,7 @@ impl Transaction<'_> {
         dir: ScanDirection,
         limit: usize,
     ) -> Result<Vec<(Tid, Vec<Value>)>> {
+        self.counts(&index.table).seq_scan += 1;
         let rel = &index.table.rel;
         let env = self.inner.env();
         let nblocks = self.inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
@@ -720,6 +763,13 @@ impl Iterator for Scan<'_, '_> {
             let env = self.tx.inner.env();
             match heap::scan_page(&env, &self.rel, &self.snap, self.tx.cid, b, self.oldest_xmin, &mut self.ring) {
                 Ok(rows) => self.buffered = rows.into_iter(),
+                // VACUUM truncated the table's empty tail after the scan began: the pages
+                // it removed held no rows.
+                Err(Error::NotFound(_))
+                    if env.pool.smgr().nblocks(self.rel.relfilenode, Fork::Main).is_ok_and(|n| b.0 >= n) =>
+                {
+                    self.next_block = self.nblocks;
+                }
                 Err(e) => {
                     self.next_block = self.nblocks;
                     return Some(Err(e));

@@ -43,6 +43,8 @@ pub const XLOG_HEAP_UPDATE: u8 = 0x20;
 pub const XLOG_HEAP_HOT_UPDATE: u8 = 0x40;
 pub const XLOG_HEAP_INPLACE: u8 = 0x70;
 pub const XLOG_HEAP2_PRUNE: u8 = 0x10;
+pub const XLOG_HEAP2_VACUUM: u8 = 0x20;
+pub const XLOG_HEAP2_FREEZE_PAGE: u8 = 0x30;
 pub const XLOG_HEAP2_MULTI_INSERT: u8 = 0x50;
 /// Set visibility-map bits and `PD_ALL_VISIBLE` ([`crate::vm`]).
 pub const XLOG_HEAP2_VISIBLE: u8 = 0x40;
@@ -315,6 +317,14 @@ pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, data: &
             }
             apply_prune(page, &plan);
         }
+        (Rmgr::Heap2, XLOG_HEAP2_FREEZE_PAGE) => {
+            let plans = crate::vacuum::wal::decode_freeze(&rec.main_data, rec.lsn)?;
+            crate::vacuum::wal::apply_freeze(page, &plans, rec.lsn)?;
+        }
+        (Rmgr::Heap2, XLOG_HEAP2_VACUUM) => {
+            let offs = crate::vacuum::wal::decode_unused(&rec.main_data, rec.lsn)?;
+            crate::vacuum::wal::apply_unused(page, &offs, rec.lsn)?;
+        }
         (Rmgr::Heap2, XLOG_HEAP2_MULTI_INSERT) => {
             let flags = m.u8()?;
             let n = m.u16()?;
@@ -372,6 +382,8 @@ pub fn describe(rec: &DecodedRecord) -> String {
                     p.unused.len()
                 )
             }
+            (Rmgr::Heap2, XLOG_HEAP2_FREEZE_PAGE) => crate::vacuum::wal::describe_freeze(&rec.main_data, rec.lsn)?,
+            (Rmgr::Heap2, XLOG_HEAP2_VACUUM) => crate::vacuum::wal::describe_unused(&rec.main_data, rec.lsn)?,
             (Rmgr::Heap2, XLOG_HEAP2_MULTI_INSERT) => {
                 let flags = m.u8()?;
                 format!("MULTI_INSERT ntuples: {}, flags: 0x{flags:02X}", m.u16()?)

@@ -229,6 +229,16 @@ pub struct WalStats {
     pub bytes: u64,
 }
 
+thread_local! {
+    /// WAL written by the calling thread (PostgreSQL's per-backend `pgWalUsage`).
+    static MY_WAL_USAGE: std::cell::Cell<WalStats> = const { std::cell::Cell::new(WalStats { records: 0, fpi: 0, bytes: 0 }) };
+}
+
+/// The WAL the calling thread has written so far.
+pub fn my_wal_usage() -> WalStats {
+    MY_WAL_USAGE.with(|c| c.get())
+}
+
 pub struct WalConfig {
     pub segment_size: u64,
     pub full_page_writes: bool,
@@ -372,6 +382,14 @@ impl Wal {
             st.stats.records += 1;
             st.stats.fpi += a.fpi;
             st.stats.bytes += scratch.len() as u64;
+            let (fpi, bytes) = (a.fpi, scratch.len() as u64);
+            MY_WAL_USAGE.with(|c| {
+                let mut u = c.get();
+                u.records += 1;
+                u.fpi += fpi;
+                u.bytes += bytes;
+                c.set(u);
+            });
             return Ok((st.pos, st.buf.len()));
         }
     }

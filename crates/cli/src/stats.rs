@@ -1,0 +1,288 @@
+//! `settle stats DIR [--json]`: the cumulative statistics views of a data directory.
+//!
+//! Four sections, each built once as rows of cells and rendered either as psql's aligned
+//! table output or as one JSON object (the same names and values both ways):
+//!
+//! * `pg_stat_user_tables`: per user table, the counters of `settledb::stats` (PostgreSQL's
+//!   columns, then ours: `anti_wraparound_count`, `pages_frozen`, `vm_bits_cleared`);
+//! * `pg_stat_database`: transactions, blocks read and hit, tuples, and when the counters
+//!   last started from zero;
+//! * `pg_stat_wal`: WAL records, full-page images and bytes;
+//! * `relfrozenxid`: every table's relfrozenxid and its age (next XID - relfrozenxid), what
+//!   anti-wraparound VACUUM is driven by (PostgreSQL's `age(relfrozenxid)`).
+//!
+//! Opening the directory runs crash recovery if it needs it; the counters then start from
+//! zero (the engine resets them after a crash, as PostgreSQL does), and `stats_reset` in
+//! `pg_stat_database` says since when they count. They include what the opening itself did
+//! (reading the catalog, the startup checkpoint).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use serde_json::{Map, Value as Json};
+use settledb::{Config, Database, TableStatsSnapshot};
+
+/// One value of a view. `Null` prints as nothing, as psql prints NULL.
+enum Cell {
+    Num(u64),
+    Text(String),
+    Null,
+}
+
+impl Cell {
+    fn render(&self) -> String {
+        match self {
+            Cell::Num(n) => n.to_string(),
+            Cell::Text(s) => s.clone(),
+            Cell::Null => String::new(),
+        }
+    }
+
+    fn json(&self) -> Json {
+        match self {
+            Cell::Num(n) => Json::from(*n),
+            Cell::Text(s) => Json::from(s.as_str()),
+            Cell::Null => Json::Null,
+        }
+    }
+}
+
+/// A view: a name, its columns, its rows. `one_row` views are a JSON object, others an array.
+struct View {
+    name: &'static str,
+    columns: Vec<&'static str>,
+    rows: Vec<Vec<Cell>>,
+    one_row: bool,
+}
+
+impl View {
+    /// psql's aligned format: text columns left-aligned, numbers right-aligned.
+    fn render(&self) -> String {
+        let cells: Vec<Vec<String>> = self.rows.iter().map(|r| r.iter().map(Cell::render).collect()).collect();
+        let widths: Vec<usize> = (0..self.columns.len())
+            .map(|i| cells.iter().map(|r| r[i].len()).chain([self.columns[i].len()]).max().unwrap_or(0))
+            .collect();
+        let numeric: Vec<bool> =
+            (0..self.columns.len()).map(|i| self.rows.iter().all(|r| !matches!(r[i], Cell::Text(_)))).collect();
+        let line = |vals: Vec<String>, header: bool| -> String {
+            let parts: Vec<String> = vals
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let w = widths[i];
+                    if header {
+                        format!(" {v:^w$} ")
+                    } else if numeric[i] {
+                        format!(" {v:>w$} ")
+                    } else {
+                        format!(" {v:<w$} ")
+                    }
+                })
+                .collect();
+            parts.join("|").trim_end().to_string()
+        };
+        let mut out = format!("{}\n", self.name);
+        out.push_str(&line(self.columns.iter().map(|c| c.to_string()).collect(), true));
+        out.push('\n');
+        out.push_str(&widths.iter().map(|w| "-".repeat(w + 2)).collect::<Vec<_>>().join("+"));
+        out.push('\n');
+        for r in cells {
+            out.push_str(&line(r, false));
+            out.push('\n');
+        }
+        let n = self.rows.len();
+        out.push_str(&format!("({n} row{})\n", if n == 1 { "" } else { "s" }));
+        out
+    }
+
+    fn json(&self) -> Json {
+        let mut objects: Vec<Json> = self
+            .rows
+            .iter()
+            .map(|r| Json::Object(self.columns.iter().zip(r).map(|(c, v)| (c.to_string(), v.json())).collect()))
+            .collect();
+        if self.one_row {
+            objects.pop().unwrap_or(Json::Null)
+        } else {
+            Json::Array(objects)
+        }
+    }
+}
+
+/// A timestamp in microseconds since the Unix epoch as PostgreSQL prints a `timestamptz` in
+/// UTC (`2024-05-01 12:34:56.789012+00`); 0 (never) is NULL.
+fn timestamp(micros: u64) -> Cell {
+    if micros == 0 {
+        return Cell::Null;
+    }
+    let secs = micros / 1_000_000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days);
+    Cell::Text(format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:06}+00",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        micros % 1_000_000
+    ))
+}
+
+/// The proleptic Gregorian date `days` days after 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
+}
+
+fn user_tables(tables: &[(String, TableStatsSnapshot)]) -> View {
+    let columns = vec![
+        "relname",
+        "seq_scan",
+        "idx_scan",
+        "n_tup_ins",
+        "n_tup_upd",
+        "n_tup_del",
+        "n_tup_hot_upd",
+        "n_live_tup",
+        "n_dead_tup",
+        "n_mod_since_analyze",
+        "n_ins_since_vacuum",
+        "last_vacuum",
+        "last_autovacuum",
+        "vacuum_count",
+        "autovacuum_count",
+        "anti_wraparound_count",
+        "pages_frozen",
+        "vm_bits_cleared",
+    ];
+    let rows = tables
+        .iter()
+        .map(|(name, s)| {
+            vec![
+                Cell::Text(name.clone()),
+                Cell::Num(s.seq_scan),
+                Cell::Num(s.idx_scan),
+                Cell::Num(s.n_tup_ins),
+                Cell::Num(s.n_tup_upd),
+                Cell::Num(s.n_tup_del),
+                Cell::Num(s.n_tup_hot_upd),
+                Cell::Num(s.n_live_tup),
+                Cell::Num(s.n_dead_tup),
+                Cell::Num(s.n_mod_since_analyze),
+                Cell::Num(s.n_ins_since_vacuum),
+                timestamp(s.last_vacuum),
+                timestamp(s.last_autovacuum),
+                Cell::Num(s.vacuum_count),
+                Cell::Num(s.autovacuum_count),
+                Cell::Num(s.anti_wraparound_count),
+                Cell::Num(s.pages_frozen),
+                Cell::Num(s.vm_bits_cleared),
+            ]
+        })
+        .collect();
+    View { name: "pg_stat_user_tables", columns, rows, one_row: false }
+}
+
+fn database(s: &settledb::DbStats) -> View {
+    let columns = vec![
+        "xact_commit",
+        "xact_rollback",
+        "blks_read",
+        "blks_hit",
+        "tup_returned",
+        "tup_fetched",
+        "tup_inserted",
+        "tup_updated",
+        "tup_deleted",
+        "stats_reset",
+    ];
+    let counts = [
+        s.xact_commit,
+        s.xact_rollback,
+        s.blks_read,
+        s.blks_hit,
+        s.tup_returned,
+        s.tup_fetched,
+        s.tup_inserted,
+        s.tup_updated,
+        s.tup_deleted,
+    ];
+    let mut row: Vec<Cell> = counts.map(Cell::Num).into();
+    row.push(timestamp(s.stats_reset));
+    View { name: "pg_stat_database", columns, rows: vec![row], one_row: true }
+}
+
+fn wal(s: &settledb::DbStats) -> View {
+    let row = [s.wal_records, s.wal_fpi, s.wal_bytes].map(Cell::Num).into();
+    View { name: "pg_stat_wal", columns: vec!["wal_records", "wal_fpi", "wal_bytes"], rows: vec![row], one_row: true }
+}
+
+/// Every table's relfrozenxid and age, `pg_class` included (it counts for the database's
+/// frozen XID too).
+fn frozen_xids(db: &Database) -> View {
+    let next = db.next_xid().xid();
+    let rows = db
+        .tables()
+        .iter()
+        .map(|t| {
+            let x = t.relfrozenxid();
+            // As PostgreSQL's age(): a special XID (frozen, bootstrap) is as old as an age can be.
+            let age = if x.is_normal() { u64::from(next.0.wrapping_sub(x.0)) } else { i32::MAX as u64 };
+            vec![Cell::Text(t.name().to_string()), Cell::Num(u64::from(x.0)), Cell::Num(age)]
+        })
+        .collect();
+    View { name: "relfrozenxid", columns: vec!["relname", "relfrozenxid", "age"], rows, one_row: false }
+}
+
+pub fn run(dir: PathBuf, json: bool, config: Config) -> Result<ExitCode> {
+    crate::require_data_dir(&dir)?;
+    let db = Database::open(&dir, config)?;
+    let db_stats = db.stats();
+    let next_xid = db.next_xid().xid();
+    let views = [user_tables(&db.all_table_stats()), database(&db_stats), wal(&db_stats), frozen_xids(&db)];
+    db.close()?;
+    if json {
+        let mut m: Map<String, Json> = views.iter().map(|v| (v.name.to_string(), v.json())).collect();
+        m.insert("next_xid".into(), Json::from(next_xid.0));
+        println!("{}", serde_json::to_string_pretty(&Json::Object(m))?);
+    } else {
+        let text: Vec<String> = views.iter().map(View::render).collect();
+        print!("{}", text.join("\n"));
+        println!("\nnext XID: {next_xid}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_print_as_postgresql_prints_utc() {
+        assert!(matches!(timestamp(0), Cell::Null));
+        assert_eq!(timestamp(1).render(), "1970-01-01 00:00:00.000001+00");
+        // 2000-02-29 (a leap day of a century year) 23:59:59.5
+        assert_eq!(timestamp(951_868_799_500_000).render(), "2000-02-29 23:59:59.500000+00");
+        assert_eq!(timestamp(1_735_689_600_000_000).render(), "2025-01-01 00:00:00.000000+00");
+    }
+
+    #[test]
+    fn views_render_aligned_and_as_json() {
+        let v = View {
+            name: "v",
+            columns: vec!["relname", "n"],
+            rows: vec![vec![Cell::Text("a".into()), Cell::Num(5)], vec![Cell::Text("bcd".into()), Cell::Null]],
+            one_row: false,
+        };
+        assert_eq!(v.render(), "v\n relname | n\n---------+---\n a       | 5\n bcd     |\n(2 rows)\n");
+        assert_eq!(v.json(), serde_json::json!([{"relname": "a", "n": 5}, {"relname": "bcd", "n": null}]));
+    }
+}

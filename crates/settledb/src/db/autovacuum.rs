@@ -1,0 +1,260 @@
+//! Autovacuum (PostgreSQL's `autovacuum.c`, rewritten): a launcher thread and
+//! `autovacuum_max_workers` worker threads.
+//!
+//! ```text
+//!   launcher, every autovacuum_naptime (and at once when the XID vacuum limit is passed):
+//!       for each table:  needs_vacuum? -> queue (anti-wraparound first, then most dead tuples)
+//!   worker i:  take a table -> recheck -> VACUUM (is_autovacuum, cost limit / active workers)
+//!              -> log it when it took at least log_autovacuum_min_duration
+//! ```
+//!
+//! A table needs vacuuming (`relation_needs_vacanalyze`) when
+//! * its relfrozenxid is older than `autovacuum_freeze_max_age`: a forced, aggressive
+//!   anti-wraparound vacuum, even when autovacuum is disabled for the table;
+//! * `n_dead_tup > autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor * reltuples`;
+//! * `n_ins_since_vacuum > autovacuum_vacuum_insert_threshold +
+//!   autovacuum_vacuum_insert_scale_factor * reltuples` (unless the insert threshold is -1),
+//!   so insert-only tables get frozen and their pages set all-visible.
+//!
+//! Table storage options override each parameter. Workers share the cost limit: each one
+//! running gets `limit / running` (PostgreSQL's `autovac_balance_cost`). Log entries go to
+//! `log/settledb.log` in the data directory and to an in-memory list that
+//! [`Database::take_log`] drains (`settle tpcc` prints them as they happen).
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::{Database, Inner};
+use crate::catalog::TableEntry;
+use crate::error::Error;
+use crate::types::{Oid, Xid};
+use crate::vacuum::{self, VacuumParams};
+
+/// Work shared by the launcher and the workers.
+#[derive(Default)]
+pub(crate) struct AutovacuumState {
+    queue: Mutex<VecDeque<(Oid, bool)>>,
+    pub(crate) wake: Condvar,
+    /// Tables being vacuumed by a worker now.
+    busy: Mutex<Vec<Oid>>,
+    pub(crate) running: AtomicU32,
+    pub(crate) vacuums: AtomicU64,
+    pub(crate) wraparound_vacuums: AtomicU64,
+    log: Mutex<Vec<String>>,
+}
+
+/// Why a table needs an autovacuum, if it does: `Some(wraparound)`.
+pub(crate) fn needs_vacuum(inner: &Inner, e: &TableEntry) -> Option<bool> {
+    let c = &inner.config;
+    let o = &e.options;
+    let next = inner.xact.next_full_xid().xid();
+    let freeze_max_age = o.autovacuum_freeze_max_age.unwrap_or(c.autovacuum_freeze_max_age);
+    let force_limit = Xid(next.0.wrapping_sub(freeze_max_age));
+    let rfx = e.relfrozenxid();
+    if rfx.is_normal() && force_limit.is_normal() && rfx.precedes(force_limit) {
+        return Some(true);
+    }
+    if !o.autovacuum_enabled.unwrap_or(true) {
+        return None;
+    }
+    let reltuples = e.reltuples.lock().max(0.0);
+    let st = e.stats.snapshot();
+    let vac_thresh = o.autovacuum_vacuum_threshold.unwrap_or(c.autovacuum_vacuum_threshold) as f64
+        + o.autovacuum_vacuum_scale_factor.unwrap_or(c.autovacuum_vacuum_scale_factor) * reltuples;
+    if st.n_dead_tup as f64 > vac_thresh {
+        return Some(false);
+    }
+    let ins_base = o.autovacuum_vacuum_insert_threshold.unwrap_or(c.autovacuum_vacuum_insert_threshold);
+    if ins_base >= 0 {
+        let ins_thresh = ins_base as f64
+            + o.autovacuum_vacuum_insert_scale_factor.unwrap_or(c.autovacuum_vacuum_insert_scale_factor) * reltuples;
+        if st.n_ins_since_vacuum as f64 > ins_thresh {
+            return Some(false);
+        }
+    }
+    None
+}
+
+impl Inner {
+    /// One launcher round: queues every table that needs a vacuum and no worker has.
+    fn autovacuum_plan(&self) {
+        let av = &self.autovacuum;
+        let busy = av.busy.lock().clone();
+        let mut wanted: Vec<(Oid, bool, u64)> = Vec::new();
+        for e in self.catalog.tables() {
+            if busy.contains(&e.rel.oid) {
+                continue;
+            }
+            if let Some(wrap) = needs_vacuum(self, &e) {
+                wanted.push((e.rel.oid, wrap, e.stats.snapshot().n_dead_tup));
+            }
+        }
+        wanted.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)));
+        let mut q = av.queue.lock();
+        for (oid, wrap, _) in wanted {
+            if !q.iter().any(|(o, _)| *o == oid) {
+                q.push_back((oid, wrap));
+            }
+        }
+        if !q.is_empty() {
+            av.wake.notify_all();
+        }
+    }
+
+    pub(crate) fn autovacuum_launcher_loop(self: Arc<Inner>) {
+        let naptime = Duration::from_millis(self.config.autovacuum_naptime_ms);
+        let mut last = Instant::now();
+        // Wake often enough to react when the XID vacuum limit is passed (PostgreSQL signals
+        // the launcher then), otherwise plan once per naptime.
+        while self.nap(naptime.min(Duration::from_millis(250))) {
+            if last.elapsed() >= naptime || self.xact.vacuum_limit_reached() {
+                self.autovacuum_plan();
+                last = Instant::now();
+            }
+        }
+        self.autovacuum.wake.notify_all();
+    }
+
+    pub(crate) fn autovacuum_worker_loop(self: Arc<Inner>) {
+        let av = &self.autovacuum;
+        loop {
+            let job = {
+                let mut q = av.queue.lock();
+                loop {
+                    if self.shutdown.load(Ordering::Acquire) {
+                        return;
+                    }
+                    if let Some(j) = q.pop_front() {
+                        break j;
+                    }
+                    av.wake.wait_for(&mut q, Duration::from_millis(500));
+                }
+            };
+            let (oid, _) = job;
+            {
+                let mut busy = av.busy.lock();
+                if busy.contains(&oid) {
+                    continue;
+                }
+                busy.push(oid);
+            }
+            self.autovacuum_one(oid);
+            av.busy.lock().retain(|o| *o != oid);
+        }
+    }
+
+    fn autovacuum_one(&self, oid: Oid) {
+        let av = &self.autovacuum;
+        let Some(entry) = self.catalog.get_by_oid(oid) else { return };
+        // Recheck: another vacuum may have done the work since the launcher looked.
+        let Some(wraparound) = needs_vacuum(self, &entry) else { return };
+        let running = av.running.fetch_add(1, Ordering::AcqRel) + 1;
+        let limit = entry.options.autovacuum_vacuum_cost_limit.unwrap_or_else(|| self.config.autovacuum_cost_limit());
+        let params = VacuumParams {
+            is_autovacuum: true,
+            is_wraparound: wraparound,
+            cost_limit: Some((limit / running).max(1)),
+            ..Default::default()
+        };
+        let res = vacuum::vacuum_rel(self, &entry, &params);
+        av.running.fetch_sub(1, Ordering::AcqRel);
+        match res {
+            Ok(r) => {
+                av.vacuums.fetch_add(1, Ordering::Relaxed);
+                if wraparound {
+                    av.wraparound_vacuums.fetch_add(1, Ordering::Relaxed);
+                }
+                let min_ms =
+                    entry.options.log_autovacuum_min_duration_ms.unwrap_or(self.config.log_autovacuum_min_duration_ms);
+                if min_ms >= 0 && r.elapsed.as_millis() as i64 >= min_ms {
+                    self.log_line(&r.log_text());
+                }
+            }
+            Err(Error::NotFound(_)) => {} // dropped meanwhile
+            Err(e) if self.shutdown.load(Ordering::Acquire) => drop(e),
+            Err(e) => self.log_line(&format!(
+                "ERROR:  autovacuum of table \"{}.public.{}\" failed: {e}\n",
+                vacuum::DATABASE_NAME,
+                entry.rel.name
+            )),
+        }
+    }
+
+    /// Appends a server-log entry (timestamped like PostgreSQL's default `log_line_prefix`).
+    pub(crate) fn log_line(&self, text: &str) {
+        let secs = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+        let stamped = format!("{} [{}] {}", format_utc(secs), std::process::id(), text);
+        let path = self.dir.join("log");
+        if std::fs::create_dir_all(&path).is_ok() {
+            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path.join("settledb.log")) {
+                let _ = f.write_all(stamped.as_bytes());
+            }
+        }
+        self.autovacuum.log.lock().push(stamped);
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS.mmm UTC` from seconds since the epoch.
+fn format_utc(secs: f64) -> String {
+    let total = secs as i64;
+    let ms = ((secs - total as f64) * 1000.0) as i64;
+    let (days, rem) = (total.div_euclid(86_400), total.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{ms:03} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Counters of the autovacuum daemon.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AutovacuumStats {
+    /// Workers vacuuming now.
+    pub running: u32,
+    /// Autovacuums finished, and how many of them were anti-wraparound.
+    pub vacuums: u64,
+    pub wraparound_vacuums: u64,
+}
+
+impl Database {
+    /// Server-log entries written since the last call (autovacuum reports and errors).
+    pub fn take_log(&self) -> Vec<String> {
+        std::mem::take(&mut *self.inner().autovacuum.log.lock())
+    }
+
+    pub fn autovacuum_stats(&self) -> AutovacuumStats {
+        let av = &self.inner().autovacuum;
+        AutovacuumStats {
+            running: av.running.load(Ordering::Relaxed),
+            vacuums: av.vacuums.load(Ordering::Relaxed),
+            wraparound_vacuums: av.wraparound_vacuums.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Runs one launcher round now (tests and tools; the launcher does it every naptime).
+    pub fn autovacuum_kick(&self) {
+        self.inner().autovacuum_plan();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_utc;
+
+    #[test]
+    fn formats_utc_timestamps() {
+        assert_eq!(format_utc(0.0), "1970-01-01 00:00:00.000 UTC");
+        assert_eq!(format_utc(1_795_000_000.5), "2026-11-18 11:06:40.500 UTC");
+    }
+}

@@ -1,0 +1,98 @@
+//! The database's side of cumulative statistics ([`crate::stats`]): reading the views, and
+//! keeping the counters across a clean shutdown.
+//!
+//! At open, `pg_stat/stats.bin` is taken ([`StatsFile::take`]) before anything runs: after a
+//! clean shutdown its database counters seed [`DbCounters`] and the buffer and WAL totals, and
+//! its table counters are restored into the catalog entries once the catalog is loaded (tables
+//! dropped since are skipped by OID). After a crash it is removed unread, and the counters
+//! start from zero with `stats_reset` set to the time of the open. [`Database::close`]
+//! writes it again after the shutdown checkpoint, when nothing can change the counters any more.
+
+use std::sync::atomic::AtomicU64;
+
+use super::{Database, DbCounters, DbStats, Inner, Table};
+use crate::catalog::{Catalog, FIRST_NORMAL_OID};
+use crate::error::Result;
+use crate::stats::{DbTotals, StatsFile, TableStatsSnapshot};
+
+impl Database {
+    /// A table's counters (`pg_stat_user_tables`; `pg_stat_sys_tables` for `pg_class`).
+    pub fn table_stats(&self, table: &Table) -> TableStatsSnapshot {
+        table.entry.stats.snapshot()
+    }
+
+    /// Every user table's counters with its name, by OID (`pg_stat_user_tables`).
+    pub fn all_table_stats(&self) -> Vec<(String, TableStatsSnapshot)> {
+        self.inner
+            .catalog
+            .tables()
+            .into_iter()
+            .filter(|e| e.rel.oid >= FIRST_NORMAL_OID)
+            .map(|e| (e.rel.name.clone(), e.stats.snapshot()))
+            .collect()
+    }
+}
+
+/// The database counters as a saved file left them.
+pub(super) fn counters_from(t: &DbTotals) -> DbCounters {
+    let a = AtomicU64::new;
+    DbCounters {
+        xact_commit: a(t.xact_commit),
+        xact_rollback: a(t.xact_rollback),
+        tup_returned: a(t.tup_returned),
+        tup_fetched: a(t.tup_fetched),
+        tup_inserted: a(t.tup_inserted),
+        tup_updated: a(t.tup_updated),
+        tup_deleted: a(t.tup_deleted),
+        tup_hot_updated: a(t.tup_hot_updated),
+        idx_scan: a(t.idx_scan),
+        idx_tup_read: a(t.idx_tup_read),
+        idx_tup_fetch: a(t.idx_tup_fetch),
+        heap_fetches: a(t.heap_fetches),
+        heap_fetches_avoided: a(t.heap_fetches_avoided),
+    }
+}
+
+/// Restores saved table counters into the catalog's entries, by OID.
+pub(super) fn restore_tables(catalog: &Catalog, file: &StatsFile) {
+    for (oid, snap) in &file.tables {
+        if let Some(e) = catalog.get_by_oid(*oid) {
+            e.stats.restore(snap);
+        }
+    }
+}
+
+/// The database counters to save, from a [`DbStats`] snapshot.
+pub(super) fn totals_of(s: &DbStats) -> DbTotals {
+    DbTotals {
+        xact_commit: s.xact_commit,
+        xact_rollback: s.xact_rollback,
+        blks_read: s.blks_read,
+        blks_hit: s.blks_hit,
+        tup_returned: s.tup_returned,
+        tup_fetched: s.tup_fetched,
+        tup_inserted: s.tup_inserted,
+        tup_updated: s.tup_updated,
+        tup_deleted: s.tup_deleted,
+        tup_hot_updated: s.tup_hot_updated,
+        idx_scan: s.idx_scan,
+        idx_tup_read: s.idx_tup_read,
+        idx_tup_fetch: s.idx_tup_fetch,
+        heap_fetches: s.heap_fetches,
+        heap_fetches_avoided: s.heap_fetches_avoided,
+        wal_records: s.wal_records,
+        wal_fpi: s.wal_fpi,
+        wal_bytes: s.wal_bytes,
+        stats_reset: s.stats_reset,
+    }
+}
+
+/// Writes `pg_stat/stats.bin` (every table, `pg_class` included, and the database counters).
+pub(super) fn save(db: &Database) -> Result<()> {
+    let inner: &Inner = &db.inner;
+    let file = StatsFile {
+        db: totals_of(&db.stats()),
+        tables: inner.catalog.tables().iter().map(|e| (e.rel.oid, e.stats.snapshot())).collect(),
+    };
+    file.write(&*inner.fs, &inner.dir)
+}
