@@ -253,6 +253,26 @@ impl VisibilityMap {
         pool.read(self.tag(map_block), None)
     }
 
+    /// Like [`Self::get`], keeping the map page pinned in `pin` for the next call
+    /// (PostgreSQL's `vmbuffer`): one map page covers 32,672 heap pages, so a scan in block
+    /// order looks the map page up once instead of once per heap page.
+    pub fn get_pinned<'p>(
+        &self,
+        pool: &'p BufferPool,
+        heap_block: BlockNumber,
+        pin: &mut Option<Buffer<'p>>,
+    ) -> Result<VmBits> {
+        let (map_block, _, _) = location(heap_block);
+        if pin.as_ref().map(|b| b.block()) != Some(map_block) {
+            *pin = None;
+            *pin = self.existing(pool, map_block)?;
+        }
+        Ok(match pin {
+            Some(b) => bits_at(&b.read().0, heap_block),
+            None => VmBits::NONE,
+        })
+    }
+
     /// The bits of `heap_block` (0 when the fork or the map page does not exist).
     pub fn get(&self, pool: &BufferPool, heap_block: BlockNumber) -> Result<VmBits> {
         let (map_block, _, _) = location(heap_block);
@@ -274,6 +294,19 @@ impl VisibilityMap {
         heap_page: &mut [u8],
         bits: VmBits,
     ) -> Result<Option<Lsn>> {
+        self.set_pinned(env, heap_buf, heap_page, bits, &mut None)
+    }
+
+    /// [`Self::set`], taking the map page from `pin` when it holds the right one and leaving
+    /// it pinned there (see [`Self::get_pinned`]).
+    pub fn set_pinned<'p>(
+        &self,
+        env: &HeapEnv<'p>,
+        heap_buf: &Buffer<'_>,
+        heap_page: &mut [u8],
+        bits: VmBits,
+        pin: &mut Option<Buffer<'p>>,
+    ) -> Result<Option<Lsn>> {
         let heap_tag = heap_buf.tag();
         let heap_block = heap_tag.block;
         if heap_tag.rel != self.rel || heap_tag.fork != Fork::Main {
@@ -286,7 +319,11 @@ impl VisibilityMap {
             return Err(Error::invalid(format!("heap block {heap_block} of {} is not initialized", self.rel)));
         }
         let (map_block, _, _) = location(heap_block);
-        let map_buf = self.pin_or_extend(env.pool, map_block)?;
+        if pin.as_ref().map(|b| b.block()) != Some(map_block) {
+            *pin = None;
+            *pin = Some(self.pin_or_extend(env.pool, map_block)?);
+        }
+        let map_buf = pin.as_ref().ok_or_else(|| Error::invalid("visibility map page not pinned"))?;
         let mut g = map_buf.write();
         let old = bits_at(&g.0, heap_block);
         if !(old | bits).all_visible() {
