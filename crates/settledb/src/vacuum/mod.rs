@@ -1036,6 +1036,12 @@ impl LazyVacuum<'_> {
                 new_end -= 1;
             }
             if new_end < current {
+                // The map forgets the pages first (WAL-logged): a crash after the heap's
+                // truncation but before the map's would leave bits set for pages that no
+                // longer exist, and a page extended there later would inherit them (its
+                // inserter clears the bits only of a page carrying PD_ALL_VISIBLE). Cleared
+                // bits over pages that stay are harmless.
+                self.rel.vm.truncate(env, new_end)?;
                 let lsn = env.wal.insert(&RecordBuilder {
                     rmgr: Rmgr::Storage,
                     info: crate::wal::STORAGE_TRUNCATE,
@@ -1046,7 +1052,6 @@ impl LazyVacuum<'_> {
                 env.wal.flush(lsn)?;
                 env.pool.drop_relation_buffers(self.rel.relfilenode, Some(Fork::Main), BlockNumber(new_end))?;
                 env.pool.smgr().truncate(self.rel.relfilenode, Fork::Main, new_end)?;
-                self.rel.vm.truncate(env, new_end)?;
                 self.rel.fsm.truncate(&self.inner.pool, new_end)?;
                 self.r.truncated = Some((self.r.truncated.map_or(current, |t| t.0), new_end));
                 current = new_end;
