@@ -362,10 +362,11 @@ fn visible_to_all(h: &TupleHeader<'_>, horizon: Xid, xact: &TransactionManager) 
 }
 
 /// Whether the tuple needs no freezing, now or ever (what an all-frozen page promises): its
-/// xmin is frozen (or a permanent XID) and it has no xmax.
+/// xmin is frozen (or a permanent XID) and its xmax is no normal XID (freezing sets a
+/// meaningless xmax to InvalidTransactionId).
 fn is_frozen(h: &TupleHeader<'_>) -> bool {
     let xmin_frozen = h.infomask() & HEAP_XMIN_FROZEN == HEAP_XMIN_FROZEN || !h.xmin().is_normal();
-    xmin_frozen && !h.xmax().is_valid()
+    xmin_frozen && !h.xmax().is_normal()
 }
 
 /// Bits set in the visibility map for heap pages at or past `nblocks` (the heap's end): the map

@@ -53,7 +53,8 @@
 //!   then extends. Nothing else steers inserts, so a page recorded as 0 receives new rows only
 //!   as the target block of the inserter that was already filling it, or as the last page of a
 //!   table with nothing recorded (both as in PostgreSQL).
-//! * Opportunistic pruning (`heap::prune_locked`) records the page's free space after pruning.
+//! * Opportunistic pruning (`heap::prune_and_record`, from readers and updaters) records the
+//!   page's free space after pruning. VACUUM's own pruning (`heap::prune_locked`) does not.
 //! * VACUUM's part: phase III (and phase I for pages without dead items) records each page's free
 //!   space with [`FreeSpaceMap::set_many`] (one page lock per FSM page, not per heap page); with
 //!   the `eager` policy a page set all-visible records 0 unless its free space exceeds

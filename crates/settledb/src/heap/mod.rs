@@ -42,7 +42,8 @@
 //! and the flag, under the page's exclusive lock: heap page first, map page second, never
 //! the reverse. Redo of the heap records clears the flag too (`wal::apply_insert`,
 //! `wal::apply_xmax`). Inserts find room through the relation's [`crate::fsm`]
-//! (`find_target`) and pruning records the room it made there.
+//! (`find_target`), and opportunistic pruning records the room it made there
+//! ([`prune_and_record`]; VACUUM records its pages' room itself).
 //!
 //! # Hint bits
 //!
@@ -494,10 +495,31 @@ pub fn maybe_prune(env: &HeapEnv<'_>, rel: &Relation, buf: &Buffer<'_>, oldest_x
         }
     }
     let Some(mut g) = buf.try_cleanup_lock() else { return Ok(false) };
-    prune_locked(env, rel, buf, &mut g.0, oldest_xmin)
+    prune_and_record(env, rel, buf, &mut g.0, oldest_xmin)
+}
+
+/// Opportunistic pruning of a page the caller holds the cleanup lock on: [`prune_locked`], then
+/// the room it made is recorded in the free space map (under the cleanup lock still: heap page,
+/// then map page), so that inserts find it.
+pub fn prune_and_record(
+    env: &HeapEnv<'_>,
+    rel: &Relation,
+    buf: &Buffer<'_>,
+    page_bytes: &mut [u8],
+    oldest_xmin: Xid,
+) -> Result<bool> {
+    if !prune_locked(env, rel, buf, page_bytes, oldest_xmin)? {
+        return Ok(false);
+    }
+    rel.fsm.record(env.pool, buf.block(), page::heap_free_space(page_bytes))?;
+    Ok(true)
 }
 
 /// Prunes a page the caller holds the cleanup lock on; WAL-logged. Returns whether it changed.
+/// Records nothing in the free space map: VACUUM calls this and records each page's free space
+/// itself, by its own rule (a settled page records 0, DESIGN.md §5), once it has also frozen
+/// the page and set its visibility-map bits; opportunistic pruning goes through
+/// [`prune_and_record`].
 pub fn prune_locked(
     env: &HeapEnv<'_>,
     rel: &Relation,
@@ -529,8 +551,6 @@ pub fn prune_locked(
     )?;
     page::set_lsn(page_bytes, lsn);
     buf.mark_dirty();
-    // Under the cleanup lock still: heap page, then map page.
-    rel.fsm.record(env.pool, block, page::heap_free_space(page_bytes))?;
     Ok(true)
 }
 

@@ -9,6 +9,8 @@
 //! * inserts go where the free space map says: a page with room recorded as full is left
 //!   alone, the same page recorded with its real free space is used, and a page the map
 //!   over-promised is corrected when an insert finds it full.
+//! * opportunistic pruning records the room it made; the pruning VACUUM does records nothing
+//!   (VACUUM records the page's free space itself).
 //!
 //! Bits are set here directly with [`crate::vm::VisibilityMap::set`], as VACUUM does, on pages
 //! whose tuples are all committed and older than every snapshot.
@@ -241,4 +243,38 @@ fn inserts_go_where_the_free_space_map_says() {
     let pool = &db.inner().pool;
     assert_eq!(t.entry.rel.fsm.get(pool, BlockNumber(1)).unwrap(), fsm::avail_to_category(full));
     assert_clean(&db);
+}
+
+/// VACUUM prunes through `prune_locked` and records the page's free space itself, by its own
+/// rule, after freezing it and setting its bits: pruning must not advertise the room first (an
+/// inserter would take it in between and undo the settling).
+#[test]
+fn pruning_records_free_space_only_when_opportunistic() {
+    let fs = FaultFs::new();
+    let db = open(&fs);
+    let t = make_table(&db, "t");
+    let mut tx = db.begin().unwrap();
+    let tids: Vec<Tid> = (0..174).map(|i| tx.insert(&t, &row(i, 100)).unwrap()).collect();
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    for tid in tids.iter().filter(|tid| tid.block.0 < 2) {
+        assert!(tx.delete(&t, *tid).unwrap());
+    }
+    tx.commit().unwrap();
+    let inner = db.inner();
+    let env = inner.env();
+    let rel = &t.entry.rel;
+    let horizon = inner.xact.oldest_xmin();
+    // What the inserts recorded when they found page 0 full.
+    let before = rel.fsm.get(env.pool, BlockNumber(0)).unwrap();
+    assert!(before < 2, "{before}");
+    {
+        let buf = read_page(&env, rel, BlockNumber(0), None).unwrap();
+        let mut g = buf.try_cleanup_lock().unwrap();
+        assert!(prune_locked(&env, rel, &buf, &mut g.0, horizon).unwrap());
+    }
+    assert!(heap_free(&db, &t, 0) > 4000);
+    assert_eq!(rel.fsm.get(env.pool, BlockNumber(0)).unwrap(), before, "prune_locked records nothing");
+    assert!(db.prune_page(&t, 1).unwrap());
+    assert_eq!(rel.fsm.get(env.pool, BlockNumber(1)).unwrap(), fsm::avail_to_category(heap_free(&db, &t, 1)));
 }
