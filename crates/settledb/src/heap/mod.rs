@@ -98,6 +98,9 @@ pub struct Relation {
     pub vm: crate::vm::VisibilityMap,
     /// Its free space map (`_fsm` fork): where inserts look for room.
     pub fsm: crate::fsm::FreeSpaceMap,
+    /// Pages whose visibility-map bits a change cleared since the statistics last collected
+    /// them (`pg_stat_user_tables`' `vm_bits_cleared`).
+    pub vm_clears: std::sync::atomic::AtomicU64,
 }
 
 impl Relation {
@@ -114,6 +117,7 @@ impl Relation {
             target_block: AtomicU32::new(u32::MAX),
             vm: crate::vm::VisibilityMap::new(relfilenode),
             fsm: crate::fsm::FreeSpaceMap::new(relfilenode),
+            vm_clears: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -298,7 +302,9 @@ fn find_target<'a>(env: &HeapEnv<'a>, rel: &Relation, need: usize, mut ring: Opt
 /// (the `apply_*` helpers in [`wal`]).
 fn clear_all_visible(env: &HeapEnv<'_>, rel: &Relation, block: BlockNumber, page_bytes: &mut [u8]) -> Result<()> {
     if page::flags(page_bytes) & page::PD_ALL_VISIBLE != 0 {
-        rel.vm.clear(env, block, VmBits::VALID)?;
+        if rel.vm.clear(env, block, VmBits::VALID)?.is_some() {
+            rel.vm_clears.fetch_add(1, Ordering::Relaxed);
+        }
         page::clear_flags(page_bytes, page::PD_ALL_VISIBLE);
     }
     Ok(())
