@@ -147,3 +147,33 @@ fn manual_vacuum_restores_service_after_the_stop_limit() {
     let report = settledb::check::check_database(&db).unwrap();
     assert!(report.is_clean(), "{report}");
 }
+
+/// Regression (found by `settle bench aging`): once VACUUM truncated the CLOG segment holding
+/// the XID that created an index, the index was judged not yet visible (CLOG read "aborted")
+/// and every keyed access silently became a sequential scan.
+#[test]
+fn index_stays_usable_after_clog_truncation() {
+    let dir = tempfile::tempdir().unwrap();
+    let db =
+        Database::open(dir.path(), Config::from_pairs([("autovacuum", "off"), ("fsync", "off")]).unwrap()).unwrap();
+    let t = db.create_table("t", schema(), TableOptions::default()).unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.insert(&t, &[Value::Int4(1), Value::Int8(1)]).unwrap();
+    tx.commit().unwrap();
+    let ix = db.create_index("t_id", "t", &["id"], true).unwrap();
+    let lookup = |db: &Database| {
+        let before = db.table_stats(&t);
+        let mut tx = db.begin().unwrap();
+        let found = tx.get(&ix, &[Value::Int4(1)]).unwrap().is_some();
+        tx.commit().unwrap();
+        let after = db.table_stats(&t);
+        (found, after.idx_scan - before.idx_scan, after.seq_scan - before.seq_scan)
+    };
+    assert_eq!(lookup(&db), (true, 1, 0));
+    db.consume_xids(3_000_000).unwrap();
+    db.checkpoint().unwrap();
+    db.vacuum(None, &VacuumParams { freeze: true, ..Default::default() }).unwrap();
+    let clog_segments = std::fs::read_dir(dir.path().join("pg_xact")).unwrap().count();
+    assert!(clog_segments < 3, "CLOG should have been truncated ({clog_segments} segments)");
+    assert_eq!(lookup(&db), (true, 1, 0), "the index must still be used");
+}
