@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use serde::Serialize;
-use settledb::{Column, Database, Schema, TableOptions, Type, Value};
+use settledb::{Column, Database, Schema, Table, TableOptions, Type, Value};
 
 use crate::peer::Postgres;
 
@@ -65,6 +65,9 @@ pub enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// VACUUM after updating 5% of a pgbench_accounts table through its primary key, then
+    /// VACUUM (DISABLE_PAGE_SKIPPING) of the clean table; `--peer` runs PostgreSQL 15 on the same.
+    Vacuum(crate::vacuum_bench::VacuumBenchArgs),
     /// Dead-TID stores for VACUUM (settledb's TidStore, array6, roaring, pgradix) on the
     /// bdbench sets of the pgsql-hackers "dead tuple storage" thread.
     Tidstore {
@@ -158,6 +161,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Load { rows, dir, set, peer, peer_port, runs, json } => {
             load(rows, dir, &set, peer, peer_port, runs.max(1), json)
         }
+        BenchCmd::Vacuum(a) => crate::vacuum_bench::run(a),
         BenchCmd::Tidstore { scale, probes, only, structures, json } => {
             tidstore(scale, probes, only.as_deref(), &structures, json)
         }
@@ -200,7 +204,8 @@ fn tidstore(scale: u32, probes: usize, only: Option<&str>, structures: &[String]
     Ok(ExitCode::SUCCESS)
 }
 
-fn accounts_schema() -> Schema {
+/// pgbench_accounts's columns: aid int4, bid int4, abalance int4, filler (84 characters).
+pub fn accounts_schema() -> Schema {
     let col = |n: &str, ty| Column { name: n.into(), ty, nullable: false };
     Schema {
         columns: vec![
@@ -212,7 +217,8 @@ fn accounts_schema() -> Schema {
     }
 }
 
-struct TempDir(PathBuf, bool);
+/// A directory removed on drop when its flag is set.
+pub struct TempDir(pub PathBuf, pub bool);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
@@ -222,13 +228,10 @@ impl Drop for TempDir {
     }
 }
 
-fn load_settledb(rows: u64, dir: &std::path::Path, set: &[String]) -> Result<LoadFigures> {
-    let config = crate::config_from(set)?;
-    let db = Database::open(dir, config)?;
-    let t = db.create_table("pgbench_accounts", accounts_schema(), TableOptions::default())?;
+/// Inserts accounts 1..=rows (`bid` = one per 100,000, balance 0, filler of spaces) in one
+/// transaction, 10,000 rows per `insert_many`, as pgbench -i generates them.
+pub fn load_accounts(db: &Database, t: &Table, rows: u64) -> Result<()> {
     let filler = " ".repeat(84);
-    let before = db.stats();
-    let start = Instant::now();
     let mut tx = db.begin()?;
     const BATCH: u64 = 10_000;
     let mut batch = Vec::with_capacity(BATCH as usize);
@@ -245,10 +248,20 @@ fn load_settledb(rows: u64, dir: &std::path::Path, set: &[String]) -> Result<Loa
                 Value::Text(filler.clone()),
             ]);
         }
-        tx.insert_many(&t, &batch)?;
+        tx.insert_many(t, &batch)?;
         aid = end;
     }
     tx.commit()?;
+    Ok(())
+}
+
+fn load_settledb(rows: u64, dir: &std::path::Path, set: &[String]) -> Result<LoadFigures> {
+    let config = crate::config_from(set)?;
+    let db = Database::open(dir, config)?;
+    let t = db.create_table("pgbench_accounts", accounts_schema(), TableOptions::default())?;
+    let before = db.stats();
+    let start = Instant::now();
+    load_accounts(&db, &t, rows)?;
     let seconds = start.elapsed().as_secs_f64();
     let after = db.stats();
     let pages = db.table_pages(&t)?;

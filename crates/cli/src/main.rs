@@ -3,14 +3,20 @@
 //! * `settle check DIR`: opens the data directory (running crash recovery if needed) and
 //!   verifies every invariant `settledb::check` knows; exits 1 naming each problem.
 //! * `settle waldump DIR`: prints WAL records one per line, like `pg_waldump`.
+//! * `settle vacuum DIR [TABLE] [--verbose] …`: VACUUM with PostgreSQL's options (autovacuum
+//!   off), printing the `VACUUM (VERBOSE)` report or one line per table.
 //! * `settle inspect DIR page|index|vm|fsm NAME BLOCK`: a heap page with its line pointers and
-//!   tuple headers, a B-tree page, or the visibility-map / free-space-map page of a heap block.
+//!   tuple headers, a B-tree page, or the visibility-map / free-space-map page of a heap block;
+//!   `vm|fsm TABLE` without a block summarizes the whole map (all-visible / all-frozen counts,
+//!   free space per page or as a histogram).
 //! * `settle stats DIR [--json]`: the cumulative statistics views (`pg_stat_user_tables`,
 //!   `pg_stat_database`, `pg_stat_wal`) and every table's relfrozenxid age.
 //! * `settle bench load --rows N`: bulk-loads pgbench_accounts-shaped rows and reports the rate,
 //!   pages, WAL and full-page images, optionally next to PostgreSQL 15 doing the same.
 //! * `settle bench pgbench -s S -c C -T T [-S]`: pgbench's transactions through the embedded API,
 //!   optionally next to PostgreSQL 15 running the real pgbench.
+//! * `settle bench vacuum --scale S [--peer]`: VACUUM after 5% of a pgbench_accounts table was
+//!   updated, then again over the clean table, next to PostgreSQL 15 doing the same.
 //! * `settle bench tidstore [--scale 1|10] [--json]`: VACUUM's dead-TID stores compared
 //!   (memory, attach, shuffled/ordered/batched lookups, iteration).
 //! * `settle bench aging [--policy lazy,pg16,eager] [--transactions N] [--scale S]
@@ -23,9 +29,12 @@
 
 mod aging;
 mod bench;
+mod inspect;
 mod peer;
 mod pgbench;
 mod stats;
+mod vacuum;
+mod vacuum_bench;
 
 #[global_allocator]
 static ALLOC: tidstore::bench::CountingAlloc = tidstore::bench::CountingAlloc;
@@ -67,16 +76,21 @@ enum Cmd {
         #[arg(long)]
         stats: bool,
     },
+    /// VACUUM one table or all (autovacuum is off while it runs).
+    Vacuum(vacuum::VacuumArgs),
     /// Show a page: `page TABLE BLOCK` (heap page: line pointers, tuple headers, values, like
     /// pageinspect), `index NAME BLOCK` (B-tree page, like bt_page_items), `vm TABLE BLOCK` or
-    /// `fsm TABLE BLOCK` (the visibility-map or free-space-map page covering heap block BLOCK).
+    /// `fsm TABLE BLOCK` (the visibility-map or free-space-map page covering heap block BLOCK);
+    /// `vm TABLE` and `fsm TABLE` without a block summarize the whole map (like
+    /// pg_visibility_map_summary and pg_freespace).
     Inspect {
         dir: PathBuf,
         /// `page`, `index`, `vm` or `fsm`.
         what: String,
         /// The table (or, for `index`, the index).
         name: String,
-        block: u32,
+        /// The block (required for `page` and `index`).
+        block: Option<u32>,
     },
     /// Print the statistics views (pg_stat_user_tables, pg_stat_database, pg_stat_wal) and
     /// every table's relfrozenxid age (runs crash recovery first if needed).
@@ -110,7 +124,8 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Cmd::Check { dir, set } => check(dir, &set),
         Cmd::Waldump { dir, limit, stats } => waldump(dir, limit, stats),
-        Cmd::Inspect { dir, what, name, block } => inspect(dir, &what, &name, block),
+        Cmd::Vacuum(a) => vacuum::run(a),
+        Cmd::Inspect { dir, what, name, block } => inspect::run(dir, &what, &name, block),
         Cmd::Stats { dir, json, set } => {
             // An inspection tool starts no maintenance of its own unless asked to.
             let set: Vec<String> = std::iter::once("autovacuum=off".to_string()).chain(set).collect();
@@ -127,7 +142,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn require_data_dir(dir: &std::path::Path) -> Result<()> {
+pub fn require_data_dir(dir: &std::path::Path) -> Result<()> {
     if !dir.join("global").join("pg_control").exists() {
         bail!("\"{}\" is not a settledb data directory (no global/pg_control)", dir.display());
     }
@@ -185,25 +200,5 @@ fn waldump(dir: PathBuf, limit: Option<u64>, stats: bool) -> Result<ExitCode> {
     if let Some(why) = reader.stop_reason() {
         eprintln!("settle waldump: end of WAL at {}: {why}", reader.end_lsn());
     }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn inspect(dir: PathBuf, what: &str, name: &str, block: u32) -> Result<ExitCode> {
-    require_data_dir(&dir)?;
-    if !matches!(what, "page" | "index" | "vm" | "fsm") {
-        bail!("settle inspect: unknown object {what:?} (expected page, index, vm or fsm)");
-    }
-    let db = Database::open(&dir, Config::default())?;
-    let out = match what {
-        "page" => db.describe_page(&db.table(name)?, block, true)?,
-        "index" => db.describe_index_page(&db.index(name)?, block)?,
-        "vm" => db.describe_map_page(&db.table(name)?, settledb::types::Fork::Vm, block)?,
-        _ => db.describe_map_page(&db.table(name)?, settledb::types::Fork::Fsm, block)?,
-    };
-    print!("{out}");
-    if !out.ends_with('\n') {
-        println!();
-    }
-    db.close()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -32,6 +32,11 @@ fn is_root() -> bool {
 impl Postgres {
     /// Starts a cluster with `settings` (`name=value`, as `postgres -c`).
     pub fn start(port: u16, settings: &[(String, String)]) -> Result<Postgres> {
+        Postgres::start_with(port, settings, &[])
+    }
+
+    /// [`Postgres::start`], passing `initdb_args` to initdb as well (e.g. `--data-checksums`).
+    pub fn start_with(port: u16, settings: &[(String, String)], initdb_args: &[&str]) -> Result<Postgres> {
         let bindir = find_bindir().context("PostgreSQL 15 is not installed (apt-get install postgresql-15)")?;
         let dir = std::env::temp_dir().join(format!("settle-peer-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -45,7 +50,10 @@ impl Postgres {
             }
         }
         let data = pg.data_dir();
-        let out = pg.run("initdb", &["-D", &data.to_string_lossy(), "-A", "trust", "-U", "postgres", "--no-sync"])?;
+        let data_arg = data.to_string_lossy();
+        let mut args = vec!["-D", &data_arg, "-A", "trust", "-U", "postgres", "--no-sync"];
+        args.extend_from_slice(initdb_args);
+        let out = pg.run("initdb", &args)?;
         if !out.status.success() {
             bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr));
         }
@@ -95,6 +103,24 @@ impl Postgres {
             bail!("psql failed on {sql:?}: {}", String::from_utf8_lossy(&out.stderr));
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// Runs several commands in one psql session (one `-c` each, so backslash commands such as
+    /// `\timing on` work), stopping at the first error; returns (stdout, stderr). Notices and
+    /// INFO messages (VACUUM VERBOSE's report) arrive on stderr.
+    pub fn psql(&self, commands: &[&str]) -> Result<(String, String)> {
+        let port = self.port.to_string();
+        let mut args = vec!["-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-d", "postgres", "-X", "-A", "-t"];
+        args.extend(["-v", "ON_ERROR_STOP=1"]);
+        for c in commands {
+            args.extend(["-c", c]);
+        }
+        let out = self.run("psql", &args)?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() {
+            bail!("psql failed on {commands:?}: {stderr}");
+        }
+        Ok((String::from_utf8_lossy(&out.stdout).into_owned(), stderr))
     }
 
     /// Runs pgbench with `args` against this server; returns (stdout, stderr).

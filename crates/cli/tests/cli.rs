@@ -102,6 +102,123 @@ fn tidstore_bench_measures_with_the_counting_allocator() {
     assert!((bytes - reported).abs() <= reported * 0.05, "allocator {bytes} vs own {reported}");
 }
 
+/// A data directory with table `t` (2,000 rows, primary key `id`) whose every tenth row was
+/// deleted by a committed transaction, and nothing has read the table since: VACUUM has exactly
+/// 200 dead tuples to remove.
+fn table_with_dead_rows(dir: &std::path::Path) {
+    use settledb::{Column, Config, Database, Schema, TableOptions, Type, Value};
+    // No autovacuum: the dead rows must still be there for `settle vacuum`.
+    let db = Database::open(dir, Config::from_pairs([("autovacuum", "off")]).unwrap()).unwrap();
+    let col = |n: &str, ty| Column { name: n.into(), ty, nullable: false };
+    let schema = Schema { columns: vec![col("id", Type::Int4), col("body", Type::Text)] };
+    let opts = TableOptions { primary_key: Some(vec!["id".into()]), ..TableOptions::default() };
+    let t = db.create_table("t", schema, opts).unwrap();
+    let rows: Vec<Vec<Value>> = (0..2000).map(|i| vec![Value::Int4(i), Value::Text("x".repeat(100))]).collect();
+    let mut tx = db.begin().unwrap();
+    tx.insert_many(&t, &rows).unwrap();
+    tx.commit().unwrap();
+    let pk = db.index("t_pkey").unwrap();
+    let mut tx = db.begin().unwrap();
+    for i in (0..2000).step_by(10) {
+        assert!(tx.delete_by_key(&pk, &[Value::Int4(i)]).unwrap());
+    }
+    tx.commit().unwrap();
+    db.close().unwrap();
+}
+
+#[test]
+fn vacuum_verbose_reports_then_maps_summarize() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    table_with_dead_rows(&dir);
+    let d = dir.to_str().unwrap();
+
+    let (ok, out, err) = settle(&["vacuum", d, "t", "--verbose"]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "INFO:  vacuuming \"settledb.public.t\"", "{out}");
+    assert_eq!(lines[1], "INFO:  finished vacuuming \"settledb.public.t\": index scans: 1", "{out}");
+    let pages = lines[2].strip_prefix("pages: 0 removed, ").and_then(|r| r.split(' ').next()).unwrap();
+    let pages: u64 = pages.parse().unwrap();
+    assert!(lines[2].contains(&format!("{pages} scanned (100.00% of total)")), "{out}");
+    assert!(lines.contains(&"tuples: 200 removed, 1800 remain, 0 are dead but not yet removable"), "{out}");
+    let needed = lines.iter().find(|l| l.starts_with("index scan needed: ")).expect(&out);
+    assert!(needed.ends_with("had 200 dead item identifiers removed"), "{out}");
+    assert!(lines.iter().any(|l| l.starts_with("index \"t_pkey\": pages: ")), "{out}");
+    assert!(lines.iter().any(|l| l.starts_with("WAL usage: ")), "{out}");
+    assert!(lines.last().unwrap().starts_with("system usage: CPU: "), "{out}");
+
+    // Every page is all-visible now, and the deleted rows' room is in the free space map.
+    let (ok, out, err) = settle(&["inspect", d, "vm", "t"]);
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("all_visible: {pages} (100.00%)")), "{out}");
+    let (ok, out, err) = settle(&["inspect", d, "fsm", "t"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).count() as u64, pages);
+    assert!(!out.contains(" 0 bytes free recorded"), "{out}");
+
+    // Without --verbose: one line per table, the catalog included; nothing left to remove.
+    let (ok, out, err) = settle(&["vacuum", d]);
+    assert!(ok, "{err}");
+    assert!(out.lines().any(|l| l.starts_with("vacuumed \"pg_class\": ")), "{out}");
+    let t = out.lines().find(|l| l.starts_with("vacuumed \"t\": ")).expect(&out);
+    assert!(t.contains(", 0 dead tuples removed, "), "{out}");
+    let (ok, out, err) = settle(&["check", d]);
+    assert!(ok && out.contains("no problems"), "{out}{err}");
+}
+
+#[test]
+fn vacuum_and_inspect_reject_bad_input_without_panicking() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    table_with_dead_rows(&dir);
+    let d = dir.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["vacuum", d, "--index-cleanup", "maybe"], "invalid value 'maybe' for '--index-cleanup"),
+        (&["vacuum", d, "--truncate", "perhaps"], "expected on or off"),
+        (&["vacuum", d, "--policy", "fast"], "expected lazy, pg16 or eager"),
+        (&["vacuum", d, "--bogus"], "unexpected argument '--bogus'"),
+        (&["vacuum", d, "--set", "vacuum_freeze_policy=fast"], "vacuum_freeze_policy"),
+        (&["vacuum", d, "no_such_table"], "relation \"no_such_table\" does not exist"),
+        (&["vacuum", tmp.path().to_str().unwrap()], "not a settledb data directory"),
+        (&["inspect", d, "page", "t"], "needs a BLOCK number"),
+        (&["inspect", d, "fsm", "no_such_table"], "relation \"no_such_table\" does not exist"),
+        (&["bench", "vacuum", "--policy", "fast"], "--policy"),
+    ];
+    for (args, want) in cases {
+        let (ok, _, err) = settle(args);
+        assert!(!ok, "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // The directory is still clean after the failed commands.
+    let (ok, out, err) = settle(&["check", d]);
+    assert!(ok && out.contains("no problems"), "{out}{err}");
+}
+
+/// The VACUUM benchmark at scale 1 with the verifier on: the first VACUUM removes the 5,000
+/// updated rows' old versions and, in one index scan, their index entries; the second reads
+/// every page and changes nothing.
+#[test]
+fn vacuum_bench_runs_both_vacuums() {
+    let (ok, out, err) = settle(&["bench", "vacuum", "--scale", "1", "--check", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["prep"][0]["updated_rows"], 5000);
+    let (first, second) = (&v["vacuums"][0], &v["vacuums"][1]);
+    assert_eq!(first["phase"], "vacuum");
+    assert_eq!(first["index_scans"], 1);
+    assert_eq!(v["prep"][0]["hot_updates"], 0, "updates to full pages are not HOT");
+    assert_eq!(first["tuples_removed"], 5000);
+    assert_eq!(first["dead_items_removed"], 5000);
+    assert_eq!(first["scanned_pages"], first["pages"]);
+    assert_eq!(second["phase"], "full-scan");
+    assert_eq!(second["tuples_removed"], 0);
+    assert_eq!(second["full_page_images"], 0);
+    assert_eq!(second["scanned_pages"], second["pages"]);
+    assert!(first["verbose"].as_str().unwrap().contains("INFO:  finished vacuuming"), "{first}");
+}
+
 /// `settle stats` after a load: the table's counters as the load left them, the same in text
 /// and JSON, and kept from one run to the next (each run's clean close saves them).
 #[test]

@@ -14,7 +14,12 @@
 //!   tuple's successor is a heap-only tuple whose `xmin` is its `xmax` (unless that updater
 //!   aborted and the successor was pruned); a heap-only tuple is reachable from a root unless
 //!   its inserter aborted;
-//! * a page with `PD_ALL_VISIBLE` holds only tuples visible to everyone (invariant 4);
+//! * visibility (invariant 4): a page with `PD_ALL_VISIBLE`, or whose visibility-map bit says
+//!   ALL_VISIBLE, holds only tuples visible to everyone (inserted by a committed transaction
+//!   older than `OldestXmin`, or frozen, and not deleted by one that did not abort); a map bit
+//!   ALL_VISIBLE needs `PD_ALL_VISIBLE` on the page (the opposite, flag without bit, is allowed);
+//!   ALL_FROZEN needs ALL_VISIBLE and every tuple frozen (xmin frozen, no xmax); and no bit is
+//!   set for a page past the heap's end;
 //! * WAL before data (invariant 1): the copy of every page *on disk* has an LSN no later than
 //!   the WAL flushed so far;
 //!
@@ -32,6 +37,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use crate::buffer::BufferPool;
 use crate::catalog::{IndexDef, TableEntry};
 use crate::db::Database;
 use crate::error::Result;
@@ -44,6 +50,7 @@ use crate::heap::visibility::{satisfies_vacuum, VacuumStatus};
 use crate::heap::Relation;
 use crate::page::{self, LpFlags, PageBuf, BLCKSZ};
 use crate::types::{BlockNumber, Fork, FullXid, OffsetNumber, Tid, Xid};
+use crate::vm::VmBits;
 use crate::xact::{TransactionManager, XidStatus};
 
 /// What a check found.
@@ -91,6 +98,7 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
         let ctx = Ctx { xact: &inner.xact, rel: &entry.rel, relfrozenxid: entry.relfrozenxid(), next };
         let nblocks = inner.pool.smgr().nblocks(entry.rel.relfilenode, Fork::Main)?;
         let mut disk = PageBuf([0; BLCKSZ]);
+        let mut bits_in_heap = 0u64;
         for b in 0..nblocks {
             report.pages += 1;
             let tag = entry.rel.tag(BlockNumber(b));
@@ -113,8 +121,17 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
                 }
             };
             let g = buf.read();
-            report.tuples += ctx.check_page(&g.0, BlockNumber(b), &mut report.problems)?;
+            let bits = match entry.rel.vm.get(&inner.pool, BlockNumber(b)) {
+                Ok(bits) => bits,
+                Err(e) => {
+                    report.problems.push(format!("relation \"{}\" visibility map: {e}", entry.rel.name));
+                    VmBits::NONE
+                }
+            };
+            bits_in_heap += u64::from(bits.0.count_ones());
+            report.tuples += ctx.check_page(&g.0, BlockNumber(b), bits, &mut report.problems)?;
         }
+        check_map_tail(&inner.pool, &entry.rel, nblocks, bits_in_heap, &mut report.problems);
     }
     for def in inner.catalog.all_indexes() {
         let Some(table) = inner.catalog.get_by_oid(def.meta.table) else {
@@ -185,14 +202,23 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Checks one page; returns how many tuples it holds.
-    fn check_page(&self, p: &[u8], block: BlockNumber, out: &mut Vec<String>) -> Result<u64> {
+    /// Checks one page, whose visibility-map bits are `bits`; returns how many tuples it holds.
+    fn check_page(&self, p: &[u8], block: BlockNumber, bits: VmBits, out: &mut Vec<String>) -> Result<u64> {
         if page::is_new(p) {
+            if bits != VmBits::NONE {
+                out.push(format!(
+                    "relation \"{}\" block {block}: visibility map says {bits} of a new page",
+                    self.rel.name
+                ));
+            }
             return Ok(0);
         }
         if let Err(e) = page::validate_items(p, self.rel.oid, block) {
             out.push(e.to_string());
             return Ok(0);
+        }
+        if let Some(what) = crate::vm::flags_disagreement(bits, page::flags(p)) {
+            out.push(format!("relation \"{}\" block {block}: {what}", self.rel.name));
         }
         let max = page::max_offset(p);
         let mut reached = vec![false; usize::from(max) + 1];
@@ -230,13 +256,7 @@ impl Ctx<'_> {
                     }
                     self.check_hints(out, tid, &h)?;
                     self.check_hot_link(p, tid, &h, &mut reached, out)?;
-                    if all_visible && satisfies_vacuum(&h, horizon, self.xact)? != VacuumStatus::Live {
-                        self.problem(
-                            out,
-                            tid,
-                            "page is marked all-visible but this tuple is not visible to all".into(),
-                        );
-                    }
+                    self.check_all_visible(out, tid, &h, all_visible, bits, horizon)?;
                 }
                 LpFlags::Dead | LpFlags::Unused => {}
             }
@@ -255,6 +275,39 @@ impl Ctx<'_> {
             }
         }
         Ok(tuples)
+    }
+
+    /// A tuple on a page that `PD_ALL_VISIBLE` or the visibility map calls all-visible (or
+    /// all-frozen) must be so.
+    fn check_all_visible(
+        &self,
+        out: &mut Vec<String>,
+        tid: Tid,
+        h: &TupleHeader<'_>,
+        page_all_visible: bool,
+        bits: VmBits,
+        horizon: Xid,
+    ) -> Result<()> {
+        if (page_all_visible || bits.all_visible()) && !visible_to_all(h, horizon, self.xact)? {
+            if page_all_visible {
+                self.problem(out, tid, "page is marked all-visible but this tuple is not visible to all".into());
+            }
+            if bits.all_visible() {
+                self.problem(out, tid, "visibility map says ALL_VISIBLE but this tuple is not visible to all".into());
+            }
+        }
+        if bits.all_frozen() && !is_frozen(h) {
+            self.problem(
+                out,
+                tid,
+                format!(
+                    "visibility map says ALL_FROZEN but this tuple is not frozen (xmin {}, xmax {})",
+                    h.xmin(),
+                    h.xmax()
+                ),
+            );
+        }
+        Ok(())
     }
 
     fn is_heap_only(&self, p: &[u8], off: OffsetNumber) -> bool {
@@ -295,6 +348,38 @@ impl Ctx<'_> {
             self.problem(out, tid, format!("HOT_UPDATED by {} but {next} is not its heap-only successor", h.xmax()));
         }
         Ok(())
+    }
+}
+
+/// Whether every snapshot, now and later, sees the tuple (what an all-visible page promises):
+/// inserted by a committed transaction older than the `horizon` (`OldestXmin`) or frozen, and
+/// not deleted, or deleted only by a transaction that aborted or merely locked it.
+fn visible_to_all(h: &TupleHeader<'_>, horizon: Xid, xact: &TransactionManager) -> Result<bool> {
+    if satisfies_vacuum(h, horizon, xact)? != VacuumStatus::Live {
+        return Ok(false);
+    }
+    Ok(h.infomask() & HEAP_XMIN_FROZEN == HEAP_XMIN_FROZEN || h.xmin().precedes(horizon))
+}
+
+/// Whether the tuple needs no freezing, now or ever (what an all-frozen page promises): its
+/// xmin is frozen (or a permanent XID) and its xmax is no normal XID (freezing sets a
+/// meaningless xmax to InvalidTransactionId).
+fn is_frozen(h: &TupleHeader<'_>) -> bool {
+    let xmin_frozen = h.infomask() & HEAP_XMIN_FROZEN == HEAP_XMIN_FROZEN || !h.xmin().is_normal();
+    xmin_frozen && !h.xmax().is_normal()
+}
+
+/// Bits set in the visibility map for heap pages at or past `nblocks` (the heap's end): the map
+/// would describe pages that do not exist. `bits_in_heap` counts those set below the end.
+fn check_map_tail(pool: &BufferPool, rel: &Relation, nblocks: u32, bits_in_heap: u64, out: &mut Vec<String>) {
+    match rel.vm.count(pool) {
+        Ok((visible, frozen)) if visible + frozen > bits_in_heap => out.push(format!(
+            "relation \"{}\": visibility map has {} bits set for pages past the heap's end (block {nblocks})",
+            rel.name,
+            visible + frozen - bits_in_heap
+        )),
+        Ok(_) => {}
+        Err(e) => out.push(format!("relation \"{}\" visibility map: {e}", rel.name)),
     }
 }
 
@@ -378,3 +463,6 @@ fn check_index(db: &Database, table: &TableEntry, def: &IndexDef, out: &mut Vec<
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -37,18 +37,32 @@
 //! it is read back, and a page that fails its checksum or header check is treated as all zeros
 //! (no free space known) and rewritten from scratch by the next write to it. A page lost in a
 //! crash reads as zeros. An entry may be stale in both directions: callers re-check the heap
-//! page under its lock before using it (as the heap does today for its in-memory hints), and
+//! page under its lock before using it (`heap::find_target` does, and corrects a wrong entry),
+//! and
 //! [`FreeSpaceMap::search`] never returns a block at or past the heap's current end (entries
 //! there can survive a crash after a truncation, which is not logged). Only real I/O errors
 //! are returned; corruption never stops an insert.
 //!
-//! # What VACUUM will do with it
+//! # Who uses it
 //!
-//! Phase III (and phase I for pages without dead items) records each page's free space with
-//! [`FreeSpaceMap::set_many`] (one page lock per FSM page, not per heap page); with the `eager`
-//! policy a page set all-visible records 0 unless its free space exceeds BLCKSZ/2 (DESIGN.md
-//! §5). After truncating the heap, VACUUM calls [`FreeSpaceMap::truncate`]. Inserts will call
-//! [`FreeSpaceMap::search`], and [`FreeSpaceMap::record`] when a page turns out to be full.
+//! * Inserts (`heap::find_target`, PostgreSQL's `RelationGetBufferForTuple`): after the
+//!   relation's target block, they take the page [`FreeSpaceMap::search`] offers for the
+//!   tuple's size plus the fillfactor reserve; a page that turns out to lack room gets its real
+//!   free space written with [`FreeSpaceMap::record`] before the map is asked again
+//!   (`RecordAndGetPageWithFreeSpace`). A table whose map knows nothing tries its last page,
+//!   then extends. Nothing else steers inserts, so a page recorded as 0 receives new rows only
+//!   as the target block of the inserter that was already filling it, or as the last page of a
+//!   table with nothing recorded (both as in PostgreSQL).
+//! * Opportunistic pruning (`heap::prune_and_record`, from readers and updaters) records the
+//!   page's free space after pruning. VACUUM's own pruning (`heap::prune_locked`) does not.
+//! * VACUUM's part: phase III (and phase I for pages without dead items) records each page's free
+//!   space with [`FreeSpaceMap::set_many`] (one page lock per FSM page, not per heap page); with
+//!   the `eager` policy a page set all-visible records 0 unless its free space exceeds
+//!   BLCKSZ/2 (DESIGN.md §5), which keeps new rows away from settled pages. After truncating the
+//!   heap, VACUUM calls [`FreeSpaceMap::truncate`].
+//!
+//! Lock order: a heap page's lock may be held while an FSM page is locked (pruning), never the
+//! reverse; inserts release the heap page before recording its free space.
 
 use parking_lot::Mutex;
 

@@ -43,6 +43,10 @@ pub struct Smgr {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     files: RwLock<FxHashMap<(Oid, Fork), Arc<ForkFile>>>,
+    /// Forks found missing on disk. Every fork is created through this `Smgr` (which forgets
+    /// the entry), so asking the file system again would only cost a `stat` per call (a table
+    /// without a visibility map asks for every page VACUUM reads).
+    missing: RwLock<rustc_hash::FxHashSet<(Oid, Fork)>>,
     pending_sync: Mutex<HashSet<(Oid, Fork)>>,
 }
 
@@ -53,6 +57,7 @@ impl Smgr {
             fs,
             dir: dir.to_path_buf(),
             files: RwLock::new(FxHashMap::default()),
+            missing: RwLock::new(Default::default()),
             pending_sync: Mutex::new(HashSet::new()),
         })
     }
@@ -62,7 +67,17 @@ impl Smgr {
     }
 
     pub fn exists(&self, rel: Oid, fork: Fork) -> bool {
-        self.files.read().contains_key(&(rel, fork)) || self.fs.exists(&self.path(rel, fork))
+        if self.files.read().contains_key(&(rel, fork)) {
+            return true;
+        }
+        if self.missing.read().contains(&(rel, fork)) {
+            return false;
+        }
+        let found = self.fs.exists(&self.path(rel, fork));
+        if !found {
+            self.missing.write().insert((rel, fork));
+        }
+        found
     }
 
     fn fork(&self, rel: Oid, fork: Fork, create: bool) -> Result<Arc<ForkFile>> {
@@ -92,6 +107,7 @@ impl Smgr {
         })?;
         let ff = Arc::new(ForkFile { file, nblocks: Mutex::new(nblocks), allocated: Mutex::new(len) });
         files.insert((rel, fork), ff.clone());
+        self.missing.write().remove(&(rel, fork));
         Ok(ff)
     }
 

@@ -269,7 +269,13 @@ impl TableStats {
 
     /// A heap change cleared a page's visibility-map bits.
     pub fn note_vm_cleared(&self) {
-        self.vm_bits_cleared.fetch_add(1, Ordering::Relaxed);
+        self.add_vm_cleared(1);
+    }
+
+    /// Adds `n` pages whose visibility-map bits were cleared (collected from the heap's
+    /// per-relation counter).
+    pub fn add_vm_cleared(&self, n: u64) {
+        self.vm_bits_cleared.fetch_add(n, Ordering::Relaxed);
     }
 }
 

@@ -45,10 +45,11 @@
 //! `set` runs with the heap page exclusively locked (the caller holds the lock and passes the
 //! page bytes); it then takes the map page's exclusive lock: heap page before map page, as in
 //! PostgreSQL. Map pages are locked only briefly and never while waiting for anything else.
-//! `clear` is called by the code that changes the heap page, with that page still locked, so no
-//! reader can see the changed heap page and a still-set bit... except index-only scans, which
-//! read the map without the heap lock: like PostgreSQL's, they must recheck what they read
-//! (a bit cleared a moment later is the ordinary race of a concurrent writer).
+//! `clear` is called by the code that changes the heap page, with that page still locked and
+//! before changing it, so no reader can see the changed heap page and a still-set bit. Index-only
+//! scans read the map without the heap lock; a scan that still sees the bit set before a
+//! writer clears it has a snapshot that cannot see the writer's change, which has not
+//! committed yet (and the writer's index entries come after the clear).
 //! PostgreSQL pins the map page before locking the heap page so that no I/O happens under
 //! the heap lock (`visibilitymap_pin`); here the map page is read while the heap page is locked,
 //! which is correct, only slower when the map page is not cached.
@@ -69,19 +70,29 @@
 //! * `truncate` clears the tail of the last remaining map page with VM_CLEAR and shortens the
 //!   fork with a `Storage TRUNCATE` record, flushed before the file is cut.
 //!
-//! The caller of `clear` clears `PD_ALL_VISIBLE` itself as part of its own logged heap change
-//! (heap redo already does: see `heap::wal::apply_xmax`). Order: clear the flag and the bit
-//! under the same heap page lock; a crash between the two records leaves a bit set on a page
-//! whose flag is clear only if the heap change's record was lost too, and then the page is
-//! still all-visible.
+//! The caller of `clear` clears `PD_ALL_VISIBLE` itself as part of its own logged heap change,
+//! and the heap change's redo clears it again (`heap::wal::apply_insert`, `apply_xmax`).
+//! Order: under the heap page's exclusive lock, `clear` first (its VM_CLEAR record goes to WAL
+//! before the heap record), then the page change and its record. WAL therefore never holds the
+//! heap change without the clear: a crash between the two records leaves the bit clear on a
+//! page that still carries `PD_ALL_VISIBLE` and is unchanged, which is allowed (the map may say
+//! less than the page, never more).
 //!
-//! # What VACUUM will do with it
+//! # Who uses it
 //!
-//! Phase I reads the map to skip all-visible pages (all-frozen ones in an aggressive run),
-//! and after pruning and freezing a page whose tuples are all visible (and frozen) calls `set`
-//! under the page's exclusive lock. Inserts, updates and deletes call `clear` when they touch a
-//! page with `PD_ALL_VISIBLE`. After truncating empty tail pages VACUUM calls `truncate`.
-//! VACUUM VERBOSE's `visibility map:` line and `settle inspect` report `count`.
+//! * Inserts, multi-inserts, updates (the old page and the new one) and deletes call `clear`
+//!   (through `heap::clear_all_visible`) when they change a page with `PD_ALL_VISIBLE`: the
+//!   flag is the cheap test, read under the lock they hold anyway; the map is touched only
+//!   then, so a bulk load into new pages never reads it.
+//! * Index-only scans (`Transaction::index_only`) call `get` for each entry's heap page and
+//!   skip the heap when ALL_VISIBLE is set (`heap_fetches_avoided`).
+//! * `check` compares every bit with its heap page: ALL_VISIBLE needs `PD_ALL_VISIBLE` and only
+//!   tuples visible to everyone, ALL_FROZEN needs every tuple frozen ([`flags_disagreement`]
+//!   and the tuple checks in `check`).
+//! * VACUUM's part: phase I reads the map to skip all-visible pages (all-frozen ones in an aggressive
+//!   run), and after pruning and freezing a page whose tuples are all visible (and frozen) calls
+//!   `set` under the page's exclusive lock; after truncating empty tail pages it calls
+//!   `truncate`. VACUUM VERBOSE's `visibility map:` line and `settle inspect` report `count`.
 
 use parking_lot::Mutex;
 
@@ -242,6 +253,26 @@ impl VisibilityMap {
         pool.read(self.tag(map_block), None)
     }
 
+    /// Like [`Self::get`], keeping the map page pinned in `pin` for the next call
+    /// (PostgreSQL's `vmbuffer`): one map page covers 32,672 heap pages, so a scan in block
+    /// order looks the map page up once instead of once per heap page.
+    pub fn get_pinned<'p>(
+        &self,
+        pool: &'p BufferPool,
+        heap_block: BlockNumber,
+        pin: &mut Option<Buffer<'p>>,
+    ) -> Result<VmBits> {
+        let (map_block, _, _) = location(heap_block);
+        if pin.as_ref().map(|b| b.block()) != Some(map_block) {
+            *pin = None;
+            *pin = self.existing(pool, map_block)?;
+        }
+        Ok(match pin {
+            Some(b) => bits_at(&b.read().0, heap_block),
+            None => VmBits::NONE,
+        })
+    }
+
     /// The bits of `heap_block` (0 when the fork or the map page does not exist).
     pub fn get(&self, pool: &BufferPool, heap_block: BlockNumber) -> Result<VmBits> {
         let (map_block, _, _) = location(heap_block);
@@ -263,6 +294,19 @@ impl VisibilityMap {
         heap_page: &mut [u8],
         bits: VmBits,
     ) -> Result<Option<Lsn>> {
+        self.set_pinned(env, heap_buf, heap_page, bits, &mut None)
+    }
+
+    /// [`Self::set`], taking the map page from `pin` when it holds the right one and leaving
+    /// it pinned there (see [`Self::get_pinned`]).
+    pub fn set_pinned<'p>(
+        &self,
+        env: &HeapEnv<'p>,
+        heap_buf: &Buffer<'_>,
+        heap_page: &mut [u8],
+        bits: VmBits,
+        pin: &mut Option<Buffer<'p>>,
+    ) -> Result<Option<Lsn>> {
         let heap_tag = heap_buf.tag();
         let heap_block = heap_tag.block;
         if heap_tag.rel != self.rel || heap_tag.fork != Fork::Main {
@@ -275,7 +319,11 @@ impl VisibilityMap {
             return Err(Error::invalid(format!("heap block {heap_block} of {} is not initialized", self.rel)));
         }
         let (map_block, _, _) = location(heap_block);
-        let map_buf = self.pin_or_extend(env.pool, map_block)?;
+        if pin.as_ref().map(|b| b.block()) != Some(map_block) {
+            *pin = None;
+            *pin = Some(self.pin_or_extend(env.pool, map_block)?);
+        }
+        let map_buf = pin.as_ref().ok_or_else(|| Error::invalid("visibility map page not pinned"))?;
         let mut g = map_buf.write();
         let old = bits_at(&g.0, heap_block);
         if !(old | bits).all_visible() {
@@ -392,9 +440,9 @@ impl VisibilityMap {
         Ok(())
     }
 
-    /// Heap pages whose map bit claims more than the page holds: ALL_VISIBLE set while the
-    /// page lacks `PD_ALL_VISIBLE` (DESIGN.md §4.4), or ALL_FROZEN without ALL_VISIBLE.
-    /// `heap_flags` reads one heap page's `pd_flags`; used by tests and, later, `check`.
+    /// Heap pages whose map bits disagree with the page's flags ([`flags_disagreement`]).
+    /// `heap_flags` reads one heap page's `pd_flags`. Tests use it; `check` asks
+    /// [`flags_disagreement`] page by page, together with its tuple-level checks.
     pub fn violations(
         &self,
         pool: &BufferPool,
@@ -405,15 +453,29 @@ impl VisibilityMap {
         for b in 0..heap_nblocks {
             let block = BlockNumber(b);
             let bits = self.get(pool, block)?;
-            if bits.all_frozen() && !bits.all_visible() {
-                out.push(format!("heap block {block}: ALL_FROZEN without ALL_VISIBLE"));
+            if bits == VmBits::NONE {
+                continue;
             }
-            if bits.all_visible() && heap_flags(block)? & PD_ALL_VISIBLE == 0 {
-                out.push(format!("heap block {block}: map says {bits} but the page lacks PD_ALL_VISIBLE"));
+            if let Some(p) = flags_disagreement(bits, heap_flags(block)?) {
+                out.push(format!("heap block {block}: {p}"));
             }
         }
         Ok(out)
     }
+}
+
+/// What is wrong with a heap page's map `bits` given the page's own `pd_flags`, if anything:
+/// ALL_FROZEN without ALL_VISIBLE, or ALL_VISIBLE on a page without `PD_ALL_VISIBLE` (the map
+/// claiming more than the page, DESIGN.md §4 invariant 4). The reverse, `PD_ALL_VISIBLE` with
+/// the bits clear, is allowed: the map may say less than the page (VACUUM sets the bit again).
+pub fn flags_disagreement(bits: VmBits, heap_flags: u16) -> Option<String> {
+    if bits.all_frozen() && !bits.all_visible() {
+        return Some("visibility map says ALL_FROZEN without ALL_VISIBLE".to_string());
+    }
+    if bits.all_visible() && heap_flags & PD_ALL_VISIBLE == 0 {
+        return Some(format!("visibility map says {bits} but the page lacks PD_ALL_VISIBLE"));
+    }
+    None
 }
 
 /// Whether a record belongs to the visibility map (the recovery driver routes it here).

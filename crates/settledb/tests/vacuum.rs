@@ -186,3 +186,146 @@ fn truncates_empty_tail_pages() {
     assert_eq!(sum_balances(&db, &t).0, kept);
     check(&db);
 }
+
+/// Seed 000 (pgbench_history): on an append-only table, block-driven freezing lets every
+/// VACUUM set relfrozenxid to its own removable cutoff, because every page it sets
+/// all-visible is frozen at once and nothing unfrozen is left behind.
+#[test]
+fn append_only_table_relfrozenxid_follows_oldest_xmin() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config(&[("vacuum_freeze_policy", "eager")])).unwrap();
+    let t = db.create_table("history", schema(), TableOptions::default()).unwrap();
+    for round in 0..4 {
+        for batch in 0..50 {
+            let mut tx = db.begin().unwrap();
+            for i in 0..50 {
+                tx.insert(&t, &row(round * 2500 + batch * 50 + i, 0)).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        let r = db.vacuum(Some("history"), &VacuumParams::default()).unwrap().remove(0);
+        assert_eq!(r.new_relfrozenxid, Some(r.oldest_xmin), "round {round}:\n{}", r.verbose_text());
+        assert_eq!(t.relfrozenxid(), r.oldest_xmin);
+        // Only the pages appended since the previous vacuum are read.
+        if round > 0 {
+            assert!(r.scanned_pages < r.orig_pages, "round {round}:\n{}", r.verbose_text());
+        }
+    }
+    check(&db);
+}
+
+/// Seed 000 (the bmsql_oorder log): on a table whose rows are updated some time after they
+/// were inserted (TPC-C's delivery of new orders), with that work in flight while VACUUM
+/// runs, relfrozenxid advances with every VACUUM to about the previous VACUUM's removable
+/// cutoff: the pages the in-flight deliveries touch cannot be frozen, and the oldest XIDs left
+/// there are the orders inserted between the last two VACUUMs; everything else is frozen.
+#[test]
+fn delayed_correlated_updates_advance_relfrozenxid_to_the_previous_cutoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config(&[("vacuum_freeze_policy", "eager")])).unwrap();
+    let opts = TableOptions { primary_key: Some(vec!["aid".into()]), ..TableOptions::default() };
+    let t = db.create_table("orders", schema(), opts).unwrap();
+    let pk = db.index("orders_pkey").unwrap();
+    let per_round = 500;
+    let mut cutoffs: Vec<Xid> = Vec::new();
+    let mut frozen: Vec<Xid> = Vec::new();
+    for round in 0..6 {
+        // New orders, one transaction each batch.
+        for b in 0..10 {
+            let mut tx = db.begin().unwrap();
+            for i in 0..per_round / 10 {
+                tx.insert(&t, &row(round * per_round + b * (per_round / 10) + i, 0)).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        // Deliveries of the previous round's orders are still running when VACUUM starts.
+        let mut inflight = db.begin().unwrap();
+        if round > 0 {
+            for i in ((round - 1) * per_round..round * per_round).step_by(5) {
+                inflight
+                    .update_by_key(&pk, &[Value::Int4(i)], |r| {
+                        let mut r = r.to_vec();
+                        r[1] = Value::Int4(1);
+                        Ok(r)
+                    })
+                    .unwrap();
+            }
+        }
+        let r = db.vacuum(Some("orders"), &VacuumParams::default()).unwrap().remove(0);
+        inflight.commit().unwrap();
+        cutoffs.push(r.oldest_xmin);
+        frozen.push(t.relfrozenxid());
+        if round >= 2 {
+            // The in-flight deliveries touch rows inserted between the last two vacuums.
+            let (older, prev, new) = (cutoffs[cutoffs.len() - 3], cutoffs[cutoffs.len() - 2], t.relfrozenxid());
+            assert!(
+                new.follows_or_equals(older) && new.precedes_or_equals(prev),
+                "round {round}: relfrozenxid {new} should lie between the cutoffs {older} and {prev} of the two \
+                 previous vacuums\n{}",
+                r.verbose_text()
+            );
+        }
+    }
+    // It kept moving: it ends past the cutoff of three vacuums before the last.
+    let last = *frozen.last().unwrap();
+    assert!(last.follows(cutoffs[cutoffs.len() - 4]), "relfrozenxid stalled: {frozen:?}, cutoffs {cutoffs:?}");
+    check(&db);
+}
+
+/// Seed 000's all-visible FSM heuristic (`vacuum_fsm_settled`, on with `eager`): a page VACUUM
+/// sets all-visible records no free space unless more than half of it is free, so inserts
+/// leave settled (frozen) pages alone instead of dirtying them again for a few bytes; a page
+/// with more than half its space free is still offered. With the heuristic off, VACUUM
+/// records every page's real free space and inserts fill the small holes too.
+#[test]
+fn fsm_heuristic_keeps_inserts_off_settled_pages() {
+    for settled in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let setting = if settled { "on" } else { "off" };
+        let db =
+            Database::open(dir.path(), config(&[("vacuum_freeze_policy", "eager"), ("vacuum_fsm_settled", setting)]))
+                .unwrap();
+        let t = db.create_table("t", schema(), TableOptions::default()).unwrap();
+        let mut tx = db.begin().unwrap();
+        let tids = tx.insert_many(&t, &(0..400).map(|i| row(i, 0)).collect::<Vec<_>>()).unwrap();
+        tx.commit().unwrap();
+        let per_page = tids.iter().filter(|t| t.block.0 == 0).count();
+        // Page 0 loses 5 rows (a small hole), page 1 loses 80% of its rows.
+        let mut tx = db.begin().unwrap();
+        for tid in tids.iter().filter(|t| t.block.0 == 0).take(5) {
+            tx.delete(&t, *tid).unwrap();
+        }
+        for tid in tids.iter().filter(|t| t.block.0 == 1).take(per_page * 4 / 5) {
+            tx.delete(&t, *tid).unwrap();
+        }
+        tx.commit().unwrap();
+        db.vacuum(Some("t"), &VacuumParams::default()).unwrap();
+        let fsm = db.free_space_map(&t).unwrap();
+        if settled {
+            assert_eq!(fsm[0], 0, "settled page 0 must record no free space: {fsm:?}");
+        } else {
+            assert!(fsm[0] > 0, "page 0's hole is recorded without the heuristic: {fsm:?}");
+        }
+        assert!(u32::from(fsm[1]) * 32 > 4096, "page 1 is more than half free: {fsm:?}");
+        // Reopen (forgets the last insert's target page), then insert rows one at a time.
+        db.close().unwrap();
+        let db =
+            Database::open(dir.path(), config(&[("vacuum_freeze_policy", "eager"), ("vacuum_fsm_settled", setting)]))
+                .unwrap();
+        let t = db.table("t").unwrap();
+        let mut blocks = Vec::new();
+        for i in 0..5 {
+            let mut tx = db.begin().unwrap();
+            blocks.push(tx.insert(&t, &row(1000 + i, 0)).unwrap().block.0);
+            tx.commit().unwrap();
+        }
+        if settled {
+            assert!(blocks.iter().all(|&b| b != 0), "inserts went to the settled page: {blocks:?}");
+            assert!(blocks.contains(&1), "the half-empty page is still offered: {blocks:?}");
+            assert_eq!(db.visibility_map(&t).unwrap()[0], (true, true), "page 0 stays all-frozen");
+        } else {
+            assert!(blocks.contains(&0), "without the heuristic the hole on page 0 is used: {blocks:?}");
+        }
+        check(&db);
+    }
+}

@@ -23,6 +23,11 @@ fn schema() -> Schema {
     }
 }
 
+/// This file tests the limits themselves: no autovacuum may rescue the database here.
+fn no_autovacuum() -> Config {
+    Config { autovacuum: false, ..Config::default() }
+}
+
 fn rows(db: &Database) -> Vec<Vec<Value>> {
     let t = db.table("t").unwrap();
     let mut tx = db.begin().unwrap();
@@ -50,7 +55,7 @@ fn assert_refused(e: Error, what: &str) {
 #[test]
 fn stop_limit_refuses_writes_keeps_reads_and_survives_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::open(dir.path(), Config::default()).unwrap();
+    let db = Database::open(dir.path(), no_autovacuum()).unwrap();
     let t = db.create_table("t", schema(), TableOptions::default()).unwrap();
     let mut tx = db.begin().unwrap();
     let mut tids = Vec::new();
@@ -119,7 +124,7 @@ fn stop_limit_refuses_writes_keeps_reads_and_survives_restart() {
     db.close().unwrap();
 
     // After a restart the limits are recomputed from the catalog: still refused.
-    let db = Database::open(dir.path(), Config::default()).unwrap();
+    let db = Database::open(dir.path(), no_autovacuum()).unwrap();
     assert_eq!(db.xid_limits(), limits, "limits recomputed from relfrozenxid");
     assert_eq!(db.next_xid().xid(), limits.stop_limit);
     let t = db.table("t").unwrap();
@@ -130,7 +135,7 @@ fn stop_limit_refuses_writes_keeps_reads_and_survives_restart() {
     db.abandon();
 
     // And after a crash (recovery replays nothing that moves the limits).
-    let db = Database::open(dir.path(), Config::default()).unwrap();
+    let db = Database::open(dir.path(), no_autovacuum()).unwrap();
     let t = db.table("t").unwrap();
     let mut tx = db.begin().unwrap();
     assert_refused(tx.insert(&t, &[Value::Int4(3000), Value::Null]).unwrap_err(), "insert after crash");

@@ -268,6 +268,29 @@ pub fn rebuild(p: &mut [u8], items: &[Vec<u8>]) -> bool {
     true
 }
 
+/// Rebuilds the page without the items at `remove` (ascending offsets), copying the others
+/// straight from the old page: VACUUM's one-pass removal (`PageIndexMultiDelete`).
+pub fn rebuild_without(p: &mut [u8], remove: &[u16]) -> bool {
+    let mut fresh = PageBuf::zeroed();
+    page::init(&mut fresh.0, SPECIAL_SIZE);
+    fresh.0[SPECIAL_OFF..].copy_from_slice(&p[SPECIAL_OFF..]);
+    page::set_lsn(&mut fresh.0, page::lsn(p));
+    let mut next = 1u16;
+    let mut r = remove.iter().peekable();
+    for o in 1..=max_offset(p) {
+        if r.peek() == Some(&&o) {
+            r.next();
+            continue;
+        }
+        if !insert_item(&mut fresh.0, OffsetNumber(next), item(p, OffsetNumber(o))) {
+            return false;
+        }
+        next += 1;
+    }
+    p.copy_from_slice(&fresh.0);
+    true
+}
+
 /// Copies of every item on the page.
 pub fn items(p: &[u8]) -> Vec<Vec<u8>> {
     (1..=max_offset(p)).map(|o| item(p, OffsetNumber(o)).to_vec()).collect()

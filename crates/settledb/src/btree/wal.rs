@@ -69,11 +69,10 @@ pub fn apply_vacuum(page: &mut [u8], offsets: &[u16]) -> bool {
     if offsets.iter().any(|&o| o == 0 || o > n) {
         return false;
     }
-    let keep: Vec<Vec<u8>> = (1..=n)
-        .filter(|o| offsets.binary_search(o).is_err())
-        .map(|o| bp::item(page, OffsetNumber(o)).to_vec())
-        .collect();
-    bp::rebuild(page, &keep)
+    if offsets.windows(2).any(|w| w[0] >= w[1]) {
+        return false;
+    }
+    bp::rebuild_without(page, offsets)
 }
 
 /// The block data of a VACUUM record.

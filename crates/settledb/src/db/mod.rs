@@ -548,7 +548,7 @@ impl Database {
         let buf = crate::heap::read_page(&env, rel, crate::types::BlockNumber(block), None)?;
         let oldest = self.inner.xact.oldest_xmin();
         let Some(mut g) = buf.try_cleanup_lock() else { return Ok(false) };
-        crate::heap::prune_locked(&env, rel, &buf, &mut g.0, oldest)
+        crate::heap::prune_and_record(&env, rel, &buf, &mut g.0, oldest)
     }
 
     /// The row-lock waits in progress, as `(waiter, holder)` pairs sorted by waiter: which

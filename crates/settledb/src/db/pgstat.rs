@@ -18,7 +18,7 @@ use crate::stats::{DbTotals, StatsFile, TableStatsSnapshot};
 impl Database {
     /// A table's counters (`pg_stat_user_tables`; `pg_stat_sys_tables` for `pg_class`).
     pub fn table_stats(&self, table: &Table) -> TableStatsSnapshot {
-        table.entry.stats.snapshot()
+        collected(&table.entry)
     }
 
     /// Every user table's counters with its name, by OID (`pg_stat_user_tables`).
@@ -28,12 +28,18 @@ impl Database {
             .tables()
             .into_iter()
             .filter(|e| e.rel.oid >= FIRST_NORMAL_OID)
-            .map(|e| (e.rel.name.clone(), e.stats.snapshot()))
+            .map(|e| (e.rel.name.clone(), collected(&e)))
             .collect()
     }
 }
 
 /// The database counters as a saved file left them.
+/// A table's counters after folding in what the heap counted on its own (VM clears).
+fn collected(e: &crate::catalog::TableEntry) -> TableStatsSnapshot {
+    e.stats.add_vm_cleared(e.rel.vm_clears.swap(0, std::sync::atomic::Ordering::Relaxed));
+    e.stats.snapshot()
+}
+
 pub(super) fn counters_from(t: &DbTotals) -> DbCounters {
     let a = AtomicU64::new;
     DbCounters {
@@ -92,7 +98,7 @@ pub(super) fn save(db: &Database) -> Result<()> {
     let inner: &Inner = &db.inner;
     let file = StatsFile {
         db: totals_of(&db.stats()),
-        tables: inner.catalog.tables().iter().map(|e| (e.rel.oid, e.stats.snapshot())).collect(),
+        tables: inner.catalog.tables().iter().map(|e| (e.rel.oid, collected(e))).collect(),
     };
     file.write(&*inner.fs, &inner.dir)
 }

@@ -44,6 +44,19 @@ fn final_status(xact: &TransactionManager, xid: Xid, flushed: Lsn) -> Result<Opt
 /// Sets every hint bit that can be set on the page. Returns whether anything changed.
 pub fn set_page_hints(page_bytes: &mut [u8], xact: &TransactionManager, flushed: Lsn) -> Result<bool> {
     let mut changed = false;
+    // Tuples next to each other usually share their inserter (a bulk load, one transaction's
+    // rows): remember the last answer instead of asking the proc array and CLOG again.
+    let mut memo: Option<(Xid, Option<bool>)> = None;
+    let mut final_status = |xid: Xid| -> Result<Option<bool>> {
+        if let Some((x, st)) = memo {
+            if x == xid {
+                return Ok(st);
+            }
+        }
+        let st = final_status(xact, xid, flushed)?;
+        memo = Some((xid, st));
+        Ok(st)
+    };
     for o in 1..=page::max_offset(page_bytes) {
         let off = OffsetNumber(o);
         if page::item_id(page_bytes, off).flags != LpFlags::Normal {
@@ -53,7 +66,7 @@ pub fn set_page_hints(page_bytes: &mut [u8], xact: &TransactionManager, flushed:
         let m = h.infomask();
         let mut add = 0u16;
         if m & (HEAP_XMIN_COMMITTED | HEAP_XMIN_INVALID) == 0 {
-            match final_status(xact, h.xmin(), flushed)? {
+            match final_status(h.xmin())? {
                 Some(true) => add |= HEAP_XMIN_COMMITTED,
                 Some(false) => add |= HEAP_XMIN_INVALID,
                 None => {}
@@ -61,7 +74,7 @@ pub fn set_page_hints(page_bytes: &mut [u8], xact: &TransactionManager, flushed:
         }
         let xmax_open = m & (HEAP_XMAX_COMMITTED | HEAP_XMAX_INVALID) == 0 && m & HEAP_XMAX_LOCK_ONLY == 0;
         if xmax_open && h.xmax().is_valid() {
-            match final_status(xact, h.xmax(), flushed)? {
+            match final_status(h.xmax())? {
                 Some(true) => add |= HEAP_XMAX_COMMITTED,
                 Some(false) => add |= HEAP_XMAX_INVALID,
                 None => {}

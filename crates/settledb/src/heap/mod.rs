@@ -17,8 +17,9 @@
 //!
 //! # Operations and their locks
 //!
-//! * insert: find a page with room (the relation's target block, then the free-space hints,
-//!   else extend), exclusive-lock it, add the tuple, WAL-log INSERT, stamp the page LSN.
+//! * insert: find a page with room (the relation's target block, then a page the free space
+//!   map offers, else extend; see `find_target`), exclusive-lock it, add the tuple, WAL-log
+//!   INSERT, stamp the page LSN.
 //! * update/delete: exclusive-lock the old tuple's page; ask [`visibility::satisfies_update`];
 //!   if another running transaction holds the row, unlock, wait for it, and retry; if a
 //!   committed one changed it, READ COMMITTED follows `t_ctid` to the newest version and
@@ -33,6 +34,16 @@
 //! Every page change is logged (see [`wal`]) while the exclusive lock is held, and the page
 //! LSN is set to the record's end before the lock is released, so the buffer pool's
 //! WAL-before-data rule holds.
+//!
+//! # The visibility map and the free space map
+//!
+//! A change to a page marked `PD_ALL_VISIBLE` (insert, multi-insert, either page of an update,
+//! delete) first clears the page's bits in the relation's [`crate::vm`] (a VM_CLEAR record)
+//! and the flag, under the page's exclusive lock: heap page first, map page second, never
+//! the reverse. Redo of the heap records clears the flag too (`wal::apply_insert`,
+//! `wal::apply_xmax`). Inserts find room through the relation's [`crate::fsm`]
+//! (`find_target`), and opportunistic pruning records the room it made there
+//! ([`prune_and_record`]; VACUUM records its pages' room itself).
 //!
 //! # Hint bits
 //!
@@ -50,15 +61,14 @@ pub mod wal;
 
 pub use modify::{delete, update};
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-
-use parking_lot::Mutex;
 
 use crate::buffer::{Buffer, BufferPool, Ring};
 use crate::error::{Error, Result};
+use crate::fsm;
 use crate::page::{self, LpFlags, PageBuf, BLCKSZ};
 use crate::types::{BlockNumber, BufferTag, Fork, OffsetNumber, Oid, Tid, Xid};
+use crate::vm::VmBits;
 use crate::wal::{BlockRef, RecordBuilder, Rmgr, Wal};
 use crate::xact::{Snapshot, TransactionManager};
 use tuple::{Schema, TupleHeader, Value, HEAP_ONLY_TUPLE, HEAP_UPDATED, HEAP_XMAX_INVALID};
@@ -86,11 +96,11 @@ pub struct Relation {
     target_block: AtomicU32,
     /// Its visibility map (`_vm` fork).
     pub vm: crate::vm::VisibilityMap,
-    /// Its free space map (`_fsm` fork).
+    /// Its free space map (`_fsm` fork): where inserts look for room.
     pub fsm: crate::fsm::FreeSpaceMap,
-    /// Free-space hints: pages known to have had room, by free bytes / 32 (a stand-in for the
-    /// free space map, which lives with VACUUM).
-    free_space: Mutex<BTreeMap<u32, u8>>,
+    /// Pages whose visibility-map bits a change cleared since the statistics last collected
+    /// them (`pg_stat_user_tables`' `vm_bits_cleared`).
+    pub vm_clears: std::sync::atomic::AtomicU64,
 }
 
 impl Relation {
@@ -107,7 +117,7 @@ impl Relation {
             target_block: AtomicU32::new(u32::MAX),
             vm: crate::vm::VisibilityMap::new(relfilenode),
             fsm: crate::fsm::FreeSpaceMap::new(relfilenode),
-            free_space: Mutex::new(BTreeMap::new()),
+            vm_clears: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -118,23 +128,6 @@ impl Relation {
     /// Bytes an insert must leave free on a page (fillfactor).
     fn reserved_bytes(&self) -> usize {
         BLCKSZ * (100 - usize::from(self.fillfactor)) / 100
-    }
-
-    /// Records that `block` has `free` bytes (after pruning or a failed insert).
-    pub fn note_free_space(&self, block: BlockNumber, free: usize) {
-        let cat = (free / 32).min(255) as u8;
-        let mut fs = self.free_space.lock();
-        if cat < 4 {
-            fs.remove(&block.0);
-        } else {
-            fs.insert(block.0, cat);
-        }
-    }
-
-    fn candidate_block(&self, need: usize) -> Option<BlockNumber> {
-        let cat = need.div_ceil(32).min(255) as u8;
-        let fs = self.free_space.lock();
-        fs.iter().find(|(_, &c)| c >= cat).map(|(&b, _)| BlockNumber(b))
     }
 }
 
@@ -243,49 +236,53 @@ fn page_has_room(page: &[u8], need: usize, reserve: usize) -> bool {
     free >= need + reserve
 }
 
-fn find_target<'a>(
-    env: &HeapEnv<'a>,
-    rel: &Relation,
-    need: usize,
-    mut ring: Option<&mut Ring>,
-    avoid: Option<BlockNumber>,
-) -> Result<Buffer<'a>> {
-    // Returns a pinned page with room for `need` bytes (fillfactor honoured), initialized if new.
+/// Returns a pinned page with room for a tuple of `need` bytes (MAXALIGNed) plus the fillfactor
+/// reserve, initialized if it was new (PostgreSQL's `RelationGetBufferForTuple`, without the
+/// relation extension lock's bulk extension).
+///
+/// The candidates, in order: the relation's target block (where the last insert went); else a
+/// page the free space map offers; else, for a table whose map knows nothing, its last page.
+/// A candidate without room has its real free space recorded in the map (so the map stops
+/// offering it for this size), and the map is asked again (`RecordAndGetPageWithFreeSpace`).
+/// When the map has nothing more to offer, the relation is extended by one page. Nothing else
+/// decides where a tuple goes: VACUUM records 0 for a page it wants left alone (DESIGN.md §5),
+/// and inserts honour that.
+///
+/// Only the candidate page is locked, never two at once, and never the map while a heap page is
+/// locked here (the record happens after the heap page's lock is released).
+fn find_target<'a>(env: &HeapEnv<'a>, rel: &Relation, need: usize, mut ring: Option<&mut Ring>) -> Result<Buffer<'a>> {
     let reserve = rel.reserved_bytes();
-    let mut tried = 0;
-    let t = rel.target_block.load(Ordering::Relaxed);
+    let min_category = fsm::needed_to_category(need + reserve);
     let nblocks = env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
-    // No target yet and no free-space hint (a table just opened): try the last page before
-    // extending, as PostgreSQL's RelationGetBufferForTuple does.
-    let mut candidate = if t != u32::MAX {
+    let t = rel.target_block.load(Ordering::Relaxed);
+    let mut candidate = if t != u32::MAX && t < nblocks {
         Some(BlockNumber(t))
     } else {
-        rel.candidate_block(need + reserve).or((nblocks > 0).then(|| BlockNumber(nblocks - 1)))
+        // No target yet (a table just opened): the map, then the last page before extending.
+        rel.fsm.search(env.pool, min_category)?.or(nblocks.checked_sub(1).map(BlockNumber))
     };
     while let Some(b) = candidate {
-        if Some(b) != avoid && b.0 < nblocks {
-            let buf = read_page(env, rel, b, ring.as_deref_mut())?;
-            let room = {
-                let mut g = buf.write();
-                if page::is_new(&g.0) {
-                    page::init(&mut g.0, 0);
-                }
-                let ok = page_has_room(&g.0, need, reserve);
-                if !ok {
-                    rel.note_free_space(b, page::heap_free_space(&g.0).saturating_sub(reserve));
-                }
-                ok
-            };
-            if room {
-                rel.target_block.store(b.0, Ordering::Relaxed);
-                return Ok(buf);
+        let buf = read_page(env, rel, b, ring.as_deref_mut())?;
+        let short_of_room = {
+            let mut g = buf.write();
+            if page::is_new(&g.0) {
+                page::init(&mut g.0, 0);
             }
-        }
-        tried += 1;
-        if tried > 8 {
+            (!page_has_room(&g.0, need, reserve)).then(|| page::heap_free_space(&g.0))
+        };
+        let Some(free) = short_of_room else {
+            rel.target_block.store(b.0, Ordering::Relaxed);
+            return Ok(buf);
+        };
+        drop(buf);
+        rel.fsm.record(env.pool, b, free)?;
+        if fsm::avail_to_category(free) >= min_category {
+            // A request beyond what a category can express (a large tuple and a low
+            // fillfactor): the map cannot tell this page from one with room, so asking again
+            // would offer it again. Only a new page will do.
             break;
         }
-        candidate = rel.candidate_block(need + reserve).filter(|&c| c != b);
+        candidate = rel.fsm.search(env.pool, min_category)?;
     }
     let buf = env.pool.extend(rel.relfilenode, Fork::Main, ring)?;
     {
@@ -294,6 +291,23 @@ fn find_target<'a>(
     }
     rel.target_block.store(buf.block().0, Ordering::Relaxed);
     Ok(buf)
+}
+
+/// Called by every change that adds or stamps a tuple on a page, with the page exclusively
+/// locked and before the page is changed: if the page is marked all-visible, clears its
+/// visibility-map bits (logging VM_CLEAR) and its `PD_ALL_VISIBLE` flag. The map is cleared
+/// before the heap change is logged, so WAL never holds the heap change without the clear:
+/// a crash between the two leaves a page that is still all-visible with its bit clear, which
+/// the map allows (see [`crate::vm`], "WAL"). Redo of the heap record clears the flag again
+/// (the `apply_*` helpers in [`wal`]).
+fn clear_all_visible(env: &HeapEnv<'_>, rel: &Relation, block: BlockNumber, page_bytes: &mut [u8]) -> Result<()> {
+    if page::flags(page_bytes) & page::PD_ALL_VISIBLE != 0 {
+        if rel.vm.clear(env, block, VmBits::VALID)?.is_some() {
+            rel.vm_clears.fetch_add(1, Ordering::Relaxed);
+        }
+        page::clear_flags(page_bytes, page::PD_ALL_VISIBLE);
+    }
+    Ok(())
 }
 
 /// Inserts one row; returns its TID.
@@ -306,7 +320,7 @@ pub fn insert(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, values: &[V
 fn insert_tuple(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, t: &mut [u8]) -> Result<Tid> {
     let need = page::maxalign(t.len());
     loop {
-        let target_buf = find_target(env, rel, need, None, None)?;
+        let target_buf = find_target(env, rel, need, None)?;
         let block = target_buf.block();
         let mut g = target_buf.write();
         // An empty page is logged as initialized by this record, so redo never depends on an
@@ -315,12 +329,15 @@ fn insert_tuple(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, t: &mut [
         let off = OffsetNumber(page::max_offset(&g.0) + 1);
         let off = first_free_offset(&g.0).unwrap_or(off);
         tuple::set_ctid(t, Tid { block, offset: off });
-        if page::add_item(&mut g.0, t, Some(off), true) != Some(off) {
-            rel.note_free_space(block, 0);
+        clear_all_visible(env, rel, block, &mut g.0)?;
+        if !wal::apply_insert(&mut g.0, off, t) {
+            // The page had room by its free space but refused the tuple: never offer it again
+            // for this size (it is rechecked whenever its entry is rewritten).
+            drop(g);
+            rel.fsm.record(env.pool, block, 0)?;
             rel.target_block.store(u32::MAX, Ordering::Relaxed);
             continue;
         }
-        page::clear_flags(&mut g.0, page::PD_ALL_VISIBLE);
         let mut main = Vec::with_capacity(3);
         main.extend_from_slice(&off.0.to_le_bytes());
         main.push(if fresh { FLAG_INIT_PAGE } else { 0 });
@@ -360,10 +377,11 @@ pub fn multi_insert(
     let reserve = rel.reserved_bytes();
     let mut i = 0;
     while i < tuples.len() {
-        let target_buf = find_target(env, rel, page::maxalign(tuples[i].len()), Some(ring), None)?;
+        let target_buf = find_target(env, rel, page::maxalign(tuples[i].len()), Some(ring))?;
         let block = target_buf.block();
         let mut g = target_buf.write();
         let fresh = page::max_offset(&g.0) == 0;
+        clear_all_visible(env, rel, block, &mut g.0)?;
         let mut main = Vec::with_capacity(3 + 2 * 64);
         main.push(if fresh { FLAG_INIT_PAGE } else { 0 });
         main.extend_from_slice(&[0, 0]);
@@ -378,7 +396,7 @@ pub fn multi_insert(
             }
             let off = OffsetNumber(page::max_offset(&g.0) + 1);
             tuple::set_ctid(t, Tid { block, offset: off });
-            if page::add_item(&mut g.0, t, Some(off), true) != Some(off) {
+            if !wal::apply_insert(&mut g.0, off, t) {
                 break;
             }
             main.extend_from_slice(&off.0.to_le_bytes());
@@ -391,13 +409,12 @@ pub fn multi_insert(
         }
         if n == 0 {
             drop(g);
-            rel.note_free_space(block, 0);
+            rel.fsm.record(env.pool, block, 0)?;
             rel.target_block.store(u32::MAX, Ordering::Relaxed);
             continue;
         }
         let page_full = i < tuples.len();
         main[1..3].copy_from_slice(&n.to_le_bytes());
-        page::clear_flags(&mut g.0, page::PD_ALL_VISIBLE);
         let lsn =
             log_one_block(env, Rmgr::Heap2, XLOG_HEAP2_MULTI_INSERT, tx.xid, rel.tag(block), fresh, &g.0, data, main)?;
         page::set_lsn(&mut g.0, lsn);
@@ -484,10 +501,31 @@ pub fn maybe_prune(env: &HeapEnv<'_>, rel: &Relation, buf: &Buffer<'_>, oldest_x
         }
     }
     let Some(mut g) = buf.try_cleanup_lock() else { return Ok(false) };
-    prune_locked(env, rel, buf, &mut g.0, oldest_xmin)
+    prune_and_record(env, rel, buf, &mut g.0, oldest_xmin)
+}
+
+/// Opportunistic pruning of a page the caller holds the cleanup lock on: [`prune_locked`], then
+/// the room it made is recorded in the free space map (under the cleanup lock still: heap page,
+/// then map page), so that inserts find it.
+pub fn prune_and_record(
+    env: &HeapEnv<'_>,
+    rel: &Relation,
+    buf: &Buffer<'_>,
+    page_bytes: &mut [u8],
+    oldest_xmin: Xid,
+) -> Result<bool> {
+    if !prune_locked(env, rel, buf, page_bytes, oldest_xmin)? {
+        return Ok(false);
+    }
+    rel.fsm.record(env.pool, buf.block(), page::heap_free_space(page_bytes))?;
+    Ok(true)
 }
 
 /// Prunes a page the caller holds the cleanup lock on; WAL-logged. Returns whether it changed.
+/// Records nothing in the free space map: VACUUM calls this and records each page's free space
+/// itself, by its own rule (a settled page records 0, DESIGN.md §5), once it has also frozen
+/// the page and set its visibility-map bits; opportunistic pruning goes through
+/// [`prune_and_record`].
 pub fn prune_locked(
     env: &HeapEnv<'_>,
     rel: &Relation,
@@ -519,7 +557,6 @@ pub fn prune_locked(
     )?;
     page::set_lsn(page_bytes, lsn);
     buf.mark_dirty();
-    rel.note_free_space(block, page::heap_free_space(page_bytes));
     Ok(true)
 }
 
@@ -600,3 +637,6 @@ pub fn empty_page() -> PageBuf {
     page::init(&mut p.0, 0);
     p
 }
+
+#[cfg(test)]
+mod tests;

@@ -73,6 +73,7 @@ fn delete_once(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, tid: Tid) 
         return Ok(a);
     }
     let (m, m2) = wal::xmax_masks(h.infomask(), h.infomask2(), false);
+    clear_all_visible(env, rel, tid.block, &mut g.0)?;
     wal::apply_xmax(&mut g.0, tid.offset, tx.xid, tx.cid, m, m2, tid);
     let mut main = Vec::with_capacity(16);
     main.extend_from_slice(&tid.offset.0.to_le_bytes());
@@ -108,7 +109,9 @@ pub fn update(
                 // Pick a page with room for the new version (its size as computed by the
                 // attempt, not the old version's: asking for less could return the same page
                 // forever), without holding the old page's lock.
-                let t = find_target(env, rel, need, None, Some(tid.block))?;
+                // The map may offer the old page itself when it gained room meanwhile; the
+                // next attempt then finds that the version fits there.
+                let t = find_target(env, rel, need, None)?;
                 other_page = Some(t.block());
             }
         }
@@ -180,6 +183,11 @@ fn update_once(
     };
     let same_page = new_block == tid.block;
     stamp_new_tuple(&mut nt, tx, HEAP_UPDATED, if hot { HEAP_ONLY_TUPLE } else { 0 });
+    // Both pages are locked (in block order); the map pages come after them.
+    clear_all_visible(env, rel, tid.block, &mut og.0)?;
+    if !same_page {
+        clear_all_visible(env, rel, new_block, &mut ng.as_deref_mut().expect("locked").0)?;
+    }
     let target_page: &mut [u8] = if same_page { &mut og.0 } else { &mut ng.as_deref_mut().expect("locked").0 };
     let new_off = first_free_offset(target_page).unwrap_or(OffsetNumber(page::max_offset(target_page) + 1));
     let new_tid = Tid { block: new_block, offset: new_off };
@@ -187,7 +195,6 @@ fn update_once(
     if !wal::apply_insert(target_page, new_off, &nt) {
         return Err(corrupt_tuple(rel, new_tid, "page reported room for the new version but refused it"));
     }
-    page::clear_flags(target_page, page::PD_ALL_VISIBLE);
     let (m, m2) = wal::xmax_masks(old_m, old_m2, hot);
     wal::apply_xmax(&mut og.0, tid.offset, tx.xid, tx.cid, m, m2, new_tid);
 

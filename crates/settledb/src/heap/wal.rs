@@ -136,12 +136,20 @@ pub fn decode_tuple(c: &mut Cursor<'_>, len: Option<usize>, xmin: Xid, tid: Tid)
     Ok(t)
 }
 
-/// Places a tuple at `off` (the page's next or a free slot), as insert and its redo do.
+/// Places a tuple at `off` (the page's next or a free slot), as insert, multi-insert and the new
+/// side of an update do, and their redo. A page holding a new tuple is no longer all-visible:
+/// `PD_ALL_VISIBLE` is cleared (the live path cleared the visibility-map bits before, with its
+/// own VM_CLEAR record). Returns false, changing nothing, when the page refuses the tuple.
 pub fn apply_insert(page: &mut [u8], off: OffsetNumber, t: &[u8]) -> bool {
-    page::add_item(page, t, Some(off), true) == Some(off)
+    if page::add_item(page, t, Some(off), true) != Some(off) {
+        return false;
+    }
+    page::clear_flags(page, page::PD_ALL_VISIBLE);
+    true
 }
 
-/// Stamps the xmax side of a delete or update on the old tuple.
+/// Stamps the xmax side of a delete or update on the old tuple, and clears the page's
+/// `PD_ALL_VISIBLE` (live path and redo alike).
 pub fn apply_xmax(page: &mut [u8], off: OffsetNumber, xmax: Xid, cid: u32, infomask: u16, infomask2: u16, ctid: Tid) {
     let t = page::item_mut(page, off);
     tuple::set_xmax(t, xmax);

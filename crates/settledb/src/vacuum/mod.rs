@@ -371,6 +371,8 @@ struct LazyVacuum<'a> {
     progress: Arc<VacuumProgress>,
     r: VacuumReport,
     ring: Ring,
+    /// The visibility map page of the pages being processed, kept pinned (`vmbuffer`).
+    vm_pin: Option<Buffer<'a>>,
 }
 
 /// Vacuums one table.
@@ -484,6 +486,7 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
             ..Default::default()
         },
         ring: Ring::new(256 << 10),
+        vm_pin: None,
     };
     lv.check_failsafe();
     let orig_pages = inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
@@ -502,6 +505,8 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     } else {
         Vec::new()
     };
+    // Truncation drops the map's buffers past the new end: no pin may be held on them.
+    lv.vm_pin = None;
     let truncate = params.truncate.or(opts.vacuum_truncate).unwrap_or(config.vacuum_truncate);
     let mut new_pages = orig_pages;
     if truncate && !lv.failsafe {
@@ -648,12 +653,12 @@ impl LazyVacuum<'_> {
 
     /// The length of the run of skippable pages starting at `blk` (the last page of the
     /// table is never skippable), and whether any of them is all-visible but not all-frozen.
-    fn skippable_run(&self, blk: u32, rel_pages: u32) -> Result<(u32, bool)> {
+    fn skippable_run(&mut self, blk: u32, rel_pages: u32) -> Result<(u32, bool)> {
         let mut n = 0;
         let mut allvis_only = false;
         let mut b = blk;
         while b + 1 < rel_pages {
-            let bits = self.rel.vm.get(&self.inner.pool, BlockNumber(b))?;
+            let bits = self.rel.vm.get_pinned(&self.inner.pool, BlockNumber(b), &mut self.vm_pin)?;
             let skippable = if self.aggressive { bits.all_frozen() } else { bits.all_visible() };
             if !skippable {
                 break;
@@ -728,9 +733,9 @@ impl LazyVacuum<'_> {
         }
         if page::max_offset(p) == 0 {
             // An empty page: all-visible and all-frozen, unless it is already.
-            let bits = self.rel.vm.get(&self.inner.pool, block)?;
+            let bits = self.rel.vm.get_pinned(&self.inner.pool, block, &mut self.vm_pin)?;
             if !bits.all_frozen() || page::flags(p) & PD_ALL_VISIBLE == 0 {
-                self.rel.vm.set(env, &buf, p, VmBits(VmBits::ALL_VISIBLE.0 | VmBits::ALL_FROZEN.0))?;
+                self.rel.vm.set_pinned(env, &buf, p, VmBits::VALID, &mut self.vm_pin)?;
                 if !bits.all_visible() {
                     self.r.vm_new_visible_pages += 1;
                     self.r.vm_new_visible_frozen_pages += 1;
@@ -811,12 +816,13 @@ impl LazyVacuum<'_> {
         has_lpdead: bool,
     ) -> Result<()> {
         let block = buf.block();
-        let bits = self.rel.vm.get(&self.inner.pool, block)?;
+        let bits = self.rel.vm.get_pinned(&self.inner.pool, block, &mut self.vm_pin)?;
         let flag = page::flags(p) & PD_ALL_VISIBLE != 0;
         if all_visible {
             let want = if all_frozen { VmBits::VALID } else { VmBits::ALL_VISIBLE };
             if !bits.contains(want) || !flag {
-                self.rel.vm.set(&self.env, buf, p, want)?;
+                let env = self.inner.env();
+                self.rel.vm.set_pinned(&env, buf, p, want, &mut self.vm_pin)?;
                 if !bits.all_visible() {
                     self.r.vm_new_visible_pages += 1;
                     if all_frozen {
@@ -1036,6 +1042,11 @@ impl LazyVacuum<'_> {
                 new_end -= 1;
             }
             if new_end < current {
+                // The maps first: their bits for the removed pages are cleared by records that
+                // precede the heap's truncation record, so no crash can leave a map claiming
+                // pages past the heap's end (a re-extended page would inherit the bits).
+                self.rel.vm.truncate(env, new_end)?;
+                self.rel.fsm.truncate(&self.inner.pool, new_end)?;
                 let lsn = env.wal.insert(&RecordBuilder {
                     rmgr: Rmgr::Storage,
                     info: crate::wal::STORAGE_TRUNCATE,
@@ -1046,8 +1057,6 @@ impl LazyVacuum<'_> {
                 env.wal.flush(lsn)?;
                 env.pool.drop_relation_buffers(self.rel.relfilenode, Some(Fork::Main), BlockNumber(new_end))?;
                 env.pool.smgr().truncate(self.rel.relfilenode, Fork::Main, new_end)?;
-                self.rel.vm.truncate(env, new_end)?;
-                self.rel.fsm.truncate(&self.inner.pool, new_end)?;
                 self.r.truncated = Some((self.r.truncated.map_or(current, |t| t.0), new_end));
                 current = new_end;
             }

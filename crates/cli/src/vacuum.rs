@@ -1,0 +1,126 @@
+//! `settle vacuum DIR [TABLE]`: runs VACUUM on a data directory, as PostgreSQL's `vacuumdb`
+//! does on a server.
+//!
+//! The directory is opened with `autovacuum` off whatever `--set` says, so that the vacuum
+//! reported is the one asked for and no worker races it for the table. Each flag maps onto one
+//! of `VACUUM`'s options ([`settledb::VacuumParams`]): `--verbose`, `--freeze`,
+//! `--disable-page-skipping`, `--index-cleanup auto|on|off`, `--truncate on|off`, and
+//! `--policy lazy|pg16|eager` overrides `vacuum_freeze_policy` (settledb's own option). With
+//! `--verbose` each table's report is printed in the words of PostgreSQL's `VACUUM (VERBOSE)`
+//! INFO block; otherwise one line per table. The database is closed with a shutdown
+//! checkpoint, so the directory is clean afterwards.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use settledb::{Database, FreezePolicy, IndexCleanup, VacuumParams, VacuumReport};
+
+/// The command's flags, as parsed by clap.
+#[derive(clap::Args)]
+pub struct VacuumArgs {
+    /// The data directory.
+    dir: PathBuf,
+    /// The table to vacuum (default: every table, `pg_class` included).
+    table: Option<String>,
+    /// Print PostgreSQL's VACUUM (VERBOSE) report for each table.
+    #[arg(long)]
+    verbose: bool,
+    /// Freeze every tuple that can be frozen (vacuum_freeze_min_age and
+    /// vacuum_freeze_table_age of 0).
+    #[arg(long)]
+    freeze: bool,
+    /// Read every page, even those the visibility map marks all-visible (aggressive).
+    #[arg(long)]
+    disable_page_skipping: bool,
+    /// Whether to remove index entries pointing to dead tuples.
+    #[arg(long, value_name = "auto|on|off", default_value = "auto", value_parser = parse_index_cleanup)]
+    index_cleanup: IndexCleanup,
+    /// Whether to give empty pages at the end of the table back to the file system (default:
+    /// the vacuum_truncate setting).
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    truncate: Option<bool>,
+    /// Freezing policy for this run (default: the vacuum_freeze_policy setting).
+    #[arg(long, value_name = "lazy|pg16|eager", value_parser = parse_policy)]
+    policy: Option<FreezePolicy>,
+    /// Configuration parameters, `name=value` (PostgreSQL names and units).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    set: Vec<String>,
+}
+
+fn parse_index_cleanup(v: &str) -> Result<IndexCleanup, String> {
+    IndexCleanup::parse(v).ok_or_else(|| format!("expected auto, on or off, got {v:?}"))
+}
+
+fn parse_on_off(v: &str) -> Result<bool, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Ok(true),
+        "off" | "false" | "no" | "0" => Ok(false),
+        _ => Err(format!("expected on or off, got {v:?}")),
+    }
+}
+
+pub fn parse_policy(v: &str) -> Result<FreezePolicy, String> {
+    FreezePolicy::parse(v).ok_or_else(|| format!("expected lazy, pg16 or eager, got {v:?}"))
+}
+
+pub fn run(a: VacuumArgs) -> Result<ExitCode> {
+    crate::require_data_dir(&a.dir)?;
+    let mut config = crate::config_from(&a.set)?;
+    config.set("autovacuum", "off")?;
+    let db = Database::open(&a.dir, config)?;
+    let params = VacuumParams {
+        verbose: a.verbose,
+        freeze: a.freeze,
+        disable_page_skipping: a.disable_page_skipping,
+        index_cleanup: a.index_cleanup,
+        truncate: a.truncate,
+        policy: a.policy,
+        ..VacuumParams::default()
+    };
+    let reports = match db.vacuum(a.table.as_deref(), &params) {
+        Ok(r) => r,
+        Err(e) => {
+            // Still shut down cleanly; the vacuum's own error is the one to report.
+            let _ = db.close();
+            return Err(e.into());
+        }
+    };
+    for r in &reports {
+        if a.verbose {
+            print!("{}", r.verbose_text());
+        } else {
+            println!("{}", summary_line(r));
+        }
+    }
+    db.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line for a table vacuumed without `--verbose`.
+pub fn summary_line(r: &VacuumReport) -> String {
+    let scans = if r.num_index_scans == 1 { "scan" } else { "scans" };
+    let mut s = format!(
+        "vacuumed \"{}\": {} pages ({} scanned), {} dead tuples removed, {} dead item identifiers, {} index {scans}, \
+         {} pages newly all-visible, {} newly all-frozen, {} tuples frozen",
+        r.table,
+        r.new_pages,
+        r.scanned_pages,
+        r.tuples_deleted,
+        r.lpdead_items,
+        r.num_index_scans,
+        r.vm_new_visible_pages,
+        r.vm_new_visible_frozen_pages + r.vm_new_frozen_pages,
+        r.tuples_frozen
+    );
+    if let Some((from, to)) = r.truncated {
+        s.push_str(&format!(", truncated {from} to {to} pages"));
+    }
+    s.push_str(&format!(
+        ", WAL {} bytes ({} full-page images), {:.3} s",
+        r.wal.bytes,
+        r.wal.fpi,
+        r.elapsed.as_secs_f64()
+    ));
+    s
+}

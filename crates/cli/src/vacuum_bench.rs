@@ -1,0 +1,745 @@
+//! `settle bench vacuum --scale S [--policy P|all] [--runs N] [--peer] [--json]`: what VACUUM
+//! costs after a batch of non-HOT updates, and what an aggressive scan of the clean table costs,
+//! optionally next to PostgreSQL 15 doing the same work.
+//!
+//! # The work (the same on both engines)
+//!
+//! 1. `pgbench_accounts` at scale S (100,000·S rows of `aid`, `bid`, `abalance` int4 and an
+//!    84-character filler, fillfactor 100), loaded in one transaction; then its primary key on
+//!    `aid`, built over the loaded table.
+//! 2. Every row with `aid % 20 = 7` gets `abalance + 1`: 5% of the rows, 250,000 at scale 50,
+//!    about three per page. The pages are full, so no new version fits beside its old one:
+//!    every update is non-HOT, puts its new version on a page at the end of the table and adds
+//!    an index entry. settledb updates through the primary key in one transaction, as
+//!    PostgreSQL's single UPDATE statement does. Each run reports how many updates were HOT:
+//!    with `--updates-per-tx N`, a page whose rows are updated by two transactions lets the
+//!    second find room left by pruning the first's old versions (170-odd of 250,000 with 1,000
+//!    per transaction), which leaves VACUUM that much less to do than PostgreSQL's.
+//! 3. CHECKPOINT, so that VACUUM's first change to each page writes a full-page image on both.
+//! 4. `VACUUM (VERBOSE)`: the dead versions are pruned from every original page, their index
+//!    entries removed (one index scan), their line pointers freed, and the visibility map set.
+//! 5. `VACUUM (VERBOSE, DISABLE_PAGE_SKIPPING)` of the now clean table: every page is read and
+//!    nothing should change, which is the price of an aggressive vacuum with no work to do.
+//!
+//! # Settings
+//!
+//! Both engines run with `shared_buffers=1GB`, `fsync=off`, `autovacuum=off`,
+//! `full_page_writes=on`, and `max_wal_size=20GB` with `checkpoint_timeout=1h`. The last two keep
+//! checkpoints out of the measured VACUUMs: a checkpoint starting half way makes every page the
+//! vacuum touches again (phase III after phase I) log a second full-page image, so the WAL
+//! figure would depend on timing (PostgreSQL 15 with the default 1 GB writes about 177,600
+//! images here instead of 95,633). `--set` adds parameters for both engines; names only
+//! settledb knows are not passed to PostgreSQL.
+//!
+//! settledb's pages always carry a checksum, so a page whose only change is its all-visible
+//! flag is logged with a full-page image, as PostgreSQL does only with data checksums (or
+//! `wal_log_hints`). The peer's cluster is created without them (initdb's default, as in the
+//! issue's reference figures) unless `--peer-checksums` is given; the difference is one image
+//! per page holding only new versions (4,099 pages at scale 50).
+//!
+//! # What is measured
+//!
+//! settledb: wall-clock time around [`Database::vacuum`] and the WAL inserted meanwhile (from
+//! [`Database::stats`]; settledb's LSNs count record bytes and nothing else). A sampler thread
+//! reads [`Database::vacuum_progress`] every 2 ms to time the vacuum's phases.
+//!
+//! PostgreSQL: psql's `\timing` of the VACUUM statement (server time plus one local round
+//! trip), and `pg_current_wal_insert_lsn()` just before and after, in the same session. (The
+//! insert position, because `pg_current_wal_lsn()` is the write position, which lags behind
+//! while records wait in `wal_buffers`.) PostgreSQL's LSNs also count its WAL page headers
+//! (24 bytes per 8 KB page of WAL); the record bytes alone, from the VERBOSE output, are kept
+//! as `wal_record_bytes`. Full-page images come from the VERBOSE output too. The table is loaded
+//! with `pgbench -i -I dtGp` (server-side generate) so that, as in settledb, no row is frozen
+//! and the visibility map is empty when the update runs; pgbench's default client-side COPY
+//! uses `FREEZE` and would start PostgreSQL's table all-frozen.
+//!
+//! # Targets (from the issue)
+//!
+//! For each phase, settledb's elapsed time at most 0.5 × PostgreSQL's, and no more WAL bytes
+//! than PostgreSQL's. With `--runs N` the medians are compared. The machine and its load
+//! average are printed with the figures.
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use serde::Serialize;
+use settledb::{Database, FreezePolicy, TableOptions, VacuumParams, VacuumReport, Value};
+
+use crate::bench::{accounts_schema, load_accounts, machine, Machine, TempDir};
+use crate::peer::Postgres;
+
+const TABLE: &str = "pgbench_accounts";
+const PKEY: &str = "pgbench_accounts_pkey";
+/// Settings for both engines, before `--set`.
+const BASE_SETTINGS: &[(&str, &str)] = &[
+    ("shared_buffers", "1GB"),
+    ("fsync", "off"),
+    ("autovacuum", "off"),
+    ("full_page_writes", "on"),
+    ("max_wal_size", "20GB"),
+    ("checkpoint_timeout", "1h"),
+];
+/// settledb parameters PostgreSQL 15 does not have.
+const SETTLEDB_ONLY: &[&str] = &["vacuum_freeze_policy", "vacuum_fsm_settled"];
+/// The issue's targets: elapsed at most this fraction of PostgreSQL's, WAL at most equal.
+const TARGET_TIME_RATIO: f64 = 0.5;
+const TARGET_WAL_RATIO: f64 = 1.0;
+
+#[derive(clap::Args)]
+pub struct VacuumBenchArgs {
+    /// Scale factor: 100,000 accounts per unit (50 = 5,000,000 rows, 250,000 updated).
+    #[arg(long, short = 's', default_value_t = 50)]
+    scale: u32,
+    /// settledb's freeze policy: lazy, pg16, eager, or all (each in turn, a fresh table each);
+    /// default: the vacuum_freeze_policy setting.
+    #[arg(long, value_name = "lazy|pg16|eager|all")]
+    policy: Option<String>,
+    /// settledb's updates per transaction (default: all in one, as PostgreSQL's single UPDATE).
+    /// An update in a later transaction can find room left by pruning an earlier one's old
+    /// versions on a page both touched, and be HOT.
+    #[arg(long)]
+    updates_per_tx: Option<usize>,
+    /// Repeat everything (settledb then the peer) and compare the medians.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Configuration parameters for both engines, `name=value`.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    set: Vec<String>,
+    /// Also run PostgreSQL 15 on the same work.
+    #[arg(long)]
+    peer: bool,
+    /// Port for the PostgreSQL peer.
+    #[arg(long, default_value_t = 54329)]
+    peer_port: u16,
+    /// Create the peer's cluster with data checksums (`initdb --data-checksums`), as settledb's
+    /// pages always have: PostgreSQL then also logs a full-page image for a page VACUUM only
+    /// sets all-visible.
+    #[arg(long)]
+    peer_checksums: bool,
+    /// Run settledb's verifier (`settle check`) on the table after the vacuums.
+    #[arg(long)]
+    check: bool,
+    /// Print one JSON object instead of the reports and a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// How the table was prepared in one run.
+#[derive(Serialize, Clone)]
+pub struct PrepFigures {
+    pub engine: String,
+    pub run: usize,
+    pub rows: u64,
+    pub load_seconds: f64,
+    pub index_seconds: f64,
+    pub updated_rows: u64,
+    pub update_seconds: f64,
+    /// Updates that were HOT (none expected: the pages are full).
+    pub hot_updates: u64,
+    pub heap_pages_before_vacuum: u64,
+    pub index_pages_before_vacuum: u64,
+}
+
+/// One VACUUM of one run.
+#[derive(Serialize, Clone)]
+pub struct VacuumFigures {
+    pub engine: String,
+    pub run: usize,
+    /// `vacuum` (the first, after the updates) or `full-scan` (DISABLE_PAGE_SKIPPING, clean).
+    pub phase: &'static str,
+    pub seconds: f64,
+    /// WAL position difference around the VACUUM.
+    pub wal_bytes: u64,
+    /// Bytes of the VACUUM's own records (as its VERBOSE output counts them).
+    pub wal_record_bytes: u64,
+    pub wal_records: u64,
+    pub full_page_images: u64,
+    pub pages: u64,
+    pub scanned_pages: u64,
+    pub tuples_removed: u64,
+    pub dead_items_removed: u64,
+    pub index_scans: u64,
+    pub cpu_user_seconds: f64,
+    pub cpu_system_seconds: f64,
+    /// Checkpoints that completed during the VACUUM (settledb; should be 0).
+    pub checkpoints_during: Option<u64>,
+    /// Seconds in each `pg_stat_progress_vacuum` phase, sampled (settledb).
+    pub phase_seconds: Vec<(String, f64)>,
+    /// The VACUUM (VERBOSE) output.
+    pub verbose: String,
+}
+
+/// Medians of one engine's phase, and their ratios to PostgreSQL's.
+#[derive(Serialize, Clone)]
+pub struct SummaryRow {
+    pub engine: String,
+    pub phase: &'static str,
+    pub runs: usize,
+    pub seconds: f64,
+    /// CPU time (user + system) of the vacuuming thread or backend, in the same run: a steadier
+    /// figure than elapsed time on a machine others are using.
+    pub cpu_seconds: f64,
+    pub wal_bytes: u64,
+    pub full_page_images: u64,
+    /// settledb / postgres.
+    pub seconds_ratio: Option<f64>,
+    pub wal_ratio: Option<f64>,
+}
+
+#[derive(Serialize)]
+pub struct Target {
+    pub what: String,
+    pub holds: bool,
+    pub detail: String,
+}
+
+#[derive(Serialize)]
+struct VacuumBenchReport {
+    benchmark: &'static str,
+    machine: Machine,
+    /// /proc/loadavg when the benchmark started and when it ended.
+    load_average_start: String,
+    load_average_end: String,
+    settings: Vec<String>,
+    /// Whether the peer's cluster has data checksums (settledb's pages always do).
+    peer_data_checksums: Option<bool>,
+    scale: u32,
+    rows: u64,
+    prep: Vec<PrepFigures>,
+    vacuums: Vec<VacuumFigures>,
+    summary: Vec<SummaryRow>,
+    targets: Vec<Target>,
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// `--policy`: the settledb runs to make (`None` = the configured default).
+fn policies(arg: Option<&str>) -> Result<Vec<Option<FreezePolicy>>> {
+    Ok(match arg {
+        None => vec![None],
+        Some(p) if p.eq_ignore_ascii_case("all") => {
+            vec![Some(FreezePolicy::Lazy), Some(FreezePolicy::Pg16), Some(FreezePolicy::Eager)]
+        }
+        Some(p) => vec![Some(crate::vacuum::parse_policy(p).map_err(|e| anyhow::anyhow!("--policy: {e} (or all)"))?)],
+    })
+}
+
+/// `name=value` pairs: the base settings, then `--set` (a later value wins).
+fn settings(set: &[String]) -> Result<Vec<(String, String)>> {
+    let mut out: Vec<(String, String)> = BASE_SETTINGS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    for kv in set {
+        let (k, v) = kv.split_once('=').with_context(|| format!("--set takes NAME=VALUE, got {kv:?}"))?;
+        let (k, v) = (k.trim().to_string(), v.trim().to_string());
+        out.retain(|(name, _)| *name != k);
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
+    ensure!(a.scale >= 1, "--scale must be at least 1");
+    ensure!(a.runs >= 1, "--runs must be at least 1");
+    ensure!(a.updates_per_tx != Some(0), "--updates-per-tx must be at least 1");
+    let policies = policies(a.policy.as_deref())?;
+    let settings = settings(&a.set)?;
+    let mut config = settledb::Config::default();
+    for (k, v) in &settings {
+        config.set(k, v)?;
+    }
+    let load_average_start = load_average();
+    let pg = if a.peer {
+        let pg_settings: Vec<(String, String)> =
+            settings.iter().filter(|(k, _)| !SETTLEDB_ONLY.contains(&k.as_str())).cloned().collect();
+        let initdb_args: &[&str] = if a.peer_checksums { &["--data-checksums"] } else { &[] };
+        Some(Postgres::start_with(a.peer_port, &pg_settings, initdb_args)?)
+    } else {
+        None
+    };
+    let rows = u64::from(a.scale) * 100_000;
+    let (mut prep, mut vacuums) = (Vec::new(), Vec::new());
+    let echo = |p: &PrepFigures, v: &[VacuumFigures]| {
+        if !a.json {
+            print_run(p, v);
+        }
+    };
+    for run in 1..=a.runs {
+        for policy in &policies {
+            let updates_per_tx = a.updates_per_tx.unwrap_or(usize::MAX);
+            let work = Work { rows, policy: *policy, updates_per_tx, run, check: a.check };
+            let (p, v) = settledb_run(&config, &work)?;
+            echo(&p, &v);
+            prep.push(p);
+            vacuums.extend(v);
+        }
+        if let Some(pg) = &pg {
+            let (p, v) = postgres_run(pg, a.scale, run)?;
+            echo(&p, &v);
+            prep.push(p);
+            vacuums.extend(v);
+        }
+    }
+    drop(pg);
+    let summary = summarize(&vacuums);
+    let targets = targets(&summary);
+    let report = VacuumBenchReport {
+        benchmark: "vacuum",
+        machine: machine(),
+        load_average_start,
+        load_average_end: load_average(),
+        settings: settings.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        peer_data_checksums: a.peer.then_some(a.peer_checksums),
+        scale: a.scale,
+        rows,
+        prep,
+        vacuums,
+        summary,
+        targets,
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_summary(&report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+// ---------------------------------------------------------------------------------------------
+// settledb
+
+/// One settledb run's parameters.
+struct Work {
+    rows: u64,
+    policy: Option<FreezePolicy>,
+    updates_per_tx: usize,
+    run: usize,
+    check: bool,
+}
+
+fn settledb_run(config: &settledb::Config, w: &Work) -> Result<(PrepFigures, Vec<VacuumFigures>)> {
+    let dir = std::env::temp_dir().join(format!("settle-bench-vacuum-{}", std::process::id()));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    let _guard = TempDir(dir.clone(), true);
+    let db = Database::open(&dir, config.clone())?;
+    let r = settledb_work(&db, w);
+    let closed = db.close();
+    let r = r?;
+    closed?;
+    Ok(r)
+}
+
+fn settledb_work(db: &Database, w: &Work) -> Result<(PrepFigures, Vec<VacuumFigures>)> {
+    let (rows, run) = (w.rows, w.run);
+    let t = db.create_table(TABLE, accounts_schema(), TableOptions::default())?;
+    let start = Instant::now();
+    load_accounts(db, &t, rows)?;
+    let load_seconds = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let pkey = db.create_index(PKEY, TABLE, &["aid"], true)?;
+    let index_seconds = start.elapsed().as_secs_f64();
+    let before = db.stats();
+    let start = Instant::now();
+    let updated_rows = update_every_twentieth(db, &pkey, rows, w.updates_per_tx)?;
+    let update_seconds = start.elapsed().as_secs_f64();
+    let hot_updates = db.stats().tup_hot_updated - before.tup_hot_updated;
+    db.checkpoint()?;
+    let heap_pages = u64::from(db.table_pages(&t)?);
+    let index_pages = u64::from(db.index_pages(&pkey)?);
+    let first = VacuumParams { verbose: true, policy: w.policy, ..VacuumParams::default() };
+    let (r1, v1) = timed_vacuum(db, &first, run, "vacuum")?;
+    let second = VacuumParams { disable_page_skipping: true, ..first };
+    let (_, v2) = timed_vacuum(db, &second, run, "full-scan")?;
+    if w.check {
+        let report = settledb::check::check_database(db)?;
+        ensure!(report.is_clean(), "settle check found problems after the vacuums:\n{report}");
+    }
+    let prep = PrepFigures {
+        engine: format!("settledb/{}", r1.policy),
+        run,
+        rows,
+        load_seconds,
+        index_seconds,
+        updated_rows,
+        update_seconds,
+        hot_updates,
+        heap_pages_before_vacuum: heap_pages,
+        index_pages_before_vacuum: index_pages,
+    };
+    Ok((prep, vec![v1, v2]))
+}
+
+/// `UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid % 20 = 7`, through the primary
+/// key, `per_tx` rows per transaction. Returns the rows updated.
+fn update_every_twentieth(db: &Database, pkey: &settledb::Index, rows: u64, per_tx: usize) -> Result<u64> {
+    let aids: Vec<i32> = (1..=rows).filter(|a| a % 20 == 7).map(|a| a as i32).collect();
+    let mut updated = 0u64;
+    for chunk in aids.chunks(per_tx) {
+        let mut tx = db.begin()?;
+        for &aid in chunk {
+            let done = tx.update_by_key(pkey, &[Value::Int4(aid)], |row| {
+                let mut r = row.to_vec();
+                if let Value::Int4(b) = r[2] {
+                    r[2] = Value::Int4(b.wrapping_add(1));
+                }
+                Ok(r)
+            })?;
+            ensure!(done.is_some(), "account {aid} not found");
+            updated += 1;
+        }
+        tx.commit()?;
+    }
+    Ok(updated)
+}
+
+/// Runs one VACUUM of the table, timing it and sampling its progress phases.
+fn timed_vacuum(
+    db: &Database,
+    params: &VacuumParams,
+    run: usize,
+    phase: &'static str,
+) -> Result<(VacuumReport, VacuumFigures)> {
+    let before = db.stats();
+    let stop = AtomicBool::new(false);
+    let (result, elapsed, samples) = std::thread::scope(|s| {
+        let sampler = s.spawn(|| sample_phases(db, &stop));
+        let start = Instant::now();
+        let result = db.vacuum(Some(TABLE), params);
+        let elapsed = start.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        (result, elapsed, sampler.join().unwrap_or_default())
+    });
+    let r = result?.into_iter().next().context("VACUUM returned no report")?;
+    let after = db.stats();
+    let phase_seconds = phase_durations(&samples, elapsed);
+    let fig = VacuumFigures {
+        engine: format!("settledb/{}", r.policy),
+        run,
+        phase,
+        seconds: elapsed.as_secs_f64(),
+        wal_bytes: after.wal.bytes - before.wal.bytes,
+        wal_record_bytes: r.wal.bytes,
+        wal_records: r.wal.records,
+        full_page_images: r.wal.fpi,
+        pages: u64::from(r.new_pages),
+        scanned_pages: u64::from(r.scanned_pages),
+        tuples_removed: r.tuples_deleted,
+        dead_items_removed: r.lpdead_items,
+        index_scans: u64::from(r.num_index_scans),
+        cpu_user_seconds: r.user_cpu.as_secs_f64(),
+        cpu_system_seconds: r.system_cpu.as_secs_f64(),
+        checkpoints_during: Some(after.checkpoints - before.checkpoints),
+        phase_seconds,
+        verbose: r.verbose_text(),
+    };
+    Ok((r, fig))
+}
+
+/// Polls the progress view every 2 ms until `stop`; returns each phase change (name, when).
+fn sample_phases(db: &Database, stop: &AtomicBool) -> Vec<(&'static str, Duration)> {
+    let start = Instant::now();
+    let mut out: Vec<(&'static str, Duration)> = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(row) = db.vacuum_progress().into_iter().find(|p| p.relname == TABLE) {
+            if out.last().map(|l| l.0) != Some(row.phase) {
+                out.push((row.phase, start.elapsed()));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    out
+}
+
+/// Turns phase changes into seconds per phase (summed over repeats, in first-seen order); the
+/// time before the first sample counts as "initializing".
+fn phase_durations(samples: &[(&'static str, Duration)], total: Duration) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    let mut add = |name: &str, d: Duration| match out.iter_mut().find(|(n, _)| n == name) {
+        Some(e) => e.1 += d.as_secs_f64(),
+        None => out.push((name.to_string(), d.as_secs_f64())),
+    };
+    if let Some(first) = samples.first() {
+        add("initializing", first.1);
+    }
+    for (i, (name, at)) in samples.iter().enumerate() {
+        let end = samples.get(i + 1).map_or(total, |n| n.1).max(*at);
+        add(name, end - *at);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL
+
+fn postgres_run(pg: &Postgres, scale: u32, run: usize) -> Result<(PrepFigures, Vec<VacuumFigures>)> {
+    let start = Instant::now();
+    let s = scale.to_string();
+    pg.pgbench(&["-i", "-q", "-I", "dtG", "-s", &s])?;
+    let load_seconds = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    pg.pgbench(&["-i", "-q", "-I", "p", "-s", &s])?;
+    let index_seconds = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    pg.psql(&[&format!("UPDATE {TABLE} SET abalance = abalance + 1 WHERE aid % 20 = 7")])?;
+    let update_seconds = start.elapsed().as_secs_f64();
+    let stat =
+        pg.query(&format!("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = '{TABLE}'"))?;
+    let (upd, hot) = stat.split_once('|').with_context(|| format!("unexpected pg_stat_user_tables row {stat:?}"))?;
+    pg.query("CHECKPOINT")?;
+    let heap_pages: u64 = pg.query(&format!("SELECT pg_relation_size('{TABLE}') / 8192"))?.parse()?;
+    let index_pages: u64 = pg.query(&format!("SELECT pg_relation_size('{PKEY}') / 8192"))?.parse()?;
+    let v1 = postgres_vacuum(pg, "VERBOSE", run, "vacuum")?;
+    let v2 = postgres_vacuum(pg, "VERBOSE, DISABLE_PAGE_SKIPPING", run, "full-scan")?;
+    let prep = PrepFigures {
+        engine: "postgres".into(),
+        run,
+        rows: u64::from(scale) * 100_000,
+        load_seconds,
+        index_seconds,
+        updated_rows: upd.trim().parse()?,
+        update_seconds,
+        hot_updates: hot.trim().parse()?,
+        heap_pages_before_vacuum: heap_pages,
+        index_pages_before_vacuum: index_pages,
+    };
+    Ok((prep, vec![v1, v2]))
+}
+
+/// `VACUUM (options) pgbench_accounts` in one psql session between two reads of the WAL insert
+/// position, timed by psql.
+fn postgres_vacuum(pg: &Postgres, options: &str, run: usize, phase: &'static str) -> Result<VacuumFigures> {
+    let sql = format!("VACUUM ({options}) {TABLE}");
+    let (out, err) = pg.psql(&[
+        "SELECT pg_current_wal_insert_lsn()",
+        "\\timing on",
+        &sql,
+        "\\timing off",
+        "SELECT pg_current_wal_insert_lsn()",
+    ])?;
+    let lsns: Vec<u64> = out.lines().filter_map(parse_lsn).collect();
+    let [lsn0, lsn1] = lsns[..] else { bail!("expected two WAL positions from psql, got {out:?}") };
+    let ms = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Time: "))
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse::<f64>().ok())
+        .with_context(|| format!("no \\timing line in psql's output {out:?}"))?;
+    let verbose: String = err.lines().filter(|l| !l.is_empty()).map(|l| format!("{l}\n")).collect();
+    let wal = numbers_in(&verbose, "WAL usage:");
+    let pages = numbers_in(&verbose, "pages:");
+    let cpu = numbers_in(&verbose, "system usage:");
+    let dead =
+        verbose.lines().find(|l| l.starts_with("index scan")).map(|l| numbers_in(l, "index scan")).unwrap_or_default();
+    let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0);
+    Ok(VacuumFigures {
+        engine: "postgres".into(),
+        run,
+        phase,
+        seconds: ms / 1000.0,
+        wal_bytes: lsn1.saturating_sub(lsn0),
+        wal_record_bytes: at(&wal, 2) as u64,
+        wal_records: at(&wal, 0) as u64,
+        full_page_images: at(&wal, 1) as u64,
+        pages: at(&pages, 1) as u64,
+        scanned_pages: at(&pages, 2) as u64,
+        tuples_removed: at(&numbers_in(&verbose, "tuples:"), 0) as u64,
+        dead_items_removed: at(&dead, 2) as u64,
+        index_scans: verbose
+            .lines()
+            .find_map(|l| l.split_once("index scans: "))
+            .and_then(|(_, n)| n.trim().parse().ok())
+            .unwrap_or(0),
+        cpu_user_seconds: at(&cpu, 0),
+        cpu_system_seconds: at(&cpu, 1),
+        checkpoints_during: None,
+        phase_seconds: Vec::new(),
+        verbose,
+    })
+}
+
+/// An LSN as PostgreSQL prints it (`1/65C898E0`), as a byte position.
+fn parse_lsn(s: &str) -> Option<u64> {
+    let (hi, lo) = s.trim().split_once('/')?;
+    Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
+}
+
+/// The numbers on the first line of `text` that starts with `prefix`, after the prefix
+/// (`"pages: 0 removed, 86066 remain"` → `[0, 86066]`).
+fn numbers_in(text: &str, prefix: &str) -> Vec<f64> {
+    let Some(line) = text.lines().find_map(|l| l.strip_prefix(prefix)) else { return Vec::new() };
+    line.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|w| w.trim_end_matches('.').parse::<f64>().ok())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Summary
+
+/// The figures of the run with the median time.
+fn median(mut v: Vec<&VacuumFigures>) -> Option<&VacuumFigures> {
+    v.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    v.get(v.len() / 2).copied()
+}
+
+fn summarize(all: &[VacuumFigures]) -> Vec<SummaryRow> {
+    let mut engines: Vec<&str> = Vec::new();
+    for f in all {
+        if !engines.contains(&f.engine.as_str()) {
+            engines.push(&f.engine);
+        }
+    }
+    let mut rows = Vec::new();
+    for phase in ["vacuum", "full-scan"] {
+        let med = |engine: &str| median(all.iter().filter(|f| f.engine == engine && f.phase == phase).collect());
+        let pg = med("postgres");
+        for &engine in &engines {
+            let Some(m) = med(engine) else { continue };
+            let vs = pg.filter(|_| engine != "postgres");
+            let ratio = |a: f64, b: f64| (b > 0.0).then(|| a / b);
+            rows.push(SummaryRow {
+                engine: engine.to_string(),
+                phase,
+                runs: all.iter().filter(|f| f.engine == engine && f.phase == phase).count(),
+                seconds: m.seconds,
+                cpu_seconds: m.cpu_user_seconds + m.cpu_system_seconds,
+                wal_bytes: m.wal_bytes,
+                full_page_images: m.full_page_images,
+                seconds_ratio: vs.and_then(|p| ratio(m.seconds, p.seconds)),
+                wal_ratio: vs.and_then(|p| ratio(m.wal_bytes as f64, p.wal_bytes as f64)),
+            });
+        }
+    }
+    rows
+}
+
+fn targets(summary: &[SummaryRow]) -> Vec<Target> {
+    let pg = |phase: &str| summary.iter().find(|r| r.engine == "postgres" && r.phase == phase);
+    let mut out = Vec::new();
+    for r in summary.iter().filter(|r| r.engine != "postgres") {
+        let Some(p) = pg(r.phase) else { continue };
+        let time_ok = r.seconds <= TARGET_TIME_RATIO * p.seconds;
+        out.push(Target {
+            what: format!("{} {}: elapsed <= {TARGET_TIME_RATIO}x PostgreSQL's", r.engine, r.phase),
+            holds: time_ok,
+            detail: format!("{:.3} s vs {:.3} s = {:.2}x", r.seconds, p.seconds, r.seconds / p.seconds),
+        });
+        let wal_ok = r.wal_bytes as f64 <= TARGET_WAL_RATIO * p.wal_bytes as f64;
+        let ratio = r.wal_ratio.map_or_else(|| "n/a".to_string(), |x| format!("{x:.3}x"));
+        out.push(Target {
+            what: format!("{} {}: WAL bytes <= PostgreSQL's", r.engine, r.phase),
+            holds: wal_ok,
+            detail: format!("{} vs {} bytes = {ratio}", r.wal_bytes, p.wal_bytes),
+        });
+    }
+    out
+}
+
+fn print_run(p: &PrepFigures, v: &[VacuumFigures]) {
+    println!("== {}, run {} ==", p.engine, p.run);
+    println!(
+        "loaded {} rows in {:.2} s, primary key in {:.2} s; {} updates in {:.2} s ({} HOT); {} heap pages, {} index \
+         pages",
+        p.rows,
+        p.load_seconds,
+        p.index_seconds,
+        p.updated_rows,
+        p.update_seconds,
+        p.hot_updates,
+        p.heap_pages_before_vacuum,
+        p.index_pages_before_vacuum
+    );
+    for f in v {
+        let what = if f.phase == "vacuum" { "VACUUM (VERBOSE)" } else { "VACUUM (VERBOSE, DISABLE_PAGE_SKIPPING)" };
+        println!("-- {what} {TABLE}: {:.3} s, {} WAL bytes", f.seconds, f.wal_bytes);
+        print!("{}", f.verbose);
+        if !f.phase_seconds.is_empty() {
+            let phases: Vec<String> = f.phase_seconds.iter().map(|(n, s)| format!("{n} {s:.3} s")).collect();
+            println!("phases (sampled): {}", phases.join(", "));
+        }
+        if let Some(c) = f.checkpoints_during.filter(|&c| c > 0) {
+            println!("warning: {c} checkpoint(s) completed during this VACUUM");
+        }
+    }
+    println!();
+}
+
+fn print_summary(r: &VacuumBenchReport) {
+    let m = &r.machine;
+    println!("machine: {} CPUs ({}), {} GiB, {}", m.cpus, m.cpu_model, m.memory_gib, m.os);
+    println!("load average: {} at start, {} at end", r.load_average_start, r.load_average_end);
+    println!("settings: {}", r.settings.join(" "));
+    if let Some(c) = r.peer_data_checksums {
+        println!("PostgreSQL data checksums: {} (settledb's pages always carry one)", if c { "on" } else { "off" });
+    }
+    let runs = r.summary.first().map_or(1, |s| s.runs);
+    let of = if runs > 1 { format!("medians of {runs} runs") } else { "one run".to_string() };
+    println!("{TABLE} at scale {} ({} rows), {of}:", r.scale, r.rows);
+    println!(
+        "{:<18} {:<10} {:>9} {:>9} {:>14} {:>8} {:>12} {:>10}",
+        "engine", "phase", "seconds", "CPU s", "WAL bytes", "FPIs", "time ratio", "WAL ratio"
+    );
+    let x = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.3}x"));
+    for s in &r.summary {
+        println!(
+            "{:<18} {:<10} {:>9.3} {:>9.2} {:>14} {:>8} {:>12} {:>10}",
+            s.engine,
+            s.phase,
+            s.seconds,
+            s.cpu_seconds,
+            s.wal_bytes,
+            s.full_page_images,
+            x(s.seconds_ratio),
+            x(s.wal_ratio)
+        );
+    }
+    if !r.targets.is_empty() {
+        println!("targets (settledb/postgres):");
+        for t in &r.targets {
+            println!("  [{}] {} ({})", if t.holds { "ok" } else { "MISS" }, t.what, t.detail);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_postgres_vacuum_output() {
+        let v = "INFO:  finished vacuuming \"postgres.public.pgbench_accounts\": index scans: 1\n\
+                 pages: 0 removed, 86066 remain, 86066 scanned (100.00% of total)\n\
+                 tuples: 250000 removed, 5000000 remain, 0 are dead but not yet removable\n\
+                 index scan needed: 81967 pages from table (95.24% of total) had 250000 dead item identifiers removed\n\
+                 WAL usage: 263663 records, 95633 full page images, 745914605 bytes\n";
+        assert_eq!(numbers_in(v, "pages:"), [0.0, 86066.0, 86066.0, 100.0]);
+        assert_eq!(numbers_in(v, "WAL usage:"), [263663.0, 95633.0, 745914605.0]);
+        assert_eq!(numbers_in(v, "index scan needed:")[2], 250000.0);
+        assert_eq!(parse_lsn("1/65C898E0"), Some((1 << 32) + 0x65C8_98E0));
+        assert_eq!(parse_lsn("Time: 3.2 ms"), None);
+    }
+
+    #[test]
+    fn phases_are_summed_in_order() {
+        let ms = Duration::from_millis;
+        let s = [("scanning heap", ms(10)), ("vacuuming indexes", ms(50)), ("scanning heap", ms(60))];
+        let d = phase_durations(&s, ms(100));
+        let names: Vec<&str> = d.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["initializing", "scanning heap", "vacuuming indexes"]);
+        assert!((d[1].1 - 0.080).abs() < 1e-9 && (d[2].1 - 0.010).abs() < 1e-9, "{d:?}");
+    }
+
+    #[test]
+    fn later_settings_win_and_policies_parse() {
+        let s = settings(&["shared_buffers=2GB".into()]).unwrap();
+        assert_eq!(s.iter().filter(|(k, _)| k == "shared_buffers").count(), 1);
+        assert!(s.contains(&("shared_buffers".into(), "2GB".into())));
+        assert_eq!(policies(Some("all")).unwrap().len(), 3);
+        assert!(policies(Some("fast")).is_err());
+    }
+}
