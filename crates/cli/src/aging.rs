@@ -188,14 +188,21 @@ impl LogSums {
     }
 }
 
+/// One table's share of the autovacuum log.
+#[derive(Serialize, Default, Debug)]
+pub struct LogSplit {
+    pub anti_wraparound: LogSums,
+    pub normal: LogSums,
+}
+
 /// The autovacuum log of one run, split into anti-wraparound and other autovacuums, in total
 /// and per table; entries that are not vacuum reports (errors) are kept as they are.
 #[derive(Serialize, Default, Debug)]
 pub struct LogTotals {
     pub anti_wraparound: LogSums,
     pub normal: LogSums,
-    /// Per table: `[anti_wraparound, normal]`.
-    pub tables: BTreeMap<String, [LogSums; 2]>,
+    /// The same split for each table.
+    pub tables: BTreeMap<String, LogSplit>,
     pub other_entries: Vec<String>,
 }
 
@@ -206,10 +213,10 @@ impl LogTotals {
                 let sums = self.tables.entry(e.table.clone()).or_default();
                 if e.wraparound {
                     self.anti_wraparound.add(&e);
-                    sums[0].add(&e);
+                    sums.anti_wraparound.add(&e);
                 } else {
                     self.normal.add(&e);
-                    sums[1].add(&e);
+                    sums.normal.add(&e);
                 }
             }
             None => self.other_entries.push(entry.trim_end().to_string()),
@@ -830,15 +837,21 @@ fn groups(runs: &[PolicyRun]) -> Vec<Group> {
     wal.row("bytes", each(&|p| int(p.wal_bytes)));
     wal.row("full-page images", each(&|p| int(p.wal_fpi)));
     out.push(wal);
-    for (title, pick) in [
-        ("autovacuum log: anti-wraparound", (|l: &LogTotals| l.anti_wraparound) as fn(&LogTotals) -> LogSums),
-        ("autovacuum log: other", |l: &LogTotals| l.normal),
-    ] {
+    let mut logged: Vec<&String> = runs.iter().flat_map(|p| p.autovacuum_log.tables.keys()).collect();
+    logged.sort();
+    logged.dedup();
+    for (title, wraparound) in [("autovacuum log: anti-wraparound", true), ("autovacuum log: other", false)] {
+        let pick = |l: &LogSplit| if wraparound { l.anti_wraparound } else { l.normal };
         let mut g = Group::new(title);
+        let totals = |l: &LogTotals| LogSplit { anti_wraparound: l.anti_wraparound, normal: l.normal };
         let s = |f: &dyn Fn(&LogSums) -> String| -> Vec<String> {
-            runs.iter().map(|p| f(&pick(&p.autovacuum_log))).collect()
+            runs.iter().map(|p| f(&pick(&totals(&p.autovacuum_log)))).collect()
         };
         g.row("vacuums", s(&|l| int(l.vacuums)));
+        for name in &logged {
+            let of = |p: &PolicyRun| p.autovacuum_log.tables.get(*name).map_or(0, |t| pick(t).vacuums);
+            g.row(&format!("  of {name}"), runs.iter().map(|p| int(of(p))));
+        }
         g.row("pages scanned", s(&|l| int(l.pages_scanned)));
         g.row("largest pages scanned", s(&|l| int(l.pages_scanned_max)));
         g.row("elapsed s", s(&|l| secs(l.elapsed_seconds)));
@@ -902,7 +915,7 @@ mod tests {
         assert_eq!((totals.anti_wraparound.vacuums, totals.normal.vacuums), (1, 2));
         assert_eq!(totals.normal.pages_scanned, 2400);
         assert_eq!(totals.normal.pages_scanned_max, 1200);
-        assert_eq!(totals.tables["pgbench_accounts"][1].vacuums, 2);
+        assert_eq!(totals.tables["pgbench_accounts"].normal.vacuums, 2);
         assert_eq!(totals.other_entries.len(), 1);
     }
 
