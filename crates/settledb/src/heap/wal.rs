@@ -318,7 +318,7 @@ pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, data: &
             apply_prune(page, &plan);
         }
         (Rmgr::Heap2, XLOG_HEAP2_FREEZE_PAGE) => {
-            let plans = crate::vacuum::wal::decode_freeze(&rec.main_data, rec.lsn)?;
+            let plans = crate::vacuum::wal::decode_freeze(&rec.main_data, rec.lsn, page)?;
             crate::vacuum::wal::apply_freeze(page, &plans, rec.lsn)?;
         }
         (Rmgr::Heap2, XLOG_HEAP2_VACUUM) => {

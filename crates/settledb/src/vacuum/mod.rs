@@ -533,7 +533,13 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
             || relfrozenxid.precedes(new_frozen)
             || inner.xact.next_full_xid().xid().precedes(relfrozenxid));
     let frozen_to_store = if advance { new_frozen } else { relfrozenxid };
-    update_pg_class(inner, entry, new_pages, reltuples, frozen_to_store)?;
+    // Like vac_update_relstats, write only when something changed.
+    let unchanged = entry.relpages.load(Ordering::Acquire) == new_pages
+        && *entry.reltuples.lock() == reltuples
+        && relfrozenxid == frozen_to_store;
+    if !unchanged {
+        update_pg_class(inner, entry, new_pages, reltuples, frozen_to_store)?;
+    }
     if advance {
         lv.r.new_relfrozenxid = Some(new_frozen);
         update_database_frozen_xid(inner)?;
@@ -768,8 +774,9 @@ impl LazyVacuum<'_> {
         let decision = freeze::decide(&scan, self.policy, scan.all_visible, pruning_wrote_fpi);
         if !decision.changes.is_empty() {
             let plans = wal::plans_from(&decision.changes);
+            let main = wal::encode_freeze_for(&plans, p);
             wal::apply_freeze(p, &plans, crate::types::Lsn(0))?;
-            let lsn = log_page_record(env, self.rel, block, p, wal_info::FREEZE_PAGE, wal::encode_freeze(&plans))?;
+            let lsn = log_page_record(env, self.rel, block, p, wal_info::FREEZE_PAGE, main)?;
             page::set_lsn(p, lsn);
             buf.mark_dirty();
             if decision.tuples_frozen > 0 {

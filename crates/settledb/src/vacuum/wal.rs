@@ -71,6 +71,30 @@ pub fn plans_from(changes: &[(OffsetNumber, TupleFreeze)]) -> Vec<FreezePlan> {
     plans
 }
 
+/// `ntuples` of a plan that applies to every NORMAL tuple of the page.
+const ALL_NORMAL: u16 = 0xFFFF;
+
+/// Encodes plans for `page` (the page as it is before they are applied): a single plan that
+/// covers every NORMAL tuple is written without its offsets.
+pub fn encode_freeze_for(plans: &[FreezePlan], page: &[u8]) -> Vec<u8> {
+    if let [only] = plans {
+        let normal = (1..=page::max_offset(page))
+            .map(OffsetNumber)
+            .filter(|&o| page::item_id(page, o).flags == LpFlags::Normal);
+        if normal.eq(only.offsets.iter().copied()) {
+            let mut out = Vec::with_capacity(11);
+            out.extend_from_slice(&1u16.to_le_bytes());
+            out.extend_from_slice(&only.set.to_le_bytes());
+            out.extend_from_slice(&only.clear.to_le_bytes());
+            out.extend_from_slice(&only.clear2.to_le_bytes());
+            out.push(only.flags);
+            out.extend_from_slice(&ALL_NORMAL.to_le_bytes());
+            return out;
+        }
+    }
+    encode_freeze(plans)
+}
+
 pub fn encode_freeze(plans: &[FreezePlan]) -> Vec<u8> {
     let n: usize = plans.iter().map(|p| 9 + 2 * p.offsets.len()).sum();
     let mut out = Vec::with_capacity(2 + n);
@@ -88,17 +112,27 @@ pub fn encode_freeze(plans: &[FreezePlan]) -> Vec<u8> {
     out
 }
 
-pub fn decode_freeze(main: &[u8], lsn: Lsn) -> Result<Vec<FreezePlan>> {
+/// Decodes plans; a plan written as "every NORMAL tuple" is expanded against `page` (the page
+/// the record applies to, before it is applied).
+pub fn decode_freeze(main: &[u8], lsn: Lsn, page: &[u8]) -> Result<Vec<FreezePlan>> {
     let mut c = Cursor::new(main, lsn);
     let n = c.u16()?;
     let mut plans = Vec::with_capacity(usize::from(n));
     for _ in 0..n {
         let (set, clear, clear2, flags) = (c.u16()?, c.u16()?, c.u16()?, c.u8()?);
         let k = c.u16()?;
-        let mut offsets = Vec::with_capacity(usize::from(k));
-        for _ in 0..k {
-            offsets.push(OffsetNumber(c.u16()?));
-        }
+        let offsets = if k == ALL_NORMAL {
+            (1..=page::max_offset(page))
+                .map(OffsetNumber)
+                .filter(|&o| page::item_id(page, o).flags == LpFlags::Normal)
+                .collect()
+        } else {
+            let mut offsets = Vec::with_capacity(usize::from(k));
+            for _ in 0..k {
+                offsets.push(OffsetNumber(c.u16()?));
+            }
+            offsets
+        };
         plans.push(FreezePlan { set, clear, clear2, flags, offsets });
     }
     Ok(plans)
@@ -168,9 +202,24 @@ pub fn apply_unused(p: &mut [u8], offsets: &[OffsetNumber], lsn: Lsn) -> Result<
 }
 
 pub fn describe_freeze(main: &[u8], lsn: Lsn) -> Result<String> {
-    let plans = decode_freeze(main, lsn)?;
-    let n: usize = plans.iter().map(|p| p.offsets.len()).sum();
-    Ok(format!("FREEZE_PAGE nplans: {}, ntuples: {n}", plans.len()))
+    // Without the page, a whole-page plan cannot be expanded: say so.
+    let mut c = Cursor::new(main, lsn);
+    let n = c.u16()?;
+    let mut tuples = String::new();
+    for i in 0..n {
+        let _ = (c.u16()?, c.u16()?, c.u16()?, c.u8()?);
+        let k = c.u16()?;
+        if k == ALL_NORMAL {
+            tuples.push_str("all");
+        } else {
+            c.bytes(2 * usize::from(k))?;
+            tuples.push_str(&k.to_string());
+        }
+        if i + 1 < n {
+            tuples.push('+');
+        }
+    }
+    Ok(format!("FREEZE_PAGE nplans: {n}, ntuples: {tuples}"))
 }
 
 pub fn describe_unused(main: &[u8], lsn: Lsn) -> Result<String> {
