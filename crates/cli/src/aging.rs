@@ -69,7 +69,8 @@
 //! anti-wraparound and of the other autovacuums of every table (`pg_class` included), summed
 //! and at their largest. At the end the database is closed, reopened with autovacuum off, and
 //! `settledb::check` verifies it; problems are printed (the first CHECK_PROBLEMS_SHOWN) and the
-//! command exits 1.
+//! command exits 1. A run that stops with an error is reported after the figures of the others,
+//! and the command exits 2.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -323,6 +324,14 @@ struct AgingReport {
     seed: u64,
     settings: Vec<String>,
     runs: Vec<PolicyRun>,
+    /// Runs that stopped with an error (they have no figures).
+    errors: Vec<PolicyError>,
+}
+
+#[derive(Serialize)]
+struct PolicyError {
+    policy: String,
+    error: String,
 }
 
 /// The relfrozenxid age as PostgreSQL's `age()` computes it.
@@ -686,7 +695,7 @@ pub fn run(a: AgingArgs) -> Result<ExitCode> {
     let policies = validate(&a)?;
     // Reject a bad --set before any work.
     crate::config_from(&settings(&a, policies[0]))?;
-    let mut runs = Vec::new();
+    let (mut runs, mut errors) = (Vec::new(), Vec::new());
     for &policy in &policies {
         let dir = std::env::temp_dir().join(format!("settle-bench-aging-{}-{policy}", std::process::id()));
         if dir.exists() {
@@ -696,9 +705,13 @@ pub fn run(a: AgingArgs) -> Result<ExitCode> {
         if !a.json {
             eprintln!("aging: running vacuum_freeze_policy={policy} in {}", dir.display());
         }
-        runs.push(run_policy(&a, policy, &dir).with_context(|| format!("policy {policy}"))?);
+        // A failed run does not hide the others: it is reported with them.
+        match run_policy(&a, policy, &dir) {
+            Ok(r) => runs.push(r),
+            Err(e) => errors.push(PolicyError { policy: policy.to_string(), error: format!("{e:#}") }),
+        }
     }
-    let failed = runs.iter().any(|r| !r.check_problems.is_empty());
+    let check_failed = runs.iter().any(|r| !r.check_problems.is_empty());
     let report = AgingReport {
         benchmark: "aging",
         machine: machine(),
@@ -709,13 +722,18 @@ pub fn run(a: AgingArgs) -> Result<ExitCode> {
         seed: a.seed,
         settings: settings(&a, policies[0]).into_iter().filter(|s| !s.starts_with("vacuum_freeze_policy=")).collect(),
         runs,
+        errors,
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", render(&report));
     }
-    if failed {
+    if !report.errors.is_empty() {
+        eprintln!("FAILED: {} of {} runs stopped with an error", report.errors.len(), policies.len());
+        return Ok(ExitCode::from(2));
+    }
+    if check_failed {
         eprintln!("FAILED: settledb::check found problems after a run");
         return Ok(ExitCode::FAILURE);
     }
@@ -773,10 +791,11 @@ fn render(r: &AgingReport) -> String {
         r.seed
     );
     let _ = writeln!(out, "settings: {}\n", r.settings.join(" "));
-    let policies: Vec<String> = r.runs.iter().map(|p| p.policy.clone()).collect();
-    let groups = groups(&r.runs);
-    let text: Vec<String> = groups.iter().map(|g| g.render(&policies)).collect();
-    out.push_str(&text.join("\n"));
+    if !r.runs.is_empty() {
+        let policies: Vec<String> = r.runs.iter().map(|p| p.policy.clone()).collect();
+        let text: Vec<String> = groups(&r.runs).iter().map(|g| g.render(&policies)).collect();
+        out.push_str(&text.join("\n"));
+    }
     for p in &r.runs {
         let _ = writeln!(out, "\n{}: check: {}", p.policy, p.check);
         for problem in &p.check_problems {
@@ -788,6 +807,9 @@ fn render(r: &AgingReport) -> String {
         if let Some(d) = &p.data_dir {
             let _ = writeln!(out, "  data directory kept: {}", d.display());
         }
+    }
+    for e in &r.errors {
+        let _ = writeln!(out, "\n{}: error: {}", e.policy, e.error);
     }
     out
 }
