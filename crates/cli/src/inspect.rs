@@ -42,7 +42,18 @@ pub fn run(dir: PathBuf, what: &str, name: &str, block: Option<u32>) -> Result<E
 fn render(db: &Database, what: &str, name: &str, block: Option<u32>) -> Result<String> {
     let need_block = || block.with_context(|| format!("settle inspect {what} needs a BLOCK number"));
     Ok(match what {
-        "page" => db.describe_page(&db.table(name)?, need_block()?, true)?,
+        "page" => match block {
+            Some(b) => db.describe_page(&db.table(name)?, b, true)?,
+            None => {
+                // Every page of the table, as pageinspect over generate_series(0, relpages - 1).
+                let t = db.table(name)?;
+                let mut out = String::new();
+                for b in 0..db.table_pages(&t)? {
+                    out.push_str(&format!("block {b}:\n{}", db.describe_page(&t, b, true)?));
+                }
+                out
+            }
+        },
         "index" => db.describe_index_page(&db.index(name)?, need_block()?)?,
         "vm" => match block {
             Some(b) => db.describe_map_page(&db.table(name)?, Fork::Vm, b)?,

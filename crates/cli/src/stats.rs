@@ -118,7 +118,7 @@ fn timestamp(micros: u64) -> Cell {
     }
     let secs = micros / 1_000_000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days);
+    let (y, m, d) = settledb::stats::civil_from_days(days);
     Cell::Text(format!(
         "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:06}+00",
         rem / 3600,
@@ -126,20 +126,6 @@ fn timestamp(micros: u64) -> Cell {
         rem % 60,
         micros % 1_000_000
     ))
-}
-
-/// The proleptic Gregorian date `days` days after 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + u64::from(m <= 2);
-    (y, m, d)
 }
 
 fn user_tables(tables: &[(String, TableStatsSnapshot)]) -> View {

@@ -202,6 +202,7 @@ impl ItemId {
     }
 }
 
+#[inline]
 fn rd16(p: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([p[at], p[at + 1]])
 }
@@ -210,6 +211,7 @@ fn wr16(p: &mut [u8], at: usize, v: u16) {
     p[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }
 
+#[inline]
 fn rd32(p: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([p[at], p[at + 1], p[at + 2], p[at + 3]])
 }
@@ -265,6 +267,7 @@ pub fn clear_flags(page: &mut [u8], bits: u16) {
     set_flags(page, f & !bits);
 }
 
+#[inline]
 pub fn lower(page: &[u8]) -> u16 {
     rd16(page, OFF_LOWER)
 }
@@ -300,17 +303,20 @@ pub fn set_prune_xid(page: &mut [u8], xid: Xid) {
 }
 
 /// Number of line pointers: `(pd_lower - 24) / 4`, 0 on a new page.
+#[inline]
 pub fn max_offset(page: &[u8]) -> u16 {
     let lower = lower(page) as usize;
     (lower.saturating_sub(PAGE_HEADER_SIZE) / ITEM_ID_SIZE) as u16
 }
 
+#[inline]
 fn item_id_pos(off: OffsetNumber) -> usize {
     PAGE_HEADER_SIZE + (off.0 as usize - 1) * ITEM_ID_SIZE
 }
 
 /// The line pointer at `off`. Panics unless `1 <= off <= max_offset(page)`: callers check
 /// offsets taken from disk (TIDs, redirects) against [`max_offset`] first.
+#[inline]
 pub fn item_id(page: &[u8], off: OffsetNumber) -> ItemId {
     assert!(off.0 >= 1 && off.0 <= max_offset(page), "offset {off} out of range 1..={}", max_offset(page));
     ItemId::from_u32(rd32(page, item_id_pos(off)))
@@ -324,6 +330,7 @@ pub fn set_item_id(page: &mut [u8], off: OffsetNumber, id: ItemId) {
 
 /// The bytes of the NORMAL item at `off`. Panics if `off` is out of range, the item is not
 /// NORMAL, or its storage lies outside the page ([`validate_items`] rules that out).
+#[inline]
 pub fn item(page: &[u8], off: OffsetNumber) -> &[u8] {
     let id = item_id(page, off);
     assert_eq!(id.flags, LpFlags::Normal, "item {off} is not NORMAL");
@@ -339,6 +346,7 @@ pub fn item_mut(page: &mut [u8], off: OffsetNumber) -> &mut [u8] {
 
 /// The NORMAL item at `off`, or `None` when `off` is out of range, the line pointer is not
 /// NORMAL, or its storage lies outside the page. Never panics.
+#[inline]
 pub fn try_item(page: &[u8], off: OffsetNumber) -> Option<&[u8]> {
     if page.len() < PAGE_HEADER_SIZE || off.0 == 0 || off.0 > max_offset(page) {
         return None;

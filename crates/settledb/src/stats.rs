@@ -138,6 +138,21 @@ fn add(a: &AtomicU64, n: u64) {
     }
 }
 
+/// The proleptic Gregorian date (year, month, day) `days` days after 1970-01-01 (Howard
+/// Hinnant's algorithm), for printing timestamps without a date library.
+pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
+}
+
 /// Now, in microseconds since the Unix epoch (0 if the clock is before it).
 pub fn now_micros() -> u64 {
     std::time::SystemTime::now()

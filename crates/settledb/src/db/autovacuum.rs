@@ -201,19 +201,10 @@ impl Inner {
 
 /// `YYYY-MM-DD HH:MM:SS.mmm UTC` from seconds since the epoch.
 fn format_utc(secs: f64) -> String {
-    let total = secs as i64;
-    let ms = ((secs - total as f64) * 1000.0) as i64;
-    let (days, rem) = (total.div_euclid(86_400), total.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let total = secs.max(0.0) as u64;
+    let ms = ((secs - total as f64) * 1000.0) as u64;
+    let (days, rem) = (total / 86_400, total % 86_400);
+    let (y, m, d) = crate::stats::civil_from_days(days);
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{ms:03} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 

@@ -411,6 +411,16 @@ impl Database {
         inner.xact.set_oldest_xid(oldest, inner.config.autovacuum_freeze_max_age);
         // A fresh cluster and the end of recovery both start from a checkpoint.
         inner.checkpoint(false)?;
+        {
+            // The WAL writer wakes when inserters have buffered a megabyte (see wal::Wal).
+            let weak = Arc::downgrade(&inner);
+            inner.wal.set_writer_waker(Box::new(move || {
+                if let Some(i) = weak.upgrade() {
+                    let _g = i.bg_mutex.lock();
+                    i.bg_wake.notify_all();
+                }
+            }));
+        }
         let mut bg = Vec::new();
         for (name, f) in [
             ("settledb-walwriter", Inner::wal_writer_loop as fn(Arc<Inner>)),

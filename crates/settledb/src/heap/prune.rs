@@ -57,6 +57,7 @@ pub fn plan(page: &[u8], block: BlockNumber, oldest_xmin: Xid, xact: &Transactio
     }
 
     // Walk each chain from its root: a NORMAL tuple that is not heap-only, or a REDIRECT.
+    let mut chain: Vec<usize> = Vec::with_capacity(8);
     for i in 1..=maxu {
         let off = OffsetNumber(i as u16);
         let lp = page::item_id(page, off);
@@ -64,7 +65,7 @@ pub fn plan(page: &[u8], block: BlockNumber, oldest_xmin: Xid, xact: &Transactio
         if !(root_is_redirect || (lp.flags == LpFlags::Normal && !heap_only[i])) {
             continue;
         }
-        let mut chain: Vec<usize> = Vec::new();
+        chain.clear();
         let mut cur = if root_is_redirect { usize::from(lp.off) } else { i };
         let mut prior_xmax: Option<Xid> = None;
         while cur >= 1 && cur <= maxu && !chain.contains(&cur) {

@@ -754,12 +754,16 @@ impl LazyVacuum<'_> {
             return Ok(());
         }
 
-        // Prune.
-        let normal_before = count_normal(p);
-        let fpi_before = crate::wal::my_wal_usage().fpi;
-        heap::prune_locked(env, self.rel, &buf, p, self.cutoffs.oldest_xmin)?;
-        let pruning_wrote_fpi = crate::wal::my_wal_usage().fpi > fpi_before;
-        self.r.tuples_deleted += u64::from(normal_before - count_normal(p));
+        // Prune, unless the hint bits prove there is nothing to prune: a settled page (every
+        // tuple's inserter known committed, no deleter) is only analyzed.
+        let mut pruning_wrote_fpi = false;
+        if may_need_pruning(p) {
+            let normal_before = count_normal(p);
+            let fpi_before = crate::wal::my_wal_usage().fpi;
+            heap::prune_locked(env, self.rel, &buf, p, self.cutoffs.oldest_xmin)?;
+            pruning_wrote_fpi = crate::wal::my_wal_usage().fpi > fpi_before;
+            self.r.tuples_deleted += u64::from(normal_before - count_normal(p));
+        }
 
         let mut scan = freeze::analyze_page(p, &self.cutoffs, &self.inner.xact)?;
         // Without indexes nothing points at LP_DEAD items: make them unused right away
@@ -1072,6 +1076,18 @@ impl LazyVacuum<'_> {
             }
         }
     }
+}
+
+/// Whether pruning could remove anything: some tuple lacks the hints that prove it live to
+/// everyone who could look (its inserter committed, no deleter). A tuple without them may be
+/// dead (aborted inserter, committed deleter), or part of a HOT chain that is.
+fn may_need_pruning(p: &[u8]) -> bool {
+    use crate::heap::tuple::{HEAP_XMAX_INVALID, HEAP_XMIN_COMMITTED};
+    let hinted = HEAP_XMIN_COMMITTED | HEAP_XMAX_INVALID;
+    (1..=page::max_offset(p)).map(OffsetNumber).any(|o| {
+        page::item_id(p, o).flags == LpFlags::Normal
+            && page::try_item(p, o).and_then(TupleHeader::parse).is_none_or(|h| h.infomask() & hinted != hinted)
+    })
 }
 
 fn count_normal(p: &[u8]) -> u32 {

@@ -78,9 +78,8 @@ const ALL_NORMAL: u16 = 0xFFFF;
 /// covers every NORMAL tuple is written without its offsets.
 pub fn encode_freeze_for(plans: &[FreezePlan], page: &[u8]) -> Vec<u8> {
     if let [only] = plans {
-        let normal = (1..=page::max_offset(page))
-            .map(OffsetNumber)
-            .filter(|&o| page::item_id(page, o).flags == LpFlags::Normal);
+        let normal =
+            (1..=page::max_offset(page)).map(OffsetNumber).filter(|&o| page::item_id(page, o).flags == LpFlags::Normal);
         if normal.eq(only.offsets.iter().copied()) {
             let mut out = Vec::with_capacity(11);
             out.extend_from_slice(&1u16.to_le_bytes());

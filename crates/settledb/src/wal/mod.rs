@@ -293,7 +293,16 @@ pub struct Wal {
     flushed: AtomicU64,
     poisoned: AtomicBool,
     poison_reason: Mutex<Option<String>>,
+    /// Called when the unwritten WAL crosses [`WRITER_WAKE_BYTES`], so the WAL writer thread
+    /// writes it out on its own core before inserters fill `wal_buffers` and must write it
+    /// themselves (a VACUUM produces hundreds of MB per second).
+    writer_waker: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+    /// Set when the writer was woken; cleared whenever buffered WAL is written.
+    writer_poked: AtomicBool,
 }
+
+/// Unwritten WAL that wakes the WAL writer early.
+pub const WRITER_WAKE_BYTES: usize = 1 << 20;
 
 /// Largest scratch buffer a thread keeps between records.
 const SCRATCH_KEEP_BYTES: usize = 256 << 10;
@@ -338,6 +347,8 @@ impl Wal {
             flushed: AtomicU64::new(start.0),
             poisoned: AtomicBool::new(false),
             poison_reason: Mutex::new(None),
+            writer_waker: Mutex::new(None),
+            writer_poked: AtomicBool::new(false),
         })
     }
 
@@ -354,6 +365,11 @@ impl Wal {
             }
             result
         })?;
+        if buffered >= WRITER_WAKE_BYTES && !self.writer_poked.swap(true, Ordering::AcqRel) {
+            if let Some(wake) = self.writer_waker.lock().as_ref() {
+                wake();
+            }
+        }
         if buffered > self.wal_buffers_bytes {
             let mut io = self.io.lock();
             let still = self.insert.lock().buf.len();
@@ -362,6 +378,11 @@ impl Wal {
             }
         }
         Ok(end)
+    }
+
+    /// Registers what wakes the WAL writer (see [`WRITER_WAKE_BYTES`]).
+    pub fn set_writer_waker(&self, wake: Box<dyn Fn() + Send + Sync>) {
+        *self.writer_waker.lock() = Some(wake);
     }
 
     /// Assembles `rec` into `scratch` and copies it into the WAL buffer; returns the record's
@@ -396,6 +417,7 @@ impl Wal {
 
     /// Writes every buffered byte to the segment files (no fsync); returns the written end.
     fn write_buffered(&self, io: &mut IoState) -> Result<Lsn> {
+        self.writer_poked.store(false, Ordering::Release);
         let (start, chunk) = {
             let mut st = self.insert.lock();
             let spare = std::mem::take(&mut st.spare);
