@@ -88,6 +88,9 @@ pub enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Freeze policies compared while XIDs age: a pgbench-like workload under autovacuum with
+    /// freeze ages scaled down, several anti-wraparound cycles per run.
+    Aging(crate::aging::AgingArgs),
 }
 
 #[derive(Serialize, Default, Clone)]
@@ -162,6 +165,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Tidstore { scale, probes, only, structures, json } => {
             tidstore(scale, probes, only.as_deref(), &structures, json)
         }
+        BenchCmd::Aging(args) => crate::aging::run(args),
     }
 }
 

@@ -19,12 +19,15 @@
 //!   updated, then again over the clean table, next to PostgreSQL 15 doing the same.
 //! * `settle bench tidstore [--scale 1|10] [--json]`: VACUUM's dead-TID stores compared
 //!   (memory, attach, shuffled/ordered/batched lookups, iteration).
+//! * `settle bench aging [--policy lazy,pg16,eager] [--transactions N] [--scale S]
+//!   [--xids-per-tx K] [--json]`: the freeze policies compared under autovacuum while XIDs age.
 //!
 //! The binary installs `tidstore::bench::CountingAlloc` as its global allocator so that the
 //! tidstore benchmark can measure each structure's heap bytes exactly. It costs one relaxed
 //! atomic add per allocation and one subtract per free on top of the system allocator, which
 //! is noise next to what the other commands do per allocation.
 
+mod aging;
 mod bench;
 mod inspect;
 mod peer;

@@ -181,6 +181,8 @@ fn vacuum_and_inspect_reject_bad_input_without_panicking() {
         (&["vacuum", d, "--set", "vacuum_freeze_policy=fast"], "vacuum_freeze_policy"),
         (&["vacuum", d, "no_such_table"], "relation \"no_such_table\" does not exist"),
         (&["vacuum", tmp.path().to_str().unwrap()], "not a settledb data directory"),
+        // `inspect page TABLE` without a block shows every page (60c4e3e); an index page still
+        // needs its block.
         (&["inspect", d, "index", "t_pkey"], "needs a BLOCK number"),
         (&["inspect", d, "fsm", "no_such_table"], "relation \"no_such_table\" does not exist"),
         (&["bench", "vacuum", "--policy", "fast"], "--policy"),
@@ -272,4 +274,72 @@ fn stats_shows_the_views_and_keeps_them_across_runs() {
     let (ok, _, err) = settle(&["stats", tmp.path().to_str().unwrap()]);
     assert!(!ok);
     assert!(err.contains("not a settledb data directory"), "{err}");
+}
+
+/// `settle bench aging` on a tiny configuration: one run per policy asked for, every metric
+/// group in the text, the same figures as JSON, and a clean check after each run. Only the
+/// shape and the workload's own arithmetic are asserted: how many autovacuums run depends on
+/// timing.
+#[test]
+fn bench_aging_reports_every_policy_and_metric_group() {
+    let args = [
+        "bench",
+        "aging",
+        "--policy",
+        "lazy,eager",
+        "--transactions",
+        "3000",
+        "--xids-per-tx",
+        "40",
+        "--freeze-max-age",
+        "100000",
+    ];
+    let (ok, out, err) = settle(&[&args[..], &["--json"]].concat());
+    assert!(ok, "bench aging failed: {err}\n{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["benchmark"], "aging");
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.iter().map(|r| r["policy"].as_str().unwrap()).collect::<Vec<_>>(), ["lazy", "eager"]);
+    for r in runs {
+        assert_eq!(r["transactions"], 3000);
+        assert!(r["xids_consumed"].as_u64().unwrap() >= 3000 * 40, "{r}");
+        assert!(r["check"].as_str().unwrap().ends_with("no problems"), "{r}");
+        let tables: Vec<&str> = r["tables"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert_eq!(tables, ["pgbench_accounts", "pgbench_history"]);
+        assert!(r["tables"][0]["heap_pages_end"].as_u64().unwrap() >= 100_000u64.div_ceil(61), "{r}");
+        for kind in ["anti_wraparound", "normal"] {
+            assert!(r["autovacuum_log"][kind]["pages_scanned"].is_u64(), "{r}");
+        }
+        assert_eq!(r["autovacuum_log"]["other_entries"].as_array().map(Vec::len), Some(0), "{r}");
+    }
+
+    let (ok, out, err) = settle(&args);
+    assert!(ok, "bench aging failed: {err}\n{out}");
+    for group in [
+        "run ",
+        "pgbench_accounts ",
+        "pgbench_history ",
+        "WAL (transaction phase) ",
+        "autovacuum log: anti-wraparound ",
+        "autovacuum log: other ",
+    ] {
+        let header = out.lines().find(|l| l.starts_with(group)).unwrap_or_else(|| panic!("{group} missing:\n{out}"));
+        assert!(header.trim_end().ends_with("lazy       eager"), "{header}");
+    }
+    assert!(out.lines().any(|l| l.starts_with("anti-wraparound autovacuums ")), "{out}");
+    assert_eq!(out.matches(": check: checked 3 tables").count(), 2, "{out}");
+}
+
+/// Wrong flags are errors that name what is wrong, before any work.
+#[test]
+fn bench_aging_rejects_bad_flags() {
+    let (ok, _, err) = settle(&["bench", "aging", "--policy", "lazy,sometimes"]);
+    assert!(!ok);
+    assert!(err.contains("unknown freeze policy \"sometimes\""), "{err}");
+    let (ok, _, err) = settle(&["bench", "aging", "--xids-per-tx", "0"]);
+    assert!(!ok);
+    assert!(err.contains("--xids-per-tx must be at least 1"), "{err}");
+    let (ok, _, err) = settle(&["bench", "aging", "--set", "vacuum_freeze_min_age=-5"]);
+    assert!(!ok);
+    assert!(err.contains("vacuum_freeze_min_age"), "{err}");
 }
