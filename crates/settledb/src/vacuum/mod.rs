@@ -22,6 +22,13 @@
 //! to know whether it is empty). When a non-aggressive vacuum skips an all-visible page that is
 //! not all-frozen, it cannot know that page's oldest XID and leaves relfrozenxid alone.
 //!
+//! # Settled pages
+//!
+//! A page read in phase I whose every tuple carries the hints "inserter committed, no deleter"
+//! cannot have anything to prune: VACUUM skips pruning it and only analyzes it (freezing,
+//! visibility map, free space). That is most of an aggressive or `DISABLE_PAGE_SKIPPING` scan
+//! of a clean table.
+//!
 //! # Cleanup locks
 //!
 //! Pruning moves tuples, so it needs the cleanup lock (exclusive lock and the only pin). When a
