@@ -109,7 +109,9 @@ fn min_opt(a: Option<Xid>, b: Option<Xid>) -> Option<Xid> {
 
 /// Examines every line pointer of a (pruned) heap page.
 pub fn analyze_page(p: &[u8], cutoffs: &Cutoffs, xact: &TransactionManager) -> Result<PageScan> {
-    let mut s = PageScan { all_visible: true, can_freeze_all: true, ..Default::default() };
+    let n = usize::from(page::max_offset(p));
+    let mut s =
+        PageScan { all_visible: true, can_freeze_all: true, tuples: Vec::with_capacity(n), ..Default::default() };
     for o in 1..=page::max_offset(p) {
         let off = OffsetNumber(o);
         let lp = page::item_id(p, off);
@@ -250,7 +252,7 @@ pub fn decide(
         FreezePolicy::Pg16 => s.must_freeze || (pruning_wrote_fpi && will_be_all_visible && s.can_freeze_all),
         FreezePolicy::Eager => s.must_freeze || will_be_all_visible,
     };
-    let mut d = FreezeDecision::default();
+    let mut d = FreezeDecision { changes: Vec::with_capacity(s.tuples.len()), ..Default::default() };
     for t in &s.tuples {
         let (change, left) = match (policy, whole_page) {
             (_, true) => (t.full, t.left_full),
