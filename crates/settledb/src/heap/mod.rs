@@ -533,6 +533,26 @@ pub fn prune_locked(
     page_bytes: &mut [u8],
     oldest_xmin: Xid,
 ) -> Result<bool> {
+    Ok(prune_page(env, rel, buf, page_bytes, oldest_xmin)?.changed)
+}
+
+/// What one pruning of a page did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// The page changed (and a PRUNE record was logged).
+    pub changed: bool,
+    /// Tuples whose storage pruning freed (VACUUM's `tuples: N removed`).
+    pub tuples_removed: u32,
+}
+
+/// [`prune_locked`], also saying how many tuples it removed.
+pub fn prune_page(
+    env: &HeapEnv<'_>,
+    rel: &Relation,
+    buf: &Buffer<'_>,
+    page_bytes: &mut [u8],
+    oldest_xmin: Xid,
+) -> Result<Pruned> {
     let block = buf.block();
     set_hints_locked(env, buf, page_bytes)?;
     let plan = prune::plan(page_bytes, block, oldest_xmin, env.xact)?;
@@ -541,8 +561,9 @@ pub fn prune_locked(
             // Nothing removable yet: remember the new horizon need without dirtying for it.
             page::set_prune_xid(page_bytes, plan.new_prune_xid);
         }
-        return Ok(false);
+        return Ok(Pruned::default());
     }
+    let tuples_removed = prune::tuples_removed(page_bytes, &plan);
     wal::apply_prune(page_bytes, &plan);
     let lsn = log_one_block(
         env,
@@ -557,7 +578,7 @@ pub fn prune_locked(
     )?;
     page::set_lsn(page_bytes, lsn);
     buf.mark_dirty();
-    Ok(true)
+    Ok(Pruned { changed: true, tuples_removed })
 }
 
 /// A pageinspect-style rendering of a heap page: the header, then one line per line pointer

@@ -123,6 +123,16 @@ pub fn plan(page: &[u8], block: BlockNumber, oldest_xmin: Xid, xact: &Transactio
     Ok(out)
 }
 
+/// How many tuples `plan` frees on `page` (before it is applied): the heap-only members it
+/// makes unused, and the chain roots it makes DEAD or redirects that still held a tuple (a
+/// root that was already a REDIRECT held none).
+pub fn tuples_removed(page: &[u8], plan: &PrunePlan) -> u32 {
+    let normal = |o: OffsetNumber| page::item_id(page, o).flags == LpFlags::Normal;
+    let roots =
+        plan.dead.iter().filter(|&&o| normal(o)).count() + plan.redirected.iter().filter(|(o, _)| normal(*o)).count();
+    (plan.unused.len() + roots) as u32
+}
+
 /// Should a reader try to prune this page? (PostgreSQL's `heap_page_prune_opt` test: there is
 /// something prunable older than the horizon and the page is short of space.)
 pub fn worth_pruning(page: &[u8], oldest_xmin: Xid, fillfactor: u8) -> bool {

@@ -380,6 +380,11 @@ struct LazyVacuum<'a> {
     ring: Ring,
     /// The visibility map page of the pages being processed, kept pinned (`vmbuffer`).
     vm_pin: Option<Buffer<'a>>,
+    /// For each page in the dead-item store, what phase I learned: its LSN when phase I let
+    /// go of it, whether it will be all-visible once its LP_DEAD items are gone, and whether
+    /// it is then all-frozen. Phase III trusts it when the page's LSN has not moved (no logged
+    /// change since), instead of examining every tuple again.
+    phase1: Vec<(u32, crate::types::Lsn, bool, bool)>,
 }
 
 /// Vacuums one table.
@@ -494,6 +499,7 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
         },
         ring: Ring::new(256 << 10),
         vm_pin: None,
+        phase1: Vec::new(),
     };
     lv.check_failsafe();
     let orig_pages = inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
@@ -765,11 +771,10 @@ impl LazyVacuum<'_> {
         // tuple's inserter known committed, no deleter) is only analyzed.
         let mut pruning_wrote_fpi = false;
         if may_need_pruning(p) {
-            let normal_before = count_normal(p);
             let fpi_before = crate::wal::my_wal_usage().fpi;
-            heap::prune_locked(env, self.rel, &buf, p, self.cutoffs.oldest_xmin)?;
+            let pruned = heap::prune_page(env, self.rel, &buf, p, self.cutoffs.oldest_xmin)?;
             pruning_wrote_fpi = crate::wal::my_wal_usage().fpi > fpi_before;
-            self.r.tuples_deleted += u64::from(normal_before - count_normal(p));
+            self.r.tuples_deleted += u64::from(pruned.tuples_removed);
         }
 
         let mut scan = freeze::analyze_page(p, &self.cutoffs, &self.inner.xact)?;
@@ -816,10 +821,12 @@ impl LazyVacuum<'_> {
             let cat = self.fsm_category(page::heap_free_space(p), all_visible);
             self.fsm_pending.push((block, cat));
         }
+        let seen = (block.0, page::lsn(p), scan.all_visible, decision.all_frozen);
         drop(g);
         drop(buf);
         if has_lpdead {
             self.remember_dead(block, scan.lpdead)?;
+            self.phase1.push(seen);
         }
         Ok(())
     }
@@ -952,6 +959,7 @@ impl LazyVacuum<'_> {
             self.vacuum_indexes()?;
             self.vacuum_heap()?;
         }
+        self.phase1.clear();
         self.dead.reset();
         self.progress.dead_tuple_bytes.store(0, Ordering::Relaxed);
         self.progress.num_dead_item_ids.store(0, Ordering::Relaxed);
@@ -1000,11 +1008,22 @@ impl LazyVacuum<'_> {
             let mut g = buf.write();
             let p = &mut g.0;
             let offs: Vec<OffsetNumber> = offs.into_iter().map(OffsetNumber).collect();
+            let unchanged = self
+                .phase1
+                .binary_search_by_key(&b, |e| e.0)
+                .ok()
+                .map(|i| self.phase1[i])
+                .filter(|e| e.1 == page::lsn(p));
             log_unused(&env, self.rel, &buf, p, &offs)?;
-            let scan = freeze::analyze_page(p, &self.cutoffs, &self.inner.xact)?;
-            let all_visible = scan.all_visible && scan.lpdead.is_empty();
-            let all_frozen = all_visible && scan.is_fully_frozen();
-            self.update_vm(&buf, p, all_visible, all_frozen, !scan.lpdead.is_empty())?;
+            let (all_visible, all_frozen, has_lpdead) = match unchanged {
+                Some((_, _, visible, frozen)) => (visible, visible && frozen, false),
+                None => {
+                    let scan = freeze::analyze_page(p, &self.cutoffs, &self.inner.xact)?;
+                    let visible = scan.all_visible && scan.lpdead.is_empty();
+                    (visible, visible && scan.is_fully_frozen(), !scan.lpdead.is_empty())
+                }
+            };
+            self.update_vm(&buf, p, all_visible, all_frozen, has_lpdead)?;
             let cat = self.fsm_category(page::heap_free_space(p), all_visible);
             self.fsm_pending.push((block, cat));
             drop(g);
@@ -1095,10 +1114,6 @@ fn may_need_pruning(p: &[u8]) -> bool {
         page::item_id(p, o).flags == LpFlags::Normal
             && page::try_item(p, o).and_then(TupleHeader::parse).is_none_or(|h| h.infomask() & hinted != hinted)
     })
-}
-
-fn count_normal(p: &[u8]) -> u32 {
-    (1..=page::max_offset(p)).filter(|&o| page::item_id(p, OffsetNumber(o)).flags == LpFlags::Normal).count() as u32
 }
 
 /// Record kinds VACUUM writes (info bits of rmgr Heap2).
