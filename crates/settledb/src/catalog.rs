@@ -211,8 +211,8 @@ pub struct TableEntry {
     pub relminmxid: AtomicU32,
     pub relpages: AtomicU32,
     pub reltuples: Mutex<f64>,
-    /// Storage parameters given at CREATE TABLE.
-    pub options: RelOptions,
+    /// Storage parameters (CREATE TABLE ... WITH, ALTER TABLE ... SET).
+    pub options: RwLock<RelOptions>,
     /// Held by VACUUM for its whole run, and by DROP TABLE and CREATE INDEX (PostgreSQL's
     /// ShareUpdateExclusiveLock): one maintenance operation per table at a time.
     pub maintenance_lock: Mutex<()>,
@@ -221,6 +221,11 @@ pub struct TableEntry {
 }
 
 impl TableEntry {
+    /// A copy of the table's storage parameters.
+    pub fn options(&self) -> RelOptions {
+        self.options.read().clone()
+    }
+
     pub fn relfrozenxid(&self) -> Xid {
         Xid(self.relfrozenxid.load(Ordering::Acquire))
     }
@@ -400,7 +405,7 @@ impl Catalog {
             relminmxid: AtomicU32::new(row.relminmxid),
             relpages: AtomicU32::new(row.relpages.max(0) as u32),
             reltuples: Mutex::new(row.reltuples),
-            options: row.options.clone(),
+            options: RwLock::new(row.options.clone()),
             maintenance_lock: Mutex::new(()),
             stats: TableStats::new(),
         });

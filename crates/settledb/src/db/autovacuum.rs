@@ -51,7 +51,7 @@ pub(crate) struct AutovacuumState {
 /// Why a table needs an autovacuum, if it does: `Some(wraparound)`.
 pub(crate) fn needs_vacuum(inner: &Inner, e: &TableEntry) -> Option<bool> {
     let c = &inner.config;
-    let o = &e.options;
+    let o = &e.options();
     let next = inner.xact.next_full_xid().xid();
     let freeze_max_age = o.autovacuum_freeze_max_age.unwrap_or(c.autovacuum_freeze_max_age);
     let force_limit = Xid(next.0.wrapping_sub(freeze_max_age));
@@ -154,7 +154,8 @@ impl Inner {
         // Recheck: another vacuum may have done the work since the launcher looked.
         let Some(wraparound) = needs_vacuum(self, &entry) else { return };
         let running = av.running.fetch_add(1, Ordering::AcqRel) + 1;
-        let limit = entry.options.autovacuum_vacuum_cost_limit.unwrap_or_else(|| self.config.autovacuum_cost_limit());
+        let opts = entry.options();
+        let limit = opts.autovacuum_vacuum_cost_limit.unwrap_or_else(|| self.config.autovacuum_cost_limit());
         let params = VacuumParams {
             is_autovacuum: true,
             is_wraparound: wraparound,
@@ -169,8 +170,7 @@ impl Inner {
                 if wraparound {
                     av.wraparound_vacuums.fetch_add(1, Ordering::Relaxed);
                 }
-                let min_ms =
-                    entry.options.log_autovacuum_min_duration_ms.unwrap_or(self.config.log_autovacuum_min_duration_ms);
+                let min_ms = opts.log_autovacuum_min_duration_ms.unwrap_or(self.config.log_autovacuum_min_duration_ms);
                 if min_ms >= 0 && r.elapsed.as_millis() as i64 >= min_ms {
                     self.log_line(&r.log_text());
                 }

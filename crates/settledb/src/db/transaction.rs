@@ -255,6 +255,14 @@ impl<'db> Transaction<'db> {
         Ok(r)
     }
 
+    /// [`Self::fetch`] from a relation without a `Table` handle (the catalog).
+    pub(crate) fn fetch_raw(&mut self, rel: &Relation, tid: Tid) -> Result<Option<Vec<Value>>> {
+        let snap = self.command_snapshot()?;
+        let r = heap::fetch(&self.inner.env(), rel, &snap, self.cid, tid)?;
+        self.end_command();
+        Ok(r)
+    }
+
     /// Replaces the row at `tid` with `values`. Returns the new version's TID, or `None` when
     /// the row is gone (deleted concurrently, under READ COMMITTED).
     pub fn update(&mut self, table: &Table, tid: Tid, values: &[Value]) -> Result<Option<Tid>> {

@@ -401,7 +401,7 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     }
     let config = &inner.config;
     let rel = &*entry.rel;
-    let opts = &entry.options;
+    let opts = &entry.options();
     let policy = params.policy.or(opts.vacuum_freeze_policy).unwrap_or(config.vacuum_freeze_policy);
     let fsm_settled = opts.vacuum_fsm_settled.or(config.vacuum_fsm_settled).unwrap_or(policy == FreezePolicy::Eager);
 
