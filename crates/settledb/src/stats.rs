@@ -78,6 +78,9 @@ pub struct TableStats {
     anti_wraparound_count: AtomicU64,
     pages_frozen: AtomicU64,
     vm_bits_cleared: AtomicU64,
+    frozen_bits_cleared: AtomicU64,
+    heap_blks_read: AtomicU64,
+    heap_blks_hit: AtomicU64,
 }
 
 /// A copy of a table's counters. Timestamps are microseconds since the Unix epoch, 0 = never.
@@ -111,6 +114,11 @@ pub struct TableStatsSnapshot {
     pub pages_frozen: u64,
     /// Visibility-map bits cleared by inserts, updates and deletes.
     pub vm_bits_cleared: u64,
+    /// Of those, pages that were all-frozen: freezing that a later change undid.
+    pub frozen_bits_cleared: u64,
+    /// Heap blocks read from disk and found in shared buffers (`pg_statio_user_tables`).
+    pub heap_blks_read: u64,
+    pub heap_blks_hit: u64,
 }
 
 /// What one transaction did to one table, applied when it ends (PostgreSQL's
@@ -185,6 +193,9 @@ impl TableStats {
             anti_wraparound_count: l(&self.anti_wraparound_count),
             pages_frozen: l(&self.pages_frozen),
             vm_bits_cleared: l(&self.vm_bits_cleared),
+            frozen_bits_cleared: l(&self.frozen_bits_cleared),
+            heap_blks_read: l(&self.heap_blks_read),
+            heap_blks_hit: l(&self.heap_blks_hit),
         }
     }
 
@@ -216,6 +227,9 @@ impl TableStats {
             &self.anti_wraparound_count,
             &self.pages_frozen,
             &self.vm_bits_cleared,
+            &self.frozen_bits_cleared,
+            &self.heap_blks_read,
+            &self.heap_blks_hit,
         ]
     }
 
@@ -292,10 +306,28 @@ impl TableStats {
     pub fn add_vm_cleared(&self, n: u64) {
         self.vm_bits_cleared.fetch_add(n, Ordering::Relaxed);
     }
+
+    /// Adds what the heap counted on its own since the last collection: visibility-map bits
+    /// cleared (and of those, all-frozen pages), heap blocks read and hit.
+    pub fn add_heap_counts(&self, c: &HeapCounts) {
+        self.vm_bits_cleared.fetch_add(c.vm_cleared, Ordering::Relaxed);
+        self.frozen_bits_cleared.fetch_add(c.frozen_cleared, Ordering::Relaxed);
+        self.heap_blks_read.fetch_add(c.blks_read, Ordering::Relaxed);
+        self.heap_blks_hit.fetch_add(c.blks_hit, Ordering::Relaxed);
+    }
 }
 
 /// Counters per table in the stats file.
-const TABLE_FIELDS: usize = 17;
+const TABLE_FIELDS: usize = 20;
+
+/// Counts the heap keeps per relation, without the statistics' locks, until collected.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HeapCounts {
+    pub vm_cleared: u64,
+    pub frozen_cleared: u64,
+    pub blks_read: u64,
+    pub blks_hit: u64,
+}
 
 impl TableStatsSnapshot {
     /// The counters in file order (the declaration order above).
@@ -318,6 +350,9 @@ impl TableStatsSnapshot {
             self.anti_wraparound_count,
             self.pages_frozen,
             self.vm_bits_cleared,
+            self.frozen_bits_cleared,
+            self.heap_blks_read,
+            self.heap_blks_hit,
         ]
     }
 
@@ -340,6 +375,9 @@ impl TableStatsSnapshot {
             anti_wraparound_count: f[14],
             pages_frozen: f[15],
             vm_bits_cleared: f[16],
+            frozen_bits_cleared: f[17],
+            heap_blks_read: f[18],
+            heap_blks_hit: f[19],
         }
     }
 }
@@ -432,7 +470,7 @@ pub struct StatsFile {
 }
 
 const STATS_MAGIC: [u8; 4] = *b"SDST";
-pub const STATS_FORMAT_VERSION: u32 = 1;
+pub const STATS_FORMAT_VERSION: u32 = 2;
 /// magic, version, database field count, table field count, table count.
 const HEADER_SIZE: usize = 4 + 4 + 4 + 4 + 4;
 const TABLE_RECORD_SIZE: usize = 4 + 8 * TABLE_FIELDS;

@@ -363,15 +363,33 @@ impl VisibilityMap {
     /// heap page exclusively locked by the code that changes it, which clears `PD_ALL_VISIBLE`
     /// in its own logged change. Returns the record's end LSN, or `None` when nothing was set.
     pub fn clear(&self, env: &HeapEnv<'_>, heap_block: BlockNumber, bits: VmBits) -> Result<Option<Lsn>> {
+        Ok(self.clear_noting(env, heap_block, bits)?.map(|(lsn, _)| lsn))
+    }
+
+    /// As [`VisibilityMap::clear`], also returning the bits the page had before.
+    pub fn clear_noting(
+        &self,
+        env: &HeapEnv<'_>,
+        heap_block: BlockNumber,
+        bits: VmBits,
+    ) -> Result<Option<(Lsn, VmBits)>> {
         self.clear_range(env, heap_block, 1, bits)
     }
 
-    /// Clears bits for `count` heap blocks from `first`, all on one map page.
-    fn clear_range(&self, env: &HeapEnv<'_>, first: BlockNumber, count: u32, bits: VmBits) -> Result<Option<Lsn>> {
+    /// Clears bits for `count` heap blocks from `first`, all on one map page; the record's end
+    /// LSN and the bits `first` had, or `None` when nothing was set.
+    fn clear_range(
+        &self,
+        env: &HeapEnv<'_>,
+        first: BlockNumber,
+        count: u32,
+        bits: VmBits,
+    ) -> Result<Option<(Lsn, VmBits)>> {
         let (map_block, _, _) = location(first);
         debug_assert!(count >= 1 && location(BlockNumber(first.0 + count - 1)).0 == map_block);
         let Some(buf) = self.existing(env.pool, map_block)? else { return Ok(None) };
         let mut g = buf.write();
+        let was = bits_at(&g.0, first);
         if page::is_new(&g.0) || !apply_clear(&mut g.0, first, count, bits) {
             return Ok(None);
         }
@@ -393,7 +411,7 @@ impl VisibilityMap {
         })?;
         page::set_lsn(&mut g.0, lsn);
         buf.mark_dirty();
-        Ok(Some(lsn))
+        Ok(Some((lsn, was)))
     }
 
     /// `(all_visible_pages, all_frozen_pages)` over the whole map.

@@ -34,9 +34,10 @@ impl Database {
 }
 
 /// The database counters as a saved file left them.
-/// A table's counters after folding in what the heap counted on its own (VM clears).
+/// A table's counters after folding in what the heap counted on its own (VM clears, block
+/// reads and hits).
 fn collected(e: &crate::catalog::TableEntry) -> TableStatsSnapshot {
-    e.stats.add_vm_cleared(e.rel.vm_clears.swap(0, std::sync::atomic::Ordering::Relaxed));
+    e.stats.add_heap_counts(&e.rel.take_counts());
     e.stats.snapshot()
 }
 

@@ -99,8 +99,13 @@ pub struct Relation {
     /// Its free space map (`_fsm` fork): where inserts look for room.
     pub fsm: crate::fsm::FreeSpaceMap,
     /// Pages whose visibility-map bits a change cleared since the statistics last collected
-    /// them (`pg_stat_user_tables`' `vm_bits_cleared`).
+    /// them (`pg_stat_user_tables`' `vm_bits_cleared`), and of those, pages that were
+    /// all-frozen.
     pub vm_clears: std::sync::atomic::AtomicU64,
+    pub vm_frozen_clears: std::sync::atomic::AtomicU64,
+    /// Heap pages read from disk and found in shared buffers, since the last collection.
+    pub blks_read: std::sync::atomic::AtomicU64,
+    pub blks_hit: std::sync::atomic::AtomicU64,
 }
 
 impl Relation {
@@ -118,6 +123,19 @@ impl Relation {
             vm: crate::vm::VisibilityMap::new(relfilenode),
             fsm: crate::fsm::FreeSpaceMap::new(relfilenode),
             vm_clears: std::sync::atomic::AtomicU64::new(0),
+            vm_frozen_clears: std::sync::atomic::AtomicU64::new(0),
+            blks_read: std::sync::atomic::AtomicU64::new(0),
+            blks_hit: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Takes the counts kept since the last call (for the statistics collector).
+    pub fn take_counts(&self) -> crate::stats::HeapCounts {
+        crate::stats::HeapCounts {
+            vm_cleared: self.vm_clears.swap(0, Ordering::Relaxed),
+            frozen_cleared: self.vm_frozen_clears.swap(0, Ordering::Relaxed),
+            blks_read: self.blks_read.swap(0, Ordering::Relaxed),
+            blks_hit: self.blks_hit.swap(0, Ordering::Relaxed),
         }
     }
 
@@ -190,8 +208,13 @@ pub fn read_page<'a>(
     block: BlockNumber,
     ring: Option<&mut Ring>,
 ) -> Result<Buffer<'a>> {
-    // Line pointers are checked once, when the page comes in from disk.
-    env.pool.read_validated(rel.tag(block), ring, page::validate_items)
+    // Line pointers are checked once, when the page comes in from disk. Whether it came from
+    // disk is seen in this thread's buffer usage.
+    let reads_before = crate::buffer::my_usage().reads;
+    let buf = env.pool.read_validated(rel.tag(block), ring, page::validate_items)?;
+    let counter = if crate::buffer::my_usage().reads != reads_before { &rel.blks_read } else { &rel.blks_hit };
+    counter.fetch_add(1, Ordering::Relaxed);
+    Ok(buf)
 }
 
 /// Logs a record that changes one page (the caller holds its exclusive lock and stamps the
@@ -302,8 +325,11 @@ fn find_target<'a>(env: &HeapEnv<'a>, rel: &Relation, need: usize, mut ring: Opt
 /// (the `apply_*` helpers in [`wal`]).
 fn clear_all_visible(env: &HeapEnv<'_>, rel: &Relation, block: BlockNumber, page_bytes: &mut [u8]) -> Result<()> {
     if page::flags(page_bytes) & page::PD_ALL_VISIBLE != 0 {
-        if rel.vm.clear(env, block, VmBits::VALID)?.is_some() {
+        if let Some((_, was)) = rel.vm.clear_noting(env, block, VmBits::VALID)? {
             rel.vm_clears.fetch_add(1, Ordering::Relaxed);
+            if was.all_frozen() {
+                rel.vm_frozen_clears.fetch_add(1, Ordering::Relaxed);
+            }
         }
         page::clear_flags(page_bytes, page::PD_ALL_VISIBLE);
     }

@@ -1,0 +1,19 @@
+//! Seeded database workloads that run the same transactions on the embedded engine and on
+//! PostgreSQL.
+//!
+//! A workload is written once, against a small driver trait per workload
+//! ([`tpcc::TpccConn`]); each target implements the trait: [`tpcc::embedded`] over settledb's
+//! Rust API. Inputs are drawn by the workload from one seeded RNG per terminal, so the same
+//! seed sends the same requests to every target and every freeze policy.
+//!
+//! - [`tpcc`]: TPC-C-like, with BenchmarkSQL's schema, indexes, fillfactors and deferred
+//!   Delivery (the workload of seed 000).
+//! - [`aging`]: one flag that scales every XID-age parameter, so that days of XID aging fit in
+//!   minutes.
+//! - [`observe`]: what a run samples from its target (pg_stat_database, pg_stat_user_tables,
+//!   relfrozenxid ages, WAL) in a form common to both targets.
+
+pub mod aging;
+pub mod observe;
+pub mod rng;
+pub mod tpcc;

@@ -1,0 +1,371 @@
+//! Terminals, the deferred Delivery queue and its workers, latency histograms.
+//!
+//! Terminal `i` (from 0) has home warehouse `i mod W + 1` and its own RNG stream `i`. It draws
+//! a transaction type by the mix, draws the inputs, runs the transaction, and retries the same
+//! inputs after a serialization failure or deadlock. Under `--transactions N` each terminal
+//! runs its share of N (so the requests are the same whatever the timing); under a duration
+//! it runs until the time is up.
+//!
+//! A Delivery is queued, as BenchmarkSQL queues it: the terminal's own latency is that of
+//! queueing (reported as `DELIVERY`), and a delivery worker later runs the ten districts in one
+//! transaction (`DELIVERY_BG`, whose latency runs from queueing to commit). The workers drain
+//! the queue before the run ends.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use super::{Delivery, NewOrder, OrderStatus, Outcome, Payment, StockLevel, TpccConn, TpccTarget};
+use crate::rng::{NurandConstants, TpccRng};
+
+/// The transaction types, with Delivery's two halves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum TxKind {
+    NewOrder,
+    Payment,
+    OrderStatus,
+    StockLevel,
+    Delivery,
+    DeliveryBg,
+}
+
+impl TxKind {
+    pub const ALL: [TxKind; 6] = [
+        TxKind::NewOrder,
+        TxKind::Payment,
+        TxKind::OrderStatus,
+        TxKind::StockLevel,
+        TxKind::Delivery,
+        TxKind::DeliveryBg,
+    ];
+
+    /// BenchmarkSQL's name for the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            TxKind::NewOrder => "NEW_ORDER",
+            TxKind::Payment => "PAYMENT",
+            TxKind::OrderStatus => "ORDER_STATUS",
+            TxKind::StockLevel => "STOCK_LEVEL",
+            TxKind::Delivery => "DELIVERY",
+            TxKind::DeliveryBg => "DELIVERY_BG",
+        }
+    }
+
+    fn index(self) -> usize {
+        TxKind::ALL.iter().position(|&k| k == self).unwrap_or(0)
+    }
+}
+
+/// Percentages of New-Order, Payment, Order-Status, Delivery and Stock-Level; they sum to 100.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct Mix {
+    pub new_order: u32,
+    pub payment: u32,
+    pub order_status: u32,
+    pub delivery: u32,
+    pub stock_level: u32,
+}
+
+impl Default for Mix {
+    fn default() -> Mix {
+        Mix { new_order: 45, payment: 43, order_status: 4, delivery: 4, stock_level: 4 }
+    }
+}
+
+impl std::str::FromStr for Mix {
+    type Err = String;
+
+    /// `45/43/4/4/4`: New-Order, Payment, Order-Status, Delivery, Stock-Level.
+    fn from_str(s: &str) -> Result<Mix, String> {
+        let parts: Vec<u32> = s
+            .split('/')
+            .map(|p| p.trim().parse::<u32>().map_err(|_| format!("mix {s:?}: {p:?} is not a percentage")))
+            .collect::<Result<_, _>>()?;
+        let [new_order, payment, order_status, delivery, stock_level] = parts[..] else {
+            return Err(format!("mix {s:?}: expected five percentages NO/P/OS/D/SL"));
+        };
+        if parts.iter().sum::<u32>() != 100 {
+            return Err(format!("mix {s:?}: the percentages sum to {}, not 100", parts.iter().sum::<u32>()));
+        }
+        Ok(Mix { new_order, payment, order_status, delivery, stock_level })
+    }
+}
+
+impl Mix {
+    fn pick(&self, r: &mut TpccRng) -> TxKind {
+        let x = r.int32(1, 100) as u32;
+        let mut edge = self.new_order;
+        if x <= edge {
+            return TxKind::NewOrder;
+        }
+        edge += self.payment;
+        if x <= edge {
+            return TxKind::Payment;
+        }
+        edge += self.order_status;
+        if x <= edge {
+            return TxKind::OrderStatus;
+        }
+        edge += self.delivery;
+        if x <= edge {
+            return TxKind::Delivery;
+        }
+        TxKind::StockLevel
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub warehouses: i32,
+    pub terminals: usize,
+    /// Stop after this many terminal transactions in all (shared evenly by the terminals)…
+    pub transactions: Option<u64>,
+    /// … or after this long (whichever is given; transactions wins when both are).
+    pub duration: Option<Duration>,
+    pub seed: u64,
+    pub mix: Mix,
+    pub delivery_workers: usize,
+}
+
+/// Live counters of a run, read by the caller's progress display; `stop` ends a run early.
+#[derive(Default)]
+pub struct RunProgress {
+    pub done: AtomicU64,
+    pub new_orders: AtomicU64,
+    pub rolled_back: AtomicU64,
+    pub retries: AtomicU64,
+    pub deliveries_pending: AtomicU64,
+    pub stop: AtomicBool,
+}
+
+/// Figures of one transaction type.
+#[derive(Clone, Debug, Serialize)]
+pub struct KindResult {
+    pub kind: &'static str,
+    pub count: u64,
+    pub rolled_back: u64,
+    pub retries: u64,
+    pub per_second: f64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    pub seconds: f64,
+    /// Terminal transactions (DELIVERY_BG not counted again).
+    pub transactions: u64,
+    pub tps: f64,
+    /// New-Orders committed per minute (tpmC).
+    pub tpmc: f64,
+    pub kinds: Vec<KindResult>,
+}
+
+struct Stats {
+    hist: Vec<Histogram<u64>>,
+    rolled_back: [u64; 6],
+    retries: [u64; 6],
+}
+
+impl Stats {
+    fn new() -> Stats {
+        let hist = TxKind::ALL
+            .iter()
+            .map(|_| Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"))
+            .collect();
+        Stats { hist, rolled_back: [0; 6], retries: [0; 6] }
+    }
+
+    fn record(&mut self, kind: TxKind, micros: u64) {
+        self.hist[kind.index()].saturating_record(micros.max(1));
+    }
+
+    fn merge(&mut self, other: &Stats) {
+        for (a, b) in self.hist.iter_mut().zip(&other.hist) {
+            // Same bounds on both sides, so adding cannot fail.
+            let _ = a.add(b);
+        }
+        for i in 0..6 {
+            self.rolled_back[i] += other.rolled_back[i];
+            self.retries[i] += other.retries[i];
+        }
+    }
+}
+
+/// Runs `f` until it does not ask for a retry; the retries taken.
+fn with_retries(mut f: impl FnMut() -> anyhow::Result<Outcome>) -> anyhow::Result<(Outcome, u64)> {
+    const MAX_RETRIES: u64 = 1000;
+    for retries in 0..MAX_RETRIES {
+        match f()? {
+            Outcome::Retry => continue,
+            done => return Ok((done, retries)),
+        }
+    }
+    Err(anyhow!("gave up after {MAX_RETRIES} retries (serialization failures or deadlocks)"))
+}
+
+/// Runs the workload on `target` as `cfg` says.
+pub fn run<T: TpccTarget>(target: &T, cfg: &RunConfig, progress: &RunProgress) -> anyhow::Result<RunResult> {
+    if cfg.terminals == 0 || cfg.warehouses < 1 {
+        return Err(anyhow!("need at least one terminal and one warehouse"));
+    }
+    if cfg.transactions.is_none() && cfg.duration.is_none() {
+        return Err(anyhow!("give a number of transactions or a duration"));
+    }
+    let c = NurandConstants::from_seed(cfg.seed);
+    let start = Instant::now();
+    let deadline = cfg.duration.map(|d| start + d);
+    let (queue, deliveries) = mpsc::channel::<(Delivery, Instant)>();
+    let deliveries = Mutex::new(deliveries);
+    let total = Mutex::new(Stats::new());
+    let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    let fail = |e: anyhow::Error| {
+        progress.stop.store(true, Ordering::Relaxed);
+        failure.lock().get_or_insert(e);
+    };
+
+    std::thread::scope(|s| {
+        for worker in 0..cfg.delivery_workers.max(1) {
+            let (deliveries, total, fail) = (&deliveries, &total, &fail);
+            s.spawn(move || {
+                let mut conn = match target.connect().with_context(|| format!("delivery worker {worker}")) {
+                    Ok(c) => c,
+                    Err(e) => return fail(e),
+                };
+                let mut stats = Stats::new();
+                loop {
+                    let next = deliveries.lock().recv();
+                    let Ok((d, queued)) = next else { break };
+                    match with_retries(|| conn.delivery(&d)) {
+                        Ok((_, retries)) => {
+                            stats.retries[TxKind::DeliveryBg.index()] += retries;
+                            stats.record(TxKind::DeliveryBg, queued.elapsed().as_micros() as u64);
+                        }
+                        Err(e) => fail(e.context("DELIVERY_BG")),
+                    }
+                    progress.deliveries_pending.fetch_sub(1, Ordering::Relaxed);
+                }
+                total.lock().merge(&stats);
+            });
+        }
+        for term in 0..cfg.terminals {
+            let queue = queue.clone();
+            let (total, fail) = (&total, &fail);
+            let share = cfg
+                .transactions
+                .map(|n| n / cfg.terminals as u64 + u64::from((term as u64) < n % cfg.terminals as u64));
+            s.spawn(move || {
+                let r = terminal(target, cfg, term, c, share, deadline, &queue, progress);
+                match r {
+                    Ok(stats) => total.lock().merge(&stats),
+                    Err(e) => fail(e.context(format!("terminal {term}"))),
+                }
+            });
+        }
+        drop(queue);
+    });
+    if let Some(e) = failure.into_inner() {
+        return Err(e);
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let total = total.into_inner();
+    let kinds: Vec<KindResult> = TxKind::ALL
+        .iter()
+        .map(|&k| {
+            let h = &total.hist[k.index()];
+            let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+            KindResult {
+                kind: k.name(),
+                count: h.len(),
+                rolled_back: total.rolled_back[k.index()],
+                retries: total.retries[k.index()],
+                per_second: h.len() as f64 / seconds,
+                p50_ms: ms(0.50),
+                p95_ms: ms(0.95),
+                p99_ms: ms(0.99),
+                max_ms: h.max() as f64 / 1000.0,
+            }
+        })
+        .collect();
+    let transactions: u64 = kinds.iter().filter(|k| k.kind != TxKind::DeliveryBg.name()).map(|k| k.count).sum();
+    let new_orders = kinds[TxKind::NewOrder.index()].count - kinds[TxKind::NewOrder.index()].rolled_back;
+    Ok(RunResult {
+        seconds,
+        transactions,
+        tps: transactions as f64 / seconds,
+        tpmc: new_orders as f64 * 60.0 / seconds,
+        kinds,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn terminal<T: TpccTarget>(
+    target: &T,
+    cfg: &RunConfig,
+    term: usize,
+    c: NurandConstants,
+    share: Option<u64>,
+    deadline: Option<Instant>,
+    queue: &mpsc::Sender<(Delivery, Instant)>,
+    progress: &RunProgress,
+) -> anyhow::Result<Stats> {
+    let mut conn = target.connect()?;
+    let mut r = TpccRng::new(cfg.seed, term as u64, c);
+    let w_id = (term as i32 % cfg.warehouses) + 1;
+    let mut stats = Stats::new();
+    let mut done = 0u64;
+    loop {
+        if share.is_some_and(|n| done >= n) || progress.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if share.is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        let kind = cfg.mix.pick(&mut r);
+        let began = Instant::now();
+        let (outcome, retries) = match kind {
+            TxKind::NewOrder => {
+                let t = NewOrder::draw(&mut r, w_id, cfg.warehouses);
+                with_retries(|| conn.new_order(&t))?
+            }
+            TxKind::Payment => {
+                let t = Payment::draw(&mut r, w_id, cfg.warehouses);
+                with_retries(|| conn.payment(&t))?
+            }
+            TxKind::OrderStatus => {
+                let t = OrderStatus::draw(&mut r, w_id);
+                with_retries(|| conn.order_status(&t))?
+            }
+            TxKind::StockLevel => {
+                let t = StockLevel::draw(&mut r, w_id);
+                with_retries(|| conn.stock_level(&t))?
+            }
+            TxKind::Delivery | TxKind::DeliveryBg => {
+                progress.deliveries_pending.fetch_add(1, Ordering::Relaxed);
+                queue
+                    .send((Delivery::draw(&mut r, w_id), began))
+                    .map_err(|_| anyhow!("the delivery workers stopped"))?;
+                (Outcome::Committed, 0)
+            }
+        };
+        stats.record(kind, began.elapsed().as_micros() as u64);
+        stats.retries[kind.index()] += retries;
+        progress.retries.fetch_add(retries, Ordering::Relaxed);
+        if outcome == Outcome::RolledBack {
+            stats.rolled_back[kind.index()] += 1;
+            progress.rolled_back.fetch_add(1, Ordering::Relaxed);
+        } else if kind == TxKind::NewOrder {
+            progress.new_orders.fetch_add(1, Ordering::Relaxed);
+        }
+        progress.done.fetch_add(1, Ordering::Relaxed);
+        done += 1;
+    }
+    Ok(stats)
+}
