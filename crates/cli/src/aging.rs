@@ -72,7 +72,6 @@
 //! command exits 1. A run that stops with an error is reported after the figures of the others,
 //! and the command exits 2.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -86,6 +85,7 @@ use serde::Serialize;
 use settledb::{Column, Database, FreezePolicy, Index, Schema, Table, TableOptions, Tid, Type, Value};
 
 use crate::bench::{machine, Machine};
+use workload::vacuum_log::{LogSplit, LogSums, LogTotals};
 
 /// XIDs are burned, and relfrozenxid ages sampled, after every this many transactions.
 const BURN_EVERY: u64 = 100;
@@ -149,122 +149,6 @@ impl Lookup {
             Lookup::Tid => "tid",
         }
     }
-}
-
-/// Sums over autovacuum log entries of one kind.
-#[derive(Serialize, Default, Clone, Copy, Debug, PartialEq)]
-pub struct LogSums {
-    pub vacuums: u64,
-    pub pages_scanned: u64,
-    pub pages_scanned_max: u64,
-    pub elapsed_seconds: f64,
-    pub elapsed_seconds_max: f64,
-    pub pages_frozen: u64,
-    pub wal_bytes: u64,
-    pub wal_fpi: u64,
-}
-
-/// What one autovacuum log entry says.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LogEntry {
-    pub table: String,
-    pub wraparound: bool,
-    pub pages_scanned: u64,
-    pub elapsed_seconds: f64,
-    pub pages_frozen: u64,
-    pub wal_bytes: u64,
-    pub wal_fpi: u64,
-}
-
-impl LogSums {
-    fn add(&mut self, e: &LogEntry) {
-        self.vacuums += 1;
-        self.pages_scanned += e.pages_scanned;
-        self.pages_scanned_max = self.pages_scanned_max.max(e.pages_scanned);
-        self.elapsed_seconds += e.elapsed_seconds;
-        self.elapsed_seconds_max = self.elapsed_seconds_max.max(e.elapsed_seconds);
-        self.pages_frozen += e.pages_frozen;
-        self.wal_bytes += e.wal_bytes;
-        self.wal_fpi += e.wal_fpi;
-    }
-}
-
-/// One table's share of the autovacuum log.
-#[derive(Serialize, Default, Debug)]
-pub struct LogSplit {
-    pub anti_wraparound: LogSums,
-    pub normal: LogSums,
-}
-
-/// The autovacuum log of one run, split into anti-wraparound and other autovacuums, in total
-/// and per table; entries that are not vacuum reports (errors) are kept as they are.
-#[derive(Serialize, Default, Debug)]
-pub struct LogTotals {
-    pub anti_wraparound: LogSums,
-    pub normal: LogSums,
-    /// The same split for each table.
-    pub tables: BTreeMap<String, LogSplit>,
-    pub other_entries: Vec<String>,
-}
-
-impl LogTotals {
-    pub fn add(&mut self, entry: &str) {
-        match parse_log_entry(entry) {
-            Some(e) => {
-                let sums = self.tables.entry(e.table.clone()).or_default();
-                if e.wraparound {
-                    self.anti_wraparound.add(&e);
-                    sums.anti_wraparound.add(&e);
-                } else {
-                    self.normal.add(&e);
-                    sums.normal.add(&e);
-                }
-            }
-            None => self.other_entries.push(entry.trim_end().to_string()),
-        }
-    }
-}
-
-/// The first whitespace-separated word of `s` as a number.
-fn first_number<T: std::str::FromStr>(s: &str) -> Option<T> {
-    s.split_whitespace().next()?.parse().ok()
-}
-
-/// Parses one autovacuum log entry in PostgreSQL's format (as `VacuumReport::log_text` writes
-/// it, possibly behind a `log_line_prefix`); `None` for anything else, such as an ERROR entry.
-pub fn parse_log_entry(text: &str) -> Option<LogEntry> {
-    let heading = text.lines().next()?;
-    let heading = &heading[heading.find("LOG:  automatic ")?..];
-    let wraparound = heading.contains(" to prevent wraparound ");
-    let quoted = &heading[heading.find(" of table \"")? + " of table \"".len()..];
-    let name = &quoted[..quoted.find('"')?];
-    let table = name.rsplit('.').next().unwrap_or(name).to_string();
-    let (mut scanned, mut elapsed) = (None, None);
-    let mut e = LogEntry {
-        table,
-        wraparound,
-        pages_scanned: 0,
-        elapsed_seconds: 0.0,
-        pages_frozen: 0,
-        wal_bytes: 0,
-        wal_fpi: 0,
-    };
-    for line in text.lines().skip(1) {
-        if let Some(rest) = line.strip_prefix("pages: ") {
-            scanned = rest.split(", ").find(|p| p.contains(" scanned (")).and_then(first_number);
-        } else if let Some(rest) = line.strip_prefix("frozen: ") {
-            e.pages_frozen = first_number(rest)?;
-        } else if let Some(rest) = line.strip_prefix("WAL usage: ") {
-            let parts: Vec<&str> = rest.split(", ").collect();
-            e.wal_fpi = parts.iter().find(|p| p.ends_with(" full page images")).and_then(|p| first_number(p))?;
-            e.wal_bytes = parts.iter().find(|p| p.ends_with(" bytes")).and_then(|p| first_number(p))?;
-        } else if let Some(rest) = line.strip_prefix("system usage: ") {
-            elapsed = rest.split("elapsed: ").nth(1).and_then(first_number);
-        }
-    }
-    e.pages_scanned = scanned?;
-    e.elapsed_seconds = elapsed?;
-    Some(e)
 }
 
 /// One table's figures at the end of a run.
@@ -592,7 +476,7 @@ fn settings(a: &AgingArgs, policy: FreezePolicy) -> Vec<String> {
 }
 
 /// Closes the database, reopens it with autovacuum off and verifies it.
-fn close_and_check(db: Database, dir: &Path, set: &[String]) -> Result<settledb::check::CheckReport> {
+pub(crate) fn close_and_check(db: Database, dir: &Path, set: &[String]) -> Result<settledb::check::CheckReport> {
     db.close().context("closing the database")?;
     let mut set = set.to_vec();
     set.push("autovacuum=off".into());
@@ -889,57 +773,6 @@ fn groups(runs: &[PolicyRun]) -> Vec<Group> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use settledb::VacuumReport;
-
-    fn report(wraparound: bool) -> VacuumReport {
-        VacuumReport {
-            table: "pgbench_accounts".into(),
-            autovacuum: true,
-            wraparound,
-            aggressive: wraparound,
-            orig_pages: 1640,
-            new_pages: 1640,
-            scanned_pages: 1200,
-            frozen_pages: 300,
-            elapsed: Duration::from_millis(1250),
-            wal: settledb::wal::WalStats { records: 10, fpi: 3, bytes: 45_678 },
-            ..Default::default()
-        }
-    }
-
-    /// The parser reads the engine's own rendering, so a change of wording breaks this test
-    /// rather than silently zeroing the figures.
-    #[test]
-    fn parses_the_engines_autovacuum_log_entries() {
-        for wraparound in [false, true] {
-            let text = format!("2025-01-01 00:00:00.000 UTC [42] {}", report(wraparound).log_text());
-            let e = parse_log_entry(&text).expect("parsed");
-            assert_eq!(
-                e,
-                LogEntry {
-                    table: "pgbench_accounts".into(),
-                    wraparound,
-                    pages_scanned: 1200,
-                    elapsed_seconds: 1.25,
-                    pages_frozen: 300,
-                    wal_bytes: 45_678,
-                    wal_fpi: 3,
-                }
-            );
-        }
-        let err = "2025-01-01 00:00:00.000 UTC [42] ERROR:  autovacuum of table \"settledb.public.t\" failed: x\n";
-        assert_eq!(parse_log_entry(err), None);
-        let mut totals = LogTotals::default();
-        totals.add(&report(true).log_text());
-        totals.add(&report(false).log_text());
-        totals.add(&report(false).log_text());
-        totals.add(err);
-        assert_eq!((totals.anti_wraparound.vacuums, totals.normal.vacuums), (1, 2));
-        assert_eq!(totals.normal.pages_scanned, 2400);
-        assert_eq!(totals.normal.pages_scanned_max, 1200);
-        assert_eq!(totals.tables["pgbench_accounts"].normal.vacuums, 2);
-        assert_eq!(totals.other_entries.len(), 1);
-    }
 
     #[test]
     fn groups_put_policies_in_columns() {

@@ -19,6 +19,9 @@
 //!   updated, then again over the clean table, next to PostgreSQL 15 doing the same.
 //! * `settle bench tidstore [--scale 1|10] [--json]`: VACUUM's dead-TID stores compared
 //!   (memory, attach, shuffled/ordered/batched lookups, iteration).
+//! * `settle tpcc [--warehouses W] [--compare lazy,pg16,eager] [--aging 1:N] [--duration S]`:
+//!   the main job: TPC-C-like under autovacuum with scaled XID ages, freeze policies side by
+//!   side, with a text, JSON and HTML report.
 //! * `settle bench aging [--policy lazy,pg16,eager] [--transactions N] [--scale S]
 //!   [--xids-per-tx K] [--json]`: the freeze policies compared under autovacuum while XIDs age.
 //!
@@ -33,6 +36,8 @@ mod inspect;
 mod peer;
 mod pgbench;
 mod stats;
+mod tpcc;
+mod tpcc_html;
 mod vacuum;
 mod vacuum_bench;
 
@@ -104,6 +109,8 @@ enum Cmd {
         #[arg(long = "set", value_name = "NAME=VALUE")]
         set: Vec<String>,
     },
+    /// TPC-C-like under autovacuum with scaled XID ages: freeze policies side by side.
+    Tpcc(tpcc::TpccArgs),
     /// Benchmarks (programs that print figures).
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -131,6 +138,7 @@ fn main() -> ExitCode {
             let set: Vec<String> = std::iter::once("autovacuum=off".to_string()).chain(set).collect();
             config_from(&set).and_then(|c| stats::run(dir, json, c))
         }
+        Cmd::Tpcc(a) => tpcc::run(a),
         Cmd::Bench(b) => bench::run(b),
     };
     match r {

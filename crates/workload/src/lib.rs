@@ -17,3 +17,4 @@ pub mod aging;
 pub mod observe;
 pub mod rng;
 pub mod tpcc;
+pub mod vacuum_log;

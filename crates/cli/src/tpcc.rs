@@ -1,0 +1,782 @@
+//! `settle tpcc`: TPC-C-like under autovacuum with scaled XID ages, freeze policies side by
+//! side (the main job).
+//!
+//! # What a run does
+//!
+//! 1. The population (`--warehouses W`, seeded) is loaded once into `DIR/template` with its
+//!    keys and indexes (reused by later runs with the same warehouses and seed).
+//! 2. For each policy of `--compare` (or the one `--policy`): the template is copied to
+//!    `DIR/<policy>`, opened with `vacuum_freeze_policy = <policy>`, the aging profile's XID ages
+//!    (`--aging 1:N`, see [`workload::aging`]), autovacuum on with a 1 s naptime and every
+//!    autovacuum logged, then every table is vacuumed once (BenchmarkSQL's build ends with
+//!    `vacuum analyze`), and the same seeded workload runs (`--transactions` or `--duration`).
+//!    While it runs, a progress line shows the rate, XIDs consumed, the oldest relfrozenxid
+//!    age and the autovacuums running, and each autovacuum's log heading is printed as it
+//!    happens; a sample of every table's figures is taken each second for the charts.
+//! 3. At the end: the consistency conditions of the specification, then the database is closed,
+//!    reopened with autovacuum off and verified by `settledb::check`.
+//! 4. The report: per table and policy, per database, per transaction type, and the targets
+//!    of seed 000 (eager against lazy) stated as met or missed; as text, as JSON (`--json` on
+//!    stdout), and as `DIR/report.json` and a self-contained `DIR/report.html` with SVG charts.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use settledb::{Database, FreezePolicy, VacuumParams};
+use workload::aging::Aging;
+use workload::observe::{observe_embedded, DbCounters, Observation};
+use workload::tpcc::run::{KindResult, Mix};
+use workload::tpcc::{self, embedded, Facts, RunConfig, RunProgress, RunResult, TpccConn, TpccTarget};
+use workload::vacuum_log::parse_log_entry;
+
+use crate::bench::{machine, Machine};
+
+#[derive(Args, Debug)]
+pub struct TpccArgs {
+    /// Directory for the template and one data directory per policy (default: a temporary
+    /// directory, removed at the end unless --keep).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    #[arg(long, default_value_t = 2)]
+    pub warehouses: i32,
+    #[arg(long, default_value_t = 4)]
+    pub terminals: usize,
+    /// Terminal transactions per policy (shared evenly by the terminals, so every policy runs
+    /// the same requests); the default unless --duration is given.
+    #[arg(long, conflicts_with = "duration")]
+    pub transactions: Option<u64>,
+    /// Seconds per policy instead of a number of transactions (policies then do different
+    /// amounts of work, so compare rates rather than totals).
+    #[arg(long)]
+    pub duration: Option<u64>,
+    /// The one freeze policy to run (lazy, pg16, eager) when --compare is not given.
+    #[arg(long, default_value = "eager")]
+    pub policy: String,
+    /// Freeze policies to run one after the other on the same seeded workload.
+    #[arg(long, value_delimiter = ',')]
+    pub compare: Vec<String>,
+    /// One XID here stands for N in PostgreSQL's default ages (1:1 to 1:2000).
+    #[arg(long, default_value = "1:2000")]
+    pub aging: Aging,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// New-Order/Payment/Order-Status/Delivery/Stock-Level percentages.
+    #[arg(long, default_value = "45/43/4/4/4")]
+    pub mix: Mix,
+    /// Background workers processing queued Deliveries.
+    #[arg(long, default_value_t = 1)]
+    pub delivery_workers: usize,
+    /// More settledb parameters, `name=value` (after the run's own).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub set: Vec<String>,
+    /// Print the report as one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the data directories of a temporary --dir.
+    #[arg(long)]
+    pub keep: bool,
+    /// No progress line and no autovacuum log lines while running.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Terminal transactions per policy when neither --transactions nor --duration is given.
+const DEFAULT_TRANSACTIONS: u64 = 400_000;
+
+/// Seconds between samples.
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+/// The tables the seed's targets name.
+const INSERT_HEAVY: [&str; 4] = ["bmsql_oorder", "bmsql_order_line", "bmsql_new_order", "bmsql_history"];
+const ORDERS_TABLES: [&str; 2] = ["bmsql_oorder", "bmsql_order_line"];
+
+/// One sample of a run, for the charts.
+#[derive(Serialize, Clone, Debug)]
+pub struct Sample {
+    pub seconds: f64,
+    pub xids: u64,
+    pub wal_bytes: u64,
+    pub transactions: u64,
+    pub autovacuums_running: u32,
+    /// relfrozenxid age and heap pages per table, in `ColumnResult::table_names` order.
+    pub ages: Vec<u64>,
+    pub heap_pages: Vec<u64>,
+}
+
+/// One autovacuum, from its log entry.
+#[derive(Serialize, Clone, Debug)]
+pub struct VacuumEvent {
+    pub seconds: f64,
+    pub table: String,
+    pub wraparound: bool,
+    pub removable_cutoff: Option<u32>,
+    pub new_relfrozenxid: Option<u32>,
+    pub pages_scanned: u64,
+    pub elapsed_seconds: f64,
+}
+
+#[derive(Serialize, Clone, Debug)]
+pub struct TableResult {
+    pub name: String,
+    pub autovacuums: u64,
+    pub anti_wraparound_autovacuums: u64,
+    pub max_relfrozenxid_age: u64,
+    pub relfrozenxid_age_at_end: u64,
+    /// Mean XIDs between two autovacuums of the table (from their removable cutoffs).
+    pub xids_between_autovacuums: Option<u64>,
+    /// Autovacuums whose new relfrozenxid reached the previous autovacuum's removable cutoff,
+    /// of those that had a previous one (seed 000's pattern).
+    pub relfrozenxid_reached_previous_cutoff: (u64, u64),
+    pub pages_frozen: Option<u64>,
+    pub frozen_pages_modified: Option<u64>,
+    pub vm_bits_cleared: Option<u64>,
+    pub heap_blks_accessed: u64,
+    pub heap_pages: u64,
+    pub index_pages: u64,
+}
+
+/// One column of the report: a policy on the embedded engine.
+#[derive(Serialize, Clone, Debug)]
+pub struct ColumnResult {
+    pub name: String,
+    pub settings: Vec<String>,
+    pub setup_vacuum_seconds: f64,
+    pub run: RunResult,
+    pub xids_consumed: u64,
+    /// Differences over the run.
+    pub db: DbCounters,
+    pub tables: Vec<TableResult>,
+    pub table_names: Vec<String>,
+    pub samples: Vec<Sample>,
+    pub vacuums: Vec<VacuumEvent>,
+    pub consistency_violations: Vec<String>,
+    pub check: String,
+    pub check_problems: Vec<String>,
+    pub other_log_entries: Vec<String>,
+}
+
+#[derive(Serialize, Clone, Debug)]
+pub struct Target {
+    pub name: String,
+    pub value: String,
+    pub goal: String,
+    pub met: bool,
+}
+
+#[derive(Serialize)]
+pub struct TpccReport {
+    pub benchmark: &'static str,
+    pub machine: Machine,
+    pub warehouses: i32,
+    pub terminals: usize,
+    pub seed: u64,
+    pub aging: String,
+    pub mix: Mix,
+    pub nurand: workload::rng::NurandConstants,
+    pub load_seconds: Option<f64>,
+    pub columns: Vec<ColumnResult>,
+    pub targets: Vec<Target>,
+    pub errors: Vec<(String, String)>,
+}
+
+/// The settings a policy's run uses, in order (later ones win).
+fn settings(a: &TpccArgs, policy: FreezePolicy) -> Vec<String> {
+    let mut s: Vec<String> = vec![
+        "fsync=off".into(),
+        "autovacuum=on".into(),
+        "autovacuum_naptime=1s".into(),
+        "log_autovacuum_min_duration=0".into(),
+        "max_wal_size=128MB".into(),
+        format!("vacuum_freeze_policy={}", policy.name()),
+    ];
+    s.extend(a.aging.settings().into_iter().map(|(k, v)| format!("{k}={v}")));
+    s.extend(a.set.iter().cloned());
+    s
+}
+
+/// The template's description; a template is reused only when it matches.
+#[derive(Serialize, serde::Deserialize, PartialEq, Debug)]
+struct TemplateInfo {
+    warehouses: i32,
+    seed: u64,
+    format: u32,
+}
+
+const TEMPLATE_FORMAT: u32 = 1;
+
+/// Loads the population into `dir/template` unless a matching one is there; the seconds the
+/// load took, if it ran.
+fn ensure_template(a: &TpccArgs, dir: &Path, ui: &Ui) -> Result<Option<f64>> {
+    let t = dir.join("template");
+    let info_path = dir.join("template.json");
+    let want = TemplateInfo { warehouses: a.warehouses, seed: a.seed, format: TEMPLATE_FORMAT };
+    if let Ok(bytes) = std::fs::read(&info_path) {
+        if serde_json::from_slice::<TemplateInfo>(&bytes).ok().as_ref() == Some(&want) && t.is_dir() {
+            ui.note(&format!("reusing the population in {}", t.display()));
+            return Ok(None);
+        }
+    }
+    let _ = std::fs::remove_file(&info_path);
+    let _ = std::fs::remove_dir_all(&t);
+    ui.note(&format!("loading {} warehouses into {} ...", a.warehouses, t.display()));
+    let started = Instant::now();
+    let db = Database::open(&t, crate::config_from(&["fsync=off".into(), "autovacuum=off".into()])?)?;
+    embedded::create_schema(&db)?;
+    embedded::load(&db, a.warehouses, a.seed)?;
+    db.checkpoint()?;
+    db.close()?;
+    let secs = started.elapsed().as_secs_f64();
+    std::fs::write(&info_path, serde_json::to_vec(&want)?)?;
+    ui.note(&format!("loaded in {secs:.1} s"));
+    Ok(Some(secs))
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let e = e?;
+        let target = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_dir(&e.path(), &target)?;
+        } else {
+            std::fs::copy(e.path(), &target).with_context(|| format!("copying {}", e.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Progress output on stderr (hidden with --quiet or --json).
+struct Ui {
+    bar: Option<ProgressBar>,
+}
+
+impl Ui {
+    fn new(quiet: bool) -> Ui {
+        if quiet {
+            return Ui { bar: None };
+        }
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(ProgressStyle::with_template("{spinner} {prefix:>6} {elapsed:>4} {wide_msg}").expect("template"));
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Ui { bar: Some(bar) }
+    }
+
+    fn note(&self, line: &str) {
+        if let Some(b) = &self.bar {
+            b.suspend(|| eprintln!("{line}"));
+        }
+    }
+
+    fn status(&self, prefix: &str, msg: String) {
+        if let Some(b) = &self.bar {
+            b.set_prefix(prefix.to_string());
+            b.set_message(msg);
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// Runs one policy in `dir` (a fresh copy of the template).
+fn run_policy(a: &TpccArgs, policy: FreezePolicy, base: &Path, ui: &Ui) -> Result<ColumnResult> {
+    let dir = base.join(policy.name());
+    let _ = std::fs::remove_dir_all(&dir);
+    copy_dir(&base.join("template"), &dir)?;
+    let set = settings(a, policy);
+    let db = Database::open(&dir, crate::config_from(&set)?)?;
+    let name = policy.name().to_string();
+    ui.status(&name, "VACUUM of every table (as BenchmarkSQL's build)".into());
+    let started = Instant::now();
+    db.vacuum(None, &VacuumParams::default())?;
+    let setup_vacuum_seconds = started.elapsed().as_secs_f64();
+    let _ = db.take_log();
+    let target = embedded::Embedded::new(&db)?;
+    let mut probe = || -> Result<(Observation, Vec<String>)> { Ok((observe_embedded(&db)?, db.take_log())) };
+    let mut column = measure(a, &name, &target, &mut probe, ui)?;
+    column.setup_vacuum_seconds = setup_vacuum_seconds;
+    column.settings = set.clone();
+    let facts: Facts = target.connect()?.consistency_facts()?;
+    column.consistency_violations = facts.violations();
+    ui.status(&name, "closing and checking".into());
+    let report = crate::aging::close_and_check(db, &dir, &set)?;
+    column.check = report.to_string();
+    column.check_problems = report.problems.iter().take(20).map(|p| p.to_string()).collect();
+    Ok(column)
+}
+
+/// Runs the workload on `target` while sampling it each second through `probe`.
+fn measure<T: TpccTarget>(
+    a: &TpccArgs,
+    name: &str,
+    target: &T,
+    probe: &mut dyn FnMut() -> Result<(Observation, Vec<String>)>,
+    ui: &Ui,
+) -> Result<ColumnResult> {
+    let cfg = RunConfig {
+        warehouses: a.warehouses,
+        terminals: a.terminals,
+        transactions: match (a.transactions, a.duration) {
+            (Some(n), _) => Some(n),
+            (None, Some(_)) => None,
+            (None, None) => Some(DEFAULT_TRANSACTIONS),
+        },
+        duration: a.duration.map(Duration::from_secs),
+        seed: a.seed,
+        mix: a.mix,
+        delivery_workers: a.delivery_workers,
+    };
+    let progress = RunProgress::default();
+    let (first, _) = probe()?;
+    let table_names: Vec<String> = first.tables.iter().map(|t| t.name.clone()).collect();
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut vacuums: Vec<VacuumEvent> = Vec::new();
+    let mut other_log_entries = Vec::new();
+    let mut max_age: BTreeMap<String, u64> = BTreeMap::new();
+    let started = Instant::now();
+    let mut last: Observation = first.clone();
+    let run = std::thread::scope(|s| -> Result<RunResult> {
+        let handle = s.spawn(|| tpcc::run(target, &cfg, &progress));
+        let mut record = |obs: &Observation, log: Vec<String>| {
+            let seconds = started.elapsed().as_secs_f64();
+            for t in &obs.tables {
+                let m = max_age.entry(t.name.clone()).or_default();
+                *m = (*m).max(t.relfrozenxid_age);
+            }
+            let by_name: BTreeMap<&str, &workload::observe::TableObs> =
+                obs.tables.iter().map(|t| (t.name.as_str(), t)).collect();
+            samples.push(Sample {
+                seconds,
+                xids: obs.next_xid.saturating_sub(first.next_xid),
+                wal_bytes: obs.db.wal_bytes.saturating_sub(first.db.wal_bytes),
+                transactions: progress.done.load(std::sync::atomic::Ordering::Relaxed),
+                autovacuums_running: obs.autovacuums_running,
+                ages: table_names.iter().map(|n| by_name.get(n.as_str()).map_or(0, |t| t.relfrozenxid_age)).collect(),
+                heap_pages: table_names.iter().map(|n| by_name.get(n.as_str()).map_or(0, |t| t.heap_pages)).collect(),
+            });
+            for entry in log {
+                match parse_log_entry(&entry) {
+                    Some(e) => {
+                        ui.note(&format!("[{name}] {}", entry.lines().next().unwrap_or_default()));
+                        vacuums.push(VacuumEvent {
+                            seconds,
+                            table: e.table,
+                            wraparound: e.wraparound,
+                            removable_cutoff: e.removable_cutoff,
+                            new_relfrozenxid: e.new_relfrozenxid,
+                            pages_scanned: e.pages_scanned,
+                            elapsed_seconds: e.elapsed_seconds,
+                        });
+                    }
+                    None => {
+                        ui.note(&format!("[{name}] {}", entry.trim_end()));
+                        other_log_entries.push(entry.trim_end().to_string());
+                    }
+                }
+            }
+        };
+        let mut next = Instant::now() + SAMPLE_EVERY;
+        while !handle.is_finished() {
+            std::thread::sleep(Duration::from_millis(50));
+            if Instant::now() < next {
+                continue;
+            }
+            next += SAMPLE_EVERY;
+            let (obs, log) = probe()?;
+            let secs = started.elapsed().as_secs_f64();
+            let done = progress.done.load(std::sync::atomic::Ordering::Relaxed);
+            ui.status(
+                name,
+                format!(
+                    "{:>8} tx  {:>6.0} tps  {:>9} XIDs  oldest relfrozenxid age {:>8}  autovacuums running {}",
+                    done,
+                    done as f64 / secs.max(1e-9),
+                    obs.next_xid.saturating_sub(first.next_xid),
+                    obs.max_relfrozenxid_age(),
+                    obs.autovacuums_running
+                ),
+            );
+            record(&obs, log);
+            last = obs;
+        }
+        let r = handle.join().map_err(|_| anyhow::anyhow!("the run panicked"))??;
+        let (obs, log) = probe()?;
+        record(&obs, log);
+        last = obs;
+        Ok(r)
+    })?;
+    let tables = table_names
+        .iter()
+        .map(|n| {
+            let (t0, t1) = (first.table(n).cloned().unwrap_or_default(), last.table(n).cloned().unwrap_or_default());
+            let diff = |f: fn(&workload::observe::TableObs) -> Option<u64>| Some(f(&t1)?.saturating_sub(f(&t0)?));
+            let mine: Vec<&VacuumEvent> = vacuums.iter().filter(|v| &v.table == n).collect();
+            let cutoffs: Vec<u32> = mine.iter().filter_map(|v| v.removable_cutoff).collect();
+            let gaps: Vec<u64> = cutoffs.windows(2).map(|w| u64::from(w[1].wrapping_sub(w[0]))).collect();
+            let reached = mine
+                .windows(2)
+                .filter(|w| w[0].removable_cutoff.is_some())
+                .map(|w| match (w[0].removable_cutoff, w[1].new_relfrozenxid) {
+                    (Some(c), Some(r)) => (r.wrapping_sub(c) as i32) >= 0,
+                    _ => false,
+                })
+                .fold((0, 0), |(k, n), ok| (k + u64::from(ok), n + 1));
+            TableResult {
+                name: n.clone(),
+                autovacuums: t1.autovacuum_count.saturating_sub(t0.autovacuum_count),
+                anti_wraparound_autovacuums: t1.anti_wraparound_count.saturating_sub(t0.anti_wraparound_count),
+                max_relfrozenxid_age: max_age.get(n).copied().unwrap_or(0).max(t0.relfrozenxid_age),
+                relfrozenxid_age_at_end: t1.relfrozenxid_age,
+                xids_between_autovacuums: (!gaps.is_empty()).then(|| gaps.iter().sum::<u64>() / gaps.len() as u64),
+                relfrozenxid_reached_previous_cutoff: reached,
+                pages_frozen: diff(|t| t.pages_frozen),
+                frozen_pages_modified: diff(|t| t.frozen_pages_modified),
+                vm_bits_cleared: diff(|t| t.vm_bits_cleared),
+                heap_blks_accessed: (t1.heap_blks_hit + t1.heap_blks_read)
+                    .saturating_sub(t0.heap_blks_hit + t0.heap_blks_read),
+                heap_pages: t1.heap_pages,
+                index_pages: t1.index_pages,
+            }
+        })
+        .collect();
+    Ok(ColumnResult {
+        name: name.to_string(),
+        settings: Vec::new(),
+        setup_vacuum_seconds: 0.0,
+        xids_consumed: last.next_xid.saturating_sub(first.next_xid),
+        run,
+        db: last.db.since(&first.db),
+        tables,
+        table_names,
+        samples,
+        vacuums,
+        consistency_violations: Vec::new(),
+        check: String::new(),
+        check_problems: Vec::new(),
+        other_log_entries,
+    })
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        f64::NAN
+    } else {
+        a / b
+    }
+}
+
+/// Seed 000's targets, eager against lazy.
+fn targets(columns: &[ColumnResult]) -> Vec<Target> {
+    let (Some(lazy), Some(eager)) =
+        (columns.iter().find(|c| c.name == "lazy"), columns.iter().find(|c| c.name == "eager"))
+    else {
+        return Vec::new();
+    };
+    let table = |c: &ColumnResult, n: &str| c.tables.iter().find(|t| t.name == n).cloned();
+    let mut out = Vec::new();
+    let lazy_cycles: Vec<String> = ORDERS_TABLES
+        .iter()
+        .map(|n| format!("{n} {}", table(lazy, n).map_or(0, |t| t.anti_wraparound_autovacuums)))
+        .collect();
+    out.push(Target {
+        name: "lazy goes through anti-wraparound cycles (precondition)".into(),
+        value: lazy_cycles.join(", "),
+        goal: ">= 2 on bmsql_oorder and bmsql_order_line".into(),
+        met: ORDERS_TABLES.iter().all(|n| table(lazy, n).is_some_and(|t| t.anti_wraparound_autovacuums >= 2)),
+    });
+    let eager_aw: Vec<String> = INSERT_HEAVY
+        .iter()
+        .map(|n| format!("{n} {}", table(eager, n).map_or(0, |t| t.anti_wraparound_autovacuums)))
+        .collect();
+    out.push(Target {
+        name: "eager: anti-wraparound autovacuums".into(),
+        value: eager_aw.join(", "),
+        goal: "0 on oorder, order_line, new_order, history".into(),
+        met: INSERT_HEAVY.iter().all(|n| table(eager, n).is_some_and(|t| t.anti_wraparound_autovacuums == 0)),
+    });
+    for n in ORDERS_TABLES {
+        let Some(t) = table(eager, n) else { continue };
+        let gap = t.xids_between_autovacuums.unwrap_or(0);
+        out.push(Target {
+            name: format!("eager: {n} max relfrozenxid age"),
+            value: format!("{} (XIDs between autovacuums: {gap})", t.max_relfrozenxid_age),
+            goal: "<= 2 x XIDs between autovacuums".into(),
+            met: gap > 0 && t.max_relfrozenxid_age <= 2 * gap,
+        });
+        let (k, of) = t.relfrozenxid_reached_previous_cutoff;
+        out.push(Target {
+            name: format!("eager: {n} relfrozenxid reached the previous removable cutoff"),
+            value: format!("{k} of {of} autovacuums"),
+            goal: "every autovacuum (seed 000's log pattern)".into(),
+            met: of > 0 && k == of,
+        });
+    }
+    let wal = ratio(eager.db.wal_bytes as f64, lazy.db.wal_bytes as f64);
+    out.push(Target {
+        name: "WAL bytes, eager / lazy".into(),
+        value: format!("{wal:.3}"),
+        goal: "<= 1.0 (seed 000: 0.990 after two days)".into(),
+        met: wal <= 1.0,
+    });
+    let heap = ratio(
+        (eager.db.heap_blks_hit + eager.db.heap_blks_read) as f64,
+        (lazy.db.heap_blks_hit + lazy.db.heap_blks_read) as f64,
+    );
+    let all = ratio((eager.db.blks_hit + eager.db.blks_read) as f64, (lazy.db.blks_hit + lazy.db.blks_read) as f64);
+    out.push(Target {
+        name: "heap buffer accesses (heap_blks_hit + heap_blks_read), eager / lazy".into(),
+        value: format!("{heap:.3} (all blocks: {all:.3})"),
+        goal: "<= 0.7 (seed 000: blks_hit 0.616)".into(),
+        met: heap <= 0.7,
+    });
+    out
+}
+
+fn policies(a: &TpccArgs) -> Result<Vec<FreezePolicy>> {
+    let names = if a.compare.is_empty() { vec![a.policy.clone()] } else { a.compare.clone() };
+    let mut out = Vec::new();
+    for n in names {
+        let p = FreezePolicy::parse(n.trim())
+            .with_context(|| format!("unknown freeze policy {n:?} (expected lazy, pg16 or eager)"))?;
+        if out.contains(&p) {
+            bail!("policy {n} is listed twice");
+        }
+        out.push(p);
+    }
+    Ok(out)
+}
+
+pub fn run(a: TpccArgs) -> Result<ExitCode> {
+    if a.warehouses < 1 || a.terminals < 1 {
+        bail!("--warehouses and --terminals must be at least 1");
+    }
+    let policies = policies(&a)?;
+    let (base, temporary) = match &a.dir {
+        Some(d) => (d.clone(), false),
+        None => (std::env::temp_dir().join(format!("settle-tpcc-{}", std::process::id())), true),
+    };
+    std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+    let ui = Ui::new(a.quiet || a.json);
+    let load_seconds = ensure_template(&a, &base, &ui)?;
+    let mut columns = Vec::new();
+    let mut errors = Vec::new();
+    for p in &policies {
+        match run_policy(&a, *p, &base, &ui) {
+            Ok(c) => columns.push(c),
+            Err(e) => errors.push((p.name().to_string(), format!("{e:#}"))),
+        }
+    }
+    ui.finish();
+    let report = TpccReport {
+        benchmark: "tpcc",
+        machine: machine(),
+        warehouses: a.warehouses,
+        terminals: a.terminals,
+        seed: a.seed,
+        aging: a.aging.to_string(),
+        mix: a.mix,
+        nurand: workload::rng::NurandConstants::from_seed(a.seed),
+        load_seconds,
+        targets: targets(&columns),
+        columns,
+        errors,
+    };
+    let json = serde_json::to_string_pretty(&report)?;
+    let report_dir = if temporary && !a.keep { std::env::current_dir()?.join("tpcc-report") } else { base.clone() };
+    std::fs::create_dir_all(&report_dir)?;
+    std::fs::write(report_dir.join("report.json"), &json)?;
+    std::fs::write(report_dir.join("report.html"), crate::tpcc_html::render(&report))?;
+    if a.json {
+        println!("{json}");
+    } else {
+        print!("{}", render(&report));
+        println!("\nreport: {} and report.json", report_dir.join("report.html").display());
+    }
+    if temporary && !a.keep {
+        let _ = std::fs::remove_dir_all(&base);
+    }
+    let bad = report.columns.iter().any(|c| !c.consistency_violations.is_empty() || !c.check_problems.is_empty());
+    Ok(if !report.errors.is_empty() {
+        ExitCode::from(2)
+    } else if bad {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Rows of (label, one value per column) under a title.
+pub struct Group {
+    pub title: String,
+    pub rows: Vec<(String, Vec<String>)>,
+}
+
+impl Group {
+    fn new(title: impl Into<String>) -> Group {
+        Group { title: title.into(), rows: Vec::new() }
+    }
+
+    fn row(&mut self, label: impl Into<String>, values: Vec<String>) {
+        self.rows.push((label.into(), values));
+    }
+
+    fn render(&self, heads: &[String]) -> String {
+        let lw = self.rows.iter().map(|(l, _)| l.len()).chain([self.title.len()]).max().unwrap_or(0);
+        let widths: Vec<usize> = (0..heads.len())
+            .map(|i| self.rows.iter().filter_map(|(_, v)| v.get(i)).map(String::len).chain([heads[i].len(), 8]).max())
+            .map(|w| w.unwrap_or(8))
+            .collect();
+        let mut out = format!("{:<lw$}", self.title);
+        for (h, w) in heads.iter().zip(&widths) {
+            let _ = write!(out, "  {h:>w$}");
+        }
+        out.push('\n');
+        for (l, vs) in &self.rows {
+            let _ = write!(out, "{l:<lw$}");
+            for (v, w) in vs.iter().zip(&widths) {
+                let _ = write!(out, "  {v:>w$}");
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or_else(|| "n/a".into(), |v| v.to_string())
+}
+
+/// The report's tables, columns as policies.
+pub fn groups(r: &TpccReport) -> Vec<Group> {
+    let cols = &r.columns;
+    let each = |f: &dyn Fn(&ColumnResult) -> String| -> Vec<String> { cols.iter().map(f).collect() };
+    let mut out = Vec::new();
+    let mut g = Group::new("run");
+    g.row("seconds", each(&|c| format!("{:.1}", c.run.seconds)));
+    g.row("transactions", each(&|c| c.run.transactions.to_string()));
+    g.row("tps", each(&|c| format!("{:.0}", c.run.tps)));
+    g.row("tpmC (New-Orders per minute)", each(&|c| format!("{:.0}", c.run.tpmc)));
+    g.row("XIDs consumed", each(&|c| c.xids_consumed.to_string()));
+    g.row("setup VACUUM seconds", each(&|c| format!("{:.2}", c.setup_vacuum_seconds)));
+    out.push(g);
+    let mut g = Group::new("database (pg_stat_database, pg_stat_wal)");
+    let d = |f: fn(&DbCounters) -> u64| each(&|c| f(&c.db).to_string());
+    g.row("xact_commit", d(|d| d.xact_commit));
+    g.row("xact_rollback", d(|d| d.xact_rollback));
+    g.row("blks_read", d(|d| d.blks_read));
+    g.row("blks_hit", d(|d| d.blks_hit));
+    g.row("heap_blks_read", d(|d| d.heap_blks_read));
+    g.row("heap_blks_hit", d(|d| d.heap_blks_hit));
+    g.row("tup_returned", d(|d| d.tup_returned));
+    g.row("tup_fetched", d(|d| d.tup_fetched));
+    g.row("tup_inserted", d(|d| d.tup_inserted));
+    g.row("tup_updated", d(|d| d.tup_updated));
+    g.row("tup_deleted", d(|d| d.tup_deleted));
+    g.row("WAL records", d(|d| d.wal_records));
+    g.row("WAL full-page images", d(|d| d.wal_fpi));
+    g.row("WAL bytes", d(|d| d.wal_bytes));
+    out.push(g);
+    let names: Vec<String> = cols.first().map(|c| c.table_names.clone()).unwrap_or_default();
+    for n in names {
+        let t = |f: &dyn Fn(&TableResult) -> String| -> Vec<String> {
+            cols.iter().map(|c| c.tables.iter().find(|t| t.name == n).map_or("-".into(), f)).collect()
+        };
+        let mut g = Group::new(n.clone());
+        g.row("autovacuums", t(&|t| t.autovacuums.to_string()));
+        g.row("anti-wraparound autovacuums", t(&|t| t.anti_wraparound_autovacuums.to_string()));
+        g.row("max relfrozenxid age", t(&|t| t.max_relfrozenxid_age.to_string()));
+        g.row("relfrozenxid age at end", t(&|t| t.relfrozenxid_age_at_end.to_string()));
+        g.row("XIDs between autovacuums", t(&|t| opt(t.xids_between_autovacuums)));
+        g.row(
+            "relfrozenxid reached prev. cutoff",
+            t(&|t| {
+                format!("{}/{}", t.relfrozenxid_reached_previous_cutoff.0, t.relfrozenxid_reached_previous_cutoff.1)
+            }),
+        );
+        g.row("pages frozen", t(&|t| opt(t.pages_frozen)));
+        g.row("frozen pages modified again", t(&|t| opt(t.frozen_pages_modified)));
+        g.row("VM bits cleared", t(&|t| opt(t.vm_bits_cleared)));
+        g.row("heap blocks accessed", t(&|t| t.heap_blks_accessed.to_string()));
+        g.row("table pages", t(&|t| t.heap_pages.to_string()));
+        g.row("index pages", t(&|t| t.index_pages.to_string()));
+        out.push(g);
+    }
+    let mut g = Group::new("latency ms p50 / p95 / p99, rate /s");
+    for (i, k) in cols.first().map(|c| c.run.kinds.clone()).unwrap_or_default().iter().enumerate() {
+        let kind = |f: &dyn Fn(&KindResult) -> String| -> Vec<String> {
+            cols.iter().map(|c| c.run.kinds.get(i).map_or("-".into(), f)).collect()
+        };
+        g.row(k.kind, kind(&|k| format!("{:.2} / {:.2} / {:.2}", k.p50_ms, k.p95_ms, k.p99_ms)));
+        g.row(format!("{} /s", k.kind), kind(&|k| format!("{:.0}", k.per_second)));
+    }
+    out.push(g);
+    out
+}
+
+pub fn render(r: &TpccReport) -> String {
+    let m = &r.machine;
+    let mut out = format!("machine: {} CPUs ({}), {} GiB, {}\n", m.cpus, m.cpu_model, m.memory_gib, m.os);
+    let _ = writeln!(
+        out,
+        "workload: TPC-C-like, {} warehouses, {} terminals, mix {}/{}/{}/{}/{}, seed {}, aging {}",
+        r.warehouses,
+        r.terminals,
+        r.mix.new_order,
+        r.mix.payment,
+        r.mix.order_status,
+        r.mix.delivery,
+        r.mix.stock_level,
+        r.seed,
+        r.aging
+    );
+    if let Some(c) = r.columns.first() {
+        let _ = writeln!(out, "settings ({}): {}", c.name, c.settings.join(" "));
+    }
+    out.push('\n');
+    let heads: Vec<String> = r.columns.iter().map(|c| c.name.clone()).collect();
+    let text: Vec<String> = groups(r).iter().map(|g| g.render(&heads)).collect();
+    out.push_str(&text.join("\n"));
+    if !r.targets.is_empty() {
+        out.push_str("\ntargets (seed 000, eager against lazy)\n");
+        for t in &r.targets {
+            let _ =
+                writeln!(out, "  [{}] {}: {} (goal {})", if t.met { "MET" } else { "MISSED" }, t.name, t.value, t.goal);
+        }
+    }
+    for c in &r.columns {
+        let _ = writeln!(
+            out,
+            "\n{}: consistency conditions 1-4: {}",
+            c.name,
+            if c.consistency_violations.is_empty() {
+                "hold".to_string()
+            } else {
+                format!("{} violated", c.consistency_violations.len())
+            }
+        );
+        for v in &c.consistency_violations {
+            let _ = writeln!(out, "  {v}");
+        }
+        let _ = writeln!(out, "{}: check: {}", c.name, c.check.lines().next().unwrap_or_default());
+        for p in &c.check_problems {
+            let _ = writeln!(out, "  {p}");
+        }
+        for e in &c.other_log_entries {
+            let _ = writeln!(out, "  log: {}", e.lines().next().unwrap_or_default());
+        }
+    }
+    for (name, e) in &r.errors {
+        let _ = writeln!(out, "\n{name}: error: {e}");
+    }
+    out
+}
