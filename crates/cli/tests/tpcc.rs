@@ -18,7 +18,8 @@ fn compare_smoke_run_reports_every_policy_in_the_documented_shape() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}\n{stderr}", out.status);
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
-    for k in ["benchmark", "machine", "warehouses", "terminals", "seed", "aging", "mix", "nurand", "columns", "targets"] {
+    for k in ["benchmark", "machine", "warehouses", "terminals", "seed", "aging", "mix", "nurand", "columns", "targets"]
+    {
         assert!(r.get(k).is_some(), "report lacks {k}: {:?}", keys(&r));
     }
     assert_eq!(r["aging"], "1:2000");
@@ -40,11 +41,14 @@ fn compare_smoke_run_reports_every_policy_in_the_documented_shape() {
             assert!(names.contains(&t), "{t} missing from {names:?}");
         }
         for t in tables {
-            for k in ["autovacuums", "anti_wraparound_autovacuums", "max_relfrozenxid_age", "pages_frozen", "heap_pages"] {
+            for k in
+                ["autovacuums", "anti_wraparound_autovacuums", "max_relfrozenxid_age", "pages_frozen", "heap_pages"]
+            {
                 assert!(t.get(k).is_some(), "table figures lack {k}");
             }
         }
-        let kinds: Vec<&str> = c["run"]["kinds"].as_array().unwrap().iter().map(|k| k["kind"].as_str().unwrap()).collect();
+        let kinds: Vec<&str> =
+            c["run"]["kinds"].as_array().unwrap().iter().map(|k| k["kind"].as_str().unwrap()).collect();
         assert_eq!(kinds, ["NEW_ORDER", "PAYMENT", "ORDER_STATUS", "STOCK_LEVEL", "DELIVERY", "DELIVERY_BG"]);
         assert!(!c["samples"].as_array().unwrap().is_empty());
     }
