@@ -175,7 +175,9 @@ fn check_frozen_xids(inner: &crate::db::Inner, out: &mut Vec<String>) -> Result<
     let limit = inner.xact.limits().oldest_xid;
     if let Some(oldest) = scan.oldest {
         if oldest.precedes(limit) {
-            out.push(format!("XID limits use database frozen XID {limit}, newer than the oldest relfrozenxid {oldest}"));
+            out.push(format!(
+                "XID limits use database frozen XID {limit}, newer than the oldest relfrozenxid {oldest}"
+            ));
         }
     }
     Ok(())

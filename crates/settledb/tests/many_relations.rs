@@ -24,7 +24,11 @@ fn schema() -> Schema {
 
 /// The oldest relfrozenxid over every table, by the modulo-2^31 comparison.
 fn oracle_min(db: &Database) -> Option<Xid> {
-    db.tables().iter().map(|t| t.relfrozenxid()).filter(|x| x.is_normal()).reduce(|a, b| if b.precedes(a) { b } else { a })
+    db.tables()
+        .iter()
+        .map(|t| t.relfrozenxid())
+        .filter(|x| x.is_normal())
+        .reduce(|a, b| if b.precedes(a) { b } else { a })
 }
 
 /// The three computations agree; returns their answer.
@@ -139,8 +143,7 @@ fn autovacuum_looks_only_at_tables_that_changed() {
     const TABLES: usize = 5_000;
     let dir = tempfile::tempdir().unwrap();
     // The launcher's own naptime is long: the test drives cycles with autovacuum_kick.
-    let config =
-        Config::from_pairs([("autovacuum", "on"), ("autovacuum_naptime", "1h"), ("fsync", "off")]).unwrap();
+    let config = Config::from_pairs([("autovacuum", "on"), ("autovacuum_naptime", "1h"), ("fsync", "off")]).unwrap();
     let db = Database::open(dir.path(), config).unwrap();
     for i in 0..TABLES {
         db.create_table(&format!("r{i}"), schema(), TableOptions::default()).unwrap();

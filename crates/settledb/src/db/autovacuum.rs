@@ -64,7 +64,7 @@ use crate::vacuum::{self, VacuumParams};
 #[derive(Default)]
 pub(crate) struct AutovacuumState {
     /// Tables to vacuum, in order, and the set of them (no table is queued twice).
-    queue: Mutex<(VecDeque<(Oid, bool)>, FxHashSet<Oid>)>,
+    queue: Mutex<(WorkQueue, FxHashSet<Oid>)>,
     pub(crate) wake: Condvar,
     /// Tables being vacuumed by a worker now.
     busy: Mutex<Vec<Oid>>,
@@ -79,8 +79,12 @@ pub(crate) struct AutovacuumState {
     cycle_cpu_ns: AtomicU64,
     last_cycle_cpu_ns: AtomicU64,
     last_cycle_tables: AtomicU64,
+    cycle_tables: AtomicU64,
     log: Mutex<Vec<String>>,
 }
+
+/// Tables for the workers, in order: `(table, anti-wraparound)`.
+type WorkQueue = VecDeque<(Oid, bool)>;
 
 /// The need queue: `(n_dead_tup, n_ins_since_vacuum)` of each table over a threshold.
 struct NeedQueue {
@@ -224,6 +228,7 @@ impl Inner {
         av.cycle_cpu_ns.fetch_add(cpu, Ordering::Relaxed);
         av.last_cycle_cpu_ns.store(cpu, Ordering::Relaxed);
         av.last_cycle_tables.store(looked_at, Ordering::Relaxed);
+        av.cycle_tables.fetch_add(looked_at, Ordering::Relaxed);
     }
 
     pub(crate) fn autovacuum_launcher_loop(self: Arc<Inner>) {
@@ -348,10 +353,11 @@ pub struct AutovacuumStats {
     /// Autovacuums finished, and how many of them were anti-wraparound.
     pub vacuums: u64,
     pub wraparound_vacuums: u64,
-    /// Launcher cycles run (each naptime, each kick), their total thread CPU time, and the last
-    /// cycle's CPU time and number of tables it looked at.
+    /// Launcher cycles run (each naptime, each kick), their total thread CPU time and tables
+    /// looked at, and the last cycle's CPU time and number of tables it looked at.
     pub launcher_cycles: u64,
     pub launcher_cpu_ns: u64,
+    pub launcher_tables: u64,
     pub last_cycle_cpu_ns: u64,
     pub last_cycle_tables: u64,
 }
@@ -370,6 +376,7 @@ impl Database {
             wraparound_vacuums: av.wraparound_vacuums.load(Ordering::Relaxed),
             launcher_cycles: av.cycles.load(Ordering::Relaxed),
             launcher_cpu_ns: av.cycle_cpu_ns.load(Ordering::Relaxed),
+            launcher_tables: av.cycle_tables.load(Ordering::Relaxed),
             last_cycle_cpu_ns: av.last_cycle_cpu_ns.load(Ordering::Relaxed),
             last_cycle_tables: av.last_cycle_tables.load(Ordering::Relaxed),
         }
