@@ -253,10 +253,12 @@ fn run_postgres(a: &RelationsArgs) -> Result<RelationsFigures> {
     let runs = (a.vacuum_runs / 10).max(5);
     let sql_dir = temp_dir("pgsql");
     std::fs::create_dir_all(&sql_dir.0)?;
-    pg_create(&pg, &sql_dir.0, 0, 10)?;
-    let at_10 = pg_time_vacuums(&pg, runs)?;
     let size0 = catalog_size()?;
-    let tenths = pg_create(&pg, &sql_dir.0, 10, a.relations)?;
+    let first = pg_create(&pg, &sql_dir.0, 0, 10)?;
+    let at_10 = pg_time_vacuums(&pg, runs)?;
+    // The creation figures are those of the relations past the first 10, when there are any.
+    let (tenths, created) =
+        if a.relations > 10 { (pg_create(&pg, &sql_dir.0, 10, a.relations)?, a.relations - 10) } else { (first, 10) };
     let size1 = catalog_size()?;
     let at_n = pg_time_vacuums(&pg, runs)?;
     let idle = pg_idle_cpu(&pg, a.naptimes)?;
@@ -265,7 +267,7 @@ fn run_postgres(a: &RelationsArgs) -> Result<RelationsFigures> {
     let start = Instant::now();
     pg_script(&pg, &sql_dir.0, "drop.sql", &drops.join("\n"))?;
     let drop_us = start.elapsed().as_secs_f64() * 1e6 / n as f64;
-    let per_tenth = ((a.relations - 10) / 10).max(1) as f64;
+    let per_tenth = (created / 10).max(1) as f64;
     Ok(RelationsFigures {
         engine: "postgres".into(),
         relations: a.relations,
@@ -278,7 +280,7 @@ fn run_postgres(a: &RelationsArgs) -> Result<RelationsFigures> {
         full_recompute_ms: None,
         idle_cpu_ms_per_naptime: idle,
         launcher_tables_per_cycle: None,
-        catalog_bytes_per_relation: (size1 - size0) / (a.relations - 10) as f64,
+        catalog_bytes_per_relation: (size1 - size0) / a.relations as f64,
         memory_bytes_per_relation: None,
         drop_us_per_relation: Some(drop_us),
     })
