@@ -91,6 +91,9 @@ pub enum BenchCmd {
     /// Freeze policies compared while XIDs age: a pgbench-like workload under autovacuum with
     /// freeze ages scaled down, several anti-wraparound cycles per run.
     Aging(crate::aging::AgingArgs),
+    /// Many relations: creating them, VACUUM of one empty table among them, the full
+    /// recomputation of the database frozen XID, the autovacuum launcher's idle CPU.
+    Relations(crate::relations::RelationsArgs),
 }
 
 #[derive(Serialize, Default, Clone)]
@@ -166,6 +169,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
             tidstore(scale, probes, only.as_deref(), &structures, json)
         }
         BenchCmd::Aging(args) => crate::aging::run(args),
+        BenchCmd::Relations(args) => crate::relations::run(args),
     }
 }
 

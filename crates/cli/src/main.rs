@@ -24,6 +24,9 @@
 //!   side, with a text, JSON and HTML report.
 //! * `settle bench aging [--policy lazy,pg16,eager] [--transactions N] [--scale S]
 //!   [--xids-per-tx K] [--json]`: the freeze policies compared under autovacuum while XIDs age.
+//! * `settle bench relations --relations N [--peer] [--json]`: creating N relations, VACUUM of
+//!   one empty table among them (incremental database frozen XID) and the full recomputation,
+//!   the autovacuum launcher's idle CPU per naptime, catalog bytes per relation.
 //!
 //! The binary installs `tidstore::bench::CountingAlloc` as its global allocator so that the
 //! tidstore benchmark can measure each structure's heap bytes exactly. It costs one relaxed
@@ -35,6 +38,7 @@ mod bench;
 mod inspect;
 mod peer;
 mod pgbench;
+mod relations;
 mod stats;
 mod tpcc;
 mod tpcc_html;

@@ -33,7 +33,13 @@
 //! follow them.
 //!
 //! The database frozen XID is the minimum `relfrozenxid` over all rows
-//! ([`Catalog::database_frozen_xid`]); CLOG is never truncated above it.
+//! ([`Catalog::database_frozen_xid`]); CLOG is never truncated above it. It is kept
+//! incrementally in an indexed min-heap that changes where relfrozenxid does (see [`frozen`]),
+//! so reading it costs O(1) and keeping it O(log n) per change, with any number of tables.
+//! Lookups by name and by OID are hash-map lookups: CREATE and DROP TABLE cost the same with a
+//! million tables as with ten.
+
+mod frozen;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -47,7 +53,7 @@ use crate::error::{Error, Result};
 use crate::heap::tuple::{Column, Schema, Type, Value};
 use crate::heap::Relation;
 use crate::stats::TableStats;
-use crate::types::{Oid, Tid, Xid};
+use crate::types::{FullXid, Oid, Tid, Xid};
 
 /// OID and file node of `pg_class`.
 pub const PG_CLASS_OID: Oid = Oid(1259);
@@ -218,6 +224,9 @@ pub struct TableEntry {
     pub maintenance_lock: Mutex<()>,
     /// Cumulative statistics (`pg_stat_user_tables`).
     pub stats: TableStats,
+    /// Statistics or options changed since the autovacuum launcher last looked at the table
+    /// (set by `db::autovacuum::note_changed`, cleared by the launcher).
+    pub stats_changed: std::sync::atomic::AtomicBool,
 }
 
 impl TableEntry {
@@ -375,27 +384,36 @@ pub struct Catalog {
     next_oid: AtomicU32,
     /// Serializes DDL.
     pub ddl_lock: Mutex<()>,
+    /// Every table's relfrozenxid, ordered (taken after `by_oid` when both are).
+    frozen: Mutex<frozen::FrozenXidIndex>,
+    /// The database's `autovacuum_freeze_max_age`, for tables that do not override it.
+    freeze_max_age: u32,
 }
 
 impl Default for Catalog {
     fn default() -> Self {
-        Catalog::new()
+        Catalog::new(Config::default().autovacuum_freeze_max_age)
     }
 }
 
 impl Catalog {
-    pub fn new() -> Catalog {
+    /// An empty catalog; `autovacuum_freeze_max_age` is the database's setting, which decides
+    /// when a table not overriding it is due for an anti-wraparound autovacuum.
+    pub fn new(autovacuum_freeze_max_age: u32) -> Catalog {
         Catalog {
             indexes: RwLock::new(HashMap::new()),
             by_name: RwLock::new(HashMap::new()),
             by_oid: RwLock::new(HashMap::new()),
             next_oid: AtomicU32::new(FIRST_NORMAL_OID.0),
             ddl_lock: Mutex::new(()),
+            frozen: Mutex::new(frozen::FrozenXidIndex::new()),
+            freeze_max_age: autovacuum_freeze_max_age,
         }
     }
 
-    /// Builds the cache entry for a row and publishes it.
-    pub fn publish(&self, row: &ClassRow, tid: Tid) -> Arc<TableEntry> {
+    /// Builds the cache entry for a row and publishes it. `next` is the next XID (relfrozenxid
+    /// is ordered as a 64-bit XID widened against it).
+    pub fn publish(&self, row: &ClassRow, tid: Tid, next: FullXid) -> Arc<TableEntry> {
         let rel = Arc::new(Relation::new(row.oid, &row.relname, row.relfilenode, row.schema.clone(), row.fillfactor));
         let e = Arc::new(TableEntry {
             rel,
@@ -408,12 +426,45 @@ impl Catalog {
             options: RwLock::new(row.options.clone()),
             maintenance_lock: Mutex::new(()),
             stats: TableStats::new(),
+            stats_changed: std::sync::atomic::AtomicBool::new(false),
         });
         self.by_name.write().insert(row.relname.clone(), e.clone());
-        self.by_oid.write().insert(row.oid, e.clone());
-        let next = row.oid.0.max(row.relfilenode.0).saturating_add(1);
-        self.next_oid.fetch_max(next, Ordering::AcqRel);
+        {
+            let mut by_oid = self.by_oid.write();
+            by_oid.insert(row.oid, e.clone());
+            self.frozen.lock().set(row.oid, row.relfrozenxid, self.freeze_max_age_of(&e), next);
+        }
+        let next_oid = row.oid.0.max(row.relfilenode.0).saturating_add(1);
+        self.next_oid.fetch_max(next_oid, Ordering::AcqRel);
         e
+    }
+
+    /// The `autovacuum_freeze_max_age` in force for a table.
+    fn freeze_max_age_of(&self, e: &TableEntry) -> u32 {
+        e.options.read().autovacuum_freeze_max_age.unwrap_or(self.freeze_max_age)
+    }
+
+    /// Sets a published table's relfrozenxid in the cache and in the ordered index together
+    /// (VACUUM's in-place `pg_class` update calls this after writing the row). A table dropped
+    /// meanwhile stays out of the index.
+    pub fn set_relfrozenxid(&self, e: &Arc<TableEntry>, relfrozenxid: Xid, next: FullXid) {
+        let by_oid = self.by_oid.read();
+        let mut frozen = self.frozen.lock();
+        e.relfrozenxid.store(relfrozenxid.0, Ordering::Release);
+        if by_oid.get(&e.rel.oid).is_some_and(|p| Arc::ptr_eq(p, e)) {
+            frozen.set(e.rel.oid, relfrozenxid, self.freeze_max_age_of(e), next);
+        }
+    }
+
+    /// Replaces a published table's storage parameters (ALTER TABLE SET, after its commit);
+    /// its anti-wraparound deadline follows its `autovacuum_freeze_max_age`.
+    pub fn set_options(&self, e: &Arc<TableEntry>, options: RelOptions, next: FullXid) {
+        let by_oid = self.by_oid.read();
+        let mut frozen = self.frozen.lock();
+        *e.options.write() = options;
+        if by_oid.get(&e.rel.oid).is_some_and(|p| Arc::ptr_eq(p, e)) {
+            frozen.set(e.rel.oid, e.relfrozenxid(), self.freeze_max_age_of(e), next);
+        }
     }
 
     /// Publishes an index of a published table.
@@ -467,7 +518,9 @@ impl Catalog {
 
     pub fn unpublish(&self, name: &str) -> Option<Arc<TableEntry>> {
         let e = self.by_name.write().remove(name)?;
-        self.by_oid.write().remove(&e.rel.oid);
+        let mut by_oid = self.by_oid.write();
+        by_oid.remove(&e.rel.oid);
+        self.frozen.lock().remove(e.rel.oid);
         Some(e)
     }
 
@@ -495,17 +548,27 @@ impl Catalog {
         self.next_oid.fetch_max(oid.0.saturating_add(1), Ordering::AcqRel);
     }
 
-    /// Minimum relfrozenxid over every table (the database frozen XID, `datfrozenxid`).
+    /// Minimum relfrozenxid over every table (the database frozen XID, `datfrozenxid`): the
+    /// top of the ordered index, O(1).
     pub fn database_frozen_xid(&self) -> Option<Xid> {
-        let tables = self.by_oid.read();
-        let mut min: Option<Xid> = None;
-        for e in tables.values() {
-            let x = e.relfrozenxid();
-            if x.is_normal() && min.is_none_or(|m| x.precedes(m)) {
-                min = Some(x);
-            }
-        }
-        min
+        self.frozen.lock().oldest()
+    }
+
+    /// Tables whose relfrozenxid is at least their `autovacuum_freeze_max_age` old at `next`
+    /// (candidates for an anti-wraparound autovacuum): O(k) for k such tables.
+    pub fn due_for_wraparound(&self, next: FullXid) -> Vec<Oid> {
+        self.frozen.lock().due_for_wraparound(next)
+    }
+
+    /// Tables in the ordered index, and the index's bytes (for benchmarks and `check`).
+    pub fn frozen_index_size(&self) -> (usize, usize) {
+        let f = self.frozen.lock();
+        (f.len(), f.allocated_bytes())
+    }
+
+    /// Tables in the cache (`pg_class` included).
+    pub fn table_count(&self) -> usize {
+        self.by_oid.read().len()
     }
 }
 

@@ -140,21 +140,47 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
         };
         check_index(db, &table, &def, &mut report.problems)?;
     }
-    let min = inner.catalog.tables().iter().map(|e| e.relfrozenxid()).filter(|x| x.is_normal()).reduce(|a, b| {
-        if b.precedes(a) {
-            b
-        } else {
-            a
+    check_frozen_xids(inner, &mut report.problems)?;
+    Ok(report)
+}
+
+/// Invariant 5 for the catalog: the database frozen XID the incremental index holds is the one
+/// a full scan of `pg_class` on disk computes (`VACUUM (ONLY_DATABASE_STATS)`'s reference), every
+/// table's cached relfrozenxid is its row's, and CLOG was not truncated above it.
+fn check_frozen_xids(inner: &crate::db::Inner, out: &mut Vec<String>) -> Result<()> {
+    let mut rows = 0usize;
+    let scan = crate::vacuum::dbstats::scan_frozen_xids(inner, |oid, x| {
+        rows += 1;
+        match inner.catalog.get_by_oid(oid) {
+            None => out.push(format!("pg_class row of table {oid} has no catalog cache entry")),
+            Some(e) if e.relfrozenxid() != x => out.push(format!(
+                "relation \"{}\": relfrozenxid {} in the cache, {x} in pg_class",
+                e.rel.name,
+                e.relfrozenxid()
+            )),
+            Some(_) => {}
         }
-    });
-    if min != inner.catalog.database_frozen_xid() {
-        report.problems.push(format!(
-            "database frozen XID {:?} is not the minimum relfrozenxid {:?}",
-            inner.catalog.database_frozen_xid(),
-            min
+    })?;
+    let cached = inner.catalog.table_count();
+    if rows != cached {
+        out.push(format!("pg_class has {rows} table rows, the catalog cache {cached} tables"));
+    }
+    let incremental = inner.catalog.database_frozen_xid();
+    if scan.oldest != incremental {
+        out.push(format!(
+            "database frozen XID {incremental:?} (incremental) differs from {:?} (full scan of pg_class)",
+            scan.oldest
         ));
     }
-    Ok(report)
+    let limit = inner.xact.limits().oldest_xid;
+    if let Some(oldest) = scan.oldest {
+        if oldest.precedes(limit) {
+            out.push(format!(
+                "XID limits use database frozen XID {limit}, newer than the oldest relfrozenxid {oldest}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 struct Ctx<'a> {

@@ -34,4 +34,5 @@ pub use heap::tuple::{Column, Schema, Type, Value};
 pub use index::{KeyBound, ScanDirection};
 pub use stats::TableStatsSnapshot;
 pub use types::{BlockNumber, FullXid, Lsn, OffsetNumber, Oid, Tid, Xid};
+pub use vacuum::dbstats::DatabaseStatsReport;
 pub use vacuum::{IndexCleanup, VacuumParams, VacuumReport};

@@ -3,10 +3,33 @@
 //!
 //! ```text
 //!   launcher, every autovacuum_naptime (and at once when the XID vacuum limit is passed):
-//!       for each table:  needs_vacuum? -> queue (anti-wraparound first, then most dead tuples)
+//!       tables whose statistics or options changed -> re-rank in the need queue
+//!       anti-wraparound candidates (catalog's relfrozenxid deadline heap) + the need queue's
+//!           tables over a threshold -> queue (anti-wraparound first, then most dead tuples)
 //!   worker i:  take a table -> recheck -> VACUUM (is_autovacuum, cost limit / active workers)
 //!              -> log it when it took at least log_autovacuum_min_duration
 //! ```
+//!
+//! # Scheduling without rescanning every table
+//!
+//! PostgreSQL's `do_autovacuum` reads every `pg_class` row and its statistics each naptime, so
+//! an idle database with a million tables pays for a million tables per cycle. Here the
+//! launcher keeps what it knows between cycles and only looks at what changed:
+//!
+//! * A table's dead-tuple and insert thresholds can only be crossed when its statistics change
+//!   (a transaction ends, VACUUM reports, stats are restored at startup) or its options do
+//!   (ALTER TABLE SET). Each of those marks the table changed, once ([`note_changed`]: an
+//!   atomic flag, and the OID pushed on a list the first time), and the launcher re-evaluates
+//!   only those tables, keeping the ones over a threshold in an indexed max-heap (the *need
+//!   queue*, [`pqueue::IndexedHeap`]) ordered by dead tuples, then inserts.
+//! * Age crosses `autovacuum_freeze_max_age` without any statistic changing, as XIDs are
+//!   consumed elsewhere: the catalog keeps every table in a min-heap by the XID at which it
+//!   becomes due (relfrozenxid + its freeze_max_age), and the launcher visits only the tables
+//!   whose deadline has passed.
+//!
+//! So a cycle costs O((changed + due + over threshold) · log n), not O(n); an idle database
+//! costs a few lock acquisitions per naptime. [`AutovacuumStats`] counts the cycles, the tables
+//! each looked at and the launcher's thread CPU time.
 //!
 //! A table needs vacuuming (`relation_needs_vacanalyze`) when
 //! * its relfrozenxid is older than `autovacuum_freeze_max_age`: a forced, aggressive
@@ -28,6 +51,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::{Condvar, Mutex};
+use pqueue::{Handle, IndexedHeap};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{Database, Inner};
 use crate::catalog::TableEntry;
@@ -38,27 +63,97 @@ use crate::vacuum::{self, VacuumParams};
 /// Work shared by the launcher and the workers.
 #[derive(Default)]
 pub(crate) struct AutovacuumState {
-    queue: Mutex<VecDeque<(Oid, bool)>>,
+    /// Tables to vacuum, in order, and the set of them (no table is queued twice).
+    queue: Mutex<(WorkQueue, FxHashSet<Oid>)>,
     pub(crate) wake: Condvar,
     /// Tables being vacuumed by a worker now.
     busy: Mutex<Vec<Oid>>,
+    /// Tables whose statistics or options changed since the launcher last looked.
+    changed: Mutex<Vec<Oid>>,
+    /// Tables over a dead-tuple or insert threshold, most dead tuples first (the launcher's).
+    need: Mutex<NeedQueue>,
     pub(crate) running: AtomicU32,
     pub(crate) vacuums: AtomicU64,
     pub(crate) wraparound_vacuums: AtomicU64,
+    cycles: AtomicU64,
+    cycle_cpu_ns: AtomicU64,
+    last_cycle_cpu_ns: AtomicU64,
+    last_cycle_tables: AtomicU64,
+    cycle_tables: AtomicU64,
     log: Mutex<Vec<String>>,
+}
+
+/// Tables for the workers, in order: `(table, anti-wraparound)`.
+type WorkQueue = VecDeque<(Oid, bool)>;
+
+/// The need queue: `(n_dead_tup, n_ins_since_vacuum)` of each table over a threshold.
+struct NeedQueue {
+    heap: IndexedHeap<(u64, u64), Oid>,
+    handles: FxHashMap<Oid, Handle>,
+}
+
+impl Default for NeedQueue {
+    fn default() -> NeedQueue {
+        NeedQueue { heap: IndexedHeap::new_max(), handles: FxHashMap::default() }
+    }
+}
+
+impl NeedQueue {
+    /// Puts a table in (or re-ranks it), or takes it out when `key` is `None`.
+    fn set(&mut self, oid: Oid, key: Option<(u64, u64)>) {
+        match (self.handles.get(&oid).copied(), key) {
+            (Some(h), Some(k)) => {
+                self.heap.update(h, k);
+            }
+            (None, Some(k)) => {
+                let h = self.heap.push(k, oid);
+                self.handles.insert(oid, h);
+            }
+            (Some(h), None) => {
+                self.heap.remove(h);
+                self.handles.remove(&oid);
+            }
+            (None, None) => {}
+        }
+    }
+}
+
+/// Marks a table's statistics or options changed, for the launcher's next cycle. Hot path
+/// (every transaction end, per table it wrote): one relaxed load when already marked.
+pub(crate) fn note_changed(inner: &Inner, e: &TableEntry) {
+    if !e.stats_changed.load(Ordering::Relaxed) && !e.stats_changed.swap(true, Ordering::AcqRel) {
+        inner.autovacuum.changed.lock().push(e.rel.oid);
+    }
+}
+
+/// Marks a dropped table, so that the launcher forgets it.
+pub(crate) fn note_dropped(inner: &Inner, oid: Oid) {
+    inner.autovacuum.changed.lock().push(oid);
 }
 
 /// Why a table needs an autovacuum, if it does: `Some(wraparound)`.
 pub(crate) fn needs_vacuum(inner: &Inner, e: &TableEntry) -> Option<bool> {
-    let c = &inner.config;
-    let o = &e.options();
-    let next = inner.xact.next_full_xid().xid();
-    let freeze_max_age = o.autovacuum_freeze_max_age.unwrap_or(c.autovacuum_freeze_max_age);
-    let force_limit = Xid(next.0.wrapping_sub(freeze_max_age));
-    let rfx = e.relfrozenxid();
-    if rfx.is_normal() && force_limit.is_normal() && rfx.precedes(force_limit) {
+    if needs_wraparound_vacuum(inner, e) {
         return Some(true);
     }
+    over_threshold(inner, e).map(|_| false)
+}
+
+/// Whether the table's relfrozenxid is older than its `autovacuum_freeze_max_age`.
+fn needs_wraparound_vacuum(inner: &Inner, e: &TableEntry) -> bool {
+    let o = e.options.read();
+    let next = inner.xact.next_full_xid().xid();
+    let freeze_max_age = o.autovacuum_freeze_max_age.unwrap_or(inner.config.autovacuum_freeze_max_age);
+    let force_limit = Xid(next.0.wrapping_sub(freeze_max_age));
+    let rfx = e.relfrozenxid();
+    rfx.is_normal() && force_limit.is_normal() && rfx.precedes(force_limit)
+}
+
+/// The table's `(n_dead_tup, n_ins_since_vacuum)` when one of them is over its threshold (and
+/// autovacuum is enabled for the table).
+fn over_threshold(inner: &Inner, e: &TableEntry) -> Option<(u64, u64)> {
+    let c = &inner.config;
+    let o = &e.options();
     if !o.autovacuum_enabled.unwrap_or(true) {
         return None;
     }
@@ -66,44 +161,74 @@ pub(crate) fn needs_vacuum(inner: &Inner, e: &TableEntry) -> Option<bool> {
     let st = e.stats.snapshot();
     let vac_thresh = o.autovacuum_vacuum_threshold.unwrap_or(c.autovacuum_vacuum_threshold) as f64
         + o.autovacuum_vacuum_scale_factor.unwrap_or(c.autovacuum_vacuum_scale_factor) * reltuples;
+    let key = (st.n_dead_tup, st.n_ins_since_vacuum);
     if st.n_dead_tup as f64 > vac_thresh {
-        return Some(false);
+        return Some(key);
     }
     let ins_base = o.autovacuum_vacuum_insert_threshold.unwrap_or(c.autovacuum_vacuum_insert_threshold);
     if ins_base >= 0 {
         let ins_thresh = ins_base as f64
             + o.autovacuum_vacuum_insert_scale_factor.unwrap_or(c.autovacuum_vacuum_insert_scale_factor) * reltuples;
         if st.n_ins_since_vacuum as f64 > ins_thresh {
-            return Some(false);
+            return Some(key);
         }
     }
     None
 }
 
 impl Inner {
-    /// One launcher round: queues every table that needs a vacuum and no worker has.
+    /// One launcher round: re-ranks the tables that changed, then queues every table that
+    /// needs a vacuum and no worker has (see the module doc for its cost).
     fn autovacuum_plan(&self) {
+        let cpu0 = thread_cpu_ns();
         let av = &self.autovacuum;
-        let busy = av.busy.lock().clone();
+        let mut looked_at = 0u64;
         let mut wanted: Vec<(Oid, bool, u64)> = Vec::new();
-        for e in self.catalog.tables() {
-            if busy.contains(&e.rel.oid) {
-                continue;
+        {
+            let changed = std::mem::take(&mut *av.changed.lock());
+            let mut need = av.need.lock();
+            for oid in changed {
+                looked_at += 1;
+                let key = self.catalog.get_by_oid(oid).and_then(|e| {
+                    // Cleared before reading the statistics: a change after the read marks the
+                    // table again for the next cycle.
+                    e.stats_changed.store(false, Ordering::Release);
+                    over_threshold(self, &e)
+                });
+                need.set(oid, key);
             }
-            if let Some(wrap) = needs_vacuum(self, &e) {
-                wanted.push((e.rel.oid, wrap, e.stats.snapshot().n_dead_tup));
+            need.heap.for_each_top(|_| true, |_, &(dead, _), &oid| wanted.push((oid, false, dead)));
+        }
+        looked_at += wanted.len() as u64;
+        for oid in self.catalog.due_for_wraparound(self.xact.next_full_xid()) {
+            looked_at += 1;
+            let Some(e) = self.catalog.get_by_oid(oid) else { continue };
+            if needs_wraparound_vacuum(self, &e) {
+                wanted.push((oid, true, e.stats.snapshot().n_dead_tup));
             }
         }
+        // Anti-wraparound first, then most dead tuples; a table both due and over a threshold
+        // keeps its anti-wraparound entry.
         wanted.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)));
-        let mut q = av.queue.lock();
-        for (oid, wrap, _) in wanted {
-            if !q.iter().any(|(o, _)| *o == oid) {
-                q.push_back((oid, wrap));
+        let busy = av.busy.lock().clone();
+        {
+            let mut q = av.queue.lock();
+            let (list, queued) = &mut *q;
+            for (oid, wrap, _) in wanted {
+                if !busy.contains(&oid) && queued.insert(oid) {
+                    list.push_back((oid, wrap));
+                }
+            }
+            if !list.is_empty() {
+                av.wake.notify_all();
             }
         }
-        if !q.is_empty() {
-            av.wake.notify_all();
-        }
+        let cpu = thread_cpu_ns().saturating_sub(cpu0);
+        av.cycles.fetch_add(1, Ordering::Relaxed);
+        av.cycle_cpu_ns.fetch_add(cpu, Ordering::Relaxed);
+        av.last_cycle_cpu_ns.store(cpu, Ordering::Relaxed);
+        av.last_cycle_tables.store(looked_at, Ordering::Relaxed);
+        av.cycle_tables.fetch_add(looked_at, Ordering::Relaxed);
     }
 
     pub(crate) fn autovacuum_launcher_loop(self: Arc<Inner>) {
@@ -129,7 +254,8 @@ impl Inner {
                     if self.shutdown.load(Ordering::Acquire) {
                         return;
                     }
-                    if let Some(j) = q.pop_front() {
+                    if let Some(j) = q.0.pop_front() {
+                        q.1.remove(&j.0);
                         break j;
                     }
                     av.wake.wait_for(&mut q, Duration::from_millis(500));
@@ -208,6 +334,17 @@ fn format_utc(secs: f64) -> String {
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{ms:03} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// This thread's CPU time in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own and has no other effect.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec.max(0) as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec.max(0) as u64)
+}
+
 /// Counters of the autovacuum daemon.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AutovacuumStats {
@@ -216,6 +353,13 @@ pub struct AutovacuumStats {
     /// Autovacuums finished, and how many of them were anti-wraparound.
     pub vacuums: u64,
     pub wraparound_vacuums: u64,
+    /// Launcher cycles run (each naptime, each kick), their total thread CPU time and tables
+    /// looked at, and the last cycle's CPU time and number of tables it looked at.
+    pub launcher_cycles: u64,
+    pub launcher_cpu_ns: u64,
+    pub launcher_tables: u64,
+    pub last_cycle_cpu_ns: u64,
+    pub last_cycle_tables: u64,
 }
 
 impl Database {
@@ -230,6 +374,11 @@ impl Database {
             running: av.running.load(Ordering::Relaxed),
             vacuums: av.vacuums.load(Ordering::Relaxed),
             wraparound_vacuums: av.wraparound_vacuums.load(Ordering::Relaxed),
+            launcher_cycles: av.cycles.load(Ordering::Relaxed),
+            launcher_cpu_ns: av.cycle_cpu_ns.load(Ordering::Relaxed),
+            launcher_tables: av.cycle_tables.load(Ordering::Relaxed),
+            last_cycle_cpu_ns: av.last_cycle_cpu_ns.load(Ordering::Relaxed),
+            last_cycle_tables: av.last_cycle_tables.load(Ordering::Relaxed),
         }
     }
 

@@ -377,6 +377,7 @@ impl Database {
             startup::wal_config(&config, control.wal_segment_size),
         )?);
         pool.set_wal(Arc::new(WalFlusher(wal.clone())));
+        let catalog = Catalog::new(config.autovacuum_freeze_max_age);
         let inner = Arc::new(Inner {
             config,
             dir: dir.to_path_buf(),
@@ -384,7 +385,7 @@ impl Database {
             pool,
             wal,
             xact,
-            catalog: Catalog::new(),
+            catalog,
             counters: pgstat::counters_from(&restored),
             restored,
             control: Mutex::new(control),
@@ -406,6 +407,12 @@ impl Database {
         }
         if let Some(f) = &saved_stats {
             pgstat::restore_tables(&inner.catalog, f);
+            // The launcher learns of restored counters as of any change.
+            for (oid, _) in &f.tables {
+                if let Some(e) = inner.catalog.get_by_oid(*oid) {
+                    autovacuum::note_changed(&inner, &e);
+                }
+            }
         }
         let oldest = inner.catalog.database_frozen_xid().unwrap_or(Xid::FIRST_NORMAL);
         inner.xact.set_oldest_xid(oldest, inner.config.autovacuum_freeze_max_age);

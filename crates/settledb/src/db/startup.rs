@@ -39,7 +39,7 @@ use crate::heap::{self, HeapEnv, Relation, TxContext};
 use crate::io::FileSystem;
 use crate::page;
 use crate::smgr::Smgr;
-use crate::types::{Fork, FullXid, Lsn, Oid, Xid};
+use crate::types::{Fork, FullXid, Lsn, Oid, Tid, Xid};
 use crate::wal::control::{ControlFile, DbState};
 use crate::wal::{self, DecodedRecord, RecordBuilder, Rmgr, Wal, WalConfig, WalReader};
 use crate::xact::{Snapshot, TransactionManager, XactOptions};
@@ -260,30 +260,41 @@ pub fn bootstrap_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
     let tx =
         TxContext { xid: Xid::BOOTSTRAP, cid: 0, snapshot: &snap, serializable_updates: false, horizon: Xid::INVALID };
     let tid = heap::insert(env, &rel, &tx, &row.to_values())?;
-    catalog.publish(&row, tid);
+    catalog.publish(&row, tid, env.xact.next_full_xid());
     Ok(())
 }
 
-/// Reads every committed `pg_class` row into the catalog cache.
-pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
+/// Calls `f` on every `pg_class` row a new snapshot sees (every committed row), in physical
+/// order, through a ring of buffers; returns the pages read.
+pub fn for_each_class_row(env: &HeapEnv<'_>, mut f: impl FnMut(ClassRow, Tid) -> Result<()>) -> Result<u32> {
     let rel = Relation::new(PG_CLASS_OID, "pg_class", PG_CLASS_OID, catalog::pg_class_schema(), 100);
     let snap = env.xact.get_snapshot(None);
     let oldest = env.xact.oldest_xmin();
     let nblocks = env.pool.smgr().nblocks(PG_CLASS_OID, Fork::Main)?;
     let mut ring = crate::buffer::Ring::new(256 << 10);
-    let mut index_rows = Vec::new();
     for b in 0..nblocks {
         for (tid, vals) in heap::scan_page(env, &rel, &snap, u32::MAX, crate::types::BlockNumber(b), oldest, &mut ring)?
         {
-            let row = ClassRow::from_values(&vals, tid)?;
-            match row.kind {
-                catalog::RelKind::Table => {
-                    catalog.publish(&row, tid);
-                }
-                catalog::RelKind::Index => index_rows.push((row, tid)),
-            }
+            f(ClassRow::from_values(&vals, tid)?, tid)?;
         }
     }
+    Ok(nblocks)
+}
+
+/// Reads every committed `pg_class` row into the catalog cache (which also rebuilds the
+/// ordered relfrozenxid index, after a crash as after a clean shutdown).
+pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
+    let next = env.xact.next_full_xid();
+    let mut index_rows = Vec::new();
+    for_each_class_row(env, |row, tid| {
+        match row.kind {
+            catalog::RelKind::Table => {
+                catalog.publish(&row, tid, next);
+            }
+            catalog::RelKind::Index => index_rows.push((row, tid)),
+        }
+        Ok(())
+    })?;
     // Indexes after every table, whatever order the rows were found in.
     for (row, tid) in index_rows {
         let meta = row

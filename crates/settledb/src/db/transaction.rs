@@ -176,6 +176,9 @@ impl<'db> Transaction<'db> {
     fn apply_table_counts(&mut self, committed: bool) {
         for (entry, c) in std::mem::take(&mut self.table_counts) {
             entry.stats.apply(&c, committed);
+            if c.inserted + c.updated + c.deleted > 0 {
+                super::autovacuum::note_changed(self.inner, &entry);
+            }
         }
     }
 

@@ -53,6 +53,7 @@
 //! `PD_ALL_VISIBLE` after the page's tuples are visible to all (invariant 4). The FSM is a hint
 //! and may lose its latest values.
 
+pub mod dbstats;
 pub mod freeze;
 pub mod report;
 pub mod wal;
@@ -576,6 +577,7 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
         lv.r.recently_dead_tuples + lv.r.missed_dead_tuples,
         u64::from(lv.r.frozen_pages),
     );
+    crate::db::autovacuum::note_changed(inner, entry);
     Ok(lv.r)
 }
 
@@ -1153,7 +1155,7 @@ fn log_unused(env: &HeapEnv<'_>, rel: &Relation, buf: &Buffer<'_>, p: &mut [u8],
 /// and size, and the change is one Heap INPLACE record.
 pub(crate) fn update_pg_class(
     inner: &Inner,
-    entry: &TableEntry,
+    entry: &Arc<TableEntry>,
     relpages: u32,
     reltuples: f64,
     relfrozenxid: Xid,
@@ -1202,14 +1204,21 @@ pub(crate) fn update_pg_class(
     drop(g);
     entry.relpages.store(relpages, Ordering::Release);
     *entry.reltuples.lock() = reltuples;
-    entry.relfrozenxid.store(relfrozenxid.0, Ordering::Release);
+    inner.catalog.set_relfrozenxid(entry, relfrozenxid, inner.xact.next_full_xid());
     Ok(())
 }
 
 /// `vac_update_datfrozenxid` + `vac_truncate_clog`: the database frozen XID is the oldest
-/// relfrozenxid; the XID limits follow it and CLOG below it is removed.
+/// relfrozenxid, read in O(1) from the catalog's ordered index (no scan of `pg_class`; see
+/// [`dbstats`] for the scan); the XID limits follow it and CLOG below it is removed.
 pub(crate) fn update_database_frozen_xid(inner: &Inner) -> Result<()> {
     let Some(oldest) = inner.catalog.database_frozen_xid() else { return Ok(()) };
+    apply_database_frozen_xid(inner, oldest)
+}
+
+/// Moves the XID limits to a new database frozen XID and truncates CLOG below it (the
+/// truncation is WAL-logged; the value reaches the control file at the next checkpoint).
+pub(crate) fn apply_database_frozen_xid(inner: &Inner, oldest: Xid) -> Result<()> {
     inner.xact.set_oldest_xid(oldest, inner.config.autovacuum_freeze_max_age);
     inner.xact.truncate_clog(oldest, &*inner.wal)?;
     Ok(())
