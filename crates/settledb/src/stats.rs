@@ -752,9 +752,9 @@ mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(StatsFile::decode(&longer, path).is_err());
-        let mut v2 = bytes;
-        v2[4] = 2;
-        assert!(matches!(StatsFile::decode(&v2, path), Err(Error::VersionMismatch { found: 2, .. })));
+        let mut other = bytes;
+        other[4] = 1;
+        assert!(matches!(StatsFile::decode(&other, path), Err(Error::VersionMismatch { found: 1, .. })));
     }
 
     #[test]

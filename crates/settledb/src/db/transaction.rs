@@ -583,13 +583,17 @@ impl Transaction<'_> {
         let mut dead = Vec::new();
         for entry in index.def.btree.scan(&env, lo.clone(), hi.clone(), dir)? {
             let entry = entry?;
+            // PostgreSQL counts an index scan's entries in pg_stat_database.tup_returned and the
+            // heap tuples it fetches in tup_fetched, as well as in the idx_* counters.
             c.idx_tup_read.fetch_add(1, Ordering::Relaxed);
+            c.tup_returned.fetch_add(1, Ordering::Relaxed);
             match hot::hot_search(&env, rel, snap, self.cid, entry.tid, horizon)? {
                 Some((tid, vals)) => {
                     // The entry may be for another version of the row (a key changed before the
                     // index existed): the version we see must have the entry's key.
                     if index.def.key_of(&vals) == entry.key {
                         c.idx_tup_fetch.fetch_add(1, Ordering::Relaxed);
+                        c.tup_fetched.fetch_add(1, Ordering::Relaxed);
                         out.push((tid, vals));
                         if out.len() >= limit {
                             break;
@@ -631,13 +635,17 @@ impl Transaction<'_> {
         for entry in index.def.btree.scan(&env, lo.clone(), hi.clone(), dir)? {
             let entry = entry?;
             c.idx_tup_read.fetch_add(1, Ordering::Relaxed);
+            c.tup_returned.fetch_add(1, Ordering::Relaxed);
             if heap_page_all_visible(&self.inner.pool, rel, entry.tid.block)? {
                 c.heap_fetches_avoided.fetch_add(1, Ordering::Relaxed);
                 out.push(entry.key);
             } else {
                 c.heap_fetches.fetch_add(1, Ordering::Relaxed);
                 match hot::hot_search(&env, rel, snap, self.cid, entry.tid, horizon)? {
-                    Some((_, vals)) if index.def.key_of(&vals) == entry.key => out.push(entry.key),
+                    Some((_, vals)) if index.def.key_of(&vals) == entry.key => {
+                        c.tup_fetched.fetch_add(1, Ordering::Relaxed);
+                        out.push(entry.key)
+                    }
                     Some(_) => continue,
                     None => {
                         if hot::chain_dead_to_all(&env, rel, entry.tid, horizon)? {
