@@ -21,6 +21,8 @@
 //!   (memory, attach, shuffled/ordered/batched lookups, iteration).
 //! * `settle bench aging [--policy lazy,pg16,eager] [--transactions N] [--scale S]
 //!   [--xids-per-tx K] [--json]`: the freeze policies compared under autovacuum while XIDs age.
+//! * `settle peer start [--port P] [--set NAME=VALUE]...` / `settle peer stop --port P`: a
+//!   PostgreSQL 15 that outlives the command, for `--target URL`.
 //!
 //! The binary installs `tidstore::bench::CountingAlloc` as its global allocator so that the
 //! tidstore benchmark can measure each structure's heap bytes exactly. It costs one relaxed
@@ -31,6 +33,7 @@ mod aging;
 mod bench;
 mod inspect;
 mod peer;
+mod peer_cmd;
 mod pgbench;
 mod stats;
 mod vacuum;
@@ -107,6 +110,10 @@ enum Cmd {
     /// Benchmarks (programs that print figures).
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// A PostgreSQL 15 that outlives the command: `start [--port P] [--set NAME=VALUE]...`,
+    /// `stop --port P`.
+    #[command(subcommand)]
+    Peer(peer_cmd::PeerCmd),
 }
 
 /// Parses repeated `--set name=value` into a configuration.
@@ -132,6 +139,7 @@ fn main() -> ExitCode {
             config_from(&set).and_then(|c| stats::run(dir, json, c))
         }
         Cmd::Bench(b) => bench::run(b),
+        Cmd::Peer(p) => peer_cmd::run(p),
     };
     match r {
         Ok(code) => code,

@@ -15,5 +15,7 @@
 
 pub mod aging;
 pub mod observe;
+pub mod observe_pg;
+pub mod pg;
 pub mod rng;
 pub mod tpcc;
