@@ -23,6 +23,8 @@
 //!   [--xids-per-tx K] [--json]`: the freeze policies compared under autovacuum while XIDs age.
 //! * `settle peer start [--port P] [--set NAME=VALUE]...` / `settle peer stop --port P`: a
 //!   PostgreSQL 15 that outlives the command, for `--target URL`.
+//! * `settle pgbench (--dir DIR | --target URL) [-i -s S] [-c C] [-T secs | -t n] [-S | -b
+//!   tpcb-like|select-only|append-only] [--json]`: pgbench's workloads, printing pgbench's report.
 //!
 //! The binary installs `tidstore::bench::CountingAlloc` as its global allocator so that the
 //! tidstore benchmark can measure each structure's heap bytes exactly. It costs one relaxed
@@ -35,6 +37,7 @@ mod inspect;
 mod peer;
 mod peer_cmd;
 mod pgbench;
+mod pgbench_cmd;
 mod stats;
 mod vacuum;
 mod vacuum_bench;
@@ -114,6 +117,9 @@ enum Cmd {
     /// `stop --port P`.
     #[command(subcommand)]
     Peer(peer_cmd::PeerCmd),
+    /// pgbench's workloads and report on the embedded engine (--dir DIR) or PostgreSQL
+    /// (--target URL): -i -s S to initialize, then -c C -T secs | -t n [-S | -b SCRIPT].
+    Pgbench(pgbench_cmd::PgbenchArgs),
 }
 
 /// Parses repeated `--set name=value` into a configuration.
@@ -140,6 +146,7 @@ fn main() -> ExitCode {
         }
         Cmd::Bench(b) => bench::run(b),
         Cmd::Peer(p) => peer_cmd::run(p),
+        Cmd::Pgbench(a) => pgbench_cmd::run(a),
     };
     match r {
         Ok(code) => code,
