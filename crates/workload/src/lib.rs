@@ -5,8 +5,8 @@
 //! ([`tpcc::TpccConn`], [`pgbench::PgbenchConn`]); each target implements the trait: over
 //! settledb's Rust API ([`tpcc::embedded`], [`pgbench::Embedded`]) and over PostgreSQL's wire
 //! protocol with the same SQL a SQL driver would send ([`tpcc::postgres`],
-//! [`pgbench::PgTarget`]). Inputs are drawn by the workload from one seeded RNG per terminal, so the same
-//! seed sends the same requests to every target and every freeze policy.
+//! [`pgbench::PgTarget`]). Inputs are drawn by the workload from one seeded RNG per terminal,
+//! so the same seed sends the same requests to every target and every freeze policy.
 //!
 //! - [`tpcc`]: TPC-C-like, with BenchmarkSQL's schema, indexes, fillfactors and deferred
 //!   Delivery (the workload of seed 000).
