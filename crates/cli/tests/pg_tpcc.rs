@@ -6,22 +6,24 @@
 //!
 //! Skipped (with a message) when PostgreSQL 15 is not installed.
 
-use std::path::Path;
-use std::process::Command;
+mod common;
 
+use std::path::Path;
+
+use common::settle;
 use workload::observe::{Observer, PgObserver};
 use workload::tpcc::postgres::{self as pgtpcc, PgTarget};
 use workload::tpcc::{run, RunConfig, RunProgress, TpccConn, TpccTarget, TABLES};
 
 const PG15: &str = "/usr/lib/postgresql/15/bin/postgres";
 
-fn settle(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_settle")).args(args).output().expect("run settle");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// Whether PostgreSQL 15 is here to test against; says why the test is skipped when not.
+fn pg15_installed() -> bool {
+    let here = Path::new(PG15).exists();
+    if !here {
+        eprintln!("skipped: PostgreSQL 15 is not installed ({PG15} is missing)");
+    }
+    here
 }
 
 /// A free loopback port (the OS picks one; there is a small window before the server binds
@@ -68,8 +70,7 @@ impl Drop for Peer {
 
 #[test]
 fn tpcc_on_postgres_stays_consistent_and_observable() {
-    if !Path::new(PG15).exists() {
-        eprintln!("skipped: PostgreSQL 15 is not installed ({PG15} is missing)");
+    if !pg15_installed() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -149,8 +150,7 @@ fn tpcc_on_postgres_stays_consistent_and_observable() {
 
 #[test]
 fn apply_settings_sets_freeze_ages_per_table_and_names_what_it_rejects() {
-    if !Path::new(PG15).exists() {
-        eprintln!("skipped: PostgreSQL 15 is not installed ({PG15} is missing)");
+    if !pg15_installed() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -2,19 +2,12 @@
 //! exactly clients × transactions and reports them in pgbench's words, the database it leaves
 //! keeps pgbench's balance invariant, and contradictory flags are refused with a message.
 
-use std::process::Command;
+mod common;
+
+use common::settle;
 
 use settledb::{Config, Database};
 use workload::pgbench::{Embedded, PgbenchTarget};
-
-fn settle(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_settle")).args(args).output().expect("run settle");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn pgbench_initializes_runs_and_reports_like_pgbench() {

@@ -48,6 +48,7 @@ use serde::Serialize;
 use settledb::{Column, Database, Error, Index, Schema, Table, TableOptions, Type, VacuumParams, Value};
 
 use crate::pg;
+use crate::tpcc::run::with_retries;
 use crate::tpcc::Outcome;
 
 /// Rows per branch of the other tables.
@@ -229,18 +230,6 @@ pub fn generate(
 /// The current time as the engine's timestamp.
 fn now() -> i64 {
     crate::tpcc::inputs::now_timestamp()
-}
-
-/// Retries a transaction until it does not ask to; the retries taken.
-fn with_retries(mut f: impl FnMut() -> anyhow::Result<Outcome>) -> anyhow::Result<(Outcome, u64)> {
-    const MAX_RETRIES: u64 = 1000;
-    for retries in 0..MAX_RETRIES {
-        match f()? {
-            Outcome::Retry => continue,
-            done => return Ok((done, retries)),
-        }
-    }
-    Err(anyhow!("gave up after {MAX_RETRIES} retries (serialization failures or deadlocks)"))
 }
 
 // ---------------------------------------------------------------------------------------------
