@@ -95,12 +95,18 @@ impl PgbenchArgs {
 }
 
 pub fn run(a: PgbenchArgs) -> Result<ExitCode> {
+    // The flags are checked before anything is opened or connected to.
+    let cfg = if a.init { None } else { Some(a.run_config()?) };
     match (&a.target, &a.dir) {
         (Some(_), Some(_)) => bail!("give --dir DIR (embedded) or --target URL (PostgreSQL), not both"),
-        (Some(url), None) => run_on(&pgbench::PgTarget::new(url), &a),
+        (Some(url), None) => run_on(&pgbench::PgTarget::new(url), &a, cfg),
         (None, Some(dir)) => {
+            if !a.init {
+                // A run needs tables; only -i may create the data directory.
+                crate::require_data_dir(dir)?;
+            }
             let db = Database::open(dir, crate::config_from(&a.set)?)?;
-            let r = run_on(&pgbench::Embedded::new(&db), &a);
+            let r = run_on(&pgbench::Embedded::new(&db), &a, cfg);
             db.close()?;
             r
         }
@@ -108,8 +114,9 @@ pub fn run(a: PgbenchArgs) -> Result<ExitCode> {
     }
 }
 
-fn run_on<T: PgbenchTarget>(target: &T, a: &PgbenchArgs) -> Result<ExitCode> {
-    if a.init {
+/// Initializes (`cfg` None) or runs `cfg`.
+fn run_on<T: PgbenchTarget>(target: &T, a: &PgbenchArgs, cfg: Option<RunConfig>) -> Result<ExitCode> {
+    let Some(cfg) = cfg else {
         let start = Instant::now();
         target.init(a.scale)?;
         let secs = start.elapsed().as_secs_f64();
@@ -119,8 +126,8 @@ fn run_on<T: PgbenchTarget>(target: &T, a: &PgbenchArgs) -> Result<ExitCode> {
             eprintln!("done in {secs:.2} s (drop tables, create tables, client-side generate, vacuum, primary keys).");
         }
         return Ok(ExitCode::SUCCESS);
-    }
-    let report = pgbench::run(target, &a.run_config()?)?;
+    };
+    let report = pgbench::run(target, &cfg)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

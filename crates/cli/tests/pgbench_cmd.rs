@@ -5,7 +5,6 @@
 mod common;
 
 use common::settle;
-
 use settledb::{Config, Database};
 use workload::pgbench::{Embedded, PgbenchTarget};
 
@@ -57,8 +56,9 @@ fn pgbench_refuses_contradictory_flags() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let d = tmp.path().join("db");
     let d = d.to_str().expect("utf-8 path");
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["pgbench", "-t", "5"], "--dir"),
+        (&["pgbench", "--dir", d, "-t", "5"], "not a settledb data directory"),
         (&["pgbench", "--dir", d, "--target", "postgres://x@127.0.0.1:1/x", "-t", "1"], "not both"),
         (&["pgbench", "--dir", d, "-t", "5", "-T", "5"], "not both"),
         (&["pgbench", "--dir", d, "-S", "-b", "append-only"], "contradict"),

@@ -14,7 +14,7 @@
 //! - **Timestamps**: the engine's timestamp is microseconds since 2000-01-01 00:00, which is
 //!   also PostgreSQL's internal representation of `timestamp`; [`timestamp`] turns it into the
 //!   `SystemTime` the client library binds to a `timestamp` parameter, and COPY writes it as
-//!   `YYYY-MM-DD HH:MM:SS.ffffff` (proleptic Gregorian, no time zone).
+//!   `YYYY-MM-DD HH:MM:SS.ffffff` (proleptic Gregorian, no time zone, from 1970 on).
 
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -51,29 +51,17 @@ pub fn timestamp(micros_since_2000: i64) -> SystemTime {
     }
 }
 
-/// The civil date (year, month, day) of a day number counted from 1970-01-01, in the
-/// proleptic Gregorian calendar (eras of 400 years, each of 146,097 days, starting in March so
-/// that the leap day ends the year).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-/// Writes an engine timestamp as PostgreSQL's text form of `timestamp`.
-fn write_timestamp(out: &mut Vec<u8>, micros_since_2000: i64) {
+/// Writes an engine timestamp as PostgreSQL's text form of `timestamp` (from 1970 on: the
+/// workloads' timestamps are all recent).
+fn write_timestamp(out: &mut Vec<u8>, micros_since_2000: i64) -> anyhow::Result<()> {
     let secs = micros_since_2000.div_euclid(1_000_000);
     let micros = micros_since_2000.rem_euclid(1_000_000);
-    let (year, month, day) = civil_from_days(secs.div_euclid(86_400) + UNIX_TO_2000_DAYS);
+    let days = u64::try_from(secs.div_euclid(86_400) + UNIX_TO_2000_DAYS)
+        .map_err(|_| anyhow::anyhow!("timestamp {micros_since_2000} is before 1970"))?;
+    let (year, month, day) = settledb::stats::civil_from_days(days);
     let s = secs.rem_euclid(86_400);
     let _ = write!(out, "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{micros:06}", s / 3600, s / 60 % 60, s % 60);
+    Ok(())
 }
 
 /// Writes `v / 10^scale` as a decimal literal.
@@ -102,7 +90,7 @@ fn write_escaped(out: &mut Vec<u8>, s: &str) {
 }
 
 /// Writes one field of COPY's text format; `scale` as in [`crate::tpcc::Column::scale`].
-pub fn write_copy_field(out: &mut Vec<u8>, v: &Value, scale: u8) {
+pub fn write_copy_field(out: &mut Vec<u8>, v: &Value, scale: u8) -> anyhow::Result<()> {
     match v {
         Value::Null => out.extend_from_slice(b"\\N"),
         Value::Int4(x) => write_scaled(out, i64::from(*x), scale),
@@ -119,8 +107,9 @@ pub fn write_copy_field(out: &mut Vec<u8>, v: &Value, scale: u8) {
                 let _ = write!(out, "{b:02x}");
             }
         }
-        Value::Timestamp(t) => write_timestamp(out, *t),
+        Value::Timestamp(t) => write_timestamp(out, *t)?,
     }
+    Ok(())
 }
 
 /// Sends `rows` into `table(columns)` with one `COPY … FROM STDIN`; `scales[i]` is column
@@ -150,7 +139,7 @@ pub fn copy_rows(
             if i > 0 {
                 buf.push(b'\t');
             }
-            write_copy_field(&mut buf, v, scale);
+            write_copy_field(&mut buf, v, scale).with_context(|| format!("copy into {table}: row {n}"))?;
         }
         buf.push(b'\n');
     }
@@ -181,7 +170,7 @@ mod tests {
 
     fn field(v: Value, scale: u8) -> String {
         let mut out = Vec::new();
-        write_copy_field(&mut out, &v, scale);
+        write_copy_field(&mut out, &v, scale).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -208,6 +197,7 @@ mod tests {
         // 2024-03-01 is 8826 days after 2000-01-01.
         assert_eq!(field(Value::Timestamp(8826 * 86_400_000_000), 0), "2024-03-01 00:00:00.000000");
         assert_eq!(timestamp(0), UNIX_EPOCH + Duration::from_secs(946_684_800));
+        assert!(write_copy_field(&mut Vec::new(), &Value::Timestamp(-UNIX_TO_2000_MICROS - 1), 0).is_err());
     }
 
     #[test]
