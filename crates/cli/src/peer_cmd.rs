@@ -1,10 +1,11 @@
 //! `settle peer start|stop`: a PostgreSQL 15 that outlives the command, for running the same
 //! workloads against it by URL (`settle tpcc --target URL`, `settle pgbench --target URL`).
 //!
-//! `start` creates a cluster under `--dir` (default `$TMPDIR/settle-peer-PORT`) with the
-//! logging [`crate::peer`] always sets plus any `--set NAME=VALUE`, starts it on 127.0.0.1:PORT
-//! and prints its URL and the command that stops it. `stop --port P` stops the server that
-//! `start --port P` left (fast shutdown) and removes its directory.
+//! `start` creates a cluster under `--dir` (default `$TMPDIR/settle-peer-PORT`, which must be
+//! new or empty: stopping removes it) with the logging [`crate::peer`] always sets plus any
+//! `--set NAME=VALUE`, starts it on 127.0.0.1:PORT and prints its URL and the command that
+//! stops it. `stop --port P` stops the server that `start --port P` left (fast shutdown) and
+//! removes its directory.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,6 +62,10 @@ pub fn run(cmd: PeerCmd) -> Result<ExitCode> {
                     dir.display(),
                     dir_flag(&dir, port)
                 );
+            }
+            // The directory is the server's alone: stop (or a failed start) removes all of it.
+            if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
+                bail!("{} is not empty; give a new or empty directory (--dir)", dir.display());
             }
             let pg = Postgres::start_in(&dir, port, &parse_settings(&set)?, &[])?;
             let url = pg.url();
