@@ -27,6 +27,10 @@
 //! * `settle bench relations --relations N [--peer] [--json]`: creating N relations, VACUUM of
 //!   one empty table among them (incremental database frozen XID) and the full recomputation,
 //!   the autovacuum launcher's idle CPU per naptime, catalog bytes per relation.
+//! * `settle peer start [--port P] [--set NAME=VALUE]...` / `settle peer stop --port P`: a
+//!   PostgreSQL 15 that outlives the command, for `--target URL`.
+//! * `settle pgbench (--dir DIR | --target URL) [-i -s S] [-c C] [-T secs | -t n] [-S | -b
+//!   tpcb-like|select-only|append-only] [--json]`: pgbench's workloads, printing pgbench's report.
 //!
 //! The binary installs `tidstore::bench::CountingAlloc` as its global allocator so that the
 //! tidstore benchmark can measure each structure's heap bytes exactly. It costs one relaxed
@@ -37,8 +41,10 @@ mod aging;
 mod bench;
 mod inspect;
 mod peer;
+mod peer_cmd;
 mod pgbench;
 mod relations;
+mod pgbench_cmd;
 mod stats;
 mod tpcc;
 mod tpcc_html;
@@ -118,6 +124,13 @@ enum Cmd {
     /// Benchmarks (programs that print figures).
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// A PostgreSQL 15 that outlives the command: `start [--port P] [--set NAME=VALUE]...`,
+    /// `stop --port P`.
+    #[command(subcommand)]
+    Peer(peer_cmd::PeerCmd),
+    /// pgbench's workloads and report on the embedded engine (--dir DIR) or PostgreSQL
+    /// (--target URL): -i -s S to initialize, then -c C -T secs | -t n [-S | -b SCRIPT].
+    Pgbench(pgbench_cmd::PgbenchArgs),
 }
 
 /// Parses repeated `--set name=value` into a configuration.
@@ -144,6 +157,8 @@ fn main() -> ExitCode {
         }
         Cmd::Tpcc(a) => tpcc::run(a),
         Cmd::Bench(b) => bench::run(b),
+        Cmd::Peer(p) => peer_cmd::run(p),
+        Cmd::Pgbench(a) => pgbench_cmd::run(a),
     };
     match r {
         Ok(code) => code,

@@ -752,9 +752,11 @@ mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(StatsFile::decode(&longer, path).is_err());
-        let mut other = bytes;
-        other[4] = 1;
-        assert!(matches!(StatsFile::decode(&other, path), Err(Error::VersionMismatch { found: 1, .. })));
+        // Another format version (this test predates version 2 and used to write a literal 2).
+        let other = STATS_FORMAT_VERSION + 1;
+        let mut v2 = bytes;
+        v2[4..8].copy_from_slice(&other.to_le_bytes());
+        assert!(matches!(StatsFile::decode(&v2, path), Err(Error::VersionMismatch { found, .. }) if found == other));
     }
 
     #[test]

@@ -4,9 +4,45 @@
 //! `pg_stat_user_tables` and `pg_statio_user_tables` (per table), `pg_stat_wal`, and the age of
 //! `pg_class.relfrozenxid`. A figure a target cannot give is `None` (PostgreSQL 15 counts
 //! neither pages frozen nor visibility-map bits cleared).
+//!
+//! An [`Observer`] samples one target and hands out its log: [`EmbeddedObserver`] over an
+//! open [`Database`] (its statistics and its in-memory log), [`PgObserver`] over a PostgreSQL
+//! server by URL (its statistics views and its server log file; see [`crate::observe_pg`]).
 
 use serde::Serialize;
 use settledb::Database;
+
+pub use crate::observe_pg::PgObserver;
+
+/// A target being watched during a run.
+pub trait Observer {
+    /// One sample of the target's figures.
+    fn observe(&mut self) -> anyhow::Result<Observation>;
+    /// The log entries (each a message and its continuation lines, joined with `\n`) written
+    /// since the last call.
+    fn take_log(&mut self) -> anyhow::Result<Vec<String>>;
+}
+
+/// Watches an embedded database.
+pub struct EmbeddedObserver<'a> {
+    db: &'a Database,
+}
+
+impl<'a> EmbeddedObserver<'a> {
+    pub fn new(db: &'a Database) -> EmbeddedObserver<'a> {
+        EmbeddedObserver { db }
+    }
+}
+
+impl Observer for EmbeddedObserver<'_> {
+    fn observe(&mut self) -> anyhow::Result<Observation> {
+        observe_embedded(self.db)
+    }
+
+    fn take_log(&mut self) -> anyhow::Result<Vec<String>> {
+        Ok(self.db.take_log())
+    }
+}
 
 /// The cumulative counters of the database (they only grow; a run reports differences).
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]

@@ -255,7 +255,8 @@ impl Conn<'_> {
                 let new_q = if q - line.quantity >= 10 { q - line.quantity } else { q - line.quantity + 91 };
                 let (y, c, r) = (*y, *c, *r);
                 row[qty] = Value::Int4(new_q);
-                row[ytd] = Value::Int8(y + line.quantity as i64);
+                // s_ytd is a decimal(8,2) quantity, held in hundredths.
+                row[ytd] = Value::Int8(y + line.quantity as i64 * 100);
                 row[cnt] = Value::Int4(c + 1);
                 row[remote] = Value::Int4(r + is_remote as i32);
                 if let Value::Text(s) = &row[dist_col] {

@@ -28,6 +28,7 @@
 pub mod embedded;
 pub mod inputs;
 pub mod load;
+pub mod postgres;
 pub mod run;
 
 use settledb::Type;

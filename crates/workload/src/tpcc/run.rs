@@ -200,7 +200,7 @@ impl Stats {
 }
 
 /// Runs `f` until it does not ask for a retry; the retries taken.
-fn with_retries(mut f: impl FnMut() -> anyhow::Result<Outcome>) -> anyhow::Result<(Outcome, u64)> {
+pub(crate) fn with_retries(mut f: impl FnMut() -> anyhow::Result<Outcome>) -> anyhow::Result<(Outcome, u64)> {
     const MAX_RETRIES: u64 = 1000;
     for retries in 0..MAX_RETRIES {
         match f()? {
