@@ -15,7 +15,11 @@
 //!    happens; a sample of every table's figures is taken each second for the charts.
 //! 3. At the end: the consistency conditions of the specification, then the database is closed,
 //!    reopened with autovacuum off and verified by `settledb::check`.
-//! 4. The report: per table and policy, per database, per transaction type, and the targets
+//! 4. With `--peer` (a throwaway PostgreSQL 15) or `--target URL`, the same seeded workload
+//!    runs on PostgreSQL through the same driver trait, and its statistics views and server
+//!    log fill one more column, "postgres" (PostgreSQL 15 behaves as `lazy` would, with
+//!    PostgreSQL's own VACUUM).
+//! 5. The report: per table and policy, per database, per transaction type, and the targets
 //!    of seed 000 (eager against lazy) stated as met or missed; as text, as JSON (`--json` on
 //!    stdout), and as `DIR/report.json` and a self-contained `DIR/report.html` with SVG charts.
 
@@ -88,6 +92,16 @@ pub struct TpccArgs {
     /// No progress line and no autovacuum log lines while running.
     #[arg(long)]
     pub quiet: bool,
+    /// Also run on the PostgreSQL server at this URL (one more column, "postgres"): its
+    /// bmsql_* tables are replaced, the aging profile is applied per table and by ALTER SYSTEM.
+    #[arg(long, conflicts_with = "peer")]
+    pub target: Option<String>,
+    /// Also run on a throwaway PostgreSQL 15 started on a loopback port for this run (the
+    /// aging profile and the run's settings passed at server start), stopped at the end.
+    #[arg(long)]
+    pub peer: bool,
+    #[arg(long, default_value_t = 54337)]
+    pub peer_port: u16,
 }
 
 /// Terminal transactions per policy when neither --transactions nor --duration is given.
@@ -145,7 +159,7 @@ pub struct TableResult {
     pub index_pages: u64,
 }
 
-/// One column of the report: a policy on the embedded engine.
+/// One column of the report: a policy on the embedded engine, or PostgreSQL.
 #[derive(Serialize, Clone, Debug)]
 pub struct ColumnResult {
     pub name: String,
@@ -202,6 +216,64 @@ fn settings(a: &TpccArgs, policy: FreezePolicy) -> Vec<String> {
     s.extend(a.aging.settings().into_iter().map(|(k, v)| format!("{k}={v}")));
     s.extend(a.set.iter().cloned());
     s
+}
+
+/// The PostgreSQL settings of a run: the same as settledb's where PostgreSQL has them, the
+/// aging profile (with its MultiXact ages), and `shared_buffers` like settledb's default.
+fn postgres_settings(a: &TpccArgs) -> Vec<(String, String)> {
+    let mut s: Vec<(String, String)> = [
+        ("fsync", "off"),
+        ("autovacuum", "on"),
+        ("autovacuum_naptime", "1s"),
+        ("log_autovacuum_min_duration", "0"),
+        ("max_wal_size", "128MB"),
+        ("shared_buffers", "128MB"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for (k, v) in a.aging.settings().into_iter().chain(a.aging.multixact_settings()) {
+        s.push((k.to_string(), v));
+    }
+    s
+}
+
+/// Runs the workload on PostgreSQL at `url`: schema, load, settings, VACUUM, run.
+fn run_postgres(a: &TpccArgs, url: &str, ui: &Ui) -> Result<ColumnResult> {
+    use workload::observe::{Observer, PgObserver};
+    use workload::tpcc::postgres;
+    let name = "postgres";
+    ui.status(name, format!("loading {} warehouses into {url}", a.warehouses));
+    postgres::create_schema(url)?;
+    postgres::load(url, a.warehouses, a.seed)?;
+    let settings = postgres_settings(a);
+    // On a server we did not start, the ages go per table and by ALTER SYSTEM; settings that
+    // need a restart are the operator's.
+    if a.target.is_some() {
+        let runtime: Vec<(String, String)> = settings
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "fsync" | "shared_buffers" | "max_wal_size"))
+            .cloned()
+            .collect();
+        postgres::apply_settings(url, &runtime)?;
+    }
+    ui.status(name, "VACUUM (ANALYZE) of every table (as BenchmarkSQL's build)".into());
+    let started = Instant::now();
+    postgres::vacuum_all(url)?;
+    let setup_vacuum_seconds = started.elapsed().as_secs_f64();
+    let target = postgres::PgTarget::new(url)?;
+    let mut observer = PgObserver::new(url)?;
+    let _ = observer.take_log()?;
+    let mut probe = || -> Result<(Observation, Vec<String>)> {
+        let o = observer.observe()?;
+        Ok((o, observer.take_log()?))
+    };
+    let mut column = measure(a, name, &target, &mut probe, ui)?;
+    column.setup_vacuum_seconds = setup_vacuum_seconds;
+    column.settings = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    column.consistency_violations = target.connect()?.consistency_facts()?.violations();
+    column.check = "not run (settledb's verifier reads settledb's files)".into();
+    Ok(column)
 }
 
 /// The template's description; a template is reused only when it matches.
@@ -579,6 +651,25 @@ pub fn run(a: TpccArgs) -> Result<ExitCode> {
             Err(e) => errors.push((p.name().to_string(), format!("{e:#}"))),
         }
     }
+    let peer = if a.peer {
+        ui.status("postgres", format!("starting PostgreSQL 15 on port {}", a.peer_port));
+        match crate::peer::Postgres::start(a.peer_port, &postgres_settings(&a)) {
+            Ok(pg) => Some(pg),
+            Err(e) => {
+                errors.push(("postgres".into(), format!("{e:#}")));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    if let Some(url) = a.target.clone().or_else(|| peer.as_ref().map(|p| p.url())) {
+        match run_postgres(&a, &url, &ui) {
+            Ok(c) => columns.push(c),
+            Err(e) => errors.push(("postgres".into(), format!("{e:#}"))),
+        }
+    }
+    drop(peer);
     ui.finish();
     let report = TpccReport {
         benchmark: "tpcc",

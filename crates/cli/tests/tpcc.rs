@@ -59,3 +59,34 @@ fn compare_smoke_run_reports_every_policy_in_the_documented_shape() {
     // The population is kept and reused by the next run with the same warehouses and seed.
     assert!(dir.path().join("template").is_dir());
 }
+
+/// The same smoke run with PostgreSQL 15 as one more column (skipped, saying why, when
+/// PostgreSQL 15 is not installed).
+#[test]
+fn peer_column_runs_the_same_requests_on_postgres() {
+    if !std::path::Path::new("/usr/lib/postgresql/15/bin/postgres").exists() {
+        eprintln!("skipped: PostgreSQL 15 is not installed (apt-get install postgresql-15)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_settle"))
+        .args(["tpcc", "--warehouses", "1", "--terminals", "2", "--transactions", "600", "--policy", "eager"])
+        .args(["--peer", "--peer-port", "54338", "--json", "--dir"])
+        .arg(dir.path())
+        .output()
+        .expect("run settle");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}\n{stderr}", out.status);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+    let columns = r["columns"].as_array().unwrap();
+    assert_eq!(columns.iter().map(|c| c["name"].as_str().unwrap()).collect::<Vec<_>>(), ["eager", "postgres"]);
+    let pg = &columns[1];
+    assert_eq!(pg["run"]["transactions"], 600);
+    assert!(pg["consistency_violations"].as_array().unwrap().is_empty(), "{}", pg["consistency_violations"]);
+    assert!(pg["xids_consumed"].as_u64().unwrap() > 300, "PostgreSQL's XIDs are read without assigning one");
+    assert!(pg["db"]["wal_bytes"].as_u64().unwrap() > 0);
+    let names: Vec<&str> = pg["tables"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"bmsql_order_line"), "{names:?}");
+    // PostgreSQL 15 counts no frozen pages: reported as absent, not as zero.
+    assert!(pg["tables"][0]["pages_frozen"].is_null());
+}

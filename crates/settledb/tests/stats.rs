@@ -72,7 +72,7 @@ fn workload(db: &Database) -> TableStatsSnapshot {
     let mut tx = db.begin().unwrap();
     tx.insert(&t, &row(50, 0)).unwrap();
     tx.rollback().unwrap();
-    stats_of(&db, &t)
+    stats_of(db, &t)
 }
 
 fn expected_after_workload() -> TableStatsSnapshot {
