@@ -110,7 +110,8 @@ pub fn parse_log_entry(text: &str) -> Option<LogEntry> {
         wal_bytes: 0,
         wal_fpi: 0,
     };
-    for line in text.lines().skip(1) {
+    // PostgreSQL's server log indents an entry's continuation lines with a tab.
+    for line in text.lines().skip(1).map(str::trim_start) {
         if let Some(rest) = line.strip_prefix("pages: ") {
             scanned = rest.split(", ").find(|p| p.contains(" scanned (")).and_then(first_number);
         } else if let Some(rest) = line.strip_prefix("removable cutoff: ") {
@@ -178,6 +179,13 @@ mod tests {
                 }
             );
         }
+        // The same entry as PostgreSQL's server log writes it: continuation lines indented.
+        let indented: String = format!("2025-01-01 00:00:00.000 UTC [42] {}", report(true).log_text())
+            .lines()
+            .enumerate()
+            .map(|(i, l)| if i == 0 { format!("{l}\n") } else { format!("\t{l}\n") })
+            .collect();
+        assert_eq!(parse_log_entry(&indented).map(|e| e.pages_scanned), Some(1200));
         let err = "2025-01-01 00:00:00.000 UTC [42] ERROR:  autovacuum of table \"settledb.public.t\" failed: x\n";
         assert_eq!(parse_log_entry(err), None);
         let mut totals = LogTotals::default();
