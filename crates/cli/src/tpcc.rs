@@ -105,7 +105,7 @@ pub struct TpccArgs {
 }
 
 /// Terminal transactions per policy when neither --transactions nor --duration is given.
-const DEFAULT_TRANSACTIONS: u64 = 400_000;
+const DEFAULT_TRANSACTIONS: u64 = 600_000;
 
 /// Seconds between samples.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
