@@ -45,6 +45,9 @@ pub struct WalReader {
     buf: Vec<u8>,
 }
 
+/// The most a record's buffer grows ahead of the bytes read (see `WalReader::read_body`).
+const BODY_CHUNK: usize = 1 << 20;
+
 /// Why a read of stream bytes did not complete (the end of valid WAL, not an error).
 type Stop = String;
 
@@ -126,16 +129,30 @@ impl WalReader {
         }
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
-        buf.resize(tot_len, 0);
-        buf[..RECORD_HEADER_SIZE].copy_from_slice(&head);
-        let body_at = Lsn(lsn.0 + RECORD_HEADER_SIZE as u64);
-        let result = match self.read_stream(body_at, &mut buf[RECORD_HEADER_SIZE..]) {
+        buf.extend_from_slice(&head);
+        let result = match self.read_body(lsn, tot_len, &mut buf) {
             Ok(Ok(())) => Ok(self.validate(lsn, &h, &buf)),
             Ok(Err(stop)) => Ok(Err(stop)),
             Err(e) => Err(e),
         };
         self.buf = buf;
         result
+    }
+
+    /// Appends the body of the record at `lsn` to `buf` (which holds its header), growing
+    /// `buf` by at most [`BODY_CHUNK`] beyond the bytes actually read: `xl_tot_len` comes from
+    /// disk, and a garbage length (up to [`MAX_RECORD_SIZE`]) must end the WAL, not allocate a
+    /// gigabyte first.
+    fn read_body(&mut self, lsn: Lsn, tot_len: usize, buf: &mut Vec<u8>) -> Result<std::result::Result<(), Stop>> {
+        while buf.len() < tot_len {
+            let have = buf.len();
+            let n = (tot_len - have).min(BODY_CHUNK);
+            buf.resize(have + n, 0);
+            if let Err(stop) = self.read_stream(Lsn(lsn.0 + have as u64), &mut buf[have..])? {
+                return Ok(Err(stop));
+            }
+        }
+        Ok(Ok(()))
     }
 
     fn validate(&self, lsn: Lsn, h: &Header, rec: &[u8]) -> std::result::Result<DecodedRecord, Stop> {
@@ -204,5 +221,32 @@ pub fn read_record_at(fs: Arc<dyn FileSystem>, dir: &Path, lsn: Lsn, segment_siz
     match r.next()? {
         Some(rec) => Ok(rec),
         None => Err(Error::corrupt_wal(lsn, r.stop_reason().unwrap_or("no valid record").to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::fault::FaultFs;
+    use crate::wal::segment::segment_path;
+
+    /// Found by fuzz target `wal_stream`: a header claiming a 1 GB record made the reader
+    /// allocate (and zero) 1 GB before it found that the WAL ends a few bytes later, so every
+    /// garbage tail cost recovery a gigabyte and a second.
+    #[test]
+    fn garbage_record_length_does_not_allocate_it() {
+        let fs = FaultFs::new();
+        let dir = Path::new("/wal");
+        fs.create_dir_all(dir).unwrap();
+        let size = 1 << 20;
+        let mut head = [0u8; RECORD_HEADER_SIZE];
+        head[0..4].copy_from_slice(&(MAX_RECORD_SIZE as u32).to_le_bytes());
+        let f = fs.open(&segment_path(dir, 1, size), true).unwrap();
+        f.write_at(&head, 0).unwrap();
+        f.write_at(&[7u8; 100], RECORD_HEADER_SIZE as u64).unwrap();
+        let mut r = WalReader::new(fs, dir, Lsn(size), size);
+        assert!(r.next().unwrap().is_none());
+        assert!(r.stop_reason().unwrap().contains("runs past the end of written WAL"), "{:?}", r.stop_reason());
+        assert!(r.buf.capacity() <= 2 * BODY_CHUNK, "buffer grew to {} bytes", r.buf.capacity());
     }
 }
