@@ -201,7 +201,7 @@ pub struct RecordBuilder<'a> {
 }
 
 /// A record read back from the WAL.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedRecord {
     pub lsn: Lsn,
     pub end_lsn: Lsn,
@@ -213,7 +213,7 @@ pub struct DecodedRecord {
     pub main_data: Vec<u8>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedBlock {
     pub id: u8,
     pub tag: BufferTag,
