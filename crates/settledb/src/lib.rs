@@ -14,6 +14,8 @@ pub mod config;
 pub mod db;
 pub mod error;
 pub mod fsm;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod heap;
 pub mod index;
 pub mod io;

@@ -318,7 +318,7 @@ impl TableStats {
 }
 
 /// Counters per table in the stats file.
-const TABLE_FIELDS: usize = 20;
+pub(crate) const TABLE_FIELDS: usize = 20;
 
 /// Counts the heap keeps per relation, without the statistics' locks, until collected.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -409,7 +409,7 @@ pub struct DbTotals {
 }
 
 /// Database counters in the stats file.
-const DB_FIELDS: usize = 19;
+pub(crate) const DB_FIELDS: usize = 19;
 
 impl DbTotals {
     pub fn to_fields(&self) -> [u64; DB_FIELDS] {

@@ -1,0 +1,319 @@
+//! Valid inputs for every fuzz target, taken from a real database: a small workload (every
+//! column type, NULLs, short and long varlena, HOT and non-HOT updates, deletes, an abort, a
+//! multi-insert, index builds and splits, VACUUM with freezing, a clean shutdown) runs on an
+//! in-memory [`FaultFs`]; then its pages, WAL records, WAL stream, control file, CLOG segment
+//! and statistics file are cut into inputs in each target's format (see [`super`]).
+//!
+//! WAL record seeds carry the page their first block is replayed onto: the WAL is replayed
+//! from its beginning with `startup::redo_page` (every page starts with an image or an
+//! initialization), so the base page is the block's state just before the record.
+//!
+//! `tests/fuzz_smoke.rs` mutates these; `cargo run -p settledb --example fuzz_seeds DIR`
+//! writes them as a cargo-fuzz corpus (`DIR/<target>/seed-N`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::catalog::RelOptions;
+use crate::db::startup;
+use crate::heap::tuple::{Column, Schema, Type, Value};
+use crate::io::fault::FaultFs;
+use crate::io::FileSystem;
+use crate::page::{self, BLCKSZ};
+use crate::stats::{DB_FIELDS, TABLE_FIELDS};
+use crate::types::{BufferTag, Lsn, OffsetNumber};
+use crate::wal::{self, record, Rmgr, WalReader};
+use crate::{Config, Database, TableOptions, VacuumParams};
+
+use super::REPAIR;
+
+/// The database's WAL segment size: 1 MB (the smallest accepted), `wal_stream` control bits
+/// 1..4 = 4.
+const SEGMENT_SIZE: u64 = 1 << 20;
+/// Records kept per (resource manager, info) kind.
+const RECORDS_PER_KIND: usize = 3;
+/// Pages kept per kind of page.
+const PAGES_PER_KIND: usize = 6;
+
+/// Seeds per target name (every name in [`super::TARGETS`]).
+pub fn all() -> BTreeMap<&'static str, Vec<Vec<u8>>> {
+    let fs = FaultFs::new();
+    let dir = Path::new("/seed");
+    let wal_stream = run_workload(&fs, dir);
+    let mut out: BTreeMap<&'static str, Vec<Vec<u8>>> = BTreeMap::new();
+    out.insert("wal_record", wal_record_seeds(&wal_stream));
+    out.insert("wal_stream", wal_stream_seeds(&wal_stream));
+    let mut pages = page_seeds(&*fs, dir);
+    for name in ["page", "heap_tuple", "btree_page", "vm_page", "fsm_page", "catalog_tuple"] {
+        out.insert(name, pages.remove(name).unwrap_or_default());
+    }
+    let read = |p: &str| read_file(&*fs, &dir.join(p));
+    out.insert("control_file", vec![prefixed(0, &read("global/pg_control"))]);
+    out.insert("clog_page", vec![prefixed(0, &read("pg_xact/0000")), prefixed(0x0E, &read("pg_xact/0000"))]);
+    let stats = read("pg_stat/stats.bin");
+    out.insert("stats_file", vec![prefixed(0, &stats), prefixed(REPAIR, &stats[..stats.len().min(200)])]);
+    out
+}
+
+fn prefixed(ctl: u8, bytes: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(1 + bytes.len());
+    v.push(ctl);
+    v.extend_from_slice(bytes);
+    v
+}
+
+fn read_file(fs: &dyn FileSystem, path: &Path) -> Vec<u8> {
+    let Ok(f) = fs.open(path, false) else { return Vec::new() };
+    let len = f.len().unwrap_or(0) as usize;
+    let mut buf = vec![0u8; len];
+    let _ = f.read_exact_at(&mut buf, 0);
+    buf
+}
+
+/// The table every row type goes into.
+fn all_types_schema() -> Schema {
+    let col = |n: &str, ty, nullable| Column { name: n.into(), ty, nullable };
+    Schema {
+        columns: vec![
+            col("id", Type::Int4, false),
+            col("big", Type::Int8, true),
+            col("f", Type::Float8, true),
+            col("b", Type::Bool, true),
+            col("name", Type::Text, true),
+            col("blob", Type::Bytea, true),
+            col("ts", Type::Timestamp, true),
+        ],
+    }
+}
+
+fn row(i: i32) -> Vec<Value> {
+    let null_if = |cond: bool, v: Value| if cond { Value::Null } else { v };
+    vec![
+        Value::Int4(i),
+        null_if(i % 7 == 3, Value::Int8(i64::from(i) * 1_000_000_007)),
+        null_if(i % 5 == 1, Value::Float8(f64::from(i) / 3.0)),
+        null_if(i % 11 == 2, Value::Bool(i % 2 == 0)),
+        Value::Text(format!("name-{i:05}-{}", "x".repeat((i % 3 * 70) as usize))),
+        null_if(i % 4 == 0, Value::Bytea(vec![0, 1, 2, (i % 256) as u8])),
+        Value::Timestamp(i64::from(i) * 86_400_000_000),
+    ]
+}
+
+/// Runs the workload and returns the WAL stream it wrote (from the first record), before the
+/// shutdown checkpoint may remove segments; then shuts down cleanly (stats.bin is written).
+fn run_workload(fs: &Arc<FaultFs>, dir: &Path) -> Vec<u8> {
+    let config = Config::from_pairs([("autovacuum", "off"), ("wal_segment_size", "1MB"), ("shared_buffers", "1MB")])
+        .expect("seed configuration");
+    let db = Database::open_with_fs(fs.clone(), dir, config).expect("seed database opens");
+    workload(&db).expect("seed workload runs");
+    let stream = wal_bytes(&**fs, &dir.join("pg_wal"));
+    db.close().expect("seed database closes");
+    stream
+}
+
+fn workload(db: &Database) -> crate::Result<()> {
+    let opts = TableOptions { primary_key: Some(vec!["id".into()]), fillfactor: 90, ..TableOptions::default() };
+    let t = db.create_table("t", all_types_schema(), opts)?;
+    let mut other = RelOptions::default();
+    other.set("autovacuum_vacuum_scale_factor", "0.05")?;
+    db.create_table("u", all_types_schema(), TableOptions { options: other, ..TableOptions::default() })?;
+    let mut tx = db.begin()?;
+    let mut tids = Vec::new();
+    for i in 0..400 {
+        tids.push(tx.insert(&t, &row(i))?);
+    }
+    tx.commit()?;
+    db.create_index("t_name", "t", &["name"], false)?;
+    let mut tx = db.begin()?;
+    tx.insert_many(&t, &(400..460).map(row).collect::<Vec<_>>())?;
+    tx.commit()?;
+    let mut tx = db.begin()?;
+    for (i, tid) in tids.iter().enumerate().step_by(9) {
+        let mut r = row(i as i32);
+        r[1] = Value::Int8(-1); // HOT: no indexed column changes
+        if i % 2 == 0 {
+            r[4] = Value::Text(format!("renamed-{i}")); // non-HOT
+        }
+        tx.update(&t, *tid, &r)?;
+    }
+    tx.commit()?;
+    let mut tx = db.begin()?;
+    for tid in &tids[100..300] {
+        tx.delete(&t, *tid)?;
+    }
+    tx.commit()?;
+    let mut tx = db.begin()?;
+    tx.insert(&t, &row(10_000))?;
+    tx.rollback()?;
+    db.vacuum(Some("t"), &VacuumParams { freeze: true, ..VacuumParams::default() })?;
+    db.checkpoint()?;
+    let mut tx = db.begin()?;
+    tx.insert(&t, &row(20_000))?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// The WAL stream from the first record to the end of the last segment file.
+fn wal_bytes(fs: &dyn FileSystem, wal_dir: &Path) -> Vec<u8> {
+    let mut names = fs.list(wal_dir).unwrap_or_default();
+    names.sort();
+    let mut segs: Vec<u64> =
+        names.iter().filter_map(|n| wal::segment::parse_segment_file_name(n, SEGMENT_SIZE)).collect();
+    segs.sort_unstable();
+    let mut out = Vec::new();
+    for (i, segno) in segs.iter().enumerate() {
+        if *segno != 1 + i as u64 {
+            break; // a gap: keep the contiguous prefix from segment 1
+        }
+        let mut bytes = read_file(fs, &wal::segment::segment_path(wal_dir, *segno, SEGMENT_SIZE));
+        bytes.resize(SEGMENT_SIZE as usize, 0);
+        out.extend_from_slice(&bytes);
+    }
+    out
+}
+
+/// Every record in `stream` (which starts at segment 1): start LSN and raw bytes.
+fn records(stream: &[u8]) -> Vec<(Lsn, Vec<u8>)> {
+    let fs = FaultFs::new();
+    let dir = Path::new("/records/pg_wal");
+    let _ = fs.create_dir_all(dir);
+    for (i, chunk) in stream.chunks(SEGMENT_SIZE as usize).enumerate() {
+        let path = wal::segment::segment_path(dir, 1 + i as u64, SEGMENT_SIZE);
+        if let Ok(f) = fs.open(&path, true) {
+            let _ = f.write_at(chunk, 0);
+        }
+    }
+    let mut reader = WalReader::new(fs, dir, wal::first_lsn(SEGMENT_SIZE), SEGMENT_SIZE);
+    let mut out = Vec::new();
+    while let Ok(Some(rec)) = reader.next() {
+        let from = (rec.lsn.0 - SEGMENT_SIZE) as usize;
+        let to = (rec.end_lsn.0 - SEGMENT_SIZE) as usize;
+        out.push((rec.lsn, stream[from..to].to_vec()));
+    }
+    out
+}
+
+/// Up to [`RECORDS_PER_KIND`] records of each kind, each with its first block's page as it
+/// was before the record (replayed from the start of the WAL).
+fn wal_record_seeds(stream: &[u8]) -> Vec<Vec<u8>> {
+    let mut pages: HashMap<BufferTag, Box<[u8; BLCKSZ]>> = HashMap::new();
+    let mut per_kind: HashMap<(Rmgr, u8), usize> = HashMap::new();
+    let mut out = Vec::new();
+    for (lsn, raw) in records(stream) {
+        let Ok(rec) = record::decode(lsn, &raw) else { continue };
+        let base = rec.blocks.first().and_then(|b| pages.get(&b.tag)).map_or_else(|| vec![0u8; BLCKSZ], |p| p.to_vec());
+        let seen = per_kind.entry((rec.rmgr, rec.info)).or_default();
+        // A seed is decoded as if read at super::RECORD_LSN: the control byte repairs the CRC
+        // (xl_prev changes) and the base page's checksum.
+        if *seen < RECORDS_PER_KIND && raw.len() <= usize::from(u16::MAX) {
+            *seen += 1;
+            let mut seed = vec![REPAIR | 0x02];
+            seed.extend_from_slice(&(raw.len() as u16).to_le_bytes());
+            seed.extend_from_slice(&raw);
+            let mut base = base;
+            page::set_lsn(&mut base, Lsn(0));
+            seed.extend_from_slice(&base);
+            out.push(seed);
+        }
+        for b in &rec.blocks {
+            let p = pages.entry(b.tag).or_insert_with(|| Box::new([0u8; BLCKSZ]));
+            if b.image.is_some() || b.will_init {
+                p.fill(0);
+            }
+            let _ = startup::redo_page(&rec, b, &mut p[..]);
+        }
+    }
+    out
+}
+
+/// The start of the stream as is (1 MB segments), and framed over 4 KB segments so that
+/// records cross segment boundaries.
+fn wal_stream_seeds(stream: &[u8]) -> Vec<Vec<u8>> {
+    let recs = records(stream);
+    let upto =
+        |max: usize| recs.iter().map(|(_, r)| r.len()).scan(0, |s, n| Some(*s + n)).take_while(|&e| e <= max).last();
+    let mut out = Vec::new();
+    if let Some(end) = upto(16 << 10) {
+        out.push(prefixed(4 << 1, &stream[..end]));
+        out.push(prefixed(0x10, &stream[..end]));
+    }
+    if let Some(end) = upto(32 << 10) {
+        out.push(prefixed(0x10 | 4 << 1, &stream[..end]));
+    }
+    out
+}
+
+/// Pages from the relation files: heap pages (`page`, `heap_tuple`, `catalog_tuple` from
+/// `pg_class`), B-tree pages, VM and FSM pages.
+fn page_seeds(fs: &dyn FileSystem, dir: &Path) -> HashMap<&'static str, Vec<Vec<u8>>> {
+    let mut out: HashMap<&'static str, Vec<Vec<u8>>> = HashMap::new();
+    let base = dir.join("base");
+    let mut push = |name: &'static str, seed: Vec<u8>| {
+        let v = out.entry(name).or_default();
+        if v.len() < PAGES_PER_KIND * 4 {
+            v.push(seed);
+        }
+    };
+    for file in fs.list(&base).unwrap_or_default() {
+        let bytes = read_file(fs, &base.join(&file));
+        for (block, p) in bytes.chunks_exact(BLCKSZ).enumerate().take(PAGES_PER_KIND) {
+            let ctl = if block < 16 { (block as u8) << 4 } else { REPAIR };
+            if file.ends_with("_vm") {
+                push("vm_page", prefixed(ctl, p));
+            } else if file.ends_with("_fsm") {
+                push("fsm_page", prefixed(ctl, p));
+            } else if page::special(p) as usize == crate::btree::page::SPECIAL_OFF {
+                // Both indexes: the primary key (int4, key types 0) and t_name (text, 2).
+                push("btree_page", prefixed(ctl, p));
+                push("btree_page", prefixed(ctl | 2 << 1, p));
+            } else {
+                push("page", prefixed(ctl, p));
+                tuple_seeds(&file, p, &mut push);
+            }
+        }
+    }
+    out
+}
+
+fn tuple_seeds(file: &str, p: &[u8], push: &mut impl FnMut(&'static str, Vec<u8>)) {
+    let schema = all_types_schema();
+    let mut prefix = vec![schema.columns.len() as u8];
+    prefix.extend(
+        schema
+            .columns
+            .iter()
+            .map(|c| Type::ALL.iter().position(|t| *t == c.ty).unwrap_or(0) as u8 | if c.nullable { 0x80 } else { 0 }),
+    );
+    for off in (1..=page::max_offset(p)).map(OffsetNumber).take(40) {
+        let Some(t) = page::try_item(p, off) else { continue };
+        if file == "1259" {
+            push("catalog_tuple", prefixed(0, t));
+            let values = crate::heap::tuple::deform_tuple(&crate::catalog::pg_class_schema(), t);
+            if let Ok(row) = values.and_then(|v| {
+                crate::catalog::ClassRow::from_values(&v, crate::types::Tid::default()).map_err(|e| e.to_string())
+            }) {
+                push("catalog_tuple", prefixed(1, &row.schema.encode()));
+                push("catalog_tuple", prefixed(2, row.options.encode().as_bytes()));
+            }
+        } else if off.0 % 5 == 1 {
+            let mut seed = prefix.clone();
+            seed.extend_from_slice(t);
+            push("heap_tuple", seed);
+        }
+    }
+}
+
+/// Makes a statistics file's table count agree with its length and its CRC match (control
+/// bit 0 of `stats_file`).
+pub fn repair_stats(bytes: &mut [u8]) {
+    const HEADER: usize = 20;
+    let fixed = HEADER + 8 * DB_FIELDS + 4;
+    if bytes.len() >= fixed {
+        let ntables = ((bytes.len() - fixed) / (4 + 8 * TABLE_FIELDS)) as u32;
+        bytes[16..20].copy_from_slice(&ntables.to_le_bytes());
+    }
+    let n = bytes.len();
+    let crc = crc32c::crc32c(&bytes[..n - 4]);
+    bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
+}
