@@ -140,13 +140,19 @@ fn same_values(a: &[Value], b: &[Value]) -> bool {
 // ---------------------------------------------------------------------------------------------
 // Heap pages and tuples
 
+/// Control bit 1 of the page targets: render the page as `settle inspect` does (on pages that
+/// fail verification too). Off half the time because rendering is most of an execution.
+const RENDER: u8 = 0x02;
+
 /// A heap page as the buffer manager reads it (`read_validated` with `validate_items`), then
-/// what the heap does with it. Input: control byte (bits 4..8: block number), page bytes.
+/// what the heap does with it. Input: control byte (bit 1: [`RENDER`], bits 4..8: block
+/// number), page bytes.
 pub fn page(data: &[u8]) {
-    let (_, block, p) = page_input(data);
-    // Renderings run on pages that failed verification too (`settle inspect` shows them).
-    let _ = page::describe(&p[..]);
-    let _ = crate::heap::describe_page(&p[..], None, true);
+    let (ctl, block, p) = page_input(data);
+    if ctl & RENDER != 0 {
+        let _ = page::describe(&p[..]);
+        let _ = crate::heap::describe_page(&p[..], None, true);
+    }
     if page::verify(&p[..], REL, block).is_err() || page::validate_items(&p[..], REL, block).is_err() {
         return;
     }
@@ -595,11 +601,13 @@ fn pool_with_page(fork: Fork, block: BlockNumber, p: &[u8]) -> Option<BufferPool
     Some(BufferPool::new(8, Arc::new(smgr)))
 }
 
-/// A visibility-map page read through the buffer pool. Input: control byte (bits 4..8: map
-/// block), page bytes.
+/// A visibility-map page read through the buffer pool. Input: control byte (bit 1:
+/// [`RENDER`], bits 4..8: map block), page bytes.
 pub fn vm_page(data: &[u8]) {
     let (ctl, block, p) = page_input(data);
-    let _ = crate::vm::describe_page(&p[..], block);
+    if ctl & RENDER != 0 {
+        let _ = crate::vm::describe_page(&p[..], block);
+    }
     let Some(pool) = pool_with_page(Fork::Vm, block, &p[..]) else { return };
     let vm = crate::vm::VisibilityMap::new(REL);
     let per_page = crate::vm::HEAPBLOCKS_PER_PAGE;
@@ -625,10 +633,12 @@ pub fn vm_page(data: &[u8]) {
 }
 
 /// A free-space-map page read through the buffer pool: get, search, record. Input: control
-/// byte (bits 4..8: FSM block), page bytes.
+/// byte (bit 1: [`RENDER`], bits 4..8: FSM block), page bytes.
 pub fn fsm_page(data: &[u8]) {
     let (ctl, block, p) = page_input(data);
-    let _ = crate::fsm::FreeSpaceMap::describe_page(&p[..], block);
+    if ctl & RENDER != 0 {
+        let _ = crate::fsm::FreeSpaceMap::describe_page(&p[..], block);
+    }
     let Some(pool) = pool_with_page(Fork::Fsm, block, &p[..]) else { return };
     let fsm = crate::fsm::FreeSpaceMap::new(REL);
     let first = block.0 * crate::fsm::SLOTS_PER_PAGE;

@@ -595,7 +595,9 @@ pub fn verify(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
 /// Checks every line pointer of a heap page so that later code can index it safely:
 /// NORMAL items lie in `pd_upper..pd_special`, MAXALIGNed, at least 23 bytes (a tuple
 /// header); DEAD items with storage lie in the same range; REDIRECT targets are within
-/// `1..=max_offset`; at most [`MAX_HEAP_TUPLES_PER_PAGE`] line pointers. The header is
+/// `1..=max_offset`; at most [`MAX_HEAP_TUPLES_PER_PAGE`] line pointers; the items' storage
+/// (MAXALIGNed) fits between `pd_lower` and `pd_special`, as it must unless items overlap, so
+/// that [`repair_fragmentation`] can lay them out again. The header is
 /// re-checked too, so this is safe on any page (a new page has no items). Never panics.
 pub fn validate_items(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
     if page.len() != BLCKSZ {
@@ -616,6 +618,7 @@ pub fn validate_items(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
         ));
     }
     let (u, s) = (upper(page) as usize, special(page) as usize);
+    let mut total = 0;
     for o in (1..=nline).map(OffsetNumber) {
         let id = item_id(page, o);
         let (off, len) = (id.off as usize, id.len as usize);
@@ -640,8 +643,19 @@ pub fn validate_items(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
                 if off != maxalign(off) {
                     return bad(format!("offset {off} is not MAXALIGNed"));
                 }
+                total += maxalign(len);
             }
         }
+    }
+    // Items that do not overlap fit between pd_lower and pd_special; overlapping ones would
+    // make repair_fragmentation run out of room (PostgreSQL's PageRepairFragmentation check).
+    let avail = s - lower(page) as usize;
+    if total > avail {
+        return Err(Error::corrupted(
+            rel,
+            block,
+            format!("corrupted item lengths: total {total}, available space {avail}"),
+        ));
     }
     Ok(())
 }
