@@ -3,9 +3,10 @@
 //! few thousand times even where cargo-fuzz cannot run: the valid seeds of
 //! `fuzzing::seeds` (a real database's pages, records, files), then random mutations of them
 //! (bit flips, byte overwrites with interesting values, truncations, insertions, deletions,
-//! splices of two seeds, a flipped control byte) and random bytes.
+//! splices of two seeds, a flipped control byte; half of them with the checksum or CRC
+//! repaired) and random bytes.
 //!
-//! `SETTLEDB_FUZZ_ITERS` sets the mutated inputs per target (default 3000);
+//! `SETTLEDB_FUZZ_ITERS` sets the mutated inputs per target (default 5000);
 //! `SETTLEDB_FUZZ_SEED` the RNG seed (default 0x5E77_1EDB). A failing input is written to
 //! `target/fuzz-smoke/<target>.bin`; replay it with
 //! `cargo fuzz run <target> target/fuzz-smoke/<target>.bin` or `fuzzing::<target>(&bytes)`.
@@ -26,6 +27,9 @@ fn all_seeds() -> &'static BTreeMap<&'static str, Vec<Vec<u8>>> {
     static SEEDS: OnceLock<BTreeMap<&'static str, Vec<Vec<u8>>>> = OnceLock::new();
     SEEDS.get_or_init(seeds::all)
 }
+
+/// Targets whose control bit 0 repairs the integrity check in front of the decoder.
+const REPAIRS: [&str; 7] = ["page", "wal_record", "control_file", "btree_page", "vm_page", "fsm_page", "stats_file"];
 
 const INTERESTING: [u8; 9] = [0x00, 0x01, 0x7F, 0x80, 0xFF, 0x18, 0x20, 0xF0, 0x1F];
 
@@ -88,7 +92,7 @@ fn smoke(name: &str) {
     for s in seeds {
         run_one(name, f, s);
     }
-    let iters = env_u64("SETTLEDB_FUZZ_ITERS", 3000);
+    let iters = env_u64("SETTLEDB_FUZZ_ITERS", 5000);
     let mut rng = StdRng::seed_from_u64(env_u64("SETTLEDB_FUZZ_SEED", 0x5E77_1EDB) ^ name.len() as u64);
     for i in 0..iters {
         let mut v = if i % 10 == 9 {
@@ -100,6 +104,10 @@ fn smoke(name: &str) {
         let other = &seeds[rng.gen_range(0..seeds.len())];
         for _ in 0..rng.gen_range(1..6) {
             mutate(&mut rng, &mut v, other);
+        }
+        // Half the time past the checksum / CRC, where the decoders are (control bit 0).
+        if REPAIRS.contains(&name) && !v.is_empty() && rng.gen_bool(0.5) {
+            v[0] |= settledb::fuzzing::REPAIR;
         }
         run_one(name, f, &v);
     }
