@@ -153,7 +153,8 @@ pub fn log_create(wal: &Wal, smgr: &Smgr, rel: Oid, fork: Fork) -> Result<()> {
         main_data: main,
     })?;
     wal.flush(lsn)?;
-    smgr.create(rel, fork)
+    // The WAL now says the file exists: failing to make that durable stops the engine.
+    smgr.create(rel, fork).map_err(|e| wal.poison_after("creating a relation file", e))
 }
 
 pub fn redo_storage(rec: &DecodedRecord, pool: &BufferPool) -> Result<()> {
