@@ -641,9 +641,7 @@ impl Database {
     pub fn close(self) -> Result<()> {
         self.closed.store(true, Ordering::Release);
         self.stop_background();
-        if self.inner.wal.is_poisoned() {
-            return Err(Error::Poisoned("WAL write or fsync failed earlier".into()));
-        }
+        self.inner.wal.check_poisoned()?;
         self.inner.checkpoint(true)?;
         pgstat::save(&self)
     }
