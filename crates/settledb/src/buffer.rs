@@ -356,7 +356,13 @@ impl BufferPool {
         self.smgr.read(tag, &mut page.0)?;
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
         count_mine(|u| u.reads += 1);
-        page::verify(&page.0, tag.rel, tag.block)?;
+        page::verify(&page.0, tag.rel, tag.block).map_err(|e| match e {
+            // Name the fork, or a damaged map page reads like a damaged heap page.
+            Error::Corrupted { rel, block, detail } if tag.fork != Fork::Main => {
+                Error::Corrupted { rel, block, detail: format!("{} fork: {detail}", tag.fork.name()) }
+            }
+            e => e,
+        })?;
         match validate {
             Some(v) if !page::is_new(&page.0) => v(&page.0, tag.rel, tag.block),
             _ => Ok(()),

@@ -40,7 +40,7 @@ use std::fmt;
 use crate::buffer::BufferPool;
 use crate::catalog::{IndexDef, TableEntry};
 use crate::db::Database;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::heap::tuple::Value;
 use crate::heap::tuple::{
     self, TupleHeader, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_XMAX_COMMITTED, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY,
@@ -129,7 +129,10 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
                 }
             };
             bits_in_heap += u64::from(bits.0.count_ones());
-            report.tuples += ctx.check_page(&g.0, BlockNumber(b), bits, &mut report.problems)?;
+            match ctx.check_page(&g.0, BlockNumber(b), bits, &mut report.problems) {
+                Ok(n) => report.tuples += n,
+                Err(e) => report.problems.push(damage(e)?),
+            }
         }
         check_map_tail(&inner.pool, &entry.rel, nblocks, bits_in_heap, &mut report.problems);
     }
@@ -138,10 +141,23 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
             report.problems.push(format!("index \"{}\": its table {} does not exist", def.name, def.meta.table));
             continue;
         };
-        check_index(db, &table, &def, &mut report.problems)?;
+        if let Err(e) = check_index(db, &table, &def, &mut report.problems) {
+            report.problems.push(format!("index \"{}\": {}", def.name, damage(e)?));
+        }
     }
     check_frozen_xids(inner, &mut report.problems)?;
     Ok(report)
+}
+
+/// A damaged page met on the way (a checksum failure, a page that cannot be decoded) becomes
+/// one of the report's problems, so one bad block does not hide the rest of the database, as
+/// `pg_amcheck` goes on after a corrupt page; any other error (I/O, a poisoned engine) stops
+/// the check.
+fn damage(e: Error) -> Result<String> {
+    match e {
+        e @ Error::Corrupted { .. } => Ok(e.to_string()),
+        e => Err(e),
+    }
 }
 
 /// Invariant 5 for the catalog: the database frozen XID the incremental index holds is the one

@@ -71,8 +71,9 @@ pub enum Error {
     )]
     WraparoundStop { next_xid: Xid, oldest_xid: Xid },
 
-    /// The engine stopped accepting writes after a failure it cannot safely continue from
-    /// (a failed fsync): the data directory must be reopened, which replays WAL.
+    /// The engine stopped after a failure it cannot safely continue from (a failed fsync, a
+    /// failed WAL write): every later command, reads included, returns this until the data
+    /// directory is reopened, which replays WAL.
     #[error("database is shut down after an unrecoverable error: {0}; reopen it to run crash recovery")]
     Poisoned(String),
 

@@ -291,9 +291,13 @@ impl Smgr {
         self.fs.sync_dir(&self.dir)
     }
 
-    /// Fsyncs every file written since the last call (checkpoint).
+    /// Fsyncs every file written since the last call (checkpoint). A failure is final: the
+    /// caller must not retry it as if the writes were still pending (see [`crate::io`]); the
+    /// checkpointer poisons the WAL instead.
     pub fn sync_all(&self) -> Result<()> {
-        let pending: Vec<(Oid, Fork)> = self.pending_sync.lock().drain().collect();
+        let mut pending: Vec<(Oid, Fork)> = self.pending_sync.lock().drain().collect();
+        // In file order, so that a run (and a test failing the n-th fsync) is repeatable.
+        pending.sort_unstable_by_key(|&(rel, fork)| (rel.0, fork as u8));
         for (i, &(rel, fork)) in pending.iter().enumerate() {
             let ff = match self.files.read().get(&(rel, fork)) {
                 Some(f) => f.clone(),

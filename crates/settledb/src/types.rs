@@ -273,6 +273,15 @@ impl Fork {
     }
 
     /// File name suffix: `""`, `"_fsm"`, `"_vm"` as PostgreSQL names them.
+    /// PostgreSQL's fork name (`forkNames[]`): "main", "fsm", "vm".
+    pub fn name(self) -> &'static str {
+        match self {
+            Fork::Main => "main",
+            Fork::Fsm => "fsm",
+            Fork::Vm => "vm",
+        }
+    }
+
     pub fn suffix(self) -> &'static str {
         match self {
             Fork::Main => "",

@@ -453,7 +453,10 @@ impl VisibilityMap {
             })?;
             env.wal.flush(lsn)?;
             env.pool.drop_relation_buffers(self.rel, Some(Fork::Vm), BlockNumber(keep))?;
-            env.pool.smgr().truncate(self.rel, Fork::Vm, keep)?;
+            env.pool
+                .smgr()
+                .truncate(self.rel, Fork::Vm, keep)
+                .map_err(|e| env.wal.poison_after("truncating a visibility map", e))?;
         }
         Ok(())
     }

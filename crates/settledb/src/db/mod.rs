@@ -195,9 +195,16 @@ impl Inner {
         let _g = self.checkpoint_lock.lock();
         let redo = self.wal.begin_checkpoint();
         self.wal.flush(self.wal.insert_lsn())?;
-        self.xact.clog().checkpoint(&*self.wal)?;
+        // A failed fsync may have dropped the pages it was to make durable, and the buffer pool
+        // no longer holds them dirty: a later checkpoint whose fsync succeeds would then move the
+        // redo pointer past WAL that recovery still needs ("fsyncgate"). So a failure to make the
+        // CLOG or the data files durable poisons the WAL (no later checkpoint, write or command
+        // succeeds) and leaves the control file naming the previous checkpoint, whose redo
+        // pointer covers every lost write. A failed *write* (ENOSPC) leaves its buffer dirty and
+        // is simply retried by the next checkpoint, as in PostgreSQL.
+        self.xact.clog().checkpoint(&*self.wal).map_err(|e| self.wal.poison_after("checkpoint of the CLOG", e))?;
         self.pool.flush_all()?;
-        self.pool.smgr().sync_all()?;
+        self.pool.smgr().sync_all().map_err(|e| self.wal.poison_after("fsync of data files at checkpoint", e))?;
         let oldest_xid = self.catalog.database_frozen_xid().unwrap_or(Xid::FIRST_NORMAL);
         let info = startup::CheckpointInfo {
             redo,
@@ -215,7 +222,8 @@ impl Inner {
         })?;
         self.wal.flush(end)?;
         {
-            let mut c = self.control.lock();
+            let mut current = self.control.lock();
+            let mut c = current.clone();
             c.prev_checkpoint_lsn = c.checkpoint_lsn;
             c.checkpoint_lsn = end;
             c.redo_lsn = redo;
@@ -224,7 +232,11 @@ impl Inner {
             c.next_oid = info.next_oid;
             c.state = if shutdown { DbState::ShutDown } else { DbState::InProduction };
             c.time_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-            c.write(&*self.fs, &startup::control_path(&self.dir))?;
+            // Either the old or the new control file survives a crash; which one is unknown after
+            // a failure, so stop (both name a checkpoint whose WAL is still there).
+            c.write(&*self.fs, &startup::control_path(&self.dir))
+                .map_err(|e| self.wal.poison_after("writing the control file", e))?;
+            *current = c;
         }
         self.wal.remove_segments_before(redo)?;
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
@@ -484,11 +496,13 @@ impl Database {
         &self.inner
     }
 
+    /// Fails once a background thread failed or the WAL is poisoned (see [`Wal::poison_after`]):
+    /// no new transaction, reads included, until the directory is reopened.
     fn check_healthy(&self) -> Result<()> {
         if let Some(e) = self.inner.bg_error.lock().as_ref() {
             return Err(Error::Poisoned(e.clone()));
         }
-        Ok(())
+        self.inner.wal.check_poisoned()
     }
 
     /// A handle on a table, for the row API.
@@ -627,9 +641,7 @@ impl Database {
     pub fn close(self) -> Result<()> {
         self.closed.store(true, Ordering::Release);
         self.stop_background();
-        if self.inner.wal.is_poisoned() {
-            return Err(Error::Poisoned("WAL write or fsync failed earlier".into()));
-        }
+        self.inner.wal.check_poisoned()?;
         self.inner.checkpoint(true)?;
         pgstat::save(&self)
     }

@@ -28,6 +28,11 @@
 //! 3. write every dirty buffer (each after WAL up to its LSN) and fsync the relation files;
 //! 4. log a CHECKPOINT record, flush it, write the control file (atomically, durably);
 //! 5. remove WAL segments wholly before the redo pointer.
+//!
+//! A failure to make the CLOG, the data files or the control file durable (steps 2-4) poisons
+//! the WAL: the control file keeps the previous checkpoint and no later checkpoint may claim
+//! the pages the failed fsync may have dropped (see `ARCHITECTURE.md`, invariant 8). A failed
+//! page write in step 3 (ENOSPC) only fails this checkpoint: the page stays dirty.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -166,7 +171,8 @@ pub fn log_create(wal: &Wal, smgr: &Smgr, rel: Oid, fork: Fork) -> Result<()> {
         main_data: main,
     })?;
     wal.flush(lsn)?;
-    smgr.create(rel, fork)
+    // The WAL now says the file exists: failing to make that durable stops the engine.
+    smgr.create(rel, fork).map_err(|e| wal.poison_after("creating a relation file", e))
 }
 
 pub fn redo_storage(rec: &DecodedRecord, pool: &BufferPool) -> Result<()> {

@@ -87,7 +87,8 @@ impl<'db> Transaction<'db> {
         if let Some(why) = &self.failed {
             return Err(Error::TransactionAborted(why.clone()));
         }
-        Ok(())
+        // After a failed fsync pages may have reverted under the buffer pool: no more reads.
+        self.inner.wal.check_poisoned()
     }
 
     /// Runs one command. An error that may have left changes behind (anything but input

@@ -34,8 +34,15 @@
 //!   (n = 1: the next one) and every later one fails with EIO; a failing file `sync` drops
 //!   that file's unsynced writes (its content reverts to the durable version), as Linux
 //!   forgets dirty pages after reporting a writeback error.
+//! * [`FaultFs::fail_syncs_of`]: every `sync` of a file, and `sync_dir` of a directory, whose
+//!   path ends with the given components (`pg_wal`: the directory, not its segments;
+//!   `base/16384`: that main fork, not `16384_vm`) fails with EIO (a failing file `sync` drops that file's
+//!   unsynced writes, as above); other files sync normally, so a test can fail the data files'
+//!   fsync at a checkpoint while the WAL keeps working.
 //! * [`FaultFs::set_space_limit`]: a write or extension that would make the sum of all file
-//!   lengths exceed the limit fails with ENOSPC ("No space left on device").
+//!   lengths exceed the limit fails with ENOSPC ("No space left on device"); so does a
+//!   [`File::allocate`] reservation that could not be honoured (as `fallocate` fails), which
+//!   is how a new WAL segment or a relation's next megabyte runs out of space first.
 //! * [`FaultFs::fail_reads_of`]: reads of any path containing the substring fail with EIO.
 //!
 //! Counters: [`FaultFs::syncs`] (every `sync` and `sync_dir` call, failed ones included) and
@@ -153,6 +160,7 @@ struct State {
     space_limit: Option<u64>,
     syncs_until_failure: Option<u64>,
     fail_reads_of: Option<String>,
+    fail_syncs_of: Option<PathBuf>,
     syncs: u64,
     bytes_written: u64,
 }
@@ -188,6 +196,11 @@ impl State {
             }
             None => false,
         }
+    }
+
+    /// Whether a sync of `path` must fail because [`FaultFs::fail_syncs_of`] names it.
+    fn sync_targeted(&self, path: &Path) -> bool {
+        self.fail_syncs_of.as_ref().is_some_and(|s| path.ends_with(s))
     }
 
     /// Grows the space accounting by `new_len - old_len`, or fails with ENOSPC.
@@ -289,6 +302,12 @@ impl FaultFs {
         self.state.lock().syncs_until_failure = n;
     }
 
+    /// From now on every `sync` of a file, and `sync_dir` of a directory, whose path ends with
+    /// the components of `path_suffix` ([`Path::ends_with`]) fails with EIO. `None` turns it off.
+    pub fn fail_syncs_of(&self, path_suffix: Option<PathBuf>) {
+        self.state.lock().fail_syncs_of = path_suffix;
+    }
+
     /// Caps the sum of all file lengths; writes beyond it fail with ENOSPC. `None`: no cap.
     pub fn set_space_limit(&self, bytes: Option<u64>) {
         self.state.lock().space_limit = bytes;
@@ -362,7 +381,7 @@ impl File for FaultFile {
 
     fn sync(&self) -> Result<()> {
         let mut st = self.state.lock();
-        let fails = st.sync_fails();
+        let fails = st.sync_fails() | st.sync_targeted(&self.path);
         let node = st.inode(self.ino, "fsync", &self.path)?;
         if fails {
             node.current = node.durable.clone();
@@ -401,6 +420,18 @@ impl File for FaultFile {
 
     fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A reservation past the space limit fails with ENOSPC, as `fallocate` does; one that fits
+    /// reserves nothing (space is counted as logical length, see the module doc).
+    fn allocate(&self, offset: u64, len: u64) -> Result<()> {
+        let mut st = self.state.lock();
+        let old = st.inode(self.ino, "allocate space in", &self.path)?.current.len;
+        let total = st.total_bytes - old + old.max(offset.saturating_add(len));
+        if st.space_limit.is_some_and(|l| total > l) {
+            return Err(os_err("allocate space in", &self.path, ENOSPC));
+        }
+        Ok(())
     }
 }
 
@@ -490,7 +521,7 @@ impl FileSystem for FaultFs {
         if !st.dir_exists(dir) {
             return Err(os_err("open directory", dir, ENOENT));
         }
-        if st.sync_fails() {
+        if st.sync_fails() | st.sync_targeted(dir) {
             return Err(os_err("fsync directory", dir, EIO));
         }
         let in_dir = |p: &Path| p.parent() == Some(dir);

@@ -9,7 +9,12 @@
 //! * a file's creation, removal or rename is durable only after `sync_dir` of its directory;
 //! * after `sync` returns an error, the file's unsynced writes may be lost even if a later
 //!   `sync` succeeds (Linux behaviour since the 2018 "fsyncgate" discussion). The engine never
-//!   retries a failed fsync as if it had worked; it stops accepting writes instead.
+//!   retries a failed fsync as if it had worked; it poisons itself instead (every later
+//!   command fails until the directory is reopened and recovery replays the WAL: see
+//!   [`crate::wal::Wal::poison_after`]);
+//! * a failed `write_at` or `allocate` (ENOSPC, EIO) loses nothing already written: the
+//!   engine may retry it (the buffer pool keeps the page dirty), except on the WAL, where any
+//!   failure poisons.
 //!
 //! [`RealFs`] is the production implementation over `std::fs` with real `fsync`.
 

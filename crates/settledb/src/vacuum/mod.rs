@@ -1095,7 +1095,12 @@ impl LazyVacuum<'_> {
                 })?;
                 env.wal.flush(lsn)?;
                 env.pool.drop_relation_buffers(self.rel.relfilenode, Some(Fork::Main), BlockNumber(new_end))?;
-                env.pool.smgr().truncate(self.rel.relfilenode, Fork::Main, new_end)?;
+                // Logged and its buffers dropped: a truncation that may not be durable stops
+                // the engine (PostgreSQL truncates in a critical section).
+                env.pool
+                    .smgr()
+                    .truncate(self.rel.relfilenode, Fork::Main, new_end)
+                    .map_err(|e| env.wal.poison_after("truncating a relation file", e))?;
                 self.r.truncated = Some((self.r.truncated.map_or(current, |t| t.0), new_end));
                 current = new_end;
             }

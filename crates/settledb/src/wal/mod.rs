@@ -83,7 +83,11 @@
 //! After a failed write or fsync the kernel may have dropped the dirty data while reporting
 //! success for later fsyncs ("fsyncgate"), so a failed fsync is never retried. The WAL becomes
 //! *poisoned*: that call and every later insert and flush return [`Error::Poisoned`] naming
-//! the first error; the data directory must be reopened, which runs crash recovery.
+//! the first error; the data directory must be reopened, which runs crash recovery. The rest
+//! of the engine poisons the WAL the same way ([`Wal::poison_after`]) when a checkpoint cannot
+//! make the data files, the CLOG or the control file durable, and when a file creation or
+//! truncation already in the WAL cannot be made durable: PostgreSQL PANICs in those places
+//! (`data_sync_retry = off`), we refuse every later write and every new command instead.
 //!
 //! # Locks
 //!
@@ -545,7 +549,8 @@ impl Wal {
         self.poisoned.load(Ordering::Acquire)
     }
 
-    fn check_poisoned(&self) -> Result<()> {
+    /// `Err(Poisoned)` naming the first failure once the WAL is poisoned.
+    pub fn check_poisoned(&self) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
             let reason = self.poison_reason.lock().clone().unwrap_or_default();
             return Err(Error::Poisoned(reason));
@@ -555,8 +560,16 @@ impl Wal {
 
     /// Records the first I/O failure and turns it into [`Error::Poisoned`].
     fn poison(&self, e: Error) -> Error {
+        self.poison_after("WAL write or fsync", e)
+    }
+
+    /// Poisons the WAL because `what` failed with `e` outside the WAL (a data file's fsync at a
+    /// checkpoint, the control file, a logged file creation or truncation); returns the
+    /// [`Error::Poisoned`] to hand the caller. Every later insert and flush fails, so nothing
+    /// can claim durability past the failure: see the module doc, "Poisoning".
+    pub fn poison_after(&self, what: &str, e: Error) -> Error {
         let mut reason = self.poison_reason.lock();
-        let msg = reason.get_or_insert_with(|| format!("WAL write or fsync failed: {e}")).clone();
+        let msg = reason.get_or_insert_with(|| format!("{what} failed: {e}")).clone();
         self.poisoned.store(true, Ordering::Release);
         Error::Poisoned(msg)
     }

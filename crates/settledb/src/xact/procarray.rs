@@ -236,11 +236,21 @@ impl TransactionManager {
 
     /// Commits `xid`: logs `XACT COMMIT` (flushed when `synchronous_commit`), marks the CLOG,
     /// then leaves the running set and wakes waiters. Returns the commit record's end LSN.
+    ///
+    /// When the record cannot be logged or flushed (the WAL is then poisoned) the transaction
+    /// leaves the running set with its CLOG status unset, so no waiter blocks on it forever; its
+    /// fate is settled by recovery, which finds the commit record durable or not.
     pub fn commit(&self, xid: FullXid, log: &dyn XactLog, synchronous_commit: bool) -> Result<Lsn> {
         self.check_running(xid)?;
-        let lsn = log.log(&end_record(INFO_XACT_COMMIT, xid.xid()))?;
+        let logged = log.log(&end_record(INFO_XACT_COMMIT, xid.xid()));
+        let lsn = match logged.and_then(|lsn| if synchronous_commit { log.flush(lsn).map(|()| lsn) } else { Ok(lsn) }) {
+            Ok(lsn) => lsn,
+            Err(e) => {
+                self.end(xid);
+                return Err(e);
+            }
+        };
         if synchronous_commit {
-            log.flush(lsn)?;
             self.clog.set_status(xid.xid(), XidStatus::Committed)?;
         } else {
             self.clog.set_status_lsn(xid.xid(), XidStatus::Committed, lsn)?;
