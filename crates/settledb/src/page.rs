@@ -551,17 +551,29 @@ fn header_problem(page: &[u8]) -> Option<String> {
 
 /// Checks the header fields only (no checksum): the length, `pd_lower <= pd_upper <=
 /// pd_special <= BLCKSZ`, alignment, flags. Index access methods call it before their own
-/// special-area checks. An all-zero page passes. Never panics.
+/// special-area checks. An all-zero page passes; another page with `pd_upper` 0 does not.
+/// Never panics.
 pub fn validate_header(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
     if page.len() != BLCKSZ {
         return Err(Error::corrupted(rel, block, format!("page is {} bytes, expected {BLCKSZ}", page.len())));
     }
     if is_new(page) {
-        return Ok(());
+        return new_page_problem(page, rel, block);
     }
     match header_problem(page) {
         Some(detail) => Err(Error::corrupted(rel, block, detail)),
         None => Ok(()),
+    }
+}
+
+/// A page with `pd_upper == 0` is valid only if it is all zeros: otherwise its line pointers
+/// would be trusted by accessors that skip "new" pages' checks (found by fuzz target
+/// `wal_record`: a full-page image with `pd_upper` 0 and garbage line pointers).
+fn new_page_problem(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
+    if page.iter().all(|&b| b == 0) {
+        Ok(())
+    } else {
+        Err(Error::corrupted(rel, block, "pd_upper is 0 but the page is not all zeros"))
     }
 }
 
@@ -572,10 +584,7 @@ pub fn verify(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
         return Err(Error::corrupted(rel, block, format!("page is {} bytes, expected {BLCKSZ}", page.len())));
     }
     if is_new(page) {
-        if page.iter().all(|&b| b == 0) {
-            return Ok(());
-        }
-        return Err(Error::corrupted(rel, block, "pd_upper is 0 but the page is not all zeros"));
+        return new_page_problem(page, rel, block);
     }
     let stored = checksum(page);
     let calculated = compute_checksum(page, block);
@@ -604,7 +613,7 @@ pub fn validate_items(page: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
         return Err(Error::corrupted(rel, block, format!("page is {} bytes, expected {BLCKSZ}", page.len())));
     }
     if is_new(page) {
-        return Ok(());
+        return new_page_problem(page, rel, block);
     }
     if let Some(detail) = header_problem(page) {
         return Err(Error::corrupted(rel, block, detail));

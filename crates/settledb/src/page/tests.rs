@@ -303,6 +303,22 @@ fn validate_items_rejects_items_whose_storage_overlaps() {
     assert!(d.starts_with("corrupted item lengths: total 12000"), "{d}");
 }
 
+/// Found by fuzz target `wal_record`: a page with `pd_upper` 0 counts as new, and
+/// `validate_items` passed every new page, so a full-page image with `pd_upper` 0 and a line
+/// pointer to byte 18432 reached `item`, which panicked. Only an all-zero page is new now.
+#[test]
+fn validation_passes_a_new_page_only_if_it_is_all_zeros() {
+    let mut p = heap_page();
+    validate_items(&PageBuf::zeroed().0, Oid(1), BlockNumber(0)).unwrap();
+    validate_header(&PageBuf::zeroed().0, Oid(1), BlockNumber(0)).unwrap();
+    set_lower(&mut p.0, 28);
+    set_upper(&mut p.0, 0);
+    wr32(&mut p.0, 24, ItemId::normal(18432, 30).to_u32());
+    for e in [validate_items(&p.0, Oid(1), BlockNumber(0)), validate_header(&p.0, Oid(1), BlockNumber(0))] {
+        assert_eq!(detail(e.unwrap_err()), "pd_upper is 0 but the page is not all zeros");
+    }
+}
+
 #[test]
 fn describe_renders_header_and_line_pointers() {
     let mut p = heap_page();
