@@ -108,7 +108,15 @@ pub fn redo_page(rec: &DecodedRecord, b: &wal::DecodedBlock, page: &mut [u8]) ->
                 format!("record changes block {} of {} which is empty", tag.block, tag.rel),
             ));
         }
-        // A new page passes only if all zeros: one restored from an image may not be.
+        // Heap changes apply to heap pages only, validated first (a new page passes only if
+        // all zeros: one restored from an image may not be).
+        let heap_change = matches!(rec.rmgr, Rmgr::Heap | Rmgr::Heap2) && !crate::vm::is_vm_record(rec);
+        if heap_change && tag.fork != Fork::Main {
+            return Err(Error::corrupt_wal(
+                rec.lsn,
+                format!("heap record changes the {:?} fork of {}", tag.fork, tag.rel),
+            ));
+        }
         if matches!(rec.rmgr, Rmgr::Heap | Rmgr::Heap2) && tag.fork == Fork::Main {
             page::validate_items(page, tag.rel, tag.block)?;
         }
@@ -412,5 +420,31 @@ mod tests {
         };
         let e = redo_page(&rec, &rec.blocks[0], &mut p.0).unwrap_err();
         assert!(e.to_string().contains("pd_upper is 0 but the page is not all zeros"), "{e}");
+    }
+
+    /// Found by fuzz target `wal_record`: a PRUNE record whose block reference named the FSM
+    /// fork skipped `validate_items` (done for the main fork only), and `repair_fragmentation`
+    /// met a line pointer past the end of the page and panicked. A heap change must name the
+    /// main fork.
+    #[test]
+    fn heap_redo_refuses_a_record_naming_another_fork() {
+        let mut p = PageBuf::zeroed();
+        page::init(&mut p.0, 0);
+        page::add_item(&mut p.0, &[0u8; 40], None, true).unwrap();
+        page::set_item_id(&mut p.0, crate::types::OffsetNumber(1), ItemId::normal(8180, 100));
+        let tag = BufferTag { rel: Oid(16384), fork: Fork::Fsm, block: BlockNumber(0) };
+        let plan = heap::wal::PrunePlan { new_prune_xid: Xid(5), ..Default::default() };
+        let rec = DecodedRecord {
+            lsn: Lsn(1 << 24),
+            end_lsn: Lsn((1 << 24) + 64),
+            prev: Lsn::INVALID,
+            xid: Xid(100),
+            rmgr: Rmgr::Heap2,
+            info: heap::wal::XLOG_HEAP2_PRUNE,
+            blocks: vec![wal::DecodedBlock { id: 0, tag, will_init: false, image: None, data: vec![] }],
+            main_data: plan.encode(),
+        };
+        let e = redo_page(&rec, &rec.blocks[0], &mut p.0).unwrap_err();
+        assert!(e.to_string().contains("heap record changes the Fsm fork"), "{e}");
     }
 }
