@@ -18,7 +18,8 @@
 //! | `wal_record`    | `record::decode` after the CRC check, the waldump rendering, redo of     |
 //! |                 | every block onto a page (`startup::redo_page`), CLOG redo; re-assembly   |
 //! | `wal_stream`    | `WalReader` over segments made of the input (recovery's reader)          |
-//! | `control_file`  | `ControlFile::decode`, then the WAL geometry startup derives from it     |
+//! | `control_file`  | `ControlFile::decode`, then the XID limits and WAL geometry startup     |
+//! |                 | derives from it                                                         |
 //! | `clog_page`     | a `pg_xact` segment read by `Clog` (status, describe, set and read back) |
 //! | `btree_page`    | `page::verify` + `btree::page::validate`, items, high key, metapage,     |
 //! |                 | key decoding, binary search, `rebuild`, vacuum's item removal            |
