@@ -447,4 +447,33 @@ mod tests {
         let e = redo_page(&rec, &rec.blocks[0], &mut p.0).unwrap_err();
         assert!(e.to_string().contains("heap record changes the Fsm fork"), "{e}");
     }
+
+    /// Found by fuzz target `wal_record`: a PRUNE record replayed onto a new (all-zero) page
+    /// reached `repair_fragmentation`, which asserts a sane header, and panicked; VACUUM and
+    /// FREEZE_PAGE left such a page neither new nor valid. All three now refuse an empty page.
+    #[test]
+    fn heap_maintenance_redo_refuses_an_empty_page() {
+        let tag = BufferTag { rel: Oid(16384), fork: Fork::Main, block: BlockNumber(7) };
+        let prune = heap::wal::PrunePlan { new_prune_xid: Xid(5), ..Default::default() }.encode();
+        for (info, main) in [
+            (heap::wal::XLOG_HEAP2_PRUNE, prune),
+            (heap::wal::XLOG_HEAP2_VACUUM, 0u16.to_le_bytes().to_vec()),
+            (heap::wal::XLOG_HEAP2_FREEZE_PAGE, 0u16.to_le_bytes().to_vec()),
+        ] {
+            let rec = DecodedRecord {
+                lsn: Lsn(1 << 24),
+                end_lsn: Lsn((1 << 24) + 64),
+                prev: Lsn::INVALID,
+                xid: Xid(100),
+                rmgr: Rmgr::Heap2,
+                info,
+                blocks: vec![wal::DecodedBlock { id: 0, tag, will_init: false, image: None, data: vec![] }],
+                main_data: main,
+            };
+            let mut p = PageBuf::zeroed();
+            let e = redo_page(&rec, &rec.blocks[0], &mut p.0).unwrap_err();
+            assert!(e.to_string().contains("names block 7, which is empty"), "{info:#x}: {e}");
+            assert!(p.0.iter().all(|&b| b == 0), "{info:#x} changed the page");
+        }
+    }
 }

@@ -260,6 +260,13 @@ pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, data: &
     let mut m = Cursor::new(&rec.main_data, rec.lsn);
     let mut d = Cursor::new(data, rec.lsn);
     let fail = || Error::corrupt_wal(rec.lsn, format!("could not apply {} to block {block}", describe(rec)));
+    // Pruning, freezing and vacuuming change a page that exists; on a new (all-zero) page the
+    // page helpers would work on an insane header.
+    let maintenance = rec.rmgr == Rmgr::Heap2
+        && matches!(rec.info & 0xF0, XLOG_HEAP2_PRUNE | XLOG_HEAP2_VACUUM | XLOG_HEAP2_FREEZE_PAGE);
+    if maintenance && page::is_new(page) {
+        return Err(Error::corrupt_wal(rec.lsn, format!("{} names block {block}, which is empty", describe(rec))));
+    }
     match (rec.rmgr, rec.info & 0xF0) {
         (Rmgr::Heap, XLOG_HEAP_INSERT) => {
             let off = OffsetNumber(m.u16()?);
