@@ -19,8 +19,8 @@
 //!   ordered, contiguous LSNs, each thread's in its own order; a flush never reports beyond
 //!   what was inserted, and a record is readable once a flush covering it has returned.
 //!
-//! Iterations per scheduler and test come from `SHUTTLE_ITERATIONS` (default 200, under a
-//! second: the CI run); a long run:
+//! Iterations per scheduler and test come from `SHUTTLE_ITERATIONS` (default 2,000, a few
+//! seconds: the CI run); a long run:
 //!
 //! ```text
 //! SHUTTLE_ITERATIONS=50000 cargo test -p settledb --features shuttle --test shuttle
@@ -42,7 +42,7 @@ use shuttle::sync::atomic::{AtomicU64, Ordering};
 use shuttle::thread;
 
 fn iterations() -> usize {
-    std::env::var("SHUTTLE_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(200)
+    std::env::var("SHUTTLE_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000)
 }
 
 /// Runs `f` under the random scheduler, then under PCT.
@@ -177,7 +177,7 @@ const EVICT_TOUCHES: u64 = 6;
 /// often a dirty page), stamping each change with a fresh LSN, while a fourth flushes every
 /// dirty buffer (a checkpoint).
 ///
-/// Regression: found by this test under PCT (about 30,000 iterations in): an eviction and
+/// Regression: found by this test under PCT (a run of 50,000 iterations): an eviction and
 /// the checkpoint wrote the same frame at once; the eviction's older copy reached the file
 /// after the checkpoint's newer one, the frame was left clean, and the change between the two
 /// copies was lost ("a change was lost through eviction", 17 of 18). Writes of one frame are
