@@ -322,7 +322,7 @@ fn print_report(r: &StressReport) {
     );
     println!("index builds: {}, index drops: {}", r.index_builds, r.index_drops);
     println!(
-        "invariant checks: {} (sequential scans {}, index scans {}, of which through churned indexes {})",
+        "invariant checks: {} (sequential scans {}, index scans {}; sums through a churned index {})",
         r.invariant_checks, r.invariant_checks_seqscan, r.invariant_checks_index, r.invariant_checks_churned_index
     );
     println!("violations: {}, errors: {}", r.violations, r.errors);
