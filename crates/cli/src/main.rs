@@ -31,6 +31,8 @@
 //!   PostgreSQL 15 that outlives the command, for `--target URL`.
 //! * `settle pgbench (--dir DIR | --target URL) [-i -s S] [-c C] [-T secs | -t n] [-S | -b
 //!   tpcb-like|select-only|append-only] [--json]`: pgbench's workloads, printing pgbench's report.
+//! * `settle stress --dir DIR [--seconds S] [--threads N] [--json]`: transfers, VACUUM, checkpoints,
+//!   CREATE/DROP INDEX and invariant-checking readers all at once (see `stress.rs`).
 //!
 //! The binary installs `tidstore::bench::CountingAlloc` as its global allocator so that the
 //! tidstore benchmark can measure each structure's heap bytes exactly. It costs one relaxed
@@ -46,6 +48,7 @@ mod pgbench;
 mod pgbench_cmd;
 mod relations;
 mod stats;
+mod stress;
 mod tpcc;
 mod tpcc_html;
 mod vacuum;
@@ -131,6 +134,7 @@ enum Cmd {
     /// pgbench's workloads and report on the embedded engine (--dir DIR) or PostgreSQL
     /// (--target URL): -i -s S to initialize, then -c C -T secs | -t n [-S | -b SCRIPT].
     Pgbench(pgbench_cmd::PgbenchArgs),
+    Stress(stress::StressArgs),
 }
 
 /// Parses repeated `--set name=value` into a configuration.
@@ -159,6 +163,7 @@ fn main() -> ExitCode {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Peer(p) => peer_cmd::run(p),
         Cmd::Pgbench(a) => pgbench_cmd::run(a),
+        Cmd::Stress(a) => stress::run(a),
     };
     match r {
         Ok(code) => code,

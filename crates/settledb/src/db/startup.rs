@@ -322,6 +322,7 @@ pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
             // Committed before this startup: every snapshot may use it.
             created_by: Xid::FROZEN,
             btree,
+            dropped: parking_lot::RwLock::new(false),
         });
         if catalog.publish_index(def).is_none() {
             return Err(Error::corrupted(
