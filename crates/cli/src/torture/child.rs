@@ -100,13 +100,18 @@ pub fn run(a: ChildArgs) -> Result<ExitCode> {
     mark("ready");
     let deadline = Instant::now() + Duration::from_secs(a.max_seconds);
     let seed = a.seed ^ a.generation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let (db, log, a) = (&db, &log, &a);
+    // One target for all terminals: it owns the history id sequence.
+    let tpcc = match a.workload {
+        Workload::Tpcc => Some(workload::tpcc::embedded::Embedded::new(&db)?),
+        Workload::Pgbench => None,
+    };
+    let (db, log, a, tpcc) = (&db, &log, &a, tpcc.as_ref());
     std::thread::scope(|s| {
         for client in 0..a.clients {
             s.spawn(move || {
-                let r = match a.workload {
-                    Workload::Pgbench => pgbench_client(db, log, a.generation, client, seed, deadline),
-                    Workload::Tpcc => tpcc_terminal(db, log, a.seed, seed, client, deadline),
+                let r = match tpcc {
+                    None => pgbench_client(db, log, a.generation, client, seed, deadline),
+                    Some(target) => tpcc_terminal(target, log, a.seed, seed, client, deadline),
                 };
                 r.unwrap_or_else(|e| fatal(&format!("client {client}"), e))
             });
@@ -187,8 +192,14 @@ fn add(delta: i32, col: usize) -> impl FnMut(&[Value]) -> settledb::Result<Vec<V
 /// One TPC-C terminal of warehouse 1, in the 45/43/4/4/4 mix, Delivery run inline. New-Orders
 /// are logged (key `w.d.c.entry_d`, payload the line count); the others are checked by the
 /// consistency conditions.
-fn tpcc_terminal(db: &Database, log: &AckLog, load_seed: u64, seed: u64, term: u64, deadline: Instant) -> Result<()> {
-    let target = workload::tpcc::embedded::Embedded::new(db)?;
+fn tpcc_terminal(
+    target: &workload::tpcc::embedded::Embedded<'_>,
+    log: &AckLog,
+    load_seed: u64,
+    seed: u64,
+    term: u64,
+    deadline: Instant,
+) -> Result<()> {
     let mut conn = target.connect()?;
     let mut r = TpccRng::new(seed, term, NurandConstants::from_seed(load_seed));
     let until_done = |f: &mut dyn FnMut() -> Result<Outcome>| -> Result<Outcome> {
