@@ -194,6 +194,8 @@ impl Inner {
     pub(crate) fn checkpoint(&self, shutdown: bool) -> Result<Lsn> {
         let _g = self.checkpoint_lock.lock();
         let redo = self.wal.begin_checkpoint();
+        // A commit record before `redo` is not replayed: its CLOG bit must be in what we write.
+        self.xact.wait_for_commits_in_flight();
         self.wal.flush(self.wal.insert_lsn())?;
         self.xact.clog().checkpoint(&*self.wal)?;
         self.pool.flush_all()?;
