@@ -36,6 +36,7 @@
 //! * `settle torture --dir DIR [--kills N] [--seconds S] [--workload pgbench|tpcc] [--seed X]
 //!   [--json]`: SIGKILL a child running the workload, recover, verify every acknowledged commit
 //!   against its ack log and run `check`; exits 1 on any anomaly (see `torture`).
+//!   `--wraparound [--xids N] [--autovacuum off]`: the XID wraparound soak instead (see `soak`).
 //!
 //! The binary installs `tidstore::bench::CountingAlloc` as its global allocator so that the
 //! tidstore benchmark can measure each structure's heap bytes exactly. It costs one relaxed
@@ -50,6 +51,7 @@ mod peer_cmd;
 mod pgbench;
 mod pgbench_cmd;
 mod relations;
+mod soak;
 mod stats;
 mod stress;
 mod torture;

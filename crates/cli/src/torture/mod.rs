@@ -1,5 +1,6 @@
 //! `settle torture`: SIGKILL a process running a workload on a real data directory, recover,
 //! and prove that nothing acknowledged was lost and nothing unacknowledged appeared.
+//! `settle torture --wraparound` runs the XID wraparound soak instead (`crate::soak`).
 //!
 //! # The loop
 //!
@@ -103,6 +104,9 @@ pub struct TortureArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// The XID wraparound soak (`--wraparound`, in DIR/data) and its options.
+    #[command(flatten)]
+    pub soak: crate::soak::SoakArgs,
 }
 
 /// The figures a run prints.
@@ -147,6 +151,9 @@ struct Run {
 }
 
 pub fn run(a: TortureArgs) -> Result<ExitCode> {
+    if a.soak.wraparound {
+        return crate::soak::run_cmd(&a.dir.join("data"), a.seed, a.clients as usize, a.json, &a.soak);
+    }
     let started = Instant::now();
     std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
     let mut r = Run {

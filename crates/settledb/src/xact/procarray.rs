@@ -255,15 +255,15 @@ impl TransactionManager {
         let lsn = {
             let _delay_checkpoint = self.commits_in_flight.read();
             let logged = log.log(&end_record(INFO_XACT_COMMIT, xid.xid()));
-            let lsn = match logged.and_then(|lsn| if synchronous_commit { log.flush(lsn).map(|()| lsn) } else { Ok(lsn) })
-            {
-                Ok(lsn) => lsn,
-                Err(e) => {
-                    drop(_delay_checkpoint);
-                    self.end(xid);
-                    return Err(e);
-                }
-            };
+            let lsn =
+                match logged.and_then(|lsn| if synchronous_commit { log.flush(lsn).map(|()| lsn) } else { Ok(lsn) }) {
+                    Ok(lsn) => lsn,
+                    Err(e) => {
+                        drop(_delay_checkpoint);
+                        self.end(xid);
+                        return Err(e);
+                    }
+                };
             if synchronous_commit {
                 self.clog.set_status(xid.xid(), XidStatus::Committed)?;
             } else {
