@@ -31,6 +31,12 @@
 //!   PostgreSQL 15 that outlives the command, for `--target URL`.
 //! * `settle pgbench (--dir DIR | --target URL) [-i -s S] [-c C] [-T secs | -t n] [-S | -b
 //!   tpcb-like|select-only|append-only] [--json]`: pgbench's workloads, printing pgbench's report.
+//! * `settle stress --dir DIR [--seconds S] [--threads N] [--json]`: transfers, VACUUM, checkpoints,
+//!   CREATE/DROP INDEX and invariant-checking readers all at once (see `stress.rs`).
+//! * `settle torture --dir DIR [--kills N] [--seconds S] [--workload pgbench|tpcc] [--seed X]
+//!   [--json]`: SIGKILL a child running the workload, recover, verify every acknowledged commit
+//!   against its ack log and run `check`; exits 1 on any anomaly (see `torture`).
+//!   `--wraparound [--xids N] [--autovacuum off]`: the XID wraparound soak instead (see `soak`).
 //!
 //! The binary installs `tidstore::bench::CountingAlloc` as its global allocator so that the
 //! tidstore benchmark can measure each structure's heap bytes exactly. It costs one relaxed
@@ -45,7 +51,10 @@ mod peer_cmd;
 mod pgbench;
 mod pgbench_cmd;
 mod relations;
+mod soak;
 mod stats;
+mod stress;
+mod torture;
 mod tpcc;
 mod tpcc_html;
 mod vacuum;
@@ -131,6 +140,16 @@ enum Cmd {
     /// pgbench's workloads and report on the embedded engine (--dir DIR) or PostgreSQL
     /// (--target URL): -i -s S to initialize, then -c C -T secs | -t n [-S | -b SCRIPT].
     Pgbench(pgbench_cmd::PgbenchArgs),
+    /// Transfers, invariant-checking readers, VACUUM, autovacuum, checkpoints and CREATE/DROP
+    /// INDEX all at once; the balance invariant and `check` must hold.
+    Stress(stress::StressArgs),
+    /// SIGKILL a child process running a workload (pgbench or TPC-C) again and again at random
+    /// moments and inside VACUUM, checkpoints and relation extension; after each kill recover,
+    /// check every acknowledged commit against the child's ack log, and run `check`.
+    Torture(torture::TortureArgs),
+    /// The child process of `settle torture` (not for direct use).
+    #[command(hide = true)]
+    TortureChild(torture::child::ChildArgs),
 }
 
 /// Parses repeated `--set name=value` into a configuration.
@@ -159,6 +178,9 @@ fn main() -> ExitCode {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Peer(p) => peer_cmd::run(p),
         Cmd::Pgbench(a) => pgbench_cmd::run(a),
+        Cmd::Stress(a) => stress::run(a),
+        Cmd::Torture(a) => torture::run(a),
+        Cmd::TortureChild(a) => torture::child::run(a),
     };
     match r {
         Ok(code) => code,

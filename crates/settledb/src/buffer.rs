@@ -26,6 +26,17 @@
 //! WAL, reaches it. A page is copied under its shared content lock and the checksum is set on
 //! the copy, so hint-bit setters never race a write.
 //!
+//! # Write-out
+//!
+//! A dirty frame is written by whoever needs it clean: a backend evicting it, the checkpoint
+//! (`flush_all`), the write-behind writer. The dirty flag is cleared and the copy taken under
+//! the shared content lock, and the copy is written after it is released, so a write can
+//! overlap a change (which dirties the frame again). Two writes of one frame never overlap:
+//! each holds the frame's `write_io` lock from the copy to the write, so the later copy always
+//! reaches the file last. Without it, an eviction's older copy could land after a
+//! checkpoint's newer one while the frame was left clean, and the change between them was lost
+//! at the next eviction (found by `tests/shuttle.rs`, eviction under contention, under PCT).
+//!
 //! # Write-behind
 //!
 //! A bulk writer that has filled a page and will not touch it again hands its tag to
@@ -41,10 +52,10 @@
 //! claim a frame whose pin count it saw at zero.
 
 use rustc_hash::FxHashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::error::{Error, Result};
 use crate::page::{self, PageBuf, BLCKSZ};
@@ -71,6 +82,9 @@ struct Frame {
     valid: AtomicBool,
     /// Held while the frame's page is being read in; waiters take it to wait for the load.
     io: Mutex<()>,
+    /// Held across a write-out, from taking the copy to the write: one write of a frame at a
+    /// time (PostgreSQL's BM_IO_IN_PROGRESS for writes; see "Write-out").
+    write_io: Mutex<()>,
     page: RwLock<PageBuf>,
 }
 
@@ -92,7 +106,7 @@ pub struct BufferUsage {
     pub written: u64,
 }
 
-thread_local! {
+crate::sync::thread_local! {
     /// This thread's own buffer usage (PostgreSQL's per-backend `pgBufferUsage`): VACUUM
     /// reports and cost-limits its own accesses, not the whole pool's.
     static MY_USAGE: std::cell::Cell<BufferUsage> = const {
@@ -132,8 +146,11 @@ pub struct BufferPool {
     wal: RwLock<Option<Arc<dyn WalFlush>>>,
     counters: BufferCounters,
     write_behind: Mutex<std::collections::VecDeque<BufferTag>>,
-    write_behind_cv: parking_lot::Condvar,
+    write_behind_cv: Condvar,
 }
+
+/// How long [`BufferPool::drop_relation_buffers`] waits for a pin taken to write a page out.
+pub const DROP_PIN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Most write-behind hints kept waiting; more are dropped.
 const WRITE_BEHIND_QUEUE_MAX: usize = 8192;
@@ -171,6 +188,7 @@ impl BufferPool {
                 dirty: AtomicBool::new(false),
                 valid: AtomicBool::new(false),
                 io: Mutex::new(()),
+                write_io: Mutex::new(()),
                 page: RwLock::new(PageBuf([0; BLCKSZ])),
             })
             .collect::<Vec<_>>()
@@ -183,7 +201,7 @@ impl BufferPool {
             wal: RwLock::new(None),
             counters: BufferCounters::default(),
             write_behind: Mutex::new(std::collections::VecDeque::new()),
-            write_behind_cv: parking_lot::Condvar::new(),
+            write_behind_cv: Condvar::new(),
         }
     }
 
@@ -374,7 +392,7 @@ impl BufferPool {
     /// re-taken) and the caller must retry its lookup.
     fn claim_victim(
         &self,
-        map: &mut parking_lot::MutexGuard<'_, FxHashMap<BufferTag, usize>>,
+        map: &mut MutexGuard<'_, FxHashMap<BufferTag, usize>>,
         ring: Option<&mut Ring>,
     ) -> Result<Option<usize>> {
         let id = match ring {
@@ -385,7 +403,7 @@ impl BufferPool {
         // Pins are raised from zero only under the mapping lock, which we hold.
         f.pins.store(1, Ordering::Release);
         if f.dirty.load(Ordering::Acquire) {
-            let r = parking_lot::MutexGuard::unlocked(map, || self.flush_frame(id));
+            let r = MutexGuard::unlocked(map, || self.flush_frame(id));
             f.pins.fetch_sub(1, Ordering::AcqRel);
             r?;
             return Ok(None);
@@ -433,6 +451,7 @@ impl BufferPool {
     /// Writes a frame's page if dirty (WAL first). The caller holds a pin.
     fn flush_frame(&self, id: usize) -> Result<()> {
         let f = &self.frames[id];
+        let _writing = f.write_io.lock();
         let Some(tag) = *f.tag.lock() else { return Ok(()) };
         let mut copy = PageBuf([0; BLCKSZ]);
         {
@@ -486,19 +505,34 @@ impl BufferPool {
     }
 
     /// Forgets every buffer of a relation fork at or beyond `from` without writing them (drop
-    /// and truncate). Fails if one is pinned.
+    /// and truncate). A buffer pinned only to be written out (by an eviction, the checkpoint or
+    /// the write-behind writer) is waited for, as PostgreSQL's `InvalidateBuffer` waits for
+    /// the I/O; one still pinned after [`DROP_PIN_WAIT`] fails the call. Found by `settle
+    /// stress`: DROP INDEX failed with "still pinned" while a checkpoint was writing one of
+    /// the index's pages.
     pub fn drop_relation_buffers(&self, rel: Oid, fork: Option<Fork>, from: BlockNumber) -> Result<()> {
+        let deadline = std::time::Instant::now() + DROP_PIN_WAIT;
         let mut map = self.map.lock();
-        let victims: Vec<(BufferTag, usize)> = map
-            .iter()
-            .filter(|(t, _)| t.rel == rel && fork.is_none_or(|fk| t.fork == fk) && t.block >= from)
-            .map(|(t, &id)| (*t, id))
-            .collect();
+        let victims: Vec<(BufferTag, usize)> = loop {
+            let victims: Vec<(BufferTag, usize)> = map
+                .iter()
+                .filter(|(t, _)| t.rel == rel && fork.is_none_or(|fk| t.fork == fk) && t.block >= from)
+                .map(|(t, &id)| (*t, id))
+                .collect();
+            let pinned = victims.iter().find(|&&(_, id)| self.frames[id].pins.load(Ordering::Acquire) != 0);
+            match pinned {
+                None => break victims,
+                Some((tag, _)) if std::time::Instant::now() >= deadline => {
+                    return Err(Error::invalid(format!(
+                        "buffer of relation {rel} block {} is still pinned",
+                        tag.block
+                    )));
+                }
+                Some(_) => MutexGuard::unlocked(&mut map, || crate::sync::sleep(std::time::Duration::from_millis(1))),
+            }
+        };
         for (tag, id) in victims {
             let f = &self.frames[id];
-            if f.pins.load(Ordering::Acquire) != 0 {
-                return Err(Error::invalid(format!("buffer of relation {rel} block {} is still pinned", tag.block)));
-            }
             map.remove(&tag);
             *f.tag.lock() = None;
             f.dirty.store(false, Ordering::Release);
@@ -567,7 +601,7 @@ impl<'a> Buffer<'a> {
                 return g;
             }
             drop(g);
-            std::thread::sleep(std::time::Duration::from_micros(100));
+            crate::sync::sleep(std::time::Duration::from_micros(100));
         }
     }
 

@@ -197,6 +197,11 @@ pub struct IndexDef {
     /// row versions only such snapshots could see.
     pub created_by: Xid,
     pub btree: Arc<BtreeIndex>,
+    /// Held shared by every scan of the index for its whole length and exclusively by DROP
+    /// INDEX before it removes the files (PostgreSQL's AccessShareLock against its
+    /// AccessExclusiveLock); `true` once dropped, and a scan that finds it so reports the
+    /// index as gone instead of reading removed files.
+    pub dropped: parking_lot::RwLock<bool>,
 }
 
 impl IndexDef {

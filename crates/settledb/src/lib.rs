@@ -22,6 +22,7 @@ pub mod io;
 pub mod page;
 pub mod smgr;
 pub mod stats;
+pub(crate) mod sync;
 pub mod types;
 pub mod vacuum;
 pub mod vm;

@@ -77,3 +77,67 @@ fn pruning_after_an_aborted_hot_update_keeps_the_row() {
     drop(tx);
     db.close().unwrap();
 }
+
+/// Found by `settle stress`: DROP INDEX took neither the table's maintenance lock nor its
+/// write lock, and did not wait for scans, so a VACUUM bulk-deleting from the index, a writer
+/// adding an entry to it, or a reader scanning it could find its file gone ("could not open
+/// file … relation file does not exist"). Writers, scans and VACUUM run beside CREATE/DROP
+/// INDEX here; none may fail, and a scan through a dropped index's handle says the index is
+/// gone.
+#[test]
+fn drop_index_waits_for_writers_scans_and_vacuum() {
+    use settledb::{Error, KeyBound, ScanDirection, VacuumParams};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), Config::default()).unwrap();
+    let schema = Schema {
+        columns: vec![
+            Column { name: "id".into(), ty: Type::Int4, nullable: false },
+            Column { name: "v".into(), ty: Type::Int4, nullable: false },
+        ],
+    };
+    let t = db.create_table("t", schema, TableOptions::default()).unwrap();
+    let mut tx = db.begin().unwrap();
+    let rows: Vec<Vec<Value>> = (0..2000).map(|i| vec![Value::Int4(i), Value::Int4(0)]).collect();
+    tx.insert_many(&t, &rows).unwrap();
+    tx.commit().unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let mut tx = db.begin().unwrap();
+                tx.insert(&t, &[Value::Int4(10_000 + i), Value::Int4(i)]).unwrap();
+                tx.commit().unwrap();
+                i += 1;
+            }
+        });
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                db.vacuum(Some("t"), &VacuumParams::default()).unwrap();
+            }
+        });
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(ix) = db.index("t_v") else { continue };
+                let mut tx = db.begin().unwrap();
+                match tx.range(&ix, KeyBound::Unbounded, KeyBound::Unbounded, ScanDirection::Forward, None) {
+                    Ok(_) | Err(Error::NotFound(_)) => {}
+                    Err(e) => panic!("scan beside DROP INDEX: {e}"),
+                }
+            }
+        });
+        let ddl = (|| -> settledb::Result<()> {
+            for _ in 0..30 {
+                db.create_index("t_v", "t", &["v"], false)?;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                db.drop_index("t_v")?;
+            }
+            Ok(())
+        })();
+        stop.store(true, Ordering::Relaxed);
+        ddl.expect("CREATE/DROP INDEX beside writers, scans and VACUUM");
+    });
+    assert!(settledb::check::check_database(&db).unwrap().is_clean());
+    db.close().unwrap();
+}

@@ -138,7 +138,9 @@ mod tests;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::{Mutex, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::Mutex;
+
+use crate::sync::{RwLockReadGuard, RwLockWriteGuard};
 
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};

@@ -194,6 +194,8 @@ impl Inner {
     pub(crate) fn checkpoint(&self, shutdown: bool) -> Result<Lsn> {
         let _g = self.checkpoint_lock.lock();
         let redo = self.wal.begin_checkpoint();
+        // A commit record before `redo` is not replayed: its CLOG bit must be in what we write.
+        self.xact.wait_for_commits_in_flight();
         self.wal.flush(self.wal.insert_lsn())?;
         // A failed fsync may have dropped the pages it was to make durable, and the buffer pool
         // no longer holds them dirty: a later checkpoint whose fsync succeeds would then move the

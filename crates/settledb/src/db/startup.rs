@@ -22,7 +22,11 @@
 //!
 //! # Checkpoints
 //!
-//! 1. set the redo pointer (later page changes log full-page images);
+//! 1. set the redo pointer (later page changes log full-page images), then wait for the
+//!    commits that logged their commit record but have not yet marked the CLOG
+//!    (`TransactionManager::wait_for_commits_in_flight`, PostgreSQL's `DELAY_CHKPT_START`): a
+//!    commit record before the redo pointer is never replayed, so its CLOG bit must be in what
+//!    step 2 writes;
 //! 2. flush WAL, then write CLOG pages (a commit's CLOG bit never reaches disk before its
 //!    commit record);
 //! 3. write every dirty buffer (each after WAL up to its LSN) and fsync the relation files;
@@ -344,6 +348,7 @@ pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
             // Committed before this startup: every snapshot may use it.
             created_by: Xid::FROZEN,
             btree,
+            dropped: parking_lot::RwLock::new(false),
         });
         if catalog.publish_index(def).is_none() {
             return Err(Error::corrupted(

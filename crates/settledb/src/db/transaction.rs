@@ -575,6 +575,7 @@ impl Transaction<'_> {
         if !self.index_usable(index, snap)? {
             return self.range_by_seqscan(index, snap, lo, hi, dir, limit);
         }
+        let _not_dropped = hold_off_drop(index)?;
         self.counts(&index.table).idx_scan += 1;
         let env = self.inner.env();
         let c = &self.inner.counters;
@@ -625,6 +626,7 @@ impl Transaction<'_> {
             let rows = self.range_by_seqscan(index, snap, lo, hi, dir, limit)?;
             return Ok(rows.iter().map(|(_, v)| index.def.key_of(v)).collect());
         }
+        let _not_dropped = hold_off_drop(index)?;
         self.counts(&index.table).idx_scan += 1;
         let env = self.inner.env();
         let c = &self.inner.counters;
@@ -800,4 +802,14 @@ impl Iterator for Scan<'_, '_> {
             }
         }
     }
+}
+
+/// Holds off DROP INDEX for the rest of a scan of `index` (see [`IndexDef::dropped`]); an
+/// error naming the index when it was dropped already.
+fn hold_off_drop(index: &Index) -> Result<parking_lot::RwLockReadGuard<'_, bool>> {
+    let g = index.def.dropped.read();
+    if *g {
+        return Err(Error::NotFound(format!("index \"{}\" does not exist", index.def.name)));
+    }
+    Ok(g)
 }

@@ -109,10 +109,10 @@ pub mod segment;
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 use crate::io::FileSystem;
@@ -233,7 +233,7 @@ pub struct WalStats {
     pub bytes: u64,
 }
 
-thread_local! {
+crate::sync::thread_local! {
     /// WAL written by the calling thread (PostgreSQL's per-backend `pgWalUsage`).
     static MY_WAL_USAGE: std::cell::Cell<WalStats> = const { std::cell::Cell::new(WalStats { records: 0, fpi: 0, bytes: 0 }) };
 }
@@ -311,7 +311,7 @@ pub const WRITER_WAKE_BYTES: usize = 1 << 20;
 /// Largest scratch buffer a thread keeps between records.
 const SCRATCH_KEEP_BYTES: usize = 256 << 10;
 
-thread_local! {
+crate::sync::thread_local! {
     /// Per-thread scratch buffer for assembling records (hot path: no allocation per record).
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }

@@ -87,6 +87,10 @@ pub struct TransactionManager {
     backend_ids: std::sync::atomic::AtomicU32,
     warnings: AtomicU64,
     last_warning: Mutex<Option<String>>,
+    /// Held shared by a committer from before its commit record is inserted until the CLOG
+    /// says committed; a checkpoint takes it exclusively once its redo pointer is chosen
+    /// ([`Self::wait_for_commits_in_flight`]). PostgreSQL's `DELAY_CHKPT_START`.
+    commits_in_flight: parking_lot::RwLock<()>,
 }
 
 impl TransactionManager {
@@ -110,6 +114,7 @@ impl TransactionManager {
             backend_ids: std::sync::atomic::AtomicU32::new(1),
             warnings: AtomicU64::new(0),
             last_warning: Mutex::new(None),
+            commits_in_flight: parking_lot::RwLock::new(()),
         })
     }
 
@@ -240,24 +245,44 @@ impl TransactionManager {
     /// When the record cannot be logged or flushed (the WAL is then poisoned) the transaction
     /// leaves the running set with its CLOG status unset, so no waiter blocks on it forever; its
     /// fate is settled by recovery, which finds the commit record durable or not.
+    ///
+    /// From the commit record's insertion to the CLOG update the commit holds off checkpoints
+    /// ([`Self::wait_for_commits_in_flight`]): a checkpoint whose redo pointer passed the
+    /// record must not write the CLOG before it says committed, or recovery, starting at
+    /// that redo pointer, would never replay the commit.
     pub fn commit(&self, xid: FullXid, log: &dyn XactLog, synchronous_commit: bool) -> Result<Lsn> {
         self.check_running(xid)?;
-        let logged = log.log(&end_record(INFO_XACT_COMMIT, xid.xid()));
-        let lsn = match logged.and_then(|lsn| if synchronous_commit { log.flush(lsn).map(|()| lsn) } else { Ok(lsn) }) {
-            Ok(lsn) => lsn,
-            Err(e) => {
-                self.end(xid);
-                return Err(e);
+        let lsn = {
+            let _delay_checkpoint = self.commits_in_flight.read();
+            let logged = log.log(&end_record(INFO_XACT_COMMIT, xid.xid()));
+            let lsn =
+                match logged.and_then(|lsn| if synchronous_commit { log.flush(lsn).map(|()| lsn) } else { Ok(lsn) }) {
+                    Ok(lsn) => lsn,
+                    Err(e) => {
+                        drop(_delay_checkpoint);
+                        self.end(xid);
+                        return Err(e);
+                    }
+                };
+            if synchronous_commit {
+                self.clog.set_status(xid.xid(), XidStatus::Committed)?;
+            } else {
+                self.clog.set_status_lsn(xid.xid(), XidStatus::Committed, lsn)?;
+                self.latest_async_commit_lsn.fetch_max(lsn.0, Ordering::AcqRel);
             }
+            lsn
         };
-        if synchronous_commit {
-            self.clog.set_status(xid.xid(), XidStatus::Committed)?;
-        } else {
-            self.clog.set_status_lsn(xid.xid(), XidStatus::Committed, lsn)?;
-            self.latest_async_commit_lsn.fetch_max(lsn.0, Ordering::AcqRel);
-        }
         self.end(xid);
         Ok(lsn)
+    }
+
+    /// Waits until every commit that has inserted its commit record has also marked the CLOG.
+    /// A checkpoint calls it after choosing its redo pointer and before writing the CLOG
+    /// (`CreateCheckPoint` waiting on `GetVirtualXIDsDelayingChkpt(DELAY_CHKPT_START)`):
+    /// commit records before the redo pointer are then in the CLOG it writes, and those after
+    /// it are replayed. Commits that begin meanwhile wait for the checkpoint's turn to pass.
+    pub fn wait_for_commits_in_flight(&self) {
+        drop(self.commits_in_flight.write());
     }
 
     /// Aborts `xid`: logs `XACT ABORT` (not flushed: a crash makes it aborted anyway), marks

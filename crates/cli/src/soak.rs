@@ -1,0 +1,578 @@
+//! `settle torture --wraparound`: the XID wraparound soak (issue 7, item 2).
+//!
+//! PostgreSQL's promise about wraparound is that it never silently loses data: a row whose
+//! xmin is about to look "in the future" modulo 2^32 is frozen by an (anti-wraparound) VACUUM
+//! first, and if VACUUM cannot keep up, the server stops assigning XIDs before any row
+//! becomes invisible ("database is not accepting commands to avoid wraparound data loss").
+//! The soak proves both halves on the embedded engine, in one process, with real files.
+//!
+//! **With autovacuum** (the default): three tables are populated: `soak_accounts` (updated
+//! by the workload), `soak_history` (append-mostly; each worker also deletes its oldest rows,
+//! so vacuum has dead tuples to remove) and `soak_cold` (written once, never touched again:
+//! only an anti-wraparound vacuum can save its rows). Worker threads run transfers between
+//! accounts while a burner thread consumes XIDs with the test-only XID consumer
+//! ([`Database::consume_xids`], PostgreSQL's `consume_xids`) in steps of `--xid-step` until
+//! `--xids` have been consumed (by default past 2 × 2^32, into the third epoch), under small
+//! freeze ages. After each step the burner waits until autovacuum has brought every table's
+//! relfrozenxid age back under `autovacuum_freeze_max_age` (a stall of two minutes is an
+//! anomaly), and checks in one snapshot that the balances still sum to zero.
+//!
+//! Each worker owns the accounts `aid ≡ worker (mod threads)`, so its oracle (the balance of
+//! each of its accounts and the ids of its live history rows) is exact without locking: a
+//! change enters the oracle only after `commit()` returned `Ok`. At the end every row of every
+//! table is compared with the oracle (missing, extra or changed rows are anomalies), `check`
+//! runs, the database is closed, reopened, and verified again.
+//!
+//! **Without autovacuum** (`--autovacuum off`): the same population and workload, but XIDs
+//! are burned until the stop limit refuses them. Then: a write must be refused with
+//! [`Error::WraparoundStop`] (whose message says to VACUUM), the wraparound warnings must have
+//! been issued before, every row must still read back exactly (nothing lost at the limit), a
+//! database-wide VACUUM (which needs no XID) must restore service, and a write must then
+//! succeed. Rows, `check`, restart and rows again, as above.
+//!
+//! `fsync` is off: the soak is about XID arithmetic and freezing, not durability across
+//! crashes (`settle torture` kills processes for that).
+
+use std::collections::{BTreeSet, VecDeque};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use settledb::{Column, Config, Database, Error, Index, Schema, Table, TableOptions, Type, VacuumParams, Value};
+
+/// The soak's own options (the directory, `--seed`, `--clients` (the worker threads) and `--json`
+/// are `settle torture`'s).
+#[derive(Args, Clone, Debug)]
+pub struct SoakArgs {
+    /// Run the XID wraparound soak instead of the kill loop.
+    #[arg(long, conflicts_with_all = ["kills", "seconds", "workload"])]
+    pub wraparound: bool,
+    /// XIDs to consume (the default is past 2 × 2^32).
+    #[arg(long, default_value_t = 9_000_000_000, requires = "wraparound")]
+    pub xids: u64,
+    /// XIDs burned per step of the XID consumer.
+    #[arg(long, default_value_t = 10_000_000, requires = "wraparound")]
+    pub xid_step: u64,
+    /// `autovacuum_freeze_max_age` for the soak (`vacuum_freeze_table_age` is half of it,
+    /// `vacuum_freeze_min_age` a twentieth).
+    #[arg(long, default_value_t = 100_000_000, requires = "wraparound")]
+    pub freeze_max_age: u64,
+    /// `off` burns XIDs up to the stop limit and proves VACUUM restores service.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"], requires = "wraparound")]
+    pub autovacuum: String,
+    /// Rows in `soak_accounts` (and in `soak_cold`).
+    #[arg(long, default_value_t = 10_000, requires = "wraparound")]
+    pub accounts: u32,
+}
+
+/// What the soak did and found.
+#[derive(Serialize, Debug, Default)]
+pub struct SoakReport {
+    pub mode: &'static str,
+    pub xids_consumed: u64,
+    pub next_xid_start: u64,
+    pub next_xid_end: u64,
+    pub epoch_end: u32,
+    pub freeze_max_age: u64,
+    pub transactions_committed: u64,
+    pub autovacuums: u64,
+    pub anti_wraparound_autovacuums: u64,
+    pub max_relfrozenxid_age: u64,
+    pub snapshot_checks: u64,
+    pub xid_warnings: u64,
+    pub writes_refused: u64,
+    pub service_restored_by_vacuum: bool,
+    pub rows_verified: u64,
+    pub rows_lost: u64,
+    pub rows_extra: u64,
+    pub rows_changed: u64,
+    pub check_clean: bool,
+    pub verified_after_restart: bool,
+    pub anomalies: Vec<String>,
+    pub seconds: f64,
+}
+
+const COLD_FILLER: &str = "frozen-or-lost";
+
+fn col(name: &str, ty: Type) -> Column {
+    Column { name: name.into(), ty, nullable: false }
+}
+
+fn config(args: &SoakArgs) -> Result<Config> {
+    let max = args.freeze_max_age;
+    let pairs = [
+        ("autovacuum", args.autovacuum.clone()),
+        ("autovacuum_naptime", "1s".into()),
+        ("autovacuum_freeze_max_age", max.to_string()),
+        ("vacuum_freeze_table_age", (max / 2).to_string()),
+        ("vacuum_freeze_min_age", (max / 20).to_string()),
+        ("log_autovacuum_min_duration", "-1".into()),
+        ("fsync", "off".into()),
+    ];
+    Ok(Config::from_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str())))?)
+}
+
+/// Runs the soak in `dir` (which must not hold a database yet) with `threads` workers.
+pub fn run(dir: &Path, seed: u64, threads: usize, args: &SoakArgs) -> Result<SoakReport> {
+    if threads == 0 || args.accounts < 2 * threads as u32 || args.xid_step == 0 {
+        bail!("--clients must be at least 1, --accounts at least twice --clients, --xid-step positive");
+    }
+    if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
+        bail!("{} is not empty: the soak creates its own database", dir.display());
+    }
+    let started = Instant::now();
+    let db = Database::open(dir, config(args)?).with_context(|| format!("opening {}", dir.display()))?;
+    let soak = Soak::populate(&db, args)?;
+    let mut report = SoakReport {
+        mode: if args.autovacuum == "on" { "autovacuum" } else { "stop limit" },
+        freeze_max_age: args.freeze_max_age,
+        next_xid_start: db.next_xid().0,
+        ..SoakReport::default()
+    };
+    soak.run(&db, seed, threads, args, &mut report);
+    report.next_xid_end = db.next_xid().0;
+    report.epoch_end = db.next_xid().epoch();
+    report.xids_consumed = report.next_xid_end - report.next_xid_start;
+    let av = db.autovacuum_stats();
+    report.autovacuums = av.vacuums;
+    report.anti_wraparound_autovacuums = av.wraparound_vacuums;
+    report.xid_warnings = db.xid_warnings();
+    report.transactions_committed = soak.committed.load(Ordering::Relaxed);
+    soak.verify(&db, &mut report, true);
+    report.check_clean = check_clean(&db, &mut report);
+    db.close().context("closing after the soak")?;
+    let db = Database::open(dir, config(args)?).context("reopening after the soak")?;
+    let (lost, extra, changed) = (report.rows_lost, report.rows_extra, report.rows_changed);
+    soak.verify(&db, &mut report, false);
+    report.verified_after_restart =
+        (report.rows_lost, report.rows_extra, report.rows_changed) == (lost, extra, changed);
+    report.check_clean &= check_clean(&db, &mut report);
+    db.close().context("closing after the restart")?;
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+fn check_clean(db: &Database, report: &mut SoakReport) -> bool {
+    match settledb::check::check_database(db) {
+        Ok(r) if r.is_clean() => true,
+        Ok(r) => {
+            report.anomalies.push(format!("check: {r}"));
+            false
+        }
+        Err(e) => {
+            report.anomalies.push(format!("check failed: {e}"));
+            false
+        }
+    }
+}
+
+/// The tables and the oracle.
+struct Soak {
+    accounts: Table,
+    history: Table,
+    cold: Table,
+    accounts_pk: Index,
+    history_pk: Index,
+    /// Expected balance per account (each worker writes only its own accounts).
+    balances: Vec<AtomicI64>,
+    /// Each worker's live history ids, handed over when it stops.
+    history_ids: Mutex<BTreeSet<i64>>,
+    committed: AtomicU64,
+    refused: AtomicU64,
+    stop: AtomicBool,
+    anomalies: Mutex<Vec<String>>,
+}
+
+impl Soak {
+    fn populate(db: &Database, args: &SoakArgs) -> Result<Soak> {
+        let pk = |c: &str| TableOptions { primary_key: Some(vec![c.into()]), ..TableOptions::default() };
+        let accounts_schema =
+            Schema { columns: vec![col("aid", Type::Int4), col("abalance", Type::Int8), col("filler", Type::Text)] };
+        let history_schema =
+            Schema { columns: vec![col("hid", Type::Int8), col("aid", Type::Int4), col("delta", Type::Int8)] };
+        let cold_schema = Schema { columns: vec![col("id", Type::Int4), col("note", Type::Text)] };
+        let accounts = db.create_table("soak_accounts", accounts_schema, pk("aid"))?;
+        let history = db.create_table("soak_history", history_schema, pk("hid"))?;
+        let cold = db.create_table("soak_cold", cold_schema, TableOptions::default())?;
+        let filler = "x".repeat(80);
+        for chunk in (0..args.accounts as i32).collect::<Vec<_>>().chunks(1000) {
+            let mut tx = db.begin()?;
+            for &aid in chunk {
+                tx.insert(&accounts, &[Value::Int4(aid), Value::Int8(0), Value::Text(filler.clone())])?;
+                tx.insert(&cold, &[Value::Int4(aid), Value::Text(format!("{COLD_FILLER} {aid}"))])?;
+            }
+            tx.commit()?;
+        }
+        Ok(Soak {
+            accounts_pk: db.index("soak_accounts_pkey")?,
+            history_pk: db.index("soak_history_pkey")?,
+            accounts,
+            history,
+            cold,
+            balances: (0..args.accounts).map(|_| AtomicI64::new(0)).collect(),
+            history_ids: Mutex::new(BTreeSet::new()),
+            committed: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            anomalies: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn anomaly(&self, what: String) {
+        self.anomalies.lock().unwrap().push(what);
+    }
+
+    /// Workers and the burner until the XIDs are consumed (or, without autovacuum, until the
+    /// stop limit and the recovery from it).
+    fn run(&self, db: &Database, seed: u64, threads: usize, args: &SoakArgs, report: &mut SoakReport) {
+        let target = db.next_xid().0 + args.xids;
+        std::thread::scope(|s| {
+            for w in 0..threads {
+                let rng = StdRng::seed_from_u64(seed ^ (w as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                s.spawn(move || self.worker(db, w, threads, args, rng));
+            }
+            if args.autovacuum == "on" {
+                self.burn_with_autovacuum(db, target, args, report);
+            } else {
+                self.burn_to_stop_limit(db, threads, args, report);
+            }
+            self.stop.store(true, Ordering::Release);
+        });
+        report.writes_refused += self.refused.load(Ordering::Relaxed);
+        report.anomalies.append(&mut self.anomalies.lock().unwrap());
+        if args.autovacuum == "off" {
+            self.restore_service(db, report);
+        }
+    }
+
+    fn max_age(db: &Database) -> u64 {
+        let next = db.next_xid().xid().0;
+        db.tables().iter().map(|t| u64::from(next.wrapping_sub(t.relfrozenxid().0))).max().unwrap_or(0)
+    }
+
+    fn burn_with_autovacuum(&self, db: &Database, target: u64, args: &SoakArgs, report: &mut SoakReport) {
+        while db.next_xid().0 < target && !self.failed() {
+            let n = args.xid_step.min(target - db.next_xid().0);
+            if let Err(e) = db.consume_xids(n) {
+                self.anomaly(format!("XID consumer at {}: {e}", db.next_xid().0));
+                return;
+            }
+            report.max_relfrozenxid_age = report.max_relfrozenxid_age.max(Self::max_age(db));
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while Self::max_age(db) > args.freeze_max_age {
+                if Instant::now() > deadline {
+                    self.anomaly(format!(
+                        "autovacuum left relfrozenxid age at {} for two minutes (freeze max age {})",
+                        Self::max_age(db),
+                        args.freeze_max_age
+                    ));
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            self.snapshot_check(db, report);
+        }
+    }
+
+    fn burn_to_stop_limit(&self, db: &Database, threads: usize, args: &SoakArgs, report: &mut SoakReport) {
+        loop {
+            match db.consume_xids(args.xid_step) {
+                Ok(_) => report.max_relfrozenxid_age = report.max_relfrozenxid_age.max(Self::max_age(db)),
+                Err(Error::WraparoundStop { .. }) => break,
+                Err(e) => {
+                    self.anomaly(format!("XID consumer at {}: {e}", db.next_xid().0));
+                    return;
+                }
+            }
+            self.snapshot_check(db, report);
+        }
+        report.max_relfrozenxid_age = report.max_relfrozenxid_age.max(Self::max_age(db));
+        if db.xid_warnings() == 0 {
+            self.anomaly("the stop limit came without a wraparound warning first".into());
+        }
+        // Give the workers time to meet the refusal.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.refused.load(Ordering::Relaxed) < threads as u64 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// At the stop limit: writes are refused, reads are exact, VACUUM restores service.
+    fn restore_service(&self, db: &Database, report: &mut SoakReport) {
+        match self.transfer_once(db, 0, 1, 1) {
+            Err(Error::WraparoundStop { .. }) => report.writes_refused += 1,
+            Err(e) => report.anomalies.push(format!("a write at the stop limit failed otherwise: {e}")),
+            Ok(()) => report.anomalies.push("a write at the stop limit was accepted".into()),
+        }
+        self.verify(db, report, false);
+        if let Err(e) = db.vacuum(None, &VacuumParams::default()) {
+            report.anomalies.push(format!("VACUUM at the stop limit: {e}"));
+            return;
+        }
+        match self.transfer_once(db, 0, 1, 1) {
+            Ok(()) => {
+                self.balances[0].fetch_sub(1, Ordering::Relaxed);
+                self.balances[1].fetch_add(1, Ordering::Relaxed);
+                report.service_restored_by_vacuum = true;
+            }
+            Err(e) => report.anomalies.push(format!("a write after VACUUM: {e}")),
+        }
+    }
+
+    fn failed(&self) -> bool {
+        !self.anomalies.lock().unwrap().is_empty()
+    }
+
+    fn transfer_once(&self, db: &Database, from: i32, to: i32, delta: i64) -> settledb::Result<()> {
+        let mut tx = db.begin()?;
+        self.add(&mut tx, from, -delta)?;
+        self.add(&mut tx, to, delta)?;
+        tx.commit()
+    }
+
+    fn add(&self, tx: &mut settledb::Transaction<'_>, aid: i32, delta: i64) -> settledb::Result<()> {
+        let found = tx.update_by_key(&self.accounts_pk, &[Value::Int4(aid)], |row| {
+            let mut row = row.to_vec();
+            if let Value::Int8(b) = row[1] {
+                row[1] = Value::Int8(b + delta);
+            }
+            Ok(row)
+        })?;
+        if found.is_none() {
+            return Err(Error::NotFound(format!("soak_accounts row {aid}")));
+        }
+        Ok(())
+    }
+
+    /// One worker: transfers between its own accounts, a history row each, deleting its
+    /// oldest history rows beyond 1,000.
+    fn worker(&self, db: &Database, w: usize, threads: usize, args: &SoakArgs, mut rng: StdRng) {
+        let threads = threads as i32;
+        let owned = (args.accounts as i32 - w as i32 + threads - 1) / threads;
+        let mut live: VecDeque<i64> = VecDeque::new();
+        let mut seq = 0i64;
+        while !self.stop.load(Ordering::Acquire) {
+            let a = rng.gen_range(0..owned) * threads + w as i32;
+            let b = rng.gen_range(0..owned) * threads + w as i32;
+            let delta = rng.gen_range(-5000..=5000i64);
+            let hid = ((w as i64) << 40) | seq;
+            let evict = (live.len() >= 1000).then(|| live[0]);
+            let outcome = (|| {
+                let mut tx = db.begin()?;
+                self.add(&mut tx, a, -delta)?;
+                self.add(&mut tx, b, delta)?;
+                tx.insert(&self.history, &[Value::Int8(hid), Value::Int4(b), Value::Int8(delta)])?;
+                if let Some(old) = evict {
+                    if !tx.delete_by_key(&self.history_pk, &[Value::Int8(old)])? {
+                        return Err(Error::NotFound(format!("soak_history row {old}")));
+                    }
+                }
+                tx.commit()
+            })();
+            match outcome {
+                Ok(()) => {
+                    self.balances[a as usize].fetch_sub(delta, Ordering::Relaxed);
+                    self.balances[b as usize].fetch_add(delta, Ordering::Relaxed);
+                    live.push_back(hid);
+                    if evict.is_some() {
+                        live.pop_front();
+                    }
+                    seq += 1;
+                    self.committed.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(Error::WraparoundStop { .. }) => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) => {
+                    self.anomaly(format!("worker {w}: {e}"));
+                    break;
+                }
+            }
+        }
+        self.history_ids.lock().unwrap().extend(live);
+    }
+
+    /// In one snapshot, the balances sum to zero (transfers only move money).
+    fn snapshot_check(&self, db: &Database, report: &mut SoakReport) {
+        let sum = (|| -> settledb::Result<i64> {
+            let mut tx = db.begin()?;
+            let mut sum = 0i64;
+            for r in tx.scan(&self.accounts)? {
+                if let Value::Int8(b) = r?.1[1] {
+                    sum += b;
+                }
+            }
+            Ok(sum)
+        })();
+        report.snapshot_checks += 1;
+        match sum {
+            Ok(0) => {}
+            Ok(s) => self.anomaly(format!("balances sum to {s} in one snapshot, not 0")),
+            Err(e) => self.anomaly(format!("snapshot check: {e}")),
+        }
+    }
+
+    /// Compares every row of every table with the oracle; counts into `report` when `count`.
+    fn verify(&self, db: &Database, report: &mut SoakReport, count: bool) {
+        let mut lost = 0u64;
+        let mut extra = 0u64;
+        let mut changed = 0u64;
+        let mut seen = 0u64;
+        let result = (|| -> settledb::Result<()> {
+            let mut tx = db.begin()?;
+            let mut balance_seen = vec![false; self.balances.len()];
+            for r in tx.scan(&self.accounts)? {
+                let row = r?.1;
+                seen += 1;
+                match (&row[0], &row[1]) {
+                    (Value::Int4(aid), Value::Int8(b)) if (*aid as usize) < self.balances.len() => {
+                        let aid = *aid as usize;
+                        if std::mem::replace(&mut balance_seen[aid], true) {
+                            extra += 1;
+                        } else if *b != self.balances[aid].load(Ordering::Relaxed) {
+                            changed += 1;
+                        }
+                    }
+                    _ => extra += 1,
+                }
+            }
+            lost += balance_seen.iter().filter(|s| !**s).count() as u64;
+            let expected = self.history_ids.lock().unwrap().clone();
+            let mut present = BTreeSet::new();
+            for r in tx.scan(&self.history)? {
+                seen += 1;
+                match r?.1[0] {
+                    Value::Int8(hid) if expected.contains(&hid) && present.insert(hid) => {}
+                    _ => extra += 1,
+                }
+            }
+            lost += (expected.len() - present.len()) as u64;
+            let mut cold_seen = vec![false; self.balances.len()];
+            for r in tx.scan(&self.cold)? {
+                let row = r?.1;
+                seen += 1;
+                match (&row[0], &row[1]) {
+                    (Value::Int4(id), Value::Text(note)) if (*id as usize) < cold_seen.len() => {
+                        if std::mem::replace(&mut cold_seen[*id as usize], true) {
+                            extra += 1;
+                        } else if *note != format!("{COLD_FILLER} {id}") {
+                            changed += 1;
+                        }
+                    }
+                    _ => extra += 1,
+                }
+            }
+            lost += cold_seen.iter().filter(|s| !**s).count() as u64;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            report.anomalies.push(format!("reading every row: {e}"));
+        }
+        if count {
+            report.rows_verified += seen;
+        }
+        report.rows_lost += lost;
+        report.rows_extra += extra;
+        report.rows_changed += changed;
+        if lost + extra + changed > 0 {
+            report.anomalies.push(format!("rows: {lost} lost, {extra} extra, {changed} changed"));
+        }
+    }
+}
+
+/// Runs the soak and prints its report (text or JSON); fails when there was an anomaly.
+pub fn run_cmd(dir: &Path, seed: u64, threads: usize, json: bool, args: &SoakArgs) -> Result<std::process::ExitCode> {
+    let report = run(dir, seed, threads, args)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print(&report);
+    }
+    Ok(if report.anomalies.is_empty() { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::from(1) })
+}
+
+/// Prints the report as text.
+pub fn print(report: &SoakReport) {
+    println!("settle torture --wraparound ({})", report.mode);
+    println!(
+        "  XIDs consumed:                {} (next XID {} -> {}, epoch {})",
+        report.xids_consumed, report.next_xid_start, report.next_xid_end, report.epoch_end
+    );
+    println!("  autovacuum_freeze_max_age:    {}", report.freeze_max_age);
+    println!("  max relfrozenxid age seen:    {}", report.max_relfrozenxid_age);
+    println!("  transactions committed:       {}", report.transactions_committed);
+    println!(
+        "  autovacuums:                  {} ({} to prevent wraparound)",
+        report.autovacuums, report.anti_wraparound_autovacuums
+    );
+    println!("  snapshot checks:              {}", report.snapshot_checks);
+    println!("  wraparound warnings:          {}", report.xid_warnings);
+    if report.mode == "stop limit" {
+        println!("  writes refused at the limit:  {}", report.writes_refused);
+        println!("  VACUUM restored service:      {}", if report.service_restored_by_vacuum { "yes" } else { "NO" });
+    }
+    println!("  rows verified:                {}", report.rows_verified);
+    println!("  rows lost:                    {}", report.rows_lost);
+    println!("  rows extra / changed:         {} / {}", report.rows_extra, report.rows_changed);
+    println!("  check:                        {}", if report.check_clean { "clean" } else { "NOT CLEAN" });
+    println!("  verified after restart:       {}", if report.verified_after_restart { "yes" } else { "NO" });
+    println!("  anomalies:                    {}", report.anomalies.len());
+    for a in &report.anomalies {
+        println!("    {a}");
+    }
+    println!("  seconds:                      {:.1}", report.seconds);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> SoakArgs {
+        SoakArgs {
+            wraparound: true,
+            xids: 0,
+            xid_step: 1,
+            freeze_max_age: 100_000_000,
+            autovacuum: "off".into(),
+            accounts: 20,
+        }
+    }
+
+    /// The verifier is what makes the soak's "rows lost: 0" mean something: an oracle that
+    /// disagrees with the tables in any of the three ways must be reported.
+    #[test]
+    fn verifier_reports_lost_extra_and_changed_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = args();
+        let db = Database::open(dir.path(), config(&a).unwrap()).unwrap();
+        let soak = Soak::populate(&db, &a).unwrap();
+        soak.transfer_once(&db, 0, 1, 7).unwrap();
+        soak.balances[0].store(-7, Ordering::Relaxed);
+        soak.balances[1].store(7, Ordering::Relaxed);
+        let mut clean = SoakReport::default();
+        soak.verify(&db, &mut clean, true);
+        assert!(clean.anomalies.is_empty(), "{:?}", clean.anomalies);
+        assert_eq!(clean.rows_verified, 40);
+
+        // A committed change the oracle does not know about is a changed row.
+        soak.balances[1].store(8, Ordering::Relaxed);
+        // A history row the oracle expects but the table lacks is a lost row.
+        soak.history_ids.lock().unwrap().insert(42);
+        // A row the oracle never saw is an extra row.
+        let mut tx = db.begin().unwrap();
+        tx.insert(&soak.history, &[Value::Int8(43), Value::Int4(0), Value::Int8(0)]).unwrap();
+        tx.commit().unwrap();
+        let mut bad = SoakReport::default();
+        soak.verify(&db, &mut bad, true);
+        assert_eq!((bad.rows_lost, bad.rows_extra, bad.rows_changed), (1, 1, 1), "{:?}", bad.anomalies);
+        assert_eq!(bad.anomalies.len(), 1);
+        db.close().unwrap();
+    }
+}

@@ -1,0 +1,189 @@
+//! The acknowledgement log: what the workload attempted and what the engine acknowledged.
+//!
+//! One text line per event, appended to `DIR/acklog` (outside the data directory) with one
+//! `write(2)` on a file opened `O_APPEND`:
+//!
+//! ```text
+//! B h 4294967297 17 3 1 -2210     begun: history transaction 4294967297 (aid tid bid delta)
+//! C h 4294967297                  commit() returned Ok
+//! A h 4294967298                  rolled back before commit (definitely absent)
+//! R1 h 4294967299                 in doubt at a kill, found present by the verifier
+//! R0 o 1.3.1021.8123456789        in doubt at a kill, found absent by the verifier
+//! ```
+//!
+//! Kinds: `h` a pgbench transaction (key: its history id), `o` a TPC-C New-Order (key:
+//! `w.d.c.entry_d`, payload: its line count), `x` a bulk-insert burst (key: the burst id,
+//! payload: its row count), `y` the deletion of a burst (key: the burst's id).
+//!
+//! The log is not fsynced: SIGKILL ends the process, not the kernel, so every completed
+//! `write` is in the page cache and the parent reads it back. A `B` line is written before the
+//! transaction's first change and a `C` line only after `commit` returned, so a key whose last
+//! line is `B` was in flight when the child died: either outcome is allowed, once. The parent
+//! writes `R1`/`R0` after verifying, so later verifications hold the transaction to the outcome
+//! recovery chose (it must never flip). A last line without its newline (a write cut short) is
+//! not read; it is read whole on the next pass if it is ever completed.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+
+/// What one key is known to have done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Begun, never acknowledged nor rolled back: may be present or absent.
+    InDoubt,
+    /// Acknowledged (or resolved present): must be present.
+    Committed,
+    /// Rolled back (or resolved absent): must be absent.
+    Aborted,
+}
+
+/// The last word on one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub state: State,
+    /// What the `B` line said the transaction writes (compared with the row found).
+    pub payload: String,
+    /// Whether a `C` line was seen (an acknowledged commit, not merely resolved present).
+    pub acknowledged: bool,
+}
+
+/// Every key's state, read incrementally from the log.
+#[derive(Default)]
+pub struct Ledger {
+    entries: HashMap<(char, String), Entry>,
+    /// Bytes of the log read so far (always at a line boundary).
+    offset: u64,
+}
+
+impl Ledger {
+    pub fn get(&self, kind: char, key: &str) -> Option<&Entry> {
+        self.entries.get(&(kind, key.to_string()))
+    }
+
+    /// Every entry of one kind.
+    pub fn of_kind(&self, kind: char) -> impl Iterator<Item = (&str, &Entry)> {
+        self.entries.iter().filter(move |((k, _), _)| *k == kind).map(|((_, key), e)| (key.as_str(), e))
+    }
+
+    /// Applies one line; an unknown or malformed line is an error (the log is ours).
+    pub fn apply(&mut self, line: &str) -> Result<()> {
+        let mut parts = line.splitn(4, ' ');
+        let (Some(op), Some(kind), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
+            bail!("malformed ack log line {line:?}");
+        };
+        let kind = kind.chars().next().context("empty kind")?;
+        let payload = parts.next().unwrap_or("").to_string();
+        let slot = (kind, key.to_string());
+        match op {
+            "B" => {
+                let e = self.entries.entry(slot).or_insert(Entry {
+                    state: State::InDoubt,
+                    payload: payload.clone(),
+                    acknowledged: false,
+                });
+                // A retry of the same input begins again; an acknowledged key stays so.
+                if e.state != State::Committed {
+                    e.state = State::InDoubt;
+                    e.payload = payload;
+                }
+            }
+            "C" | "A" | "R1" | "R0" => {
+                let Some(e) = self.entries.get_mut(&slot) else {
+                    bail!("ack log line {line:?} ends a transaction that never began");
+                };
+                match op {
+                    "C" => {
+                        e.state = State::Committed;
+                        e.acknowledged = true;
+                    }
+                    "A" | "R0" => e.state = State::Aborted,
+                    _ => e.state = State::Committed,
+                }
+            }
+            _ => bail!("unknown ack log operation in {line:?}"),
+        }
+        Ok(())
+    }
+
+    /// Reads the lines appended since the last call.
+    pub fn catch_up(&mut self, path: &Path) -> Result<()> {
+        let mut f = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
+        };
+        f.seek(SeekFrom::Start(self.offset))?;
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf)?;
+        let whole = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let text = std::str::from_utf8(&buf[..whole]).context("ack log is not UTF-8")?;
+        for line in text.lines() {
+            self.apply(line)?;
+        }
+        self.offset += whole as u64;
+        Ok(())
+    }
+}
+
+/// The appending side, shared by the child's threads (one `write` per line).
+pub struct AckLog {
+    file: File,
+}
+
+impl AckLog {
+    pub fn open(path: &Path) -> Result<AckLog> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        Ok(AckLog { file })
+    }
+
+    /// Appends `op kind key [payload]` as one line, in one write.
+    pub fn record(&self, op: &str, kind: char, key: &str, payload: &str) -> Result<()> {
+        let line =
+            if payload.is_empty() { format!("{op} {kind} {key}\n") } else { format!("{op} {kind} {key} {payload}\n") };
+        (&self.file).write_all(line.as_bytes()).context("appending to the ack log")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_follow_the_last_word_and_acknowledgement_sticks() {
+        let mut l = Ledger::default();
+        for line in ["B h 1 1 1 1 5", "C h 1", "B h 2 1 1 1 5", "A h 2", "B h 3 x", "B o k 4", "R0 o k"] {
+            l.apply(line).unwrap();
+        }
+        assert_eq!(l.get('h', "1").unwrap().state, State::Committed);
+        assert!(l.get('h', "1").unwrap().acknowledged);
+        assert_eq!(l.get('h', "1").unwrap().payload, "1 1 1 5");
+        assert_eq!(l.get('h', "2").unwrap().state, State::Aborted);
+        assert_eq!(l.get('h', "3").unwrap().state, State::InDoubt);
+        assert_eq!(l.get('o', "k").unwrap().state, State::Aborted);
+        assert!(l.apply("C h 99").is_err(), "a commit of a transaction never begun is an error");
+        assert!(l.apply("Z h 1").is_err());
+    }
+
+    #[test]
+    fn catch_up_reads_only_whole_lines_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("acklog");
+        let log = AckLog::open(&path).unwrap();
+        log.record("B", 'h', "7", "1 2 3 4").unwrap();
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"C h 7").unwrap();
+        let mut l = Ledger::default();
+        l.catch_up(&path).unwrap();
+        assert_eq!(l.get('h', "7").unwrap().state, State::InDoubt, "the cut line is not read");
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"\n").unwrap();
+        l.catch_up(&path).unwrap();
+        assert_eq!(l.get('h', "7").unwrap().state, State::Committed);
+    }
+}

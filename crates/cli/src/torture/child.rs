@@ -1,0 +1,322 @@
+//! `settle torture-child`: the process the parent kills.
+//!
+//! It opens the data directory with real fsync, synchronous commit, an aggressive autovacuum
+//! and small freeze ages ([`config`]), prints `ready`, and runs until it is killed:
+//!
+//! * clients running the workload's transactions, each logged to the ack log (`B` before the
+//!   first change, `C` after `commit` returned, `A` after a rollback);
+//! * a VACUUM thread (the largest table or a random one, sometimes `FREEZE`), printing `vacuum begin`/`vacuum end`;
+//! * a checkpoint thread, printing `checkpoint begin`/`checkpoint end`;
+//! * an extension thread inserting bursts of [`BURST_ROWS`] rows into the bulk table in one
+//!   transaction (the relation grows by about a dozen pages), printing `extend begin`/`extend
+//!   end`, and deleting the oldest burst once 16 are live, so VACUUM has pages to empty and
+//!   truncate.
+//!
+//! Any error other than a serialization failure or deadlock ends the process with status 3 and
+//! the error on stderr: the parent, which expected to kill a live child, reports it.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use rand::{Rng, SeedableRng};
+use settledb::{Config, Database, Error, KeyBound, ScanDirection, Transaction, VacuumParams, Value};
+use workload::rng::{NurandConstants, TpccRng};
+use workload::tpcc::{Delivery, NewOrder, OrderStatus, Outcome, Payment, StockLevel, TpccConn, TpccTarget};
+
+use super::acklog::AckLog;
+use super::schema::{Workload, ACCOUNTS, BRANCHES, BULK, BULK_INDEX, BURST_PAD, BURST_ROWS, HISTORY, TELLERS};
+
+/// Bursts kept live in the bulk table; the oldest beyond this is deleted.
+const LIVE_BURSTS: usize = 16;
+
+#[derive(clap::Args, Debug)]
+pub struct ChildArgs {
+    #[arg(long)]
+    pub data: PathBuf,
+    #[arg(long)]
+    pub acklog: PathBuf,
+    #[arg(long, value_enum)]
+    pub workload: Workload,
+    /// This child's number (the kill it precedes); part of every id it makes.
+    #[arg(long)]
+    pub generation: u64,
+    #[arg(long)]
+    pub seed: u64,
+    #[arg(long, default_value_t = 4)]
+    pub clients: u64,
+    /// A safety net should the parent die: exit after this long.
+    #[arg(long, default_value_t = 600)]
+    pub max_seconds: u64,
+}
+
+/// The child's configuration: durable commits, maintenance as often as the engine allows.
+pub fn config() -> Result<Config> {
+    let mut c = Config::default();
+    for (k, v) in [
+        ("fsync", "on"),
+        ("synchronous_commit", "on"),
+        ("shared_buffers", "16MB"),
+        ("max_wal_size", "16MB"),
+        ("checkpoint_timeout", "30s"),
+        ("autovacuum", "on"),
+        ("autovacuum_naptime", "1s"),
+        ("autovacuum_vacuum_threshold", "20"),
+        ("autovacuum_vacuum_scale_factor", "0.01"),
+        ("autovacuum_vacuum_insert_threshold", "100"),
+        ("autovacuum_vacuum_insert_scale_factor", "0.01"),
+        ("vacuum_freeze_min_age", "1000"),
+        ("vacuum_freeze_table_age", "5000"),
+        ("autovacuum_freeze_max_age", "100000"),
+        ("log_autovacuum_min_duration", "-1"),
+    ] {
+        c.set(k, v)?;
+    }
+    Ok(c)
+}
+
+/// Prints a phase marker for the parent (stdout is line-buffered: one line, flushed).
+fn mark(s: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{s}");
+    let _ = o.flush();
+}
+
+/// Ends the process on an unexpected error: the parent sees an exit it did not cause.
+fn fatal(what: &str, e: anyhow::Error) -> ! {
+    eprintln!("settle torture-child: {what}: {e:#}");
+    std::process::exit(3)
+}
+
+fn retryable(e: &Error) -> bool {
+    matches!(e, Error::SerializationFailure | Error::Deadlock { .. })
+}
+
+pub fn run(a: ChildArgs) -> Result<ExitCode> {
+    let db = Database::open(&a.data, config()?).context("opening the data directory")?;
+    let log = AckLog::open(&a.acklog)?;
+    mark("ready");
+    let deadline = Instant::now() + Duration::from_secs(a.max_seconds);
+    let seed = a.seed ^ a.generation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // One target for all terminals: it owns the history id sequence.
+    let tpcc = match a.workload {
+        Workload::Tpcc => Some(workload::tpcc::embedded::Embedded::new(&db)?),
+        Workload::Pgbench => None,
+    };
+    let (db, log, a, tpcc) = (&db, &log, &a, tpcc.as_ref());
+    std::thread::scope(|s| {
+        for client in 0..a.clients {
+            s.spawn(move || {
+                let r = match tpcc {
+                    None => pgbench_client(db, log, a.generation, client, seed, deadline),
+                    Some(target) => tpcc_terminal(target, log, a.seed, seed, client, deadline),
+                };
+                r.unwrap_or_else(|e| fatal(&format!("client {client}"), e))
+            });
+        }
+        s.spawn(move || vacuum_loop(db, seed, deadline).unwrap_or_else(|e| fatal("vacuum", e)));
+        s.spawn(move || checkpoint_loop(db, seed, deadline).unwrap_or_else(|e| fatal("checkpoint", e)));
+        s.spawn(move || extend_loop(db, log, a.generation, seed, deadline).unwrap_or_else(|e| fatal("extend", e)));
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+fn pgbench_client(
+    db: &Database,
+    log: &AckLog,
+    generation: u64,
+    client: u64,
+    seed: u64,
+    deadline: Instant,
+) -> Result<()> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (client + 1).wrapping_mul(0xc2b2_ae3d_27d4_eb4f));
+    let pk = |t: &str| db.index(&format!("{t}_pkey"));
+    let (accounts, tellers, branches) = (pk(ACCOUNTS)?, pk(TELLERS)?, pk(BRANCHES)?);
+    let history = db.table(HISTORY)?;
+    let mut seq = 0u64;
+    while Instant::now() < deadline {
+        let d = workload::pgbench::Draw::new(&mut rng, 1);
+        seq += 1;
+        let hid = (generation << 32 | client << 24 | seq) as i64;
+        let key = hid.to_string();
+        log.record("B", 'h', &key, &format!("{} {} {} {}", d.aid, d.tid, d.bid, d.delta))?;
+        let body = || -> settledb::Result<Transaction<'_>> {
+            let mut tx = db.begin()?;
+            let not_found = |what: String| Error::NotFound(what);
+            tx.update_by_key(&accounts, &[Value::Int4(d.aid)], add(d.delta, 2))?
+                .ok_or_else(|| not_found(format!("account {}", d.aid)))?;
+            tx.update_by_key(&tellers, &[Value::Int4(d.tid)], add(d.delta, 2))?
+                .ok_or_else(|| not_found(format!("teller {}", d.tid)))?;
+            tx.update_by_key(&branches, &[Value::Int4(d.bid)], add(d.delta, 1))?
+                .ok_or_else(|| not_found(format!("branch {}", d.bid)))?;
+            let now = workload::tpcc::inputs::now_timestamp();
+            let row = [
+                Value::Int8(hid),
+                Value::Int4(d.tid),
+                Value::Int4(d.bid),
+                Value::Int4(d.aid),
+                Value::Int4(d.delta),
+                Value::Timestamp(now),
+                Value::Null,
+            ];
+            tx.insert(&history, &row)?;
+            Ok(tx)
+        };
+        match body() {
+            // An error from commit itself leaves the transaction in doubt: the child exits.
+            Ok(tx) => {
+                tx.commit().context("commit")?;
+                log.record("C", 'h', &key, "")?;
+            }
+            Err(e) if retryable(&e) => log.record("A", 'h', &key, "")?,
+            Err(e) => return Err(anyhow!(e).context("pgbench transaction")),
+        }
+    }
+    Ok(())
+}
+
+/// An update adding `delta` to int4 column `col`.
+fn add(delta: i32, col: usize) -> impl FnMut(&[Value]) -> settledb::Result<Vec<Value>> {
+    move |row: &[Value]| {
+        let mut r = row.to_vec();
+        match r.get(col) {
+            Some(Value::Int4(b)) => r[col] = Value::Int4(b.wrapping_add(delta)),
+            other => return Err(Error::InvalidInput(format!("balance column {col}: unexpected {other:?}"))),
+        }
+        Ok(r)
+    }
+}
+
+/// One TPC-C terminal of warehouse 1, in the 45/43/4/4/4 mix, Delivery run inline. New-Orders
+/// are logged (key `w.d.c.entry_d`, payload the line count); the others are checked by the
+/// consistency conditions.
+fn tpcc_terminal(
+    target: &workload::tpcc::embedded::Embedded<'_>,
+    log: &AckLog,
+    load_seed: u64,
+    seed: u64,
+    term: u64,
+    deadline: Instant,
+) -> Result<()> {
+    let mut conn = target.connect()?;
+    let mut r = TpccRng::new(seed, term, NurandConstants::from_seed(load_seed));
+    let until_done = |f: &mut dyn FnMut() -> Result<Outcome>| -> Result<Outcome> {
+        loop {
+            match f()? {
+                Outcome::Retry => continue,
+                o => return Ok(o),
+            }
+        }
+    };
+    while Instant::now() < deadline {
+        let x = r.int32(1, 100);
+        if x <= 45 {
+            let t = NewOrder::draw(&mut r, 1, 1);
+            let key = format!("{}.{}.{}.{}", t.w_id, t.d_id, t.c_id, t.entry_d);
+            log.record("B", 'o', &key, &t.lines.len().to_string())?;
+            match until_done(&mut || conn.new_order(&t))? {
+                Outcome::Committed => log.record("C", 'o', &key, "")?,
+                _ => log.record("A", 'o', &key, "")?,
+            }
+        } else if x <= 88 {
+            let t = Payment::draw(&mut r, 1, 1);
+            until_done(&mut || conn.payment(&t))?;
+        } else if x <= 92 {
+            let t = OrderStatus::draw(&mut r, 1);
+            until_done(&mut || conn.order_status(&t))?;
+        } else if x <= 96 {
+            let t = Delivery::draw(&mut r, 1);
+            until_done(&mut || conn.delivery(&t))?;
+        } else {
+            let t = StockLevel::draw(&mut r, 1);
+            until_done(&mut || conn.stock_level(&t))?;
+        }
+    }
+    Ok(())
+}
+
+fn pause(rng: &mut impl Rng, lo_ms: u64, hi_ms: u64) {
+    std::thread::sleep(Duration::from_millis(rng.gen_range(lo_ms..=hi_ms)));
+}
+
+fn vacuum_loop(db: &Database, seed: u64, deadline: Instant) -> Result<()> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x7661_6375_756d);
+    while Instant::now() < deadline {
+        pause(&mut rng, 50, 400);
+        // Half the time the largest table, whose VACUUM lasts long enough to be killed in.
+        let mut tables = db.tables();
+        tables.sort_by_key(|t| std::cmp::Reverse(db.table_pages(t).unwrap_or(0)));
+        let pick = if rng.gen_bool(0.5) { 0 } else { rng.gen_range(0..tables.len().max(1)) };
+        let Some(t) = tables.get(pick) else { continue };
+        let params = VacuumParams { freeze: rng.gen_bool(0.3), ..VacuumParams::default() };
+        mark("vacuum begin");
+        db.vacuum(Some(t.name()), &params).with_context(|| format!("VACUUM {}", t.name()))?;
+        mark("vacuum end");
+    }
+    Ok(())
+}
+
+fn checkpoint_loop(db: &Database, seed: u64, deadline: Instant) -> Result<()> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x0063_686b_7074);
+    while Instant::now() < deadline {
+        pause(&mut rng, 100, 600);
+        mark("checkpoint begin");
+        db.checkpoint().context("CHECKPOINT")?;
+        mark("checkpoint end");
+    }
+    Ok(())
+}
+
+/// The live bursts, oldest first (read once at start; the ones resolved present included).
+fn live_bursts(db: &Database) -> Result<Vec<i64>> {
+    let mut tx = db.begin()?;
+    let mut ids = std::collections::BTreeSet::new();
+    for row in tx.scan(&db.table(BULK)?)? {
+        if let Value::Int8(b) = row?.1[0] {
+            ids.insert(b);
+        }
+    }
+    tx.commit()?;
+    Ok(ids.into_iter().collect())
+}
+
+fn extend_loop(db: &Database, log: &AckLog, generation: u64, seed: u64, deadline: Instant) -> Result<()> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x6578_7465_6e64);
+    let (bulk, index) = (db.table(BULK)?, db.index(BULK_INDEX)?);
+    let mut live = live_bursts(db)?;
+    let pad = "x".repeat(BURST_PAD);
+    let mut seq = 0u64;
+    while Instant::now() < deadline {
+        pause(&mut rng, 100, 400);
+        seq += 1;
+        let burst = (generation << 32 | seq) as i64;
+        let key = burst.to_string();
+        log.record("B", 'x', &key, &BURST_ROWS.to_string())?;
+        let rows: Vec<Vec<Value>> =
+            (0..BURST_ROWS).map(|n| vec![Value::Int8(burst), Value::Int4(n), Value::Text(pad.clone())]).collect();
+        mark("extend begin");
+        let mut tx = db.begin()?;
+        tx.insert_many(&bulk, &rows).context("bulk insert")?;
+        tx.commit().context("bulk insert commit")?;
+        log.record("C", 'x', &key, "")?;
+        mark("extend end");
+        live.push(burst);
+        if live.len() > LIVE_BURSTS {
+            let oldest = live.remove(0);
+            let key = oldest.to_string();
+            log.record("B", 'y', &key, "")?;
+            let mut tx = db.begin()?;
+            let k = vec![Value::Int8(oldest)];
+            let rows =
+                tx.range(&index, KeyBound::Included(k.clone()), KeyBound::Included(k), ScanDirection::Forward, None)?;
+            for (tid, _) in rows {
+                tx.delete(&bulk, tid)?;
+            }
+            tx.commit().context("burst delete commit")?;
+            log.record("C", 'y', &key, "")?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,291 @@
+//! Checking a recovered database against the ledger of the ack log.
+//!
+//! [`check_kind`] is the whole durability rule, for any kind of logged transaction, given the
+//! keys found in the database and what each row says:
+//!
+//! | ledger state            | found present                 | found absent                 |
+//! |-------------------------|-------------------------------|------------------------------|
+//! | acknowledged (or `R1`)  | ok (payload must match)       | **lost commit**              |
+//! | rolled back (or `R0`)   | **aborted work visible**      | ok                           |
+//! | in doubt                | ok, resolved `R1`             | ok, resolved `R0`            |
+//! | never begun             | **phantom**                   | —                            |
+//!
+//! A burst of the bulk table is also subject to its deletion (kind `y`): deleted by an
+//! acknowledged commit, it must be absent; deletion in doubt, either.
+//!
+//! The workload checks add what the keys cannot show: pgbench's balances, each account,
+//! teller and branch equal to the sum of the deltas of the history rows naming it (every
+//! transaction all or nothing); TPC-C's consistency conditions 1-4, and each logged order's
+//! line count.
+
+use std::collections::{BTreeMap, HashMap};
+
+use anyhow::{anyhow, Result};
+use settledb::{Database, IsolationLevel, Value};
+use workload::tpcc::{TpccConn, TpccTarget, OORDER, ORDERS, ORDER_LINE};
+
+use super::acklog::{Ledger, State};
+use super::schema::{ACCOUNTS, BRANCHES, BULK, HISTORY, TELLERS};
+
+/// Anomaly descriptions kept (the count goes on).
+const KEPT: usize = 100;
+
+/// What one verification found.
+#[derive(Default, Debug)]
+pub struct Findings {
+    pub anomalies: Vec<String>,
+    pub anomaly_count: u64,
+    /// Acknowledged commits found present, by kind.
+    pub acknowledged: BTreeMap<&'static str, u64>,
+    /// Rolled-back (or resolved absent) transactions found absent.
+    pub absent_checked: u64,
+    pub in_doubt_present: u64,
+    pub in_doubt_absent: u64,
+    /// `(present, kind, key)`: the resolutions to append to the ack log.
+    pub resolutions: Vec<(bool, char, String)>,
+}
+
+impl Findings {
+    pub fn anomaly(&mut self, s: String) {
+        self.anomaly_count += 1;
+        if self.anomalies.len() < KEPT {
+            self.anomalies.push(s);
+        }
+    }
+}
+
+fn kind_name(kind: char) -> &'static str {
+    match kind {
+        'h' => "pgbench transaction",
+        'o' => "new order",
+        'x' => "bulk burst",
+        'y' => "burst deletion",
+        _ => "transaction",
+    }
+}
+
+/// Checks every key of `kind` in the ledger against `present` (key → what its row says) and
+/// every present key against the ledger. `deleted` gives the state of a later deletion.
+pub fn check_kind(
+    ledger: &Ledger,
+    kind: char,
+    present: &HashMap<String, String>,
+    deleted: &dyn Fn(&str) -> Option<State>,
+    f: &mut Findings,
+) {
+    let what = kind_name(kind);
+    for (key, e) in ledger.of_kind(kind) {
+        let here = present.get(key);
+        match e.state {
+            State::Committed => match deleted(key) {
+                Some(State::Committed) if here.is_some() => {
+                    f.anomaly(format!("{what} {key}: deleted by an acknowledged commit, but present"))
+                }
+                Some(State::Committed | State::InDoubt) => {}
+                _ if here.is_none() && e.acknowledged => {
+                    f.anomaly(format!("{what} {key}: acknowledged commit missing"))
+                }
+                _ if here.is_none() => {
+                    f.anomaly(format!("{what} {key}: found present after an earlier crash, now missing"))
+                }
+                _ => {
+                    if e.acknowledged {
+                        *f.acknowledged.entry(what).or_default() += 1;
+                    }
+                }
+            },
+            State::Aborted if here.is_some() => {
+                f.anomaly(format!("{what} {key}: rolled back (or found absent before), but present"))
+            }
+            State::Aborted => f.absent_checked += 1,
+            State::InDoubt => {
+                if here.is_some() {
+                    f.in_doubt_present += 1;
+                } else {
+                    f.in_doubt_absent += 1;
+                }
+                f.resolutions.push((here.is_some(), kind, key.to_string()));
+            }
+        }
+        if let Some(p) = here {
+            if *p != e.payload {
+                f.anomaly(format!("{what} {key}: found {p:?}, but it wrote {:?}", e.payload));
+            }
+        }
+    }
+    for key in present.keys() {
+        if ledger.get(kind, key).is_none() {
+            f.anomaly(format!("{what} {key}: present, but never attempted"));
+        }
+    }
+}
+
+fn int(v: &Value) -> Result<i64> {
+    match v {
+        Value::Int4(x) => Ok(i64::from(*x)),
+        Value::Int8(x) | Value::Timestamp(x) => Ok(*x),
+        other => Err(anyhow!("expected an integer, found {other:?}")),
+    }
+}
+
+/// pgbench: history rows against the ledger, and every balance against its history.
+pub fn pgbench(db: &Database, ledger: &Ledger, f: &mut Findings) -> Result<()> {
+    let mut tx = db.begin_with(IsolationLevel::RepeatableRead)?;
+    let mut present = HashMap::new();
+    let mut sums: [HashMap<i64, i64>; 3] = Default::default();
+    let mut total = 0i64;
+    for row in tx.scan(&db.table(HISTORY)?)? {
+        let r = row?.1;
+        let (hid, tid, bid, aid, delta) = (int(&r[0])?, int(&r[1])?, int(&r[2])?, int(&r[3])?, int(&r[4])?);
+        if present.insert(hid.to_string(), format!("{aid} {tid} {bid} {delta}")).is_some() {
+            f.anomaly(format!("pgbench transaction {hid}: two history rows"));
+        }
+        for (m, k) in sums.iter_mut().zip([aid, tid, bid]) {
+            *m.entry(k).or_default() += delta;
+        }
+        total += delta;
+    }
+    for ((table, balance), by_key) in [(ACCOUNTS, 2), (TELLERS, 2), (BRANCHES, 1)].into_iter().zip(&sums) {
+        let mut sum = 0i64;
+        for row in tx.scan(&db.table(table)?)? {
+            let r = row?.1;
+            let (key, b) = (int(&r[0])?, int(&r[balance])?);
+            let expected = by_key.get(&key).copied().unwrap_or(0);
+            if b != expected {
+                f.anomaly(format!("{table} {key}: balance {b}, but its history deltas sum to {expected}"));
+            }
+            sum += b;
+        }
+        if sum != total {
+            f.anomaly(format!("sum of {table} balances is {sum}, history's deltas sum to {total}"));
+        }
+    }
+    tx.commit()?;
+    check_kind(ledger, 'h', &present, &|_| None, f);
+    Ok(())
+}
+
+/// TPC-C: logged New-Orders (present with all their lines, or absent when in doubt), no order
+/// beyond the loaded ones that was never attempted, and consistency conditions 1-4.
+pub fn tpcc(db: &Database, ledger: &Ledger, f: &mut Findings) -> Result<()> {
+    let mut tx = db.begin_with(IsolationLevel::RepeatableRead)?;
+    let mut lines: HashMap<(i64, i64, i64), i64> = HashMap::new();
+    for row in tx.scan(&db.table(ORDER_LINE.name)?)? {
+        let r = row?.1;
+        *lines.entry((int(&r[0])?, int(&r[1])?, int(&r[2])?)).or_default() += 1;
+    }
+    let (c_id, ol_cnt, entry_d) = (OORDER.col("o_c_id"), OORDER.col("o_ol_cnt"), OORDER.col("o_entry_d"));
+    let mut present = HashMap::new();
+    for row in tx.scan(&db.table(OORDER.name)?)? {
+        let r = row?.1;
+        let (w, d, o) = (int(&r[0])?, int(&r[1])?, int(&r[2])?);
+        let n = int(&r[ol_cnt])?;
+        let have = lines.get(&(w, d, o)).copied().unwrap_or(0);
+        if have != n {
+            f.anomaly(format!("order {w}/{d}/{o}: o_ol_cnt {n} but {have} order lines"));
+        }
+        if o <= i64::from(ORDERS) {
+            continue;
+        }
+        let key = format!("{w}.{d}.{}.{}", int(&r[c_id])?, int(&r[entry_d])?);
+        if present.insert(key.clone(), n.to_string()).is_some() {
+            f.anomaly(format!("new order {key}: present twice"));
+        }
+    }
+    tx.commit()?;
+    check_kind(ledger, 'o', &present, &|_| None, f);
+    let target = workload::tpcc::embedded::Embedded::new(db)?;
+    for v in target.connect()?.consistency_facts()?.violations() {
+        f.anomaly(format!("TPC-C consistency {v}"));
+    }
+    Ok(())
+}
+
+/// The bulk table: each burst whole or absent, as its insert and deletion allow.
+pub fn bursts(db: &Database, ledger: &Ledger, f: &mut Findings) -> Result<()> {
+    let mut tx = db.begin_with(IsolationLevel::RepeatableRead)?;
+    let mut counts: HashMap<i64, i64> = HashMap::new();
+    for row in tx.scan(&db.table(BULK)?)? {
+        *counts.entry(int(&row?.1[0])?).or_default() += 1;
+    }
+    tx.commit()?;
+    let present: HashMap<String, String> = counts.iter().map(|(b, n)| (b.to_string(), n.to_string())).collect();
+    check_kind(ledger, 'x', &present, &|k| ledger.get('y', k).map(|e| e.state), f);
+    for (key, e) in ledger.of_kind('y') {
+        if e.state == State::InDoubt {
+            f.resolutions.push((!present.contains_key(key), 'y', key.to_string()));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ledger(lines: &[&str]) -> Ledger {
+        let mut l = Ledger::default();
+        for line in lines {
+            l.apply(line).unwrap();
+        }
+        l
+    }
+
+    fn found(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn run(l: &Ledger, kind: char, present: &[(&str, &str)]) -> Findings {
+        let mut f = Findings::default();
+        check_kind(l, kind, &found(present), &|k| l.get('y', k).map(|e| e.state), &mut f);
+        f
+    }
+
+    const LOG: &[&str] = &["B h 1 5 1 1 10", "C h 1", "B h 2 6 1 1 -3", "A h 2", "B h 3 7 2 1 4"];
+
+    #[test]
+    fn a_clean_database_passes_and_in_doubt_is_resolved_either_way() {
+        let l = ledger(LOG);
+        for present in [&[("1", "5 1 1 10")][..], &[("1", "5 1 1 10"), ("3", "7 2 1 4")]] {
+            let f = run(&l, 'h', present);
+            assert_eq!(f.anomalies, Vec::<String>::new());
+            assert_eq!(f.acknowledged["pgbench transaction"], 1);
+            assert_eq!(f.absent_checked, 1);
+            assert_eq!(f.resolutions, [(present.len() == 2, 'h', "3".to_string())]);
+        }
+    }
+
+    #[test]
+    fn an_acknowledged_commit_missing_is_an_anomaly() {
+        let f = run(&ledger(LOG), 'h', &[]);
+        assert_eq!(f.anomalies, ["pgbench transaction 1: acknowledged commit missing"]);
+    }
+
+    #[test]
+    fn rolled_back_phantom_and_altered_rows_are_anomalies() {
+        let l = ledger(LOG);
+        let f = run(&l, 'h', &[("1", "5 1 1 10"), ("2", "6 1 1 -3"), ("9", "1 1 1 1")]);
+        assert_eq!(f.anomaly_count, 2, "{:?}", f.anomalies);
+        assert!(f.anomalies.iter().any(|a| a.contains("2: rolled back")));
+        assert!(f.anomalies.iter().any(|a| a.contains("9: present, but never attempted")));
+        let f = run(&l, 'h', &[("1", "5 1 1 11")]);
+        assert_eq!(f.anomalies, ["pgbench transaction 1: found \"5 1 1 11\", but it wrote \"5 1 1 10\""]);
+        // Resolved absent after a crash, then back: the outcome flipped.
+        let l = ledger(&[LOG, &["R0 h 3"]].concat());
+        assert_eq!(run(&l, 'h', &[("1", "5 1 1 10"), ("3", "7 2 1 4")]).anomaly_count, 1);
+    }
+
+    #[test]
+    fn a_burst_follows_its_deletion() {
+        let base = ["B x 7 400", "C x 7"];
+        let present = [("7", "400")];
+        assert_eq!(run(&ledger(&base), 'x', &present).anomaly_count, 0);
+        assert_eq!(run(&ledger(&base), 'x', &[]).anomaly_count, 1, "acknowledged, not deleted, missing");
+        let deleted = ledger(&[&base[..], &["B y 7", "C y 7"]].concat());
+        assert_eq!(run(&deleted, 'x', &[]).anomaly_count, 0);
+        assert_eq!(run(&deleted, 'x', &present).anomaly_count, 1, "deleted but present");
+        let doubt = ledger(&[&base[..], &["B y 7"]].concat());
+        assert_eq!(run(&doubt, 'x', &[]).anomaly_count + run(&doubt, 'x', &present).anomaly_count, 0);
+        assert_eq!(run(&ledger(&base), 'x', &[("7", "399")]).anomaly_count, 1, "a torn burst");
+    }
+}

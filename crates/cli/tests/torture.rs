@@ -1,0 +1,79 @@
+//! `settle torture`: short runs survive their kills with no anomaly, and the verifier catches
+//! an acknowledged commit that the database lost.
+
+use std::path::Path;
+use std::process::Command;
+
+use settledb::{Config, Database, Value};
+
+/// Runs `settle torture --json` with `args`; (exit success, the report).
+fn torture(dir: &Path, args: &[&str]) -> (bool, serde_json::Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_settle"))
+        .args(["torture", "--json", "--dir"])
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("run settle");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("no JSON report ({e}); stdout {:?}, stderr {stderr}", String::from_utf8_lossy(&out.stdout))
+    });
+    (out.status.success(), report)
+}
+
+fn assert_survived(r: &serde_json::Value, kills: u64) {
+    assert_eq!(r["anomaly_count"], 0, "{:#}", r["anomalies"]);
+    assert_eq!(r["kills"], kills);
+    let by_kind: u64 = r["kills_by_kind"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(by_kind, kills);
+    assert_eq!(r["verifications"], kills + 1, "one verification before the first kill, one after each");
+    assert!(r["acknowledged_commits_total"].as_u64().unwrap() > 0, "the children committed nothing");
+    assert!(r["recovery_ms_max"].as_f64().unwrap() > 0.0, "no crash recovery was timed");
+}
+
+#[test]
+fn pgbench_survives_kills_and_a_lost_commit_is_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let (ok, r) = torture(&dir, &["--kills", "4", "--workload", "pgbench"]);
+    assert!(ok, "{r:#}");
+    assert_survived(&r, 4);
+    // The kinds are taken in turn; a targeted kill whose marker never came counts as random.
+    let targeted: u64 =
+        ["vacuum", "checkpoint", "extension"].iter().map(|k| r["kills_by_kind"][k].as_u64().unwrap_or(0)).sum();
+    assert_eq!(targeted + r["markers_missed"].as_u64().unwrap(), 3, "{r:#}");
+
+    // Lose one acknowledged commit behind the verifier's back: delete its history row.
+    let acklog = std::fs::read_to_string(dir.join("acklog")).unwrap();
+    let hid: i64 = acklog.lines().find_map(|l| l.strip_prefix("C h ")).unwrap().parse().unwrap();
+    let mut config = Config::default();
+    config.set("autovacuum", "off").unwrap();
+    let db = Database::open(dir.join("data"), config).unwrap();
+    let pkey = db.index("pgbench_history_pkey").unwrap();
+    let mut tx = db.begin().unwrap();
+    assert!(tx.delete_by_key(&pkey, &[Value::Int8(hid)]).unwrap());
+    tx.commit().unwrap();
+    db.close().unwrap();
+
+    let (ok, r) = torture(&dir, &["--kills", "0"]);
+    assert!(!ok, "the run must fail: {r:#}");
+    let anomalies: Vec<&str> = r["anomalies"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert!(
+        anomalies.contains(&format!("pgbench transaction {hid}: acknowledged commit missing").as_str()),
+        "{anomalies:?}"
+    );
+    // Its account, teller and branch kept the delta the lost row accounted for.
+    assert!(
+        anomalies.iter().any(|a| a.starts_with("pgbench_accounts ") && a.contains("history deltas sum")),
+        "{anomalies:?}"
+    );
+}
+
+#[test]
+fn tpcc_survives_kills() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ok, r) = torture(tmp.path(), &["--kills", "2", "--workload", "tpcc", "--clients", "2"]);
+    assert!(ok, "{r:#}");
+    assert_survived(&r, 2);
+    assert!(r["acknowledged_commits"]["new order"].as_u64().unwrap() > 0, "{r:#}");
+}
