@@ -374,3 +374,41 @@ fn waldump_describes_both_records() {
     let buf = env.pool.read(BufferTag { rel: REL, fork: Fork::Vm, block: BlockNumber(0) }, None).unwrap();
     assert!(describe_page(&buf.read().0, BlockNumber(0)).contains("heap block 9: ALL_VISIBLE"));
 }
+
+/// Noticed while writing fuzz target `wal_record`: VISIBLE and VM_CLEAR redo applied the heap
+/// block's bits to whatever map page the block reference named, so a record (with a valid CRC)
+/// naming map block 0 for heap block HPP set bits of heap block 0. Both now refuse it.
+#[test]
+fn map_redo_refuses_a_heap_block_on_another_map_page() {
+    use crate::types::{BufferTag, Fork, Oid};
+    use crate::wal::{DecodedBlock, DecodedRecord, Rmgr};
+    let record = |info: u8, main_data: Vec<u8>, map_block: u32| DecodedRecord {
+        lsn: Lsn(1 << 24),
+        end_lsn: Lsn((1 << 24) + 64),
+        prev: Lsn::INVALID,
+        xid: crate::types::Xid(0),
+        rmgr: Rmgr::Heap2,
+        info,
+        blocks: vec![DecodedBlock {
+            id: 0,
+            tag: BufferTag { rel: Oid(16384), fork: Fork::Vm, block: BlockNumber(map_block) },
+            will_init: false,
+            image: None,
+            data: vec![],
+        }],
+        main_data,
+    };
+    let visible = [&HPP.to_le_bytes()[..], &[VmBits::ALL_VISIBLE.0, FLAG_INIT_PAGE]].concat();
+    let clear = [&HPP.to_le_bytes()[..], &1u32.to_le_bytes(), &[VmBits::ALL_VISIBLE.0]].concat();
+    for (info, data) in [(XLOG_HEAP2_VISIBLE, visible), (XLOG_HEAP2_VM_CLEAR, clear)] {
+        let mut p = crate::page::PageBuf::zeroed();
+        init_page(&mut p.0);
+        let before = p.0;
+        let wrong = record(info, data.clone(), 0);
+        let e = redo_block(&wrong, 0, BlockNumber(0), &mut p.0).unwrap_err();
+        assert!(e.to_string().contains("but map block 1 covers it"), "{e}");
+        assert_eq!(p.0, before, "a refused record must leave the page alone");
+        let right = record(info, data, 1);
+        redo_block(&right, 0, BlockNumber(1), &mut p.0).unwrap();
+    }
+}
