@@ -255,8 +255,9 @@ pub struct EmbeddedConn<'db> {
     history: Table,
 }
 
-/// An update that adds `delta` to column `col`.
-fn add(delta: i32, col: usize) -> impl FnMut(&[Value]) -> settledb::Result<Vec<Value>> {
+/// An update that adds `delta` to the int4 balance column `col` (pgbench's `abalance +
+/// :delta`); also used by `settle torture`'s pgbench clients.
+pub fn add(delta: i32, col: usize) -> impl FnMut(&[Value]) -> settledb::Result<Vec<Value>> {
     move |row: &[Value]| {
         let mut r = row.to_vec();
         match r.get(col) {

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use rand::{Rng, SeedableRng};
 use settledb::{Config, Database, Error, KeyBound, ScanDirection, Transaction, VacuumParams, Value};
+use workload::pgbench;
 use workload::rng::{NurandConstants, TpccRng};
 use workload::tpcc::{Delivery, NewOrder, OrderStatus, Outcome, Payment, StockLevel, TpccConn, TpccTarget};
 
@@ -145,11 +146,11 @@ fn pgbench_client(
         let body = || -> settledb::Result<Transaction<'_>> {
             let mut tx = db.begin()?;
             let not_found = |what: String| Error::NotFound(what);
-            tx.update_by_key(&accounts, &[Value::Int4(d.aid)], add(d.delta, 2))?
+            tx.update_by_key(&accounts, &[Value::Int4(d.aid)], pgbench::add(d.delta, 2))?
                 .ok_or_else(|| not_found(format!("account {}", d.aid)))?;
-            tx.update_by_key(&tellers, &[Value::Int4(d.tid)], add(d.delta, 2))?
+            tx.update_by_key(&tellers, &[Value::Int4(d.tid)], pgbench::add(d.delta, 2))?
                 .ok_or_else(|| not_found(format!("teller {}", d.tid)))?;
-            tx.update_by_key(&branches, &[Value::Int4(d.bid)], add(d.delta, 1))?
+            tx.update_by_key(&branches, &[Value::Int4(d.bid)], pgbench::add(d.delta, 1))?
                 .ok_or_else(|| not_found(format!("branch {}", d.bid)))?;
             let now = workload::tpcc::inputs::now_timestamp();
             let row = [
@@ -175,18 +176,6 @@ fn pgbench_client(
         }
     }
     Ok(())
-}
-
-/// An update adding `delta` to int4 column `col`.
-fn add(delta: i32, col: usize) -> impl FnMut(&[Value]) -> settledb::Result<Vec<Value>> {
-    move |row: &[Value]| {
-        let mut r = row.to_vec();
-        match r.get(col) {
-            Some(Value::Int4(b)) => r[col] = Value::Int4(b.wrapping_add(delta)),
-            other => return Err(Error::InvalidInput(format!("balance column {col}: unexpected {other:?}"))),
-        }
-        Ok(r)
-    }
 }
 
 /// One TPC-C terminal of warehouse 1, in the 45/43/4/4/4 mix, Delivery run inline. New-Orders
