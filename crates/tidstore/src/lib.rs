@@ -12,7 +12,7 @@
 //!
 //! | structure | module | design |
 //! |-----------|--------|--------|
-//! | [`TidStore`] | [`store`] | settledb's store: groups of 16 pages in one byte arena, entropy-sized offset containers |
+//! | [`TidStore`] | [`store`] | settledb's store: groups of up to 1,024 pages in one byte arena, entropy-sized offset containers, a short lookup path |
 //! | [`Array6`] | [`array6`] | PostgreSQL <= 16: sorted 6-byte `ItemPointerData` + binary search |
 //! | [`RoaringRef`] | [`roaring_ref`] | `roaring::RoaringTreemap` keyed `block << 9 \| offset`, after `optimize()` |
 //! | [`PgRadix`] | [`pgradix`] | PostgreSQL 17 `tidstore.c` over `radixtree.h`: adaptive radix tree, node kinds 4/16/48/256 |
@@ -32,7 +32,7 @@ pub mod store;
 pub use array6::Array6;
 pub use pgradix::PgRadix;
 pub use roaring_ref::RoaringRef;
-pub use store::TidStore;
+pub use store::{Layout, TidStore};
 
 /// The largest line-pointer number on a heap page (PostgreSQL `MaxOffsetNumber` for 8 KB pages:
 /// `BLCKSZ / sizeof(ItemIdData)`). 8 KB heap pages hold at most 291 tuples

@@ -19,6 +19,7 @@ type Pages = Vec<(u32, Vec<u16>)>;
 fn structures(budget: usize) -> Vec<Box<dyn DeadTids>> {
     vec![
         Box::new(TidStore::new(budget)),
+        Box::new(TidStore::new(budget).portable()),
         Box::new(Array6::new(budget)),
         Box::new(RoaringRef::new(budget)),
         Box::new(PgRadix::new(budget)),
@@ -353,6 +354,62 @@ fn descending_blocks_are_refused() {
 /// Runs of identical pages (the attach fast path that encodes one container and replicates
 /// it) and EF pages with short and long upper parts (the branch-light membership test and its
 /// fallback), contiguous and spread, each followed by a differing page.
+/// Pages of one shape (count, first and last offset) but different offsets, so that uniform
+/// groups are written page by page; half the runs are bucketable, half have two offsets in
+/// one bucket on some page.
+#[test]
+fn uniform_groups_of_distinct_pages() {
+    let mut rng = StdRng::seed_from_u64(0xb0c4e7);
+    // (k, u, does the bucketed form exist): 40 offsets of 291 need 73 buckets, over one word.
+    for (k, u, form) in
+        [(4u16, 200u16, true), (10, 200, true), (20, 200, true), (24, 240, true), (40, 291, false), (6, 60, true)]
+    {
+        for run in [5usize, 200, 1100, 3000] {
+            for crowd in [false, true] {
+                let mut pages: Pages = Vec::new();
+                for i in 0..run as u32 {
+                    // First 1, last u, k - 2 more in between: well spread unless crowded.
+                    let mut offs = vec![1u16, u];
+                    let gap = (u - 1) / (k - 1);
+                    for j in 1..k - 1 {
+                        let base = 1 + j * gap;
+                        offs.push(if crowd && i % 7 == 3 && j == 1 { 2 } else { base + rng.gen_range(0..gap / 4 + 1) });
+                    }
+                    offs.sort_unstable();
+                    offs.dedup();
+                    while offs.len() < usize::from(k) {
+                        let o = rng.gen_range(2..u);
+                        if let Err(p) = offs.binary_search(&o) {
+                            offs.insert(p, o);
+                        }
+                    }
+                    pages.push((1000 + i, offs));
+                }
+                let set = oracle(&pages);
+                let p = probes(&mut rng, &set, u + 5);
+                for mut s in structures(usize::MAX) {
+                    for (b, offs) in &pages {
+                        s.add_page(*b, offs).expect("unlimited");
+                    }
+                    s.freeze();
+                    check_against(s.as_ref(), &set, &pages, &p, &format!("k {k} u {u} run {run} crowd {crowd}"));
+                }
+                let mut t = TidStore::new(usize::MAX);
+                for (b, offs) in &pages {
+                    t.add_page(*b, offs).expect("unlimited");
+                }
+                t.freeze();
+                let layout = t.layout();
+                assert_eq!(layout.pages, run);
+                assert_eq!(layout.groups, run.div_ceil(1024), "{layout:?}");
+                // Crowded runs have a page with two offsets in one bucket every 7 pages.
+                let bucketed = form && !(crowd && run > 3);
+                assert_eq!(layout.bucketed_groups, if bucketed { layout.groups } else { 0 }, "k {k} u {u} {layout:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn repeated_pages_and_elias_fano_shapes() {
     let mut rng = StdRng::seed_from_u64(0x7e9ea7);
@@ -365,10 +422,16 @@ fn repeated_pages_and_elias_fano_shapes() {
         (1..=40).map(|i| i * 7).collect(),
         random_offsets(&mut rng, 291, 30),
         random_offsets(&mut rng, 511, 3),
+        // Bucketed forms: the bitmap of buckets in one word or spread over two.
+        (1..=50).map(|i| i * 5).collect(),
+        vec![1, 9, 17, 25, 33, 41, 57, 291],
     ];
     for (si, shape) in shapes.iter().enumerate() {
         for step in [1u32, 3, 20, 100] {
-            for run in [1usize, 2, 31, 128, 129, 300] {
+            for run in [1usize, 2, 31, 128, 129, 300, 1024, 1025, 2500] {
+                if step > 1 && run > 300 {
+                    continue;
+                }
                 let mut pages: Pages = (0..run as u32).map(|i| (10 + i * step, shape.clone())).collect();
                 let last = pages.last().expect("non-empty").0;
                 pages.push((last + 1, vec![1, 2, 291]));

@@ -175,12 +175,21 @@ struct Truth<'a> {
     expected_ordered: u64,
 }
 
-fn ns_per(start: Instant, n: usize) -> f64 {
-    start.elapsed().as_nanos() as f64 / n.max(1) as f64
+/// Lookup passes are timed in this many interleaved slices: slice `i` of the probes runs on
+/// every structure before slice `i + 1` runs on any, so a slow spell of this shared machine
+/// falls on all structures alike instead of on whichever was being timed.
+const SLICES: usize = 5;
+
+/// A structure built for one case, with what was measured while building it.
+struct Built {
+    name: String,
+    s: Box<dyn DeadTids>,
+    bytes: Option<usize>,
+    attach_ms: f64,
 }
 
-/// Builds, measures and drops one structure.
-fn measure(name: &str, t: &Truth<'_>) -> Row {
+/// Builds one structure from the case's pages (attach, timed, ending with `freeze`).
+fn build(name: &str, t: &Truth<'_>) -> Built {
     let mut buf = Vec::with_capacity(300);
     let before = allocated_bytes();
     let start = Instant::now();
@@ -192,56 +201,81 @@ fn measure(name: &str, t: &Truth<'_>) -> Row {
     s.freeze();
     let attach_ms = start.elapsed().as_secs_f64() * 1e3;
     let bytes = before.and_then(|b| allocated_bytes().map(|a| a.wrapping_sub(b)));
-    let reported_bytes = s.memory_bytes();
-    let shown = bytes.unwrap_or(reported_bytes) as f64;
+    Built { name: name.into(), s, bytes, attach_ms }
+}
 
-    let start = Instant::now();
-    let m_shuf = t.shuffled.iter().filter(|&&p| s.contains(p)).count() as u64;
-    let shuffled_ns = ns_per(start, t.shuffled.len());
-    let start = Instant::now();
-    let m_ord = t.ordered.iter().filter(|&&p| s.contains(p)).count() as u64;
-    let ordered_ns = ns_per(start, t.ordered.len());
-    let mut bits = vec![0u64; t.shuffled.len().div_ceil(64)];
-    let start = Instant::now();
-    s.contains_many(t.shuffled, &mut bits);
-    let batched_ns = ns_per(start, t.shuffled.len());
-    let m_batch: u64 = bits.iter().map(|w| u64::from(w.count_ones())).sum();
-    let start = Instant::now();
-    let mut iterated = 0u64;
-    let mut last = None;
-    let mut ordered_ok = true;
-    s.for_each_page(&mut |b, offs| {
-        ordered_ok &= last.is_none_or(|l| b > l);
-        last = Some(b);
-        iterated += offs.len() as u64;
+/// Times `pass` over `probes` on every structure, slice by slice, rotating which structure goes
+/// first; returns (ns per probe, matches) per structure.
+fn interleaved(built: &[Built], probes: &[Tid], pass: impl Fn(&dyn DeadTids, &[Tid]) -> u64) -> Vec<(f64, u64)> {
+    let mut ns = vec![0u128; built.len()];
+    let mut matched = vec![0u64; built.len()];
+    let slice = probes.len().div_ceil(SLICES).max(1);
+    for (i, chunk) in probes.chunks(slice).enumerate() {
+        for k in 0..built.len() {
+            let j = (i + k) % built.len();
+            let start = Instant::now();
+            matched[j] += pass(built[j].s.as_ref(), chunk);
+            ns[j] += start.elapsed().as_nanos();
+        }
+    }
+    ns.iter().zip(matched).map(|(&n, m)| (n as f64 / probes.len().max(1) as f64, m)).collect()
+}
+
+/// Builds every structure named in `names` (all kept alive), then times their lookups
+/// interleaved and their iteration one after the other.
+fn measure_all(names: &[&str], t: &Truth<'_>) -> Vec<Row> {
+    let built: Vec<Built> = names.iter().map(|&n| build(n, t)).collect();
+    let shuffled = interleaved(&built, t.shuffled, |s, p| p.iter().filter(|&&q| s.contains(q)).count() as u64);
+    let ordered = interleaved(&built, t.ordered, |s, p| p.iter().filter(|&&q| s.contains(q)).count() as u64);
+    let batched = interleaved(&built, t.shuffled, |s, p| {
+        let mut bits = vec![0u64; p.len().div_ceil(64)];
+        s.contains_many(p, &mut bits);
+        bits.iter().map(|w| u64::from(w.count_ones())).sum()
     });
-    let iterate_ms = start.elapsed().as_secs_f64() * 1e3;
-    let matched_ok = m_shuf == t.expected_shuffled
-        && m_ord == t.expected_ordered
-        && m_batch == t.expected_shuffled
-        && iterated == t.dead_tids
-        && ordered_ok
-        && s.num_tids() == t.dead_tids;
-    if !matched_ok {
-        eprintln!(
-            "MISMATCH {name} on {}: shuffled {m_shuf}/{}, ordered {m_ord}/{}, batched {m_batch}, iterated {iterated}/{}",
-            t.case.name, t.expected_shuffled, t.expected_ordered, t.dead_tids
-        );
+    let mut rows = Vec::new();
+    for (i, b) in built.iter().enumerate() {
+        let s = b.s.as_ref();
+        let start = Instant::now();
+        let mut iterated = 0u64;
+        let mut last = None;
+        let mut ordered_ok = true;
+        s.for_each_page(&mut |blk, offs| {
+            ordered_ok &= last.is_none_or(|l| blk > l);
+            last = Some(blk);
+            iterated += offs.len() as u64;
+        });
+        let iterate_ms = start.elapsed().as_secs_f64() * 1e3;
+        let ((shuffled_ns, m_shuf), (ordered_ns, m_ord), (batched_ns, m_batch)) = (shuffled[i], ordered[i], batched[i]);
+        let matched_ok = m_shuf == t.expected_shuffled
+            && m_ord == t.expected_ordered
+            && m_batch == t.expected_shuffled
+            && iterated == t.dead_tids
+            && ordered_ok
+            && s.num_tids() == t.dead_tids;
+        if !matched_ok {
+            eprintln!(
+                "MISMATCH {} on {}: shuffled {m_shuf}/{}, ordered {m_ord}/{}, batched {m_batch}, iterated {iterated}/{}",
+                b.name, t.case.name, t.expected_shuffled, t.expected_ordered, t.dead_tids
+            );
+        }
+        let reported_bytes = s.memory_bytes();
+        let shown = b.bytes.unwrap_or(reported_bytes) as f64;
+        rows.push(Row {
+            structure: b.name.clone(),
+            bytes: b.bytes,
+            reported_bytes,
+            bytes_per_dead_tid: shown / t.dead_tids.max(1) as f64,
+            ratio_to_bound: shown / t.bound_bytes,
+            attach_ms: b.attach_ms,
+            shuffled_ns,
+            ordered_ns,
+            batched_ns,
+            iterate_ms,
+            matched_ok,
+            skipped: None,
+        });
     }
-    Row {
-        structure: name.into(),
-        bytes,
-        reported_bytes,
-        bytes_per_dead_tid: shown / t.dead_tids.max(1) as f64,
-        ratio_to_bound: shown / t.bound_bytes,
-        attach_ms,
-        shuffled_ns,
-        ordered_ns,
-        batched_ns,
-        iterate_ms,
-        matched_ok,
-        skipped: None,
-    }
+    rows
 }
 
 /// Runs every case at `scale` with at most `probes` shuffled probes per case.
@@ -278,14 +312,19 @@ pub fn run(
             shuffled: &shuffled,
             ordered: &ordered,
         };
-        let mut rows = Vec::new();
-        for &name in structures {
-            if name == "array6" && 6 * dead_tids > MAX_STRUCTURE_BYTES {
-                rows.push(skipped(name, dead_tids, &truth, "over 3 GiB (6 B/TID)"));
-                continue;
-            }
-            rows.push(measure(name, &truth));
-        }
+        let too_big = |name: &str| name == "array6" && 6 * dead_tids > MAX_STRUCTURE_BYTES;
+        let run: Vec<&str> = structures.iter().copied().filter(|n| !too_big(n)).collect();
+        let mut measured = measure_all(&run, &truth).into_iter();
+        let rows: Vec<Row> = structures
+            .iter()
+            .map(|&name| {
+                if too_big(name) {
+                    skipped(name, dead_tids, &truth, "over 3 GiB (6 B/TID)")
+                } else {
+                    measured.next().expect("one row per structure run")
+                }
+            })
+            .collect();
         let report = CaseReport {
             case: case.clone(),
             dead_pages: bound.pages_dead,

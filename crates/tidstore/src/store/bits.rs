@@ -1,11 +1,18 @@
 //! Bit-level reading and writing over the store's byte arena, least significant bit first.
 //!
 //! Invariant the reader relies on: the arena always ends with [`PAD`] zero bytes after the
-//! last encoded group, so an unaligned 8-byte load at any bit position inside a group is in
+//! last encoded group, so an unaligned 16-byte load at any bit position inside a group is in
 //! bounds.
 
-/// Zero bytes kept at the end of the arena so that [`read_bits`] can load 8 bytes anywhere.
-pub const PAD: usize = 8;
+/// Zero bytes kept at the end of the arena so that [`read_bits`] can load 8 bytes anywhere
+/// and a bucketed container's lookup can load 16 bytes at its first byte.
+pub const PAD: usize = 16;
+
+/// The 8 bytes at byte `byte` of `a`, little-endian.
+#[inline(always)]
+pub fn read_u64(a: &[u8], byte: usize) -> u64 {
+    u64::from_le_bytes(a[byte..byte + 8].try_into().expect("8 bytes"))
+}
 
 /// Reads `w <= 56` bits starting at bit `pos` of `a`.
 #[inline(always)]

@@ -16,13 +16,22 @@
 //! bdbench page of 10 offsets 20, 40, …, 200 takes 62 bits, against log2 C(200, 10) = 54.3
 //! for its own universe and log2 C(291, 10) = 59.8 for a whole 8 KB page's.
 //!
+//! **Bucketed** Elias–Fano: when no two of a page's values share a high part (`x >> l`),
+//! which regular or well-spread offsets give, the upper part is written as a bitmap of the
+//! `nb = ((u-1) >> l) + 1` buckets followed by the low parts, `nb + k*l` bits (`k - 1` fewer
+//! than Elias–Fano). Membership is then a bit test, a popcount for the rank, and one low part
+//! extracted from the 16 bytes loaded at the container's start: about a dozen instructions
+//! that wait for the container's cache miss, where the select of the unary form needs forty.
+//! Shuffled probes are bound by how many misses the CPU overlaps, which those waiting
+//! instructions limit. Only uniform groups use it ([`super::group`]), for the group's code.
+//!
 //! The encoder picks the shortest of the four forms ([`choose_code`]); ties go to the bitmap,
 //! then the run, then the packed form, which are faster to test. The packed form exists for
 //! speed: a page of one to three offsets (bdbench's seed 4 has two per page) is no longer
 //! packed than as Elias–Fano, and its test is a few instructions that depend on the loaded
 //! word, so consecutive random probes overlap their cache misses better.
 
-use super::bits::{read56, read_bits, BitWriter};
+use super::bits::{read56, read_bits, read_u64, BitWriter};
 
 pub const CODE_BITMAP: u8 = 0;
 pub const CODE_RUN: u8 = 255;
@@ -84,8 +93,61 @@ pub fn choose_code(k: usize, min: u16, max: u16, u: u32) -> u8 {
     best.1
 }
 
-/// Appends the container for `offsets` (ascending, all `<= u`).
-pub fn encode(w: &mut BitWriter<'_>, code: u8, u: u32, offsets: &[u16]) {
+/// The most buckets of a bucketed container (its bitmap is read as one word).
+const BUCKETS_MAX: u32 = 56;
+/// The longest bucketed container: with up to 7 bits of byte offset it fits the 16 bytes
+/// a lookup loads.
+const BUCKET_BITS_MAX: u32 = 120;
+
+/// The length of code `code`'s container in the bucketed form, if that form exists for it
+/// (an Elias–Fano code whose bucket bitmap fits a word and whose container fits 16 bytes).
+#[inline(always)]
+pub fn bucket_bits(code: u8, u: u32) -> Option<u32> {
+    let k = u32::from(code);
+    if !(1..=EF_MAX_K as u32).contains(&k) || k > u {
+        return None;
+    }
+    let l = ef_l(k, u);
+    let nb = ((u - 1) >> l) + 1;
+    let bits = nb + k * l;
+    (nb <= BUCKETS_MAX && bits <= BUCKET_BITS_MAX).then_some(bits)
+}
+
+/// Can `offsets` (ascending, non-empty) be written bucketed in a group whose universe is their
+/// largest offset? True iff no two share a high part at the Elias–Fano width for their count.
+pub fn bucketable(offsets: &[u16]) -> bool {
+    let k = offsets.len() as u32;
+    let u = u32::from(offsets[offsets.len() - 1]);
+    if !(1..=EF_MAX_K as u32).contains(&k) || k > u {
+        return false;
+    }
+    let l = ef_l(k, u);
+    offsets.windows(2).all(|w| (u32::from(w[0]) - 1) >> l != (u32::from(w[1]) - 1) >> l)
+}
+
+/// Appends the container for `offsets` (ascending, all `<= u`); `bucketed` selects the bucketed
+/// form of an Elias–Fano code.
+pub fn encode(w: &mut BitWriter<'_>, code: u8, bucketed: bool, u: u32, offsets: &[u16]) {
+    if bucketed {
+        let k = u32::from(code);
+        debug_assert_eq!(k as usize, offsets.len());
+        let l = ef_l(k, u);
+        let nb = ((u - 1) >> l) + 1;
+        let mut buckets = 0u64;
+        for &o in offsets {
+            buckets |= 1 << ((u32::from(o) - 1) >> l);
+        }
+        debug_assert_eq!(buckets.count_ones(), k, "offsets share a bucket");
+        w.put(buckets & 0xffff_ffff, nb.min(32));
+        if nb > 32 {
+            w.put(buckets >> 32, nb - 32);
+        }
+        let mask = (1u32 << l) - 1;
+        for &o in offsets {
+            w.put(u64::from((u32::from(o) - 1) & mask), l);
+        }
+        return;
+    }
     match code {
         CODE_BITMAP => {
             let mut next = 1u32;
@@ -127,9 +189,22 @@ pub fn encode(w: &mut BitWriter<'_>, code: u8, u: u32, offsets: &[u16]) {
     }
 }
 
-/// Is offset `o` in the container at bit `q` of `a`? Hot path: the last step of every lookup.
+/// Is offset `o` in the container at bit `q` of `a`? The container is in the plain (not
+/// bucketed) form of `code`. Hot path: the last step of a lookup in a mixed group.
 #[inline(always)]
 pub fn contains(a: &[u8], q: usize, code: u8, u: u32, o: u32) -> bool {
+    let l = match code {
+        c if (1..=EF_MAX_K as u8).contains(&c) => ef_l(u32::from(c), u),
+        _ => 0,
+    };
+    contains_with(a, q, code, false, l, u, o)
+}
+
+/// [`contains`] with the Elias–Fano width `l` of an Elias–Fano code already known, and
+/// `bucketed` naming the form of such a code: the last step of every lookup in a uniform
+/// group, whose directory entry carries both. Hot path.
+#[inline(always)]
+pub fn contains_with(a: &[u8], q: usize, code: u8, bucketed: bool, l: u32, u: u32, o: u32) -> bool {
     if o == 0 || o > u {
         return false;
     }
@@ -142,15 +217,65 @@ pub fn contains(a: &[u8], q: usize, code: u8, u: u32, o: u32) -> bool {
             let hi = (v >> b) as u32;
             lo <= o && o <= hi
         }
-        c if usize::from(c) > EF_MAX_K => {
-            let (b, k) = (bitlen(u), u32::from(c) - EF_MAX_K as u32);
-            let v = read56(a, q);
-            let m = (1u64 << b) - 1;
-            let o = u64::from(o);
-            (v & m == o) | (k >= 2) & ((v >> b) & m == o) | (k >= 3) & ((v >> (2 * b)) & m == o)
-        }
-        k => ef_contains(a, q, k as u32, u, o - 1),
+        c if usize::from(c) > EF_MAX_K => packed_contains(a, q, u32::from(c) - EF_MAX_K as u32, bitlen(u), o),
+        _ if bucketed => bucket_contains(a, q, l, u, o - 1),
+        k => ef_contains(a, q, k as u32, l, u, o - 1),
     }
+}
+
+/// [`contains_with`] for the fast path of a lookup: the short tests inline, Elias–Fano's
+/// select out of line, so that the caller stays small (few registers to save, few
+/// instructions in flight per probe).
+#[inline(always)]
+pub fn contains_fast(a: &[u8], q: usize, code: u8, bucketed: bool, l: u32, u: u32, o: u32) -> bool {
+    if o == 0 || o > u {
+        return false;
+    }
+    match code {
+        CODE_BITMAP => read_bits(a, q + (o - 1) as usize, 1) != 0,
+        CODE_RUN => {
+            let b = bitlen(u);
+            let v = read_bits(a, q, 2 * b);
+            (v & ((1 << b) - 1)) as u32 <= o && o <= (v >> b) as u32
+        }
+        c if usize::from(c) > EF_MAX_K => packed_contains(a, q, u32::from(c) - EF_MAX_K as u32, bitlen(u), o),
+        _ if bucketed => bucket_contains(a, q, l, u, o - 1),
+        k => ef_contains_outlined(a, q, u32::from(k), l, u, o - 1),
+    }
+}
+
+#[inline(never)]
+fn ef_contains_outlined(a: &[u8], q: usize, k: u32, l: u32, u: u32, x: u32) -> bool {
+    ef_contains(a, q, k, l, u, x)
+}
+
+/// Membership of `o` among `k <= 3` packed `b`-bit offsets, by the "has a zero lane" test
+/// on the XOR with `o` in every lane: five instructions after the load, no branch. Exact:
+/// a borrow only reaches a lane above a lane that is zero.
+#[inline(always)]
+fn packed_contains(a: &[u8], q: usize, k: u32, b: u32, o: u32) -> bool {
+    let ones = 1 | u64::from(k >= 2) << b | u64::from(k >= 3) << (2 * b);
+    let highs = ones << (b - 1);
+    let t = read56(a, q) ^ (u64::from(o) * ones);
+    t.wrapping_sub(ones) & !t & highs != 0
+}
+
+/// Bucketed Elias–Fano membership of `x` (see the module documentation): the bucket bitmap
+/// and the low parts both come from the 16 bytes at the container's first byte.
+#[inline(always)]
+fn bucket_contains(a: &[u8], q: usize, l: u32, u: u32, x: u32) -> bool {
+    let nb = ((u - 1) >> l) + 1;
+    let h = x >> l;
+    let lo = u64::from(x & ((1 << l) - 1));
+    let byte = q >> 3;
+    let sh = (q & 7) as u32;
+    let w0 = read_u64(a, byte);
+    let w1 = read_u64(a, byte + 8);
+    let present = (w0 >> (sh + h)) & 1;
+    let rank = (w0 & (((1u64 << h) - 1) << sh)).count_ones();
+    let p = sh + nb + rank * l;
+    let v = ((u128::from(w1) << 64 | u128::from(w0)) >> p) as u64 & ((1u64 << l) - 1);
+    (present != 0) & (v == lo)
 }
 
 /// `SELECT_IN_BYTE[r << 8 | b]`: the position of the set bit of rank `r` in byte `b` (8 if none).
@@ -199,8 +324,8 @@ fn select1(w: u64, r: u32) -> u32 {
 /// first two low parts of the bucket are compared at once; longer buckets fall back to a loop.
 /// Otherwise [`ef_contains_long`].
 #[inline(always)]
-fn ef_contains(a: &[u8], q: usize, k: u32, u: u32, x: u32) -> bool {
-    let l = ef_l(k, u);
+fn ef_contains(a: &[u8], q: usize, k: u32, l: u32, u: u32, x: u32) -> bool {
+    debug_assert_eq!(l, ef_l(k, u));
     let ulen = k + ((u - 1) >> l);
     if ulen > 56 {
         return ef_contains_long(a, q, k, u, x);
@@ -270,8 +395,22 @@ fn ef_contains_long(a: &[u8], q: usize, k: u32, u: u32, x: u32) -> bool {
 }
 
 /// Decodes the container into `out` (cleared first).
-pub fn decode(a: &[u8], q: usize, code: u8, u: u32, out: &mut Vec<u16>) {
+pub fn decode(a: &[u8], q: usize, code: u8, bucketed: bool, u: u32, out: &mut Vec<u16>) {
     out.clear();
+    if bucketed {
+        let l = ef_l(u32::from(code), u);
+        let nb = ((u - 1) >> l) + 1;
+        let mut buckets = read_bits(a, q, nb.min(56));
+        let mut low = q + nb as usize;
+        while buckets != 0 {
+            let h = buckets.trailing_zeros();
+            let x = (h << l) | read_bits(a, low, l) as u32;
+            out.push((x + 1) as u16);
+            low += l as usize;
+            buckets &= buckets - 1;
+        }
+        return;
+    }
     match code {
         CODE_BITMAP => {
             let mut base = 0u32;

@@ -11,13 +11,14 @@
 //!
 //! ```text
 //!  directory: Vec<Entry>, 16 bytes per group, sorted by first block
-//!  ┌──────────────────────────────┬──────────────────────────────┬─────
-//!  │ first=0   pos=0  meta  mask  │ first=128 pos=…  meta  mask  │ …
-//!  └──────────────┬───────────────┴──────────────────────────────┴─────
-//!                 │ meta: pages n, block-set kind, uniform?, code, u (largest offset)
+//!  ┌──────────────────────────────┬───────────────────────────────┬─────
+//!  │ first=0   pos=0  meta  aux   │ first=1024 pos=…  meta  aux   │ …
+//!  └──────────────┬───────────────┴───────────────────────────────┴─────
+//!                 │ meta: pages n, block-set kind, uniform?, bucketed?, u (largest offset)
+//!                 │ aux: code; block mask, or container bits and Elias–Fano width
 //!  arena (bytes)  ▼
 //!  ┌─────────────┬───────────┬──────────────────────────────────────┬─────────┬─ ─ ─┬───────┐
-//!  │ block list? │ codes?    │ containers: page0 | page1 | … | pageN │ group 2 │ …    │ 8 × 0 │
+//!  │ block list? │ codes?    │ containers: page0 | page1 | … | pageN │ group 2 │ …    │ 16× 0 │
 //!  └─────────────┴───────────┴──────────────────────────────────────┴─────────┴─ ─ ─┴───────┘
 //!   only if the    only if      bit string, lengths from (code, u)                    PAD
 //!   blocks are     pages differ
@@ -25,36 +26,48 @@
 //! ```
 //!
 //! * **Directory** ([`group::Entry`]) — per group: first block, arena position, and the
-//!   group's header: page count, how its blocks are known (contiguous; a 32-bit mask inside
+//!   group's header: page count, how its blocks are known (contiguous; a 24-bit mask inside
 //!   the entry; or a bit-packed delta list in the arena), whether every page has the same
-//!   code (and which), and the universe `u`. A lookup finds the last entry whose first block
+//!   code (and which, with its container length and Elias–Fano width), and the universe `u`. A lookup finds the last entry whose first block
 //!   is `<=` the probe by *interpolation*: one guess from a precomputed 32.32 fixed-point
 //!   slope (a multiply and a shift, no divide), up to two steps either way; if still off
 //!   (uneven group spans), interpolation search between the ends with a binary search after
 //!   three guesses, so no distribution costs more than `O(log n)`. On dense or evenly spread
 //!   sets the first guess is the answer.
-//! * **Group** ([`group`]) — up to 128 consecutive non-empty pages of one shape (same count,
-//!   first and last offset: a uniform group, one code for all), or up to 32 of mixed shapes.
+//! * **Group** ([`group`]) — up to 1,024 consecutive non-empty pages of one shape (same
+//!   count, first and last offset: a uniform group, one code for all), up to 128 spread-out
+//!   pages of one shape, or up to 32 of mixed shapes.
 //! * **Container** ([`container`]) — each page's offsets as the shortest of a `u`-bit bitmap, a
-//!   single run, 1–3 offsets packed verbatim, or an Elias–Fano code, bit-packed back to back.
+//!   single run, 1–3 offsets packed verbatim, or an Elias–Fano code (bucketed when no two
+//!   offsets of any page in the group share a bucket), bit-packed back to back.
 //!
 //! # Costs
 //!
-//! A lookup in a uniform group: the directory entry (1.25 MB of directory for ten million
-//! dense pages: cache-resident) → arithmetic → the container (one cache miss) → a bit test or
-//! a short Elias–Fano test (branch-light when the upper part fits a 56-bit word: one broadword
-//! select, a run length, two low parts compared at once).
+//! Shuffled single probes (index vacuuming) miss the cache once each, and what bounds them is
+//! how many probes the CPU overlaps. That is limited by the instructions each probe keeps in
+//! flight, above all those that wait for its miss, far more than by the number of misses; so
+//! the lookup is shaped to run few:
 //!
-//! Shuffled single probes are bound by how many of them the CPU overlaps, and that is limited
-//! by the instructions each probe runs after its container miss, not by the miss count: the
-//! packed form for 1–3 offsets and the branch-free select each cut that tail. (Huge pages for
-//! the arena were tried: no gain, and `MADV_COLLAPSE` costs attach time.) Mixed groups add a sum over at most 31 code bytes, spread
-//! groups a binary search of the delta list, both in the container's neighbourhood.
-//! [`TidStore::contains_many`] overlaps these misses across a window of probes with
-//! prefetches.
+//! * a contiguous uniform group (every dense set) is found by one interpolation guess and
+//!   needs nothing but its entry to locate the container: the fast path in
+//!   [`TidStore::contains`] saves no registers and sends everything else out of line;
+//! * the directory of ten million dense pages is 156 KB, inside the L2 cache;
+//! * after the container's miss: one bit (bitmap), two compares (run), a five-instruction
+//!   "zero lane" test (1–3 packed offsets), or a bit test, a `popcnt` and one low part read
+//!   from the same 16 bytes (bucketed Elias–Fano); only the unary Elias–Fano form needs a
+//!   select (branch-free broadword, about forty instructions);
+//! * on x86-64 with POPCNT, LZCNT, BMI1 and BMI2 a copy of the lookup compiled for them runs
+//!   (one-instruction popcount and variable shifts); other CPUs run the portable copy.
 //!
-//! Memory, for the bdbench set of 10 offsets every 20th line pointer on every page: 62 bits
-//! of container and 1/8 byte of directory per page — 1.05× the information-theoretic bound.
+//! Mixed groups add a sum over at most 31 code bytes, spread groups a binary search of the
+//! delta list, both in the container's neighbourhood: lookups there cost several times more
+//! (the random case of `settle bench tidstore`). [`TidStore::contains_many`] overlaps misses
+//! across a window of probes with prefetches. (Huge pages for the arena were tried: no gain
+//! on the benchmark machine, whose kernel gave none.)
+//!
+//! Memory, for the bdbench set of 10 offsets every 20th line pointer on every page: 53 bits
+//! of bucketed container and 1/64 byte of directory per page, under the information-theoretic
+//! bound for 10 offsets among 291 (the bound does not know that the offsets stop at 200).
 //! One dead TID per 100 pages over 2^32 blocks: about 3.5 bytes per TID. Never more than the
 //! 6-byte array plus a small constant (tests/properties.rs checks it).
 //!
@@ -76,7 +89,7 @@ mod container;
 mod group;
 
 use bits::PAD;
-use group::{Entry, GroupPlan, PageSummary, GROUP_PAGES, GROUP_PAGES_MIXED};
+use group::{Entry, GroupPlan, PageSummary, GROUP_PAGES, GROUP_PAGES_CONTIG, GROUP_PAGES_MIXED};
 
 use crate::{check_page, grown_capacity, reserve_to, DeadTids, Full, Tid, MAX_OFFSET};
 
@@ -87,6 +100,8 @@ const WINDOW: usize = 16;
 #[derive(Debug)]
 pub struct TidStore {
     budget_bytes: usize,
+    /// Does the CPU have the instructions of [`TidStore::contains_bit_isa`]?
+    bit_isa: bool,
     /// One entry per encoded group, by first block.
     dir: Vec<Entry>,
     /// [`TidStore::slope`] of `dir`.
@@ -94,15 +109,24 @@ pub struct TidStore {
     /// Encoded groups, then [`PAD`] zero bytes (once anything is stored).
     arena: Vec<u8>,
     /// The group being filled: its pages' summaries and offsets, not yet encoded.
-    staged: [PageSummary; GROUP_PAGES],
+    staged: [PageSummary; GROUP_PAGES_CONTIG],
     staged_n: usize,
     /// Do the staged pages differ in shape (count, first or last offset)?
     staged_mixed: bool,
+    /// Are the staged pages' blocks consecutive?
+    staged_contig: bool,
+    /// Can every staged page be written in the bucketed form ([`container::bucketable`])?
+    staged_bucketable: bool,
     /// The largest offset among the staged pages.
-    staged_u: u16,
+    /// (A `u32`, not a `u16`: a 2-byte store followed by this field's wider reload defeated
+    /// store-to-load forwarding and cost a quarter of `add_page`.)
+    staged_u: u32,
     staged_offsets: Vec<u16>,
     num_tids: u64,
     last_block: Option<u32>,
+    /// The last page shape (count, first, last offset) seen by `add_page`, and whether pages
+    /// of that shape have a bucketed form.
+    shape_cache: ((u16, u16, u16), bool),
 }
 
 impl TidStore {
@@ -110,17 +134,40 @@ impl TidStore {
     pub fn new(budget_bytes: usize) -> TidStore {
         TidStore {
             budget_bytes,
+            bit_isa: bit_isa(),
             dir: Vec::new(),
             dir_mult: 0,
             arena: Vec::new(),
-            staged: [PageSummary::default(); GROUP_PAGES],
+            staged: [PageSummary::default(); GROUP_PAGES_CONTIG],
             staged_n: 0,
             staged_mixed: false,
+            staged_contig: true,
+            staged_bucketable: true,
             staged_u: 0,
             staged_offsets: Vec::new(),
             num_tids: 0,
             last_block: None,
+            shape_cache: ((0, 0, 0), false),
         }
+    }
+
+    /// The same store, but its lookups use only the portable code path, never the one compiled
+    /// for POPCNT/LZCNT/BMI1/BMI2 (for tests, and to measure what those instructions buy).
+    pub fn portable(mut self) -> TidStore {
+        self.bit_isa = false;
+        self
+    }
+
+    /// How the encoded groups are laid out (staged pages not counted).
+    pub fn layout(&self) -> Layout {
+        let mut l = Layout { groups: self.dir.len(), ..Layout::default() };
+        for e in &self.dir {
+            l.pages += e.n();
+            l.uniform_groups += usize::from(e.uniform());
+            l.contiguous_uniform_groups += usize::from(e.contiguous_uniform());
+            l.bucketed_groups += usize::from(e.bucketed());
+        }
+        l
     }
 
     pub fn budget_bytes(&self) -> usize {
@@ -135,7 +182,84 @@ impl TidStore {
     /// Is `tid` in the store? Hot path: one directory probe, then one group.
     #[inline]
     pub fn contains(&self, tid: Tid) -> bool {
-        if self.staged_n > 0 && tid.block >= self.staged[0].block {
+        #[cfg(target_arch = "x86_64")]
+        if self.bit_isa {
+            // SAFETY: `bit_isa` is set only when the CPU has the features `contains_bit_isa`
+            // is compiled for.
+            return unsafe { self.contains_bit_isa(tid) };
+        }
+        self.contains_inline(tid)
+    }
+
+    /// [`TidStore::contains`] compiled for CPUs with POPCNT, LZCNT, BMI1 and BMI2 (x86-64-v3
+    /// has them all): the rank of a bucketed container is one `popcnt`, and variable shifts
+    /// and masks are single instructions that leave `cl` alone. Every instruction a probe
+    /// runs after its cache miss counts: they decide how many probes the CPU overlaps.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "popcnt,lzcnt,bmi1,bmi2")]
+    unsafe fn contains_bit_isa(&self, tid: Tid) -> bool {
+        self.contains_inline(tid)
+    }
+
+    #[inline(always)]
+    fn contains_inline(&self, tid: Tid) -> bool {
+        // Fast path: the interpolation guess lands on a contiguous uniform group holding the
+        // block (every probe of a dense set). Everything about the container is then in the
+        // entry; anything else goes out of line, so this path saves no registers.
+        let dir = &self.dir[..];
+        if self.staged_n == 0 && !dir.is_empty() {
+            let g = ((u64::from(tid.block.wrapping_sub(dir[0].first)) * self.dir_mult) >> 32) as usize;
+            let e = &dir[g.min(dir.len() - 1)];
+            let d = tid.block.wrapping_sub(e.first);
+            if e.contiguous_uniform() && (d as usize) < e.n() {
+                return self.contiguous_contains(e, d, tid.offset);
+            }
+        }
+        self.contains_general(tid)
+    }
+
+    /// Is `offset` dead on block `e.first + d` of the [`Entry::contiguous_uniform`] group `e`,
+    /// which holds that block (`d < e.n()`)?
+    #[inline(always)]
+    fn contiguous_contains(&self, e: &Entry, d: u32, offset: u16) -> bool {
+        let q = e.pos as usize * 8 + d as usize * e.contiguous_bits() as usize;
+        let (code, bucketed, l, u) = (e.uniform_code(), e.bucketed(), e.uniform_l(), e.u());
+        container::contains_fast(&self.arena, q, code, bucketed, l, u, u32::from(offset))
+    }
+
+    /// Is `tid` in group `g`, which is the last group starting at or before its block?
+    #[inline(always)]
+    fn group_contains_fast(&self, g: usize, tid: Tid) -> bool {
+        let e = &self.dir[g];
+        if e.contiguous_uniform() {
+            let d = tid.block - e.first;
+            return (d as usize) < e.n() && self.contiguous_contains(e, d, tid.offset);
+        }
+        self.group_contains_outlined(g, tid)
+    }
+
+    #[inline(never)]
+    fn group_contains_outlined(&self, g: usize, tid: Tid) -> bool {
+        self.group_contains(g, tid)
+    }
+
+    /// [`TidStore::contains`] off the fast path.
+    #[inline(never)]
+    fn contains_general(&self, tid: Tid) -> bool {
+        if self.staged_n > 0 {
+            return self.contains_staging(tid);
+        }
+        match self.find_group(tid.block) {
+            Some(g) => self.group_contains(g, tid),
+            None => false,
+        }
+    }
+
+    /// [`TidStore::contains`] while pages are staged (before [`DeadTids::freeze`]).
+    #[cold]
+    #[inline(never)]
+    fn contains_staging(&self, tid: Tid) -> bool {
+        if tid.block >= self.staged[0].block {
             return self.staged_contains(tid);
         }
         match self.find_group(tid.block) {
@@ -217,7 +341,11 @@ impl TidStore {
             return false;
         };
         let (code, bit) = e.container(a, r);
-        container::contains(a, bit, code, e.u(), u32::from(tid.offset))
+        if e.uniform() {
+            container::contains_with(a, bit, code, e.bucketed(), e.uniform_l(), e.u(), u32::from(tid.offset))
+        } else {
+            container::contains(a, bit, code, e.u(), u32::from(tid.offset))
+        }
     }
 
     fn staged_contains(&self, tid: Tid) -> bool {
@@ -237,6 +365,23 @@ impl TidStore {
     /// first two cache lines prefetched, and probe `i` has its directory slot prefetched, so
     /// up to `2W` cache misses are in flight at once. Hot path.
     pub fn contains_many(&self, tids: &[Tid], out: &mut [u64]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.bit_isa {
+            // SAFETY: as in `contains`.
+            return unsafe { self.contains_many_bit_isa(tids, out) };
+        }
+        self.contains_many_inline(tids, out)
+    }
+
+    /// [`TidStore::contains_many`] for the CPUs of [`TidStore::contains_bit_isa`].
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "popcnt,lzcnt,bmi1,bmi2")]
+    unsafe fn contains_many_bit_isa(&self, tids: &[Tid], out: &mut [u64]) {
+        self.contains_many_inline(tids, out)
+    }
+
+    #[inline(always)]
+    fn contains_many_inline(&self, tids: &[Tid], out: &mut [u64]) {
         assert!(out.len() * 64 >= tids.len(), "contains_many: output bitmap too short");
         out.iter_mut().for_each(|w| *w = 0);
         let n = tids.len();
@@ -258,7 +403,7 @@ impl TidStore {
             if i >= 2 * WINDOW {
                 let j = i - 2 * WINDOW;
                 let g = ring[j % WINDOW];
-                if g != usize::MAX && self.group_contains(g, tids[j]) {
+                if g != usize::MAX && self.group_contains_fast(g, tids[j]) {
                     out[j / 64] |= 1 << (j % 64);
                 }
             }
@@ -287,7 +432,7 @@ impl TidStore {
             (0..e.n()).map(move |r| {
                 let (code, bit) = e.container(a, r);
                 let mut offsets = Vec::new();
-                container::decode(a, bit, code, e.u(), &mut offsets);
+                container::decode(a, bit, code, e.bucketed(), e.u(), &mut offsets);
                 (e.first + e.delta(a, r), OffsetSet { offsets })
             })
         });
@@ -312,12 +457,12 @@ impl TidStore {
             return;
         }
         let pages = &self.staged[..self.staged_n];
-        let plan = GroupPlan::new(pages);
+        let plan = GroupPlan::new(pages, self.staged_bucketable);
         debug_assert!(self.arena.capacity() >= self.arena.len() + plan.bytes());
         let pos = self.arena.len() - PAD;
         self.arena.truncate(pos);
         let mut arena = std::mem::take(&mut self.arena);
-        let mut starts = [0usize; GROUP_PAGES + 1];
+        let mut starts = [0usize; GROUP_PAGES_CONTIG + 1];
         for (i, p) in pages.iter().enumerate() {
             starts[i + 1] = starts[i] + usize::from(p.k);
         }
@@ -329,35 +474,41 @@ impl TidStore {
         self.dir_mult = Self::slope(&self.dir);
         self.staged_n = 0;
         self.staged_mixed = false;
+        self.staged_contig = true;
+        self.staged_bucketable = true;
         self.staged_u = 0;
         self.staged_offsets.clear();
     }
 
-    /// Does the staged group end before this page? At [`GROUP_PAGES`] pages, or at
-    /// [`GROUP_PAGES_MIXED`] unless every page so far and this one have the same shape.
+    /// Does the staged group end before this page? At [`GROUP_PAGES_CONTIG`] pages; at
+    /// [`GROUP_PAGES`] unless every page so far and this one are consecutive and of one shape;
+    /// at [`GROUP_PAGES_MIXED`] unless every page so far and this one have the same shape.
     fn must_flush(&self, p: PageSummary) -> bool {
         let n = self.staged_n;
-        if n == GROUP_PAGES {
+        if n == GROUP_PAGES_CONTIG {
             return true;
         }
         if n < GROUP_PAGES_MIXED {
             return false;
         }
         let s = self.staged[0];
-        self.staged_mixed || (p.k, p.min, p.max) != (s.k, s.min, s.max)
+        if self.staged_mixed || (p.k, p.min, p.max) != (s.k, s.min, s.max) {
+            return true;
+        }
+        n >= GROUP_PAGES && !(self.staged_contig && p.block == self.staged[n - 1].block + 1)
     }
 
     /// Capacities after adding a page: (arena, dir, staged offsets), or `Full`.
-    fn plan_capacity(&self, summary: PageSummary) -> Result<(usize, usize, usize), Full> {
+    fn plan_capacity(&self, summary: PageSummary, bucketable: bool) -> Result<(usize, usize, usize), Full> {
         let flush = self.must_flush(summary);
         // Fast path: the current capacity holds even a loose upper bound of what is needed.
         let staged_u = self.staged_u;
         let (closed_upper, open_upper, staged_after) = if flush {
-            (upper_bytes(self.staged_n, staged_u), upper_bytes(1, summary.max), usize::from(summary.k))
+            (upper_bytes(self.staged_n, staged_u), upper_bytes(1, u32::from(summary.max)), usize::from(summary.k))
         } else {
             (
                 0,
-                upper_bytes(self.staged_n + 1, staged_u.max(summary.max)),
+                upper_bytes(self.staged_n + 1, staged_u.max(u32::from(summary.max))),
                 self.staged_offsets.len() + usize::from(summary.k),
             )
         };
@@ -367,13 +518,30 @@ impl TidStore {
         {
             return Ok((self.arena.capacity(), self.dir.capacity(), self.staged_offsets.capacity()));
         }
+        let total = |a: usize, d: usize, s: usize| a + d * 16 + s * 2;
+        // Grow to cover the loose bound while the budget allows, so that the following pages
+        // take the fast path again instead of planning their group exactly, page after page.
+        let loose = self.arena.len().max(PAD) + closed_upper + open_upper;
+        let loose_caps = (
+            grown_capacity(self.arena.len(), self.arena.capacity(), loose - self.arena.len(), 4096),
+            grown_capacity(self.dir.len(), self.dir.capacity(), 2, 64),
+            if self.staged_offsets.capacity() >= staged_after {
+                self.staged_offsets.capacity()
+            } else {
+                staged_after.max(self.staged_offsets.capacity() * 2).max(64)
+            },
+        );
+        if total(loose_caps.0, loose_caps.1, loose_caps.2) <= self.budget_bytes {
+            return Ok(loose_caps);
+        }
         let (arena_len, dir_len, staged_len, open) = if flush {
-            let closed = GroupPlan::new(&self.staged[..self.staged_n]).bytes();
-            (self.arena.len().max(PAD) + closed, self.dir.len() + 1, 0, GroupPlan::new(&[summary]).bytes())
+            let closed = GroupPlan::new(&self.staged[..self.staged_n], self.staged_bucketable).bytes();
+            let open = GroupPlan::new(&[summary], bucketable).bytes();
+            (self.arena.len().max(PAD) + closed, self.dir.len() + 1, 0, open)
         } else {
-            let mut pages = self.staged;
-            pages[self.staged_n] = summary;
-            let open = GroupPlan::new(&pages[..=self.staged_n]).bytes();
+            let mut pages = self.staged[..self.staged_n].to_vec();
+            pages.push(summary);
+            let open = GroupPlan::new(&pages, self.staged_bucketable && bucketable).bytes();
             (self.arena.len().max(PAD), self.dir.len(), self.staged_offsets.len(), open)
         };
         // Room for the open group to be encoded without growing: arena, its PAD, a dir slot.
@@ -381,7 +549,6 @@ impl TidStore {
         let arena_cap = grown_capacity(self.arena.len(), self.arena.capacity(), arena_need - self.arena.len(), 4096);
         let dir_cap = grown_capacity(self.dir.len(), self.dir.capacity(), dir_len + 1 - self.dir.len(), 64);
         let staged_cap = grown_capacity(staged_len, self.staged_offsets.capacity(), usize::from(summary.k), 64);
-        let total = |a: usize, d: usize, s: usize| a + d * 16 + s * 2;
         if total(arena_cap, dir_cap, staged_cap) <= self.budget_bytes {
             return Ok((arena_cap, dir_cap, staged_cap));
         }
@@ -403,8 +570,21 @@ impl TidStore {
 
 /// An upper bound of the arena bytes of a group of `n` pages whose largest offset is `u`:
 /// block list (32 bits per page at most), code bytes, and containers no longer than bitmaps.
-fn upper_bytes(n: usize, u: u16) -> usize {
-    2 + n * (usize::from(u).div_ceil(8) + 1 + 4)
+fn upper_bytes(n: usize, u: u32) -> usize {
+    2 + n * ((u as usize).div_ceil(8) + 1 + 4)
+}
+
+/// Does this CPU have POPCNT, LZCNT, BMI1 and BMI2?
+fn bit_isa() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("popcnt")
+            && std::arch::is_x86_feature_detected!("lzcnt")
+            && std::arch::is_x86_feature_detected!("bmi1")
+            && std::arch::is_x86_feature_detected!("bmi2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// Prefetches the cache line at `p` into all cache levels; a no-op off x86-64.
@@ -417,6 +597,19 @@ fn prefetch(p: *const u8) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
+}
+
+/// What [`TidStore::layout`] reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    pub groups: usize,
+    pub pages: usize,
+    /// Groups whose pages share one code.
+    pub uniform_groups: usize,
+    /// Uniform groups of consecutive blocks (the lookup's fast path).
+    pub contiguous_uniform_groups: usize,
+    /// Uniform Elias–Fano groups in the bucketed form.
+    pub bucketed_groups: usize,
 }
 
 /// One page's dead offsets, ascending.
@@ -452,7 +645,14 @@ impl DeadTids for TidStore {
         }
         let summary = PageSummary { block, k: offsets.len() as u16, min: offsets[0], max: offsets[offsets.len() - 1] };
         debug_assert!(summary.max <= MAX_OFFSET);
-        let (arena_cap, dir_cap, staged_cap) = self.plan_capacity(summary)?;
+        // Only an Elias–Fano page with a bucketed form can use it; skip the scan otherwise.
+        let shape = (summary.k, summary.min, summary.max);
+        if self.shape_cache.0 != shape {
+            let code = container::choose_code(offsets.len(), summary.min, summary.max, u32::from(summary.max));
+            self.shape_cache = (shape, container::bucket_bits(code, u32::from(summary.max)).is_some());
+        }
+        let bucketable = self.shape_cache.1 && container::bucketable(offsets);
+        let (arena_cap, dir_cap, staged_cap) = self.plan_capacity(summary, bucketable)?;
         reserve_to(&mut self.arena, arena_cap);
         reserve_to(&mut self.dir, dir_cap);
         if self.must_flush(summary) {
@@ -465,10 +665,12 @@ impl DeadTids for TidStore {
         if self.staged_n > 0 {
             let s = self.staged[0];
             self.staged_mixed |= (summary.k, summary.min, summary.max) != (s.k, s.min, s.max);
+            self.staged_contig &= block == self.staged[self.staged_n - 1].block + 1;
         }
+        self.staged_bucketable &= bucketable;
         self.staged[self.staged_n] = summary;
         self.staged_n += 1;
-        self.staged_u = self.staged_u.max(summary.max);
+        self.staged_u = self.staged_u.max(u32::from(summary.max));
         self.staged_offsets.extend_from_slice(offsets);
         self.num_tids += offsets.len() as u64;
         self.last_block = Some(block);
@@ -497,7 +699,7 @@ impl DeadTids for TidStore {
         for e in &self.dir {
             for r in 0..e.n() {
                 let (code, bit) = e.container(a, r);
-                container::decode(a, bit, code, e.u(), &mut buf);
+                container::decode(a, bit, code, e.bucketed(), e.u(), &mut buf);
                 f(e.first + e.delta(a, r), &buf);
             }
         }
@@ -515,6 +717,8 @@ impl DeadTids for TidStore {
     }
 
     fn reset(&mut self) {
+        let bit_isa = self.bit_isa;
         *self = TidStore::new(self.budget_bytes);
+        self.bit_isa = bit_isa;
     }
 }
