@@ -47,15 +47,19 @@
 //!
 //! # Locking order
 //!
-//! The mapping lock (tag → frame) is taken before, never while holding, a content lock. Pins are
-//! only ever raised from zero under the mapping lock, so the clock sweep, which holds it, can
-//! claim a frame whose pin count it saw at zero.
+//! The mapping lock (tag → frame) is taken before, never while holding, a content lock. It is a
+//! reader-writer lock: a hit takes it shared (it only pins), anything that changes the mapping
+//! takes it exclusive. Pins are only ever raised from zero under the mapping lock, in either
+//! mode, so the clock sweep, which runs under the exclusive side, can claim a frame whose pin
+//! count it saw at zero. (With one mutex, two threads of read-only transactions spent about a
+//! tenth of their time queueing for it: `settle bench pgbench -S` went from about 340,000 to
+//! about 400,000 transactions a second with two clients.)
 
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use crate::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::error::{Error, Result};
 use crate::page::{self, PageBuf, BLCKSZ};
@@ -91,10 +95,10 @@ struct Frame {
 /// Counters of buffer accesses, as PostgreSQL's `BufferUsage`.
 #[derive(Debug, Default)]
 pub struct BufferCounters {
-    pub hits: AtomicU64,
-    pub reads: AtomicU64,
-    pub dirtied: AtomicU64,
-    pub written: AtomicU64,
+    pub hits: crate::counter::StripedCounter,
+    pub reads: crate::counter::StripedCounter,
+    pub dirtied: crate::counter::StripedCounter,
+    pub written: crate::counter::StripedCounter,
 }
 
 /// A snapshot of [`BufferCounters`].
@@ -140,13 +144,23 @@ impl BufferUsage {
 
 pub struct BufferPool {
     frames: Box<[Frame]>,
-    map: Mutex<FxHashMap<BufferTag, usize>>,
+    /// Tag → frame. Read-locked by hits (which only pin), write-locked by anything that
+    /// changes the mapping: a pin is raised from zero only under this lock, and a victim is
+    /// claimed only under its write lock, so no hit can pin a frame being claimed.
+    map: RwLock<FxHashMap<BufferTag, usize>>,
     hand: AtomicUsize,
     smgr: Arc<Smgr>,
     wal: RwLock<Option<Arc<dyn WalFlush>>>,
     counters: BufferCounters,
     write_behind: Mutex<std::collections::VecDeque<BufferTag>>,
     write_behind_cv: Condvar,
+}
+
+/// What [`BufferPool::claim_victim`] found: a frame ready for a new page, or a dirty one to
+/// write out first (pinned either way).
+enum Victim {
+    Clean(usize),
+    Dirty(usize),
 }
 
 /// How long [`BufferPool::drop_relation_buffers`] waits for a pin taken to write a page out.
@@ -195,7 +209,7 @@ impl BufferPool {
             .into_boxed_slice();
         BufferPool {
             frames,
-            map: Mutex::new(FxHashMap::with_capacity_and_hasher(nframes, Default::default())),
+            map: RwLock::new(FxHashMap::with_capacity_and_hasher(nframes, Default::default())),
             hand: AtomicUsize::new(0),
             smgr,
             wal: RwLock::new(None),
@@ -227,7 +241,7 @@ impl BufferPool {
         let mut written = 0;
         for tag in batch {
             let id = {
-                let map = self.map.lock();
+                let map = self.map.read();
                 let Some(&id) = map.get(&tag) else { continue };
                 let f = &self.frames[id];
                 if !f.valid.load(Ordering::Acquire) || !f.dirty.load(Ordering::Acquire) {
@@ -260,12 +274,7 @@ impl BufferPool {
 
     pub fn usage(&self) -> BufferUsage {
         let c = &self.counters;
-        BufferUsage {
-            hits: c.hits.load(Ordering::Relaxed),
-            reads: c.reads.load(Ordering::Relaxed),
-            dirtied: c.dirtied.load(Ordering::Relaxed),
-            written: c.written.load(Ordering::Relaxed),
-        }
+        BufferUsage { hits: c.hits.get(), reads: c.reads.get(), dirtied: c.dirtied.get(), written: c.written.get() }
     }
 
     pub fn nframes(&self) -> usize {
@@ -310,29 +319,42 @@ impl BufferPool {
         validate: Option<PageValidator>,
     ) -> Result<Buffer<'_>> {
         loop {
-            let mut map = self.map.lock();
-            if let Some(&id) = map.get(&tag) {
-                let f = &self.frames[id];
-                f.pins.fetch_add(1, Ordering::AcqRel);
-                drop(map);
-                bump_usage(f);
-                if !f.valid.load(Ordering::Acquire) {
-                    // Someone is loading it; wait for the load, then re-check.
-                    drop(f.io.lock());
-                    if !f.valid.load(Ordering::Acquire) {
-                        f.pins.fetch_sub(1, Ordering::AcqRel);
-                        continue;
-                    }
+            // Hits share the mapping lock: they only pin.
+            let hit = {
+                let map = self.map.read();
+                let id = map.get(&tag).copied();
+                if let Some(id) = id {
+                    // Under the mapping lock: see "Locking order".
+                    self.frames[id].pins.fetch_add(1, Ordering::AcqRel);
                 }
-                self.counters.hits.fetch_add(1, Ordering::Relaxed);
-                count_mine(|u| u.hits += 1);
-                return Ok(Buffer { pool: self, id, tag });
+                id
+            };
+            if let Some(id) = hit {
+                match self.finish_hit(id, tag) {
+                    Some(b) => return Ok(b),
+                    None => continue,
+                }
             }
-            let id = self.claim_victim(&mut map, ring.as_deref_mut())?;
-            let Some(id) = id else {
+            let mut map = self.map.write();
+            if let Some(&id) = map.get(&tag) {
+                // Loaded by someone else since we looked.
+                self.frames[id].pins.fetch_add(1, Ordering::AcqRel);
                 drop(map);
-                // The victim was dirty: it was flushed outside the lock, try again.
-                continue;
+                match self.finish_hit(id, tag) {
+                    Some(b) => return Ok(b),
+                    None => continue,
+                }
+            }
+            let id = match self.claim_victim(&map, ring.as_deref_mut())? {
+                Victim::Clean(id) => id,
+                Victim::Dirty(id) => {
+                    // Write it out without the mapping lock, then look again.
+                    drop(map);
+                    let r = self.flush_frame(id);
+                    self.frames[id].pins.fetch_sub(1, Ordering::AcqRel);
+                    r?;
+                    continue;
+                }
             };
             let f = &self.frames[id];
             let io = f.io.lock();
@@ -352,7 +374,7 @@ impl BufferPool {
                     return Ok(Buffer { pool: self, id, tag });
                 }
                 Err(e) => {
-                    let mut map = self.map.lock();
+                    let mut map = self.map.write();
                     map.remove(&tag);
                     *f.tag.lock() = None;
                     f.usage.store(0, Ordering::Relaxed);
@@ -365,6 +387,25 @@ impl BufferPool {
         }
     }
 
+    /// The rest of a hit on frame `id`, pinned by the caller under the mapping lock, which it
+    /// has released: waits for a load in progress. `None` (pin dropped) if that load failed,
+    /// and the caller looks again.
+    fn finish_hit(&self, id: usize, tag: BufferTag) -> Option<Buffer<'_>> {
+        let f = &self.frames[id];
+        bump_usage(f);
+        if !f.valid.load(Ordering::Acquire) {
+            // Someone is loading it; wait for the load, then re-check.
+            drop(f.io.lock());
+            if !f.valid.load(Ordering::Acquire) {
+                f.pins.fetch_sub(1, Ordering::AcqRel);
+                return None;
+            }
+        }
+        self.counters.hits.add(1);
+        count_mine(|u| u.hits += 1);
+        Some(Buffer { pool: self, id, tag })
+    }
+
     fn load(&self, f: &Frame, tag: BufferTag, zero: bool, validate: Option<PageValidator>) -> Result<()> {
         let mut page = f.page.write();
         if zero {
@@ -372,7 +413,7 @@ impl BufferPool {
             return Ok(());
         }
         self.smgr.read(tag, &mut page.0)?;
-        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        self.counters.reads.add(1);
         count_mine(|u| u.reads += 1);
         page::verify(&page.0, tag.rel, tag.block).map_err(|e| match e {
             // Name the fork, or a damaged map page reads like a damaged heap page.
@@ -392,23 +433,20 @@ impl BufferPool {
     /// re-taken) and the caller must retry its lookup.
     fn claim_victim(
         &self,
-        map: &mut MutexGuard<'_, FxHashMap<BufferTag, usize>>,
+        _write_locked: &RwLockWriteGuard<'_, FxHashMap<BufferTag, usize>>,
         ring: Option<&mut Ring>,
-    ) -> Result<Option<usize>> {
+    ) -> Result<Victim> {
         let id = match ring {
             Some(r) => self.ring_victim(r)?,
             None => self.clock_victim()?,
         };
         let f = &self.frames[id];
-        // Pins are raised from zero only under the mapping lock, which we hold.
+        // Pins are raised from zero only under the mapping lock, whose write side we hold.
         f.pins.store(1, Ordering::Release);
         if f.dirty.load(Ordering::Acquire) {
-            let r = MutexGuard::unlocked(map, || self.flush_frame(id));
-            f.pins.fetch_sub(1, Ordering::AcqRel);
-            r?;
-            return Ok(None);
+            return Ok(Victim::Dirty(id));
         }
-        Ok(Some(id))
+        Ok(Victim::Clean(id))
     }
 
     fn clock_victim(&self) -> Result<usize> {
@@ -477,7 +515,7 @@ impl BufferPool {
         }
         page::set_checksum(&mut copy.0, tag.block);
         self.smgr.write(tag, &copy.0)?;
-        self.counters.written.fetch_add(1, Ordering::Relaxed);
+        self.counters.written.add(1);
         Ok(())
     }
 
@@ -490,7 +528,7 @@ impl BufferPool {
                 continue;
             }
             {
-                let _map = self.map.lock();
+                let _map = self.map.read();
                 if f.tag.lock().is_none() || !f.valid.load(Ordering::Acquire) {
                     continue;
                 }
@@ -512,8 +550,8 @@ impl BufferPool {
     /// the index's pages.
     pub fn drop_relation_buffers(&self, rel: Oid, fork: Option<Fork>, from: BlockNumber) -> Result<()> {
         let deadline = std::time::Instant::now() + DROP_PIN_WAIT;
-        let mut map = self.map.lock();
-        let victims: Vec<(BufferTag, usize)> = loop {
+        let (mut map, victims) = loop {
+            let map = self.map.write();
             let victims: Vec<(BufferTag, usize)> = map
                 .iter()
                 .filter(|(t, _)| t.rel == rel && fork.is_none_or(|fk| t.fork == fk) && t.block >= from)
@@ -521,14 +559,17 @@ impl BufferPool {
                 .collect();
             let pinned = victims.iter().find(|&&(_, id)| self.frames[id].pins.load(Ordering::Acquire) != 0);
             match pinned {
-                None => break victims,
+                None => break (map, victims),
                 Some((tag, _)) if std::time::Instant::now() >= deadline => {
                     return Err(Error::invalid(format!(
                         "buffer of relation {rel} block {} is still pinned",
                         tag.block
                     )));
                 }
-                Some(_) => MutexGuard::unlocked(&mut map, || crate::sync::sleep(std::time::Duration::from_millis(1))),
+                Some(_) => {
+                    drop(map);
+                    crate::sync::sleep(std::time::Duration::from_millis(1));
+                }
             }
         };
         for (tag, id) in victims {
@@ -608,7 +649,7 @@ impl<'a> Buffer<'a> {
     /// Marks the page dirty. Call while holding the exclusive content lock.
     pub fn mark_dirty(&self) {
         if !self.frame().dirty.swap(true, Ordering::AcqRel) {
-            self.pool.counters.dirtied.fetch_add(1, Ordering::Relaxed);
+            self.pool.counters.dirtied.add(1);
             count_mine(|u| u.dirtied += 1);
         }
     }

@@ -11,6 +11,7 @@ pub mod buffer;
 pub mod catalog;
 pub mod check;
 pub mod config;
+pub mod counter;
 pub mod db;
 pub mod error;
 pub mod fsm;

@@ -34,7 +34,7 @@
 
 #[cfg(not(feature = "shuttle"))]
 mod imp {
-    pub use parking_lot::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+    pub use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
     pub use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
     pub use std::thread::sleep;
     pub(crate) use std::thread_local;
@@ -62,9 +62,8 @@ mod imp {
     pub struct Mutex<T>(shuttle::sync::Mutex<T>);
 
     /// `parking_lot::MutexGuard`'s API; the inner guard is `None` only inside
-    /// [`MutexGuard::unlocked`] and [`Condvar::wait_for`].
+    /// [`Condvar::wait_for`].
     pub struct MutexGuard<'a, T> {
-        mutex: &'a Mutex<T>,
         inner: Option<shuttle::sync::MutexGuard<'a, T>>,
     }
 
@@ -74,17 +73,7 @@ mod imp {
         }
 
         pub fn lock(&self) -> MutexGuard<'_, T> {
-            MutexGuard { mutex: self, inner: Some(self.0.lock().unwrap_or_else(PoisonError::into_inner)) }
-        }
-    }
-
-    impl<'a, T> MutexGuard<'a, T> {
-        /// Runs `f` with the mutex released, then takes it again (parking_lot's `unlocked`).
-        pub fn unlocked<R>(s: &mut Self, f: impl FnOnce() -> R) -> R {
-            s.inner = None;
-            let r = f();
-            s.inner = Some(s.mutex.0.lock().unwrap_or_else(PoisonError::into_inner));
-            r
+            MutexGuard { inner: Some(self.0.lock().unwrap_or_else(PoisonError::into_inner)) }
         }
     }
 

@@ -8,8 +8,6 @@
 //! start from zero with `stats_reset` set to the time of the open. [`Database::close`]
 //! writes it again after the shutdown checkpoint, when nothing can change the counters any more.
 
-use std::sync::atomic::AtomicU64;
-
 use super::{Database, DbCounters, DbStats, Inner, Table};
 use crate::catalog::{Catalog, FIRST_NORMAL_OID};
 use crate::error::Result;
@@ -42,7 +40,7 @@ fn collected(e: &crate::catalog::TableEntry) -> TableStatsSnapshot {
 }
 
 pub(super) fn counters_from(t: &DbTotals) -> DbCounters {
-    let a = AtomicU64::new;
+    let a = crate::counter::StripedCounter::new;
     DbCounters {
         xact_commit: a(t.xact_commit),
         xact_rollback: a(t.xact_rollback),

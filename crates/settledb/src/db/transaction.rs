@@ -14,7 +14,6 @@
 //! change counts as soon as it is made, even if the command then fails (a unique violation
 //! after the heap insert): its version exists, and dies with the abort.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{tx_context, Database, Index, Inner, Table};
@@ -186,7 +185,7 @@ impl<'db> Transaction<'db> {
     /// Inserts a row; returns its TID.
     pub fn insert(&mut self, table: &Table, values: &[Value]) -> Result<Tid> {
         let tid = self.command(|tx| tx.insert_into(&table.entry.rel, Some(&table.entry), values))?;
-        self.inner.counters.tup_inserted.fetch_add(1, Ordering::Relaxed);
+        self.inner.counters.tup_inserted.add(1);
         Ok(tid)
     }
 
@@ -244,7 +243,7 @@ impl<'db> Transaction<'db> {
         }
         self.cid += 1;
         self.end_command();
-        self.inner.counters.tup_inserted.fetch_add(tids.len() as u64, Ordering::Relaxed);
+        self.inner.counters.tup_inserted.add(tids.len() as u64);
         Ok(tids)
     }
 
@@ -254,7 +253,7 @@ impl<'db> Transaction<'db> {
         let r = heap::fetch(&self.inner.env(), &table.entry.rel, &snap, self.cid, tid)?;
         self.end_command();
         if r.is_some() {
-            self.inner.counters.tup_fetched.fetch_add(1, Ordering::Relaxed);
+            self.inner.counters.tup_fetched.add(1);
         }
         Ok(r)
     }
@@ -327,9 +326,9 @@ impl<'db> Transaction<'db> {
                 if !hot {
                     self.insert_index_entries(&table.entry, xid, tid, &values)?;
                 }
-                self.inner.counters.tup_updated.fetch_add(1, Ordering::Relaxed);
+                self.inner.counters.tup_updated.add(1);
                 if hot {
-                    self.inner.counters.tup_hot_updated.fetch_add(1, Ordering::Relaxed);
+                    self.inner.counters.tup_hot_updated.add(1);
                 }
                 Some(tid)
             }
@@ -344,7 +343,7 @@ impl<'db> Transaction<'db> {
         let ok = self.command(|tx| tx.delete_raw(&table.entry.rel, tid))?;
         if ok {
             self.counts(&table.entry).deleted += 1;
-            self.inner.counters.tup_deleted.fetch_add(1, Ordering::Relaxed);
+            self.inner.counters.tup_deleted.add(1);
         }
         Ok(ok)
     }
@@ -402,7 +401,7 @@ impl<'db> Transaction<'db> {
         self.release();
         match r {
             Ok(()) => {
-                self.inner.counters.xact_commit.fetch_add(1, Ordering::Relaxed);
+                self.inner.counters.xact_commit.add(1);
                 Ok(())
             }
             Err(e) => Err(Error::Poisoned(format!("commit failed: {e}"))),
@@ -425,7 +424,7 @@ impl<'db> Transaction<'db> {
         };
         self.apply_table_counts(false);
         self.release();
-        self.inner.counters.xact_rollback.fetch_add(1, Ordering::Relaxed);
+        self.inner.counters.xact_rollback.add(1);
         r
     }
 
@@ -519,7 +518,7 @@ impl Transaction<'_> {
             .by_key(index, key, false, |tx, xid, snap, tid| tx.delete_in_command(&table.entry.rel, xid, snap, tid))?;
         if done {
             self.counts(&index.table).deleted += 1;
-            self.inner.counters.tup_deleted.fetch_add(1, Ordering::Relaxed);
+            self.inner.counters.tup_deleted.add(1);
         }
         Ok(done)
     }
@@ -579,7 +578,7 @@ impl Transaction<'_> {
         self.counts(&index.table).idx_scan += 1;
         let env = self.inner.env();
         let c = &self.inner.counters;
-        c.idx_scan.fetch_add(1, Ordering::Relaxed);
+        c.idx_scan.add(1);
         let horizon = self.horizon;
         let mut out = Vec::new();
         let mut dead = Vec::new();
@@ -587,15 +586,15 @@ impl Transaction<'_> {
             let entry = entry?;
             // PostgreSQL counts an index scan's entries in pg_stat_database.tup_returned and the
             // heap tuples it fetches in tup_fetched, as well as in the idx_* counters.
-            c.idx_tup_read.fetch_add(1, Ordering::Relaxed);
-            c.tup_returned.fetch_add(1, Ordering::Relaxed);
+            c.idx_tup_read.add(1);
+            c.tup_returned.add(1);
             match hot::hot_search(&env, rel, snap, self.cid, entry.tid, horizon)? {
                 Some((tid, vals)) => {
                     // The entry may be for another version of the row (a key changed before the
                     // index existed): the version we see must have the entry's key.
                     if index.def.key_of(&vals) == entry.key {
-                        c.idx_tup_fetch.fetch_add(1, Ordering::Relaxed);
-                        c.tup_fetched.fetch_add(1, Ordering::Relaxed);
+                        c.idx_tup_fetch.add(1);
+                        c.tup_fetched.add(1);
                         out.push((tid, vals));
                         if out.len() >= limit {
                             break;
@@ -630,23 +629,23 @@ impl Transaction<'_> {
         self.counts(&index.table).idx_scan += 1;
         let env = self.inner.env();
         let c = &self.inner.counters;
-        c.idx_scan.fetch_add(1, Ordering::Relaxed);
+        c.idx_scan.add(1);
         let horizon = self.horizon;
         let rel = &index.table.rel;
         let mut out = Vec::new();
         let mut dead = Vec::new();
         for entry in index.def.btree.scan(&env, lo.clone(), hi.clone(), dir)? {
             let entry = entry?;
-            c.idx_tup_read.fetch_add(1, Ordering::Relaxed);
-            c.tup_returned.fetch_add(1, Ordering::Relaxed);
+            c.idx_tup_read.add(1);
+            c.tup_returned.add(1);
             if heap_page_all_visible(&self.inner.pool, rel, entry.tid.block)? {
-                c.heap_fetches_avoided.fetch_add(1, Ordering::Relaxed);
+                c.heap_fetches_avoided.add(1);
                 out.push(entry.key);
             } else {
-                c.heap_fetches.fetch_add(1, Ordering::Relaxed);
+                c.heap_fetches.add(1);
                 match hot::hot_search(&env, rel, snap, self.cid, entry.tid, horizon)? {
                     Some((_, vals)) if index.def.key_of(&vals) == entry.key => {
-                        c.tup_fetched.fetch_add(1, Ordering::Relaxed);
+                        c.tup_fetched.add(1);
                         out.push(entry.key)
                     }
                     Some(_) => continue,
@@ -777,7 +776,7 @@ impl Iterator for Scan<'_, '_> {
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             if let Some(r) = self.buffered.next() {
-                self.tx.inner.counters.tup_returned.fetch_add(1, Ordering::Relaxed);
+                self.tx.inner.counters.tup_returned.add(1);
                 return Some(Ok(r));
             }
             if self.next_block >= self.nblocks {

@@ -440,6 +440,16 @@ pub fn form_tuple(schema: &Schema, values: &[Value]) -> Result<Vec<u8>> {
     Ok(t)
 }
 
+/// How decoding errors name a column: `column "abalance" (int4)`. Formatted only when an
+/// error is reported, never on the decoding path.
+struct ColumnLabel<'a>(&'a Column);
+
+impl std::fmt::Display for ColumnLabel<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "column \"{}\" ({})", self.0.name, self.0.ty.name())
+    }
+}
+
 /// A cursor over the data area that refuses to read past its end.
 struct Reader<'a> {
     data: &'a [u8],
@@ -447,7 +457,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> std::result::Result<&'a [u8], String> {
+    fn take(&mut self, n: usize, what: &dyn std::fmt::Display) -> std::result::Result<&'a [u8], String> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.data.len()).ok_or_else(|| {
             format!("{what} of {n} bytes at data offset {} overruns {} data bytes", self.pos, self.data.len())
         })?;
@@ -460,14 +470,18 @@ impl<'a> Reader<'a> {
         self.pos = align_to(self.pos, a);
     }
 
-    fn fixed<const N: usize>(&mut self, align: usize, what: &str) -> std::result::Result<[u8; N], String> {
+    fn fixed<const N: usize>(
+        &mut self,
+        align: usize,
+        what: &dyn std::fmt::Display,
+    ) -> std::result::Result<[u8; N], String> {
         self.align(align);
         let mut b = [0u8; N];
         b.copy_from_slice(self.take(N, what)?);
         Ok(b)
     }
 
-    fn varlena(&mut self, what: &str) -> std::result::Result<&'a [u8], String> {
+    fn varlena(&mut self, what: &dyn std::fmt::Display) -> std::result::Result<&'a [u8], String> {
         let first = *self
             .data
             .get(self.pos)
@@ -494,7 +508,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn get_value(r: &mut Reader<'_>, ty: Type, what: &str) -> std::result::Result<Value, String> {
+fn get_value(r: &mut Reader<'_>, ty: Type, what: &dyn std::fmt::Display) -> std::result::Result<Value, String> {
     Ok(match ty {
         Type::Int4 => Value::Int4(i32::from_le_bytes(r.fixed::<4>(ty.align(), what)?)),
         Type::Int8 => Value::Int8(i64::from_le_bytes(r.fixed::<8>(ty.align(), what)?)),
@@ -529,8 +543,7 @@ pub fn deform_tuple(schema: &Schema, tuple: &[u8]) -> std::result::Result<Vec<Va
             out.push(Value::Null);
             continue;
         }
-        let what = format!("column \"{}\" ({})", c.name, c.ty.name());
-        out.push(get_value(&mut r, c.ty, &what)?);
+        out.push(get_value(&mut r, c.ty, &ColumnLabel(c))?);
     }
     if natts <= schema.columns.len() && r.pos != r.data.len() {
         return Err(format!("{} trailing bytes after the last attribute", r.data.len().saturating_sub(r.pos)));
@@ -558,23 +571,23 @@ impl Schema {
     /// Decodes [`Schema::encode`]'s output; describes what is wrong otherwise. Never panics.
     pub fn decode(b: &[u8]) -> std::result::Result<Schema, String> {
         let mut r = Reader { data: b, pos: 0 };
-        let [version] = r.fixed::<1>(1, "schema version")?;
+        let [version] = r.fixed::<1>(1, &"schema version")?;
         if version != SCHEMA_FORMAT_VERSION {
             return Err(format!("unknown schema format version {version}"));
         }
-        let n = u16::from_le_bytes(r.fixed::<2>(1, "column count")?) as usize;
+        let n = u16::from_le_bytes(r.fixed::<2>(1, &"column count")?) as usize;
         if n > MAX_HEAP_ATTRIBUTES {
             return Err(format!("{n} columns exceed the maximum {MAX_HEAP_ATTRIBUTES}"));
         }
         let mut columns = Vec::with_capacity(n);
         for i in 0..n {
-            let [tag, flags] = r.fixed::<2>(1, "column type")?;
+            let [tag, flags] = r.fixed::<2>(1, &"column type")?;
             let ty = Type::from_u8(tag).ok_or_else(|| format!("column {i} has unknown type tag {tag}"))?;
             if flags & !1 != 0 {
                 return Err(format!("column {i} has unknown flags {flags:#04x}"));
             }
-            let len = u16::from_le_bytes(r.fixed::<2>(1, "column name length")?) as usize;
-            let name = String::from_utf8(r.take(len, "column name")?.to_vec())
+            let len = u16::from_le_bytes(r.fixed::<2>(1, &"column name length")?) as usize;
+            let name = String::from_utf8(r.take(len, &"column name")?.to_vec())
                 .map_err(|_| format!("column {i} name is not valid UTF-8"))?;
             columns.push(Column { name, ty, nullable: flags & 1 != 0 });
         }
