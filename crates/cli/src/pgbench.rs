@@ -18,6 +18,9 @@
 //! select-only (`-S`) is the SELECT alone. Each client is a thread with its own seeded RNG;
 //! a transaction that fails with a serialization failure or deadlock is retried. After the
 //! run the balances must agree with history's deltas, or the benchmark fails.
+//!
+//! With `--peer`, both databases are loaded first and the run is cut into five slices that
+//! alternate between the engines, each engine's figures summing its slices (see [`SLICES`]).
 
 use std::time::Duration;
 
@@ -58,46 +61,85 @@ struct PgbenchReport {
     tps_ratio: Option<f64>,
 }
 
-fn settledb_run(scale: u32, clients: usize, seconds: f64, select: bool, set: &[String]) -> Result<PgbenchFigures> {
-    let dir = std::env::temp_dir().join(format!("settle-bench-pgbench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let r = (|| {
-        let db = Database::open(&dir, crate::config_from(set)?)?;
-        let target = pgbench::Embedded::new(&db);
-        target.init(scale)?;
+/// The run is cut into this many slices, alternating between the engines (settledb's slice
+/// 1, PostgreSQL's slice 1, settledb's slice 2, …), so that a slow spell of this shared machine
+/// falls on both instead of on whichever ran at that moment. Each engine's figures sum its
+/// slices; both databases are loaded before the first slice and kept until the last.
+const SLICES: u32 = 5;
+
+/// A loaded settledb database, run slice by slice.
+struct Ours {
+    dir: std::path::PathBuf,
+    db: Database,
+    figures: PgbenchFigures,
+    before: settledb::buffer::BufferUsage,
+}
+
+impl Ours {
+    fn load(scale: u32, clients: usize, select: bool, set: &[String]) -> Result<Ours> {
+        let dir = std::env::temp_dir().join(format!("settle-bench-pgbench-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let db = match Database::open(&dir, crate::config_from(set)?)
+            .map_err(anyhow::Error::from)
+            .and_then(|db| pgbench::Embedded::new(&db).init(scale).map(|_| db))
+        {
+            Ok(db) => db,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
         let accounts_pages = u64::from(db.table_pages(&db.table("pgbench_accounts")?)?);
         let accounts_pkey_pages = u64::from(db.index_pages(&db.index("pgbench_accounts_pkey")?)?);
         let before = db.stats().buffers;
-        let cfg = pgbench::RunConfig {
-            clients,
-            transactions_per_client: None,
-            duration: Some(Duration::from_secs_f64(seconds)),
-            script: if select { Script::SelectOnly } else { Script::TpcbLike },
-            seed: 0x5e771e,
-        };
-        let report = pgbench::run(&target, &cfg)?;
-        let used = db.stats().buffers.since(before);
-        let per_tx = |n: u64| (report.transactions > 0).then(|| n as f64 / report.transactions as f64);
-        // pgbench's invariant: a difference means a lost or doubled update, and the run fails.
-        target.check_balances()?;
-        db.close()?;
-        Ok(PgbenchFigures {
+        let figures = PgbenchFigures {
             engine: "settledb".into(),
             scale,
             clients,
-            seconds: report.seconds,
-            transactions: report.transactions,
-            tps: report.tps,
-            retries: report.retries,
+            seconds: 0.0,
+            transactions: 0,
+            tps: 0.0,
+            retries: 0,
             select_only: select,
             accounts_pages,
             accounts_pkey_pages,
-            buffer_hits_per_tx: per_tx(used.hits),
-            buffer_reads_per_tx: per_tx(used.reads),
-        })
-    })();
-    let _ = std::fs::remove_dir_all(&dir);
-    r
+            buffer_hits_per_tx: None,
+            buffer_reads_per_tx: None,
+        };
+        Ok(Ours { dir, db, figures, before })
+    }
+
+    fn slice(&mut self, seconds: f64, i: u32) -> Result<()> {
+        let f = &mut self.figures;
+        let cfg = pgbench::RunConfig {
+            clients: f.clients,
+            transactions_per_client: None,
+            duration: Some(Duration::from_secs_f64(seconds)),
+            script: if f.select_only { Script::SelectOnly } else { Script::TpcbLike },
+            seed: 0x5e771e + u64::from(i),
+        };
+        let report = pgbench::run(&pgbench::Embedded::new(&self.db), &cfg)?;
+        f.seconds += report.seconds;
+        f.transactions += report.transactions;
+        f.retries += report.retries;
+        Ok(())
+    }
+
+    /// Checks pgbench's invariant (a difference means a lost or doubled update, and the run
+    /// fails), closes and removes the database, and returns the summed figures.
+    fn finish(mut self) -> Result<PgbenchFigures> {
+        let used = self.db.stats().buffers.since(self.before);
+        let r = pgbench::Embedded::new(&self.db).check_balances();
+        let closed = self.db.close();
+        r?;
+        closed?;
+        let f = &mut self.figures;
+        let per_tx = |n: u64| (f.transactions > 0).then(|| n as f64 / f.transactions as f64);
+        f.buffer_hits_per_tx = per_tx(used.hits);
+        f.buffer_reads_per_tx = per_tx(used.reads);
+        f.tps = f.transactions as f64 / f.seconds.max(f64::MIN_POSITIVE);
+        Ok(self.figures)
+    }
 }
 
 /// Parses `tps = 4066.123 (without initial connection time)` from pgbench's output.
@@ -105,52 +147,69 @@ fn parse_tps(out: &str) -> Option<f64> {
     out.lines().find(|l| l.starts_with("tps = "))?.split_whitespace().nth(2)?.parse().ok()
 }
 
-fn postgres_run(
-    scale: u32,
-    clients: usize,
-    seconds: f64,
-    select: bool,
-    port: u16,
-    set: &[String],
-) -> Result<PgbenchFigures> {
-    let settings: Vec<(String, String)> = set
-        .iter()
-        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
-        .collect();
-    let pg = Postgres::start(port, &settings)?;
-    let s = scale.to_string();
-    pg.pgbench(&["-i", "-q", "-s", &s])?;
-    let accounts_pages: u64 = pg.query("select pg_relation_size('pgbench_accounts') / 8192")?.parse()?;
-    let accounts_pkey_pages: u64 = pg.query("select pg_relation_size('pgbench_accounts_pkey') / 8192")?.parse()?;
-    let c = clients.to_string();
-    let t = (seconds.round() as u64).max(1).to_string();
-    let mut args = vec!["-M", "prepared", "-c", &c, "-j", &c, "-T", &t];
-    if select {
-        args.push("-S");
+/// A loaded PostgreSQL 15 (stopped when dropped), run slice by slice with the real pgbench.
+struct Peer {
+    pg: Postgres,
+    figures: PgbenchFigures,
+}
+
+impl Peer {
+    fn load(scale: u32, clients: usize, select: bool, port: u16, set: &[String]) -> Result<Peer> {
+        let settings: Vec<(String, String)> = set
+            .iter()
+            .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+            .collect();
+        let pg = Postgres::start(port, &settings)?;
+        let s = scale.to_string();
+        pg.pgbench(&["-i", "-q", "-s", &s])?;
+        let accounts_pages: u64 = pg.query("select pg_relation_size('pgbench_accounts') / 8192")?.parse()?;
+        let accounts_pkey_pages: u64 = pg.query("select pg_relation_size('pgbench_accounts_pkey') / 8192")?.parse()?;
+        let figures = PgbenchFigures {
+            engine: "postgres".into(),
+            scale,
+            clients,
+            seconds: 0.0,
+            transactions: 0,
+            tps: 0.0,
+            retries: 0,
+            select_only: select,
+            accounts_pages,
+            accounts_pkey_pages,
+            buffer_hits_per_tx: None,
+            buffer_reads_per_tx: None,
+        };
+        Ok(Peer { pg, figures })
     }
-    let (out, err) = pg.pgbench(&args)?;
-    let tps = parse_tps(&out).with_context(|| format!("unexpected pgbench output: {out}{err}"))?;
-    let transactions = out
-        .lines()
-        .find(|l| l.starts_with("number of transactions actually processed"))
-        .and_then(|l| l.split(':').nth(1))
-        .and_then(|v| v.trim().split('/').next())
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    Ok(PgbenchFigures {
-        engine: "postgres".into(),
-        scale,
-        clients,
-        seconds: t.parse().unwrap_or(seconds),
-        transactions,
-        tps,
-        retries: 0,
-        select_only: select,
-        accounts_pages,
-        accounts_pkey_pages,
-        buffer_hits_per_tx: None,
-        buffer_reads_per_tx: None,
-    })
+
+    /// One `pgbench -M prepared -T seconds` (whole seconds); its time is the transactions over
+    /// its reported tps, which leaves out connection set-up as pgbench's own figure does.
+    fn slice(&mut self, seconds: u64) -> Result<()> {
+        let f = &mut self.figures;
+        let c = f.clients.to_string();
+        let t = seconds.max(1).to_string();
+        let mut args = vec!["-M", "prepared", "-c", &c, "-j", &c, "-T", &t];
+        if f.select_only {
+            args.push("-S");
+        }
+        let (out, err) = self.pg.pgbench(&args)?;
+        let tps = parse_tps(&out).with_context(|| format!("unexpected pgbench output: {out}{err}"))?;
+        let transactions: u64 = out
+            .lines()
+            .find(|l| l.starts_with("number of transactions actually processed"))
+            .and_then(|l| l.split(':').nth(1))
+            .and_then(|v| v.trim().split('/').next())
+            .and_then(|v| v.trim().parse().ok())
+            .with_context(|| format!("unexpected pgbench output: {out}{err}"))?;
+        f.transactions += transactions;
+        f.seconds += if tps > 0.0 { transactions as f64 / tps } else { seconds as f64 };
+        Ok(())
+    }
+
+    fn finish(mut self) -> PgbenchFigures {
+        let f = &mut self.figures;
+        f.tps = f.transactions as f64 / f.seconds.max(f64::MIN_POSITIVE);
+        self.figures
+    }
 }
 
 #[expect(clippy::too_many_arguments, reason = "the benchmark's flags")]
@@ -165,8 +224,23 @@ pub fn run(
     json: bool,
 ) -> Result<std::process::ExitCode> {
     anyhow::ensure!(scale >= 1 && clients >= 1 && seconds > 0.0, "scale, clients and seconds must be positive");
-    let ours = settledb_run(scale, clients, seconds, select, set)?;
-    let pg = if peer { Some(postgres_run(scale, clients, seconds, select, port, set)?) } else { None };
+    let mut ours = Ours::load(scale, clients, select, set)?;
+    let dir = ours.dir.clone();
+    let measured = (|| {
+        let mut peer = if peer { Some(Peer::load(scale, clients, select, port, set)?) } else { None };
+        // PostgreSQL's pgbench takes whole seconds: slices of at least one second each.
+        let slices = if peer.is_some() { SLICES.min((seconds.round() as u32).max(1)) } else { 1 };
+        let slice = seconds / f64::from(slices);
+        for i in 0..slices {
+            ours.slice(slice, i)?;
+            if let Some(p) = peer.as_mut() {
+                p.slice(slice.round() as u64)?;
+            }
+        }
+        anyhow::Ok((ours.finish()?, peer.map(Peer::finish)))
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (ours, pg) = measured?;
     let report = PgbenchReport {
         benchmark: if select { "pgbench select-only" } else { "pgbench tpcb-like" },
         machine: machine(),

@@ -193,6 +193,8 @@ impl BtreeIndex {
         loop {
             let pg = self.read_page(env, block)?;
             let p = &pg.g.0;
+            // Leaves are the pages of a lookup least likely to be in cache (see prefetch_used).
+            crate::page::prefetch_used(p);
             if !bp::is_ignored(p) && !bp::is_leaf(p) {
                 return Err(self.corrupt(block, "expected a leaf page"));
             }
