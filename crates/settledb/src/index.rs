@@ -90,8 +90,11 @@ pub trait IndexAm: Send + Sync {
     ) -> Result<()>;
 
     /// Post-VACUUM cleanup: counts pages and entries, finds deleted pages that can be
-    /// recycled, and fills `stats`.
-    fn cleanup(&self, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats) -> Result<()>;
+    /// recycled, and fills `stats`. `bulk_deleted` says whether this VACUUM ran
+    /// [`IndexAm::bulk_delete`] on the index. Returns whether it filled `stats`: like
+    /// PostgreSQL's `amvacuumcleanup` returning NULL, an index may skip the work when nothing
+    /// was deleted and it has nothing to recycle, and VACUUM VERBOSE then prints no line for it.
+    fn cleanup(&self, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats, bulk_deleted: bool) -> Result<bool>;
 }
 
 /// Orders two values of the same type as an index does (NULLs last). Values of different types

@@ -91,6 +91,46 @@ fn vacuum_removes_dead_tuples_and_index_entries() {
     assert_eq!(r2.tuples_deleted, 0);
     assert_eq!(r2.num_index_scans, 0);
     assert!(r2.scanned_pages < r.scanned_pages, "{}", r2.verbose_text());
+    // The first reports its index; the second, with nothing deleted and no deleted index
+    // pages pending, does not read the index at all (PostgreSQL's amvacuumcleanup skip).
+    assert_eq!(r.indexes.len(), 1, "{text}");
+    assert!(r2.indexes.is_empty(), "{}", r2.verbose_text());
+    assert!(!r2.verbose_text().contains("index \"accounts_pkey\""), "{}", r2.verbose_text());
+    check(&db);
+}
+
+/// The cleanup-only index scan runs when the last one left deleted pages not yet reusable
+/// (more than 5% of the index): it recycles them, and after that it is skipped again.
+#[test]
+fn index_cleanup_recycles_pending_deleted_pages_then_stops_scanning() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config(&[])).unwrap();
+    let t = accounts(&db, 20_000);
+    let pkey = db.index("accounts_pkey").unwrap();
+    let mut tx = db.begin().unwrap();
+    for aid in 0..15_000 {
+        assert!(tx.delete_by_key(&pkey, &[Value::Int4(aid)]).unwrap());
+    }
+    tx.commit().unwrap();
+    let params = VacuumParams { verbose: true, ..Default::default() };
+    let r1 = db.vacuum(Some("accounts"), &params).unwrap().remove(0);
+    let s1 = r1.indexes[0].1;
+    assert!(s1.pages_newly_deleted > 0, "{}", r1.verbose_text());
+    check(&db);
+    // Deleted pages become reusable once no transaction older than their deletion is left:
+    // one more transaction moves the horizon past it. The next VACUUM has nothing to delete
+    // but must scan the index to recycle them.
+    let mut tx = db.begin().unwrap();
+    tx.insert(&t, &row(100_000, 0)).unwrap();
+    tx.commit().unwrap();
+    let r2 = db.vacuum(Some("accounts"), &params).unwrap().remove(0);
+    assert_eq!(r2.num_index_scans, 0);
+    assert_eq!(r2.indexes.len(), 1, "{}", r2.verbose_text());
+    let s2 = r2.indexes[0].1;
+    assert!(s2.pages_free > 0 && s2.pages_free == s2.pages_deleted, "{}", r2.verbose_text());
+    // Nothing pending any more: the third VACUUM leaves the index alone.
+    let r3 = db.vacuum(Some("accounts"), &params).unwrap().remove(0);
+    assert!(r3.indexes.is_empty(), "{}", r3.verbose_text());
     check(&db);
 }
 

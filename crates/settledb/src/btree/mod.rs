@@ -105,7 +105,10 @@
 //! marked DELETED with the next full XID as its *safe XID*. It keeps its `next` link, so a
 //! searcher that was on its way moves right. Once the safe XID precedes
 //! `oldest_xmin_full()` no scan can still hold its block number, and [`IndexAm::cleanup`] puts
-//! it on the in-memory free list that splits take pages from.
+//! it on the in-memory free list that splits take pages from. As in PostgreSQL, a VACUUM that
+//! deleted nothing from the index skips that cleanup scan unless the last one left more than
+//! 5% of the index deleted but not yet reusable (the count is kept in memory, not in the
+//! metapage, so the first VACUUM after opening the database scans).
 //!
 //! # Not implemented (simplified versus PostgreSQL)
 //!
@@ -136,7 +139,7 @@ pub mod wal;
 mod tests;
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -191,6 +194,10 @@ pub struct BtreeIndex {
     column_names: Vec<String>,
     /// Deleted pages known to be safe to reuse (filled by `cleanup`).
     free_pages: Mutex<Vec<u32>>,
+    /// Deleted pages that were not yet safe to reuse at the last cleanup scan, or `u32::MAX`
+    /// when no cleanup scan has run since the index was opened (PostgreSQL keeps this count,
+    /// `btm_last_cleanup_num_delpages`, in the metapage; see [`vacuum::cleanup`]).
+    deleted_at_cleanup: AtomicU32,
     /// Bumped whenever the metapage is locked for writing (see [`BtreeIndex::meta`]).
     meta_version: AtomicU64,
     /// The metapage as last read: `(version & 0xFF_FFFF) << 40 | level << 32 | root`, or
@@ -209,6 +216,7 @@ impl BtreeIndex {
             unique,
             column_names,
             free_pages: Mutex::new(Vec::new()),
+            deleted_at_cleanup: AtomicU32::new(u32::MAX),
             meta_version: AtomicU64::new(0),
             meta_cache: AtomicU64::new(u64::MAX),
         }
@@ -451,8 +459,8 @@ impl IndexAm for BtreeIndex {
         vacuum::bulk_delete(self, env, is_dead, stats)
     }
 
-    fn cleanup(&self, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats) -> Result<()> {
-        vacuum::cleanup(self, env, stats)
+    fn cleanup(&self, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats, bulk_deleted: bool) -> Result<bool> {
+        vacuum::cleanup(self, env, stats, bulk_deleted)
     }
 }
 

@@ -190,8 +190,20 @@ fn find_downlink<'a>(
 }
 
 /// Counts pages and entries, and puts deleted pages that are safe to reuse on the free list.
-pub fn cleanup(ix: &BtreeIndex, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats) -> Result<()> {
+///
+/// Without a bulk delete in this VACUUM, the scan is skipped (returning `false`) unless the
+/// last one left deleted pages that were not yet reusable amounting to more than 5% of the
+/// index, PostgreSQL's `_bt_vacuum_needs_cleanup` rule: a VACUUM of a clean table does not read
+/// its indexes. The count lives in memory, so the first VACUUM after the index is opened
+/// scans. After a bulk delete the scan always runs (PostgreSQL's bulk delete scans every page
+/// in physical order and gathers these figures itself; ours walks the leaf level, which does
+/// not reach deleted pages).
+pub fn cleanup(ix: &BtreeIndex, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats, bulk_deleted: bool) -> Result<bool> {
     let n = ix.num_pages(env)?;
+    let pending = ix.deleted_at_cleanup.load(std::sync::atomic::Ordering::Acquire);
+    if !bulk_deleted && pending != u32::MAX && (pending == 0 || pending <= n / 20) {
+        return Ok(false);
+    }
     let horizon = env.xact.oldest_xmin_full();
     let (mut deleted, mut free, mut entries) = (0u32, Vec::new(), 0u64);
     for block in 1..n {
@@ -215,10 +227,11 @@ pub fn cleanup(ix: &BtreeIndex, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats) 
     stats.pages_deleted = deleted;
     stats.pages_free = free.len() as u32;
     stats.num_index_tuples = entries;
+    ix.deleted_at_cleanup.store(deleted - free.len() as u32, std::sync::atomic::Ordering::Release);
     let mut list = ix.free_pages.lock();
     free.retain(|b| !list.contains(b));
     list.extend(free);
-    Ok(())
+    Ok(true)
 }
 
 /// Removes the entries at `offsets` from the exclusively locked page `w` and logs it as one

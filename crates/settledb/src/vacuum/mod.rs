@@ -508,17 +508,23 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     lv.scan_heap(orig_pages)?;
 
     // Index cleanup and truncation.
+    // An index has figures to report if it was bulk-deleted or its cleanup scanned it.
+    let bulk_deleted = lv.r.num_index_scans > 0;
+    let mut reported = vec![bulk_deleted; lv.indexes.len()];
     if lv.do_index_cleanup {
         lv.progress.set_phase(VacuumPhase::CleaningUpIndexes);
         for (i, ix) in lv.indexes.iter().enumerate() {
-            ix.btree.cleanup(&lv.env, &mut lv.index_stats[i])?;
+            reported[i] |= ix.btree.cleanup(&lv.env, &mut lv.index_stats[i], bulk_deleted)?;
         }
     }
-    lv.r.indexes = if lv.do_index_cleanup || lv.r.num_index_scans > 0 {
-        lv.indexes.iter().map(|d| d.name.clone()).zip(lv.index_stats.iter().copied()).collect()
-    } else {
-        Vec::new()
-    };
+    lv.r.indexes = lv
+        .indexes
+        .iter()
+        .zip(&lv.index_stats)
+        .zip(&reported)
+        .filter(|(_, &r)| r)
+        .map(|((d, s), _)| (d.name.clone(), *s))
+        .collect();
     // Truncation drops the map's buffers past the new end: no pin may be held on them.
     lv.vm_pin = None;
     let truncate = params.truncate.or(opts.vacuum_truncate).unwrap_or(config.vacuum_truncate);
