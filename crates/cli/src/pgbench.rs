@@ -61,6 +61,26 @@ struct PgbenchReport {
     tps_ratio: Option<f64>,
 }
 
+impl PgbenchFigures {
+    /// An engine's figures once its database is loaded, before any slice has run.
+    fn before_run(engine: &str, scale: u32, clients: usize, select: bool, pages: u64, pkey_pages: u64) -> Self {
+        PgbenchFigures {
+            engine: engine.into(),
+            scale,
+            clients,
+            seconds: 0.0,
+            transactions: 0,
+            tps: 0.0,
+            retries: 0,
+            select_only: select,
+            accounts_pages: pages,
+            accounts_pkey_pages: pkey_pages,
+            buffer_hits_per_tx: None,
+            buffer_reads_per_tx: None,
+        }
+    }
+}
+
 /// The run is cut into this many slices, alternating between the engines (settledb's slice
 /// 1, PostgreSQL's slice 1, settledb's slice 2, …), so that a slow spell of this shared machine
 /// falls on both instead of on whichever ran at that moment. Each engine's figures sum its
@@ -92,20 +112,8 @@ impl Ours {
         let accounts_pages = u64::from(db.table_pages(&db.table("pgbench_accounts")?)?);
         let accounts_pkey_pages = u64::from(db.index_pages(&db.index("pgbench_accounts_pkey")?)?);
         let before = db.stats().buffers;
-        let figures = PgbenchFigures {
-            engine: "settledb".into(),
-            scale,
-            clients,
-            seconds: 0.0,
-            transactions: 0,
-            tps: 0.0,
-            retries: 0,
-            select_only: select,
-            accounts_pages,
-            accounts_pkey_pages,
-            buffer_hits_per_tx: None,
-            buffer_reads_per_tx: None,
-        };
+        let figures =
+            PgbenchFigures::before_run("settledb", scale, clients, select, accounts_pages, accounts_pkey_pages);
         Ok(Ours { dir, db, figures, before })
     }
 
@@ -164,20 +172,8 @@ impl Peer {
         pg.pgbench(&["-i", "-q", "-s", &s])?;
         let accounts_pages: u64 = pg.query("select pg_relation_size('pgbench_accounts') / 8192")?.parse()?;
         let accounts_pkey_pages: u64 = pg.query("select pg_relation_size('pgbench_accounts_pkey') / 8192")?.parse()?;
-        let figures = PgbenchFigures {
-            engine: "postgres".into(),
-            scale,
-            clients,
-            seconds: 0.0,
-            transactions: 0,
-            tps: 0.0,
-            retries: 0,
-            select_only: select,
-            accounts_pages,
-            accounts_pkey_pages,
-            buffer_hits_per_tx: None,
-            buffer_reads_per_tx: None,
-        };
+        let figures =
+            PgbenchFigures::before_run("postgres", scale, clients, select, accounts_pages, accounts_pkey_pages);
         Ok(Peer { pg, figures })
     }
 

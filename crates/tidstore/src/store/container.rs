@@ -202,32 +202,11 @@ pub fn contains(a: &[u8], q: usize, code: u8, u: u32, o: u32) -> bool {
 
 /// [`contains`] with the Elias–Fano width `l` of an Elias–Fano code already known, and
 /// `bucketed` naming the form of such a code: the last step of every lookup in a uniform
-/// group, whose directory entry carries both. Hot path.
-#[inline(always)]
-pub fn contains_with(a: &[u8], q: usize, code: u8, bucketed: bool, l: u32, u: u32, o: u32) -> bool {
-    if o == 0 || o > u {
-        return false;
-    }
-    match code {
-        CODE_BITMAP => read_bits(a, q + (o - 1) as usize, 1) != 0,
-        CODE_RUN => {
-            let b = bitlen(u);
-            let v = read_bits(a, q, 2 * b);
-            let lo = (v & ((1 << b) - 1)) as u32;
-            let hi = (v >> b) as u32;
-            lo <= o && o <= hi
-        }
-        c if usize::from(c) > EF_MAX_K => packed_contains(a, q, u32::from(c) - EF_MAX_K as u32, bitlen(u), o),
-        _ if bucketed => bucket_contains(a, q, l, u, o - 1),
-        k => ef_contains(a, q, k as u32, l, u, o - 1),
-    }
-}
-
-/// [`contains_with`] for the fast path of a lookup: the short tests inline, Elias–Fano's
+/// group, whose directory entry carries both. Hot path: the short tests inline, Elias–Fano's
 /// select out of line, so that the caller stays small (few registers to save, few
 /// instructions in flight per probe).
 #[inline(always)]
-pub fn contains_fast(a: &[u8], q: usize, code: u8, bucketed: bool, l: u32, u: u32, o: u32) -> bool {
+pub fn contains_with(a: &[u8], q: usize, code: u8, bucketed: bool, l: u32, u: u32, o: u32) -> bool {
     if o == 0 || o > u {
         return false;
     }
