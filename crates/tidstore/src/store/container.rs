@@ -235,7 +235,8 @@ fn ef_contains_outlined(a: &[u8], q: usize, k: u32, l: u32, u: u32, x: u32) -> b
 fn packed_contains(a: &[u8], q: usize, k: u32, b: u32, o: u32) -> bool {
     let ones = 1 | u64::from(k >= 2) << b | u64::from(k >= 3) << (2 * b);
     let highs = ones << (b - 1);
-    let t = read56(a, q) ^ (u64::from(o) * ones);
+    // Only the low `3 * b` bits matter (`highs` masks the rest), so no 56-bit mask.
+    let t = (read_u64(a, q >> 3) >> (q & 7)) ^ (u64::from(o) * ones);
     t.wrapping_sub(ones) & !t & highs != 0
 }
 

@@ -270,6 +270,12 @@ impl Entry {
         (self.aux >> 8) & 4095
     }
 
+    /// [`Entry::uniform_l`] of a [`Entry::contiguous_uniform`] group.
+    #[inline(always)]
+    pub fn contiguous_l(&self) -> u32 {
+        self.aux >> 20
+    }
+
     /// The MASK kind's block mask: bit `d` set iff block `first + d` is in the group.
     #[inline(always)]
     fn mask(&self) -> u32 {

@@ -223,7 +223,7 @@ impl TidStore {
     #[inline(always)]
     fn contiguous_contains(&self, e: &Entry, d: u32, offset: u16) -> bool {
         let q = e.pos as usize * 8 + d as usize * e.contiguous_bits() as usize;
-        let (code, bucketed, l, u) = (e.uniform_code(), e.bucketed(), e.uniform_l(), e.u());
+        let (code, bucketed, l, u) = (e.uniform_code(), e.bucketed(), e.contiguous_l(), e.u());
         container::contains_with(&self.arena, q, code, bucketed, l, u, u32::from(offset))
     }
 
