@@ -407,22 +407,32 @@ mod tests {
     /// `pd_upper` 0 (a "new" page), but a full-page image of garbage can leave such a page with
     /// line pointers; a DELETE replayed onto it then indexed a line pointer to byte 18432 and
     /// panicked. Redo now validates every heap page, and a new page must be all zeros.
+    /// A record by transaction 100 at LSN 16 MB changing block `tag` (no image, no block data).
+    fn one_block_record(rmgr: Rmgr, info: u8, tag: BufferTag, main_data: Vec<u8>) -> DecodedRecord {
+        DecodedRecord {
+            lsn: Lsn(1 << 24),
+            end_lsn: Lsn((1 << 24) + 64),
+            prev: Lsn::INVALID,
+            xid: Xid(100),
+            rmgr,
+            info,
+            blocks: vec![wal::DecodedBlock { id: 0, tag, will_init: false, image: None, data: vec![] }],
+            main_data,
+        }
+    }
+
     #[test]
     fn heap_redo_refuses_a_new_page_that_is_not_all_zeros() {
         let mut p = PageBuf::zeroed();
         page::set_lower(&mut p.0, 28);
         p.0[24..28].copy_from_slice(&ItemId::normal(18432, 30).to_u32().to_le_bytes());
         let tag = BufferTag { rel: Oid(16384), fork: Fork::Main, block: BlockNumber(0) };
-        let rec = DecodedRecord {
-            lsn: Lsn(1 << 24),
-            end_lsn: Lsn((1 << 24) + 64),
-            prev: Lsn::INVALID,
-            xid: Xid(100),
-            rmgr: Rmgr::Heap,
-            info: heap::wal::XLOG_HEAP_DELETE,
-            blocks: vec![wal::DecodedBlock { id: 0, tag, will_init: false, image: None, data: vec![] }],
-            main_data: [&1u16.to_le_bytes()[..], &100u32.to_le_bytes(), &[0; 6]].concat(),
-        };
+        let rec = one_block_record(
+            Rmgr::Heap,
+            heap::wal::XLOG_HEAP_DELETE,
+            tag,
+            [&1u16.to_le_bytes()[..], &100u32.to_le_bytes(), &[0; 6]].concat(),
+        );
         let e = redo_page(&rec, &rec.blocks[0], &mut p.0).unwrap_err();
         assert!(e.to_string().contains("pd_upper is 0 but the page is not all zeros"), "{e}");
     }
@@ -439,16 +449,7 @@ mod tests {
         page::set_item_id(&mut p.0, crate::types::OffsetNumber(1), ItemId::normal(8180, 100));
         let tag = BufferTag { rel: Oid(16384), fork: Fork::Fsm, block: BlockNumber(0) };
         let plan = heap::wal::PrunePlan { new_prune_xid: Xid(5), ..Default::default() };
-        let rec = DecodedRecord {
-            lsn: Lsn(1 << 24),
-            end_lsn: Lsn((1 << 24) + 64),
-            prev: Lsn::INVALID,
-            xid: Xid(100),
-            rmgr: Rmgr::Heap2,
-            info: heap::wal::XLOG_HEAP2_PRUNE,
-            blocks: vec![wal::DecodedBlock { id: 0, tag, will_init: false, image: None, data: vec![] }],
-            main_data: plan.encode(),
-        };
+        let rec = one_block_record(Rmgr::Heap2, heap::wal::XLOG_HEAP2_PRUNE, tag, plan.encode());
         let e = redo_page(&rec, &rec.blocks[0], &mut p.0).unwrap_err();
         assert!(e.to_string().contains("heap record changes the Fsm fork"), "{e}");
     }
@@ -465,16 +466,7 @@ mod tests {
             (heap::wal::XLOG_HEAP2_VACUUM, 0u16.to_le_bytes().to_vec()),
             (heap::wal::XLOG_HEAP2_FREEZE_PAGE, 0u16.to_le_bytes().to_vec()),
         ] {
-            let rec = DecodedRecord {
-                lsn: Lsn(1 << 24),
-                end_lsn: Lsn((1 << 24) + 64),
-                prev: Lsn::INVALID,
-                xid: Xid(100),
-                rmgr: Rmgr::Heap2,
-                info,
-                blocks: vec![wal::DecodedBlock { id: 0, tag, will_init: false, image: None, data: vec![] }],
-                main_data: main,
-            };
+            let rec = one_block_record(Rmgr::Heap2, info, tag, main);
             let mut p = PageBuf::zeroed();
             let e = redo_page(&rec, &rec.blocks[0], &mut p.0).unwrap_err();
             assert!(e.to_string().contains("names block 7, which is empty"), "{info:#x}: {e}");
