@@ -140,6 +140,16 @@ impl BufferUsage {
             written: self.written - earlier.written,
         }
     }
+
+    /// The sum of two usages (a parallel worker's share added to the leader's).
+    pub fn plus(self, other: BufferUsage) -> BufferUsage {
+        BufferUsage {
+            hits: self.hits + other.hits,
+            reads: self.reads + other.reads,
+            dirtied: self.dirtied + other.dirtied,
+            written: self.written + other.written,
+        }
+    }
 }
 
 pub struct BufferPool {

@@ -62,6 +62,11 @@
 //!   both pages get the record's end LSN. A map page created by the record (it was all zeros)
 //!   is initialized by its redo (`FLAG_INIT_PAGE`, `will_init`), so extending the fork needs no
 //!   record of its own; the zero pages an extension leaves in between are read as empty.
+//! * VACUUM sets the bits of the page it prunes and freezes (phase I, PRUNE_FREEZE) or whose
+//!   LP_DEAD items it frees (phase III, VACUUM) in that same record, through
+//!   [`VisibilityMap::lock_and_set`]: block 0 is the heap page, block 1 the map page (with
+//!   `will_init` when the record initializes it), both stamped with the record's LSN; the map
+//!   page's redo ([`redo_block`]) reads the record's flags and bits only.
 //! * `clear` logs a `Heap2 VM_CLEAR` record (block 0: the map page; main data: first heap
 //!   block, count, bits). PostgreSQL instead clears the bits in the redo of the heap record
 //!   that made the page not all-visible; a standalone record keeps this module independent of
@@ -98,7 +103,9 @@ use parking_lot::Mutex;
 
 use crate::buffer::{Buffer, BufferPool};
 use crate::error::{Error, Result};
-use crate::heap::wal::{Cursor, FLAG_INIT_PAGE, XLOG_HEAP2_VISIBLE, XLOG_HEAP2_VM_CLEAR};
+use crate::heap::wal::{
+    Cursor, FLAG_INIT_PAGE, XLOG_HEAP2_PRUNE_FREEZE, XLOG_HEAP2_VACUUM, XLOG_HEAP2_VISIBLE, XLOG_HEAP2_VM_CLEAR,
+};
 use crate::heap::HeapEnv;
 use crate::page::{self, BLCKSZ, PAGE_HEADER_SIZE, PD_ALL_VISIBLE};
 use crate::types::{BlockNumber, BufferTag, Fork, Lsn, Oid, Xid};
@@ -359,6 +366,46 @@ impl VisibilityMap {
         Ok(Some(lsn))
     }
 
+    /// For a heap record that sets the map bits of the page it changes (VACUUM's PRUNE_FREEZE
+    /// and VACUUM records, [`crate::vacuum::wal`]): makes `pin` hold the map page of
+    /// `heap_block` (extending the fork to it), locks it exclusively and sets `bits`. Returns
+    /// the locked map page and whether this initialized it, or `None` when the bits were set
+    /// already. The caller holds the heap page exclusively, sets `PD_ALL_VISIBLE` on it, logs
+    /// its record with the map page as block 1 while holding both locks, and stamps both
+    /// pages with the record's LSN.
+    pub fn lock_and_set<'p>(
+        &self,
+        pool: &'p BufferPool,
+        heap_block: BlockNumber,
+        bits: VmBits,
+        pin: &mut Option<Buffer<'p>>,
+    ) -> Result<Option<(crate::sync::RwLockWriteGuard<'p, page::PageBuf>, bool)>> {
+        if bits.0 & !VmBits::VALID.0 != 0 || !bits.all_visible() {
+            return Err(Error::invalid(format!("invalid visibility map bits 0x{:02X} to set", bits.0)));
+        }
+        let (map_block, _, _) = location(heap_block);
+        if pin.as_ref().map(|b| b.block()) != Some(map_block) {
+            *pin = None;
+            *pin = Some(self.pin_or_extend(pool, map_block)?);
+        }
+        let map_buf = pin.as_ref().ok_or_else(|| Error::invalid("visibility map page not pinned"))?;
+        let mut g = map_buf.write();
+        if bits_at(&g.0, heap_block).contains(bits) {
+            return Ok(None);
+        }
+        let init = page::is_new(&g.0);
+        if init {
+            init_page(&mut g.0);
+        }
+        apply_set(&mut g.0, heap_block, bits);
+        Ok(Some((g, init)))
+    }
+
+    /// The tag of the map page holding `heap_block`'s bits.
+    pub fn tag_for(&self, heap_block: BlockNumber) -> BufferTag {
+        self.tag(location(heap_block).0)
+    }
+
     /// Clears `bits` of `heap_block` (ALL_VISIBLE takes ALL_FROZEN with it). Called with the
     /// heap page exclusively locked by the code that changes it, which clears `PD_ALL_VISIBLE`
     /// in its own logged change. Returns the record's end LSN, or `None` when nothing was set.
@@ -504,6 +551,12 @@ pub fn is_vm_record(rec: &DecodedRecord) -> bool {
     rec.rmgr == Rmgr::Heap2 && matches!(rec.info & 0xF0, XLOG_HEAP2_VISIBLE | XLOG_HEAP2_VM_CLEAR)
 }
 
+/// Whether `rec` is one of VACUUM's heap records that may set map bits of its heap page
+/// (block 1, the map page, is then redone by [`redo_block`]).
+pub fn sets_bits_with_heap(rec: &DecodedRecord) -> bool {
+    rec.rmgr == Rmgr::Heap2 && matches!(rec.info & 0xF0, XLOG_HEAP2_PRUNE_FREEZE | XLOG_HEAP2_VACUUM)
+}
+
 /// Applies one block of a VISIBLE or VM_CLEAR record (the caller restored images, skipped
 /// pages already covering the record, and stamps the LSN).
 pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, p: &mut [u8]) -> Result<()> {
@@ -548,6 +601,31 @@ pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, p: &mut
             if !page::is_new(p) {
                 apply_clear(p, first, count, bits);
             }
+        }
+        XLOG_HEAP2_PRUNE_FREEZE | XLOG_HEAP2_VACUUM => {
+            // Block 1 of VACUUM's own records: the map bits of the heap page in block 0.
+            let heap = rec.blocks.iter().find(|b| b.id == 0 && b.tag.fork == Fork::Main).ok_or_else(|| {
+                Error::corrupt_wal(rec.lsn, "a vacuum record's map block has no heap block beside it")
+            })?;
+            let vacuum = rec.info & 0xF0 == XLOG_HEAP2_VACUUM;
+            let (_, vm) = crate::vacuum::wal::decode_flags(&mut m, rec.lsn, vacuum)?;
+            let Some((bits, init)) = vm else {
+                return Err(Error::corrupt_wal(rec.lsn, "a vacuum record names a map block but sets no bits"));
+            };
+            let bits = VmBits(bits);
+            if block_id != 1 || bits.0 & !VmBits::VALID.0 != 0 || !bits.all_visible() {
+                return Err(Error::corrupt_wal(rec.lsn, format!("invalid map bits {bits} in block {block_id}")));
+            }
+            covers(rec, block, heap.tag.block, "vacuum record")?;
+            if init {
+                init_page(p);
+            } else if page::is_new(p) {
+                return Err(Error::corrupt_wal(
+                    rec.lsn,
+                    format!("vacuum record names map block {block}, which is empty"),
+                ));
+            }
+            apply_set(p, heap.tag.block, bits);
         }
         other => return Err(Error::corrupt_wal(rec.lsn, format!("not a visibility map record: 0x{other:02X}"))),
     }

@@ -151,13 +151,19 @@ fn kinds(rng: &mut StdRng) -> Vec<(Rmgr, u8, Vec<u8>, Vec<u8>)> {
         unused: vec![OffsetNumber(4)],
         new_prune_xid: Xid(77),
     };
-    let freeze = settledb::vacuum::wal::encode_freeze(&[settledb::vacuum::wal::FreezePlan {
-        set: 0x0300,
-        clear: 0,
-        clear2: 0,
-        flags: 1,
-        offsets: vec![OffsetNumber(1), OffsetNumber(5)],
-    }]);
+    // PRUNE_FREEZE: flags (prune, freeze, map bits), map bits, prune plan, freeze plans.
+    let mut freeze = vec![0x07, 0x03];
+    prune.encode_into(&mut freeze);
+    settledb::vacuum::wal::encode_freeze(
+        &mut freeze,
+        &[settledb::vacuum::wal::FreezePlan {
+            set: 0x0300,
+            clear: 0,
+            clear2: 0,
+            flags: 1,
+            offsets: vec![OffsetNumber(1), OffsetNumber(5)],
+        }],
+    );
     vec![
         (Rmgr::Xlog, 0x00, ckpt.clone(), vec![]),
         (Rmgr::Xlog, 0x10, ckpt, vec![]),
@@ -173,7 +179,7 @@ fn kinds(rng: &mut StdRng) -> Vec<(Rmgr, u8, Vec<u8>, Vec<u8>)> {
         (Rmgr::Heap, 0x40, [vec![1, 0], r(8), vec![2, 0, 0, 0, 0]].concat(), tuple.clone()),
         (Rmgr::Heap, 0x70, vec![1, 0], r(16)),
         (Rmgr::Heap2, 0x10, prune.encode(), vec![]),
-        (Rmgr::Heap2, 0x20, u16s(&[2, 1, 4]), vec![]),
+        (Rmgr::Heap2, 0x20, [vec![0x04, 0x03], u16s(&[2, 1, 4])].concat(), vec![]),
         (Rmgr::Heap2, 0x30, freeze, vec![]),
         (Rmgr::Heap2, 0x40, [r(4), vec![3, 1]].concat(), vec![]),
         (

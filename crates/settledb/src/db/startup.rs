@@ -114,7 +114,9 @@ pub fn redo_page(rec: &DecodedRecord, b: &wal::DecodedBlock, page: &mut [u8]) ->
         }
         // Heap changes apply to heap pages only, validated first (a new page passes only if
         // all zeros: one restored from an image may not be).
-        let heap_change = matches!(rec.rmgr, Rmgr::Heap | Rmgr::Heap2) && !crate::vm::is_vm_record(rec);
+        // VACUUM's PRUNE_FREEZE and VACUUM records carry the map page as block 1.
+        let map_block = rec.rmgr == Rmgr::Heap2 && tag.fork == Fork::Vm && crate::vm::sets_bits_with_heap(rec);
+        let heap_change = matches!(rec.rmgr, Rmgr::Heap | Rmgr::Heap2) && !crate::vm::is_vm_record(rec) && !map_block;
         if heap_change && tag.fork != Fork::Main {
             return Err(Error::corrupt_wal(
                 rec.lsn,
@@ -125,7 +127,9 @@ pub fn redo_page(rec: &DecodedRecord, b: &wal::DecodedBlock, page: &mut [u8]) ->
             page::validate_items(page, tag.rel, tag.block)?;
         }
         match rec.rmgr {
-            Rmgr::Heap2 if crate::vm::is_vm_record(rec) => crate::vm::redo_block(rec, b.id, tag.block, page)?,
+            Rmgr::Heap2 if crate::vm::is_vm_record(rec) || map_block => {
+                crate::vm::redo_block(rec, b.id, tag.block, page)?
+            }
             Rmgr::Heap | Rmgr::Heap2 => heap::wal::redo_block(rec, b.id, tag.block, &b.data, page)?,
             Rmgr::Btree => crate::btree::wal::redo_block(rec, b.id, tag.block, &b.data, page)?,
             other => {
@@ -456,15 +460,17 @@ mod tests {
 
     /// Found by fuzz target `wal_record`: a PRUNE record replayed onto a new (all-zero) page
     /// reached `repair_fragmentation`, which asserts a sane header, and panicked; VACUUM and
-    /// FREEZE_PAGE left such a page neither new nor valid. All three now refuse an empty page.
+    /// the freeze record left such a page neither new nor valid. All three (now PRUNE, VACUUM
+    /// and PRUNE_FREEZE) refuse an empty page.
     #[test]
     fn heap_maintenance_redo_refuses_an_empty_page() {
         let tag = BufferTag { rel: Oid(16384), fork: Fork::Main, block: BlockNumber(7) };
         let prune = heap::wal::PrunePlan { new_prune_xid: Xid(5), ..Default::default() }.encode();
+        let prune_freeze = [&[crate::vacuum::wal::PF_PRUNE][..], &prune].concat();
         for (info, main) in [
             (heap::wal::XLOG_HEAP2_PRUNE, prune),
-            (heap::wal::XLOG_HEAP2_VACUUM, 0u16.to_le_bytes().to_vec()),
-            (heap::wal::XLOG_HEAP2_FREEZE_PAGE, 0u16.to_le_bytes().to_vec()),
+            (heap::wal::XLOG_HEAP2_VACUUM, vec![0, 0, 0]),
+            (heap::wal::XLOG_HEAP2_PRUNE_FREEZE, prune_freeze),
         ] {
             let rec = one_block_record(Rmgr::Heap2, info, tag, main);
             let mut p = PageBuf::zeroed();

@@ -150,6 +150,7 @@ impl Relation {
 }
 
 /// What the heap needs from the engine around it.
+#[derive(Clone, Copy)]
 pub struct HeapEnv<'a> {
     pub pool: &'a BufferPool,
     pub wal: &'a Wal,
@@ -580,8 +581,23 @@ pub fn prune_page(
     oldest_xmin: Xid,
 ) -> Result<Pruned> {
     let block = buf.block();
-    set_hints_locked(env, buf, page_bytes)?;
-    let plan = prune::plan(page_bytes, block, oldest_xmin, env.xact)?;
+    if page::is_new(page_bytes) {
+        return Ok(Pruned::default());
+    }
+    let mut scan = Box::<prune::PageScan>::default();
+    let mut plan = wal::PrunePlan::default();
+    prune::scan_page(
+        page_bytes,
+        oldest_xmin,
+        env.xact,
+        env.wal.flushed_lsn(),
+        &mut prune::XidMemo::default(),
+        &mut scan,
+    )?;
+    if scan.hints_changed && hint::may_dirty_for_hints(page::lsn(page_bytes), env.wal.redo_ptr()) {
+        buf.mark_dirty();
+    }
+    prune::plan_from_scan(page_bytes, block, &scan, &mut plan);
     if plan.is_empty() {
         if page::prune_xid(page_bytes) != plan.new_prune_xid {
             // Nothing removable yet: remember the new horizon need without dirtying for it.

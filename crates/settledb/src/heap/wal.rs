@@ -8,6 +8,8 @@
 //! | Heap  | 0x40 | HOT_UPDATE    | page (+tuple)    |           | as UPDATE                          |
 //! | Heap  | 0x70 | INPLACE       | target (+data)   |           | offnum                             |
 //! | Heap2 | 0x10 | PRUNE         | target           |           | prune_xid, redirects, dead, unused |
+//! | Heap2 | 0x20 | VACUUM        | target           | [VM page] | flags, [VM bits], unused offsets   |
+//! | Heap2 | 0x30 | PRUNE_FREEZE  | target           | [VM page] | flags, [VM bits], [prune], [freeze]|
 //! | Heap2 | 0x40 | VISIBLE       | VM page          | heap page | heap block, VM bits, flags         |
 //! | Heap2 | 0x50 | MULTI_INSERT  | target (+tuples) |           | flags, offsets                     |
 //! | Heap2 | 0x80 | VM_CLEAR      | VM page          |           | first heap block, count, VM bits   |
@@ -44,7 +46,8 @@ pub const XLOG_HEAP_HOT_UPDATE: u8 = 0x40;
 pub const XLOG_HEAP_INPLACE: u8 = 0x70;
 pub const XLOG_HEAP2_PRUNE: u8 = 0x10;
 pub const XLOG_HEAP2_VACUUM: u8 = 0x20;
-pub const XLOG_HEAP2_FREEZE_PAGE: u8 = 0x30;
+/// VACUUM's phase I: prune, freeze and set the visibility map of one page ([`crate::vacuum::wal`]).
+pub const XLOG_HEAP2_PRUNE_FREEZE: u8 = 0x30;
 pub const XLOG_HEAP2_MULTI_INSERT: u8 = 0x50;
 /// Set visibility-map bits and `PD_ALL_VISIBLE` ([`crate::vm`]).
 pub const XLOG_HEAP2_VISIBLE: u8 = 0x40;
@@ -190,6 +193,12 @@ impl PrunePlan {
 
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(10 + 4 * self.redirected.len() + 2 * (self.dead.len() + self.unused.len()));
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends the encoding to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.new_prune_xid.0.to_le_bytes());
         out.extend_from_slice(&(self.redirected.len() as u16).to_le_bytes());
         out.extend_from_slice(&(self.dead.len() as u16).to_le_bytes());
@@ -201,7 +210,6 @@ impl PrunePlan {
         for o in self.dead.iter().chain(&self.unused) {
             out.extend_from_slice(&o.0.to_le_bytes());
         }
-        out
     }
 
     pub fn decode(c: &mut Cursor<'_>) -> Result<PrunePlan> {
@@ -221,7 +229,7 @@ impl PrunePlan {
     }
 
     /// Offsets named by the plan must exist on the page (checked before applying in redo).
-    fn fits(&self, page: &[u8]) -> bool {
+    pub fn fits(&self, page: &[u8]) -> bool {
         let max = page::max_offset(page);
         let ok = |o: &OffsetNumber| o.0 >= 1 && o.0 <= max;
         self.redirected.iter().all(|(a, b)| ok(a) && ok(b)) && self.dead.iter().all(ok) && self.unused.iter().all(ok)
@@ -263,7 +271,13 @@ pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, data: &
     // Pruning, freezing and vacuuming change a page that exists; on a new (all-zero) page the
     // page helpers would work on an insane header.
     let maintenance = rec.rmgr == Rmgr::Heap2
-        && matches!(rec.info & 0xF0, XLOG_HEAP2_PRUNE | XLOG_HEAP2_VACUUM | XLOG_HEAP2_FREEZE_PAGE);
+        && matches!(rec.info & 0xF0, XLOG_HEAP2_PRUNE | XLOG_HEAP2_VACUUM | XLOG_HEAP2_PRUNE_FREEZE);
+    if maintenance && block_id != 0 {
+        return Err(Error::corrupt_wal(
+            rec.lsn,
+            format!("{} changes heap block {block} as block {block_id}", describe(rec)),
+        ));
+    }
     if maintenance && page::is_new(page) {
         return Err(Error::corrupt_wal(rec.lsn, format!("{} names block {block}, which is empty", describe(rec))));
     }
@@ -324,13 +338,11 @@ pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, data: &
             }
             apply_prune(page, &plan);
         }
-        (Rmgr::Heap2, XLOG_HEAP2_FREEZE_PAGE) => {
-            let plans = crate::vacuum::wal::decode_freeze(&rec.main_data, rec.lsn, page)?;
-            crate::vacuum::wal::apply_freeze(page, &plans, rec.lsn)?;
+        (Rmgr::Heap2, XLOG_HEAP2_PRUNE_FREEZE) => {
+            crate::vacuum::wal::redo_prune_freeze(&rec.main_data, rec.lsn, page)?;
         }
         (Rmgr::Heap2, XLOG_HEAP2_VACUUM) => {
-            let offs = crate::vacuum::wal::decode_unused(&rec.main_data, rec.lsn)?;
-            crate::vacuum::wal::apply_unused(page, &offs, rec.lsn)?;
+            crate::vacuum::wal::redo_unused(&rec.main_data, rec.lsn, page)?;
         }
         (Rmgr::Heap2, XLOG_HEAP2_MULTI_INSERT) => {
             let flags = m.u8()?;
@@ -389,7 +401,9 @@ pub fn describe(rec: &DecodedRecord) -> String {
                     p.unused.len()
                 )
             }
-            (Rmgr::Heap2, XLOG_HEAP2_FREEZE_PAGE) => crate::vacuum::wal::describe_freeze(&rec.main_data, rec.lsn)?,
+            (Rmgr::Heap2, XLOG_HEAP2_PRUNE_FREEZE) => {
+                crate::vacuum::wal::describe_prune_freeze(&rec.main_data, rec.lsn)?
+            }
             (Rmgr::Heap2, XLOG_HEAP2_VACUUM) => crate::vacuum::wal::describe_unused(&rec.main_data, rec.lsn)?,
             (Rmgr::Heap2, XLOG_HEAP2_MULTI_INSERT) => {
                 let flags = m.u8()?;

@@ -22,12 +22,16 @@
 //! to know whether it is empty). When a non-aggressive vacuum skips an all-visible page that is
 //! not all-frozen, it cannot know that page's oldest XID and leaves relfrozenxid alone.
 //!
-//! # Settled pages
+//! # One pass and one record per page
 //!
-//! A page read in phase I whose every tuple carries the hints "inserter committed, no deleter"
-//! cannot have anything to prune: VACUUM skips pruning it and only analyzes it (freezing,
-//! visibility map, free space). That is most of an aggressive or `DISABLE_PAGE_SKIPPING` scan
-//! of a clean table.
+//! Phase I reads each page once ([`scan`]): one pass classifies every tuple and sets its hint
+//! bits, the prune plan comes from that (a page without HOT chains needs no chain walk), the
+//! freeze decision is taken on the pruned page from the same classification ([`freeze`]),
+//! and pruning, freezing and the visibility map bits go to WAL as one PRUNE_FREEZE record
+//! ([`wal`]); a page that needs none of them (a settled page an aggressive or
+//! `DISABLE_PAGE_SKIPPING` scan reads again) logs nothing. Phase III ([`reap`]) logs one
+//! VACUUM record per page that also sets the map bits. PostgreSQL 17 merged pruning and
+//! freezing the same way, PostgreSQL 19 the map bits.
 //!
 //! # Cleanup locks
 //!
@@ -46,16 +50,20 @@
 //!
 //! # Crash safety
 //!
-//! Every page change is its own WAL record (PRUNE, FREEZE_PAGE, VISIBLE, VACUUM, VM_CLEAR,
+//! Every page change is WAL-logged (PRUNE_FREEZE, VACUUM, VISIBLE for empty pages, VM_CLEAR,
 //! Storage TRUNCATE, and the in-place pg_class update), so a crash anywhere leaves each page as
 //! one of its logged states: LP_DEAD items become LP_UNUSED only after every index lost its
 //! entries for them (DESIGN.md invariant 3), and a VM bit is set by the same record that sets
-//! `PD_ALL_VISIBLE` after the page's tuples are visible to all (invariant 4). The FSM is a hint
-//! and may lose its latest values.
+//! `PD_ALL_VISIBLE` after the page's tuples are visible to all (invariant 4); the record names
+//! the heap page as block 0 and the map page as block 1, locked in that order and stamped
+//! with the same LSN. The FSM is a hint and may lose its latest values.
 
 pub mod dbstats;
 pub mod freeze;
+mod reap;
 pub mod report;
+mod scan;
+mod truncate;
 pub mod wal;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -64,41 +72,31 @@ use std::time::{Duration, Instant};
 
 use tidstore::{DeadTids, TidStore};
 
-use crate::buffer::{self, Buffer, Ring};
+use crate::buffer::{self, Buffer};
 use crate::catalog::{ClassRow, TableEntry, PG_CLASS_OID};
 use crate::config::FreezePolicy;
 use crate::db::{Database, Inner};
 use crate::error::{Error, Result};
-use crate::fsm;
 use crate::heap::tuple::{self, TupleHeader};
 use crate::heap::{self, HeapEnv, Relation};
 use crate::index::{BulkDeleteStats, IndexAm};
-use crate::page::{self, LpFlags, BLCKSZ, PD_ALL_VISIBLE};
-use crate::types::{BlockNumber, Fork, OffsetNumber, Tid, Xid};
-use crate::vm::VmBits;
+use crate::page::{self, LpFlags, BLCKSZ};
+use crate::types::{BlockNumber, Fork, Xid};
 use crate::wal::{BlockRef, RecordBuilder, Rmgr};
 use freeze::Cutoffs;
+use reap::Seen;
 pub use report::{VacuumReport, DATABASE_NAME};
+use scan::{Ctx, DeadPage, ScanCounts, SkipRule, Usage, Worker};
 
-/// Runs of all-visible pages shorter than this are read anyway (`SKIP_PAGES_THRESHOLD`).
-const SKIP_PAGES_THRESHOLD: u32 = 32;
 /// The failsafe is rechecked every 4 GB of heap (`FAILSAFE_EVERY_PAGES`).
 const FAILSAFE_EVERY_PAGES: u32 = ((4u64 << 30) / BLCKSZ as u64) as u32;
 /// Index vacuuming is bypassed when fewer than 2% of pages have LP_DEAD items.
 const BYPASS_THRESHOLD_PAGES: f64 = 0.02;
 /// ... and the dead items take less than this.
 const BYPASS_MAX_BYTES: usize = 32 << 20;
-/// Truncation is attempted when at least this many tail pages, or 1/16 of the table, are free.
-const REL_TRUNCATE_MINIMUM: u32 = 1000;
-const REL_TRUNCATE_FRACTION: u32 = 16;
-/// Truncation waits for the table lock this long, retrying every 50 ms, then gives up.
-const TRUNCATE_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
-/// ... and holds it at most this long before giving way to writers.
-const TRUNCATE_LOCK_HOLD: Duration = Duration::from_millis(20);
-/// Extra attempts at a page's cleanup lock before the no-prune path.
-const CLEANUP_LOCK_RETRIES: usize = 5;
-/// Pages between FSM flushes in phase I.
-const FSM_BATCH: usize = 1024;
+/// Phase I hands out the table in chunks of this many pages: to parallel workers, and (for
+/// the leader alone too) the unit after which its pages' dead items enter the store.
+const CHUNK_PAGES: u32 = 256;
 
 /// `INDEX_CLEANUP`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -370,30 +368,25 @@ struct LazyVacuum<'a> {
     failsafe_age: u32,
     dead: TidStore,
     dead_budget: usize,
-    new_relfrozenxid: Xid,
-    skipped_allvis: bool,
-    nonempty_pages: u32,
-    fsm_pending: Vec<(BlockNumber, u8)>,
     index_stats: Vec<BulkDeleteStats>,
-    cost: CostDelay,
     progress: Arc<VacuumProgress>,
     r: VacuumReport,
-    ring: Ring,
-    /// The visibility map page of the pages being processed, kept pinned (`vmbuffer`).
-    vm_pin: Option<Buffer<'a>>,
-    /// For each page in the dead-item store, what phase I learned: its LSN when phase I let
-    /// go of it, whether it will be all-visible once its LP_DEAD items are gone, and whether
-    /// it is then all-frozen. Phase III trusts it when the page's LSN has not moved (no logged
-    /// change since), instead of examining every tuple again.
-    phase1: Vec<(u32, crate::types::Lsn, bool, bool)>,
+    /// The leader's own tools and counters (phases I and III run on it).
+    leader: Worker<'a>,
+    /// Phase I's counts from every worker that has finished, the leader's not yet included.
+    counts: ScanCounts,
+    /// For each page in the dead-item store, what phase I learned of it (sorted by block).
+    phase1: Vec<Seen>,
+    /// Buffers, WAL and CPU used by parallel workers, and the time their cost delay slept.
+    helpers: Usage,
+    helpers_slept: Duration,
 }
 
 /// Vacuums one table.
 pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &VacuumParams) -> Result<VacuumReport> {
     let start = Instant::now();
-    let (cpu_u0, cpu_s0) = report::thread_cpu();
-    let buf0 = buffer::my_usage();
-    let wal0 = crate::wal::my_wal_usage();
+    let usage0 = Usage::now();
+    let buf0 = usage0.buffers;
     // One VACUUM per table at a time; DROP TABLE and CREATE INDEX wait for it (PostgreSQL's
     // ShareUpdateExclusiveLock).
     let _maint = entry.maintenance_lock.lock();
@@ -471,20 +464,22 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
         indexes,
         dead: TidStore::new(dead_budget),
         dead_budget,
-        new_relfrozenxid: oldest_xmin,
-        skipped_allvis: false,
-        nonempty_pages: 0,
-        fsm_pending: Vec::new(),
-        cost: CostDelay {
-            delay_ms,
-            limit: limit.max(1),
-            hit: u64::from(config.vacuum_cost_page_hit),
-            miss: u64::from(config.vacuum_cost_page_miss),
-            dirty: u64::from(config.vacuum_cost_page_dirty),
-            last: buf0,
-            balance: 0,
-            slept: Duration::ZERO,
-        },
+        leader: Worker::new(
+            inner,
+            CostDelay {
+                delay_ms,
+                limit: limit.max(1),
+                hit: u64::from(config.vacuum_cost_page_hit),
+                miss: u64::from(config.vacuum_cost_page_miss),
+                dirty: u64::from(config.vacuum_cost_page_dirty),
+                last: buf0,
+                balance: 0,
+                slept: Duration::ZERO,
+            },
+        ),
+        counts: ScanCounts::default(),
+        helpers: Usage::default(),
+        helpers_slept: Duration::ZERO,
         progress,
         r: VacuumReport {
             table: rel.name.clone(),
@@ -498,14 +493,13 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
             index_vacuuming_skipped: params.index_cleanup == IndexCleanup::Off,
             ..Default::default()
         },
-        ring: Ring::new(256 << 10),
-        vm_pin: None,
         phase1: Vec::new(),
     };
     lv.check_failsafe();
     let orig_pages = inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
     lv.r.orig_pages = orig_pages;
     lv.scan_heap(orig_pages)?;
+    lv.take_counts();
 
     // Index cleanup and truncation.
     // An index has figures to report if it was bulk-deleted or its cleanup scanned it.
@@ -526,7 +520,7 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
         .map(|((d, s), _)| (d.name.clone(), *s))
         .collect();
     // Truncation drops the map's buffers past the new end: no pin may be held on them.
-    lv.vm_pin = None;
+    lv.leader.vm_pin = None;
     let truncate = params.truncate.or(opts.vacuum_truncate).unwrap_or(config.vacuum_truncate);
     let mut new_pages = orig_pages;
     if truncate && !lv.failsafe {
@@ -544,8 +538,11 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
         estimate_reltuples(entry, orig_pages, lv.r.scanned_pages, lv.r.new_live_tuples)
     };
     lv.r.new_live_tuples = reltuples.round().max(0.0) as u64;
-    let can_advance = lv.aggressive || !lv.skipped_allvis;
-    let new_frozen = lv.new_relfrozenxid;
+    let can_advance = lv.aggressive || !lv.counts.skipped_allvis;
+    let new_frozen = match lv.counts.oldest_left {
+        Some(x) if x.precedes(oldest_xmin) => x,
+        _ => oldest_xmin,
+    };
     let advance = can_advance
         && new_frozen.is_normal()
         && new_frozen != relfrozenxid
@@ -566,15 +563,17 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     }
     let end_next = inner.xact.next_full_xid().xid();
     lv.r.oldest_xmin_age_at_end = i64::from(end_next.0.wrapping_sub(oldest_xmin.0) as i32);
-    lv.r.buffers = buffer::my_usage().since(buf0);
-    let w = crate::wal::my_wal_usage();
-    lv.r.wal =
-        crate::wal::WalStats { records: w.records - wal0.records, fpi: w.fpi - wal0.fpi, bytes: w.bytes - wal0.bytes };
-    let (cpu_u, cpu_s) = report::thread_cpu();
-    lv.r.user_cpu = cpu_u.saturating_sub(cpu_u0);
-    lv.r.system_cpu = cpu_s.saturating_sub(cpu_s0);
+    let mine = Worker::usage_since(&usage0);
+    lv.r.buffers = mine.buffers.plus(lv.helpers.buffers);
+    lv.r.wal = crate::wal::WalStats {
+        records: mine.wal.records + lv.helpers.wal.records,
+        fpi: mine.wal.fpi + lv.helpers.wal.fpi,
+        bytes: mine.wal.bytes + lv.helpers.wal.bytes,
+    };
+    lv.r.user_cpu = mine.user_cpu + lv.helpers.user_cpu;
+    lv.r.system_cpu = mine.system_cpu + lv.helpers.system_cpu;
     lv.r.elapsed = start.elapsed();
-    lv.r.delay_time = lv.cost.slept;
+    lv.r.delay_time = lv.leader.cost.slept + lv.helpers_slept;
     lv.r.failsafe = lv.failsafe;
     entry.stats.report_vacuum(
         params.is_autovacuum,
@@ -607,7 +606,7 @@ fn estimate_reltuples(entry: &TableEntry, total: u32, scanned: u32, scanned_tupl
     (density * f64::from(total - scanned.min(total)) + scanned_tuples as f64).floor()
 }
 
-impl LazyVacuum<'_> {
+impl<'a> LazyVacuum<'a> {
     fn check_failsafe(&mut self) -> bool {
         if self.failsafe {
             return true;
@@ -619,10 +618,36 @@ impl LazyVacuum<'_> {
             self.failsafe = true;
             self.do_index_vacuuming = false;
             self.do_index_cleanup = false;
-            self.cost.delay_ms = 0.0;
+            self.leader.cost.delay_ms = 0.0;
             self.r.index_vacuuming_skipped = !self.indexes.is_empty();
         }
         self.failsafe
+    }
+
+    /// What every worker reads (the progress row is passed in so that `self` stays free).
+    fn ctx<'c>(&self, progress: &'c VacuumProgress) -> Ctx<'c>
+    where
+        'a: 'c,
+    {
+        Ctx {
+            inner: self.inner,
+            rel: self.rel,
+            cutoffs: self.cutoffs,
+            policy: self.policy,
+            fsm_settled: self.fsm_settled,
+            aggressive: self.aggressive,
+            has_indexes: !self.indexes.is_empty(),
+            progress,
+        }
+    }
+
+    /// Which pages phase I may skip.
+    fn skip_rule(&self) -> Option<SkipRule> {
+        match (self.skip_with_vm, self.aggressive) {
+            (false, _) => None,
+            (true, true) => Some(SkipRule::AllFrozen),
+            (true, false) => Some(SkipRule::AllVisible),
+        }
     }
 
     /// Phase I, with phases II and III whenever the dead-item store fills.
@@ -630,42 +655,32 @@ impl LazyVacuum<'_> {
         self.progress.set_phase(VacuumPhase::ScanningHeap);
         self.progress.heap_blks_total.store(rel_pages, Ordering::Relaxed);
         self.progress.max_dead_tuple_bytes.store(self.dead_budget as u64, Ordering::Relaxed);
-        let mut blk = 0u32;
-        while blk < rel_pages {
-            let mut end = blk + 1;
-            if self.skip_with_vm {
-                let (run, allvis_only) = self.skippable_run(blk, rel_pages)?;
-                if run >= SKIP_PAGES_THRESHOLD {
-                    self.skipped_allvis |= allvis_only;
-                    blk += run;
-                    continue;
-                }
-                // A short run is read, with the unskippable page after it.
-                end = blk + run + 1;
+        let progress = self.progress.clone();
+        let skip = self.skip_rule();
+        let mut found = Vec::new();
+        let mut start = 0;
+        while start < rel_pages {
+            let end = start.saturating_add(CHUNK_PAGES).min(rel_pages);
+            let since = self.leader.c.scanned_pages;
+            if since / FAILSAFE_EVERY_PAGES != (since + (end - start)) / FAILSAFE_EVERY_PAGES {
+                self.check_failsafe();
             }
-            while blk < end.min(rel_pages) {
-                self.cost.point();
-                if self.r.autovacuum && self.inner.shutdown.load(Ordering::Acquire) {
-                    return Err(Error::invalid("canceling autovacuum task: the database is shutting down"));
-                }
-                if self.r.scanned_pages > 0 && self.r.scanned_pages.is_multiple_of(FAILSAFE_EVERY_PAGES) {
-                    self.check_failsafe();
-                }
-                self.scan_page(BlockNumber(blk))?;
-                self.r.scanned_pages += 1;
-                self.progress.heap_blks_scanned.store(blk + 1, Ordering::Relaxed);
-                blk += 1;
-            }
-            if self.fsm_pending.len() >= FSM_BATCH {
-                self.flush_fsm()?;
-            }
+            let ctx = self.ctx(&progress);
+            self.leader.scan_range(&ctx, skip, start, end, rel_pages, &mut |_, d| {
+                found.push(d);
+                Ok(())
+            })?;
+            self.absorb(&mut found)?;
+            start = end;
         }
-        self.flush_fsm()?;
+        let ctx = self.ctx(&progress);
+        self.leader.flush_fsm(&ctx)?;
         // The last round of index and heap vacuuming.
         if self.dead.num_tids() > 0 {
             let bypass = self.consider_bypass
                 && self.r.num_index_scans == 0
-                && f64::from(self.r.lpdead_item_pages) < f64::from(rel_pages) * BYPASS_THRESHOLD_PAGES
+                && f64::from(self.leader.c.lpdead_item_pages + self.counts.lpdead_item_pages)
+                    < f64::from(rel_pages) * BYPASS_THRESHOLD_PAGES
                 && self.dead.memory_bytes() < BYPASS_MAX_BYTES;
             if bypass {
                 self.do_index_vacuuming = false;
@@ -678,487 +693,49 @@ impl LazyVacuum<'_> {
         Ok(())
     }
 
-    /// The length of the run of skippable pages starting at `blk` (the last page of the
-    /// table is never skippable), and whether any of them is all-visible but not all-frozen.
-    fn skippable_run(&mut self, blk: u32, rel_pages: u32) -> Result<(u32, bool)> {
-        let mut n = 0;
-        let mut allvis_only = false;
-        let mut b = blk;
-        while b + 1 < rel_pages {
-            let bits = self.rel.vm.get_pinned(&self.inner.pool, BlockNumber(b), &mut self.vm_pin)?;
-            let skippable = if self.aggressive { bits.all_frozen() } else { bits.all_visible() };
-            if !skippable {
-                break;
-            }
-            allvis_only |= !bits.all_frozen();
-            n += 1;
-            b += 1;
-        }
-        Ok((n, allvis_only))
-    }
-
-    fn fsm_category(&self, free: usize, all_visible: bool) -> u8 {
-        if self.fsm_settled && all_visible && free <= BLCKSZ / 2 {
-            0
-        } else {
-            fsm::avail_to_category(free)
-        }
-    }
-
-    fn flush_fsm(&mut self) -> Result<()> {
-        if !self.fsm_pending.is_empty() {
-            self.rel.fsm.set_many(&self.inner.pool, &self.fsm_pending)?;
-            self.fsm_pending.clear();
-        }
-        Ok(())
-    }
-
-    /// Phase I on one page.
-    fn scan_page(&mut self, block: BlockNumber) -> Result<()> {
-        let env = &self.inner.env();
-        let buf = heap::read_page(env, self.rel, block, Some(&mut self.ring))?;
-        // Our background writer pins pages for a moment while it writes them; give such a
-        // pin a few microseconds to go away before settling for the no-prune path (PostgreSQL
-        // tries once).
-        let mut first = buf.try_cleanup_lock();
-        for _ in 0..CLEANUP_LOCK_RETRIES {
-            if first.is_some() {
-                break;
-            }
-            std::thread::sleep(Duration::from_micros(20));
-            first = buf.try_cleanup_lock();
-        }
-        let cleanup = match first {
-            Some(g) => Some(g),
-            None => {
-                // No cleanup lock: process the page read-only, unless an aggressive vacuum
-                // finds XIDs it must freeze here.
-                let g = buf.read();
-                if page::is_new(&g.0) || page::max_offset(&g.0) == 0 {
-                    drop(g);
-                    Some(buf.cleanup_lock())
-                } else {
-                    match self.scan_noprune(block, &g.0)? {
-                        Some(lpdead) => {
-                            drop(g);
-                            return self.remember_dead(block, lpdead);
-                        }
-                        None => {
-                            drop(g);
-                            Some(buf.cleanup_lock())
-                        }
-                    }
+    /// Adds the dead items of pages phase I finished (in block order) to the store, running
+    /// phases II and III first whenever it is full; `pages` is left empty.
+    fn absorb(&mut self, pages: &mut Vec<DeadPage>) -> Result<()> {
+        for d in pages.drain(..) {
+            if self.dead.add_page(d.block, &d.offsets).is_err() {
+                let progress = self.progress.clone();
+                self.leader.flush_fsm(&self.ctx(&progress))?;
+                self.vacuum_cycle()?;
+                self.progress.set_phase(VacuumPhase::ScanningHeap);
+                if self.dead.add_page(d.block, &d.offsets).is_err() {
+                    return Err(Error::invalid(format!(
+                        "maintenance_work_mem ({} bytes) cannot hold the dead items of one heap page",
+                        self.dead_budget
+                    )));
                 }
             }
-        };
-        let Some(mut g) = cleanup else { return Ok(()) };
-        let p = &mut g.0;
-        if page::is_new(p) {
-            // An extended page nobody initialized: all of it is free.
-            self.fsm_pending.push((block, fsm::avail_to_category(BLCKSZ - page::PAGE_HEADER_SIZE)));
-            return Ok(());
-        }
-        if page::max_offset(p) == 0 {
-            // An empty page: all-visible and all-frozen, unless it is already.
-            let bits = self.rel.vm.get_pinned(&self.inner.pool, block, &mut self.vm_pin)?;
-            if !bits.all_frozen() || page::flags(p) & PD_ALL_VISIBLE == 0 {
-                self.rel.vm.set_pinned(env, &buf, p, VmBits::VALID, &mut self.vm_pin)?;
-                if !bits.all_visible() {
-                    self.r.vm_new_visible_pages += 1;
-                    self.r.vm_new_visible_frozen_pages += 1;
-                } else {
-                    self.r.vm_new_frozen_pages += 1;
-                }
-            }
-            let cat = self.fsm_category(page::heap_free_space(p), true);
-            self.fsm_pending.push((block, cat));
-            return Ok(());
-        }
-
-        // Prune, unless the hint bits prove there is nothing to prune: a settled page (every
-        // tuple's inserter known committed, no deleter) is only analyzed.
-        let mut pruning_wrote_fpi = false;
-        if may_need_pruning(p) {
-            let fpi_before = crate::wal::my_wal_usage().fpi;
-            let pruned = heap::prune_page(env, self.rel, &buf, p, self.cutoffs.oldest_xmin)?;
-            pruning_wrote_fpi = crate::wal::my_wal_usage().fpi > fpi_before;
-            self.r.tuples_deleted += u64::from(pruned.tuples_removed);
-        }
-
-        let mut scan = freeze::analyze_page(p, &self.cutoffs, &self.inner.xact)?;
-        // Without indexes nothing points at LP_DEAD items: make them unused right away
-        // (PostgreSQL's one-pass strategy).
-        if self.indexes.is_empty() && !scan.lpdead.is_empty() {
-            let offs: Vec<OffsetNumber> = scan.lpdead.iter().map(|&o| OffsetNumber(o)).collect();
-            log_unused(env, self.rel, &buf, p, &offs)?;
-            self.r.lpdead_item_pages += 1;
-            self.r.lpdead_items += offs.len() as u64;
-            scan.lpdead.clear();
-        }
-        let decision = freeze::decide(&scan, self.policy, scan.all_visible, pruning_wrote_fpi);
-        if !decision.changes.is_empty() {
-            let plans = wal::plans_from(&decision.changes);
-            let main = wal::encode_freeze_for(&plans, p);
-            wal::apply_freeze(p, &plans, crate::types::Lsn(0))?;
-            let lsn = log_page_record(env, self.rel, block, p, wal_info::FREEZE_PAGE, main)?;
-            page::set_lsn(p, lsn);
-            buf.mark_dirty();
-            if decision.tuples_frozen > 0 {
-                self.r.frozen_pages += 1;
-                self.r.tuples_frozen += decision.tuples_frozen;
-            }
-        }
-        if let Some(x) = decision.oldest_left {
-            if x.precedes(self.new_relfrozenxid) {
-                self.new_relfrozenxid = x;
-            }
-        }
-        self.r.new_live_tuples += scan.live;
-        self.r.recently_dead_tuples += scan.recently_dead;
-        if scan.hastup {
-            self.nonempty_pages = block.0 + 1;
-        }
-        let has_lpdead = !scan.lpdead.is_empty();
-        if has_lpdead {
-            self.r.lpdead_item_pages += 1;
-            self.r.lpdead_items += scan.lpdead.len() as u64;
-        }
-        let all_visible = scan.all_visible && !has_lpdead;
-        self.update_vm(&buf, p, all_visible, all_visible && decision.all_frozen, has_lpdead)?;
-        if !has_lpdead {
-            let cat = self.fsm_category(page::heap_free_space(p), all_visible);
-            self.fsm_pending.push((block, cat));
-        }
-        let seen = (block.0, page::lsn(p), scan.all_visible, decision.all_frozen);
-        drop(g);
-        drop(buf);
-        if has_lpdead {
-            self.remember_dead(block, scan.lpdead)?;
-            self.phase1.push(seen);
-        }
-        Ok(())
-    }
-
-    /// Sets (or repairs) the page's visibility map bits after phase I or III.
-    fn update_vm(
-        &mut self,
-        buf: &Buffer<'_>,
-        p: &mut [u8],
-        all_visible: bool,
-        all_frozen: bool,
-        has_lpdead: bool,
-    ) -> Result<()> {
-        let block = buf.block();
-        let bits = self.rel.vm.get_pinned(&self.inner.pool, block, &mut self.vm_pin)?;
-        let flag = page::flags(p) & PD_ALL_VISIBLE != 0;
-        if all_visible {
-            let want = if all_frozen { VmBits::VALID } else { VmBits::ALL_VISIBLE };
-            if !bits.contains(want) || !flag {
-                let env = self.inner.env();
-                self.rel.vm.set_pinned(&env, buf, p, want, &mut self.vm_pin)?;
-                if !bits.all_visible() {
-                    self.r.vm_new_visible_pages += 1;
-                    if all_frozen {
-                        self.r.vm_new_visible_frozen_pages += 1;
-                    }
-                } else if all_frozen && !bits.all_frozen() {
-                    self.r.vm_new_frozen_pages += 1;
-                }
-            }
-        } else if (bits.all_visible() && !flag) || (flag && has_lpdead) || (bits.all_visible() && has_lpdead) {
-            // The map (or the page flag) claims more than the page holds: repair it, as
-            // PostgreSQL does with a warning.
-            page::clear_flags(p, PD_ALL_VISIBLE);
-            buf.mark_dirty();
-            self.rel.vm.clear(&self.env, block, VmBits::VALID)?;
-        }
-        Ok(())
-    }
-
-    /// `lazy_scan_noprune`: a page whose cleanup lock is taken. Returns its LP_DEAD offsets,
-    /// or `None` when an aggressive vacuum must wait for the lock and freeze.
-    fn scan_noprune(&mut self, block: BlockNumber, p: &[u8]) -> Result<Option<Vec<u16>>> {
-        use crate::heap::visibility::{satisfies_vacuum, VacuumStatus};
-        let mut lpdead = Vec::new();
-        let mut oldest: Option<Xid> = None;
-        let (mut live, mut recently_dead, mut missed, mut hastup) = (0u64, 0u64, 0u64, false);
-        for o in 1..=page::max_offset(p) {
-            let off = OffsetNumber(o);
-            match page::item_id(p, off).flags {
-                LpFlags::Unused => continue,
-                LpFlags::Redirect => {
-                    hastup = true;
-                    continue;
-                }
-                LpFlags::Dead => {
-                    lpdead.push(o);
-                    continue;
-                }
-                LpFlags::Normal => {}
-            }
-            hastup = true;
-            let Some(h) = page::try_item(p, off).and_then(TupleHeader::parse) else { continue };
-            if freeze::oldest_unfrozen(&h, &mut oldest, self.cutoffs.freeze_limit) && self.aggressive {
-                return Ok(None);
-            }
-            match satisfies_vacuum(&h, self.cutoffs.oldest_xmin, &self.inner.xact)? {
-                VacuumStatus::Dead => missed += 1,
-                VacuumStatus::RecentlyDead => recently_dead += 1,
-                VacuumStatus::Live | VacuumStatus::DeleteInProgress => live += 1,
-                VacuumStatus::InsertInProgress => {}
-            }
-        }
-        if let Some(x) = oldest {
-            if x.precedes(self.new_relfrozenxid) {
-                self.new_relfrozenxid = x;
-            }
-        }
-        if self.indexes.is_empty() && !lpdead.is_empty() {
-            // One-pass strategy without a cleanup lock: count them as missed.
-            missed += lpdead.len() as u64;
-            lpdead.clear();
-        }
-        self.r.new_live_tuples += live;
-        self.r.recently_dead_tuples += recently_dead;
-        if missed > 0 {
-            self.r.missed_dead_tuples += missed;
-            self.r.missed_dead_pages += 1;
-        }
-        if hastup {
-            self.nonempty_pages = block.0 + 1;
-        }
-        if !lpdead.is_empty() {
-            self.r.lpdead_item_pages += 1;
-            self.r.lpdead_items += lpdead.len() as u64;
-        } else {
-            self.fsm_pending.push((block, fsm::avail_to_category(page::heap_free_space(p))));
-        }
-        Ok(Some(lpdead))
-    }
-
-    /// Adds one page's LP_DEAD offsets to the store, running phases II and III first when it
-    /// is full.
-    fn remember_dead(&mut self, block: BlockNumber, lpdead: Vec<u16>) -> Result<()> {
-        if lpdead.is_empty() {
-            return Ok(());
-        }
-        if self.dead.add_page(block.0, &lpdead).is_err() {
-            self.flush_fsm()?;
-            self.vacuum_cycle()?;
-            self.progress.set_phase(VacuumPhase::ScanningHeap);
-            if self.dead.add_page(block.0, &lpdead).is_err() {
-                return Err(Error::invalid(format!(
-                    "maintenance_work_mem ({} bytes) cannot hold the dead items of one heap page",
-                    self.dead_budget
-                )));
-            }
+            self.phase1.push(Seen { block: d.block, lsn: d.lsn, visible: d.visible, frozen: d.frozen });
         }
         self.progress.dead_tuple_bytes.store(self.dead.memory_bytes() as u64, Ordering::Relaxed);
         self.progress.num_dead_item_ids.store(self.dead.num_tids(), Ordering::Relaxed);
         Ok(())
     }
 
-    /// Phases II and III for what the store holds, then resets it.
-    fn vacuum_cycle(&mut self) -> Result<()> {
-        self.dead.freeze();
-        self.r.dead_items_bytes_total += self.dead.memory_bytes() as u64;
-        self.r.dead_items_resets += 1;
-        if self.do_index_vacuuming && !self.check_failsafe() {
-            self.vacuum_indexes()?;
-            self.vacuum_heap()?;
-        }
-        self.phase1.clear();
-        self.dead.reset();
-        self.progress.dead_tuple_bytes.store(0, Ordering::Relaxed);
-        self.progress.num_dead_item_ids.store(0, Ordering::Relaxed);
-        Ok(())
+    /// Folds the leader's counts into the totals and the report.
+    fn take_counts(&mut self) {
+        let mine = std::mem::take(&mut self.leader.c);
+        self.counts.merge(&mine);
+        let c = &self.counts;
+        let r = &mut self.r;
+        r.scanned_pages = c.scanned_pages;
+        r.tuples_deleted = c.tuples_deleted;
+        r.new_live_tuples = c.new_live_tuples;
+        r.recently_dead_tuples = c.recently_dead_tuples;
+        r.missed_dead_tuples = c.missed_dead_tuples;
+        r.missed_dead_pages = c.missed_dead_pages;
+        r.frozen_pages = c.frozen_pages;
+        r.tuples_frozen = c.tuples_frozen;
+        r.vm_new_visible_pages = c.vm_new_visible_pages;
+        r.vm_new_visible_frozen_pages = c.vm_new_visible_frozen_pages;
+        r.vm_new_frozen_pages = c.vm_new_frozen_pages;
+        r.lpdead_item_pages = c.lpdead_item_pages;
+        r.lpdead_items = c.lpdead_items;
     }
-
-    /// Phase II: every index loses its entries for the stored TIDs.
-    fn vacuum_indexes(&mut self) -> Result<()> {
-        self.progress.set_phase(VacuumPhase::VacuumingIndexes);
-        self.progress.indexes_total.store(self.indexes.len() as u32, Ordering::Relaxed);
-        self.progress.indexes_processed.store(0, Ordering::Relaxed);
-        let mut bits = Vec::new();
-        let mut probe = Vec::new();
-        for (i, ix) in self.indexes.iter().enumerate() {
-            let dead = &self.dead;
-            let cost = &mut self.cost;
-            let mut is_dead = |tids: &[Tid], out: &mut [bool]| {
-                probe.clear();
-                probe.extend(tids.iter().map(|t| tidstore::Tid::new(t.block.0, t.offset.0)));
-                bits.clear();
-                bits.resize(tids.len().div_ceil(64), 0u64);
-                dead.contains_many(&probe, &mut bits);
-                for (j, o) in out.iter_mut().enumerate() {
-                    *o = bits[j / 64] >> (j % 64) & 1 == 1;
-                }
-                cost.point();
-            };
-            ix.btree.bulk_delete(&self.env, &mut is_dead, &mut self.index_stats[i])?;
-            self.progress.indexes_processed.store(i as u32 + 1, Ordering::Relaxed);
-        }
-        self.r.num_index_scans += 1;
-        self.progress.index_vacuum_count.store(self.r.num_index_scans, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Phase III: LP_DEAD -> LP_UNUSED on every page in the store, then VM and FSM.
-    fn vacuum_heap(&mut self) -> Result<()> {
-        self.progress.set_phase(VacuumPhase::VacuumingHeap);
-        let mut pages: Vec<(u32, Vec<u16>)> = Vec::new();
-        self.dead.for_each_page(&mut |b, offs| pages.push((b, offs.to_vec())));
-        for (b, offs) in pages {
-            self.cost.point();
-            let block = BlockNumber(b);
-            let env = self.inner.env();
-            let buf = heap::read_page(&env, self.rel, block, Some(&mut self.ring))?;
-            let mut g = buf.write();
-            let p = &mut g.0;
-            let offs: Vec<OffsetNumber> = offs.into_iter().map(OffsetNumber).collect();
-            let unchanged = self
-                .phase1
-                .binary_search_by_key(&b, |e| e.0)
-                .ok()
-                .map(|i| self.phase1[i])
-                .filter(|e| e.1 == page::lsn(p));
-            log_unused(&env, self.rel, &buf, p, &offs)?;
-            let (all_visible, all_frozen, has_lpdead) = match unchanged {
-                Some((_, _, visible, frozen)) => (visible, visible && frozen, false),
-                None => {
-                    let scan = freeze::analyze_page(p, &self.cutoffs, &self.inner.xact)?;
-                    let visible = scan.all_visible && scan.lpdead.is_empty();
-                    (visible, visible && scan.is_fully_frozen(), !scan.lpdead.is_empty())
-                }
-            };
-            self.update_vm(&buf, p, all_visible, all_frozen, has_lpdead)?;
-            let cat = self.fsm_category(page::heap_free_space(p), all_visible);
-            self.fsm_pending.push((block, cat));
-            drop(g);
-            self.progress.heap_blks_vacuumed.fetch_add(1, Ordering::Relaxed);
-        }
-        self.flush_fsm()
-    }
-
-    /// Truncates empty pages at the end of the table; returns the new page count.
-    fn truncate_heap(&mut self, rel_pages: u32) -> Result<u32> {
-        let freeable = rel_pages.saturating_sub(self.nonempty_pages);
-        if freeable == 0 || (freeable < REL_TRUNCATE_MINIMUM && freeable < rel_pages / REL_TRUNCATE_FRACTION) {
-            return Ok(rel_pages);
-        }
-        self.progress.set_phase(VacuumPhase::TruncatingHeap);
-        let mut current = rel_pages;
-        loop {
-            let deadline = Instant::now() + TRUNCATE_LOCK_TIMEOUT;
-            let lock = loop {
-                if let Some(l) = self.rel.write_lock.try_write() {
-                    break Some(l);
-                }
-                if Instant::now() >= deadline {
-                    break None;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            };
-            let Some(_lock) = lock else { return Ok(current) };
-            let env = &self.inner.env();
-            let nblocks = env.pool.smgr().nblocks(self.rel.relfilenode, Fork::Main)?;
-            if nblocks != current {
-                // The table grew meanwhile: its new pages are not empty.
-                return Ok(current);
-            }
-            // Walk back over empty pages while no one needs the lock for long.
-            let started = Instant::now();
-            let mut new_end = current;
-            let mut gave_way = false;
-            while new_end > self.nonempty_pages {
-                if (current - new_end).is_multiple_of(32) && started.elapsed() > TRUNCATE_LOCK_HOLD {
-                    gave_way = true;
-                    break;
-                }
-                let b = BlockNumber(new_end - 1);
-                let buf = heap::read_page(env, self.rel, b, Some(&mut self.ring))?;
-                let g = buf.read();
-                let empty =
-                    page::is_new(&g.0) || page::item_ids(&g.0).iter().all(|(_, id)| id.flags == LpFlags::Unused);
-                if !empty {
-                    self.nonempty_pages = new_end;
-                    break;
-                }
-                new_end -= 1;
-            }
-            if new_end < current {
-                // The maps first: their bits for the removed pages are cleared by records that
-                // precede the heap's truncation record, so no crash can leave a map claiming
-                // pages past the heap's end (a re-extended page would inherit the bits).
-                self.rel.vm.truncate(env, new_end)?;
-                self.rel.fsm.truncate(&self.inner.pool, new_end)?;
-                let lsn = env.wal.insert(&RecordBuilder {
-                    rmgr: Rmgr::Storage,
-                    info: crate::wal::STORAGE_TRUNCATE,
-                    xid: Xid::INVALID,
-                    blocks: vec![],
-                    main_data: crate::wal::storage_main_data(self.rel.relfilenode, Fork::Main, Some(new_end)),
-                })?;
-                env.wal.flush(lsn)?;
-                env.pool.drop_relation_buffers(self.rel.relfilenode, Some(Fork::Main), BlockNumber(new_end))?;
-                // Logged and its buffers dropped: a truncation that may not be durable stops
-                // the engine (PostgreSQL truncates in a critical section).
-                env.pool
-                    .smgr()
-                    .truncate(self.rel.relfilenode, Fork::Main, new_end)
-                    .map_err(|e| env.wal.poison_after("truncating a relation file", e))?;
-                self.r.truncated = Some((self.r.truncated.map_or(current, |t| t.0), new_end));
-                current = new_end;
-            }
-            if !gave_way || current <= self.nonempty_pages {
-                return Ok(current);
-            }
-        }
-    }
-}
-
-/// Whether pruning could remove anything: some tuple lacks the hints that prove it live to
-/// everyone who could look (its inserter committed, no deleter). A tuple without them may be
-/// dead (aborted inserter, committed deleter), or part of a HOT chain that is.
-fn may_need_pruning(p: &[u8]) -> bool {
-    use crate::heap::tuple::{HEAP_XMAX_INVALID, HEAP_XMIN_COMMITTED};
-    let hinted = HEAP_XMIN_COMMITTED | HEAP_XMAX_INVALID;
-    (1..=page::max_offset(p)).map(OffsetNumber).any(|o| {
-        page::item_id(p, o).flags == LpFlags::Normal
-            && page::try_item(p, o).and_then(TupleHeader::parse).is_none_or(|h| h.infomask() & hinted != hinted)
-    })
-}
-
-/// Record kinds VACUUM writes (info bits of rmgr Heap2).
-pub mod wal_info {
-    pub const VACUUM: u8 = crate::heap::wal::XLOG_HEAP2_VACUUM;
-    pub const FREEZE_PAGE: u8 = crate::heap::wal::XLOG_HEAP2_FREEZE_PAGE;
-}
-
-fn log_page_record(
-    env: &HeapEnv<'_>,
-    rel: &Relation,
-    block: BlockNumber,
-    p: &[u8],
-    info: u8,
-    main: Vec<u8>,
-) -> Result<crate::types::Lsn> {
-    env.wal.insert(&RecordBuilder {
-        rmgr: Rmgr::Heap2,
-        info,
-        xid: Xid::INVALID,
-        blocks: vec![BlockRef { id: 0, tag: rel.tag(block), will_init: false, page: Some(p), data: vec![] }],
-        main_data: main,
-    })
-}
-
-/// Phase III on one locked page: LP_DEAD -> LP_UNUSED, logged.
-fn log_unused(env: &HeapEnv<'_>, rel: &Relation, buf: &Buffer<'_>, p: &mut [u8], offs: &[OffsetNumber]) -> Result<()> {
-    wal::apply_unused(p, offs, crate::types::Lsn(0))?;
-    let lsn = log_page_record(env, rel, buf.block(), p, wal_info::VACUUM, wal::encode_unused(offs))?;
-    page::set_lsn(p, lsn);
-    buf.mark_dirty();
-    Ok(())
 }
 
 /// Writes relpages, reltuples and relfrozenxid into the table's `pg_class` row in place

@@ -1,24 +1,40 @@
-//! The two heap records VACUUM adds to pruning's: FREEZE_PAGE (phase I freezes tuples) and
-//! VACUUM (phase III turns LP_DEAD line pointers into LP_UNUSED).
+//! The two heap records VACUUM writes: PRUNE_FREEZE (phase I: prune, freeze and set the
+//! visibility map of one page, in one record) and VACUUM (phase III: LP_DEAD line pointers
+//! become LP_UNUSED, and the page may be set all-visible in the same record).
 //!
 //! ```text
-//!  FREEZE_PAGE  block 0: the heap page
-//!    main data: u16 nplans, then per plan:
-//!               u16 infomask bits to set, u16 infomask bits to clear, u16 infomask2 bits
-//!               to clear, u8 flags (1: xmax := 0),
-//!               u16 ntuples, ntuples x u16 offsets (ascending)
-//!  VACUUM       block 0: the heap page
-//!    main data: u16 nunused, nunused x u16 offsets (ascending)
+//!  PRUNE_FREEZE  block 0: the heap page; block 1 (only with VM): the visibility map page
+//!    main data: u8 flags (1 PRUNE, 2 FREEZE, 4 VM, 8 VM_INIT: the map page is initialized),
+//!               [VM]     u8 map bits to set for block 0 (the heap page gets PD_ALL_VISIBLE)
+//!               [PRUNE]  the PRUNE record's main data (new prune XID, redirects, dead, unused)
+//!               [FREEZE] u16 nplans, then per plan:
+//!                        u16 infomask bits to set, u16 infomask bits to clear, u16 infomask2
+//!                        bits to clear, u8 flags (1: xmax := 0),
+//!                        u16 ntuples (0xFFFF: every NORMAL tuple left after the prune part),
+//!                        ntuples x u16 offsets (ascending)
+//!  VACUUM        block 0: the heap page; block 1 (only with VM): the visibility map page
+//!    main data: u8 flags (4 VM, 8 VM_INIT), [VM] u8 map bits,
+//!               u16 nunused, nunused x u16 offsets (ascending)
 //! ```
 //!
-//! Freeze plans are shared by every tuple that changes the same way (PostgreSQL 16's
-//! deduplicated `xl_heap_freeze_plan`), so freezing a page of like tuples costs one plan and
-//! two bytes per tuple. Both records are applied by the same functions live and in redo, and
-//! both validate the offsets they name against the page before touching it.
+//! One record per page and phase, as PostgreSQL 17 folds pruning and freezing into
+//! `XLOG_HEAP2_PRUNE_VACUUM_SCAN` and PostgreSQL 19 adds the visibility map to it: a page
+//! that phase I prunes, freezes whole and sets all-frozen costs one record header, one block
+//! reference and one full-page image at most, instead of three records. The map bits come
+//! first in the main data so that the map page's redo ([`crate::vm`]) reads two bytes and
+//! nothing else. Freeze plans are shared by every tuple that changes the same way
+//! (PostgreSQL 16's deduplicated `xl_heap_freeze_plan`), so freezing a page of like tuples
+//! costs one plan and no offsets. The parts are applied by the same functions live and in
+//! redo ([`apply_prune`], [`apply_freeze`], [`apply_unused`]), in the record's order, and
+//! each validates the offsets it names against the page before touching it.
+//!
+//! Order within the live path and redo: prune (tuples move), then freeze (offsets are those of
+//! the pruned page, which keeps every offset), then `PD_ALL_VISIBLE`. The map page is locked
+//! after the heap page and both get the record's end LSN.
 
 use crate::error::{Error, Result};
-use crate::heap::tuple::{self, TupleHeader};
-use crate::heap::wal::Cursor;
+use crate::heap::tuple;
+use crate::heap::wal::{apply_prune, Cursor, PrunePlan};
 use crate::page::{self, ItemId, LpFlags};
 use crate::types::{Lsn, OffsetNumber, Xid};
 
@@ -74,29 +90,26 @@ pub fn plans_from(changes: &[(OffsetNumber, TupleFreeze)]) -> Vec<FreezePlan> {
 /// `ntuples` of a plan that applies to every NORMAL tuple of the page.
 const ALL_NORMAL: u16 = 0xFFFF;
 
-/// Encodes plans for `page` (the page as it is before they are applied): a single plan that
-/// covers every NORMAL tuple is written without its offsets.
-pub fn encode_freeze_for(plans: &[FreezePlan], page: &[u8]) -> Vec<u8> {
+/// Appends the encoding of `plans` for `page` (the page as it is before they are applied): a
+/// single plan that covers every NORMAL tuple is written without its offsets.
+pub fn encode_freeze_for(out: &mut Vec<u8>, plans: &[FreezePlan], page: &[u8]) {
     if let [only] = plans {
         let normal =
             (1..=page::max_offset(page)).map(OffsetNumber).filter(|&o| page::item_id(page, o).flags == LpFlags::Normal);
         if normal.eq(only.offsets.iter().copied()) {
-            let mut out = Vec::with_capacity(11);
             out.extend_from_slice(&1u16.to_le_bytes());
             out.extend_from_slice(&only.set.to_le_bytes());
             out.extend_from_slice(&only.clear.to_le_bytes());
             out.extend_from_slice(&only.clear2.to_le_bytes());
             out.push(only.flags);
             out.extend_from_slice(&ALL_NORMAL.to_le_bytes());
-            return out;
+            return;
         }
     }
-    encode_freeze(plans)
+    encode_freeze(out, plans);
 }
 
-pub fn encode_freeze(plans: &[FreezePlan]) -> Vec<u8> {
-    let n: usize = plans.iter().map(|p| 9 + 2 * p.offsets.len()).sum();
-    let mut out = Vec::with_capacity(2 + n);
+pub fn encode_freeze(out: &mut Vec<u8>, plans: &[FreezePlan]) {
     out.extend_from_slice(&(plans.len() as u16).to_le_bytes());
     for p in plans {
         out.extend_from_slice(&p.set.to_le_bytes());
@@ -108,13 +121,11 @@ pub fn encode_freeze(plans: &[FreezePlan]) -> Vec<u8> {
             out.extend_from_slice(&o.0.to_le_bytes());
         }
     }
-    out
 }
 
-/// Decodes plans; a plan written as "every NORMAL tuple" is expanded against `page` (the page
-/// the record applies to, before it is applied).
-pub fn decode_freeze(main: &[u8], lsn: Lsn, page: &[u8]) -> Result<Vec<FreezePlan>> {
-    let mut c = Cursor::new(main, lsn);
+/// Decodes plans from `c`; a plan written as "every NORMAL tuple" is expanded against `page`
+/// (the page the plans apply to, before they are applied).
+pub fn decode_freeze(c: &mut Cursor<'_>, page: &[u8]) -> Result<Vec<FreezePlan>> {
     let n = c.u16()?;
     let mut plans = Vec::with_capacity(usize::from(n));
     for _ in 0..n {
@@ -142,10 +153,7 @@ pub fn decode_freeze(main: &[u8], lsn: Lsn, page: &[u8]) -> Result<Vec<FreezePla
 pub fn apply_freeze(p: &mut [u8], plans: &[FreezePlan], lsn: Lsn) -> Result<usize> {
     let max = page::max_offset(p);
     for off in plans.iter().flat_map(|pl| &pl.offsets) {
-        let ok = off.0 >= 1
-            && off.0 <= max
-            && page::item_id(p, *off).flags == LpFlags::Normal
-            && page::try_item(p, *off).and_then(TupleHeader::parse).is_some();
+        let ok = off.0 >= 1 && off.0 <= max && page::try_item(p, *off).and_then(tuple::header_fields).is_some();
         if !ok {
             return Err(Error::corrupt_wal(lsn, format!("freeze plan names offset {off}, not a tuple on the page")));
         }
@@ -154,7 +162,7 @@ pub fn apply_freeze(p: &mut [u8], plans: &[FreezePlan], lsn: Lsn) -> Result<usiz
     for pl in plans {
         for &off in &pl.offsets {
             let t = page::item_mut(p, off);
-            let (m, m2) = TupleHeader::parse(t).map(|h| (h.infomask(), h.infomask2())).unwrap_or((0, 0));
+            let (_, _, m, m2) = tuple::header_fields(t).unwrap_or_default();
             tuple::set_infomask(t, (m & !pl.clear) | pl.set);
             tuple::set_infomask2(t, m2 & !pl.clear2);
             if pl.flags & FREEZE_CLEAR_XMAX != 0 {
@@ -166,19 +174,121 @@ pub fn apply_freeze(p: &mut [u8], plans: &[FreezePlan], lsn: Lsn) -> Result<usiz
     Ok(n)
 }
 
-pub fn encode_unused(offsets: &[OffsetNumber]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(2 + 2 * offsets.len());
+/// Flags of the PRUNE_FREEZE and VACUUM records.
+pub const PF_PRUNE: u8 = 0x01;
+pub const PF_FREEZE: u8 = 0x02;
+/// The record sets visibility-map bits (block 1 is the map page) and `PD_ALL_VISIBLE`.
+pub const PF_VM: u8 = 0x04;
+/// ... and initializes the map page, which was all zeros.
+pub const PF_VM_INIT: u8 = 0x08;
+const PRUNE_FREEZE_FLAGS: u8 = PF_PRUNE | PF_FREEZE | PF_VM | PF_VM_INIT;
+const VACUUM_FLAGS: u8 = PF_VM | PF_VM_INIT;
+
+/// The map bits a record sets: `(bits, map page initialized)`.
+pub type VmSet = Option<(u8, bool)>;
+
+fn vm_flags(vm: VmSet) -> u8 {
+    match vm {
+        Some((_, true)) => PF_VM | PF_VM_INIT,
+        Some((_, false)) => PF_VM,
+        None => 0,
+    }
+}
+
+/// Encodes a PRUNE_FREEZE record's main data into `out` (emptied first). `page_after_prune`
+/// is the page with the prune part applied and the freeze part not yet, against which a
+/// whole-page plan is recognized.
+pub fn encode_prune_freeze(
+    out: &mut Vec<u8>,
+    prune: Option<&PrunePlan>,
+    freeze: &[FreezePlan],
+    page_after_prune: &[u8],
+    vm: VmSet,
+) {
+    out.clear();
+    let mut flags = vm_flags(vm);
+    if prune.is_some() {
+        flags |= PF_PRUNE;
+    }
+    if !freeze.is_empty() {
+        flags |= PF_FREEZE;
+    }
+    out.push(flags);
+    if let Some((bits, _)) = vm {
+        out.push(bits);
+    }
+    if let Some(p) = prune {
+        p.encode_into(out);
+    }
+    if !freeze.is_empty() {
+        encode_freeze_for(out, freeze, page_after_prune);
+    }
+}
+
+/// The flags and map bits at the start of a PRUNE_FREEZE or VACUUM record; refuses unknown
+/// flag bits.
+pub fn decode_flags(c: &mut Cursor<'_>, lsn: Lsn, vacuum: bool) -> Result<(u8, VmSet)> {
+    let flags = c.u8()?;
+    let known = if vacuum { VACUUM_FLAGS } else { PRUNE_FREEZE_FLAGS };
+    if flags & !known != 0 || (flags & PF_VM_INIT != 0 && flags & PF_VM == 0) {
+        return Err(Error::corrupt_wal(lsn, format!("unknown flags 0x{flags:02X} in a vacuum record")));
+    }
+    let vm = if flags & PF_VM != 0 { Some((c.u8()?, flags & PF_VM_INIT != 0)) } else { None };
+    Ok((flags, vm))
+}
+
+/// Redo of block 0 (the heap page) of a PRUNE_FREEZE record: the same steps as phase I, in
+/// the same order.
+pub fn redo_prune_freeze(main: &[u8], lsn: Lsn, p: &mut [u8]) -> Result<()> {
+    let mut c = Cursor::new(main, lsn);
+    let (flags, vm) = decode_flags(&mut c, lsn, false)?;
+    if flags & PF_PRUNE != 0 {
+        let plan = PrunePlan::decode(&mut c)?;
+        if !plan.fits(p) {
+            return Err(Error::corrupt_wal(lsn, "PRUNE_FREEZE names line pointers the page does not have"));
+        }
+        apply_prune(p, &plan);
+    }
+    if flags & PF_FREEZE != 0 {
+        let plans = decode_freeze(&mut c, p)?;
+        apply_freeze(p, &plans, lsn)?;
+    }
+    if vm.is_some() {
+        page::set_flags(p, page::flags(p) | page::PD_ALL_VISIBLE);
+    }
+    Ok(())
+}
+
+/// Encodes a VACUUM record's main data into `out` (emptied first).
+pub fn encode_unused(out: &mut Vec<u8>, offsets: &[OffsetNumber], vm: VmSet) {
+    out.clear();
+    out.push(vm_flags(vm));
+    if let Some((bits, _)) = vm {
+        out.push(bits);
+    }
     out.extend_from_slice(&(offsets.len() as u16).to_le_bytes());
     for o in offsets {
         out.extend_from_slice(&o.0.to_le_bytes());
     }
-    out
 }
 
-pub fn decode_unused(main: &[u8], lsn: Lsn) -> Result<Vec<OffsetNumber>> {
+/// A VACUUM record's offsets and map bits.
+pub fn decode_unused(main: &[u8], lsn: Lsn) -> Result<(Vec<OffsetNumber>, VmSet)> {
     let mut c = Cursor::new(main, lsn);
+    let (_, vm) = decode_flags(&mut c, lsn, true)?;
     let n = c.u16()?;
-    (0..n).map(|_| Ok(OffsetNumber(c.u16()?))).collect()
+    let offs = (0..n).map(|_| Ok(OffsetNumber(c.u16()?))).collect::<Result<Vec<_>>>()?;
+    Ok((offs, vm))
+}
+
+/// Redo of block 0 (the heap page) of a VACUUM record.
+pub fn redo_unused(main: &[u8], lsn: Lsn, p: &mut [u8]) -> Result<()> {
+    let (offs, vm) = decode_unused(main, lsn)?;
+    apply_unused(p, &offs, lsn)?;
+    if vm.is_some() {
+        page::set_flags(p, page::flags(p) | page::PD_ALL_VISIBLE);
+    }
+    Ok(())
 }
 
 /// Phase III on one page: the LP_DEAD line pointers at `offsets` become LP_UNUSED, trailing
@@ -200,27 +310,45 @@ pub fn apply_unused(p: &mut [u8], offsets: &[OffsetNumber], lsn: Lsn) -> Result<
     Ok(())
 }
 
-pub fn describe_freeze(main: &[u8], lsn: Lsn) -> Result<String> {
-    // Without the page, a whole-page plan cannot be expanded: say so.
-    let mut c = Cursor::new(main, lsn);
-    let n = c.u16()?;
-    let mut tuples = String::new();
-    for i in 0..n {
-        let _ = (c.u16()?, c.u16()?, c.u16()?, c.u8()?);
-        let k = c.u16()?;
-        if k == ALL_NORMAL {
-            tuples.push_str("all");
-        } else {
-            c.bytes(2 * usize::from(k))?;
-            tuples.push_str(&k.to_string());
-        }
-        if i + 1 < n {
-            tuples.push('+');
-        }
+fn describe_vm(vm: VmSet) -> String {
+    match vm {
+        Some((bits, init)) => format!(", vm: 0x{bits:02X}{}", if init { " (init map page)" } else { "" }),
+        None => String::new(),
     }
-    Ok(format!("FREEZE_PAGE nplans: {n}, ntuples: {tuples}"))
+}
+
+pub fn describe_prune_freeze(main: &[u8], lsn: Lsn) -> Result<String> {
+    let mut c = Cursor::new(main, lsn);
+    let (flags, vm) = decode_flags(&mut c, lsn, false)?;
+    let mut s = String::from("PRUNE_FREEZE");
+    if flags & PF_PRUNE != 0 {
+        let p = PrunePlan::decode(&mut c)?;
+        s += &format!(" nredirected: {}, ndead: {}, nunused: {}", p.redirected.len(), p.dead.len(), p.unused.len());
+    }
+    if flags & PF_FREEZE != 0 {
+        // Without the page, a whole-page plan cannot be expanded: say so.
+        let n = c.u16()?;
+        let mut tuples = String::new();
+        for i in 0..n {
+            let _ = (c.u16()?, c.u16()?, c.u16()?, c.u8()?);
+            let k = c.u16()?;
+            if k == ALL_NORMAL {
+                tuples.push_str("all");
+            } else {
+                c.bytes(2 * usize::from(k))?;
+                tuples.push_str(&k.to_string());
+            }
+            if i + 1 < n {
+                tuples.push('+');
+            }
+        }
+        s += &format!("{}nplans: {n}, nfrozen: {tuples}", if flags & PF_PRUNE != 0 { ", " } else { " " });
+    }
+    s += &describe_vm(vm);
+    Ok(s)
 }
 
 pub fn describe_unused(main: &[u8], lsn: Lsn) -> Result<String> {
-    Ok(format!("VACUUM nunused: {}", decode_unused(main, lsn)?.len()))
+    let (offs, vm) = decode_unused(main, lsn)?;
+    Ok(format!("VACUUM nunused: {}{}", offs.len(), describe_vm(vm)))
 }

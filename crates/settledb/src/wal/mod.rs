@@ -493,6 +493,14 @@ impl Wal {
         Lsn(self.redo_ptr.load(Ordering::Acquire))
     }
 
+    /// Whether the next change to a page whose LSN is `page_lsn` would carry a full-page image
+    /// (its first change since the redo pointer, with full_page_writes on). VACUUM asks before
+    /// deciding to freeze, as PostgreSQL's `XLogCheckBufferNeedsBackup`; the answer can only
+    /// turn from false to true (a checkpoint starting), never the other way.
+    pub fn needs_image(&self, page_lsn: Lsn) -> bool {
+        self.full_page_writes && page_lsn <= self.redo_ptr()
+    }
+
     /// Starts a checkpoint: sets the redo pointer to the current insert position, atomically
     /// with respect to inserts, and returns it.
     pub fn begin_checkpoint(&self) -> Lsn {

@@ -1,0 +1,146 @@
+//! Phases II and III (PostgreSQL's `lazy_vacuum`): every index loses its entries for the TIDs
+//! in the dead-item store, then those LP_DEAD line pointers become LP_UNUSED.
+//!
+//! The order is DESIGN.md invariant 3: an LP_DEAD item becomes reusable only after no index
+//! entry can lead to it any more. Phase III logs one VACUUM record per heap page, which also
+//! sets the page all-visible (and all-frozen) when phase I found it would be once its LP_DEAD
+//! items were gone, and records the page's free space.
+
+use std::sync::atomic::Ordering;
+
+use tidstore::DeadTids;
+
+use crate::error::Result;
+use crate::heap::prune;
+use crate::heap::wal::XLOG_HEAP2_VACUUM;
+use crate::heap::{self, hint};
+use crate::index::IndexAm;
+use crate::page::{self, PD_ALL_VISIBLE};
+use crate::types::{BlockNumber, Lsn, OffsetNumber, Tid};
+use crate::vm::VmBits;
+
+use super::freeze;
+use super::scan::{repair_vm, Ctx, Worker};
+use super::wal as vwal;
+use super::{LazyVacuum, VacuumPhase};
+
+/// What phase I learned of a page it left with LP_DEAD items (see [`super::scan::DeadPage`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Seen {
+    pub block: u32,
+    pub lsn: Lsn,
+    pub visible: bool,
+    pub frozen: bool,
+}
+
+impl LazyVacuum<'_> {
+    /// Phases II and III for what the store holds, then resets it.
+    pub(super) fn vacuum_cycle(&mut self) -> Result<()> {
+        self.dead.freeze();
+        self.r.dead_items_bytes_total += self.dead.memory_bytes() as u64;
+        self.r.dead_items_resets += 1;
+        if self.do_index_vacuuming && !self.check_failsafe() {
+            self.vacuum_indexes()?;
+            self.vacuum_heap()?;
+        }
+        self.phase1.clear();
+        self.dead.reset();
+        self.progress.dead_tuple_bytes.store(0, Ordering::Relaxed);
+        self.progress.num_dead_item_ids.store(0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Phase II: every index loses its entries for the stored TIDs.
+    fn vacuum_indexes(&mut self) -> Result<()> {
+        self.progress.set_phase(VacuumPhase::VacuumingIndexes);
+        self.progress.indexes_total.store(self.indexes.len() as u32, Ordering::Relaxed);
+        self.progress.indexes_processed.store(0, Ordering::Relaxed);
+        let mut bits = Vec::new();
+        let mut probe = Vec::new();
+        for (i, ix) in self.indexes.iter().enumerate() {
+            let dead = &self.dead;
+            let cost = &mut self.leader.cost;
+            let mut is_dead = |tids: &[Tid], out: &mut [bool]| {
+                probe.clear();
+                probe.extend(tids.iter().map(|t| tidstore::Tid::new(t.block.0, t.offset.0)));
+                bits.clear();
+                bits.resize(tids.len().div_ceil(64), 0u64);
+                dead.contains_many(&probe, &mut bits);
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = bits[j / 64] >> (j % 64) & 1 == 1;
+                }
+                cost.point();
+            };
+            ix.btree.bulk_delete(&self.env, &mut is_dead, &mut self.index_stats[i])?;
+            self.progress.indexes_processed.store(i as u32 + 1, Ordering::Relaxed);
+        }
+        self.r.num_index_scans += 1;
+        self.progress.index_vacuum_count.store(self.r.num_index_scans, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Phase III: LP_DEAD -> LP_UNUSED on every page in the store, then VM and FSM.
+    fn vacuum_heap(&mut self) -> Result<()> {
+        self.progress.set_phase(VacuumPhase::VacuumingHeap);
+        let mut pages: Vec<(u32, Vec<u16>)> = Vec::new();
+        self.dead.for_each_page(&mut |b, offs| pages.push((b, offs.to_vec())));
+        let progress = self.progress.clone();
+        let ctx = self.ctx(&progress);
+        for (b, offs) in &pages {
+            let seen = self.phase1.binary_search_by_key(b, |e| e.block).ok().map(|i| self.phase1[i]);
+            self.leader.vacuum_page(&ctx, *b, offs, seen)?;
+        }
+        self.leader.flush_fsm(&ctx)
+    }
+}
+
+impl Worker<'_> {
+    /// Phase III on one page: its LP_DEAD items at `offs` become LP_UNUSED, and the page is
+    /// set all-visible (and all-frozen) when it now is, in one VACUUM record; then its free
+    /// space goes to the FSM. `seen`: what phase I learned of the page, trusted if the page's
+    /// LSN has not moved since.
+    pub(super) fn vacuum_page(&mut self, ctx: &Ctx<'_>, block: u32, offs: &[u16], seen: Option<Seen>) -> Result<()> {
+        self.cost.point();
+        let env = self.env;
+        let block = BlockNumber(block);
+        let buf = heap::read_page(&env, ctx.rel, block, Some(&mut self.ring))?;
+        let mut g = buf.write();
+        let p = &mut g.0;
+        let offsets: Vec<OffsetNumber> = offs.iter().map(|&o| OffsetNumber(o)).collect();
+        let unchanged = seen.filter(|s| s.lsn == page::lsn(p));
+        vwal::apply_unused(p, &offsets, Lsn(0))?;
+        let (all_visible, all_frozen, has_lpdead) = match unchanged {
+            Some(s) => (s.visible, s.visible && s.frozen, false),
+            None => {
+                // The page changed since phase I: look at it again (without pruning).
+                let (scan, summary, memo) = self.scratch();
+                prune::scan_page(p, ctx.cutoffs.oldest_xmin, env.xact, env.wal.flushed_lsn(), memo, scan)?;
+                freeze::summarize(p, scan, &ctx.cutoffs, env.xact, summary)?;
+                if scan.hints_changed && hint::may_dirty_for_hints(page::lsn(p), env.wal.redo_ptr()) {
+                    buf.mark_dirty();
+                }
+                let visible = summary.all_visible && summary.lpdead.is_empty();
+                (visible, visible && summary.is_fully_frozen(), !summary.lpdead.is_empty())
+            }
+        };
+        let bits = ctx.rel.vm.get_pinned(env.pool, block, &mut self.vm_pin)?;
+        let mut set = None;
+        if all_visible {
+            let want = if all_frozen { VmBits::VALID } else { VmBits::ALL_VISIBLE };
+            if !bits.contains(want) || page::flags(p) & PD_ALL_VISIBLE == 0 {
+                set = Some(want);
+                self.c.note_vm(bits, all_frozen);
+            }
+        }
+        vwal::encode_unused(&mut self.main, &offsets, set.map(|b| (b.0, false)));
+        self.log_with_map(ctx, &buf, p, set, XLOG_HEAP2_VACUUM)?;
+        if !all_visible {
+            repair_vm(ctx, &env, &buf, p, bits, has_lpdead)?;
+        }
+        let cat = ctx.fsm_category(page::heap_free_space(p), all_visible);
+        drop(g);
+        self.note_free(ctx, block, cat)?;
+        ctx.progress.heap_blks_vacuumed.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
