@@ -4,8 +4,9 @@
 //! The directory is opened with `autovacuum` off whatever `--set` says, so that the vacuum
 //! reported is the one asked for and no worker races it for the table. Each flag maps onto one
 //! of `VACUUM`'s options ([`settledb::VacuumParams`]): `--verbose`, `--freeze`,
-//! `--disable-page-skipping`, `--index-cleanup auto|on|off`, `--truncate on|off`, and
-//! `--policy lazy|pg16|eager` overrides `vacuum_freeze_policy` (settledb's own option). With
+//! `--disable-page-skipping`, `--index-cleanup auto|on|off`, `--truncate on|off`,
+//! `--parallel N` (worker threads for the heap), and `--policy lazy|pg16|eager` overrides
+//! `vacuum_freeze_policy` (settledb's own option). With
 //! `--verbose` each table's report is printed in the words of PostgreSQL's `VACUUM (VERBOSE)`
 //! INFO block; otherwise one line per table. The database is closed with a shutdown
 //! checkpoint, so the directory is clean afterwards.
@@ -44,6 +45,11 @@ pub struct VacuumArgs {
     /// the vacuum_truncate setting).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     truncate: Option<bool>,
+    /// Worker threads beside the leader for the heap's phases I and III (`PARALLEL n`; 0
+    /// runs without; default: sized by the table, at most max_parallel_maintenance_workers and
+    /// one less than the machine's cores).
+    #[arg(long, value_name = "N")]
+    parallel: Option<u32>,
     /// Freezing policy for this run (default: the vacuum_freeze_policy setting).
     #[arg(long, value_name = "lazy|pg16|eager", value_parser = parse_policy)]
     policy: Option<FreezePolicy>,
@@ -102,6 +108,7 @@ pub fn run(a: VacuumArgs) -> Result<ExitCode> {
         index_cleanup: a.index_cleanup,
         truncate: a.truncate,
         policy: a.policy,
+        parallel: a.parallel,
         ..VacuumParams::default()
     };
     let reports = match db.vacuum(a.table.as_deref(), &params) {

@@ -101,6 +101,10 @@ pub struct VacuumBenchArgs {
     /// versions on a page both touched, and be HOT.
     #[arg(long)]
     updates_per_tx: Option<usize>,
+    /// settledb's `VACUUM (PARALLEL n)`: worker threads beside the leader for the heap (0:
+    /// none; default: sized by the table and the machine's cores).
+    #[arg(long, value_name = "N")]
+    parallel: Option<u32>,
     /// Repeat everything (settledb then the peer) and compare the medians.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -271,7 +275,7 @@ pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
     for run in 1..=a.runs {
         for policy in &policies {
             let updates_per_tx = a.updates_per_tx.unwrap_or(usize::MAX);
-            let work = Work { rows, policy: *policy, updates_per_tx, run, check: a.check };
+            let work = Work { rows, policy: *policy, updates_per_tx, run, check: a.check, parallel: a.parallel };
             let (p, v) = settledb_run(&config, &work)?;
             echo(&p, &v);
             prep.push(p);
@@ -316,6 +320,7 @@ pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
 struct Work {
     rows: u64,
     policy: Option<FreezePolicy>,
+    parallel: Option<u32>,
     updates_per_tx: usize,
     run: usize,
     check: bool,
@@ -352,7 +357,7 @@ fn settledb_work(db: &Database, w: &Work) -> Result<(PrepFigures, Vec<VacuumFigu
     db.checkpoint()?;
     let heap_pages = u64::from(db.table_pages(&t)?);
     let index_pages = u64::from(db.index_pages(&pkey)?);
-    let first = VacuumParams { verbose: true, policy: w.policy, ..VacuumParams::default() };
+    let first = VacuumParams { verbose: true, policy: w.policy, parallel: w.parallel, ..VacuumParams::default() };
     let (r1, v1) = timed_vacuum(db, &first, run, "vacuum")?;
     let second = VacuumParams { disable_page_skipping: true, ..first };
     let (_, v2) = timed_vacuum(db, &second, run, "full-scan")?;

@@ -95,6 +95,15 @@ pub struct Config {
     /// PostgreSQL's 1MB minimum are accepted (down to 1kB) so tests can force several index
     /// passes on small tables.
     pub maintenance_work_mem_bytes: usize,
+    /// `max_parallel_maintenance_workers` (default 2): the most parallel workers one VACUUM
+    /// uses beside its leader (fewer on a machine with fewer cores; see `vacuum::parallel`).
+    pub max_parallel_maintenance_workers: u32,
+    /// `min_parallel_table_scan_size`, bytes (default 8MB): a table needs this many pages for
+    /// VACUUM to scan its heap with one parallel worker, three times as many for two, and so on.
+    pub min_parallel_table_scan_size_bytes: u64,
+    /// `min_parallel_index_scan_size`, bytes (default 512kB): an index needs this many pages
+    /// for VACUUM to split its bulk delete among workers.
+    pub min_parallel_index_scan_size_bytes: u64,
     /// `vacuum_truncate` (default on): truncate empty pages at the end of the table.
     pub vacuum_truncate: bool,
     /// `vacuum_cost_delay`, milliseconds (default 0: manual VACUUM is not throttled).
@@ -149,6 +158,9 @@ impl Default for Config {
             vacuum_freeze_policy: FreezePolicy::Eager,
             vacuum_fsm_settled: None,
             maintenance_work_mem_bytes: 64 << 20,
+            max_parallel_maintenance_workers: 2,
+            min_parallel_table_scan_size_bytes: 8 << 20,
+            min_parallel_index_scan_size_bytes: 512 << 10,
             vacuum_truncate: true,
             vacuum_cost_delay_ms: 0.0,
             vacuum_cost_limit: 200,
@@ -189,6 +201,9 @@ pub const PARAMETERS: &[&str] = &[
     "vacuum_freeze_policy",
     "vacuum_fsm_settled",
     "maintenance_work_mem",
+    "max_parallel_maintenance_workers",
+    "min_parallel_table_scan_size",
+    "min_parallel_index_scan_size",
     "vacuum_truncate",
     "vacuum_cost_delay",
     "vacuum_cost_limit",
@@ -252,6 +267,17 @@ impl Config {
             }
             "maintenance_work_mem" => {
                 self.maintenance_work_mem_bytes = bytes(name, v, 1 << 10, 1 << 10, i32::MAX as u64 * 1024)? as usize
+            }
+            "max_parallel_maintenance_workers" => {
+                self.max_parallel_maintenance_workers = integer(name, v, 0, 1024)? as u32
+            }
+            "min_parallel_table_scan_size" => {
+                self.min_parallel_table_scan_size_bytes =
+                    bytes(name, v, BLCKSZ as u64, 0, (i32::MAX as u64 / 3) * BLCKSZ as u64)?
+            }
+            "min_parallel_index_scan_size" => {
+                self.min_parallel_index_scan_size_bytes =
+                    bytes(name, v, BLCKSZ as u64, 0, (i32::MAX as u64 / 3) * BLCKSZ as u64)?
             }
             "vacuum_truncate" => self.vacuum_truncate = boolean(name, v)?,
             "vacuum_cost_delay" => self.vacuum_cost_delay_ms = float(name, v, 0.0, 100.0)?,

@@ -60,6 +60,7 @@
 
 pub mod dbstats;
 pub mod freeze;
+mod parallel;
 mod reap;
 pub mod report;
 mod scan;
@@ -136,6 +137,9 @@ pub struct VacuumParams {
     pub is_wraparound: bool,
     /// Overrides the table's and the database's `vacuum_freeze_policy`.
     pub policy: Option<FreezePolicy>,
+    /// `PARALLEL n`: at most `n` worker threads beside the leader for the heap's phases I and
+    /// III; `Some(0)` runs without; `None` sizes by the table (see [`parallel`]).
+    pub parallel: Option<u32>,
     /// Overrides the cost delay (milliseconds) and limit; `None` takes `vacuum_cost_delay`
     /// and `vacuum_cost_limit` (or the autovacuum ones).
     pub cost_delay_ms: Option<f64>,
@@ -307,6 +311,7 @@ pub struct PagePin<'a> {
 
 /// Cost-based vacuum delay (`vacuum_delay_point`): page hits, misses and dirtyings cost
 /// points; past the limit the vacuum sleeps `delay * balance / limit` (at most 4 × delay).
+#[derive(Clone)]
 struct CostDelay {
     delay_ms: f64,
     limit: u32,
@@ -319,6 +324,18 @@ struct CostDelay {
 }
 
 impl CostDelay {
+    /// The delay one of `threads` threads sharing this one's limit applies (each counts
+    /// against `limit / threads`), starting from the calling thread's buffer usage.
+    fn share(&self, threads: usize) -> CostDelay {
+        CostDelay {
+            limit: (self.limit / threads.max(1) as u32).max(1),
+            balance: 0,
+            slept: Duration::ZERO,
+            last: buffer::BufferUsage::default(),
+            ..self.clone()
+        }
+    }
+
     fn point(&mut self) {
         if self.delay_ms <= 0.0 {
             return;
@@ -380,6 +397,8 @@ struct LazyVacuum<'a> {
     /// Buffers, WAL and CPU used by parallel workers, and the time their cost delay slept.
     helpers: Usage,
     helpers_slept: Duration,
+    /// Worker threads beside the leader for phases I and III.
+    nworkers: usize,
 }
 
 /// Vacuums one table.
@@ -480,6 +499,7 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
         counts: ScanCounts::default(),
         helpers: Usage::default(),
         helpers_slept: Duration::ZERO,
+        nworkers: 0,
         progress,
         r: VacuumReport {
             table: rel.name.clone(),
@@ -498,6 +518,8 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     lv.check_failsafe();
     let orig_pages = inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
     lv.r.orig_pages = orig_pages;
+    lv.nworkers = parallel::heap_workers(config, params, orig_pages);
+    lv.r.parallel_workers = lv.nworkers as u32;
     lv.scan_heap(orig_pages)?;
     lv.take_counts();
 
@@ -655,6 +677,31 @@ impl<'a> LazyVacuum<'a> {
         self.progress.set_phase(VacuumPhase::ScanningHeap);
         self.progress.heap_blks_total.store(rel_pages, Ordering::Relaxed);
         self.progress.max_dead_tuple_bytes.store(self.dead_budget as u64, Ordering::Relaxed);
+        if self.nworkers > 0 {
+            self.scan_heap_parallel(rel_pages, self.nworkers)?;
+        } else {
+            self.scan_heap_serial(rel_pages)?;
+        }
+        // The last round of index and heap vacuuming.
+        if self.dead.num_tids() > 0 {
+            let bypass = self.consider_bypass
+                && self.r.num_index_scans == 0
+                && f64::from(self.leader.c.lpdead_item_pages + self.counts.lpdead_item_pages)
+                    < f64::from(rel_pages) * BYPASS_THRESHOLD_PAGES
+                && self.dead.memory_bytes() < BYPASS_MAX_BYTES;
+            if bypass {
+                self.do_index_vacuuming = false;
+                self.r.index_vacuuming_skipped = true;
+                self.r.dead_items_bytes_total += self.dead.memory_bytes() as u64;
+            } else {
+                self.vacuum_cycle()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Phase I by the leader alone, chunk after chunk.
+    fn scan_heap_serial(&mut self, rel_pages: u32) -> Result<()> {
         let progress = self.progress.clone();
         let skip = self.skip_rule();
         let mut found = Vec::new();
@@ -674,23 +721,13 @@ impl<'a> LazyVacuum<'a> {
             start = end;
         }
         let ctx = self.ctx(&progress);
-        self.leader.flush_fsm(&ctx)?;
-        // The last round of index and heap vacuuming.
-        if self.dead.num_tids() > 0 {
-            let bypass = self.consider_bypass
-                && self.r.num_index_scans == 0
-                && f64::from(self.leader.c.lpdead_item_pages + self.counts.lpdead_item_pages)
-                    < f64::from(rel_pages) * BYPASS_THRESHOLD_PAGES
-                && self.dead.memory_bytes() < BYPASS_MAX_BYTES;
-            if bypass {
-                self.do_index_vacuuming = false;
-                self.r.index_vacuuming_skipped = true;
-                self.r.dead_items_bytes_total += self.dead.memory_bytes() as u64;
-            } else {
-                self.vacuum_cycle()?;
-            }
-        }
-        Ok(())
+        self.leader.flush_fsm(&ctx)
+    }
+
+    /// Shows the store's size in the progress row.
+    fn publish_store_size(&self) {
+        self.progress.dead_tuple_bytes.store(self.dead.memory_bytes() as u64, Ordering::Relaxed);
+        self.progress.num_dead_item_ids.store(self.dead.num_tids(), Ordering::Relaxed);
     }
 
     /// Adds the dead items of pages phase I finished (in block order) to the store, running
@@ -711,8 +748,7 @@ impl<'a> LazyVacuum<'a> {
             }
             self.phase1.push(Seen { block: d.block, lsn: d.lsn, visible: d.visible, frozen: d.frozen });
         }
-        self.progress.dead_tuple_bytes.store(self.dead.memory_bytes() as u64, Ordering::Relaxed);
-        self.progress.num_dead_item_ids.store(self.dead.num_tids(), Ordering::Relaxed);
+        self.publish_store_size();
         Ok(())
     }
 

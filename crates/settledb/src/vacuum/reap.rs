@@ -84,6 +84,9 @@ impl LazyVacuum<'_> {
         self.progress.set_phase(VacuumPhase::VacuumingHeap);
         let mut pages: Vec<(u32, Vec<u16>)> = Vec::new();
         self.dead.for_each_page(&mut |b, offs| pages.push((b, offs.to_vec())));
+        if self.nworkers > 0 && pages.len() > super::parallel::PHASE3_BATCH {
+            return self.vacuum_heap_parallel(&pages, self.nworkers);
+        }
         let progress = self.progress.clone();
         let ctx = self.ctx(&progress);
         for (b, offs) in &pages {

@@ -64,6 +64,8 @@ pub struct VacuumReport {
     pub system_cpu: Duration,
     pub elapsed: Duration,
     pub truncated: Option<(u32, u32)>,
+    /// Worker threads beside the leader for the heap's phases I and III.
+    pub parallel_workers: u32,
     pub delay_time: Duration,
 }
 
@@ -210,6 +212,15 @@ impl VacuumReport {
         let name = format!("\"{DATABASE_NAME}.public.{}\"", self.table);
         let verb = if self.aggressive { "aggressively vacuuming" } else { "vacuuming" };
         let _ = writeln!(s, "INFO:  {verb} {name}");
+        if self.parallel_workers > 0 {
+            // PostgreSQL's wording for its index workers; ours share the heap's phases I and III.
+            let n = self.parallel_workers;
+            let noun = if n == 1 { "worker" } else { "workers" };
+            let _ = writeln!(
+                s,
+                "INFO:  launched {n} parallel vacuum {noun} for heap scanning and vacuuming (planned: {n})"
+            );
+        }
         if let Some((from, to)) = self.truncated {
             let _ = writeln!(s, "INFO:  table \"{}\": truncated {from} to {to} pages", self.table);
         }
