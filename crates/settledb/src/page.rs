@@ -202,20 +202,23 @@ impl ItemId {
     }
 }
 
+// Hot path (every line pointer and header field): one bounds check and one load each.
 #[inline]
 fn rd16(p: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([p[at], p[at + 1]])
+    u16::from_le_bytes(p[at..at + 2].try_into().expect("two bytes"))
 }
 
+#[inline]
 fn wr16(p: &mut [u8], at: usize, v: u16) {
     p[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }
 
 #[inline]
 fn rd32(p: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([p[at], p[at + 1], p[at + 2], p[at + 3]])
+    u32::from_le_bytes(p[at..at + 4].try_into().expect("four bytes"))
 }
 
+#[inline]
 fn wr32(p: &mut [u8], at: usize, v: u32) {
     p[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }

@@ -109,6 +109,19 @@ pub trait DeadTids {
         }
     }
 
+    /// The dead offsets of one page: `out` is emptied, then filled (ascending); returns
+    /// whether the page has any. For a caller that asks about many offsets of few pages
+    /// (index vacuuming, whose leaves point at a handful of heap pages each), one lookup per
+    /// page instead of one per offset.
+    ///
+    /// The default asks [`DeadTids::contains`] for every offset up to [`MAX_OFFSET`]: right for
+    /// a structure whose `contains` is right for all of them.
+    fn page_offsets(&self, block: u32, out: &mut Vec<u16>) -> bool {
+        out.clear();
+        out.extend((1..=MAX_OFFSET).filter(|&o| self.contains(Tid::new(block, o))));
+        !out.is_empty()
+    }
+
     /// Calls `f(block, offsets)` for every page, in ascending block order, offsets ascending.
     fn for_each_page(&self, f: &mut dyn FnMut(u32, &[u16]));
 

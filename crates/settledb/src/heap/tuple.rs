@@ -180,12 +180,12 @@ pub struct Schema {
 
 #[inline]
 fn rd16(t: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([t[at], t[at + 1]])
+    u16::from_le_bytes(t[at..at + 2].try_into().expect("two bytes"))
 }
 
 #[inline]
 fn rd32(t: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([t[at], t[at + 1], t[at + 2], t[at + 3]])
+    u32::from_le_bytes(t[at..at + 4].try_into().expect("four bytes"))
 }
 
 /// Bytes of null bitmap for `natts` attributes.

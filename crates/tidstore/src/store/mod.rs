@@ -424,6 +424,30 @@ impl TidStore {
         }
     }
 
+    /// [`DeadTids::page_offsets`]: one directory probe and one container decode.
+    pub fn page_offsets(&self, block: u32, out: &mut Vec<u16>) -> bool {
+        out.clear();
+        if self.staged_n > 0 && block >= self.staged[0].block {
+            let mut start = 0usize;
+            for p in &self.staged[..self.staged_n] {
+                let end = start + usize::from(p.k);
+                if p.block == block {
+                    out.extend_from_slice(&self.staged_offsets[start..end]);
+                    return !out.is_empty();
+                }
+                start = end;
+            }
+            return false;
+        }
+        let Some(g) = self.find_group(block) else { return false };
+        let e = &self.dir[g];
+        let a = &self.arena[..];
+        let Some(r) = e.rank(a, block - e.first) else { return false };
+        let (code, bit) = e.container(a, r);
+        container::decode(a, bit, code, e.bucketed(), e.u(), out);
+        !out.is_empty()
+    }
+
     /// Pages in ascending block order, each with its offsets.
     pub fn iter(&self) -> impl Iterator<Item = (u32, OffsetSet)> + '_ {
         let groups = (0..self.dir.len()).flat_map(move |g| {
@@ -691,6 +715,10 @@ impl DeadTids for TidStore {
 
     fn contains_many(&self, tids: &[Tid], out: &mut [u64]) {
         TidStore::contains_many(self, tids, out)
+    }
+
+    fn page_offsets(&self, block: u32, out: &mut Vec<u16>) -> bool {
+        TidStore::page_offsets(self, block, out)
     }
 
     fn for_each_page(&self, f: &mut dyn FnMut(u32, &[u16])) {
