@@ -527,3 +527,52 @@ fn decoder_survives_truncated_and_mutated_records() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Header checks before the body
+
+/// A record of exactly `len` bytes (no blocks): header, block count, main-data length, main.
+fn sized(xid: u32, len: usize, fill: u8) -> RecordBuilder<'static> {
+    simple(xid, vec![fill; len - record::MIN_RECORD_SIZE])
+}
+
+/// Inserts `len`-byte records until the insert position reaches `upto`; returns their starts.
+fn fill_to(wal: &Wal, upto: Lsn, len: usize, fill: u8) -> Vec<Lsn> {
+    let mut starts = Vec::new();
+    while wal.insert_lsn() < upto {
+        starts.push(wal.insert_lsn());
+        wal.insert(&sized(3, len, fill)).unwrap();
+    }
+    starts
+}
+
+/// A stale header claiming a gigabyte is refused on its `xl_prev` before its body is read:
+/// the reader does not walk the segments after it.
+#[test]
+fn a_stale_header_is_refused_before_its_body_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path());
+    let starts = fill_to(&wal, Lsn(SEG + 5000), 1000, 0x33);
+    wal.flush(wal.insert_lsn()).unwrap();
+    let end = wal.insert_lsn();
+    let mut head = [0u8; record::RECORD_HEADER_SIZE];
+    head[0..4].copy_from_slice(&(record::MAX_RECORD_SIZE as u32).to_le_bytes());
+    head[8..16].copy_from_slice(&(SEG + 8).to_le_bytes());
+    let f = RealFs.open(&dir.path().join(segment::segment_file_name(1, SEG)), false).unwrap();
+    f.write_at(&head, end.0 - SEG).unwrap();
+    let (recs, r) = read_all(dir.path(), starts[0]);
+    assert_eq!(recs.len(), starts.len());
+    let reason = r.stop_reason().unwrap();
+    assert!(reason.contains("incorrect prev-link 0/10008"), "{reason}");
+}
+
+#[test]
+fn an_unknown_resource_manager_ends_the_wal_at_its_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let starts = write_records(dir.path(), 3);
+    let f = RealFs.open(&last_segment(dir.path()), false).unwrap();
+    f.write_at(&[99], starts[2].0 - SEG + 17).unwrap();
+    let (recs, r) = read_all(dir.path(), starts[0]);
+    assert_eq!(recs.len(), 2);
+    assert_eq!(r.stop_reason(), Some(format!("invalid resource manager ID 99 at {}", starts[2]).as_str()));
+}
