@@ -223,8 +223,9 @@ impl Inner {
             main_data: info.encode(),
         })?;
         self.wal.flush(end)?;
-        {
+        let prior_redo = {
             let mut current = self.control.lock();
+            let prior_redo = current.redo_lsn;
             let mut c = current.clone();
             c.prev_checkpoint_lsn = c.checkpoint_lsn;
             c.checkpoint_lsn = end;
@@ -239,8 +240,12 @@ impl Inner {
             c.write(&*self.fs, &startup::control_path(&self.dir))
                 .map_err(|e| self.wal.poison_after("writing the control file", e))?;
             *current = c;
-        }
-        self.wal.remove_segments_before(redo)?;
+            prior_redo
+        };
+        // Only now, with the control file naming this checkpoint, is the WAL before `redo`
+        // no longer needed by recovery.
+        let cfg = &self.config;
+        self.wal.remove_old_segments(redo, prior_redo, cfg.min_wal_size_bytes, cfg.max_wal_size_bytes)?;
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(end)
     }

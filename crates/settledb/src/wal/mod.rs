@@ -75,8 +75,37 @@
 //! writes everything inserted so far under the writer mutex, then fsyncs the segments written
 //! since the last flush *after releasing the writer mutex*, so inserters that overflow
 //! `wal_buffers` keep writing while a long fsync runs. One fsync serves every transaction that
-//! committed meanwhile. A segment's disk space is reserved when it is created
-//! ([`crate::io::File::allocate`]) so appends need no block allocation.
+//! committed meanwhile. The writer writes into recycled segments when a checkpoint left some,
+//! and otherwise creates a segment and reserves its disk space
+//! ([`crate::io::File::allocate`]) so that writes need no block allocation ([`segment`] has
+//! the measurements behind that choice).
+//!
+//! # Recycling
+//!
+//! As PostgreSQL does (`RemoveOldXlogFiles`), a checkpoint does not delete the segments wholly
+//! before its redo pointer: once the control file naming it is durable, it renames them to the
+//! free segment numbers from the one the writer writes next, up to a horizon
+//! ([`segment::recycle_horizon`], PostgreSQL's `XLOGfileslop`: the WAL expected until the next
+//! checkpoint ends, from an estimate of the WAL written per checkpoint, kept within
+//! `min_wal_size` and `max_wal_size`), and removes the rest ([`Wal::remove_old_segments`]).
+//! Writing into a recycled file overwrites pages the page cache still holds, with no block
+//! allocation: several times cheaper than filling a new file.
+//!
+//! A recycled file keeps its old bytes until they are overwritten, so past the end of the WAL
+//! the reader meets well-formed records with correct CRCs. They can never be taken for the
+//! continuation of the stream: a stale record found at position `q` was written at an earlier
+//! position `p < q` of the same stream (a segment is recycled only once the stream has passed
+//! it, and the crash handling below keeps one history), so its `xl_prev` is the start of the
+//! record before it *there*, a record that ended at `p`; the record the reader has just read
+//! ends at `q`, and one start has one end. Bytes that are not a stale record's start would need
+//! an `xl_prev` equal to the last record's start and a matching CRC-32C.
+//!
+//! Renaming is done under the writer mutex, so the writer never creates a file under a name
+//! being given to a recycled one. A rename becomes durable with the next fsync of the WAL
+//! directory, which the next flush does before it reports anything durable: no WAL written
+//! into a recycled file is acknowledged while a crash could still undo the rename. An undone
+//! rename or removal leaves a file under its old name, before the redo pointer, where
+//! recovery never reads and the next checkpoint finds it again.
 //!
 //! # Poisoning
 //!
@@ -99,7 +128,13 @@
 //!
 //! [`Wal::open`] continues at `start` (the end of the last valid record recovery found) and
 //! discards whatever lies beyond it: it truncates `start`'s segment at `start` and removes later
-//! segments, so no stale record can ever be read as the continuation of the new stream.
+//! segments. Those may be recycled, but they may also hold WAL written before the crash past a
+//! torn or lost record, and such records belong to the same stream: if the new stream wrote a
+//! record of the same length where the lost one was, the next old record's `xl_prev` would
+//! chain to it. Nothing in a file tells the two apart, so both go, and with them this run's
+//! recycled segments; the next checkpoints recycle again. Truncating keeps the argument of
+//! "Recycling" true: every stale byte the reader can meet was written at an earlier position
+//! of the one stream it is reading.
 
 pub mod control;
 pub mod desc;
@@ -281,6 +316,9 @@ struct IoState {
     segments: SegmentWriter,
     /// Everything before this is written to the segment files (maybe not yet synced).
     written: Lsn,
+    /// Bytes of WAL expected between two checkpoints (PostgreSQL's
+    /// `CheckPointDistanceEstimate`; see [`segment::next_distance_estimate`]).
+    distance_estimate: f64,
 }
 
 pub struct Wal {
@@ -345,7 +383,7 @@ impl Wal {
                 spare: Vec::new(),
                 stats: WalStats::default(),
             }),
-            io: Mutex::new(IoState { segments, written: start }),
+            io: Mutex::new(IoState { segments, written: start, distance_estimate: 0.0 }),
             flush_lock: Mutex::new(()),
             redo_ptr: AtomicU64::new(start.0),
             flushed: AtomicU64::new(start.0),
@@ -511,27 +549,31 @@ impl Wal {
         self.insert.lock().stats
     }
 
-    /// Removes the segment files wholly before `lsn`'s segment (never a segment holding
-    /// unflushed WAL); returns how many were removed.
-    pub fn remove_segments_before(&self, lsn: Lsn) -> Result<usize> {
-        let limit = lsn.min(self.flushed_lsn());
+    /// Recycles or removes the segment files wholly before the segment of `redo`, the redo
+    /// pointer of a checkpoint whose control file is durable (PostgreSQL's
+    /// `RemoveOldXlogFiles`); never a segment holding unflushed WAL. `prior_redo` is the redo
+    /// pointer of the checkpoint before it (`INVALID` if none): the distance between the two
+    /// feeds the estimate of the WAL written per checkpoint, which, within `min_wal_size` and
+    /// `max_wal_size`, decides how many segments are kept as recycled future segments
+    /// ([`segment::recycle_horizon`]); the rest are removed. See the module doc, "Recycling".
+    pub fn remove_old_segments(
+        &self,
+        redo: Lsn,
+        prior_redo: Lsn,
+        min_wal_size: u64,
+        max_wal_size: u64,
+    ) -> Result<segment::Recycled> {
+        let limit = redo.min(self.flushed_lsn());
         let keep_from = segment::segment_number(limit, self.segment_size);
         let mut io = self.io.lock();
-        io.segments.forget_before(keep_from);
-        let mut removed = 0;
-        for name in self.fs.list(&self.dir)? {
-            match segment::parse_segment_file_name(&name, self.segment_size) {
-                Some(segno) if segno < keep_from => {
-                    self.fs.remove(&self.dir.join(&name))?;
-                    removed += 1;
-                }
-                _ => {}
-            }
+        if prior_redo != Lsn::INVALID && prior_redo < redo {
+            io.distance_estimate = segment::next_distance_estimate(io.distance_estimate, redo.0 - prior_redo.0);
         }
-        if removed > 0 {
-            self.fs.sync_dir(&self.dir)?;
-        }
-        Ok(removed)
+        let horizon =
+            segment::recycle_horizon(redo, self.segment_size, min_wal_size, max_wal_size, io.distance_estimate);
+        let write_pos = io.written;
+        let (done, result) = io.segments.recycle_before(keep_from, write_pos, horizon);
+        result.map(|()| done)
     }
 
     /// The segment size this WAL was opened with.
