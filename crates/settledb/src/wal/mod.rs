@@ -65,10 +65,17 @@
 //!
 //! # Insertion and group commit
 //!
-//! A record is assembled and its body CRC computed outside any lock, in a reused per-thread
-//! buffer. The insert lock is held only to take the next position, patch `xl_prev`, finish
-//! the CRC and copy the bytes into the in-memory WAL buffer. When the unwritten buffer
-//! exceeds `wal_buffers_bytes` the inserter writes it out (no fsync) so memory stays bounded.
+//! Outside any lock, a record's fixed part (header and block headers) is assembled in a reused
+//! per-thread buffer and the body's CRC computed over it and the payload where the caller
+//! keeps it: a full-page image is read in the locked buffer-pool page, never copied aside. The
+//! insert lock is held only to take the next position, patch `xl_prev`, finish the CRC and
+//! copy the header and the payload, once, into the in-memory WAL buffer. (PostgreSQL copies
+//! into reserved space outside its insert lock, which pays with many concurrent inserters;
+//! the big producer here is one VACUUM, whose copy costs the same under the lock.)
+//!
+//! When more than [`WRITER_WAKE_BYTES`] are buffered the WAL writer thread is woken to write
+//! them out; when the buffer still exceeds `wal_buffers_bytes` the inserter writes it out
+//! itself (no fsync) so memory stays bounded, and counts it ([`my_wal_buffers_full`]).
 //!
 //! [`Wal::flush`] is group commit: it returns at once when `flushed_lsn >= upto`; otherwise it
 //! takes the flush mutex, checks again (a flush that ran while it waited usually covered it),
@@ -278,6 +285,18 @@ pub fn my_wal_usage() -> WalStats {
     MY_WAL_USAGE.with(|c| c.get())
 }
 
+crate::sync::thread_local! {
+    /// Times the calling thread found `wal_buffers` full and wrote WAL out itself.
+    static MY_WAL_BUFFERS_FULL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times the calling thread found `wal_buffers` full and wrote WAL out itself
+/// (PostgreSQL's `wal_buffers_full` of `pg_stat_wal` and VACUUM VERBOSE's "buffers full"):
+/// each one means the WAL writer fell behind.
+pub fn my_wal_buffers_full() -> u64 {
+    MY_WAL_BUFFERS_FULL.with(|c| c.get())
+}
+
 pub struct WalConfig {
     pub segment_size: u64,
     pub full_page_writes: bool,
@@ -346,11 +365,9 @@ pub struct Wal {
 /// Unwritten WAL that wakes the WAL writer early.
 pub const WRITER_WAKE_BYTES: usize = 1 << 20;
 
-/// Largest scratch buffer a thread keeps between records.
-const SCRATCH_KEEP_BYTES: usize = 256 << 10;
-
 crate::sync::thread_local! {
-    /// Per-thread scratch buffer for assembling records (hot path: no allocation per record).
+    /// Per-thread scratch buffer for the fixed part of a record (header and block headers, at
+    /// most a few hundred bytes): no allocation per record.
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -396,17 +413,12 @@ impl Wal {
 
     /// Appends a record; returns its END lsn (the caller's new page LSN).
     ///
-    /// Hot path: assembly and the body CRC happen outside the insert lock.
+    /// Hot path: assembly and the body CRC happen outside the insert lock; under it, the
+    /// header and the payload are copied once, from where the caller keeps them, into the WAL
+    /// buffer.
     pub fn insert(&self, rec: &RecordBuilder<'_>) -> Result<Lsn> {
         self.check_poisoned()?;
-        let (end, buffered) = SCRATCH.with(|cell| {
-            let mut scratch = cell.borrow_mut();
-            let result = self.insert_assembled(&mut scratch, rec);
-            if scratch.capacity() > SCRATCH_KEEP_BYTES {
-                *scratch = Vec::new(); // do not keep a huge record's buffer forever
-            }
-            result
-        })?;
+        let (end, buffered) = SCRATCH.with(|cell| self.insert_assembled(&mut cell.borrow_mut(), rec))?;
         if buffered >= WRITER_WAKE_BYTES && !self.writer_poked.swap(true, Ordering::AcqRel) {
             if let Some(wake) = self.writer_waker.lock().as_ref() {
                 wake();
@@ -416,6 +428,7 @@ impl Wal {
             let mut io = self.io.lock();
             let still = self.insert.lock().buf.len();
             if still > self.wal_buffers_bytes {
+                MY_WAL_BUFFERS_FULL.with(|c| c.set(c.get() + 1));
                 self.write_buffered(&mut io).map_err(|e| self.poison(e))?;
             }
         }
@@ -427,29 +440,33 @@ impl Wal {
         *self.writer_waker.lock() = Some(wake);
     }
 
-    /// Assembles `rec` into `scratch` and copies it into the WAL buffer; returns the record's
-    /// end and how many bytes are buffered unwritten.
-    fn insert_assembled(&self, scratch: &mut Vec<u8>, rec: &RecordBuilder<'_>) -> Result<(Lsn, usize)> {
+    /// Assembles the fixed part of `rec` into `head` and copies the record into the WAL
+    /// buffer; returns the record's end and how many bytes are buffered unwritten.
+    fn insert_assembled(&self, head: &mut Vec<u8>, rec: &RecordBuilder<'_>) -> Result<(Lsn, usize)> {
         loop {
             let redo = Lsn(self.redo_ptr.load(Ordering::Acquire));
-            let a = record::assemble(scratch, rec, self.full_page_writes, redo)?;
+            let a = record::assemble_head(head, rec, self.full_page_writes, redo)?;
             let mut st = self.insert.lock();
             if a.depends_on_redo && self.redo_ptr.load(Ordering::Acquire) != redo.0 {
                 continue; // a checkpoint began: some block may need an image now
             }
             let lsn = st.pos;
-            record::finish(scratch, a.body_crc, st.prev);
-            st.buf.extend_from_slice(scratch);
+            record::finish(head, a.body_crc, st.prev);
+            let st = &mut *st;
+            st.buf.reserve(a.tot_len);
+            st.buf.extend_from_slice(head);
+            record::for_each_payload(rec, a.images, |piece| st.buf.extend_from_slice(piece));
+            let bytes = a.tot_len as u64;
             st.prev = lsn;
-            st.pos = Lsn(lsn.0 + scratch.len() as u64);
+            st.pos = Lsn(lsn.0 + bytes);
+            debug_assert_eq!(st.pos.0 - st.buf_start.0, st.buf.len() as u64, "the buffer ends at the insert position");
             st.stats.records += 1;
             st.stats.fpi += a.fpi;
-            st.stats.bytes += scratch.len() as u64;
-            let (fpi, bytes) = (a.fpi, scratch.len() as u64);
+            st.stats.bytes += bytes;
             MY_WAL_USAGE.with(|c| {
                 let mut u = c.get();
                 u.records += 1;
-                u.fpi += fpi;
+                u.fpi += a.fpi;
                 u.bytes += bytes;
                 c.set(u);
             });

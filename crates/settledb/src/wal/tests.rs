@@ -770,3 +770,63 @@ fn recycling_stops_at_the_horizon_and_removes_the_rest() {
     assert_eq!(done, segment::Recycled { recycled: 2, removed: 0 }, "7 and 8 become 10 and 11");
     assert_eq!(segment_numbers(&RealFs, dir.path()), [9, 10, 11]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Insertion
+
+/// `insert` copies a record's pieces (header, images around their holes, block data, main
+/// data) straight into the WAL buffer: the bytes on disk are exactly the contiguous assembly.
+#[test]
+fn inserted_bytes_equal_the_contiguous_assembly() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path());
+    let first = wal.insert(&simple(3, vec![1; 77])).unwrap();
+    let (standard, odd) = (page(0, 300, 5000, 21), page(0, 6000, 100, 22));
+    let recent = page(first.0 + 1, 64, 64, 23);
+    let rec = RecordBuilder {
+        rmgr: Rmgr::Heap2,
+        info: 0x30,
+        xid: Xid(9),
+        blocks: vec![
+            BlockRef { id: 0, tag: tag(7, 1), will_init: false, page: Some(&standard), data: vec![4; 10] },
+            BlockRef { id: 1, tag: tag(7, 2), will_init: true, page: None, data: vec![5; 33] },
+            BlockRef { id: 2, tag: tag(7, 3), will_init: false, page: Some(&odd), data: vec![] },
+            BlockRef { id: 3, tag: tag(7, 4), will_init: false, page: Some(&recent), data: vec![6; 3] },
+        ],
+        main_data: vec![8; 500],
+    };
+    let end = wal.insert(&rec).unwrap();
+    wal.flush(end).unwrap();
+
+    let mut expected = Vec::new();
+    let a = record::assemble(&mut expected, &rec, true, wal.redo_ptr()).unwrap();
+    assert_eq!(a.fpi, 2, "blocks 0 and 2 carry images; block 3 changed after the redo pointer");
+    record::finish(&mut expected, a.body_crc, first_lsn(SEG));
+    let f = RealFs.open(&dir.path().join(segment::segment_file_name(1, SEG)), false).unwrap();
+    let mut on_disk = vec![0u8; expected.len()];
+    f.read_exact_at(&mut on_disk, first.0 - SEG).unwrap();
+    assert_eq!(on_disk, expected);
+    assert_eq!(end.0 - first.0, expected.len() as u64);
+    let got = read_record_at(Arc::new(RealFs), dir.path(), first, SEG).unwrap();
+    assert_eq!(&got.blocks[0].image.as_deref().unwrap()[..], &standard[..]);
+    assert_eq!(got.blocks[3].data, vec![6; 3]);
+}
+
+/// An inserter that finds more than `wal_buffers` unwritten writes it out itself and counts it
+/// in its thread's `my_wal_buffers_full`; below the limit it leaves the writing to others.
+#[test]
+fn an_inserter_past_wal_buffers_writes_out_and_counts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = Wal::open(Arc::new(RealFs), dir.path(), first_lsn(SEG), Lsn::INVALID, config(8 << 10)).unwrap();
+    let before = my_wal_buffers_full();
+    for _ in 0..7 {
+        wal.insert(&sized(3, 1000, 1)).unwrap();
+    }
+    assert_eq!(my_wal_buffers_full(), before, "7,000 bytes fit in 8 KiB");
+    assert!(!RealFs.exists(&dir.path().join(segment::segment_file_name(1, SEG))), "nothing written yet");
+    wal.insert(&sized(3, 2000, 1)).unwrap();
+    assert_eq!(my_wal_buffers_full(), before + 1);
+    let len = segment_len(&RealFs, dir.path(), 1);
+    assert_eq!(len, 9000, "the inserter wrote the whole buffer");
+    assert_eq!(wal.flushed_lsn(), first_lsn(SEG), "writing out is not flushing");
+}
