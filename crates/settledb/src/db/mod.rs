@@ -263,13 +263,24 @@ impl Inner {
     /// The WAL writer: flushes WAL every `wal_writer_delay`, and at once while more than
     /// `WAL_WRITER_FLUSH_AFTER` bytes are unflushed, so that asynchronous commits become durable
     /// promptly and a backend evicting a dirty page rarely has to wait for an fsync itself.
+    /// Inserters wake it when they have buffered a megabyte (see [`Wal::set_writer_waker`]),
+    /// so that one producing WAL fast (VACUUM) rarely finds `wal_buffers` full and writes out
+    /// itself.
     fn wal_writer_loop(self: Arc<Inner>) {
         const WAL_WRITER_FLUSH_AFTER: u64 = 1 << 20;
         let delay = Duration::from_millis(self.config.wal_writer_delay_ms.max(1));
         loop {
-            let behind = self.wal.insert_lsn().0.saturating_sub(self.wal.flushed_lsn().0);
-            if behind < WAL_WRITER_FLUSH_AFTER && !self.nap(delay) {
-                return;
+            {
+                // The backlog is measured under `bg_mutex`, which the waker takes to notify:
+                // a wake-up after the measurement finds this thread waiting, never between.
+                let mut g = self.bg_mutex.lock();
+                if self.shutdown.load(Ordering::Acquire) {
+                    return;
+                }
+                let behind = self.wal.insert_lsn().0.saturating_sub(self.wal.flushed_lsn().0);
+                if behind < WAL_WRITER_FLUSH_AFTER {
+                    self.bg_wake.wait_for(&mut g, delay);
+                }
             }
             if self.shutdown.load(Ordering::Acquire) {
                 return;
