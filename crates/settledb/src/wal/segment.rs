@@ -34,6 +34,7 @@
 //! A file's length therefore says nothing about where the WAL ends: a recycled file is full
 //! of stale records from an older part of the stream. The reader finds the end by record
 //! validity alone (see [`super::reader`]).
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -126,7 +127,7 @@ impl SegmentWriter {
             self.dir_dirty = true;
         }
         // Reserve the whole segment so that writes need no block allocation (see the module
-        // doc): a new file, or the one reopening truncated at the end of recovery. A recycled
+        // doc): a new file, or the one `Wal::open` truncated where recovery ended. A recycled
         // file is full length already.
         if created || f.len()? < self.segment_size {
             f.allocate(0, self.segment_size)?;
