@@ -67,8 +67,13 @@ pub struct Config {
     pub wal_buffers_bytes: usize,
     /// `wal_segment_size`, bytes (default 16MB; fixed when the directory is created).
     pub wal_segment_size_bytes: u64,
-    /// `max_wal_size`, bytes (default 1GB): WAL volume that triggers a checkpoint.
+    /// `max_wal_size`, bytes (default 1GB): WAL volume that triggers a checkpoint, and the
+    /// most WAL kept in segment files (recycled ones included) from the redo pointer on.
     pub max_wal_size_bytes: u64,
+    /// `min_wal_size`, bytes (default 80MB): a checkpoint keeps at least this much WAL, from
+    /// its redo pointer on, in segment files ready for reuse, recycling old segments rather
+    /// than removing them (see `wal::segment::recycle_horizon`).
+    pub min_wal_size_bytes: u64,
     /// `checkpoint_timeout`, milliseconds (default 5min).
     pub checkpoint_timeout_ms: u64,
     /// `wal_writer_delay`, milliseconds (default 200ms): flush interval for asynchronous commits.
@@ -148,6 +153,7 @@ impl Default for Config {
             wal_buffers_bytes: 16 << 20,
             wal_segment_size_bytes: 16 << 20,
             max_wal_size_bytes: 1 << 30,
+            min_wal_size_bytes: 80 << 20,
             checkpoint_timeout_ms: 5 * 60 * 1000,
             wal_writer_delay_ms: 200,
             default_transaction_isolation: IsolationLevel::ReadCommitted,
@@ -191,6 +197,7 @@ pub const PARAMETERS: &[&str] = &[
     "wal_buffers",
     "wal_segment_size",
     "max_wal_size",
+    "min_wal_size",
     "checkpoint_timeout",
     "wal_writer_delay",
     "default_transaction_isolation",
@@ -243,6 +250,7 @@ impl Config {
                 self.wal_segment_size_bytes = b;
             }
             "max_wal_size" => self.max_wal_size_bytes = bytes(name, v, 1 << 20, 2 << 20, 1 << 50)?,
+            "min_wal_size" => self.min_wal_size_bytes = bytes(name, v, 1 << 20, 2 << 20, 1 << 50)?,
             "checkpoint_timeout" => self.checkpoint_timeout_ms = millis(name, v, 1000, 30_000, 86_400_000)?,
             "wal_writer_delay" => self.wal_writer_delay_ms = millis(name, v, 1, 1, 10_000)?,
             "default_transaction_isolation" => {
@@ -432,6 +440,10 @@ mod tests {
         assert_eq!(c.shared_buffers_bytes, 1 << 30);
         assert_eq!(c.checkpoint_timeout_ms, 30_000);
         assert!(!c.synchronous_commit);
+        let c = Config::from_pairs([("min_wal_size", "32")]).unwrap();
+        assert_eq!(c.min_wal_size_bytes, 32 << 20, "min_wal_size is in megabytes");
+        assert_eq!(Config::default().min_wal_size_bytes, 80 << 20);
+        assert!(Config::from_pairs([("min_wal_size", "1MB")]).is_err(), "PostgreSQL's minimum is 2MB");
         let c = Config::from_pairs([("shared_buffers", "1024")]).unwrap();
         assert_eq!(c.shared_buffers_bytes, 1024 * BLCKSZ, "a bare number is in blocks");
     }

@@ -417,10 +417,13 @@ fn canonical(d: &DecodedRecord) -> DecodedRecord {
 const SEGMENT_SIZES: [u64; 8] = [4 << 10, 8 << 10, 16 << 10, 64 << 10, 1 << 20, 1 << 20, 1 << 20, 16 << 20];
 
 /// Recovery's reader over WAL segments made of the input. Control bits 1..4: segment size
-/// ([`SEGMENT_SIZES`]; 4 = 1 MB, the smallest a database accepts). Control bit 4: the input is a sequence of records (each at least its
-/// header, length taken from `xl_tot_len` and cut at the end of the input) whose `xl_prev`
-/// and CRC are repaired, so the reader gets past the first record; otherwise the bytes are
-/// the stream as is.
+/// ([`SEGMENT_SIZES`]; 4 = 1 MB, the smallest a database accepts). Control bit 4: the input is
+/// a sequence of records (each at least its header, length taken from `xl_tot_len` and cut at
+/// the end of the input) whose `xl_prev` and CRC are repaired, so the reader gets past the
+/// first record; otherwise the bytes are the stream as is. Control bit 5: the segment files
+/// go on past the stream as recycled ones do, with up to [`STALE_BYTES`] of stale bytes: at
+/// each offset, the stream's byte at the same offset of its first segment (the old contents
+/// of a recycled segment 1), so the reader must find the end by record validity alone.
 pub fn wal_stream(data: &[u8]) {
     let mut input = Input(data);
     let ctl = input.u8();
@@ -430,7 +433,8 @@ pub fn wal_stream(data: &[u8]) {
     let fs = FaultFs::new();
     let dir = Path::new("/fuzz/pg_wal");
     fs.create_dir_all(dir).expect("FaultFs makes directories");
-    for (i, chunk) in stream.chunks(segment_size as usize).enumerate() {
+    let files = if ctl & 0x20 != 0 { with_stale_tail(&stream, segment_size) } else { stream.clone() };
+    for (i, chunk) in files.chunks(segment_size as usize).enumerate() {
         let segno = start.0 / segment_size + i as u64;
         let f = fs.open(&wal::segment::segment_path(dir, segno, segment_size), true).expect("FaultFs creates");
         f.write_at(chunk, 0).expect("FaultFs writes");
@@ -455,6 +459,24 @@ pub fn wal_stream(data: &[u8]) {
     }
     assert_eq!(reader.end_lsn(), expected);
     let _ = wal::read_record_at(fs, dir, start, segment_size);
+}
+
+/// The most stale bytes `wal_stream` puts after the stream (control bit 5).
+pub const STALE_BYTES: usize = 64 << 10;
+
+/// `stream` followed by what recycled segment files would hold past it, up to the end of a
+/// segment and at most [`STALE_BYTES`]: at each offset, the byte of `stream`'s first segment
+/// at that offset (zero past the stream).
+fn with_stale_tail(stream: &[u8], segment_size: u64) -> Vec<u8> {
+    let seg = segment_size as usize;
+    let room = seg - stream.len() % seg;
+    let stale = if room == seg { seg.min(STALE_BYTES) } else { room.min(STALE_BYTES) };
+    let mut out = Vec::with_capacity(stream.len() + stale);
+    out.extend_from_slice(stream);
+    for pos in stream.len()..stream.len() + stale {
+        out.push(stream.get(pos % seg).copied().unwrap_or(0));
+    }
+    out
 }
 
 /// Frames `bytes` as consecutive records starting at `start` (see [`wal_stream`]).

@@ -223,8 +223,9 @@ impl Inner {
             main_data: info.encode(),
         })?;
         self.wal.flush(end)?;
-        {
+        let prior_redo = {
             let mut current = self.control.lock();
+            let prior_redo = current.redo_lsn;
             let mut c = current.clone();
             c.prev_checkpoint_lsn = c.checkpoint_lsn;
             c.checkpoint_lsn = end;
@@ -239,8 +240,12 @@ impl Inner {
             c.write(&*self.fs, &startup::control_path(&self.dir))
                 .map_err(|e| self.wal.poison_after("writing the control file", e))?;
             *current = c;
-        }
-        self.wal.remove_segments_before(redo)?;
+            prior_redo
+        };
+        // Only now, with the control file naming this checkpoint, is the WAL before `redo`
+        // no longer needed by recovery.
+        let cfg = &self.config;
+        self.wal.remove_old_segments(redo, prior_redo, cfg.min_wal_size_bytes, cfg.max_wal_size_bytes)?;
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(end)
     }
@@ -258,13 +263,21 @@ impl Inner {
     /// The WAL writer: flushes WAL every `wal_writer_delay`, and at once while more than
     /// `WAL_WRITER_FLUSH_AFTER` bytes are unflushed, so that asynchronous commits become durable
     /// promptly and a backend evicting a dirty page rarely has to wait for an fsync itself.
+    /// Inserters wake it when they have buffered a megabyte (see [`Wal::set_writer_waker`]), so
+    /// that one producing WAL fast (VACUUM) rarely finds `wal_buffers` full and writes out
+    /// itself. It sleeps by parking: an unpark that comes between its check of the backlog and
+    /// its park makes the park return at once, so no wake-up is lost, and the inserter waking
+    /// it never waits for a lock this thread could hold while descheduled.
     fn wal_writer_loop(self: Arc<Inner>) {
         const WAL_WRITER_FLUSH_AFTER: u64 = 1 << 20;
         let delay = Duration::from_millis(self.config.wal_writer_delay_ms.max(1));
         loop {
-            let behind = self.wal.insert_lsn().0.saturating_sub(self.wal.flushed_lsn().0);
-            if behind < WAL_WRITER_FLUSH_AFTER && !self.nap(delay) {
+            if self.shutdown.load(Ordering::Acquire) {
                 return;
+            }
+            let behind = self.wal.insert_lsn().0.saturating_sub(self.wal.flushed_lsn().0);
+            if behind < WAL_WRITER_FLUSH_AFTER {
+                std::thread::park_timeout(delay);
             }
             if self.shutdown.load(Ordering::Acquire) {
                 return;
@@ -432,16 +445,6 @@ impl Database {
         inner.xact.set_oldest_xid(oldest, inner.config.autovacuum_freeze_max_age);
         // A fresh cluster and the end of recovery both start from a checkpoint.
         inner.checkpoint(false)?;
-        {
-            // The WAL writer wakes when inserters have buffered a megabyte (see wal::Wal).
-            let weak = Arc::downgrade(&inner);
-            inner.wal.set_writer_waker(Box::new(move || {
-                if let Some(i) = weak.upgrade() {
-                    let _g = i.bg_mutex.lock();
-                    i.bg_wake.notify_all();
-                }
-            }));
-        }
         let mut bg = Vec::new();
         for (name, f) in [
             ("settledb-walwriter", Inner::wal_writer_loop as fn(Arc<Inner>)),
@@ -455,6 +458,9 @@ impl Database {
                 .map_err(|e| Error::io("spawn background thread", dir, e))?;
             bg.push(h);
         }
+        // The WAL writer (the first thread) wakes when inserters have buffered a megabyte.
+        let walwriter = bg[0].thread().clone();
+        inner.wal.set_writer_waker(Box::new(move || walwriter.unpark()));
         if inner.config.autovacuum {
             let workers = inner.config.autovacuum_max_workers as usize;
             let launcher = std::iter::once(("settledb-autovacuum-launcher".to_string(), true));
@@ -634,6 +640,7 @@ impl Database {
         self.inner.pool.wake_write_behind();
         self.inner.autovacuum.wake.notify_all();
         for h in self.background.lock().drain(..) {
+            h.thread().unpark(); // the WAL writer parks
             let _ = h.join();
         }
     }

@@ -31,7 +31,9 @@
 //!    commit record);
 //! 3. write every dirty buffer (each after WAL up to its LSN) and fsync the relation files;
 //! 4. log a CHECKPOINT record, flush it, write the control file (atomically, durably);
-//! 5. remove WAL segments wholly before the redo pointer.
+//! 5. recycle WAL segments wholly before the redo pointer as future segments, or remove them
+//!    beyond what `min_wal_size`, `max_wal_size` and the WAL written per checkpoint call for
+//!    ([`Wal::remove_old_segments`]).
 //!
 //! A failure to make the CLOG, the data files or the control file durable (steps 2-4) poisons
 //! the WAL: the control file keeps the previous checkpoint and no later checkpoint may claim

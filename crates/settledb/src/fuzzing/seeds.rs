@@ -228,7 +228,7 @@ fn wal_record_seeds(stream: &[u8]) -> Vec<Vec<u8>> {
 }
 
 /// The start of the stream as is (1 MB segments), and framed over 4 KB segments so that
-/// records cross segment boundaries.
+/// records cross segment boundaries, once with recycled segments' stale bytes after it.
 fn wal_stream_seeds(stream: &[u8]) -> Vec<Vec<u8>> {
     let recs = records(stream);
     let upto =
@@ -240,6 +240,8 @@ fn wal_stream_seeds(stream: &[u8]) -> Vec<Vec<u8>> {
     }
     if let Some(end) = upto(32 << 10) {
         out.push(prefixed(0x10 | 4 << 1, &stream[..end]));
+        // Over 4 KB segments, followed by the stale bytes of recycled segments.
+        out.push(prefixed(0x20 | 0x10, &stream[..end]));
     }
     out
 }

@@ -65,18 +65,54 @@
 //!
 //! # Insertion and group commit
 //!
-//! A record is assembled and its body CRC computed outside any lock, in a reused per-thread
-//! buffer. The insert lock is held only to take the next position, patch `xl_prev`, finish
-//! the CRC and copy the bytes into the in-memory WAL buffer. When the unwritten buffer
-//! exceeds `wal_buffers_bytes` the inserter writes it out (no fsync) so memory stays bounded.
+//! Outside any lock, a record's fixed part (header and block headers) is assembled in a reused
+//! per-thread buffer and the body's CRC computed over it and the payload where the caller
+//! keeps it: a full-page image is read in the locked buffer-pool page, never copied aside. The
+//! insert lock is held only to take the next position, patch `xl_prev`, finish the CRC and
+//! copy the header and the payload, once, into the in-memory WAL buffer. (PostgreSQL copies
+//! into reserved space outside its insert lock, which pays with many concurrent inserters;
+//! the big producer here is one VACUUM, whose copy costs the same under the lock.)
+//!
+//! When more than [`WRITER_WAKE_BYTES`] are buffered the WAL writer thread is woken to write
+//! them out; when the buffer still exceeds `wal_buffers_bytes` the inserter writes it out
+//! itself (no fsync) so memory stays bounded, and counts it ([`my_wal_buffers_full`]).
 //!
 //! [`Wal::flush`] is group commit: it returns at once when `flushed_lsn >= upto`; otherwise it
 //! takes the flush mutex, checks again (a flush that ran while it waited usually covered it),
 //! writes everything inserted so far under the writer mutex, then fsyncs the segments written
 //! since the last flush *after releasing the writer mutex*, so inserters that overflow
 //! `wal_buffers` keep writing while a long fsync runs. One fsync serves every transaction that
-//! committed meanwhile. A segment's disk space is reserved when it is created
-//! ([`crate::io::File::allocate`]) so appends need no block allocation.
+//! committed meanwhile. The writer writes into recycled segments when a checkpoint left some,
+//! and otherwise creates a segment and reserves its disk space
+//! ([`crate::io::File::allocate`]) so that writes need no block allocation ([`segment`] has
+//! the measurements behind that choice).
+//!
+//! # Recycling
+//!
+//! As PostgreSQL does (`RemoveOldXlogFiles`), a checkpoint does not delete the segments wholly
+//! before its redo pointer: once the control file naming it is durable, it renames them to the
+//! free segment numbers from the one the writer writes next, up to a horizon
+//! ([`segment::recycle_horizon`], PostgreSQL's `XLOGfileslop`: the WAL expected until the next
+//! checkpoint ends, from an estimate of the WAL written per checkpoint, kept within
+//! `min_wal_size` and `max_wal_size`), and removes the rest ([`Wal::remove_old_segments`]).
+//! Writing into a recycled file overwrites pages the page cache still holds, with no block
+//! allocation: several times cheaper than filling a new file.
+//!
+//! A recycled file keeps its old bytes until they are overwritten, so past the end of the WAL
+//! the reader meets well-formed records with correct CRCs. They can never be taken for the
+//! continuation of the stream: a stale record found at position `q` was written at an earlier
+//! position `p < q` of the same stream (a segment is recycled only once the stream has passed
+//! it, and the crash handling below keeps one history), so its `xl_prev` is the start of the
+//! record before it *there*, a record that ended at `p`; the record the reader has just read
+//! ends at `q`, and one start has one end. Bytes that are not a stale record's start would need
+//! an `xl_prev` equal to the last record's start and a matching CRC-32C.
+//!
+//! Renaming is done under the writer mutex, so the writer never creates a file under a name
+//! being given to a recycled one. A rename becomes durable with the next fsync of the WAL
+//! directory, which the next flush does before it reports anything durable: no WAL written
+//! into a recycled file is acknowledged while a crash could still undo the rename. An undone
+//! rename or removal leaves a file under its old name, before the redo pointer, where
+//! recovery never reads and the next checkpoint finds it again.
 //!
 //! # Poisoning
 //!
@@ -99,7 +135,13 @@
 //!
 //! [`Wal::open`] continues at `start` (the end of the last valid record recovery found) and
 //! discards whatever lies beyond it: it truncates `start`'s segment at `start` and removes later
-//! segments, so no stale record can ever be read as the continuation of the new stream.
+//! segments. Those may be recycled, but they may also hold WAL written before the crash past a
+//! torn or lost record, and such records belong to the same stream: if the new stream wrote a
+//! record of the same length where the lost one was, the next old record's `xl_prev` would
+//! chain to it. Nothing in a file tells the two apart, so both go, and with them this run's
+//! recycled segments; the next checkpoints recycle again. Truncating keeps the argument of
+//! "Recycling" true: every stale byte the reader can meet was written at an earlier position
+//! of the one stream it is reading.
 
 pub mod control;
 pub mod desc;
@@ -243,6 +285,18 @@ pub fn my_wal_usage() -> WalStats {
     MY_WAL_USAGE.with(|c| c.get())
 }
 
+crate::sync::thread_local! {
+    /// Times the calling thread found `wal_buffers` full and wrote WAL out itself.
+    static MY_WAL_BUFFERS_FULL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times the calling thread found `wal_buffers` full and wrote WAL out itself
+/// (PostgreSQL's `wal_buffers_full` of `pg_stat_wal` and VACUUM VERBOSE's "buffers full"):
+/// each one means the WAL writer fell behind.
+pub fn my_wal_buffers_full() -> u64 {
+    MY_WAL_BUFFERS_FULL.with(|c| c.get())
+}
+
 pub struct WalConfig {
     pub segment_size: u64,
     pub full_page_writes: bool,
@@ -281,6 +335,9 @@ struct IoState {
     segments: SegmentWriter,
     /// Everything before this is written to the segment files (maybe not yet synced).
     written: Lsn,
+    /// Bytes of WAL expected between two checkpoints (PostgreSQL's
+    /// `CheckPointDistanceEstimate`; see [`segment::next_distance_estimate`]).
+    distance_estimate: f64,
 }
 
 pub struct Wal {
@@ -308,11 +365,9 @@ pub struct Wal {
 /// Unwritten WAL that wakes the WAL writer early.
 pub const WRITER_WAKE_BYTES: usize = 1 << 20;
 
-/// Largest scratch buffer a thread keeps between records.
-const SCRATCH_KEEP_BYTES: usize = 256 << 10;
-
 crate::sync::thread_local! {
-    /// Per-thread scratch buffer for assembling records (hot path: no allocation per record).
+    /// Per-thread scratch buffer for the fixed part of a record (header and block headers, at
+    /// most a few hundred bytes): no allocation per record.
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -345,7 +400,7 @@ impl Wal {
                 spare: Vec::new(),
                 stats: WalStats::default(),
             }),
-            io: Mutex::new(IoState { segments, written: start }),
+            io: Mutex::new(IoState { segments, written: start, distance_estimate: 0.0 }),
             flush_lock: Mutex::new(()),
             redo_ptr: AtomicU64::new(start.0),
             flushed: AtomicU64::new(start.0),
@@ -358,17 +413,12 @@ impl Wal {
 
     /// Appends a record; returns its END lsn (the caller's new page LSN).
     ///
-    /// Hot path: assembly and the body CRC happen outside the insert lock.
+    /// Hot path: assembly and the body CRC happen outside the insert lock; under it, the
+    /// header and the payload are copied once, from where the caller keeps them, into the WAL
+    /// buffer.
     pub fn insert(&self, rec: &RecordBuilder<'_>) -> Result<Lsn> {
         self.check_poisoned()?;
-        let (end, buffered) = SCRATCH.with(|cell| {
-            let mut scratch = cell.borrow_mut();
-            let result = self.insert_assembled(&mut scratch, rec);
-            if scratch.capacity() > SCRATCH_KEEP_BYTES {
-                *scratch = Vec::new(); // do not keep a huge record's buffer forever
-            }
-            result
-        })?;
+        let (end, buffered) = SCRATCH.with(|cell| self.insert_assembled(&mut cell.borrow_mut(), rec))?;
         if buffered >= WRITER_WAKE_BYTES && !self.writer_poked.swap(true, Ordering::AcqRel) {
             if let Some(wake) = self.writer_waker.lock().as_ref() {
                 wake();
@@ -378,6 +428,7 @@ impl Wal {
             let mut io = self.io.lock();
             let still = self.insert.lock().buf.len();
             if still > self.wal_buffers_bytes {
+                MY_WAL_BUFFERS_FULL.with(|c| c.set(c.get() + 1));
                 self.write_buffered(&mut io).map_err(|e| self.poison(e))?;
             }
         }
@@ -389,29 +440,33 @@ impl Wal {
         *self.writer_waker.lock() = Some(wake);
     }
 
-    /// Assembles `rec` into `scratch` and copies it into the WAL buffer; returns the record's
-    /// end and how many bytes are buffered unwritten.
-    fn insert_assembled(&self, scratch: &mut Vec<u8>, rec: &RecordBuilder<'_>) -> Result<(Lsn, usize)> {
+    /// Assembles the fixed part of `rec` into `head` and copies the record into the WAL
+    /// buffer; returns the record's end and how many bytes are buffered unwritten.
+    fn insert_assembled(&self, head: &mut Vec<u8>, rec: &RecordBuilder<'_>) -> Result<(Lsn, usize)> {
         loop {
             let redo = Lsn(self.redo_ptr.load(Ordering::Acquire));
-            let a = record::assemble(scratch, rec, self.full_page_writes, redo)?;
+            let a = record::assemble_head(head, rec, self.full_page_writes, redo)?;
             let mut st = self.insert.lock();
             if a.depends_on_redo && self.redo_ptr.load(Ordering::Acquire) != redo.0 {
                 continue; // a checkpoint began: some block may need an image now
             }
             let lsn = st.pos;
-            record::finish(scratch, a.body_crc, st.prev);
-            st.buf.extend_from_slice(scratch);
+            record::finish(head, a.body_crc, st.prev);
+            let st = &mut *st;
+            st.buf.reserve(a.tot_len);
+            st.buf.extend_from_slice(head);
+            record::for_each_payload(rec, a.images, |piece| st.buf.extend_from_slice(piece));
+            let bytes = a.tot_len as u64;
             st.prev = lsn;
-            st.pos = Lsn(lsn.0 + scratch.len() as u64);
+            st.pos = Lsn(lsn.0 + bytes);
+            debug_assert_eq!(st.pos.0 - st.buf_start.0, st.buf.len() as u64, "the buffer ends at the insert position");
             st.stats.records += 1;
             st.stats.fpi += a.fpi;
-            st.stats.bytes += scratch.len() as u64;
-            let (fpi, bytes) = (a.fpi, scratch.len() as u64);
+            st.stats.bytes += bytes;
             MY_WAL_USAGE.with(|c| {
                 let mut u = c.get();
                 u.records += 1;
-                u.fpi += fpi;
+                u.fpi += a.fpi;
                 u.bytes += bytes;
                 c.set(u);
             });
@@ -519,27 +574,31 @@ impl Wal {
         self.insert.lock().stats
     }
 
-    /// Removes the segment files wholly before `lsn`'s segment (never a segment holding
-    /// unflushed WAL); returns how many were removed.
-    pub fn remove_segments_before(&self, lsn: Lsn) -> Result<usize> {
-        let limit = lsn.min(self.flushed_lsn());
+    /// Recycles or removes the segment files wholly before the segment of `redo`, the redo
+    /// pointer of a checkpoint whose control file is durable (PostgreSQL's
+    /// `RemoveOldXlogFiles`); never a segment holding unflushed WAL. `prior_redo` is the redo
+    /// pointer of the checkpoint before it (`INVALID` if none): the distance between the two
+    /// feeds the estimate of the WAL written per checkpoint, which, within `min_wal_size` and
+    /// `max_wal_size`, decides how many segments are kept as recycled future segments
+    /// ([`segment::recycle_horizon`]); the rest are removed. See the module doc, "Recycling".
+    pub fn remove_old_segments(
+        &self,
+        redo: Lsn,
+        prior_redo: Lsn,
+        min_wal_size: u64,
+        max_wal_size: u64,
+    ) -> Result<segment::Recycled> {
+        let limit = redo.min(self.flushed_lsn());
         let keep_from = segment::segment_number(limit, self.segment_size);
         let mut io = self.io.lock();
-        io.segments.forget_before(keep_from);
-        let mut removed = 0;
-        for name in self.fs.list(&self.dir)? {
-            match segment::parse_segment_file_name(&name, self.segment_size) {
-                Some(segno) if segno < keep_from => {
-                    self.fs.remove(&self.dir.join(&name))?;
-                    removed += 1;
-                }
-                _ => {}
-            }
+        if prior_redo != Lsn::INVALID && prior_redo < redo {
+            io.distance_estimate = segment::next_distance_estimate(io.distance_estimate, redo.0 - prior_redo.0);
         }
-        if removed > 0 {
-            self.fs.sync_dir(&self.dir)?;
-        }
-        Ok(removed)
+        let horizon =
+            segment::recycle_horizon(redo, self.segment_size, min_wal_size, max_wal_size, io.distance_estimate);
+        let write_pos = io.written;
+        let (done, result) = io.segments.recycle_before(keep_from, write_pos, horizon);
+        result.map(|()| done)
     }
 
     /// The segment size this WAL was opened with.

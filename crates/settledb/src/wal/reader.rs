@@ -2,15 +2,23 @@
 //! `ValidXLogRecordHeader`, `ValidXLogRecord`; our own code).
 //!
 //! [`WalReader::next`] returns records in stream order and `Ok(None)` at the end of valid
-//! WAL. The end is wherever the next record fails a check:
+//! WAL. Segment files do not end where the WAL ends (a recycled segment is full of stale
+//! bytes from an older part of the stream, a new one may be shorter than a segment), so the
+//! end is found by record validity alone: it is wherever the next record fails a check, in
+//! this order:
 //!
-//! * its segment file does not exist, or the file ends before the record does (a torn or
-//!   never-written tail);
-//! * its length is below the minimum or above the maximum (zeros, garbage);
-//! * its CRC-32C does not match (a torn or corrupted write);
-//! * its `xl_prev` is not the start of the record read before it (stale bytes left from an
-//!   older use of the same stream positions);
-//! * its body does not decode (impossible without a bug, since the CRC matched).
+//! 1. its header cannot be read: its segment file does not exist, or the file ends first;
+//! 2. its length is below the minimum or above the maximum (zeros, garbage);
+//! 3. its resource manager ID is unknown;
+//! 4. its `xl_prev` is not the start of the record read before it. This is what stops the
+//!    reader at the stale bytes of a recycled segment: they are records (or pieces of
+//!    records) of an older part of the stream, whose `xl_prev` points to a record that ended
+//!    before them, never to the one just read (see the `wal` module doc, "Recycling"). It is
+//!    checked on the header, before the body is read, so a stale header claiming a huge
+//!    length costs nothing;
+//! 5. its body cannot be read (the file or the segments end first: a torn tail);
+//! 6. its CRC-32C does not match (a torn or corrupted write, or garbage that got this far);
+//! 7. its body does not decode (impossible without a bug, since the CRC matched).
 //!
 //! None of these is an error: after a crash the tail of the WAL is expected to be torn, and
 //! recovery ends at the last valid record. [`WalReader::stop_reason`] says why reading stopped,
@@ -25,7 +33,7 @@ use crate::types::Lsn;
 
 use super::record::{self, Header, MAX_RECORD_SIZE, MIN_RECORD_SIZE, RECORD_HEADER_SIZE};
 use super::segment::{segment_file_name, segment_path};
-use super::DecodedRecord;
+use super::{DecodedRecord, Rmgr};
 
 /// Reads records sequentially from a start position.
 pub struct WalReader {
@@ -123,10 +131,10 @@ impl WalReader {
             return Ok(Err(stop));
         }
         let h = Header::parse(&head);
-        let tot_len = h.tot_len as usize;
-        if !(MIN_RECORD_SIZE..=MAX_RECORD_SIZE).contains(&tot_len) {
-            return Ok(Err(format!("invalid record length at {lsn}: wanted {MIN_RECORD_SIZE}, got {tot_len}")));
+        if let Err(stop) = self.validate_header(lsn, &h) {
+            return Ok(Err(stop));
         }
+        let tot_len = h.tot_len as usize;
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         buf.extend_from_slice(&head);
@@ -155,12 +163,24 @@ impl WalReader {
         Ok(Ok(()))
     }
 
-    fn validate(&self, lsn: Lsn, h: &Header, rec: &[u8]) -> std::result::Result<DecodedRecord, Stop> {
-        if !record::crc_matches(rec, h.crc) {
-            return Err(format!("incorrect resource manager data checksum in record at {lsn}"));
+    /// The checks a header alone allows (steps 2-4 of the module doc).
+    fn validate_header(&self, lsn: Lsn, h: &Header) -> std::result::Result<(), Stop> {
+        let tot_len = h.tot_len as usize;
+        if !(MIN_RECORD_SIZE..=MAX_RECORD_SIZE).contains(&tot_len) {
+            return Err(format!("invalid record length at {lsn}: wanted {MIN_RECORD_SIZE}, got {tot_len}"));
+        }
+        if Rmgr::from_u8(h.rmid).is_none() {
+            return Err(format!("invalid resource manager ID {} at {lsn}", h.rmid));
         }
         if self.check_prev && h.prev != self.last_record {
             return Err(format!("record with incorrect prev-link {} at {lsn}", h.prev));
+        }
+        Ok(())
+    }
+
+    fn validate(&self, lsn: Lsn, h: &Header, rec: &[u8]) -> std::result::Result<DecodedRecord, Stop> {
+        if !record::crc_matches(rec, h.crc) {
+            return Err(format!("incorrect resource manager data checksum in record at {lsn}"));
         }
         record::decode(lsn, rec).map_err(|detail| format!("invalid record at {lsn}: {detail}"))
     }
@@ -187,8 +207,9 @@ impl WalReader {
             let got = file.read_at(&mut buf[done..done + want], off)?;
             if got < want {
                 return Ok(Err(format!(
-                    "record at {} runs past the end of written WAL at {}",
+                    "record at {} runs past the end of segment file {} at {}",
                     self.pos,
+                    segment_file_name(segno, self.segment_size),
                     Lsn(pos + got as u64)
                 )));
             }
@@ -246,7 +267,7 @@ mod tests {
         f.write_at(&[7u8; 100], RECORD_HEADER_SIZE as u64).unwrap();
         let mut r = WalReader::new(fs, dir, Lsn(size), size);
         assert!(r.next().unwrap().is_none());
-        assert!(r.stop_reason().unwrap().contains("runs past the end of written WAL"), "{:?}", r.stop_reason());
+        assert!(r.stop_reason().unwrap().contains("runs past the end of segment file"), "{:?}", r.stop_reason());
         assert!(r.buf.capacity() <= 2 * BODY_CHUNK, "buffer grew to {} bytes", r.buf.capacity());
     }
 }

@@ -22,8 +22,10 @@
 //!   main data
 //! ```
 //!
-//! The body CRC is computed when the record is assembled, outside the insert lock; the insert
-//! lock only patches `xl_prev` and folds the header into the CRC with `crc32c_append`.
+//! The body CRC is computed when the record is assembled, outside the insert lock, over the
+//! pieces where the caller keeps them (a page image is read in place); the insert lock only
+//! patches `xl_prev`, folds the header into the CRC with `crc32c_append` and copies the header
+//! and the pieces into the WAL buffer.
 
 use crate::error::{Error, Result};
 use crate::page::BLCKSZ;
@@ -75,16 +77,22 @@ pub fn page_lsn(page: &[u8]) -> Lsn {
     }
 }
 
-/// What [`assemble`] decided.
+/// What [`assemble_head`] decided.
 pub(crate) struct Assembled {
+    /// The whole record's length, header included.
+    pub tot_len: usize,
     /// CRC-32C of the body (everything after the header).
     pub body_crc: u32,
     /// Full-page images attached.
     pub fpi: u64,
+    /// Bit `i` set: block `i` (in `rec.blocks` order) carries an image rather than its data.
+    pub images: u64,
     /// Some block could take an image but did not because its LSN was after `redo_ptr`: if
     /// the redo pointer moved in the meantime the record must be assembled again.
     pub depends_on_redo: bool,
 }
+
+const _: () = assert!(MAX_BLOCKS_PER_RECORD <= u64::BITS as usize);
 
 fn wants_image(block: &super::BlockRef<'_>, full_page_writes: bool, redo_ptr: Lsn) -> bool {
     match block.page {
@@ -114,22 +122,26 @@ fn check_blocks(rec: &RecordBuilder<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Assembles `rec` into `buf` (cleared first) with `xl_prev` and `xl_crc` left zero.
+/// Assembles the fixed part of `rec` (header with `xl_prev` and `xl_crc` left zero, block
+/// headers, main-data length) into `head`, which is cleared first, and computes the body's
+/// CRC over it and the payload [`for_each_payload`] yields, read where the caller keeps it.
 ///
-/// Hot path: `buf` is a reused scratch buffer, so a record costs no allocation.
-pub(crate) fn assemble(
-    buf: &mut Vec<u8>,
+/// Hot path: a full-page image is read once here (for the CRC) and once when it is copied
+/// into the WAL buffer, never copied into an intermediate buffer; `head` is a reused scratch
+/// buffer, so a record costs no allocation.
+pub(crate) fn assemble_head(
+    head: &mut Vec<u8>,
     rec: &RecordBuilder<'_>,
     full_page_writes: bool,
     redo_ptr: Lsn,
 ) -> Result<Assembled> {
     check_blocks(rec)?;
-    buf.clear();
-    buf.resize(RECORD_HEADER_SIZE, 0);
-    buf.push(rec.blocks.len() as u8);
-    let mut fpi = 0;
-    let mut depends_on_redo = false;
-    for b in &rec.blocks {
+    head.clear();
+    head.resize(RECORD_HEADER_SIZE, 0);
+    head.push(rec.blocks.len() as u8);
+    let (mut fpi, mut images, mut depends_on_redo) = (0, 0u64, false);
+    let mut payload_len = rec.main_data.len();
+    for (i, b) in rec.blocks.iter().enumerate() {
         let image = wants_image(b, full_page_writes, redo_ptr);
         depends_on_redo |= !image && full_page_writes && !b.will_init && b.page.is_some();
         let data_len = if image { 0 } else { b.data.len() };
@@ -143,50 +155,72 @@ pub(crate) fn assemble(
         if b.will_init {
             flags |= FLAG_WILL_INIT;
         }
-        buf.extend_from_slice(&[b.id, b.tag.fork as u8, flags]);
-        buf.extend_from_slice(&b.tag.rel.0.to_le_bytes());
-        buf.extend_from_slice(&b.tag.block.0.to_le_bytes());
-        buf.extend_from_slice(&u32_len(data_len)?.to_le_bytes());
+        head.extend_from_slice(&[b.id, b.tag.fork as u8, flags]);
+        head.extend_from_slice(&b.tag.rel.0.to_le_bytes());
+        head.extend_from_slice(&b.tag.block.0.to_le_bytes());
+        head.extend_from_slice(&u32_len(data_len)?.to_le_bytes());
+        payload_len += data_len;
         if let (true, Some(page)) = (image, b.page) {
             let (hole_off, hole_len) = page_hole(page);
-            buf.extend_from_slice(&((BLCKSZ - hole_len) as u16).to_le_bytes());
-            buf.extend_from_slice(&(hole_off as u16).to_le_bytes());
-            buf.extend_from_slice(&(hole_len as u16).to_le_bytes());
+            head.extend_from_slice(&((BLCKSZ - hole_len) as u16).to_le_bytes());
+            head.extend_from_slice(&(hole_off as u16).to_le_bytes());
+            head.extend_from_slice(&(hole_len as u16).to_le_bytes());
+            payload_len += BLCKSZ - hole_len;
             fpi += 1;
+            images |= 1 << i;
         }
     }
-    buf.extend_from_slice(&u32_len(rec.main_data.len())?.to_le_bytes());
-    for b in &rec.blocks {
+    head.extend_from_slice(&u32_len(rec.main_data.len())?.to_le_bytes());
+    let tot_len = head.len() + payload_len;
+    if tot_len > MAX_RECORD_SIZE {
+        return Err(Error::invalid(format!("WAL record of {tot_len} bytes exceeds the maximum of {MAX_RECORD_SIZE}")));
+    }
+    let mut body_crc = crc32c::crc32c(&head[RECORD_HEADER_SIZE..]);
+    for_each_payload(rec, images, |piece| body_crc = crc32c::crc32c_append(body_crc, piece));
+    head[0..4].copy_from_slice(&(tot_len as u32).to_le_bytes());
+    head[4..8].copy_from_slice(&rec.xid.0.to_le_bytes());
+    head[16] = rec.info;
+    head[17] = rec.rmgr as u8;
+    Ok(Assembled { tot_len, body_crc, fpi, images, depends_on_redo })
+}
+
+/// Calls `f` on each piece of `rec`'s payload, in record order: per block its image (the
+/// page without its hole, in at most two pieces) if bit `i` of `images` is set, else its
+/// data; then the main data. `images` is [`Assembled::images`].
+pub(crate) fn for_each_payload(rec: &RecordBuilder<'_>, images: u64, mut f: impl FnMut(&[u8])) {
+    for (i, b) in rec.blocks.iter().enumerate() {
         match b.page {
-            Some(page) if wants_image(b, full_page_writes, redo_ptr) => {
+            Some(page) if images & (1 << i) != 0 => {
                 let (hole_off, hole_len) = page_hole(page);
-                buf.extend_from_slice(&page[..hole_off]);
-                buf.extend_from_slice(&page[hole_off + hole_len..]);
+                f(&page[..hole_off]);
+                f(&page[hole_off + hole_len..]);
             }
-            _ => buf.extend_from_slice(&b.data),
+            _ => f(&b.data),
         }
     }
-    buf.extend_from_slice(&rec.main_data);
-    if buf.len() > MAX_RECORD_SIZE {
-        return Err(Error::invalid(format!(
-            "WAL record of {} bytes exceeds the maximum of {MAX_RECORD_SIZE}",
-            buf.len()
-        )));
-    }
-    let body_crc = crc32c::crc32c(&buf[RECORD_HEADER_SIZE..]);
-    let tot_len = buf.len() as u32;
-    buf[0..4].copy_from_slice(&tot_len.to_le_bytes());
-    buf[4..8].copy_from_slice(&rec.xid.0.to_le_bytes());
-    buf[16] = rec.info;
-    buf[17] = rec.rmgr as u8;
-    Ok(Assembled { body_crc, fpi, depends_on_redo })
+    f(&rec.main_data);
+}
+
+/// Assembles the whole of `rec` into `buf` (cleared first), `xl_prev` and `xl_crc` left zero
+/// for [`finish`]: the contiguous form, for tests and the fuzz targets' round trip.
+pub(crate) fn assemble(
+    buf: &mut Vec<u8>,
+    rec: &RecordBuilder<'_>,
+    full_page_writes: bool,
+    redo_ptr: Lsn,
+) -> Result<Assembled> {
+    let a = assemble_head(buf, rec, full_page_writes, redo_ptr)?;
+    for_each_payload(rec, a.images, |piece| buf.extend_from_slice(piece));
+    debug_assert_eq!(buf.len(), a.tot_len);
+    Ok(a)
 }
 
 fn u32_len(len: usize) -> Result<u32> {
     u32::try_from(len).map_err(|_| Error::invalid(format!("WAL data of {len} bytes is too long")))
 }
 
-/// Finishes an assembled record once its position is known: sets `xl_prev` and `xl_crc`.
+/// Finishes an assembled record once its position is known: sets `xl_prev` and `xl_crc` in
+/// its header, the first [`RECORD_HEADER_SIZE`] bytes of `buf`.
 pub(crate) fn finish(buf: &mut [u8], body_crc: u32, prev: Lsn) {
     buf[PREV_OFFSET..PREV_OFFSET + 8].copy_from_slice(&prev.0.to_le_bytes());
     let crc = crc32c::crc32c_append(body_crc, &buf[..CRC_OFFSET]);

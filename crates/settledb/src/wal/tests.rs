@@ -2,13 +2,14 @@
 //! pointer, a torn or stale tail ends reading at the last valid record, concurrent inserters
 //! produce one complete stream, and a failed fsync poisons the WAL.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
 
 use super::*;
+use crate::io::fault::{CrashMode, FaultFs};
 use crate::io::{File, RealFs};
 use crate::page::BLCKSZ;
 use crate::types::{BlockNumber, Fork, Oid};
@@ -349,18 +350,21 @@ fn concurrent_inserts_and_flushes_produce_a_complete_stream() {
 }
 
 #[test]
-fn remove_segments_before_keeps_the_segment_of_the_lsn() {
+fn old_segments_are_removed_beyond_the_recycling_horizon() {
     let dir = tempfile::tempdir().unwrap();
     let wal = open(dir.path());
     while wal.insert_lsn().0 < 5 * SEG + 100 {
         wal.insert(&simple(3, vec![0; 4000])).unwrap();
     }
     wal.flush(wal.insert_lsn()).unwrap();
-    let removed = wal.remove_segments_before(Lsn(4 * SEG + 10)).unwrap();
-    assert_eq!(removed, 3, "segments 1, 2 and 3");
+    // min_wal_size and max_wal_size of one segment: the horizon is the redo pointer's own
+    // segment, so nothing can be recycled and segments 1, 2 and 3 go.
+    let done = wal.remove_old_segments(Lsn(4 * SEG + 10), Lsn::INVALID, SEG, SEG).unwrap();
+    assert_eq!(done, segment::Recycled { recycled: 0, removed: 3 });
     let names = RealFs.list(dir.path()).unwrap();
-    assert_eq!(names.first().unwrap(), &segment::segment_file_name(4, SEG));
-    assert_eq!(wal.remove_segments_before(Lsn(4 * SEG + 10)).unwrap(), 0);
+    assert_eq!(names, [4, 5].map(|n| segment::segment_file_name(n, SEG)));
+    let again = wal.remove_old_segments(Lsn(4 * SEG + 10), Lsn::INVALID, SEG, SEG).unwrap();
+    assert_eq!(again, segment::Recycled::default());
     wal.insert(&simple(3, vec![0; 10])).unwrap();
     wal.flush(wal.insert_lsn()).unwrap();
 }
@@ -526,4 +530,303 @@ fn decoder_survives_truncated_and_mutated_records() {
             let _ = record::decode(start, &m);
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recycling
+
+/// A record of exactly `len` bytes (no blocks): header, block count, main-data length, main.
+fn sized(xid: u32, len: usize, fill: u8) -> RecordBuilder<'static> {
+    simple(xid, vec![fill; len - record::MIN_RECORD_SIZE])
+}
+
+/// Inserts `len`-byte records until the insert position reaches `upto`; returns their starts.
+fn fill_to(wal: &Wal, upto: Lsn, len: usize, fill: u8) -> Vec<Lsn> {
+    let mut starts = Vec::new();
+    while wal.insert_lsn() < upto {
+        starts.push(wal.insert_lsn());
+        wal.insert(&sized(3, len, fill)).unwrap();
+    }
+    starts
+}
+
+fn segment_len(fs: &dyn FileSystem, dir: &Path, segno: u64) -> u64 {
+    fs.open(&dir.join(segment::segment_file_name(segno, SEG)), false).unwrap().len().unwrap()
+}
+
+fn segment_numbers(fs: &dyn FileSystem, dir: &Path) -> Vec<u64> {
+    fs.list(dir).unwrap().iter().filter_map(|n| segment::parse_segment_file_name(n, SEG)).collect()
+}
+
+#[test]
+fn recycling_follows_postgres_xlogfileslop() {
+    let seg16m = 16 << 20;
+    // PostgreSQL's defaults (min_wal_size 80MB = 5 segments, max_wal_size 1GB = 64) with the
+    // redo pointer in segment 0x3D and 33 segments written per checkpoint: 1.9 * 1.1 * 33 =
+    // 68.97 segments wanted, capped at the redo segment + 64 - 1.
+    let redo = Lsn(0x3D00_0100);
+    let est = 33.0 * seg16m as f64;
+    assert_eq!(segment::recycle_horizon(redo, seg16m, 80 << 20, 1 << 30, est), 0x3D + 63);
+    // A quiet database keeps min_wal_size: the redo segment + 5 - 1.
+    assert_eq!(segment::recycle_horizon(redo, seg16m, 80 << 20, 1 << 30, 0.0), 0x3D + 4);
+    // Between the bounds: ceil((redo + 1.9 * 1.1 * 10 segments) / segment size).
+    let want = ((redo.0 as f64 + 1.9 * 1.1 * 10.0 * seg16m as f64) / seg16m as f64).ceil() as u64;
+    assert_eq!(segment::recycle_horizon(redo, seg16m, 80 << 20, 1 << 30, 10.0 * seg16m as f64), want);
+    // max_wal_size wins over min_wal_size, as in PostgreSQL.
+    assert_eq!(segment::recycle_horizon(redo, seg16m, 1 << 30, 32 << 20, 0.0), 0x3D + 1);
+
+    // The estimate jumps up at once and decays by a tenth of the difference.
+    assert_eq!(segment::next_distance_estimate(100.0, 500), 500.0);
+    assert_eq!(segment::next_distance_estimate(500.0, 100), 460.0);
+}
+
+#[test]
+fn checkpoint_recycles_old_segments_as_future_ones_and_the_reader_stops_at_their_stale_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path());
+    fill_to(&wal, Lsn(5 * SEG + 3000), 1000, 0x11);
+    wal.flush(wal.insert_lsn()).unwrap();
+    let redo = wal.begin_checkpoint();
+    assert_eq!(segment_numbers(&RealFs, dir.path()), [1, 2, 3, 4, 5]);
+
+    let done = wal.remove_old_segments(redo, first_lsn(SEG), 8 * SEG, 64 * SEG).unwrap();
+    assert_eq!(done, segment::Recycled { recycled: 4, removed: 0 });
+    assert_eq!(segment_numbers(&RealFs, dir.path()), [5, 6, 7, 8, 9], "1-4 renamed after the current one");
+    for segno in 6..=9 {
+        assert_eq!(segment_len(&RealFs, dir.path(), segno), SEG, "a recycled segment keeps its length");
+    }
+
+    // The stream continues into the recycled files and ends in the middle of segment 7.
+    let starts = fill_to(&wal, Lsn(7 * SEG + SEG / 2), 700, 0x22);
+    wal.flush(wal.insert_lsn()).unwrap();
+    assert_eq!(segment_numbers(&RealFs, dir.path()), [5, 6, 7, 8, 9], "no segment file was created");
+
+    let mut r = WalReader::new(Arc::new(RealFs), dir.path(), starts[0], SEG);
+    let mut n = 0;
+    while let Some(rec) = r.next().unwrap() {
+        assert_eq!(rec.main_data[0], 0x22, "a stale record of the old stream was returned");
+        n += 1;
+    }
+    assert_eq!(n, starts.len(), "stopped early: {:?}", r.stop_reason());
+    assert_eq!(r.end_lsn(), wal.insert_lsn());
+}
+
+/// Records of 1 KiB from the start of segment 1 start at the same offsets in every segment, so
+/// where the new stream ends inside a recycled segment the stale bytes are a whole, valid
+/// record of the old stream: right length, resource manager and CRC. Only its `xl_prev` (a
+/// position of the old stream) tells it apart, and the reader stops there.
+#[test]
+fn a_valid_stale_record_at_the_end_of_the_stream_fails_on_its_prev_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path());
+    fill_to(&wal, Lsn(3 * SEG), 1024, 0x11);
+    wal.flush(wal.insert_lsn()).unwrap();
+    let redo = wal.begin_checkpoint();
+    assert_eq!(redo, Lsn(3 * SEG));
+    let done = wal.remove_old_segments(redo, first_lsn(SEG), 8 * SEG, 64 * SEG).unwrap();
+    assert_eq!(done.recycled, 2, "segments 1 and 2 become 3 (not created yet) and 4");
+
+    let end = Lsn(4 * SEG + 10 * 1024);
+    let starts = fill_to(&wal, end, 1024, 0x22);
+    assert_eq!(wal.insert_lsn(), end);
+    wal.flush(end).unwrap();
+    let stale = read_record_at(Arc::new(RealFs), dir.path(), end, SEG).unwrap();
+    assert_eq!(stale.main_data[0], 0x11, "a whole record of the old stream lies at the end");
+    assert_eq!(stale.prev.0 / SEG, 2, "its xl_prev is in segment 2: {}", stale.prev);
+
+    let (recs, r) = read_all(dir.path(), starts[0]);
+    assert_eq!(recs.len(), starts.len());
+    assert_eq!(r.end_lsn(), end);
+    let reason = r.stop_reason().unwrap();
+    assert!(reason.contains(&format!("record with incorrect prev-link {} at {end}", stale.prev)), "{reason}");
+}
+
+/// A stale header claiming a gigabyte is refused on its `xl_prev` before its body is read:
+/// the reader does not walk the recycled segments after it.
+#[test]
+fn a_stale_header_is_refused_before_its_body_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path());
+    let starts = fill_to(&wal, Lsn(SEG + 5000), 1000, 0x33);
+    wal.flush(wal.insert_lsn()).unwrap();
+    let end = wal.insert_lsn();
+    let mut head = [0u8; record::RECORD_HEADER_SIZE];
+    head[0..4].copy_from_slice(&(record::MAX_RECORD_SIZE as u32).to_le_bytes());
+    head[8..16].copy_from_slice(&(SEG + 8).to_le_bytes());
+    let f = RealFs.open(&dir.path().join(segment::segment_file_name(1, SEG)), false).unwrap();
+    f.write_at(&head, end.0 - SEG).unwrap();
+    let (recs, r) = read_all(dir.path(), starts[0]);
+    assert_eq!(recs.len(), starts.len());
+    let reason = r.stop_reason().unwrap();
+    assert!(reason.contains("incorrect prev-link 0/10008"), "{reason}");
+}
+
+#[test]
+fn an_unknown_resource_manager_ends_the_wal_at_its_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let starts = write_records(dir.path(), 3);
+    let f = RealFs.open(&last_segment(dir.path()), false).unwrap();
+    f.write_at(&[99], starts[2].0 - SEG + 17).unwrap();
+    let (recs, r) = read_all(dir.path(), starts[0]);
+    assert_eq!(recs.len(), 2);
+    assert_eq!(r.stop_reason(), Some(format!("invalid resource manager ID 99 at {}", starts[2]).as_str()));
+}
+
+/// A crash right after a checkpoint recycled segments, before anything synced the directory:
+/// the renames may be lost (the files fall back to their old names, before the redo pointer)
+/// and the WAL from the redo pointer is whole either way. After the first flush that wrote
+/// into a recycled file, the renames are durable with it.
+#[test]
+fn a_crash_right_after_recycling_loses_nothing() {
+    let fs = FaultFs::new();
+    let dir = Path::new("/wal");
+    let wal = Wal::open(fs.clone(), dir, first_lsn(SEG), Lsn::INVALID, config(16 << 10)).unwrap();
+    fill_to(&wal, Lsn(4 * SEG + 100), 900, 0x44);
+    wal.flush(wal.insert_lsn()).unwrap();
+    let redo = wal.begin_checkpoint();
+    let redo_start = fill_to(&wal, Lsn(redo.0 + 1), 900, 0x55)[0];
+    wal.flush(wal.insert_lsn()).unwrap();
+    let done = wal.remove_old_segments(redo, first_lsn(SEG), 8 * SEG, 64 * SEG).unwrap();
+    assert_eq!(done.recycled, 3);
+
+    // 1. Crash before any flush: the renames are not durable.
+    let crashed = fs.crash(CrashMode::LoseUnsynced);
+    assert_eq!(segment_numbers(&*crashed, dir), [1, 2, 3, 4], "the renames were undone");
+    let mut r = WalReader::new(crashed, dir, redo_start, SEG);
+    assert!(r.next().unwrap().is_some());
+    assert_eq!(r.end_lsn(), wal.insert_lsn());
+
+    // 2. The stream goes on into the recycled segments 5 and 6; a flush makes it durable.
+    let more = fill_to(&wal, Lsn(6 * SEG + 300), 900, 0x66);
+    let end = wal.insert_lsn();
+    wal.flush(end).unwrap();
+    let crashed = fs.crash(CrashMode::LoseUnsynced);
+    assert_eq!(segment_numbers(&*crashed, dir), [4, 5, 6, 7]);
+    let crashed: Arc<dyn FileSystem> = crashed;
+    let mut r = WalReader::new(Arc::clone(&crashed), dir, redo_start, SEG);
+    let mut n = 0;
+    while let Some(rec) = r.next().unwrap() {
+        assert_ne!(rec.main_data[0], 0x44, "a stale record was returned");
+        n += 1;
+    }
+    assert_eq!(n, 1 + more.len(), "{:?}", r.stop_reason());
+    assert_eq!(r.end_lsn(), end);
+
+    // 3. Reopening there discards the recycled segment after the current one and the stale
+    // tail of the current one; the stream then continues and reads back whole.
+    let last = r.last_record_lsn();
+    let wal2 = Wal::open(Arc::clone(&crashed), dir, end, last, config(16 << 10)).unwrap();
+    assert_eq!(segment_numbers(&*crashed, dir), [4, 5, 6]);
+    assert_eq!(segment_len(&*crashed, dir, 6), end.0 - 6 * SEG, "the stale tail is cut off");
+    let after = fill_to(&wal2, Lsn(8 * SEG), 900, 0x77);
+    wal2.flush(wal2.insert_lsn()).unwrap();
+    let mut r = WalReader::new(crashed, dir, redo_start, SEG);
+    let mut n = 0;
+    while r.next().unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 1 + more.len() + after.len(), "{:?}", r.stop_reason());
+    assert_eq!(r.end_lsn(), wal2.insert_lsn());
+}
+
+/// The flush that first writes into a recycled segment fsyncs the WAL directory (which makes
+/// the rename durable) before it reports anything durable; when that fsync fails, the WAL is
+/// poisoned and the flushed LSN stays where it was.
+#[test]
+fn a_failed_directory_fsync_after_recycling_poisons_the_wal() {
+    let fs = FaultFs::new();
+    let dir = Path::new("/wal");
+    let wal = Wal::open(fs.clone(), dir, first_lsn(SEG), Lsn::INVALID, config(16 << 10)).unwrap();
+    fill_to(&wal, Lsn(3 * SEG + 100), 900, 0x44);
+    wal.flush(wal.insert_lsn()).unwrap();
+    let redo = wal.begin_checkpoint();
+    assert_eq!(wal.remove_old_segments(redo, first_lsn(SEG), 8 * SEG, 64 * SEG).unwrap().recycled, 2);
+    fs.fail_syncs_of(Some(PathBuf::from("wal")));
+    let flushed = wal.flushed_lsn();
+    fill_to(&wal, Lsn(4 * SEG + 100), 900, 0x55);
+    let err = wal.flush(wal.insert_lsn()).unwrap_err();
+    assert!(matches!(&err, Error::Poisoned(m) if m.contains("could not fsync directory")), "{err}");
+    assert_eq!(wal.flushed_lsn(), flushed);
+}
+
+#[test]
+fn recycling_stops_at_the_horizon_and_removes_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path());
+    fill_to(&wal, Lsn(7 * SEG + 100), 1000, 0x11);
+    wal.flush(wal.insert_lsn()).unwrap();
+    let redo = wal.begin_checkpoint();
+    // min_wal_size 3 segments, no estimate: the horizon is segment 7 + 3 - 1 = 9; the writer
+    // is in segment 7, so 8 and 9 are the free names: segments 1 and 2 take them, 3-6 go.
+    let done = wal.remove_old_segments(redo, Lsn::INVALID, 3 * SEG, 64 * SEG).unwrap();
+    assert_eq!(done, segment::Recycled { recycled: 2, removed: 4 });
+    assert_eq!(segment_numbers(&RealFs, dir.path()), [7, 8, 9]);
+    // The next checkpoint, 2 segments later, finds 8 and 9 used; the distance of 2 segments
+    // since the prior redo pointer now sets the horizon: ceil(redo + 1.9 * 1.1 * 2 segments).
+    fill_to(&wal, Lsn(9 * SEG + 100), 1000, 0x22);
+    wal.flush(wal.insert_lsn()).unwrap();
+    let redo2 = wal.begin_checkpoint();
+    let done = wal.remove_old_segments(redo2, redo, 3 * SEG, 64 * SEG).unwrap();
+    assert_eq!(done, segment::Recycled { recycled: 2, removed: 0 }, "7 and 8 become 10 and 11");
+    assert_eq!(segment_numbers(&RealFs, dir.path()), [9, 10, 11]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Insertion
+
+/// `insert` copies a record's pieces (header, images around their holes, block data, main
+/// data) straight into the WAL buffer: the bytes on disk are exactly the contiguous assembly.
+#[test]
+fn inserted_bytes_equal_the_contiguous_assembly() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path());
+    let first = wal.insert(&simple(3, vec![1; 77])).unwrap();
+    let (standard, odd) = (page(0, 300, 5000, 21), page(0, 6000, 100, 22));
+    let recent = page(first.0 + 1, 64, 64, 23);
+    let rec = RecordBuilder {
+        rmgr: Rmgr::Heap2,
+        info: 0x30,
+        xid: Xid(9),
+        blocks: vec![
+            BlockRef { id: 0, tag: tag(7, 1), will_init: false, page: Some(&standard), data: vec![4; 10] },
+            BlockRef { id: 1, tag: tag(7, 2), will_init: true, page: None, data: vec![5; 33] },
+            BlockRef { id: 2, tag: tag(7, 3), will_init: false, page: Some(&odd), data: vec![] },
+            BlockRef { id: 3, tag: tag(7, 4), will_init: false, page: Some(&recent), data: vec![6; 3] },
+        ],
+        main_data: vec![8; 500],
+    };
+    let end = wal.insert(&rec).unwrap();
+    wal.flush(end).unwrap();
+
+    let mut expected = Vec::new();
+    let a = record::assemble(&mut expected, &rec, true, wal.redo_ptr()).unwrap();
+    assert_eq!(a.fpi, 2, "blocks 0 and 2 carry images; block 3 changed after the redo pointer");
+    record::finish(&mut expected, a.body_crc, first_lsn(SEG));
+    let f = RealFs.open(&dir.path().join(segment::segment_file_name(1, SEG)), false).unwrap();
+    let mut on_disk = vec![0u8; expected.len()];
+    f.read_exact_at(&mut on_disk, first.0 - SEG).unwrap();
+    assert_eq!(on_disk, expected);
+    assert_eq!(end.0 - first.0, expected.len() as u64);
+    let got = read_record_at(Arc::new(RealFs), dir.path(), first, SEG).unwrap();
+    assert_eq!(&got.blocks[0].image.as_deref().unwrap()[..], &standard[..]);
+    assert_eq!(got.blocks[3].data, vec![6; 3]);
+}
+
+/// An inserter that finds more than `wal_buffers` unwritten writes it out itself and counts it
+/// in its thread's `my_wal_buffers_full`; below the limit it leaves the writing to others.
+#[test]
+fn an_inserter_past_wal_buffers_writes_out_and_counts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = Wal::open(Arc::new(RealFs), dir.path(), first_lsn(SEG), Lsn::INVALID, config(8 << 10)).unwrap();
+    let before = my_wal_buffers_full();
+    for _ in 0..7 {
+        wal.insert(&sized(3, 1000, 1)).unwrap();
+    }
+    assert_eq!(my_wal_buffers_full(), before, "7,000 bytes fit in 8 KiB");
+    assert!(!RealFs.exists(&dir.path().join(segment::segment_file_name(1, SEG))), "nothing written yet");
+    wal.insert(&sized(3, 2000, 1)).unwrap();
+    assert_eq!(my_wal_buffers_full(), before + 1);
+    let len = segment_len(&RealFs, dir.path(), 1);
+    assert_eq!(len, 9000, "the inserter wrote the whole buffer");
+    assert_eq!(wal.flushed_lsn(), first_lsn(SEG), "writing out is not flushing");
 }
