@@ -592,6 +592,7 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
         fpi: mine.wal.fpi + lv.helpers.wal.fpi,
         bytes: mine.wal.bytes + lv.helpers.wal.bytes,
     };
+    lv.r.wal_buffers_full = mine.wal_buffers_full + lv.helpers.wal_buffers_full;
     lv.r.user_cpu = mine.user_cpu + lv.helpers.user_cpu;
     lv.r.system_cpu = mine.system_cpu + lv.helpers.system_cpu;
     lv.r.elapsed = start.elapsed();

@@ -213,6 +213,7 @@ impl<'a> LazyVacuum<'a> {
         self.helpers.wal.records += o.usage.wal.records;
         self.helpers.wal.fpi += o.usage.wal.fpi;
         self.helpers.wal.bytes += o.usage.wal.bytes;
+        self.helpers.wal_buffers_full += o.usage.wal_buffers_full;
         self.helpers.user_cpu += o.usage.user_cpu;
         self.helpers.system_cpu += o.usage.system_cpu;
         self.helpers_slept += o.slept;

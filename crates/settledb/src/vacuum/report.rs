@@ -64,6 +64,8 @@ pub struct VacuumReport {
     pub system_cpu: Duration,
     pub elapsed: Duration,
     pub truncated: Option<(u32, u32)>,
+    /// Times a vacuum thread found the WAL buffers full and wrote them out itself.
+    pub wal_buffers_full: u64,
     /// Worker threads beside the leader for the heap's phases I and III.
     pub parallel_workers: u32,
     pub delay_time: Duration,
@@ -185,8 +187,8 @@ impl VacuumReport {
         );
         let _ = writeln!(
             s,
-            "WAL usage: {} records, {} full page images, {} bytes, 0 buffers full",
-            self.wal.records, self.wal.fpi, self.wal.bytes
+            "WAL usage: {} records, {} full page images, {} bytes, {} buffers full",
+            self.wal.records, self.wal.fpi, self.wal.bytes, self.wal_buffers_full
         );
         let resets = self.dead_items_resets;
         let _ = writeln!(

@@ -594,6 +594,7 @@ impl<'a> Worker<'a> {
                 fpi: w.fpi - since.wal.fpi,
                 bytes: w.bytes - since.wal.bytes,
             },
+            wal_buffers_full: crate::wal::my_wal_buffers_full() - since.wal_buffers_full,
             user_cpu: u.saturating_sub(since.user_cpu),
             system_cpu: s.saturating_sub(since.system_cpu),
         }
@@ -616,6 +617,8 @@ pub(super) const SKIP_PAGES_THRESHOLD: u32 = 32;
 pub(super) struct Usage {
     pub buffers: buffer::BufferUsage,
     pub wal: crate::wal::WalStats,
+    /// Times the thread found the WAL buffers full and wrote them out itself.
+    pub wal_buffers_full: u64,
     pub user_cpu: Duration,
     pub system_cpu: Duration,
 }
@@ -624,7 +627,13 @@ impl Usage {
     /// This thread's usage so far.
     pub fn now() -> Usage {
         let (u, s) = super::report::thread_cpu();
-        Usage { buffers: buffer::my_usage(), wal: crate::wal::my_wal_usage(), user_cpu: u, system_cpu: s }
+        Usage {
+            buffers: buffer::my_usage(),
+            wal: crate::wal::my_wal_usage(),
+            wal_buffers_full: crate::wal::my_wal_buffers_full(),
+            user_cpu: u,
+            system_cpu: s,
+        }
     }
 }
 
