@@ -162,6 +162,7 @@ fn kinds(rng: &mut StdRng) -> Vec<(Rmgr, u8, Vec<u8>, Vec<u8>)> {
             clear2: 0,
             flags: 1,
             offsets: vec![OffsetNumber(1), OffsetNumber(5)],
+            all_normal: false,
         }],
     );
     vec![

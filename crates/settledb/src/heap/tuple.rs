@@ -212,6 +212,21 @@ pub fn header_fields(t: &[u8]) -> Option<(Xid, Xid, u16, u16)> {
     valid.then(|| (Xid(u32_at(OFF_XMIN)), Xid(u32_at(OFF_XMAX)), infomask, infomask2))
 }
 
+/// Changes the masks of the tuple `t`, whose header [`header_fields`] accepted: `t_infomask`
+/// loses `clear` and gains `set`, `t_infomask2` loses `clear2`, and with `clear_xmax` the xmax
+/// becomes invalid. Freezing, live and in redo. Hot path: one fixed-size view of the header.
+#[inline]
+pub fn change_masks(t: &mut [u8], set: u16, clear: u16, clear2: u16, clear_xmax: bool) {
+    let h: &mut [u8; 24] = (&mut t[..24]).try_into().expect("a valid header spans 24 bytes");
+    let m = u16::from_le_bytes([h[OFF_INFOMASK], h[OFF_INFOMASK + 1]]);
+    let m2 = u16::from_le_bytes([h[OFF_INFOMASK2], h[OFF_INFOMASK2 + 1]]);
+    h[OFF_INFOMASK..OFF_INFOMASK + 2].copy_from_slice(&((m & !clear) | set).to_le_bytes());
+    h[OFF_INFOMASK2..OFF_INFOMASK2 + 2].copy_from_slice(&(m2 & !clear2).to_le_bytes());
+    if clear_xmax {
+        h[OFF_XMAX..OFF_XMAX + 4].copy_from_slice(&0u32.to_le_bytes());
+    }
+}
+
 /// A validated view of a tuple's header. Holding one proves the header invariants above.
 pub struct TupleHeader<'a>(&'a [u8]);
 

@@ -26,7 +26,6 @@
 
 use super::wal::{FreezePlan, TupleFreeze, FREEZE_CLEAR_XMAX};
 use crate::config::FreezePolicy;
-use crate::error::Result;
 use crate::heap::prune::{lp, PageScan};
 use crate::heap::tuple::{
     HEAP_HOT_UPDATED, HEAP_KEYS_UPDATED, HEAP_XMAX_COMMITTED, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY, HEAP_XMIN_FROZEN,
@@ -66,14 +65,20 @@ pub struct PageSummary {
     /// Some XID on the page precedes FreezeLimit.
     pub must_freeze: bool,
     /// Oldest unfrozen XID left if nothing is frozen / if everything freezable is / if only
-    /// what must be is.
-    left_none: Option<Xid>,
-    left_full: Option<Xid>,
-    left_required: Option<Xid>,
+    /// what must be is, as its age before OldestXmin ([`NONE`]: no XID left).
+    left_none: i64,
+    left_full: i64,
+    left_required: i64,
+    /// NORMAL tuples on the page.
+    normal: usize,
     /// Per offset: the `XMIN_*` / `XMAX_*` bits (0 for anything but a NORMAL tuple).
     bits: [u8; MAX_HEAP_TUPLES_PER_PAGE + 1],
     max: usize,
+    oldest_xmin: Xid,
 }
+
+/// "No XID" among ages (every real age is an `i32`).
+const NONE: i64 = i64::MIN;
 
 impl Default for PageSummary {
     fn default() -> Self {
@@ -84,11 +89,13 @@ impl Default for PageSummary {
             lpdead: Vec::new(),
             hastup: false,
             must_freeze: false,
-            left_none: None,
-            left_full: None,
-            left_required: None,
+            left_none: NONE,
+            left_full: NONE,
+            left_required: NONE,
+            normal: 0,
             bits: [0; MAX_HEAP_TUPLES_PER_PAGE + 1],
             max: 0,
+            oldest_xmin: Xid::INVALID,
         }
     }
 }
@@ -96,12 +103,17 @@ impl Default for PageSummary {
 impl PageSummary {
     /// No tuple on the page has an unfrozen XID (as it stands, without freezing anything).
     pub fn is_fully_frozen(&self) -> bool {
-        self.left_none.is_none()
+        self.left_none == NONE
     }
 
     /// Freezing everything freezable would leave no unfrozen XID.
     pub fn can_freeze_all(&self) -> bool {
-        self.left_full.is_none()
+        self.left_full == NONE
+    }
+
+    /// The XID an age stands for.
+    fn xid_of(&self, age: i64) -> Option<Xid> {
+        (age != NONE).then(|| Xid(self.oldest_xmin.0.wrapping_sub(age as i32 as u32)))
     }
 }
 
@@ -134,62 +146,61 @@ fn older(a: Option<Xid>, b: Xid) -> Option<Xid> {
 
 /// Walks the line pointers of `p` (pruned, if pruning applied) using the statuses `scan`
 /// gave its tuples before pruning (offsets do not move), and fills `out`.
-pub fn summarize(
-    p: &[u8],
-    scan: &PageScan,
-    cutoffs: &Cutoffs,
-    xact: &TransactionManager,
-    out: &mut PageSummary,
-) -> Result<()> {
+///
+/// Hot path (every tuple of every page phase I reads): the oldest XIDs are tracked as signed
+/// ages before OldestXmin (the XIDs of a table lie within 2^31 of it), so that "older" is a
+/// `max`, and FreezeLimit is an age too.
+pub fn summarize(p: &[u8], scan: &PageScan, cutoffs: &Cutoffs, xact: &TransactionManager, out: &mut PageSummary) {
     let max = usize::from(page::max_offset(p)).min(MAX_HEAP_TUPLES_PER_PAGE);
-    out.live = 0;
-    out.recently_dead = 0;
-    out.all_visible = true;
+    let oxm = cutoffs.oldest_xmin;
+    let age = |x: Xid| i64::from(oxm.0.wrapping_sub(x.0) as i32);
+    // An XID precedes FreezeLimit when its age exceeds FreezeLimit's.
+    let limit_age = age(cutoffs.freeze_limit);
+    let (mut live, mut recently_dead, mut all_visible, mut hastup, mut must) = (0u64, 0u64, true, false, false);
+    let (mut left_none, mut left_full, mut left_required) = (NONE, NONE, NONE);
+    let mut normal = 0usize;
     out.lpdead.clear();
-    out.hastup = false;
-    out.must_freeze = false;
-    out.left_none = None;
-    out.left_full = None;
-    out.left_required = None;
-    out.max = max;
     for o in 1..=max {
         out.bits[o] = 0;
         match lp(p, o).flags {
             LpFlags::Unused => continue,
             LpFlags::Redirect => {
-                out.hastup = true;
+                hastup = true;
                 continue;
             }
             LpFlags::Dead => {
                 out.lpdead.push(o as u16);
                 continue;
             }
-            LpFlags::Normal => out.hastup = true,
+            LpFlags::Normal => {
+                hastup = true;
+                normal += 1;
+            }
         }
         let Some((status, f)) = scan.tuple(o) else {
             // A tuple the prune pass could not read: nothing can be said of it.
-            out.all_visible = false;
-            out.left_full = older(out.left_full, cutoffs.oldest_xmin);
+            all_visible = false;
+            left_full = left_full.max(0);
             continue;
         };
         let m = f.infomask;
         let xmin_frozen = m & HEAP_XMIN_FROZEN == HEAP_XMIN_FROZEN || !f.xmin.is_normal();
+        let xmin_age = age(f.xmin);
         match status {
             VacuumStatus::Live => {
-                out.live += 1;
-                if !xmin_frozen && !f.xmin.precedes(cutoffs.oldest_xmin) {
-                    out.all_visible = false;
-                }
+                live += 1;
+                // Visible to all once its inserter precedes OldestXmin (age > 0) or it is frozen.
+                all_visible &= xmin_frozen || xmin_age > 0;
             }
             VacuumStatus::RecentlyDead => {
-                out.recently_dead += 1;
-                out.all_visible = false;
+                recently_dead += 1;
+                all_visible = false;
             }
             VacuumStatus::DeleteInProgress => {
-                out.live += 1;
-                out.all_visible = false;
+                live += 1;
+                all_visible = false;
             }
-            VacuumStatus::InsertInProgress | VacuumStatus::Dead => out.all_visible = false,
+            VacuumStatus::InsertInProgress | VacuumStatus::Dead => all_visible = false,
         }
         let mut bits = 0u8;
         // xmin: freezable once its inserter committed before every running snapshot began.
@@ -197,44 +208,54 @@ pub fn summarize(
         // INSERT_IN_PROGRESS nor DEAD (a dead tuple left here has a committed deleter only if
         // a snapshot could still see it, which makes it RECENTLY_DEAD instead).
         if !xmin_frozen {
-            out.left_none = older(out.left_none, f.xmin);
+            left_none = left_none.max(xmin_age);
             let committed = !matches!(status, VacuumStatus::InsertInProgress | VacuumStatus::Dead);
-            if committed && f.xmin.precedes(cutoffs.oldest_xmin) {
-                bits |= XMIN_CAN;
-                if f.xmin.precedes(cutoffs.freeze_limit) {
-                    bits |= XMIN_MUST;
+            if committed && xmin_age > 0 {
+                if xmin_age > limit_age {
+                    bits |= XMIN_CAN | XMIN_MUST;
                 } else {
-                    out.left_required = older(out.left_required, f.xmin);
+                    bits |= XMIN_CAN;
+                    left_required = left_required.max(xmin_age);
                 }
             } else {
-                out.left_full = older(out.left_full, f.xmin);
-                out.left_required = older(out.left_required, f.xmin);
+                left_full = left_full.max(xmin_age);
+                left_required = left_required.max(xmin_age);
             }
         }
         // xmax: it can be cleared when it no longer means anything (an aborted deleter, whose
         // hint the prune pass set, or a locker that has finished); a committed or running
-        // deleter stays.
+        // deleter stays. (A deleter without a hint was running or committed when the prune
+        // pass looked: it gave an aborted one its hint.)
         if f.xmax.is_normal() {
-            out.left_none = older(out.left_none, f.xmax);
-            // (A deleter without a hint was running or committed when the prune pass looked:
-            // it gave an aborted one its hint.)
+            let xmax_age = age(f.xmax);
+            left_none = left_none.max(xmax_age);
             let clearable = m & HEAP_XMAX_INVALID != 0 || (m & HEAP_XMAX_LOCK_ONLY != 0 && !xact.is_running(f.xmax));
             if clearable {
-                bits |= XMAX_CAN;
-                if f.xmax.precedes(cutoffs.freeze_limit) {
-                    bits |= XMAX_MUST;
+                if xmax_age > limit_age {
+                    bits |= XMAX_CAN | XMAX_MUST;
                 } else {
-                    out.left_required = older(out.left_required, f.xmax);
+                    bits |= XMAX_CAN;
+                    left_required = left_required.max(xmax_age);
                 }
             } else {
-                out.left_full = older(out.left_full, f.xmax);
-                out.left_required = older(out.left_required, f.xmax);
+                left_full = left_full.max(xmax_age);
+                left_required = left_required.max(xmax_age);
             }
         }
-        out.must_freeze |= bits & (XMIN_MUST | XMAX_MUST) != 0;
+        must |= bits & (XMIN_MUST | XMAX_MUST) != 0;
         out.bits[o] = bits;
     }
-    Ok(())
+    out.live = live;
+    out.recently_dead = recently_dead;
+    out.all_visible = all_visible;
+    out.hastup = hastup;
+    out.must_freeze = must;
+    out.left_none = left_none;
+    out.left_full = left_full;
+    out.left_required = left_required;
+    out.normal = normal;
+    out.max = max;
+    out.oldest_xmin = oxm;
 }
 
 /// Decides what to freeze on a page. `will_be_all_visible`: the page is about to be set
@@ -256,10 +277,10 @@ pub fn decide(
         (FreezePolicy::Lazy, false) => (FreezeMode::Required, s.left_required),
         (_, false) => (FreezeMode::Nothing, s.left_none),
     };
-    FreezeDecision { mode, all_frozen: oldest_left.is_none(), oldest_left }
+    FreezeDecision { mode, all_frozen: oldest_left == NONE, oldest_left: s.xid_of(oldest_left) }
 }
 
-/// The header change that freezes a tuple's xmin / clears its xmax.
+/// The header change that freezes a tuple's xmin / clears its xmax / both.
 const FREEZE_XMIN: TupleFreeze = TupleFreeze { set: HEAP_XMIN_FROZEN, clear: 0, clear2: 0, flags: 0 };
 const CLEAR_XMAX: TupleFreeze = TupleFreeze {
     set: HEAP_XMAX_INVALID,
@@ -267,10 +288,17 @@ const CLEAR_XMAX: TupleFreeze = TupleFreeze {
     clear2: HEAP_HOT_UPDATED | HEAP_KEYS_UPDATED,
     flags: FREEZE_CLEAR_XMAX,
 };
+const FREEZE_BOTH: TupleFreeze = TupleFreeze {
+    set: FREEZE_XMIN.set | CLEAR_XMAX.set,
+    clear: CLEAR_XMAX.clear,
+    clear2: CLEAR_XMAX.clear2,
+    flags: CLEAR_XMAX.flags,
+};
 
-/// Fills `plans` (reused: emptied first) with what `mode` changes on the summarized page,
-/// one plan per way a tuple changes, offsets ascending; returns how many tuples get their
-/// xmin frozen.
+/// Fills `plans` (emptied first) with what `mode` changes on the summarized page, one plan per
+/// way a tuple changes, offsets ascending; when every NORMAL tuple changes the same way (the
+/// usual whole-page freeze) the one plan says so instead of listing them. Returns how many
+/// tuples get their xmin frozen.
 pub fn freeze_plans(s: &PageSummary, mode: FreezeMode, plans: &mut Vec<FreezePlan>) -> u64 {
     plans.clear();
     let (xmin_bit, xmax_bit) = match mode {
@@ -278,41 +306,29 @@ pub fn freeze_plans(s: &PageSummary, mode: FreezeMode, plans: &mut Vec<FreezePla
         FreezeMode::Required => (XMIN_MUST, XMAX_MUST),
         FreezeMode::WholePage => (XMIN_CAN, XMAX_CAN),
     };
-    // Slot 0: xmin only, 1: xmax only, 2: both.
-    let mut slot_of = [usize::MAX; 3];
-    let mut frozen = 0u64;
-    for o in 1..=s.max {
-        let b = s.bits[o];
-        let kind = match (b & xmin_bit != 0, b & xmax_bit != 0) {
-            (false, false) => continue,
-            (true, false) => 0,
-            (false, true) => 1,
-            (true, true) => 2,
-        };
-        if kind != 1 {
-            frozen += 1;
-        }
-        if slot_of[kind] == usize::MAX {
-            let f = match kind {
-                0 => FREEZE_XMIN,
-                1 => CLEAR_XMAX,
-                _ => TupleFreeze {
-                    set: FREEZE_XMIN.set | CLEAR_XMAX.set,
-                    clear: CLEAR_XMAX.clear,
-                    clear2: CLEAR_XMAX.clear2,
-                    flags: CLEAR_XMAX.flags,
-                },
-            };
-            slot_of[kind] = plans.len();
-            plans.push(FreezePlan {
-                set: f.set,
-                clear: f.clear,
-                clear2: f.clear2,
-                flags: f.flags,
-                offsets: Vec::new(),
-            });
-        }
-        plans[slot_of[kind]].offsets.push(OffsetNumber(o as u16));
+    // How many tuples change in each way: xmin only, xmax only, both.
+    let kind = |b: u8| match (b & xmin_bit != 0, b & xmax_bit != 0) {
+        (false, false) => 3,
+        (true, false) => 0,
+        (false, true) => 1,
+        (true, true) => 2,
+    };
+    let mut count = [0usize; 4];
+    for &b in &s.bits[1..=s.max] {
+        count[kind(b)] += 1;
+    }
+    let ways = [FREEZE_XMIN, CLEAR_XMAX, FREEZE_BOTH];
+    let frozen = (count[0] + count[2]) as u64;
+    if let Some(k) = (0..3).find(|&k| count[k] == s.normal && s.normal > 0) {
+        let mut plan = FreezePlan::new(ways[k]);
+        plan.all_normal = true;
+        plans.push(plan);
+        return frozen;
+    }
+    for k in (0..3).filter(|&k| count[k] > 0) {
+        let mut plan = FreezePlan::new(ways[k]);
+        plan.offsets.extend((1..=s.max).filter(|&o| kind(s.bits[o]) == k).map(|o| OffsetNumber(o as u16)));
+        plans.push(plan);
     }
     frozen
 }

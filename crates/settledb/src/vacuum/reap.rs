@@ -110,7 +110,7 @@ impl Worker<'_> {
                 // The page changed since phase I: look at it again (without pruning).
                 let (scan, summary, memo) = self.scratch();
                 prune::scan_page(p, ctx.cutoffs.oldest_xmin, env.xact, env.wal.flushed_lsn(), memo, scan)?;
-                freeze::summarize(p, scan, &ctx.cutoffs, env.xact, summary)?;
+                freeze::summarize(p, scan, &ctx.cutoffs, env.xact, summary);
                 if scan.hints_changed && hint::may_dirty_for_hints(page::lsn(p), env.wal.redo_ptr()) {
                     buf.mark_dirty();
                 }

@@ -300,7 +300,7 @@ impl<'a> Worker<'a> {
             page::set_prune_xid(p, self.plan.new_prune_xid);
         }
 
-        freeze::summarize(p, &self.scan, &ctx.cutoffs, env.xact, &mut self.summary)?;
+        freeze::summarize(p, &self.scan, &ctx.cutoffs, env.xact, &mut self.summary);
         let s = &self.summary;
         let decision = freeze::decide(s, ctx.policy, s.all_visible, prune_writes_fpi);
         let tuples_frozen = freeze::freeze_plans(s, decision.mode, &mut self.freeze);

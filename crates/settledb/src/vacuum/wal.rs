@@ -36,12 +36,14 @@ use crate::error::{Error, Result};
 use crate::heap::tuple;
 use crate::heap::wal::{apply_prune, Cursor, PrunePlan};
 use crate::page::{self, ItemId, LpFlags};
-use crate::types::{Lsn, OffsetNumber, Xid};
+use crate::types::{Lsn, OffsetNumber};
 
 /// Flag of a freeze plan: set xmax to InvalidTransactionId.
 pub const FREEZE_CLEAR_XMAX: u8 = 0x01;
 
-/// One way of changing a tuple header, and the tuples changed that way.
+/// One way of changing a tuple header, and the tuples changed that way: the ones at
+/// `offsets`, or (`all_normal`) every NORMAL tuple of the page, with no offsets written or
+/// kept, as whole-page freezing mostly is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FreezePlan {
     pub set: u16,
@@ -49,6 +51,7 @@ pub struct FreezePlan {
     pub clear2: u16,
     pub flags: u8,
     pub offsets: Vec<OffsetNumber>,
+    pub all_normal: bool,
 }
 
 /// How one tuple's header changes when it is frozen.
@@ -66,42 +69,32 @@ impl TupleFreeze {
     }
 }
 
-/// Groups per-tuple changes into plans, in offset order within each plan.
-pub fn plans_from(changes: &[(OffsetNumber, TupleFreeze)]) -> Vec<FreezePlan> {
-    let mut plans: Vec<FreezePlan> = Vec::new();
-    for &(off, f) in changes {
-        match plans
-            .iter_mut()
-            .find(|p| p.set == f.set && p.clear == f.clear && p.clear2 == f.clear2 && p.flags == f.flags)
-        {
-            Some(p) => p.offsets.push(off),
-            None => plans.push(FreezePlan {
-                set: f.set,
-                clear: f.clear,
-                clear2: f.clear2,
-                flags: f.flags,
-                offsets: vec![off],
-            }),
+impl FreezePlan {
+    /// A plan changing tuples as `f` does; no tuples yet.
+    pub fn new(f: TupleFreeze) -> FreezePlan {
+        FreezePlan {
+            set: f.set,
+            clear: f.clear,
+            clear2: f.clear2,
+            flags: f.flags,
+            offsets: Vec::new(),
+            all_normal: false,
         }
     }
-    plans
 }
 
 /// `ntuples` of a plan that applies to every NORMAL tuple of the page.
 const ALL_NORMAL: u16 = 0xFFFF;
 
 /// Appends the encoding of `plans` for `page` (the page as it is before they are applied): a
-/// single plan that covers every NORMAL tuple is written without its offsets.
+/// plan for every NORMAL tuple is written without offsets (also one that lists them all).
 pub fn encode_freeze_for(out: &mut Vec<u8>, plans: &[FreezePlan], page: &[u8]) {
     if let [only] = plans {
         let normal =
             (1..=page::max_offset(page)).map(OffsetNumber).filter(|&o| page::item_id(page, o).flags == LpFlags::Normal);
-        if normal.eq(only.offsets.iter().copied()) {
+        if only.all_normal || normal.eq(only.offsets.iter().copied()) {
             out.extend_from_slice(&1u16.to_le_bytes());
-            out.extend_from_slice(&only.set.to_le_bytes());
-            out.extend_from_slice(&only.clear.to_le_bytes());
-            out.extend_from_slice(&only.clear2.to_le_bytes());
-            out.push(only.flags);
+            encode_plan_head(out, only);
             out.extend_from_slice(&ALL_NORMAL.to_le_bytes());
             return;
         }
@@ -109,13 +102,21 @@ pub fn encode_freeze_for(out: &mut Vec<u8>, plans: &[FreezePlan], page: &[u8]) {
     encode_freeze(out, plans);
 }
 
+fn encode_plan_head(out: &mut Vec<u8>, p: &FreezePlan) {
+    out.extend_from_slice(&p.set.to_le_bytes());
+    out.extend_from_slice(&p.clear.to_le_bytes());
+    out.extend_from_slice(&p.clear2.to_le_bytes());
+    out.push(p.flags);
+}
+
 pub fn encode_freeze(out: &mut Vec<u8>, plans: &[FreezePlan]) {
     out.extend_from_slice(&(plans.len() as u16).to_le_bytes());
     for p in plans {
-        out.extend_from_slice(&p.set.to_le_bytes());
-        out.extend_from_slice(&p.clear.to_le_bytes());
-        out.extend_from_slice(&p.clear2.to_le_bytes());
-        out.push(p.flags);
+        encode_plan_head(out, p);
+        if p.all_normal {
+            out.extend_from_slice(&ALL_NORMAL.to_le_bytes());
+            continue;
+        }
         out.extend_from_slice(&(p.offsets.len() as u16).to_le_bytes());
         for o in &p.offsets {
             out.extend_from_slice(&o.0.to_le_bytes());
@@ -123,52 +124,82 @@ pub fn encode_freeze(out: &mut Vec<u8>, plans: &[FreezePlan]) {
     }
 }
 
-/// Decodes plans from `c`; a plan written as "every NORMAL tuple" is expanded against `page`
-/// (the page the plans apply to, before they are applied).
-pub fn decode_freeze(c: &mut Cursor<'_>, page: &[u8]) -> Result<Vec<FreezePlan>> {
+/// Decodes plans from `c`.
+pub fn decode_freeze(c: &mut Cursor<'_>) -> Result<Vec<FreezePlan>> {
     let n = c.u16()?;
     let mut plans = Vec::with_capacity(usize::from(n));
     for _ in 0..n {
         let (set, clear, clear2, flags) = (c.u16()?, c.u16()?, c.u16()?, c.u8()?);
+        let mut plan = FreezePlan::new(TupleFreeze { set, clear, clear2, flags });
         let k = c.u16()?;
-        let offsets = if k == ALL_NORMAL {
-            (1..=page::max_offset(page))
-                .map(OffsetNumber)
-                .filter(|&o| page::item_id(page, o).flags == LpFlags::Normal)
-                .collect()
+        if k == ALL_NORMAL {
+            plan.all_normal = true;
         } else {
-            let mut offsets = Vec::with_capacity(usize::from(k));
+            plan.offsets.reserve(usize::from(k));
             for _ in 0..k {
-                offsets.push(OffsetNumber(c.u16()?));
+                plan.offsets.push(OffsetNumber(c.u16()?));
             }
-            offsets
-        };
-        plans.push(FreezePlan { set, clear, clear2, flags, offsets });
+        }
+        plans.push(plan);
     }
     Ok(plans)
 }
 
-/// Applies freeze plans to a page. Every named offset must be a NORMAL tuple with a parseable
-/// header; otherwise nothing is changed and an error names the offset.
+/// Applies freeze plans to a page. Every tuple a plan names (every NORMAL one, for a plan on
+/// all of them) must be a NORMAL tuple with a valid header; otherwise nothing is changed and
+/// an error names the offset. Returns how many tuple headers changed.
+///
+/// Hot path (a whole-page freeze in phase I, and its redo): one pass checks, one changes.
 pub fn apply_freeze(p: &mut [u8], plans: &[FreezePlan], lsn: Lsn) -> Result<usize> {
-    let max = page::max_offset(p);
-    for off in plans.iter().flat_map(|pl| &pl.offsets) {
-        let ok = off.0 >= 1 && off.0 <= max && page::try_item(p, *off).and_then(tuple::header_fields).is_some();
-        if !ok {
-            return Err(Error::corrupt_wal(lsn, format!("freeze plan names offset {off}, not a tuple on the page")));
+    let max = usize::from(page::max_offset(p));
+    let bad = |off: usize| Error::corrupt_wal(lsn, format!("freeze plan names offset {off}, not a tuple on the page"));
+    // Where the valid NORMAL tuple at `off` lies, if it is one.
+    let tuple_at = |p: &[u8], off: usize| -> Option<(usize, usize)> {
+        let id = crate::heap::prune::lp(p, off);
+        let (start, end) = (usize::from(id.off), usize::from(id.off) + usize::from(id.len));
+        (id.flags == LpFlags::Normal && p.get(start..end).and_then(tuple::header_fields).is_some())
+            .then_some((start, end))
+    };
+    for pl in plans {
+        if pl.all_normal {
+            for off in 1..=max {
+                if crate::heap::prune::lp(p, off).flags == LpFlags::Normal && tuple_at(p, off).is_none() {
+                    return Err(bad(off));
+                }
+            }
+        }
+        for &off in &pl.offsets {
+            let off = usize::from(off.0);
+            if off == 0 || off > max || tuple_at(p, off).is_none() {
+                return Err(bad(off));
+            }
         }
     }
+    // Every tuple named is a NORMAL one with a valid header now.
     let mut n = 0;
     for pl in plans {
-        for &off in &pl.offsets {
-            let t = page::item_mut(p, off);
-            let (_, _, m, m2) = tuple::header_fields(t).unwrap_or_default();
-            tuple::set_infomask(t, (m & !pl.clear) | pl.set);
-            tuple::set_infomask2(t, m2 & !pl.clear2);
-            if pl.flags & FREEZE_CLEAR_XMAX != 0 {
-                tuple::set_xmax(t, Xid::INVALID);
+        let clear_xmax = pl.flags & FREEZE_CLEAR_XMAX != 0;
+        let mut change = |p: &mut [u8], off: usize| {
+            let id = crate::heap::prune::lp(p, off);
+            if id.flags == LpFlags::Normal {
+                let start = usize::from(id.off);
+                tuple::change_masks(
+                    &mut p[start..start + usize::from(id.len)],
+                    pl.set,
+                    pl.clear,
+                    pl.clear2,
+                    clear_xmax,
+                );
+                n += 1;
             }
-            n += 1;
+        };
+        if pl.all_normal {
+            for off in 1..=max {
+                change(p, off);
+            }
+        }
+        for &off in &pl.offsets {
+            change(p, usize::from(off.0));
         }
     }
     Ok(n)
@@ -250,7 +281,7 @@ pub fn redo_prune_freeze(main: &[u8], lsn: Lsn, p: &mut [u8]) -> Result<()> {
         apply_prune(p, &plan);
     }
     if flags & PF_FREEZE != 0 {
-        let plans = decode_freeze(&mut c, p)?;
+        let plans = decode_freeze(&mut c)?;
         apply_freeze(p, &plans, lsn)?;
     }
     if vm.is_some() {
