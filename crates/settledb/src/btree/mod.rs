@@ -115,8 +115,8 @@
 //! * Internal pages are never deleted (multi-level deletion), and HALF_DEAD never persists:
 //!   the two stages of PostgreSQL's page deletion happen in one record.
 //! * No fast root, no deduplication (posting lists), no suffix truncation of key columns
-//!   (only of the heap TID), no cycle IDs (the bulk-delete walk is in key order instead of
-//!   physical order), no free space map (the free list is in memory and rebuilt by `cleanup`),
+//!   (only of the heap TID), no use of the vacuum cycle IDs splits stamp ([`cycle`]: the
+//!   bulk-delete walk is in key order instead of physical order), no free space map (the free list is in memory and rebuilt by `cleanup`),
 //!   no parallel build. Simple deletion removes only entries already marked LP_DEAD (no
 //!   bottom-up deletion, no heap visit to find more), unique checks do not set LP_DEAD, and a
 //!   split does not carry LP_DEAD marks (it runs only after simple deletion removed them).
@@ -126,6 +126,7 @@
 
 pub mod build;
 pub mod check;
+pub mod cycle;
 pub mod insert;
 pub mod keys;
 pub mod kill;
@@ -137,9 +138,11 @@ pub mod wal;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod vacuum_tests;
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -198,6 +201,8 @@ pub struct BtreeIndex {
     /// when no cleanup scan has run since the index was opened (PostgreSQL keeps this count,
     /// `btm_last_cleanup_num_delpages`, in the metapage; see [`vacuum::cleanup`]).
     deleted_at_cleanup: AtomicU32,
+    /// The vacuum cycle ID of the bulk delete running on the index, 0 when none (see [`cycle`]).
+    vacuum_cycle: AtomicU16,
     /// Bumped whenever the metapage is locked for writing (see [`BtreeIndex::meta`]).
     meta_version: AtomicU64,
     /// The metapage as last read: `(version & 0xFF_FFFF) << 40 | level << 32 | root`, or
@@ -217,6 +222,7 @@ impl BtreeIndex {
             column_names,
             free_pages: Mutex::new(Vec::new()),
             deleted_at_cleanup: AtomicU32::new(u32::MAX),
+            vacuum_cycle: AtomicU16::new(0),
             meta_version: AtomicU64::new(0),
             meta_cache: AtomicU64::new(u64::MAX),
         }
@@ -472,6 +478,7 @@ fn flag_names(f: u16) -> String {
         (bp::BTP_DELETED, "DELETED"),
         (bp::BTP_META, "META"),
         (bp::BTP_HALF_DEAD, "HALF_DEAD"),
+        (bp::BTP_SPLIT_END, "SPLIT_END"),
         (bp::BTP_INCOMPLETE_SPLIT, "INCOMPLETE_SPLIT"),
     ];
     names.iter().filter(|(b, _)| f & b != 0).map(|(_, n)| *n).collect::<Vec<_>>().join("|")
@@ -490,11 +497,12 @@ pub fn describe_page(page: &[u8]) -> String {
     let f = bp::flags(page);
     let _ = writeln!(
         s,
-        "btpo_prev: {}  btpo_next: {}  btpo_level: {}  btpo_flags: {f:#06x} ({})",
+        "btpo_prev: {}  btpo_next: {}  btpo_level: {}  btpo_flags: {f:#06x} ({})  btpo_cycleid: {}",
         bp::prev(page),
         bp::next(page),
         bp::level(page),
-        flag_names(f)
+        flag_names(f),
+        bp::cycle_id(page)
     );
     if f & BTP_META != 0 {
         match decode_meta(page) {

@@ -13,6 +13,7 @@ use crate::page::{self as pg};
 use crate::types::{BlockNumber, FullXid, OffsetNumber, Tid};
 use crate::wal::{BlockRef, RecordBuilder, Rmgr};
 
+use super::cycle;
 use super::insert::leftmost_at_level;
 use super::page::{self as bp, BTP_DELETED, BTP_ROOT, P_NONE};
 use super::search::{hikey_bound, Target};
@@ -41,6 +42,9 @@ pub fn bulk_delete(
     is_dead: &mut dyn FnMut(&[Tid], &mut [bool]),
     stats: &mut BulkDeleteStats,
 ) -> Result<()> {
+    // Splits meanwhile stamp this bulk delete's cycle ID (the key-order walk does not need it).
+    let cycle = cycle::start(ix)?;
+    debug_assert_ne!(cycle.id(), 0);
     let meta = ix.meta(env)?;
     if meta.root != P_NONE {
         let mut block = leftmost_at_level(ix, env, 0)?;
@@ -90,7 +94,8 @@ fn vacuum_leaf(
     stats.tuples_removed += offsets.len() as u64;
     stats.num_index_tuples += (tids.len() - offsets.len()) as u64;
     if !offsets.is_empty() {
-        remove_items(ix, env, &mut w, XLOG_BTREE_VACUUM, &offsets, "could not remove index entries")?;
+        let what = "could not remove index entries";
+        remove_items(ix, env, &mut w, XLOG_BTREE_VACUUM, &offsets, &mut Vec::new(), what)?;
     }
     let p = &w.g.0;
     let empty = first > bp::max_offset(p) && !bp::is_rightmost(p) && bp::flags(p) & BTP_ROOT == 0;
@@ -236,20 +241,22 @@ pub fn cleanup(ix: &BtreeIndex, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats, 
 
 /// Removes the entries at `offsets` from the exclusively locked page `w` and logs it as one
 /// record (`info`: VACUUM for bulk delete, DELETE for simple deletion; both redo the same way),
-/// stamping the record's LSN on the page.
+/// stamping the record's LSN on the page. `data` is scratch space for the record's block data.
 pub(crate) fn remove_items(
     ix: &BtreeIndex,
     env: &HeapEnv<'_>,
     w: &mut WPage<'_>,
     info: u8,
     offsets: &[u16],
+    data: &mut Vec<u8>,
     what: &str,
 ) -> Result<()> {
     let block = w.buf.block().0;
-    if !apply_vacuum(&mut w.g.0, offsets) {
+    if !apply_vacuum(&mut w.g.0, info, offsets) {
         return Err(ix.corrupt(block, what));
     }
-    let lsn = env.wal.insert(&RecordBuilder {
+    vacuum_data(offsets, data);
+    let mut rec = RecordBuilder {
         rmgr: Rmgr::Btree,
         info,
         xid: crate::types::Xid::INVALID,
@@ -258,11 +265,14 @@ pub(crate) fn remove_items(
             tag: ix.tag(block),
             will_init: false,
             page: Some(&w.g.0),
-            data: vacuum_data(offsets),
+            data: std::mem::take(data),
         }],
         main_data: vec![],
-    })?;
-    pg::set_lsn(&mut w.g.0, lsn);
+    };
+    let lsn = env.wal.insert(&rec);
+    *data = std::mem::take(&mut rec.blocks[0].data);
+    drop(rec);
+    pg::set_lsn(&mut w.g.0, lsn?);
     w.buf.mark_dirty();
     Ok(())
 }
