@@ -95,29 +95,39 @@
 //!
 //! # Deletion (VACUUM)
 //!
-//! [`IndexAm::bulk_delete`] walks the leaves left to right through the `next` links, each under
-//! its exclusive lock, asks the callback about all of a page's TIDs at once, and removes the
-//! dead entries. A leaf left empty that is neither the root nor the rightmost child of its
-//! parent is deleted: its left sibling, itself, its right sibling and its parent are locked in
-//! that order (left-to-right, then up) and changed in one record — the parent's downlink to
-//! the page is redirected to the right sibling, whose own downlink is removed (the right
-//! sibling takes over the key range), the siblings are linked to each other, and the page is
-//! marked DELETED with the next full XID as its *safe XID*. It keeps its `next` link, so a
-//! searcher that was on its way moves right. Once the safe XID precedes
-//! `oldest_xmin_full()` no scan can still hold its block number, and [`IndexAm::cleanup`] puts
-//! it on the in-memory free list that splits take pages from. As in PostgreSQL, a VACUUM that
-//! deleted nothing from the index skips that cleanup scan unless the last one left more than
-//! 5% of the index deleted but not yet reusable (the count is kept in memory, not in the
-//! metapage, so the first VACUUM after opening the database scans).
+//! [`IndexAm::bulk_delete`] reads every block of the index once, in physical order
+//! ([`vacuum`], PostgreSQL's `btvacuumscan`), each leaf under its exclusive lock: it asks the
+//! callback about all of a leaf's TIDs at once and removes the dead entries by one compaction
+//! of the page. A split during the scan may move entries to a block already passed; the scan's
+//! *vacuum cycle ID*, stamped by such splits, tells it to follow those right links
+//! ([`cycle`]). Several threads can share one bulk delete, each taking chunks of blocks
+//! ([`BtreeIndex::begin_bulk_delete`], [`BtreeIndex::bulk_delete_parallel`]).
+//!
+//! A leaf left empty that is neither the root nor the rightmost child of its parent is deleted
+//! ([`pagedel`]): its left sibling, itself, its right sibling and its parent are locked in that
+//! order (left-to-right, then up) and changed in one record — the parent's downlink to the page
+//! is redirected to the right sibling, whose own downlink is removed (the right sibling takes
+//! over the key range), the siblings are linked to each other, and the page is marked DELETED
+//! with the next full XID as its *safe XID*. It keeps its `next` link, so a searcher that was
+//! on its way moves right. Once the safe XID precedes `oldest_xmin_full()` no scan can still
+//! hold its block number, and the next scan that meets it (or the bulk delete that deleted it,
+//! at its end) puts it on the in-memory free list that splits take pages from.
+//!
+//! The same scan counts pages, entries, deleted and reusable pages, so [`IndexAm::cleanup`]
+//! after a bulk delete reads nothing. As in PostgreSQL, a VACUUM that deleted nothing from the
+//! index skips the cleanup scan too, unless the last one left more than 5% of the index deleted
+//! but not yet reusable (the count is kept in memory, not in the metapage, so the first VACUUM
+//! after opening the database scans).
 //!
 //! # Not implemented (simplified versus PostgreSQL)
 //!
 //! * Internal pages are never deleted (multi-level deletion), and HALF_DEAD never persists:
 //!   the two stages of PostgreSQL's page deletion happen in one record.
 //! * No fast root, no deduplication (posting lists), no suffix truncation of key columns
-//!   (only of the heap TID), no use of the vacuum cycle IDs splits stamp ([`cycle`]: the
-//!   bulk-delete walk is in key order instead of physical order), no free space map (the free list is in memory and rebuilt by `cleanup`),
-//!   no parallel build. Simple deletion removes only entries already marked LP_DEAD (no
+//!   (only of the heap TID), no free space map (the free list is in memory and rebuilt by
+//!   VACUUM's scans), no parallel build. Blocks extended but never written (a crash before the
+//!   split's record) are skipped by VACUUM, not recycled: the free list cannot tell them from a
+//!   block another split has just extended and not yet locked. Simple deletion removes only entries already marked LP_DEAD (no
 //!   bottom-up deletion, no heap visit to find more), unique checks do not set LP_DEAD, and a
 //!   split does not carry LP_DEAD marks (it runs only after simple deletion removed them).
 //! * Recycling is protected by the XID horizon, so scans must run under a registered
@@ -131,6 +141,7 @@ pub mod insert;
 pub mod keys;
 pub mod kill;
 pub mod page;
+pub mod pagedel;
 pub mod scan;
 pub(crate) mod search;
 pub mod vacuum;
@@ -152,7 +163,7 @@ use crate::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::heap::tuple::{Type, Value};
 use crate::heap::HeapEnv;
-use crate::index::{BulkDeleteStats, IndexAm, IndexEntry, KeyBound, ScanDirection, UniqueCheck};
+use crate::index::{BulkDeleteStats, IndexAm, IndexBulkDelete, IndexEntry, KeyBound, ScanDirection, UniqueCheck};
 use crate::page::{self as pg, PageBuf};
 use crate::types::{BlockNumber, BufferTag, Fork, OffsetNumber, Oid, Tid, Xid};
 use crate::wal::{BlockRef, RecordBuilder, Rmgr};
@@ -422,6 +433,35 @@ impl BtreeIndex {
         self.free_pages.lock().len()
     }
 
+    /// Adds reusable deleted pages to the free list, once each; splits take the lowest first.
+    pub(crate) fn add_free_pages(&self, pages: Vec<u32>) {
+        if pages.is_empty() {
+            return;
+        }
+        let mut list = self.free_pages.lock();
+        list.extend(pages);
+        list.sort_unstable_by(|a, b| b.cmp(a));
+        list.dedup();
+    }
+
+    /// Starts a bulk delete that one or several threads work on ([`vacuum::BulkDelete`]):
+    /// `work` from each, then `finish`. Takes the index's vacuum cycle ID until it is dropped.
+    pub fn begin_bulk_delete(&self, env: &HeapEnv<'_>) -> Result<vacuum::BulkDelete<'_>> {
+        vacuum::BulkDelete::begin(self, env)
+    }
+
+    /// [`IndexAm::bulk_delete`] by `workers` threads (this one and `workers - 1` spawned ones)
+    /// sharing one scan of the index, each calling `is_dead`.
+    pub fn bulk_delete_parallel(
+        &self,
+        env: &HeapEnv<'_>,
+        is_dead: &(dyn Fn(&[Tid], &mut [bool]) + Sync),
+        workers: usize,
+        stats: &mut BulkDeleteStats,
+    ) -> Result<()> {
+        vacuum::bulk_delete_parallel(self, env, is_dead, workers, stats)
+    }
+
     /// Renders a key of this index as PostgreSQL's unique-violation detail does: `aid)=(5`.
     pub(crate) fn render_key(&self, key: &[Value]) -> String {
         format!("{})=({}", self.column_names.join(", "), keys::render_values(key))
@@ -463,6 +503,10 @@ impl IndexAm for BtreeIndex {
         stats: &mut BulkDeleteStats,
     ) -> Result<()> {
         vacuum::bulk_delete(self, env, is_dead, stats)
+    }
+
+    fn begin_bulk_delete<'a>(&'a self, env: &HeapEnv<'_>) -> Result<Box<dyn IndexBulkDelete + 'a>> {
+        Ok(Box::new(vacuum::BulkDelete::begin(self, env)?))
     }
 
     fn cleanup(&self, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats, bulk_deleted: bool) -> Result<bool> {
