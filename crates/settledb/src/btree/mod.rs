@@ -134,6 +134,8 @@
 //!   snapshot or inside a transaction, as in PostgreSQL.
 //! * `check` expects a quiescent index.
 
+#[doc(hidden)]
+pub mod bench;
 pub mod build;
 pub mod check;
 pub mod cycle;

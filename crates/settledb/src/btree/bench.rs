@@ -1,0 +1,146 @@
+//! A benchmark of B-tree bulk delete alone, single-threaded and parallel (run by
+//! `examples/btree_vacuum.rs`; not a test: it prints figures).
+//!
+//! It builds the index `settle bench vacuum` vacuums, without the table: `pgbench_accounts_pkey`
+//! at scale S (100,000·S entries of an int4 key, 61 heap tuples per heap page as in a
+//! pgbench_accounts heap), then one new entry for every key with `aid % 20 = 7` pointing past the
+//! original heap (the non-HOT updates' new versions, inserted in key order, which splits leaves
+//! as the real update does), a CHECKPOINT (so the bulk delete logs a full-page image of every
+//! leaf it changes, as after the real CHECKPOINT), and a dead-TID store holding the old versions'
+//! TIDs. Then it times the bulk delete with the callback VACUUM uses (the store's batched
+//! `contains_many`, the TIDs converted on the way), by 1..n threads, each run on a fresh copy
+//! of the index.
+
+use std::path::Path;
+use std::time::Instant;
+
+use tidstore::{DeadTids, TidStore};
+
+use super::BtreeIndex;
+use crate::db::Database;
+use crate::error::Result;
+use crate::heap::tuple::{Type, Value};
+use crate::index::{BulkDeleteStats, IndexAm};
+use crate::types::{BlockNumber, Fork, Oid, Tid};
+use crate::Config;
+
+/// Heap tuples per pgbench_accounts page.
+const ROWS_PER_PAGE: u32 = 61;
+
+/// One timed bulk delete.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub workers: usize,
+    pub seconds: f64,
+    /// CPU time of the workers (user + system), summed.
+    pub cpu_seconds: f64,
+    pub wal_bytes: u64,
+    pub stats: BulkDeleteStats,
+}
+
+/// The settings of `settle bench vacuum`.
+pub fn config() -> Result<Config> {
+    Config::from_pairs([
+        ("shared_buffers", "1GB"),
+        ("fsync", "off"),
+        ("autovacuum", "off"),
+        ("full_page_writes", "on"),
+        ("max_wal_size", "20GB"),
+        ("checkpoint_timeout", "1h"),
+    ])
+}
+
+/// Opens a database in `dir` and runs `runs` rounds; each round times one bulk delete by each
+/// worker count in `workers`, on an index built afresh.
+pub fn run(dir: &Path, scale: u32, workers: &[usize], runs: usize) -> Result<Vec<Run>> {
+    let db = Database::open(dir, config()?)?;
+    let rows = scale * 100_000;
+    let heap_pages = rows.div_ceil(ROWS_PER_PAGE);
+    let tid = |aid: u32| Tid::new((aid - 1) / ROWS_PER_PAGE, ((aid - 1) % ROWS_PER_PAGE + 1) as u16);
+    let mut dead = TidStore::new(256 << 20);
+    let mut page: Vec<u16> = Vec::new();
+    let mut block = 0;
+    for aid in (1..=rows).filter(|a| a % 20 == 7) {
+        let t = tid(aid);
+        if t.block.0 != block && !page.is_empty() {
+            let _ = dead.add_page(block, &page);
+            page.clear();
+        }
+        block = t.block.0;
+        page.push(t.offset.0);
+    }
+    let _ = dead.add_page(block, &page);
+    dead.freeze();
+    let mut out = Vec::new();
+    let mut rel = 900_000u32;
+    for _ in 0..runs {
+        for &n in workers {
+            rel += 1;
+            let ix = build(&db, rel, rows, heap_pages, &tid)?;
+            out.push(time_bulk_delete(&db, &ix, &dead, n)?);
+            let env = db.inner().env();
+            env.pool.drop_relation_buffers(Oid(rel), None, BlockNumber(0))?;
+            env.pool.smgr().unlink(Oid(rel))?;
+        }
+    }
+    db.close()?;
+    Ok(out)
+}
+
+/// The primary key after the updates, checkpointed.
+fn build(db: &Database, rel: u32, rows: u32, heap_pages: u32, tid: &dyn Fn(u32) -> Tid) -> Result<BtreeIndex> {
+    let env = db.inner().env();
+    env.pool.smgr().create(Oid(rel), Fork::Main)?;
+    let ix = BtreeIndex::new(Oid(rel), "pgbench_accounts_pkey", Oid(rel), vec![Type::Int4], true);
+    ix.create_empty(&env)?;
+    ix.build(&env, (1..=rows).map(|a| (vec![Value::Int4(a as i32)], tid(a))).collect())?;
+    for (i, aid) in (1..=rows).filter(|a| a % 20 == 7).enumerate() {
+        let new = Tid::new(heap_pages + i as u32 / ROWS_PER_PAGE, (i as u32 % ROWS_PER_PAGE + 1) as u16);
+        ix.insert(&env, &[Value::Int4(aid as i32)], new, None)?;
+    }
+    db.checkpoint()?;
+    Ok(ix)
+}
+
+fn time_bulk_delete(db: &Database, ix: &BtreeIndex, dead: &TidStore, workers: usize) -> Result<Run> {
+    let env = db.inner().env();
+    let wal0 = env.wal.insert_lsn();
+    let mut stats = BulkDeleteStats::default();
+    let start = Instant::now();
+    let scan = ix.begin_bulk_delete(&env)?;
+    let results: Vec<Result<f64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers.max(1))
+            .map(|_| {
+                let (scan, env) = (&scan, db.inner().env());
+                s.spawn(move || {
+                    // Each worker keeps its own buffers, as VACUUM's callback does.
+                    let (mut probe, mut bits) = (Vec::new(), Vec::new());
+                    let cpu0 = cpu_seconds();
+                    let r = scan.work(&env, &mut |tids: &[Tid], out: &mut [bool]| {
+                        probe.clear();
+                        probe.extend(tids.iter().map(|t| tidstore::Tid::new(t.block.0, t.offset.0)));
+                        bits.clear();
+                        bits.resize(tids.len().div_ceil(64), 0u64);
+                        dead.contains_many(&probe, &mut bits);
+                        for (j, o) in out.iter_mut().enumerate() {
+                            *o = bits[j / 64] >> (j % 64) & 1 == 1;
+                        }
+                    });
+                    r.map(|()| cpu_seconds() - cpu0)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
+    let cpu_seconds = results.into_iter().sum::<Result<f64>>()?;
+    scan.finish(&env, &mut stats)?;
+    ix.cleanup(&env, &mut stats, true)?;
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(Run { workers, seconds, cpu_seconds, wal_bytes: env.wal.insert_lsn().0 - wal0.0, stats })
+}
+
+/// This thread's CPU time so far, user and system.
+fn cpu_seconds() -> f64 {
+    let (user, system) = crate::vacuum::report::thread_cpu();
+    (user + system).as_secs_f64()
+}
