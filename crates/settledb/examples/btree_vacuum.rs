@@ -2,11 +2,13 @@
 //! several threads ([`settledb::btree::bench`] describes the work).
 //!
 //! ```text
-//! cargo run --release -p settledb --example btree_vacuum -- [scale] [workers,...] [runs] [dir]
+//! cargo run --release -p settledb --example btree_vacuum -- [scale] [workers,...] [runs] [tidstore|bitmap] [dir]
 //! cargo run --release -p settledb --example btree_vacuum -- 50 1,2 3
 //! ```
 //!
-//! Prints one line per bulk delete, then the median seconds per worker count.
+//! Prints one line per bulk delete (and cleanup), then the median seconds per worker count.
+//! `bitmap` answers the callback from a dense bitmap instead of VACUUM's dead-TID store, which
+//! leaves the B-tree's own cost.
 
 use std::path::PathBuf;
 
@@ -16,7 +18,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let workers: Vec<usize> =
         args.get(1).map_or("1,2", String::as_str).split(',').map(str::parse).collect::<Result<_, _>>()?;
     let runs: usize = args.get(2).map_or(Ok(3), |s| s.parse())?;
-    let dir = match args.get(3) {
+    let answer = match args.get(3).map_or("tidstore", String::as_str) {
+        "tidstore" => settledb::btree::bench::Answer::TidStore,
+        "bitmap" => settledb::btree::bench::Answer::Bitmap,
+        other => return Err(format!("unknown answer {other}: tidstore or bitmap").into()),
+    };
+    let dir = match args.get(4) {
         Some(d) => PathBuf::from(d),
         None => std::env::temp_dir().join(format!("settledb-btree-vacuum-{}", std::process::id())),
     };
@@ -24,8 +31,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("{} exists; give a directory that does not", dir.display()).into());
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    println!("bulk delete of pgbench_accounts_pkey at scale {scale}: workers {workers:?}, {runs} runs, {cpus} CPUs");
-    let result = settledb::btree::bench::run(&dir, scale, &workers, runs);
+    println!(
+        "bulk delete of pgbench_accounts_pkey at scale {scale}: workers {workers:?}, {runs} runs, {answer:?}, {cpus} CPUs"
+    );
+    let result = settledb::btree::bench::run(&dir, scale, &workers, runs, answer);
     let _ = std::fs::remove_dir_all(&dir);
     let all = result?;
     for r in &all {
