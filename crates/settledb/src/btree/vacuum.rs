@@ -29,10 +29,9 @@
 //! sibling was already visited, the scan *backtracks*: after finishing the leaf it follows the
 //! right link and processes the sibling, and so on along the chain, stopping after a page marked
 //! `SPLIT_END` or at a page that is not a live leaf with our ID (one a previous visit of this scan
-//! cleared, say). Pages reached by backtracking are never
-//! deleted, and a page whose entries were all processed gets its ID cleared (by its VACUUM
-//! record, or as an unlogged hint when nothing was removed), so a later visit does not follow its
-//! chain again.
+//! cleared, say). Pages reached by backtracking are never deleted, and a page whose entries were
+//! all processed gets its ID cleared (by its VACUUM record, or as an unlogged hint when nothing
+//! was removed), so a later visit does not follow its chain again.
 //!
 //! # Parallel bulk delete
 //!
@@ -77,11 +76,13 @@
 //! A crash in the middle leaves some leaves vacuumed and some not, every one of them consistent;
 //! the next VACUUM removes the rest.
 //!
-//! # Per leaf, without allocation
+//! # Per leaf
 //!
-//! Each worker keeps its vectors (TIDs, verdicts, offsets, record data) across leaves, pins the
-//! next block of its chunk and prefetches the used parts of its page while working on the
-//! current one, and removes items by one compaction of the page ([`super::page::delete_items`]).
+//! Each worker keeps its vectors (TIDs, verdicts, offsets, record data) across leaves, so a leaf
+//! costs no allocation but the WAL record's one-block list; it reads the TIDs and the LP_DEAD
+//! marks in one pass over the line pointers, calls the callback once, removes the items by one
+//! compaction of the page ([`super::page::delete_items`]), and pins the next block of its chunk
+//! and prefetches the used parts of its page while working on the current one.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
