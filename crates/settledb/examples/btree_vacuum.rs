@@ -2,13 +2,14 @@
 //! several threads ([`settledb::btree::bench`] describes the work).
 //!
 //! ```text
-//! cargo run --release -p settledb --example btree_vacuum -- [scale] [workers,...] [runs] [tidstore|bitmap] [dir]
+//! cargo run --release -p settledb --example btree_vacuum -- [scale] [workers,...] [runs] [tidstore|bitmap|runs] [dir]
 //! cargo run --release -p settledb --example btree_vacuum -- 50 1,2 3
 //! ```
 //!
 //! Prints one line per bulk delete (and cleanup), then the median seconds per worker count.
 //! `bitmap` answers the callback from a dense bitmap instead of VACUUM's dead-TID store, which
-//! leaves the B-tree's own cost.
+//! leaves the B-tree's own cost; `runs` looks the store's pages up once per run of TIDs on one
+//! heap block ([`settledb::btree::bench::Answer`]).
 
 use std::path::PathBuf;
 
@@ -21,7 +22,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let answer = match args.get(3).map_or("tidstore", String::as_str) {
         "tidstore" => settledb::btree::bench::Answer::TidStore,
         "bitmap" => settledb::btree::bench::Answer::Bitmap,
-        other => return Err(format!("unknown answer {other}: tidstore or bitmap").into()),
+        "runs" => settledb::btree::bench::Answer::BlockRuns,
+        other => return Err(format!("unknown answer {other}: tidstore, bitmap or runs").into()),
     };
     let dir = match args.get(4) {
         Some(d) => PathBuf::from(d),

@@ -13,7 +13,10 @@
 //! [`IndexAm::bulk_delete`], as VACUUM does; more share one [`super::vacuum::BulkDelete`].
 //!
 //! With [`Answer::Bitmap`] the callback reads one bit per TID from a dense bitmap instead, the
-//! cheapest possible answer: the time left is the B-tree's own.
+//! cheapest possible answer: the time left is the B-tree's own. [`Answer::BlockRuns`] shows what
+//! a store could gain from the order of a leaf's TIDs (mostly by heap block for a key that grows
+//! with the table): it looks a block up once per run of TIDs on that block (in a hash map made
+//! from the store's pages) and checks the run's offsets against that block's dead offsets.
 
 use std::path::Path;
 use std::time::Instant;
@@ -38,12 +41,15 @@ pub enum Answer {
     TidStore,
     /// A dense bitmap, one bit per (block, offset) pair.
     Bitmap,
+    /// The store's pages in a hash map, looked up once per run of TIDs on one block.
+    BlockRuns,
 }
 
 /// The dead TIDs in both forms.
 struct Dead {
     store: TidStore,
     bitmap: Vec<u64>,
+    pages: rustc_hash::FxHashMap<u32, Vec<u16>>,
 }
 
 impl Dead {
@@ -87,7 +93,8 @@ pub fn run(dir: &Path, scale: u32, workers: &[usize], runs: usize, answer: Answe
     let rows = scale * 100_000;
     let heap_pages = rows.div_ceil(ROWS_PER_PAGE);
     let tid = |aid: u32| Tid::new((aid - 1) / ROWS_PER_PAGE, ((aid - 1) % ROWS_PER_PAGE + 1) as u16);
-    let mut dead = Dead { store: TidStore::new(256 << 20), bitmap: vec![0; heap_pages as usize + 1] };
+    let mut dead =
+        Dead { store: TidStore::new(256 << 20), bitmap: vec![0; heap_pages as usize + 1], pages: Default::default() };
     let mut page: Vec<u16> = Vec::new();
     let mut block = 0;
     for aid in (1..=rows).filter(|a| a % 20 == 7) {
@@ -102,6 +109,7 @@ pub fn run(dir: &Path, scale: u32, workers: &[usize], runs: usize, answer: Answe
     }
     let _ = dead.store.add_page(block, &page);
     dead.store.freeze();
+    dead.pages = dead.store.iter().map(|(b, offs)| (b, offs.as_slice().to_vec())).collect();
     let mut out = Vec::new();
     let mut rel = 900_000u32;
     for _ in 0..runs {
@@ -195,6 +203,20 @@ fn callback(
         Answer::Bitmap => {
             for (t, o) in tids.iter().zip(out.iter_mut()) {
                 *o = dead.bitmap_has(*t);
+            }
+        }
+        Answer::BlockRuns => {
+            let mut cur: Option<(u32, &[u16])> = None;
+            for (t, o) in tids.iter().zip(out.iter_mut()) {
+                let offs = match cur {
+                    Some((b, offs)) if b == t.block.0 => offs,
+                    _ => {
+                        let offs = dead.pages.get(&t.block.0).map_or(&[][..], Vec::as_slice);
+                        cur = Some((t.block.0, offs));
+                        offs
+                    }
+                };
+                *o = offs.contains(&t.offset.0);
             }
         }
     }
