@@ -417,12 +417,19 @@ impl BtreeIndex {
     }
 
     /// A page for a split: a recycled deleted page if one is safe, else a new block.
+    ///
+    /// A block on the free list may have been reused since it was put there (VACUUM adds the
+    /// reusable pages its scan met when the scan ends, and a split may have taken one of them
+    /// meanwhile), so it may be a live page another writer holds, perhaps waiting for a page
+    /// this split holds: its lock is only tried, as PostgreSQL's `_bt_allocbuf` does, and a
+    /// block that is locked or no longer reusable is dropped from the list.
     pub(crate) fn alloc_page<'a>(&self, env: &HeapEnv<'a>) -> Result<WPage<'a>> {
         loop {
             let Some(b) = self.free_pages.lock().pop() else { break };
-            let w = self.write_page(env, b)?;
-            if vacuum::is_recyclable(&w.g.0, env.xact.oldest_xmin_full()) {
-                return Ok(w);
+            let buf = env.pool.read_validated(self.tag(b), None, bp::validate)?;
+            let Some(g) = buf.try_write() else { continue };
+            if vacuum::is_recyclable(&g.0, env.xact.oldest_xmin_full()) {
+                return Ok(WPage { g, buf });
             }
         }
         let buf = env.pool.extend(self.relfilenode, Fork::Main, None)?;

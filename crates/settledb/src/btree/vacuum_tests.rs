@@ -255,6 +255,32 @@ fn a_second_bulk_delete_of_the_same_index_is_refused_while_one_runs() {
     ix.bulk_delete(&env, &mut |_, _| {}, &mut stats).unwrap();
 }
 
+/// Regression (found by review of the physical-order scan): the pages a bulk delete finds
+/// reusable go on the free list when it ends, and a split may have taken one of them meanwhile.
+/// A split popping such a stale entry must neither reuse the live page nor wait for its lock,
+/// which the page's holder may keep while it waits for the split's own pages.
+#[test]
+fn a_split_skips_a_free_list_entry_that_is_live_or_locked() {
+    let db = open_db();
+    let env = db.inner().env();
+    let ix = new_index(&db, 91040, vec![Type::Int4], false);
+    let first: Vec<Entry> = (0..3000).map(|k| (k, Tid::new(k as u32, 1))).collect();
+    insert_all(&db, &ix, &first);
+    let leftmost = super::insert::leftmost_at_level(&ix, &env, 0).unwrap();
+    let second =
+        super::insert::leftmost_at_level(&ix, &env, 0).and_then(|b| Ok(bp::next(&ix.read_page(&env, b)?.g.0))).unwrap();
+    // Both are live leaves; the second one stays share-locked by this thread throughout.
+    let held = ix.read_page(&env, second).unwrap();
+    ix.add_free_pages(vec![leftmost, second]);
+    // Ascending inserts split the rightmost leaf, far from both.
+    let more: Vec<Entry> = (3000..6000).map(|k| (k, Tid::new(k as u32, 1))).collect();
+    insert_all(&db, &ix, &more);
+    assert_eq!(ix.free_list_len(), 0, "both stale entries were dropped");
+    drop(held);
+    let want: BTreeSet<Entry> = first.iter().chain(&more).copied().collect();
+    assert_entries(&db, &ix, &want, "no live page was taken for a split");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Crash
 
