@@ -127,9 +127,10 @@
 //!   (only of the heap TID), no free space map (the free list is in memory and rebuilt by
 //!   VACUUM's scans), no parallel build. Blocks extended but never written (a crash before the
 //!   split's record) are skipped by VACUUM, not recycled: the free list cannot tell them from a
-//!   block another split has just extended and not yet locked. Simple deletion removes only entries already marked LP_DEAD (no
-//!   bottom-up deletion, no heap visit to find more), unique checks do not set LP_DEAD, and a
-//!   split does not carry LP_DEAD marks (it runs only after simple deletion removed them).
+//!   block another split has just extended and not yet locked. Simple deletion removes only
+//!   entries already marked LP_DEAD (no bottom-up deletion, no heap visit to find more),
+//!   unique checks do not set LP_DEAD, and a split does not carry LP_DEAD marks (it runs only
+//!   after simple deletion removed them).
 //! * Recycling is protected by the XID horizon, so scans must run under a registered
 //!   snapshot or inside a transaction, as in PostgreSQL.
 //! * `check` expects a quiescent index.
