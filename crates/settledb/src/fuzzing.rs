@@ -588,6 +588,13 @@ pub fn btree_page(data: &[u8]) {
         let _ = btree::vacuum::safe_xid(p);
         return;
     }
+    let _ = (bp::cycle_id(p), flags & bp::BTP_SPLIT_END);
+    if bp::is_leaf(p) {
+        let (mut tids, mut lp_dead) = (Vec::new(), Vec::new());
+        bp::leaf_tids(p, &mut tids, &mut lp_dead);
+        assert_eq!(tids.len(), usize::from((bp::max_offset(p) + 1).saturating_sub(bp::first_data_offset(p).0)));
+        assert_eq!(lp_dead, bp::dead_offsets(p));
+    }
     let types = key_types(ctl);
     let n = bp::max_offset(p);
     for off in (1..=n).map(OffsetNumber) {
@@ -619,10 +626,23 @@ fn rewrite_btree_page(p: &[u8], block: BlockNumber) {
         assert_eq!(bp::items(&q), items, "rebuild kept the items");
         bp::validate(&q, REL, block).expect("rebuild left an invalid page");
     }
+    // VACUUM's one-pass removal leaves exactly what rebuilding from the kept items would.
     let dead = bp::dead_offsets(p);
     let mut q = p.to_vec();
-    if btree::wal::apply_vacuum(&mut q, &dead) {
-        assert_eq!(bp::max_offset(&q) as usize, items.len() - dead.len(), "vacuum removed the dead items");
+    if btree::wal::apply_vacuum(&mut q, btree::wal::XLOG_BTREE_VACUUM, &dead) {
+        let kept: Vec<Vec<u8>> = items
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !dead.contains(&(*i as u16 + 1)))
+            .map(|(_, t)| t.clone())
+            .collect();
+        assert_eq!(bp::items(&q), kept, "vacuum removed exactly the dead items");
+        assert_eq!(bp::cycle_id(&q), 0, "vacuum clears the cycle ID");
+        let mut r = p.to_vec();
+        if bp::rebuild(&mut r, &kept) {
+            bp::set_cycle_id(&mut r, 0);
+            assert!(q == r, "one-pass removal and rebuild lay the page out alike");
+        }
     }
     let mut q = p.to_vec();
     let t = bp::make_leaf_tuple(&[0, 0x80, 0, 0, 1], Tid { block: BlockNumber(1), offset: OffsetNumber(1) }, false);

@@ -77,11 +77,29 @@ pub struct BulkDeleteStats {
     pub pages_free: u32,
 }
 
+/// One bulk delete of one index that several threads of a VACUUM may work on at once
+/// (from [`IndexAm::begin_bulk_delete`]).
+pub trait IndexBulkDelete: Sync {
+    /// Takes parts of the index and removes the entries whose heap TIDs `is_dead` reports,
+    /// until no part is left. Call it from as many threads as wanted, each with its own
+    /// callback (which may keep its own buffers and cost accounting).
+    fn work(&self, env: &HeapEnv<'_>, is_dead: &mut dyn FnMut(&[Tid], &mut [bool])) -> Result<()>;
+
+    /// Ends the bulk delete after every [`IndexBulkDelete::work`] call has returned, and
+    /// updates `stats` as [`IndexAm::bulk_delete`] does. If a `work` call failed, drop the bulk
+    /// delete instead.
+    fn finish(self: Box<Self>, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats) -> Result<()>;
+}
+
 /// What VACUUM calls on every index of a table.
 pub trait IndexAm: Send + Sync {
     /// Removes every entry whose heap TID `is_dead` reports dead. The callback gets a batch of
     /// TIDs (typically one leaf page's worth) and fills `dead[i]` for `tids[i]`, so that the
     /// dead-TID store can overlap its memory accesses. Deletes pages that became empty.
+    ///
+    /// `stats`: the figures about the whole index (pages, entries left, deleted and reusable
+    /// pages) are replaced by this pass's, `tuples_removed` and `pages_newly_deleted` are added
+    /// to, so one `stats` serves every index pass of a VACUUM and then [`IndexAm::cleanup`].
     fn bulk_delete(
         &self,
         env: &HeapEnv<'_>,
@@ -89,9 +107,13 @@ pub trait IndexAm: Send + Sync {
         stats: &mut BulkDeleteStats,
     ) -> Result<()>;
 
+    /// [`IndexAm::bulk_delete`] split into parts that several threads can work on at once.
+    fn begin_bulk_delete<'a>(&'a self, env: &HeapEnv<'_>) -> Result<Box<dyn IndexBulkDelete + 'a>>;
+
     /// Post-VACUUM cleanup: counts pages and entries, finds deleted pages that can be
     /// recycled, and fills `stats`. `bulk_deleted` says whether this VACUUM ran
-    /// [`IndexAm::bulk_delete`] on the index. Returns whether it filled `stats`: like
+    /// [`IndexAm::bulk_delete`] on the index, in which case `stats` holds what the bulk delete
+    /// left there, which an index may return as it is. Returns whether `stats` holds figures: like
     /// PostgreSQL's `amvacuumcleanup` returning NULL, an index may skip the work when nothing
     /// was deleted and it has nothing to recycle, and VACUUM VERBOSE then prints no line for it.
     fn cleanup(&self, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats, bulk_deleted: bool) -> Result<bool>;

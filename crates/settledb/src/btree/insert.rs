@@ -2,11 +2,13 @@
 //! split pages bottom-up when they are full. See the module doc of [`super`] for the locking
 //! and WAL rules; the invariants here are that every page changed by one insert stays
 //! exclusively locked until the one WAL record describing them is inserted, and that locks
-//! are taken bottom-up and left to right.
+//! are taken bottom-up and left to right. A split stamps both halves with the cycle ID of the
+//! bulk delete running on the index, if any, and marks the right half SPLIT_END when the old
+//! right sibling carries another ID ([`super::cycle`]).
 
 use std::cmp::Ordering;
 
-use super::page::{self as bp, BTP_LEAF, BTP_ROOT, MAX_ITEM_SIZE, P_HIKEY, P_NONE, USABLE};
+use super::page::{self as bp, BTP_LEAF, BTP_ROOT, BTP_SPLIT_END, MAX_ITEM_SIZE, P_HIKEY, P_NONE, USABLE};
 use super::search::{cmp_item, cmp_off, leaf_lower_bound, Target, TidPos};
 use super::wal::{XLOG_BTREE_INSERT_LEAF, XLOG_BTREE_NEWROOT, XLOG_BTREE_SPLIT};
 use super::{keys, BtreeIndex, Meta, WPage, LEAF_FILLFACTOR};
@@ -287,30 +289,41 @@ fn split_and_insert(
         let right_block = right.buf.block().0;
         let old_next = bp::next(&cur.g.0);
         let flags = bp::flags(&cur.g.0);
+        // Both halves locked: now the running bulk delete's cycle ID, if any, can be read.
+        let cycle_id = super::cycle::current(ix);
         bp::init(&mut right.g.0, level, flags & BTP_LEAF);
         bp::set_prev(&mut right.g.0, block);
         bp::set_next(&mut right.g.0, old_next);
+        bp::set_cycle_id(&mut right.g.0, cycle_id);
         if !bp::rebuild(&mut right.g.0, &plan.right) {
             return Err(ix.corrupt(block, "split right half does not fit"));
         }
         bp::set_next(&mut cur.g.0, right_block);
+        bp::set_flags(&mut cur.g.0, flags & !(BTP_ROOT | BTP_SPLIT_END));
+        bp::set_cycle_id(&mut cur.g.0, cycle_id);
         if !bp::rebuild(&mut cur.g.0, &plan.left) {
             return Err(ix.corrupt(block, "split left half does not fit"));
         }
         let mut sep = plan.sep;
         bp::set_child(&mut sep, right_block);
         let is_root = flags & BTP_ROOT != 0;
-        if is_root {
-            bp::set_flags(&mut cur.g.0, flags & !BTP_ROOT);
-            bp::set_flags(&mut right.g.0, flags & BTP_LEAF);
-        }
-        held.push(cur);
-        held.push(right);
-        if old_next != P_NONE {
+        let old_right = if old_next != P_NONE {
             let mut s = ix.write_page(env, old_next)?;
             bp::set_prev(&mut s.g.0, right_block);
-            held.push(s);
-        }
+            // The old right sibling holds nothing from the split page's range as of the bulk
+            // delete's start unless it was split off it during that bulk delete (same ID): the
+            // chain of such pages ends at the new right half.
+            if bp::cycle_id(&s.g.0) != cycle_id {
+                let f = bp::flags(&right.g.0);
+                bp::set_flags(&mut right.g.0, f | BTP_SPLIT_END);
+            }
+            Some(s)
+        } else {
+            None
+        };
+        held.push(cur);
+        held.push(right);
+        held.extend(old_right);
         if is_root {
             new_root(ix, env, &mut held, block, level, sep)?;
             info = XLOG_BTREE_NEWROOT;

@@ -91,6 +91,7 @@ pub(crate) fn delete_dead_items(ix: &BtreeIndex, env: &HeapEnv<'_>, w: &mut WPag
     if offsets.is_empty() {
         return Ok(false);
     }
-    super::vacuum::remove_items(ix, env, w, XLOG_BTREE_DELETE, &offsets, "could not remove LP_DEAD index entries")?;
+    let what = "could not remove LP_DEAD index entries";
+    super::vacuum::remove_items(ix, env, w, XLOG_BTREE_DELETE, &offsets, &mut Vec::new(), what)?;
     Ok(true)
 }

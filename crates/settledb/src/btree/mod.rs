@@ -95,41 +95,56 @@
 //!
 //! # Deletion (VACUUM)
 //!
-//! [`IndexAm::bulk_delete`] walks the leaves left to right through the `next` links, each under
-//! its exclusive lock, asks the callback about all of a page's TIDs at once, and removes the
-//! dead entries. A leaf left empty that is neither the root nor the rightmost child of its
-//! parent is deleted: its left sibling, itself, its right sibling and its parent are locked in
-//! that order (left-to-right, then up) and changed in one record — the parent's downlink to
-//! the page is redirected to the right sibling, whose own downlink is removed (the right
-//! sibling takes over the key range), the siblings are linked to each other, and the page is
-//! marked DELETED with the next full XID as its *safe XID*. It keeps its `next` link, so a
-//! searcher that was on its way moves right. Once the safe XID precedes
-//! `oldest_xmin_full()` no scan can still hold its block number, and [`IndexAm::cleanup`] puts
-//! it on the in-memory free list that splits take pages from. As in PostgreSQL, a VACUUM that
-//! deleted nothing from the index skips that cleanup scan unless the last one left more than
-//! 5% of the index deleted but not yet reusable (the count is kept in memory, not in the
-//! metapage, so the first VACUUM after opening the database scans).
+//! [`IndexAm::bulk_delete`] reads every block of the index once, in physical order
+//! ([`vacuum`], PostgreSQL's `btvacuumscan`), each leaf under its exclusive lock: it asks the
+//! callback about all of a leaf's TIDs at once and removes the dead entries by one compaction
+//! of the page. A split during the scan may move entries to a block already passed; the scan's
+//! *vacuum cycle ID*, stamped by such splits, tells it to follow those right links
+//! ([`cycle`]). Several threads can share one bulk delete, each taking chunks of blocks
+//! ([`BtreeIndex::begin_bulk_delete`], [`BtreeIndex::bulk_delete_parallel`]).
+//!
+//! A leaf left empty that is neither the root nor the rightmost child of its parent is deleted
+//! ([`pagedel`]): its left sibling, itself, its right sibling and its parent are locked in that
+//! order (left-to-right, then up) and changed in one record — the parent's downlink to the page
+//! is redirected to the right sibling, whose own downlink is removed (the right sibling takes
+//! over the key range), the siblings are linked to each other, and the page is marked DELETED
+//! with the next full XID as its *safe XID*. It keeps its `next` link, so a searcher that was
+//! on its way moves right. Once the safe XID precedes `oldest_xmin_full()` no scan can still
+//! hold its block number, and the next scan that meets it (or the bulk delete that deleted it,
+//! at its end) puts it on the in-memory free list that splits take pages from.
+//!
+//! The same scan counts pages, entries, deleted and reusable pages, so [`IndexAm::cleanup`]
+//! after a bulk delete reads nothing. As in PostgreSQL, a VACUUM that deleted nothing from the
+//! index skips the cleanup scan too, unless the last one left more than 5% of the index deleted
+//! but not yet reusable (the count is kept in memory, not in the metapage, so the first VACUUM
+//! after opening the database scans).
 //!
 //! # Not implemented (simplified versus PostgreSQL)
 //!
 //! * Internal pages are never deleted (multi-level deletion), and HALF_DEAD never persists:
 //!   the two stages of PostgreSQL's page deletion happen in one record.
 //! * No fast root, no deduplication (posting lists), no suffix truncation of key columns
-//!   (only of the heap TID), no cycle IDs (the bulk-delete walk is in key order instead of
-//!   physical order), no free space map (the free list is in memory and rebuilt by `cleanup`),
-//!   no parallel build. Simple deletion removes only entries already marked LP_DEAD (no
-//!   bottom-up deletion, no heap visit to find more), unique checks do not set LP_DEAD, and a
-//!   split does not carry LP_DEAD marks (it runs only after simple deletion removed them).
+//!   (only of the heap TID), no free space map (the free list is in memory and rebuilt by
+//!   VACUUM's scans), no parallel build. Blocks extended but never written (a crash before the
+//!   split's record) are skipped by VACUUM, not recycled: the free list cannot tell them from a
+//!   block another split has just extended and not yet locked. Simple deletion removes only
+//!   entries already marked LP_DEAD (no bottom-up deletion, no heap visit to find more),
+//!   unique checks do not set LP_DEAD, and a split does not carry LP_DEAD marks (it runs only
+//!   after simple deletion removed them).
 //! * Recycling is protected by the XID horizon, so scans must run under a registered
 //!   snapshot or inside a transaction, as in PostgreSQL.
 //! * `check` expects a quiescent index.
 
+#[doc(hidden)]
+pub mod bench;
 pub mod build;
 pub mod check;
+pub mod cycle;
 pub mod insert;
 pub mod keys;
 pub mod kill;
 pub mod page;
+pub mod pagedel;
 pub mod scan;
 pub(crate) mod search;
 pub mod vacuum;
@@ -137,9 +152,11 @@ pub mod wal;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod vacuum_tests;
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -149,7 +166,7 @@ use crate::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::heap::tuple::{Type, Value};
 use crate::heap::HeapEnv;
-use crate::index::{BulkDeleteStats, IndexAm, IndexEntry, KeyBound, ScanDirection, UniqueCheck};
+use crate::index::{BulkDeleteStats, IndexAm, IndexBulkDelete, IndexEntry, KeyBound, ScanDirection, UniqueCheck};
 use crate::page::{self as pg, PageBuf};
 use crate::types::{BlockNumber, BufferTag, Fork, OffsetNumber, Oid, Tid, Xid};
 use crate::wal::{BlockRef, RecordBuilder, Rmgr};
@@ -198,6 +215,8 @@ pub struct BtreeIndex {
     /// when no cleanup scan has run since the index was opened (PostgreSQL keeps this count,
     /// `btm_last_cleanup_num_delpages`, in the metapage; see [`vacuum::cleanup`]).
     deleted_at_cleanup: AtomicU32,
+    /// The vacuum cycle ID of the bulk delete running on the index, 0 when none (see [`cycle`]).
+    vacuum_cycle: AtomicU16,
     /// Bumped whenever the metapage is locked for writing (see [`BtreeIndex::meta`]).
     meta_version: AtomicU64,
     /// The metapage as last read: `(version & 0xFF_FFFF) << 40 | level << 32 | root`, or
@@ -217,6 +236,7 @@ impl BtreeIndex {
             column_names,
             free_pages: Mutex::new(Vec::new()),
             deleted_at_cleanup: AtomicU32::new(u32::MAX),
+            vacuum_cycle: AtomicU16::new(0),
             meta_version: AtomicU64::new(0),
             meta_cache: AtomicU64::new(u64::MAX),
         }
@@ -398,12 +418,19 @@ impl BtreeIndex {
     }
 
     /// A page for a split: a recycled deleted page if one is safe, else a new block.
+    ///
+    /// A block on the free list may have been reused since it was put there (VACUUM adds the
+    /// reusable pages its scan met when the scan ends, and a split may have taken one of them
+    /// meanwhile), so it may be a live page another writer holds, perhaps waiting for a page
+    /// this split holds: its lock is only tried, as PostgreSQL's `_bt_allocbuf` does, and a
+    /// block that is locked or no longer reusable is dropped from the list.
     pub(crate) fn alloc_page<'a>(&self, env: &HeapEnv<'a>) -> Result<WPage<'a>> {
         loop {
             let Some(b) = self.free_pages.lock().pop() else { break };
-            let w = self.write_page(env, b)?;
-            if vacuum::is_recyclable(&w.g.0, env.xact.oldest_xmin_full()) {
-                return Ok(w);
+            let buf = env.pool.read_validated(self.tag(b), None, bp::validate)?;
+            let Some(g) = buf.try_write() else { continue };
+            if vacuum::is_recyclable(&g.0, env.xact.oldest_xmin_full()) {
+                return Ok(WPage { g, buf });
             }
         }
         let buf = env.pool.extend(self.relfilenode, Fork::Main, None)?;
@@ -414,6 +441,35 @@ impl BtreeIndex {
     /// How many recycled pages are waiting on the free list (tests, stats).
     pub fn free_list_len(&self) -> usize {
         self.free_pages.lock().len()
+    }
+
+    /// Adds reusable deleted pages to the free list, once each; splits take the lowest first.
+    pub(crate) fn add_free_pages(&self, pages: Vec<u32>) {
+        if pages.is_empty() {
+            return;
+        }
+        let mut list = self.free_pages.lock();
+        list.extend(pages);
+        list.sort_unstable_by(|a, b| b.cmp(a));
+        list.dedup();
+    }
+
+    /// Starts a bulk delete that one or several threads work on ([`vacuum::BulkDelete`]):
+    /// `work` from each, then `finish`. Takes the index's vacuum cycle ID until it is dropped.
+    pub fn begin_bulk_delete(&self, env: &HeapEnv<'_>) -> Result<vacuum::BulkDelete<'_>> {
+        vacuum::BulkDelete::begin(self, env)
+    }
+
+    /// [`IndexAm::bulk_delete`] by `workers` threads (this one and `workers - 1` spawned ones)
+    /// sharing one scan of the index, each calling `is_dead`.
+    pub fn bulk_delete_parallel(
+        &self,
+        env: &HeapEnv<'_>,
+        is_dead: &(dyn Fn(&[Tid], &mut [bool]) + Sync),
+        workers: usize,
+        stats: &mut BulkDeleteStats,
+    ) -> Result<()> {
+        vacuum::bulk_delete_parallel(self, env, is_dead, workers, stats)
     }
 
     /// Renders a key of this index as PostgreSQL's unique-violation detail does: `aid)=(5`.
@@ -459,6 +515,10 @@ impl IndexAm for BtreeIndex {
         vacuum::bulk_delete(self, env, is_dead, stats)
     }
 
+    fn begin_bulk_delete<'a>(&'a self, env: &HeapEnv<'_>) -> Result<Box<dyn IndexBulkDelete + 'a>> {
+        Ok(Box::new(vacuum::BulkDelete::begin(self, env)?))
+    }
+
     fn cleanup(&self, env: &HeapEnv<'_>, stats: &mut BulkDeleteStats, bulk_deleted: bool) -> Result<bool> {
         vacuum::cleanup(self, env, stats, bulk_deleted)
     }
@@ -472,6 +532,7 @@ fn flag_names(f: u16) -> String {
         (bp::BTP_DELETED, "DELETED"),
         (bp::BTP_META, "META"),
         (bp::BTP_HALF_DEAD, "HALF_DEAD"),
+        (bp::BTP_SPLIT_END, "SPLIT_END"),
         (bp::BTP_INCOMPLETE_SPLIT, "INCOMPLETE_SPLIT"),
     ];
     names.iter().filter(|(b, _)| f & b != 0).map(|(_, n)| *n).collect::<Vec<_>>().join("|")
@@ -490,11 +551,12 @@ pub fn describe_page(page: &[u8]) -> String {
     let f = bp::flags(page);
     let _ = writeln!(
         s,
-        "btpo_prev: {}  btpo_next: {}  btpo_level: {}  btpo_flags: {f:#06x} ({})",
+        "btpo_prev: {}  btpo_next: {}  btpo_level: {}  btpo_flags: {f:#06x} ({})  btpo_cycleid: {}",
         bp::prev(page),
         bp::next(page),
         bp::level(page),
-        flag_names(f)
+        flag_names(f),
+        bp::cycle_id(page)
     );
     if f & BTP_META != 0 {
         match decode_meta(page) {

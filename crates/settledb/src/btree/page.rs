@@ -3,8 +3,10 @@
 //!
 //! ```text
 //!  special area (16 bytes, the last bytes of the page)
-//!   0 prev u32 | 4 next u32 | 8 level u32 | 12 flags u16 | 14 unused u16
+//!   0 prev u32 | 4 next u32 | 8 level u32 | 12 flags u16 | 14 cycle_id u16
 //!  prev/next = 0 means "none" (block 0 is the metapage and is nobody's sibling)
+//!  cycle_id: the vacuum cycle ID of the bulk delete that was running when the page was last
+//!  split (0: none); see [`super::cycle`]
 //!
 //!  index tuple (MAXALIGNed on the page)
 //!   0 block u32 | 4 offset u16 | 6 info u16 | 8 key bytes ... [heap TID 6 bytes]
@@ -42,8 +44,13 @@ pub const BTP_ROOT: u16 = 0x0002;
 pub const BTP_DELETED: u16 = 0x0004;
 pub const BTP_META: u16 = 0x0008;
 pub const BTP_HALF_DEAD: u16 = 0x0010;
+/// The page is the right half of a split whose old right sibling carried another vacuum cycle
+/// ID (PostgreSQL's `BTP_SPLIT_END`): the last of the pages split off one page during a bulk
+/// delete, where that bulk delete's backtracking stops ([`super::cycle`]).
+pub const BTP_SPLIT_END: u16 = 0x0020;
 pub const BTP_INCOMPLETE_SPLIT: u16 = 0x0080;
-const BTP_KNOWN: u16 = BTP_LEAF | BTP_ROOT | BTP_DELETED | BTP_META | BTP_HALF_DEAD | BTP_INCOMPLETE_SPLIT;
+const BTP_KNOWN: u16 =
+    BTP_LEAF | BTP_ROOT | BTP_DELETED | BTP_META | BTP_HALF_DEAD | BTP_SPLIT_END | BTP_INCOMPLETE_SPLIT;
 
 pub const INFO_SIZE_MASK: u16 = 0x1FFF;
 pub const INFO_PIVOT_HAS_TID: u16 = 0x2000;
@@ -82,6 +89,10 @@ pub fn level(p: &[u8]) -> u32 {
 pub fn flags(p: &[u8]) -> u16 {
     rd16(p, SPECIAL_OFF + 12)
 }
+/// The vacuum cycle ID stamped by the page's last split (`btpo_cycleid`), 0 for none.
+pub fn cycle_id(p: &[u8]) -> u16 {
+    rd16(p, SPECIAL_OFF + 14)
+}
 pub fn set_prev(p: &mut [u8], v: u32) {
     wr32(p, SPECIAL_OFF, v)
 }
@@ -93,6 +104,9 @@ pub fn set_level(p: &mut [u8], v: u32) {
 }
 pub fn set_flags(p: &mut [u8], v: u16) {
     wr16(p, SPECIAL_OFF + 12, v)
+}
+pub fn set_cycle_id(p: &mut [u8], v: u16) {
+    wr16(p, SPECIAL_OFF + 14, v)
 }
 pub fn is_leaf(p: &[u8]) -> bool {
     flags(p) & BTP_LEAF != 0
@@ -186,6 +200,32 @@ pub fn leaf_key(t: &[u8]) -> (&[u8], Tid) {
     (&t[TUPLE_HEADER_SIZE..], header_tid(t))
 }
 
+/// Appends the heap TIDs of a leaf's data items, in offset order, to `tids`, and the offsets of
+/// those marked LP_DEAD to `lp_dead`, in one pass over the line pointers. The page was
+/// validated. Hot path (VACUUM reads every TID of every leaf): the line pointers are read as
+/// words, without the per-item range checks of [`page::item_id`].
+pub fn leaf_tids(p: &[u8], tids: &mut Vec<Tid>, lp_dead: &mut Vec<u16>) {
+    let (first, n) = (first_data_offset(p).0, max_offset(p));
+    if first > n {
+        return;
+    }
+    let lps = &p[lp_pos(first)..lp_pos(n) + ITEM_ID_SIZE];
+    tids.reserve(lps.len() / ITEM_ID_SIZE);
+    for (o, lp) in (first..).zip(lps.chunks_exact(ITEM_ID_SIZE)) {
+        let id = page::ItemId::from_u32(u32::from_le_bytes([lp[0], lp[1], lp[2], lp[3]]));
+        if id.flags == page::LpFlags::Dead {
+            lp_dead.push(o);
+        }
+        let h = &p[id.off as usize..id.off as usize + TID_SIZE];
+        tids.push(Tid::from_bytes([h[0], h[1], h[2], h[3], h[4], h[5]]));
+    }
+}
+
+/// Where line pointer `off` (1-based) sits.
+fn lp_pos(off: u16) -> usize {
+    PAGE_HEADER_SIZE + (usize::from(off) - 1) * ITEM_ID_SIZE
+}
+
 /// The key bytes and (optional) heap TID of a pivot tuple.
 pub fn pivot_key(t: &[u8]) -> (&[u8], Option<Tid>) {
     if rd16(t, 6) & INFO_PIVOT_HAS_TID != 0 {
@@ -268,32 +308,69 @@ pub fn rebuild(p: &mut [u8], items: &[Vec<u8>]) -> bool {
     true
 }
 
-/// Rebuilds the page without the items at `remove` (ascending offsets), copying the others
-/// straight from the old page: VACUUM's one-pass removal (`PageIndexMultiDelete`).
-pub fn rebuild_without(p: &mut [u8], remove: &[u16]) -> bool {
-    let mut fresh = PageBuf::zeroed();
-    page::init(&mut fresh.0, SPECIAL_SIZE);
-    fresh.0[SPECIAL_OFF..].copy_from_slice(&p[SPECIAL_OFF..]);
-    page::set_lsn(&mut fresh.0, page::lsn(p));
-    let mut next = 1u16;
-    let mut r = remove.iter().peekable();
-    for o in 1..=max_offset(p) {
-        if r.peek() == Some(&&o) {
-            r.next();
+/// Removes the items at `remove` (ascending offsets, each in range) in one pass, as
+/// PostgreSQL's `PageIndexMultiDelete`: the page comes out exactly as [`rebuild`] would lay out
+/// the remaining items (header reset but for the LSN, line pointers NORMAL and in offset order,
+/// tuples packed down from the special area in that order, zeros elsewhere), without building
+/// them as vectors. Returns false, leaving the page unchanged, when the kept items would not fit
+/// (only possible when line pointers overlap, which [`validate`] does not rule out). VACUUM's
+/// per-leaf step and its redo: no allocation. Hot path.
+pub fn delete_items(p: &mut [u8], remove: &[u16]) -> bool {
+    debug_assert!(remove.windows(2).all(|w| w[0] < w[1]));
+    let Ok(old) = <&[u8; BLCKSZ]>::try_from(&*p) else { return false };
+    let old = PageBuf(*old);
+    let n = max_offset(&old.0);
+    let lp = |o: u16| {
+        let at = lp_pos(o);
+        page::ItemId::from_u32(u32::from_le_bytes([old.0[at], old.0[at + 1], old.0[at + 2], old.0[at + 3]]))
+    };
+    // Check the fit first so that a failure leaves the page as it was.
+    let (mut need, mut r) = (0usize, 0usize);
+    for o in 1..=n {
+        if remove.get(r) == Some(&o) {
+            r += 1;
+        } else {
+            need += item_space(lp(o).len as usize);
+        }
+    }
+    if need > USABLE {
+        return false;
+    }
+    page::init(p, SPECIAL_SIZE);
+    p[SPECIAL_OFF..].copy_from_slice(&old.0[SPECIAL_OFF..]);
+    page::set_lsn(p, page::lsn(&old.0));
+    let (mut lower, mut upper, mut r) = (PAGE_HEADER_SIZE, SPECIAL_OFF, 0usize);
+    for o in 1..=n {
+        if remove.get(r) == Some(&o) {
+            r += 1;
             continue;
         }
-        if !insert_item(&mut fresh.0, OffsetNumber(next), item(p, OffsetNumber(o))) {
-            return false;
-        }
-        next += 1;
+        let id = lp(o);
+        let (off, len) = (id.off as usize, id.len as usize);
+        upper -= maxalign(len);
+        p[upper..upper + len].copy_from_slice(&old.0[off..off + len]);
+        let new = page::ItemId::normal(upper as u16, len as u16).to_u32();
+        p[lower..lower + ITEM_ID_SIZE].copy_from_slice(&new.to_le_bytes());
+        lower += ITEM_ID_SIZE;
     }
-    p.copy_from_slice(&fresh.0);
+    page::set_lower(p, lower as u16);
+    page::set_upper(p, upper as u16);
     true
 }
 
 /// Copies of every item on the page.
 pub fn items(p: &[u8]) -> Vec<Vec<u8>> {
     (1..=max_offset(p)).map(|o| item(p, OffsetNumber(o)).to_vec()).collect()
+}
+
+/// [`validate`], except that a new (all-zero) page passes: the check for reads that visit every
+/// block, such as VACUUM's scan, which meets blocks extended but never written (a crash between
+/// the extension and the split's WAL record, or a split still holding the page).
+pub fn validate_or_new(p: &[u8], rel: Oid, block: BlockNumber) -> Result<()> {
+    if page::is_new(p) {
+        return Ok(()); // page::verify, run before us, accepts pd_upper 0 only on an all-zero page
+    }
+    validate(p, rel, block)
 }
 
 /// Checks a B-tree page so the accessors above cannot panic on it: the special area, the flags,

@@ -11,9 +11,16 @@
 //! | 0x60 | DELETE      | the leaf (full-page image when needed)   | count u16, offsets u16 × count    |
 //!
 //! DELETE is simple deletion (PostgreSQL's `XLOG_BTREE_DELETE`): an insert that found its leaf
-//! full removed the leaf's LP_DEAD entries before trying again. Its redo is VACUUM's. The
-//! LP_DEAD hints themselves are never logged; redo removes the logged offsets whether or not
-//! the page it starts from carries the hints.
+//! full removed the leaf's LP_DEAD entries before trying again. Its redo is VACUUM's, except
+//! that VACUUM also clears the page's vacuum cycle ID (the bulk delete has now processed the
+//! page; see [`super::cycle`]) and simple deletion leaves it. The LP_DEAD hints themselves are
+//! never logged; redo removes the logged offsets whether or not the page it starts from carries
+//! the hints.
+//!
+//! The cycle ID and the SPLIT_END flag a split sets travel in the SPLIT and NEWROOT page images,
+//! so redo restores them as they were (PostgreSQL's split record does not carry the cycle ID and
+//! its redo zeroes it, since no VACUUM survives a crash; restoring it is harmless for the same
+//! reason, and keeps redo byte-exact).
 //!
 //! A page image in block data is `pd_lower u16, hole length u16`, then the page without the
 //! hole between `pd_lower` and `pd_upper`. The deltas are applied by the same functions that
@@ -63,26 +70,30 @@ fn restore_image(rec: &DecodedRecord, data: &[u8], page: &mut [u8]) -> Result<()
 }
 
 /// Removes the items at `offsets` (ascending) from a leaf, compacting the rest in order (VACUUM
-/// and simple deletion, and their redo).
-pub fn apply_vacuum(page: &mut [u8], offsets: &[u16]) -> bool {
+/// and simple deletion, and their redo); `info` VACUUM also clears the page's vacuum cycle ID.
+/// False, with the page unchanged, when the offsets do not apply.
+pub fn apply_vacuum(page: &mut [u8], info: u8, offsets: &[u16]) -> bool {
     let n = bp::max_offset(page);
-    if offsets.iter().any(|&o| o == 0 || o > n) {
+    if offsets.iter().any(|&o| o == 0 || o > n) || offsets.windows(2).any(|w| w[0] >= w[1]) {
         return false;
     }
-    if offsets.windows(2).any(|w| w[0] >= w[1]) {
+    if !bp::delete_items(page, offsets) {
         return false;
     }
-    bp::rebuild_without(page, offsets)
+    if info == XLOG_BTREE_VACUUM {
+        bp::set_cycle_id(page, 0);
+    }
+    true
 }
 
-/// The block data of a VACUUM record.
-pub fn vacuum_data(offsets: &[u16]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(2 + 2 * offsets.len());
+/// The block data of a VACUUM or DELETE record, written into `v` (cleared first).
+pub fn vacuum_data(offsets: &[u16], v: &mut Vec<u8>) {
+    v.clear();
+    v.reserve(2 + 2 * offsets.len());
     v.extend_from_slice(&(offsets.len() as u16).to_le_bytes());
     for o in offsets {
         v.extend_from_slice(&o.to_le_bytes());
     }
-    v
 }
 
 /// Applies one block of a B-tree record to `page` (the generic redo driver has already
@@ -111,7 +122,7 @@ pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, data: &
             let mut c = Cursor::new(data, rec.lsn);
             let n = c.u16()?;
             let offsets = (0..n).map(|_| c.u16()).collect::<Result<Vec<u16>>>()?;
-            if !offsets.windows(2).all(|w| w[0] < w[1]) || !apply_vacuum(page, &offsets) {
+            if !apply_vacuum(page, rec.info, &offsets) {
                 return Err(Error::corrupt_wal(rec.lsn, format!("B-tree vacuum does not apply to block {block}")));
             }
             Ok(())
