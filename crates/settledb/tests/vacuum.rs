@@ -492,10 +492,11 @@ fn counts(r: &settledb::VacuumReport) -> [u64; 12] {
 }
 
 /// Block-level parallel VACUUM (seed 003): the leader and its workers split phases I and III
-/// by chunks of pages, and the result is the serial one. Two databases get the same table
-/// (~1,000 pages, 4 chunks; 5% of the rows updated non-HOT) and the same VACUUM, one serial
-/// and one with `PARALLEL 2`; the reports' counts, every heap page, the visibility map and the
-/// free space map must agree, and `check` must be clean. Then the same with a dead-item budget
+/// by chunks of pages and phase II by the index's pages, and the result is the serial one. Two
+/// databases get the same table (~1,000 pages, 4 chunks; 5% of the rows updated non-HOT; an
+/// index of ~170 pages, above `min_parallel_index_scan_size`) and the same VACUUM, one serial
+/// and one with `PARALLEL 2`; the reports' counts and index figures, every heap page, the
+/// visibility map and the free space map must agree, and `check` must be clean. Then the same with a dead-item budget
 /// so small that both take several rounds of phases II and III: the parallel leader stops its
 /// workers whenever the store fills.
 #[test]
@@ -520,11 +521,18 @@ fn parallel_vacuum_leaves_what_a_serial_one_leaves() {
             }
             check(&db);
             let state = table_state(&db, &t);
-            (counts(&r), state, sum_balances(&db, &t), dir)
+            let ix: Vec<_> = r
+                .indexes
+                .iter()
+                .map(|(n, s)| (n.clone(), s.num_pages, s.num_index_tuples, s.tuples_removed, s.pages_deleted))
+                .collect();
+            assert!(ix.iter().all(|i| i.1 >= 64), "{ix:?}: an index below min_parallel_index_scan_size");
+            (counts(&r), state, sum_balances(&db, &t), ix, dir)
         };
-        let (serial_counts, serial_state, serial_sums, _d1) = run(0);
-        let (parallel_counts, parallel_state, parallel_sums, _d2) = run(2);
+        let (serial_counts, serial_state, serial_sums, serial_ix, _d1) = run(0);
+        let (parallel_counts, parallel_state, parallel_sums, parallel_ix, _d2) = run(2);
         assert_eq!(serial_counts, parallel_counts, "budget {budget:?}: report counts");
+        assert_eq!(serial_ix, parallel_ix, "budget {budget:?}: index figures");
         assert_eq!(serial_sums, parallel_sums, "budget {budget:?}: rows");
         if budget.is_some() {
             assert!(serial_counts[10] > 1, "budget {budget:?}: several index scans expected");

@@ -397,8 +397,11 @@ struct LazyVacuum<'a> {
     /// Buffers, WAL and CPU used by parallel workers, and the time their cost delay slept.
     helpers: Usage,
     helpers_slept: Duration,
-    /// Worker threads beside the leader for phases I and III.
+    /// Worker threads beside the leader for phases I, II and III.
     nworkers: usize,
+    /// Phase II splits an index among the threads only from this many pages on
+    /// (`min_parallel_index_scan_size`).
+    min_parallel_index_pages: u32,
 }
 
 /// Vacuums one table.
@@ -500,6 +503,8 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
         helpers: Usage::default(),
         helpers_slept: Duration::ZERO,
         nworkers: 0,
+        min_parallel_index_pages: (config.min_parallel_index_scan_size_bytes / crate::page::BLCKSZ as u64)
+            .min(u64::from(u32::MAX)) as u32,
         progress,
         r: VacuumReport {
             table: rel.name.clone(),

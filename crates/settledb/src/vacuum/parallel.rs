@@ -1,6 +1,6 @@
 //! Block-level parallel VACUUM (seed 003, "Block level parallel vacuum"): the leader and its
-//! workers share phase I and phase III of one table, block by block; PostgreSQL 13+ shares
-//! only index vacuuming, one index per worker.
+//! workers share phase I and phase III of one table, block by block, and phase II page by page
+//! of each index; PostgreSQL 13+ shares only index vacuuming, one index per worker.
 //!
 //! # Phase I
 //!
@@ -25,6 +25,14 @@
 //! Skipping by the visibility map works within a chunk (a run of all-visible pages is cut at
 //! a chunk's end, so a skippable run straddling two chunks may be read); the page `rel_pages -
 //! 1` is always read, as in the serial scan.
+//!
+//! # Phase II
+//!
+//! An index of at least `min_parallel_index_scan_size` is bulk-deleted by all the threads at
+//! once: the B-tree hands out its pages in physical order (`btree::vacuum::BulkDelete`), and
+//! each thread asks the dead-item store about its leaves with its own scratch buffers and cost
+//! balance. Smaller indexes are done by the leader alone. (PostgreSQL gives each worker whole
+//! indexes instead, which does nothing for a table with one big index.)
 //!
 //! # Phase III
 //!
@@ -53,9 +61,11 @@ use parking_lot::Mutex;
 use tidstore::DeadTids;
 
 use crate::config::Config;
+use crate::btree::BtreeIndex;
 use crate::error::Result;
+use crate::types::Tid;
 
-use super::reap::Seen;
+use super::reap::{probe_batch, ProbeScratch, Seen};
 use super::scan::{Ctx, DeadPage, ScanCounts, SkipRule, Usage, Worker};
 use super::{CostDelay, LazyVacuum, VacuumParams, VacuumPhase, CHUNK_PAGES};
 
@@ -297,6 +307,53 @@ impl<'a> LazyVacuum<'a> {
             self.check_failsafe();
         }
         self.leader.flush_fsm(&self.ctx(&progress))
+    }
+
+    /// Phase II on the `i`th index with `nworkers` worker threads beside the leader, all
+    /// working on one physical-order scan of it (the B-tree hands out its pages); each asks
+    /// the dead-item store with its own scratch and cost balance.
+    pub(super) fn bulk_delete_parallel(&mut self, ix: &BtreeIndex, i: usize, nworkers: usize) -> Result<()> {
+        let env = self.env;
+        let scan = ix.begin_bulk_delete(&env)?;
+        let worker_cost = self.leader.cost.share(nworkers + 1);
+        let dead = &self.dead;
+        let work = |cost: &mut CostDelay| {
+            let mut scratch = ProbeScratch::default();
+            scan.work(&env, &mut |tids: &[Tid], out: &mut [bool]| {
+                probe_batch(dead, tids, out, &mut scratch);
+                cost.point();
+            })
+        };
+        let (leader_result, outcomes) = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..nworkers)
+                .map(|_| {
+                    let mut cost = worker_cost.clone();
+                    let work = &work;
+                    s.spawn(move || -> Result<Outcome> {
+                        let usage0 = Usage::now();
+                        work(&mut cost)?;
+                        Ok(Outcome { counts: ScanCounts::default(), usage: Worker::usage_since(&usage0), slept: cost.slept })
+                    })
+                })
+                .collect();
+            let r = work(&mut self.leader.cost);
+            let outcomes: Vec<Result<Outcome>> =
+                handles.into_iter().map(|h| h.join().expect("a vacuum worker panicked")).collect();
+            (r, outcomes)
+        });
+        let mut first_error = leader_result.err();
+        for o in outcomes {
+            match o {
+                Ok(o) => self.absorb_outcome(o),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        scan.finish(&env, &mut self.index_stats[i])
     }
 
     /// Phase III over `pages` with `nworkers` worker threads beside the leader.

@@ -56,14 +56,19 @@ impl LazyVacuum<'_> {
         self.progress.indexes_total.store(self.indexes.len() as u32, Ordering::Relaxed);
         self.progress.indexes_processed.store(0, Ordering::Relaxed);
         let mut scratch = ProbeScratch::default();
-        for (i, ix) in self.indexes.iter().enumerate() {
-            let dead = &self.dead;
-            let cost = &mut self.leader.cost;
-            let mut is_dead = |tids: &[Tid], out: &mut [bool]| {
-                probe_batch(dead, tids, out, &mut scratch);
-                cost.point();
-            };
-            ix.btree.bulk_delete(&self.env, &mut is_dead, &mut self.index_stats[i])?;
+        for i in 0..self.indexes.len() {
+            let ix = self.indexes[i].clone();
+            if self.nworkers > 0 && ix.btree.num_pages(&self.env)? >= self.min_parallel_index_pages {
+                self.bulk_delete_parallel(&ix.btree, i, self.nworkers)?;
+            } else {
+                let dead = &self.dead;
+                let cost = &mut self.leader.cost;
+                let mut is_dead = |tids: &[Tid], out: &mut [bool]| {
+                    probe_batch(dead, tids, out, &mut scratch);
+                    cost.point();
+                };
+                ix.btree.bulk_delete(&self.env, &mut is_dead, &mut self.index_stats[i])?;
+            }
             self.progress.indexes_processed.store(i as u32 + 1, Ordering::Relaxed);
         }
         self.r.num_index_scans += 1;
@@ -142,7 +147,7 @@ impl Worker<'_> {
 
 /// Buffers [`probe_batch`] reuses from batch to batch.
 #[derive(Default)]
-struct ProbeScratch {
+pub(super) struct ProbeScratch {
     probe: Vec<tidstore::Tid>,
     bits: Vec<u64>,
     offsets: Vec<u16>,
@@ -158,7 +163,7 @@ struct ProbeScratch {
 /// from page to page) the store's batched lookup overlaps the probes' cache misses.
 ///
 /// Hot path: every entry of every index goes through here in phase II.
-fn probe_batch(dead: &TidStore, tids: &[Tid], out: &mut [bool], s: &mut ProbeScratch) {
+pub(super) fn probe_batch(dead: &TidStore, tids: &[Tid], out: &mut [bool], s: &mut ProbeScratch) {
     let page_changes = tids.windows(2).filter(|w| w[0].block != w[1].block).count();
     if page_changes * 4 <= tids.len() {
         // A direct-mapped cache of page bitmaps: consecutive pages take distinct slots.
