@@ -60,8 +60,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tidstore::DeadTids;
 
-use crate::config::Config;
 use crate::btree::BtreeIndex;
+use crate::config::Config;
 use crate::error::Result;
 use crate::types::Tid;
 
@@ -332,7 +332,11 @@ impl<'a> LazyVacuum<'a> {
                     s.spawn(move || -> Result<Outcome> {
                         let usage0 = Usage::now();
                         work(&mut cost)?;
-                        Ok(Outcome { counts: ScanCounts::default(), usage: Worker::usage_since(&usage0), slept: cost.slept })
+                        Ok(Outcome {
+                            counts: ScanCounts::default(),
+                            usage: Worker::usage_since(&usage0),
+                            slept: cost.slept,
+                        })
                     })
                 })
                 .collect();
