@@ -31,11 +31,11 @@
 //! images here instead of 95,633). `--set` adds parameters for both engines; names only
 //! settledb knows are not passed to PostgreSQL.
 //!
-//! settledb's pages always carry a checksum, so a page whose only change is its all-visible
-//! flag is logged with a full-page image, as PostgreSQL does only with data checksums (or
-//! `wal_log_hints`). The peer's cluster is created without them (initdb's default, as in the
-//! issue's reference figures) unless `--peer-checksums` is given; the difference is one image
-//! per page holding only new versions (4,099 pages at scale 50).
+//! settledb's pages always carry a checksum, yet a page whose only change is its all-visible
+//! flag is logged without a full-page image when it matches its file (the flag and checksum
+//! lie in its first sector), as PostgreSQL logs it without data checksums; PostgreSQL with
+//! checksums (`--peer-checksums`) images such pages. The peer's cluster is created without
+//! them by default (initdb's default, as in the reference figures).
 //!
 //! # What is measured
 //!

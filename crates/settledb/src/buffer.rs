@@ -37,6 +37,24 @@
 //! checkpoint's newer one while the frame was left clean, and the change between them was lost
 //! at the next eviction (found by `tests/shuttle.rs`, eviction under contention, under PCT).
 //!
+//! # Changes kept out of the file
+//!
+//! Two kinds of change reach memory without the usual "logged with a full-page image since the
+//! checkpoint's redo pointer, then dirty" rule, and the frame tracks both, because a torn write
+//! of a page whose memory differs from its file in places no image covers would leave a page
+//! that fails its checksum with nothing in the WAL to repair it:
+//!
+//! * hint bits on a page with no image since the redo pointer are kept in memory only (the
+//!   frame is not dirtied for them; `unsaved` remembers that memory differs from the file,
+//!   until the page is next written or the frame reused);
+//! * VACUUM setting `PD_ALL_VISIBLE` alone on a page that matches its file is logged without
+//!   an image ([`Buffer::mark_dirty_imageless`]): the flag and the checksum lie in the first
+//!   512-byte sector, which a device writes whole (PostgreSQL's `pg_control` relies on the
+//!   same), so a torn write leaves the old page or the new one, both with valid checksums.
+//!   Until that write, hint setters leave the page alone ([`Buffer::may_add_hints`]), and the
+//!   WAL is flushed up to the record before the page goes out even though its LSN was not
+//!   raised (raising it would spare the page's next change the image it needs).
+//!
 //! # Write-behind
 //!
 //! A bulk writer that has filled a page and will not touch it again hands its tag to
@@ -58,7 +76,7 @@
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
-use crate::sync::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use crate::sync::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::error::{Error, Result};
@@ -82,6 +100,13 @@ struct Frame {
     pins: AtomicU32,
     usage: AtomicU8,
     dirty: AtomicBool,
+    /// The page in memory holds hint bits the file does not, and the frame is not dirty for
+    /// them (see "Changes kept out of the file").
+    unsaved: AtomicBool,
+    /// Dirty with a change logged without a full-page image ([`Buffer::mark_dirty_imageless`]).
+    imageless: AtomicBool,
+    /// WAL to flush before writing the page, beyond its LSN (0: none).
+    flush_lsn: AtomicU64,
     /// The page bytes are loaded and valid.
     valid: AtomicBool,
     /// Held while the frame's page is being read in; waiters take it to wait for the load.
@@ -210,6 +235,9 @@ impl BufferPool {
                 pins: AtomicU32::new(0),
                 usage: AtomicU8::new(0),
                 dirty: AtomicBool::new(false),
+                unsaved: AtomicBool::new(false),
+                imageless: AtomicBool::new(false),
+                flush_lsn: AtomicU64::new(0),
                 valid: AtomicBool::new(false),
                 io: Mutex::new(()),
                 write_io: Mutex::new(()),
@@ -373,6 +401,7 @@ impl BufferPool {
             }
             *f.tag.lock() = Some(tag);
             f.valid.store(false, Ordering::Release);
+            f.clear_write_state();
             f.usage.store(1, Ordering::Relaxed);
             map.insert(tag, id);
             drop(map);
@@ -509,15 +538,22 @@ impl BufferPool {
             }
             copy.0.copy_from_slice(&page.0);
         }
-        let r = self.write_copy(tag, &mut copy);
+        // Taken under the content lock with the copy: the file will hold what memory does.
+        let imageless = f.imageless.swap(false, Ordering::AcqRel);
+        let unsaved = f.unsaved.swap(false, Ordering::AcqRel);
+        let flush_lsn = Lsn(f.flush_lsn.swap(0, Ordering::AcqRel));
+        let r = self.write_copy(tag, &mut copy, flush_lsn);
         if r.is_err() {
+            f.flush_lsn.fetch_max(flush_lsn.0, Ordering::AcqRel);
+            f.unsaved.fetch_or(unsaved, Ordering::AcqRel);
+            f.imageless.fetch_or(imageless, Ordering::AcqRel);
             f.dirty.store(true, Ordering::Release);
         }
         r
     }
 
-    fn write_copy(&self, tag: BufferTag, copy: &mut PageBuf) -> Result<()> {
-        let lsn = page::lsn(&copy.0);
+    fn write_copy(&self, tag: BufferTag, copy: &mut PageBuf, flush_lsn: Lsn) -> Result<()> {
+        let lsn = page::lsn(&copy.0).max(flush_lsn);
         if lsn != Lsn::INVALID {
             if let Some(wal) = self.wal.read().as_ref() {
                 wal.flush(lsn)?;
@@ -587,6 +623,7 @@ impl BufferPool {
             map.remove(&tag);
             *f.tag.lock() = None;
             f.dirty.store(false, Ordering::Release);
+            f.clear_write_state();
             f.valid.store(false, Ordering::Release);
             f.usage.store(0, Ordering::Relaxed);
         }
@@ -668,9 +705,56 @@ impl<'a> Buffer<'a> {
         self.frame().dirty.load(Ordering::Acquire)
     }
 
+    /// After hint bits were added to the exclusively locked page (whose LSN is `page_lsn`):
+    /// marks it dirty if a full-page image since the checkpoint's redo pointer `redo` covers
+    /// them, else only notes that memory now differs from the file (see "Changes kept out of
+    /// the file").
+    pub fn hints_added(&self, page_lsn: Lsn, redo: Lsn) {
+        if page_lsn > redo {
+            self.mark_dirty();
+        } else {
+            self.frame().unsaved.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether hint bits may be written into the exclusively locked page (whose LSN is
+    /// `page_lsn`): not while it waits to be written with an imageless change and no image
+    /// since the redo pointer `redo` covers the rest of the page.
+    pub fn may_add_hints(&self, page_lsn: Lsn, redo: Lsn) -> bool {
+        page_lsn > redo || !self.frame().imageless.load(Ordering::Acquire)
+    }
+
+    /// Whether the exclusively locked page is byte for byte what its file holds (not dirty,
+    /// no hints kept in memory).
+    pub fn matches_file(&self) -> bool {
+        let f = self.frame();
+        !f.dirty.load(Ordering::Acquire) && !f.unsaved.load(Ordering::Acquire)
+    }
+
+    /// Marks the exclusively locked page dirty with a change logged at `lsn` without a
+    /// full-page image and without raising the page's LSN: the change lies in the page's first
+    /// sector and memory matched the file before it ([`Buffer::matches_file`]), so a torn
+    /// write leaves either the old page or the new one. Until the page is written, the WAL is
+    /// flushed to `lsn` before it, and no hint bits go into it ([`Buffer::may_add_hints`]).
+    pub fn mark_dirty_imageless(&self, lsn: Lsn) {
+        let f = self.frame();
+        f.imageless.store(true, Ordering::Release);
+        f.flush_lsn.fetch_max(lsn.0, Ordering::AcqRel);
+        self.mark_dirty();
+    }
+
     /// Writes this buffer now if dirty (used by tests and by relation-level flushes).
     pub fn flush(&self) -> Result<()> {
         self.pool.flush_frame(self.id)
+    }
+}
+
+impl Frame {
+    /// Forgets what concerned the write of the page the frame held.
+    fn clear_write_state(&self) {
+        self.unsaved.store(false, Ordering::Release);
+        self.imageless.store(false, Ordering::Release);
+        self.flush_lsn.store(0, Ordering::Release);
     }
 }
 

@@ -26,7 +26,6 @@ use super::search::{cmp_off, leaf_lower_bound, must_move_right, Target, TidPos};
 use super::wal::XLOG_BTREE_DELETE;
 use super::{keys, BtreeIndex, WPage};
 use crate::error::Result;
-use crate::heap::hint::may_dirty_for_hints;
 use crate::heap::HeapEnv;
 use crate::index::IndexEntry;
 use crate::page::{self as pg};
@@ -78,9 +77,7 @@ pub fn kill_entries(
 /// Unlocks a leaf after kills, marking it dirty when the hint rule allows.
 fn release(env: &HeapEnv<'_>, cur: Option<(WPage<'_>, bool)>) {
     if let Some((w, true)) = cur {
-        if may_dirty_for_hints(pg::lsn(&w.g.0), env.wal.redo_ptr()) {
-            w.buf.mark_dirty();
-        }
+        w.buf.hints_added(pg::lsn(&w.g.0), env.wal.redo_ptr());
     }
 }
 

@@ -91,7 +91,6 @@ use parking_lot::Mutex;
 
 use crate::buffer::Buffer;
 use crate::error::Result;
-use crate::heap::hint::may_dirty_for_hints;
 use crate::heap::HeapEnv;
 use crate::index::{BulkDeleteStats, IndexBulkDelete};
 use crate::page::{self as pg};
@@ -440,9 +439,7 @@ impl<'ix> BulkDelete<'ix> {
             // Processed: a later visit need not follow this page's chain again. A hint, not
             // logged (PostgreSQL's MarkBufferDirtyHint of the cleared btpo_cycleid).
             bp::set_cycle_id(&mut page.g.0, 0);
-            if may_dirty_for_hints(pg::lsn(&page.g.0), env.wal.redo_ptr()) {
-                page.buf.mark_dirty();
-            }
+            page.buf.hints_added(pg::lsn(&page.g.0), env.wal.redo_ptr());
         }
         let p = &page.g.0;
         Ok(first > bp::max_offset(p) && !bp::is_rightmost(p) && bp::flags(p) & BTP_ROOT == 0)

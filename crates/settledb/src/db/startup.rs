@@ -86,10 +86,27 @@ pub fn redo_blocks(rec: &DecodedRecord, pool: &BufferPool) -> Result<()> {
     for b in &rec.blocks {
         let tag = b.tag;
         pool.smgr().ensure_size(tag.rel, tag.fork, tag.block)?;
-        let buf = if b.image.is_some() || b.will_init { pool.new_page(tag, None)? } else { pool.read(tag, None)? };
+        let imageless = crate::vacuum::wal::keeps_page_lsn(rec, b.id);
+        let buf = if b.image.is_some() || b.will_init {
+            pool.new_page(tag, None)?
+        } else {
+            match pool.read(tag, None) {
+                Ok(buf) => buf,
+                // An imageless all-visible record is the first change to its page since the
+                // checkpoint, so the page in the file may be torn by a later write; such a
+                // write was of a change logged with a full-page image after this record,
+                // which restores the page. (Were it not so, the page fails its next read.)
+                Err(Error::Corrupted { .. }) if imageless => continue,
+                Err(e) => return Err(e),
+            }
+        };
         let mut g = buf.write();
         if redo_page(rec, b, &mut g.0)? {
-            buf.mark_dirty();
+            if imageless {
+                buf.mark_dirty_imageless(rec.end_lsn);
+            } else {
+                buf.mark_dirty();
+            }
         }
     }
     Ok(())
@@ -97,7 +114,8 @@ pub fn redo_blocks(rec: &DecodedRecord, pool: &BufferPool) -> Result<()> {
 
 /// Applies one block reference of `rec` to its page as recovery does: restores a full-page
 /// image, skips a page whose LSN already covers the record, otherwise hands the page to its
-/// resource manager's redo; then stamps the record's end LSN. `page` is what the buffer pool
+/// resource manager's redo; then stamps the record's end LSN (except on a heap page an
+/// imageless PRUNE_FREEZE record sets all-visible, which keeps its LSN as it did live). `page` is what the buffer pool
 /// gave [`redo_blocks`]: a zeroed page for an image or `will_init`, else the page as read (and
 /// checksum-verified). Returns whether the page changed. Never does I/O, so the fuzz target
 /// `wal_record` runs exactly this on pages made of arbitrary bytes.
@@ -139,7 +157,9 @@ pub fn redo_page(rec: &DecodedRecord, b: &wal::DecodedBlock, page: &mut [u8]) ->
             }
         }
     }
-    page::set_lsn(page, rec.end_lsn);
+    if !crate::vacuum::wal::keeps_page_lsn(rec, b.id) {
+        page::set_lsn(page, rec.end_lsn);
+    }
     Ok(true)
 }
 

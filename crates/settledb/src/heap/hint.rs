@@ -16,8 +16,11 @@
 //! checkpoint's redo pointer has no full-page image in the WAL to repair a torn write, so a
 //! hint-only change there is *not* marked dirty (the hint is kept in memory and reaches disk
 //! with the page's next logged change); a page changed since the redo pointer is marked dirty,
-//! since replay would restore it from its image. PostgreSQL instead logs a hint full-page image
-//! when checksums are on; ours costs no WAL and loses at most a hint.
+//! since replay would restore it from its image (`Buffer::hints_added` does both, and the
+//! buffer remembers that memory then differs from the file). A page waiting to be written with
+//! VACUUM's imageless all-visible change takes no hints at all (`Buffer::may_add_hints`).
+//! PostgreSQL instead logs a hint full-page image when checksums are on; ours costs no WAL and
+//! loses at most a hint.
 
 use super::tuple::{
     self, TupleHeader, HEAP_XMAX_COMMITTED, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY, HEAP_XMIN_COMMITTED,
@@ -86,9 +89,4 @@ pub fn set_page_hints(page_bytes: &mut [u8], xact: &TransactionManager, flushed:
         }
     }
     Ok(changed)
-}
-
-/// Whether a hint-only change to a page with this LSN may mark it dirty (see the module doc).
-pub fn may_dirty_for_hints(page_lsn: Lsn, redo_ptr: Lsn) -> bool {
-    page_lsn > redo_ptr
 }

@@ -511,10 +511,9 @@ fn set_hints_locked(env: &HeapEnv<'_>, buf: &Buffer<'_>, page_bytes: &mut [u8]) 
     if page::is_new(page_bytes) {
         return Ok(());
     }
-    if hint::set_page_hints(page_bytes, env.xact, env.wal.flushed_lsn())?
-        && hint::may_dirty_for_hints(page::lsn(page_bytes), env.wal.redo_ptr())
-    {
-        buf.mark_dirty();
+    let (lsn, redo) = (page::lsn(page_bytes), env.wal.redo_ptr());
+    if buf.may_add_hints(lsn, redo) && hint::set_page_hints(page_bytes, env.xact, env.wal.flushed_lsn())? {
+        buf.hints_added(lsn, redo);
     }
     Ok(())
 }
@@ -586,16 +585,18 @@ pub fn prune_page(
     }
     let mut scan = Box::<prune::PageScan>::default();
     let mut plan = wal::PrunePlan::default();
+    let (lsn, redo) = (page::lsn(page_bytes), env.wal.redo_ptr());
     prune::scan_page(
         page_bytes,
         oldest_xmin,
         env.xact,
         env.wal.flushed_lsn(),
+        buf.may_add_hints(lsn, redo),
         &mut prune::XidMemo::default(),
         &mut scan,
     )?;
-    if scan.hints_changed && hint::may_dirty_for_hints(page::lsn(page_bytes), env.wal.redo_ptr()) {
-        buf.mark_dirty();
+    if scan.hints_changed {
+        buf.hints_added(lsn, redo);
     }
     prune::plan_from_scan(page_bytes, block, &scan, &mut plan);
     if plan.is_empty() {

@@ -61,6 +61,8 @@ pub struct PageScan {
     hot: bool,
     /// Hint bits were added to some tuple.
     pub hints_changed: bool,
+    /// Hint bits were earned but, as asked, not written ([`PageScan::write_pending_hints`]).
+    pub hints_pending: bool,
     /// Oldest xmax of a tuple deleted but not yet dead to everyone (the page's next
     /// `pd_prune_xid`).
     pub next_prune: Option<Xid>,
@@ -75,6 +77,7 @@ impl Default for PageScan {
             heap_only: [false; SLOTS],
             hot: false,
             hints_changed: false,
+            hints_pending: false,
             next_prune: None,
         }
     }
@@ -162,13 +165,15 @@ fn tuple_fields(page: &[u8], id: ItemId) -> Option<(usize, Fields)> {
 }
 
 /// Classifies every tuple of `page` against the horizon `oldest_xmin`, setting the hint bits
-/// the transactions' fates allow (commit hints only for commits flushed to WAL by `flushed`),
+/// the transactions' fates allow (commit hints only for commits flushed to WAL by `flushed`;
+/// with `write_hints` false they are only remembered, see [`PageScan::write_pending_hints`]),
 /// and records whether the page has HOT chains. The caller holds the page exclusively.
 pub fn scan_page(
     page: &mut [u8],
     oldest_xmin: Xid,
     xact: &TransactionManager,
     flushed: Lsn,
+    write_hints: bool,
     memo: &mut XidMemo,
     out: &mut PageScan,
 ) -> Result<()> {
@@ -176,6 +181,7 @@ pub fn scan_page(
     out.max = max;
     out.hot = false;
     out.hints_changed = false;
+    out.hints_pending = false;
     out.next_prune = None;
     for o in 1..=max {
         out.status[o] = None;
@@ -192,8 +198,12 @@ pub fn scan_page(
         let Some((start, f)) = tuple_fields(page, id) else { continue };
         let (status, add) = classify(&f, oldest_xmin, xact, flushed, memo)?;
         if add != 0 {
-            tuple::set_infomask(&mut page[start..start + usize::from(id.len)], f.infomask | add);
-            out.hints_changed = true;
+            if write_hints {
+                tuple::set_infomask(&mut page[start..start + usize::from(id.len)], f.infomask | add);
+                out.hints_changed = true;
+            } else {
+                out.hints_pending = true;
+            }
         }
         out.fields[o] = Fields { infomask: f.infomask | add, ..f };
         out.heap_only[o] = f.infomask2 & HEAP_ONLY_TUPLE != 0;
@@ -206,6 +216,30 @@ pub fn scan_page(
         out.status[o] = Some(status);
     }
     Ok(())
+}
+
+impl PageScan {
+    /// Writes the hint bits a scan without `write_hints` earned into `page`, which must be the
+    /// page as scanned (nothing pruned or frozen since).
+    pub fn write_pending_hints(&mut self, page: &mut [u8]) {
+        if !self.hints_pending {
+            return;
+        }
+        const HINTS: u16 = HEAP_XMIN_COMMITTED | HEAP_XMIN_INVALID | HEAP_XMAX_COMMITTED | HEAP_XMAX_INVALID;
+        for o in 1..=self.max {
+            if self.status[o].is_none() {
+                continue;
+            }
+            let id = lp(page, o);
+            let Some((start, f)) = tuple_fields(page, id) else { continue };
+            let want = f.infomask | (self.fields[o].infomask & HINTS);
+            if want != f.infomask {
+                tuple::set_infomask(&mut page[start..start + usize::from(id.len)], want);
+            }
+        }
+        self.hints_pending = false;
+        self.hints_changed = true;
+    }
 }
 
 /// `HeapTupleSatisfiesVacuum` for one tuple, with the hint bits its answers earn.
@@ -350,7 +384,7 @@ pub fn plan(page: &[u8], block: BlockNumber, oldest_xmin: Xid, xact: &Transactio
     let mut copy = page.to_vec();
     let mut scan = Box::<PageScan>::default();
     // No commit hint is set on the copy (flushed = 0), so nothing depends on the WAL.
-    scan_page(&mut copy, oldest_xmin, xact, Lsn(0), &mut XidMemo::default(), &mut scan)?;
+    scan_page(&mut copy, oldest_xmin, xact, Lsn(0), true, &mut XidMemo::default(), &mut scan)?;
     let mut out = PrunePlan::default();
     plan_from_scan(&copy, block, &scan, &mut out);
     Ok(out)

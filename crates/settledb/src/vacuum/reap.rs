@@ -11,9 +11,9 @@ use std::sync::atomic::Ordering;
 use tidstore::{DeadTids, TidStore};
 
 use crate::error::Result;
+use crate::heap;
 use crate::heap::prune;
 use crate::heap::wal::XLOG_HEAP2_VACUUM;
-use crate::heap::{self, hint};
 use crate::index::IndexAm;
 use crate::page::{self, PD_ALL_VISIBLE};
 use crate::types::{BlockNumber, Lsn, OffsetNumber, Tid};
@@ -114,10 +114,11 @@ impl Worker<'_> {
             None => {
                 // The page changed since phase I: look at it again (without pruning).
                 let (scan, summary, memo) = self.scratch();
-                prune::scan_page(p, ctx.cutoffs.oldest_xmin, env.xact, env.wal.flushed_lsn(), memo, scan)?;
+                // The VACUUM record below covers the page, with an image if it needs one.
+                prune::scan_page(p, ctx.cutoffs.oldest_xmin, env.xact, env.wal.flushed_lsn(), true, memo, scan)?;
                 freeze::summarize(p, scan, &ctx.cutoffs, env.xact, summary);
-                if scan.hints_changed && hint::may_dirty_for_hints(page::lsn(p), env.wal.redo_ptr()) {
-                    buf.mark_dirty();
+                if scan.hints_changed {
+                    buf.hints_added(page::lsn(p), env.wal.redo_ptr());
                 }
                 let visible = summary.all_visible && summary.lpdead.is_empty();
                 (visible, visible && summary.is_fully_frozen(), !summary.lpdead.is_empty())
@@ -133,7 +134,7 @@ impl Worker<'_> {
             }
         }
         vwal::encode_unused(&mut self.main, &offsets, set.map(|b| (b.0, false)));
-        self.log_with_map(ctx, &buf, p, set, XLOG_HEAP2_VACUUM)?;
+        self.log_with_map(ctx, &buf, p, set, XLOG_HEAP2_VACUUM, false)?;
         if !all_visible {
             repair_vm(ctx, &env, &buf, p, bits, has_lpdead)?;
         }

@@ -38,7 +38,7 @@ use crate::heap::prune::{self, PageScan, XidMemo};
 use crate::heap::tuple::TupleHeader;
 use crate::heap::visibility::{satisfies_vacuum, VacuumStatus};
 use crate::heap::wal::{apply_prune, PrunePlan, XLOG_HEAP2_PRUNE_FREEZE};
-use crate::heap::{self, hint, HeapEnv, Relation};
+use crate::heap::{self, HeapEnv, Relation};
 use crate::page::{self, LpFlags, BLCKSZ, PD_ALL_VISIBLE};
 use crate::types::{BlockNumber, Lsn, OffsetNumber, Xid};
 use crate::vm::VmBits;
@@ -253,7 +253,7 @@ impl<'a> Worker<'a> {
             // An empty page: all-visible and all-frozen, unless it is already.
             let bits = ctx.rel.vm.get_pinned(self.env.pool, block, &mut self.vm_pin)?;
             if !bits.all_frozen() || page::flags(p) & PD_ALL_VISIBLE == 0 {
-                self.log_page(ctx, &buf, p, None, Some(VmBits::VALID))?;
+                self.log_page(ctx, &buf, p, None, Some(VmBits::VALID), false)?;
                 self.c.note_vm(bits, true);
             }
             let cat = ctx.fsm_category(page::heap_free_space(p), true);
@@ -267,7 +267,22 @@ impl<'a> Worker<'a> {
     fn prune_freeze(&mut self, ctx: &Ctx<'_>, buf: &Buffer<'_>, p: &mut [u8]) -> Result<Option<DeadPage>> {
         let block = buf.block();
         let env = self.env;
-        prune::scan_page(p, ctx.cutoffs.oldest_xmin, env.xact, env.wal.flushed_lsn(), &mut self.memo, &mut self.scan)?;
+        let (lsn0, redo) = (page::lsn(p), env.wal.redo_ptr());
+        // A page that matches its file and has no image since the redo pointer may end up only
+        // set all-visible, which is logged without an image (`Buffer::mark_dirty_imageless`)
+        // if nothing else in the page changed: its hint bits wait until a record with an image
+        // (pruning, freezing) is certain.
+        let imageless_candidate = env.wal.needs_image(lsn0) && buf.matches_file();
+        let write_hints = !imageless_candidate && buf.may_add_hints(lsn0, redo);
+        prune::scan_page(
+            p,
+            ctx.cutoffs.oldest_xmin,
+            env.xact,
+            env.wal.flushed_lsn(),
+            write_hints,
+            &mut self.memo,
+            &mut self.scan,
+        )?;
         prune::plan_from_scan(p, block, &self.scan, &mut self.plan);
         let mut lpdead_now_unused = 0u64;
         if !self.plan.is_empty() {
@@ -290,6 +305,8 @@ impl<'a> Worker<'a> {
         let do_prune = !self.plan.is_empty();
         let prune_writes_fpi = do_prune && env.wal.needs_image(page::lsn(p));
         if do_prune {
+            // The record will carry the page's image (or follow one): the hints can go in.
+            self.scan.write_pending_hints(p);
             apply_prune(p, &self.plan);
             if lpdead_now_unused > 0 {
                 self.c.lpdead_item_pages += 1;
@@ -305,6 +322,7 @@ impl<'a> Worker<'a> {
         let decision = freeze::decide(s, ctx.policy, s.all_visible, prune_writes_fpi);
         let tuples_frozen = freeze::freeze_plans(s, decision.mode, &mut self.freeze);
         if !self.freeze.is_empty() {
+            self.scan.write_pending_hints(p);
             vwal::apply_freeze(p, &self.freeze, Lsn(0))?;
             if tuples_frozen > 0 {
                 self.c.frozen_pages += 1;
@@ -336,12 +354,14 @@ impl<'a> Worker<'a> {
             }
         }
         if do_prune || !self.freeze.is_empty() || set.is_some() {
+            // Only the flag changes (pending hints are dropped): log it without an image.
+            let imageless = imageless_candidate && !do_prune && self.freeze.is_empty();
             let plan = std::mem::take(&mut self.plan);
-            let r = self.log_page(ctx, buf, p, do_prune.then_some(&plan), set);
+            let r = self.log_page(ctx, buf, p, do_prune.then_some(&plan), set, imageless);
             self.plan = plan;
             r?;
-        } else if self.scan.hints_changed && hint::may_dirty_for_hints(page::lsn(p), env.wal.redo_ptr()) {
-            buf.mark_dirty();
+        } else if self.scan.hints_changed {
+            buf.hints_added(page::lsn(p), redo);
         }
         if !all_visible {
             repair_vm(ctx, &env, buf, p, bits, has_lpdead)?;
@@ -387,9 +407,10 @@ impl<'a> Worker<'a> {
         p: &mut [u8],
         prune: Option<&PrunePlan>,
         set: Option<VmBits>,
+        imageless: bool,
     ) -> Result<()> {
         vwal::encode_prune_freeze(&mut self.main, prune, &self.freeze, p, set.map(|b| (b.0, false)));
-        self.log_with_map(ctx, buf, p, set, XLOG_HEAP2_PRUNE_FREEZE)
+        self.log_with_map(ctx, buf, p, set, XLOG_HEAP2_PRUNE_FREEZE, imageless)
     }
 
     /// Logs a change to the exclusively locked heap page `p` as one record of kind `info`
@@ -397,6 +418,10 @@ impl<'a> Worker<'a> {
     /// not initializing the map page). With `set`, first sets the map bits and
     /// `PD_ALL_VISIBLE`, and the record carries the map page as block 1; both pages get the
     /// record's LSN.
+    ///
+    /// `imageless` (a PRUNE_FREEZE record that only sets the map, on a page that matches its
+    /// file): the heap page is named without an image and keeps its LSN
+    /// ([`vwal::PF_IMAGELESS`], `Buffer::mark_dirty_imageless`).
     pub fn log_with_map(
         &mut self,
         ctx: &Ctx<'_>,
@@ -404,7 +429,12 @@ impl<'a> Worker<'a> {
         p: &mut [u8],
         set: Option<VmBits>,
         info: u8,
+        imageless: bool,
     ) -> Result<()> {
+        debug_assert!(!imageless || (set.is_some() && info == XLOG_HEAP2_PRUNE_FREEZE));
+        if imageless {
+            self.main[0] |= vwal::PF_IMAGELESS;
+        }
         let env = self.env;
         let block = buf.block();
         let map = match set {
@@ -417,8 +447,9 @@ impl<'a> Worker<'a> {
         if map.as_ref().is_some_and(|m| m.1) {
             self.main[0] |= vwal::PF_VM_INIT;
         }
+        let heap_image = if imageless { None } else { Some(&*p) };
         let mut blocks =
-            vec![BlockRef { id: 0, tag: ctx.rel.tag(block), will_init: false, page: Some(&*p), data: vec![] }];
+            vec![BlockRef { id: 0, tag: ctx.rel.tag(block), will_init: false, page: heap_image, data: vec![] }];
         match &map {
             Some((g, init)) => blocks.push(BlockRef {
                 id: 1,
@@ -450,8 +481,12 @@ impl<'a> Worker<'a> {
         drop(blocks);
         self.main = main_data;
         let lsn = lsn?;
-        page::set_lsn(p, lsn);
-        buf.mark_dirty();
+        if imageless {
+            buf.mark_dirty_imageless(lsn);
+        } else {
+            page::set_lsn(p, lsn);
+            buf.mark_dirty();
+        }
         if let Some((mut g, _)) = map {
             page::set_lsn(&mut g.0, lsn);
             drop(g);

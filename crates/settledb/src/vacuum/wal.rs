@@ -37,6 +37,7 @@ use crate::heap::tuple;
 use crate::heap::wal::{apply_prune, Cursor, PrunePlan};
 use crate::page::{self, ItemId, LpFlags};
 use crate::types::{Lsn, OffsetNumber};
+use crate::wal::{DecodedRecord, Rmgr};
 
 /// Flag of a freeze plan: set xmax to InvalidTransactionId.
 pub const FREEZE_CLEAR_XMAX: u8 = 0x01;
@@ -212,7 +213,12 @@ pub const PF_FREEZE: u8 = 0x02;
 pub const PF_VM: u8 = 0x04;
 /// ... and initializes the map page, which was all zeros.
 pub const PF_VM_INIT: u8 = 0x08;
-const PRUNE_FREEZE_FLAGS: u8 = PF_PRUNE | PF_FREEZE | PF_VM | PF_VM_INIT;
+/// PRUNE_FREEZE only: the heap page's one change is `PD_ALL_VISIBLE`, in its first sector, on
+/// a page that matched its file; block 0 has no image and the page keeps its LSN, live and in
+/// redo (see `buffer`, "Changes kept out of the file"). Only with `PF_VM`, never with
+/// `PF_PRUNE` or `PF_FREEZE`.
+pub const PF_IMAGELESS: u8 = 0x10;
+const PRUNE_FREEZE_FLAGS: u8 = PF_PRUNE | PF_FREEZE | PF_VM | PF_VM_INIT | PF_IMAGELESS;
 const VACUUM_FLAGS: u8 = PF_VM | PF_VM_INIT;
 
 /// The map bits a record sets: `(bits, map page initialized)`.
@@ -264,6 +270,12 @@ pub fn decode_flags(c: &mut Cursor<'_>, lsn: Lsn, vacuum: bool) -> Result<(u8, V
     if flags & !known != 0 || (flags & PF_VM_INIT != 0 && flags & PF_VM == 0) {
         return Err(Error::corrupt_wal(lsn, format!("unknown flags 0x{flags:02X} in a vacuum record")));
     }
+    if flags & PF_IMAGELESS != 0 && (flags & PF_VM == 0 || flags & (PF_PRUNE | PF_FREEZE) != 0) {
+        return Err(Error::corrupt_wal(
+            lsn,
+            format!("flags 0x{flags:02X}: an imageless PRUNE_FREEZE record may only set the visibility map"),
+        ));
+    }
     let vm = if flags & PF_VM != 0 { Some((c.u8()?, flags & PF_VM_INIT != 0)) } else { None };
     Ok((flags, vm))
 }
@@ -288,6 +300,16 @@ pub fn redo_prune_freeze(main: &[u8], lsn: Lsn, p: &mut [u8]) -> Result<()> {
         page::set_flags(p, page::flags(p) | page::PD_ALL_VISIBLE);
     }
     Ok(())
+}
+
+/// Whether block `block_id` of `rec` is a heap page that the record changes without raising its
+/// LSN (block 0 of an imageless PRUNE_FREEZE record): redo leaves the page's LSN as it was, and
+/// the page must not take hint bits until it is written.
+pub fn keeps_page_lsn(rec: &DecodedRecord, block_id: u8) -> bool {
+    block_id == 0
+        && rec.rmgr == Rmgr::Heap2
+        && rec.info & 0xF0 == crate::heap::wal::XLOG_HEAP2_PRUNE_FREEZE
+        && rec.main_data.first().is_some_and(|f| f & PF_IMAGELESS != 0)
 }
 
 /// Encodes a VACUUM record's main data into `out` (emptied first).
@@ -351,7 +373,7 @@ fn describe_vm(vm: VmSet) -> String {
 pub fn describe_prune_freeze(main: &[u8], lsn: Lsn) -> Result<String> {
     let mut c = Cursor::new(main, lsn);
     let (flags, vm) = decode_flags(&mut c, lsn, false)?;
-    let mut s = String::from("PRUNE_FREEZE");
+    let mut s = String::from(if flags & PF_IMAGELESS != 0 { "PRUNE_FREEZE imageless" } else { "PRUNE_FREEZE" });
     if flags & PF_PRUNE != 0 {
         let p = PrunePlan::decode(&mut c)?;
         s += &format!(" nredirected: {}, ndead: {}, nunused: {}", p.redirected.len(), p.dead.len(), p.unused.len());
