@@ -62,10 +62,10 @@
 //! The same work: `lazy` freezes as PostgreSQL 15 does (nothing here: no XID is older than
 //! FreezeLimit), so it is compared with PostgreSQL's default run. `eager` freezes every page it
 //! sets all-visible, including the 4,099 pages of new versions that PostgreSQL 15 leaves
-//! unfrozen and (without checksums) does not image; with `--peer-freeze` PostgreSQL also runs
-//! with `vacuum_freeze_min_age = 0`, which freezes those same pages (the all-frozen column
-//! shows it), and eager's WAL target is judged against that run, the ratio to the default run
-//! printed beside it. `pg16` has no PostgreSQL 15 counterpart and is compared with the default
+//! unfrozen and (without checksums) does not image; so when an eager run is among them (or with
+//! `--peer-freeze`) PostgreSQL also runs with `vacuum_freeze_min_age = 0`, which freezes those
+//! same pages (the all-frozen column shows it), and eager's WAL target is judged against that
+//! run, the ratio to the default run printed beside it. `pg16` has no PostgreSQL 15 counterpart and is compared with the default
 //! run.
 
 use std::process::ExitCode;
@@ -134,7 +134,8 @@ pub struct VacuumBenchArgs {
     /// Also run PostgreSQL with `vacuum_freeze_min_age = 0` on a fresh table (engine
     /// `postgres/freeze`): it then freezes every page it sets all-visible, which is what the
     /// eager policy does, and eager's WAL target is judged against that run (the ratio to the
-    /// default run is printed too).
+    /// default run is printed too). Implied by `--peer` when an eager run is among the
+    /// settledb runs.
     #[arg(long)]
     peer_freeze: bool,
     /// Run settledb's verifier (`settle check`) on the table after the vacuums.
@@ -276,6 +277,8 @@ pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
     for (k, v) in &settings {
         config.set(k, v)?;
     }
+    let runs_eager = policies.iter().any(|p| p.unwrap_or(config.vacuum_freeze_policy) == FreezePolicy::Eager);
+    let peer_freeze = a.peer_freeze || (a.peer && runs_eager);
     let load_average_start = load_average();
     let pg = if a.peer {
         let pg_settings: Vec<(String, String)> =
@@ -302,7 +305,7 @@ pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
             vacuums.extend(v);
         }
         if let Some(pg) = &pg {
-            for freeze in [false, true].into_iter().filter(|&f| !f || a.peer_freeze) {
+            for freeze in [false, true].into_iter().filter(|&f| !f || peer_freeze) {
                 let (p, v) = postgres_run(pg, a.scale, run, freeze)?;
                 echo(&p, &v);
                 prep.push(p);
