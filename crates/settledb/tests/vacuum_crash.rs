@@ -58,18 +58,25 @@ fn assert_clean(db: &Database, what: &str) {
     assert!(report.is_clean(), "{what}: check found problems:\n{report}");
 }
 
-fn prepare() -> (Arc<FaultFs>, BTreeMap<i32, i32>) {
-    let fs = FaultFs::new();
-    let db = open(&fs).unwrap();
+/// Creates table `t` (id primary key, val, pad) and loads 3,000 rows in one transaction, each
+/// padded with 60 of `pad`.
+fn load_t(db: &Database, pad: char) -> settledb::Table {
     let col = |n: &str, ty| Column { name: n.into(), ty, nullable: false };
     let schema = Schema { columns: vec![col("id", Type::Int4), col("val", Type::Int4), col("pad", Type::Text)] };
     let opts = TableOptions { primary_key: Some(vec!["id".into()]), ..TableOptions::default() };
     let t = db.create_table("t", schema, opts).unwrap();
     let mut tx = db.begin().unwrap();
     let new_rows: Vec<Vec<Value>> =
-        (0..3000).map(|i| vec![Value::Int4(i), Value::Int4(0), Value::Text("x".repeat(60))]).collect();
+        (0..3000).map(|i| vec![Value::Int4(i), Value::Int4(0), Value::Text(pad.to_string().repeat(60))]).collect();
     tx.insert_many(&t, &new_rows).unwrap();
     tx.commit().unwrap();
+    t
+}
+
+fn prepare() -> (Arc<FaultFs>, BTreeMap<i32, i32>) {
+    let fs = FaultFs::new();
+    let db = open(&fs).unwrap();
+    let t = load_t(&db, 'x');
     let pk = db.index("t_pkey").unwrap();
     let mut tx = db.begin().unwrap();
     for i in (0..2000).step_by(7) {
@@ -246,15 +253,7 @@ fn imageless_all_visible_pages_survive_torn_writes() {
     let open_big = |fs: &Arc<FaultFs>| Database::open_with_fs(fs.clone(), Path::new(DIR), cfg.clone());
     let fs = FaultFs::new();
     let db = open_big(&fs).unwrap();
-    let col = |n: &str, ty| Column { name: n.into(), ty, nullable: false };
-    let schema = Schema { columns: vec![col("id", Type::Int4), col("val", Type::Int4), col("pad", Type::Text)] };
-    let opts = TableOptions { primary_key: Some(vec!["id".into()]), ..TableOptions::default() };
-    let t = db.create_table("t", schema, opts).unwrap();
-    let mut tx = db.begin().unwrap();
-    let new_rows: Vec<Vec<Value>> =
-        (0..3000).map(|i| vec![Value::Int4(i), Value::Int4(0), Value::Text("z".repeat(60))]).collect();
-    tx.insert_many(&t, &new_rows).unwrap();
-    tx.commit().unwrap();
+    let t = load_t(&db, 'z');
     db.checkpoint().unwrap();
     let pages = db.table_pages(&t).unwrap();
     // Through the key, so that no scan hints the other pages in memory (a page holding hints
@@ -289,8 +288,8 @@ fn imageless_all_visible_pages_survive_torn_writes() {
     expected.insert(-1, 0);
     // Another table, written row by row, takes every frame of the pool in turn: the dirty
     // pages are written out (unsynced) as they are evicted.
-    let filler = db.create_table("filler", Schema { columns: vec![col("pad", Type::Text)] }, TableOptions::default());
-    let filler = filler.unwrap();
+    let pad = Column { name: "pad".into(), ty: Type::Text, nullable: false };
+    let filler = db.create_table("filler", Schema { columns: vec![pad] }, TableOptions::default()).unwrap();
     let written = fs.bytes_written();
     let mut tx = db.begin().unwrap();
     for _ in 0..3000 {

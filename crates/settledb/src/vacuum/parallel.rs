@@ -229,6 +229,21 @@ impl<'a> LazyVacuum<'a> {
         self.helpers_slept += o.slept;
     }
 
+    /// Adds every worker's share that finished, whatever the others did; then the leader's
+    /// error, else the first worker's, is the result.
+    fn absorb_outcomes(&mut self, leader: Result<()>, outcomes: Vec<Result<Outcome>>) -> Result<()> {
+        let mut first_error = leader.err();
+        for o in outcomes {
+            match o {
+                Ok(o) => self.absorb_outcome(o),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     /// Phase I with `nworkers` worker threads beside the leader (see the module doc).
     pub(super) fn scan_heap_parallel(&mut self, rel_pages: u32, nworkers: usize) -> Result<()> {
         let progress = self.progress.clone();
@@ -271,18 +286,7 @@ impl<'a> LazyVacuum<'a> {
                     handles.into_iter().map(|h| h.join().expect("a vacuum worker panicked")).collect();
                 (r, outcomes)
             });
-            let mut first_error = leader_result.err();
-            for o in outcomes {
-                match o {
-                    Ok(o) => self.absorb_outcome(o),
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                    }
-                }
-            }
-            if let Some(e) = first_error {
-                return Err(e);
-            }
+            self.absorb_outcomes(leader_result, outcomes)?;
             // Every claimed chunk is finished now: move them all into the store, running
             // phases II and III whenever it fills.
             loop {
@@ -345,18 +349,7 @@ impl<'a> LazyVacuum<'a> {
                 handles.into_iter().map(|h| h.join().expect("a vacuum worker panicked")).collect();
             (r, outcomes)
         });
-        let mut first_error = leader_result.err();
-        for o in outcomes {
-            match o {
-                Ok(o) => self.absorb_outcome(o),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(e) = first_error {
-            return Err(e);
-        }
+        self.absorb_outcomes(leader_result, outcomes)?;
         scan.finish(&env, &mut self.index_stats[i])
     }
 
@@ -385,16 +378,7 @@ impl<'a> LazyVacuum<'a> {
                 handles.into_iter().map(|h| h.join().expect("a vacuum worker panicked")).collect();
             (r, outcomes)
         });
-        let mut first_error = leader_result.err();
-        for o in outcomes {
-            match o {
-                Ok(o) => self.absorb_outcome(o),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        self.absorb_outcomes(leader_result, outcomes)
     }
 }
 
