@@ -74,16 +74,19 @@ pub struct Run {
     pub stats: BulkDeleteStats,
 }
 
-/// The settings of `settle bench vacuum`.
+/// The settings of `settle bench vacuum` (for both engines there, before its `--set`).
+pub const SETTINGS: &[(&str, &str)] = &[
+    ("shared_buffers", "1GB"),
+    ("fsync", "off"),
+    ("autovacuum", "off"),
+    ("full_page_writes", "on"),
+    ("max_wal_size", "20GB"),
+    ("checkpoint_timeout", "1h"),
+];
+
+/// [`SETTINGS`] as a configuration.
 pub fn config() -> Result<Config> {
-    Config::from_pairs([
-        ("shared_buffers", "1GB"),
-        ("fsync", "off"),
-        ("autovacuum", "off"),
-        ("full_page_writes", "on"),
-        ("max_wal_size", "20GB"),
-        ("checkpoint_timeout", "1h"),
-    ])
+    Config::from_pairs(SETTINGS.iter().copied())
 }
 
 /// Opens a database in `dir` and runs `runs` rounds; each round times one bulk delete by each

@@ -474,6 +474,22 @@ fn build_of_200k_entries_equals_inserting_them_one_by_one() {
 
 /// Replays every B-tree record of `rels` from `start` onto an empty buffer pool and compares
 /// each page with the live one (the checksum field aside).
+/// Bulk-deletes from `ix` every entry whose heap TID `gone` names; returns the pass's figures.
+pub(super) fn bulk_delete_where(env: &HeapEnv<'_>, ix: &BtreeIndex, gone: &dyn Fn(Tid) -> bool) -> BulkDeleteStats {
+    let mut stats = BulkDeleteStats::default();
+    ix.bulk_delete(
+        env,
+        &mut |tids, dead| {
+            for (t, d) in tids.iter().zip(dead.iter_mut()) {
+                *d = gone(*t);
+            }
+        },
+        &mut stats,
+    )
+    .unwrap();
+    stats
+}
+
 pub(super) fn assert_redo_matches(db: &Database, start: Lsn, rels: &[u32]) {
     let inner = db.inner();
     let env = inner.env();
@@ -527,17 +543,7 @@ fn redo_of_every_record_rebuilds_the_same_pages() {
         let s = format!("{:08}{}", rng.gen_range(0..100_000_000), "k".repeat(rng.gen_range(0..300)));
         ix.insert(&env, &[Value::Text(s)], tid(i), None).unwrap();
     }
-    let mut stats = BulkDeleteStats::default();
-    ix.bulk_delete(
-        &env,
-        &mut |tids, dead| {
-            for (t, d) in tids.iter().zip(dead.iter_mut()) {
-                *d = t.block.0 < 25 || !t.block.0.is_multiple_of(5);
-            }
-        },
-        &mut stats,
-    )
-    .unwrap();
+    let stats = bulk_delete_where(&env, &ix, &|t| t.block.0 < 25 || !t.block.0.is_multiple_of(5));
     assert!(stats.pages_newly_deleted > 0);
     let built = new_index(&db, 90012, vec![Type::Int4], false);
     built.build(&env, (0..20_000).map(|i| (vec![Value::Int4(i)], tid(i as u32))).collect()).unwrap();

@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::page::{self as bp};
-use super::tests::{assert_clean, assert_redo_matches, new_index, open_db};
+use super::tests::{assert_clean, assert_redo_matches, bulk_delete_where, new_index, open_db};
 use super::*;
 use crate::db::Database;
 use crate::index::IndexAm;
@@ -50,17 +50,7 @@ fn insert_all(db: &Database, ix: &BtreeIndex, entries: &[Entry]) {
 /// blocks that splits will take next.
 fn make_free_pages(db: &Database, ix: &BtreeIndex, gone: &dyn Fn(i32) -> bool) -> u32 {
     let env = db.inner().env();
-    let mut stats = BulkDeleteStats::default();
-    ix.bulk_delete(
-        &env,
-        &mut |tids, dead| {
-            for (t, d) in tids.iter().zip(dead.iter_mut()) {
-                *d = t.offset.0 == 1 && gone(t.block.0 as i32);
-            }
-        },
-        &mut stats,
-    )
-    .unwrap();
+    let stats = bulk_delete_where(&env, ix, &|t| t.offset.0 == 1 && gone(t.block.0 as i32));
     assert!(stats.pages_newly_deleted >= 3, "{stats:?}");
     db.consume_xids(1).unwrap();
     let mut cs = BulkDeleteStats::default();
