@@ -36,7 +36,7 @@ use serde::Serialize;
 use settledb::{Database, FreezePolicy, VacuumParams};
 use workload::aging::Aging;
 use workload::observe::{observe_embedded, DbCounters, Observation};
-use workload::tpcc::run::{KindResult, Mix};
+use workload::tpcc::run::{KindResult, Mix, TxKind};
 use workload::tpcc::{self, embedded, Facts, RunConfig, RunProgress, RunResult, TpccConn, TpccTarget};
 use workload::vacuum_log::parse_log_entry;
 
@@ -59,10 +59,16 @@ pub struct TpccArgs {
     /// the same requests); the default unless --duration is given.
     #[arg(long, conflicts_with = "duration")]
     pub transactions: Option<u64>,
-    /// Seconds per policy instead of a number of transactions (policies then do different
-    /// amounts of work, so compare rates rather than totals).
+    /// Seconds per policy instead of a number of transactions. Every policy still runs the
+    /// same requests: under a rate limit the count is rate x seconds; unthrottled, the first
+    /// policy runs for this long and the others run as many transactions as it did.
     #[arg(long)]
     pub duration: Option<u64>,
+    /// Terminal transactions per second, all terminals together (BenchmarkSQL's
+    /// limitTxnsPerMin / 60), so that the XIDs consumed per autovacuum cycle are a property of
+    /// the workload and not of the machine's speed; 0 runs the terminals unthrottled.
+    #[arg(long, default_value_t = DEFAULT_RATE)]
+    pub rate: f64,
     /// The one freeze policy to run (lazy, pg16, eager) when --compare is not given.
     #[arg(long, default_value = "eager")]
     pub policy: String,
@@ -107,6 +113,13 @@ pub struct TpccArgs {
 /// Terminal transactions per policy when neither --transactions nor --duration is given.
 const DEFAULT_TRANSACTIONS: u64 = 600_000;
 
+/// The default rate limit, terminal transactions per second.
+const DEFAULT_RATE: f64 = 3000.0;
+
+/// A rate-limited run whose terminals started more than this share of their transactions
+/// over 100 ms late did not keep the rate: its verdict may depend on the machine.
+const LATE_SHARE_MAX: f64 = 0.01;
+
 /// Seconds between samples.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
@@ -127,16 +140,45 @@ pub struct Sample {
     pub heap_pages: Vec<u64>,
 }
 
-/// One autovacuum, from its log entry.
+/// One autovacuum, from its log entry, placed in the run by the terminal transactions done
+/// and XIDs consumed when its entry was read (within one sampling interval of its end).
 #[derive(Serialize, Clone, Debug)]
 pub struct VacuumEvent {
     pub seconds: f64,
+    pub transactions: u64,
+    pub xids: u64,
+    /// 0 in the first half of the run, 1 in the second.
+    pub half: usize,
     pub table: String,
     pub wraparound: bool,
+    pub aggressive: bool,
     pub removable_cutoff: Option<u32>,
     pub new_relfrozenxid: Option<u32>,
     pub pages_scanned: u64,
+    pub pages_frozen: u64,
+    pub wal_bytes: u64,
+    pub wal_fpi: u64,
     pub elapsed_seconds: f64,
+}
+
+/// One half of a run (seed 000 compared two 24-hour runs): where it ends and what it cost.
+#[derive(Serialize, Clone, Debug, Default)]
+pub struct HalfResult {
+    /// Terminal transactions done, XIDs consumed and WAL written at the end of the half
+    /// (cumulative from the run's start; the first half's end is interpolated between
+    /// samples).
+    pub transactions_at_end: u64,
+    pub xids_at_end: u64,
+    pub wal_bytes_at_end: u64,
+    /// During the half.
+    pub xids: u64,
+    pub wal_bytes: u64,
+    pub autovacuums: u64,
+    pub anti_wraparound_autovacuums: u64,
+    /// Anti-wraparound autovacuums per table, tables with none left out.
+    pub anti_wraparound_by_table: BTreeMap<String, u64>,
+    pub autovacuum_pages_frozen: u64,
+    pub autovacuum_wal_bytes: u64,
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -153,6 +195,8 @@ pub struct TableResult {
     pub relfrozenxid_reached_previous_cutoff: (u64, u64),
     pub pages_frozen: Option<u64>,
     pub frozen_pages_modified: Option<u64>,
+    /// Frozen pages modified again / pages frozen, percent: freezing that did not stick.
+    pub wasted_freeze_percent: Option<f64>,
     pub vm_bits_cleared: Option<u64>,
     pub heap_blks_accessed: u64,
     pub heap_pages: u64,
@@ -173,6 +217,7 @@ pub struct ColumnResult {
     pub table_names: Vec<String>,
     pub samples: Vec<Sample>,
     pub vacuums: Vec<VacuumEvent>,
+    pub halves: [HalfResult; 2],
     pub consistency_violations: Vec<String>,
     pub check: String,
     pub check_problems: Vec<String>,
@@ -185,6 +230,24 @@ pub struct Target {
     pub value: String,
     pub goal: String,
     pub met: bool,
+    /// False when the run is not one the target speaks of (shown as n/a, neither met nor
+    /// missed): heap accesses with the data in cache, the rate limit on an unthrottled run.
+    pub applies: bool,
+}
+
+impl Target {
+    fn new(name: impl Into<String>, value: impl Into<String>, goal: impl Into<String>, met: bool) -> Target {
+        Target { name: name.into(), value: value.into(), goal: goal.into(), met, applies: true }
+    }
+
+    /// MET, MISSED or n/a.
+    pub fn verdict(&self) -> &'static str {
+        match (self.applies, self.met) {
+            (false, _) => "n/a",
+            (true, true) => "MET",
+            (true, false) => "MISSED",
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -239,7 +302,7 @@ fn postgres_settings(a: &TpccArgs) -> Vec<(String, String)> {
 }
 
 /// Runs the workload on PostgreSQL at `url`: schema, load, settings, VACUUM, run.
-fn run_postgres(a: &TpccArgs, url: &str, ui: &Ui) -> Result<ColumnResult> {
+fn run_postgres(a: &TpccArgs, url: &str, ui: &Ui, transactions: Option<u64>) -> Result<ColumnResult> {
     use workload::observe::{Observer, PgObserver};
     use workload::tpcc::postgres;
     let name = "postgres";
@@ -268,7 +331,7 @@ fn run_postgres(a: &TpccArgs, url: &str, ui: &Ui) -> Result<ColumnResult> {
         let o = observer.observe()?;
         Ok((o, observer.take_log()?))
     };
-    let mut column = measure(a, name, &target, &mut probe, ui)?;
+    let mut column = measure(a, name, &target, &mut probe, ui, transactions)?;
     column.setup_vacuum_seconds = setup_vacuum_seconds;
     column.settings = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
     column.consistency_violations = target.connect()?.consistency_facts()?.violations();
@@ -364,7 +427,13 @@ impl Ui {
 }
 
 /// Runs one policy in `dir` (a fresh copy of the template).
-fn run_policy(a: &TpccArgs, policy: FreezePolicy, base: &Path, ui: &Ui) -> Result<ColumnResult> {
+fn run_policy(
+    a: &TpccArgs,
+    policy: FreezePolicy,
+    base: &Path,
+    ui: &Ui,
+    transactions: Option<u64>,
+) -> Result<ColumnResult> {
     let dir = base.join(policy.name());
     let _ = std::fs::remove_dir_all(&dir);
     copy_dir(&base.join("template"), &dir)?;
@@ -378,7 +447,7 @@ fn run_policy(a: &TpccArgs, policy: FreezePolicy, base: &Path, ui: &Ui) -> Resul
     let _ = db.take_log();
     let target = embedded::Embedded::new(&db)?;
     let mut probe = || -> Result<(Observation, Vec<String>)> { Ok((observe_embedded(&db)?, db.take_log())) };
-    let mut column = measure(a, &name, &target, &mut probe, ui)?;
+    let mut column = measure(a, &name, &target, &mut probe, ui, transactions)?;
     column.setup_vacuum_seconds = setup_vacuum_seconds;
     column.settings = set.clone();
     let facts: Facts = target.connect()?.consistency_facts()?;
@@ -390,26 +459,37 @@ fn run_policy(a: &TpccArgs, policy: FreezePolicy, base: &Path, ui: &Ui) -> Resul
     Ok(column)
 }
 
-/// Runs the workload on `target` while sampling it each second through `probe`.
+/// The terminal transactions every column runs, when they are known before the first run:
+/// `--transactions`, or `--duration` times the rate limit, or the default; `None` for an
+/// unthrottled `--duration`, where the first column's count fixes the others'.
+fn planned_transactions(a: &TpccArgs) -> Option<u64> {
+    match (a.transactions, a.duration) {
+        (Some(n), _) => Some(n),
+        (None, Some(secs)) if a.rate > 0.0 => Some((a.rate * secs as f64).round() as u64),
+        (None, Some(_)) => None,
+        (None, None) => Some(DEFAULT_TRANSACTIONS),
+    }
+}
+
+/// Runs the workload on `target` while sampling it each second through `probe`:
+/// `transactions` of them, or for `--duration` seconds when that is `None`.
 fn measure<T: TpccTarget>(
     a: &TpccArgs,
     name: &str,
     target: &T,
     probe: &mut dyn FnMut() -> Result<(Observation, Vec<String>)>,
     ui: &Ui,
+    transactions: Option<u64>,
 ) -> Result<ColumnResult> {
     let cfg = RunConfig {
         warehouses: a.warehouses,
         terminals: a.terminals,
-        transactions: match (a.transactions, a.duration) {
-            (Some(n), _) => Some(n),
-            (None, Some(_)) => None,
-            (None, None) => Some(DEFAULT_TRANSACTIONS),
-        },
+        transactions,
         duration: a.duration.map(Duration::from_secs),
         seed: a.seed,
         mix: a.mix,
         delivery_workers: a.delivery_workers,
+        rate: (a.rate > 0.0).then_some(a.rate),
     };
     let progress = RunProgress::default();
     let (first, _) = probe()?;
@@ -439,17 +519,26 @@ fn measure<T: TpccTarget>(
                 ages: table_names.iter().map(|n| by_name.get(n.as_str()).map_or(0, |t| t.relfrozenxid_age)).collect(),
                 heap_pages: table_names.iter().map(|n| by_name.get(n.as_str()).map_or(0, |t| t.heap_pages)).collect(),
             });
+            let sample = samples.last().expect("a sample was just pushed");
+            let (transactions, xids) = (sample.transactions, sample.xids);
             for entry in log {
                 match parse_log_entry(&entry) {
                     Some(e) => {
                         ui.note(&format!("[{name}] {}", entry.lines().next().unwrap_or_default()));
                         vacuums.push(VacuumEvent {
                             seconds,
+                            transactions,
+                            xids,
+                            half: 0,
                             table: e.table,
                             wraparound: e.wraparound,
+                            aggressive: e.aggressive,
                             removable_cutoff: e.removable_cutoff,
                             new_relfrozenxid: e.new_relfrozenxid,
                             pages_scanned: e.pages_scanned,
+                            pages_frozen: e.pages_frozen,
+                            wal_bytes: e.wal_bytes,
+                            wal_fpi: e.wal_fpi,
                             elapsed_seconds: e.elapsed_seconds,
                         });
                     }
@@ -516,6 +605,10 @@ fn measure<T: TpccTarget>(
                 relfrozenxid_reached_previous_cutoff: reached,
                 pages_frozen: diff(|t| t.pages_frozen),
                 frozen_pages_modified: diff(|t| t.frozen_pages_modified),
+                wasted_freeze_percent: match (diff(|t| t.pages_frozen), diff(|t| t.frozen_pages_modified)) {
+                    (Some(f), Some(m)) if f > 0 => Some(100.0 * m as f64 / f as f64),
+                    _ => None,
+                },
                 vm_bits_cleared: diff(|t| t.vm_bits_cleared),
                 heap_blks_accessed: (t1.heap_blks_hit + t1.heap_blks_read)
                     .saturating_sub(t0.heap_blks_hit + t0.heap_blks_read),
@@ -524,6 +617,7 @@ fn measure<T: TpccTarget>(
             }
         })
         .collect();
+    let halves = split_halves(run.transactions, &samples, &mut vacuums);
     Ok(ColumnResult {
         name: name.to_string(),
         settings: Vec::new(),
@@ -535,11 +629,55 @@ fn measure<T: TpccTarget>(
         table_names,
         samples,
         vacuums,
+        halves,
         consistency_violations: Vec::new(),
         check: String::new(),
         check_problems: Vec::new(),
         other_log_entries,
     })
+}
+
+/// Cuts a run at half its terminal transactions: marks each autovacuum with its half and sums
+/// each half's XIDs, WAL and autovacuums.
+fn split_halves(transactions: u64, samples: &[Sample], vacuums: &mut [VacuumEvent]) -> [HalfResult; 2] {
+    let mid = transactions / 2;
+    // XIDs and WAL at the midpoint, interpolated between the samples around it.
+    let at = |f: fn(&Sample) -> u64| -> u64 {
+        let i = samples.partition_point(|s| s.transactions < mid);
+        match (i.checked_sub(1).and_then(|j| samples.get(j)), samples.get(i)) {
+            (Some(a), Some(b)) if b.transactions > a.transactions => {
+                let t = (mid - a.transactions) as f64 / (b.transactions - a.transactions) as f64;
+                f(a) + ((f(b).saturating_sub(f(a))) as f64 * t) as u64
+            }
+            (_, Some(b)) => f(b),
+            (Some(a), None) => f(a),
+            (None, None) => 0,
+        }
+    };
+    let end = samples.last();
+    let mut halves = [HalfResult::default(), HalfResult::default()];
+    halves[0].transactions_at_end = mid;
+    halves[0].xids_at_end = at(|s| s.xids);
+    halves[0].wal_bytes_at_end = at(|s| s.wal_bytes);
+    halves[1].transactions_at_end = end.map_or(0, |s| s.transactions);
+    halves[1].xids_at_end = end.map_or(0, |s| s.xids);
+    halves[1].wal_bytes_at_end = end.map_or(0, |s| s.wal_bytes);
+    halves[0].xids = halves[0].xids_at_end;
+    halves[0].wal_bytes = halves[0].wal_bytes_at_end;
+    halves[1].xids = halves[1].xids_at_end.saturating_sub(halves[0].xids_at_end);
+    halves[1].wal_bytes = halves[1].wal_bytes_at_end.saturating_sub(halves[0].wal_bytes_at_end);
+    for v in vacuums.iter_mut() {
+        v.half = usize::from(v.transactions > mid);
+        let h = &mut halves[v.half];
+        h.autovacuums += 1;
+        h.autovacuum_pages_frozen += v.pages_frozen;
+        h.autovacuum_wal_bytes += v.wal_bytes;
+        if v.wraparound {
+            h.anti_wraparound_autovacuums += 1;
+            *h.anti_wraparound_by_table.entry(v.table.clone()).or_default() += 1;
+        }
+    }
+    halves
 }
 
 fn ratio(a: f64, b: f64) -> f64 {
@@ -550,71 +688,174 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
-/// Seed 000's targets, eager against lazy.
+/// Seed 000's targets, eager against lazy, and the adaptive policy's against both.
 fn targets(columns: &[ColumnResult]) -> Vec<Target> {
-    let (Some(lazy), Some(eager)) =
-        (columns.iter().find(|c| c.name == "lazy"), columns.iter().find(|c| c.name == "eager"))
-    else {
+    let find = |n: &str| columns.iter().find(|c| c.name == n);
+    let (Some(lazy), Some(eager)) = (find("lazy"), find("eager")) else {
         return Vec::new();
     };
+    let mut out = vec![rate_kept(columns)];
     let table = |c: &ColumnResult, n: &str| c.tables.iter().find(|t| t.name == n).cloned();
-    let mut out = Vec::new();
     let lazy_cycles: Vec<String> = ORDERS_TABLES
         .iter()
         .map(|n| format!("{n} {}", table(lazy, n).map_or(0, |t| t.anti_wraparound_autovacuums)))
         .collect();
-    out.push(Target {
-        name: "lazy goes through anti-wraparound cycles (precondition)".into(),
-        value: lazy_cycles.join(", "),
-        goal: ">= 2 on bmsql_oorder and bmsql_order_line".into(),
-        met: ORDERS_TABLES.iter().all(|n| table(lazy, n).is_some_and(|t| t.anti_wraparound_autovacuums >= 2)),
-    });
-    let eager_aw: Vec<String> = INSERT_HEAVY
-        .iter()
-        .map(|n| format!("{n} {}", table(eager, n).map_or(0, |t| t.anti_wraparound_autovacuums)))
-        .collect();
-    out.push(Target {
-        name: "eager: anti-wraparound autovacuums".into(),
-        value: eager_aw.join(", "),
-        goal: "0 on oorder, order_line, new_order, history".into(),
-        met: INSERT_HEAVY.iter().all(|n| table(eager, n).is_some_and(|t| t.anti_wraparound_autovacuums == 0)),
-    });
+    out.push(Target::new(
+        "lazy goes through anti-wraparound cycles (precondition)",
+        lazy_cycles.join(", "),
+        ">= 2 on bmsql_oorder and bmsql_order_line",
+        ORDERS_TABLES.iter().all(|n| table(lazy, n).is_some_and(|t| t.anti_wraparound_autovacuums >= 2)),
+    ));
+    out.push(no_anti_wraparound(eager));
     for n in ORDERS_TABLES {
         let Some(t) = table(eager, n) else { continue };
         let gap = t.xids_between_autovacuums.unwrap_or(0);
-        out.push(Target {
-            name: format!("eager: {n} max relfrozenxid age"),
-            value: format!("{} (XIDs between autovacuums: {gap})", t.max_relfrozenxid_age),
-            goal: "<= 2 x XIDs between autovacuums".into(),
-            met: gap > 0 && t.max_relfrozenxid_age <= 2 * gap,
-        });
+        out.push(Target::new(
+            format!("eager: {n} max relfrozenxid age"),
+            format!("{} (XIDs between autovacuums: {gap})", t.max_relfrozenxid_age),
+            "<= 2 x XIDs between autovacuums",
+            gap > 0 && t.max_relfrozenxid_age <= 2 * gap,
+        ));
         let (k, of) = t.relfrozenxid_reached_previous_cutoff;
-        out.push(Target {
-            name: format!("eager: {n} relfrozenxid reached the previous removable cutoff"),
-            value: format!("{k} of {of} autovacuums"),
-            goal: "every autovacuum (seed 000's log pattern)".into(),
-            met: of > 0 && k == of,
-        });
+        out.push(Target::new(
+            format!("eager: {n} relfrozenxid reached the previous removable cutoff"),
+            format!("{k} of {of} autovacuums"),
+            "every autovacuum (seed 000's log pattern)",
+            of > 0 && k == of,
+        ));
     }
-    let wal = ratio(eager.db.wal_bytes as f64, lazy.db.wal_bytes as f64);
-    out.push(Target {
-        name: "WAL bytes, eager / lazy".into(),
-        value: format!("{wal:.3}"),
-        goal: "<= 1.0 (seed 000: 0.990 after two days)".into(),
-        met: wal <= 1.0,
-    });
+    let wal = |c: &ColumnResult, h: usize| c.halves[h].wal_bytes_at_end as f64;
+    let whole = ratio(eager.db.wal_bytes as f64, lazy.db.wal_bytes as f64);
+    out.push(Target::new(
+        "WAL bytes, eager / lazy",
+        format!(
+            "{whole:.3} (first half {:.3}, second half alone {:.3})",
+            ratio(wal(eager, 0), wal(lazy, 0)),
+            ratio(eager.halves[1].wal_bytes as f64, lazy.halves[1].wal_bytes as f64)
+        ),
+        "<= 1.0 at the end (seed 000: 1.040 after the first day, 0.990 after the second)",
+        whole <= 1.0,
+    ));
+    out.push(heap_accesses(lazy, eager));
+    out.push(order_status_tail(lazy, eager));
+    if let Some(adaptive) = find("adaptive") {
+        out.extend(adaptive_targets(lazy, eager, adaptive));
+    }
+    out
+}
+
+/// Whether every column's terminals kept the rate limit (so the run did the same XIDs per
+/// autovacuum cycle as on any machine that keeps it).
+fn rate_kept(columns: &[ColumnResult]) -> Target {
+    let share = |c: &ColumnResult| c.run.late.late_100ms as f64 / c.run.transactions.max(1) as f64;
+    let value: Vec<String> = columns
+        .iter()
+        .map(|c| match c.run.rate_limit {
+            Some(r) => format!(
+                "{} {:.0}/{:.0} tps, {:.2}% late (max {:.2} s)",
+                c.name,
+                c.run.tps,
+                r,
+                100.0 * share(c),
+                c.run.late.max_seconds
+            ),
+            None => format!("{} unthrottled ({:.0} tps)", c.name, c.run.tps),
+        })
+        .collect();
+    let limited = columns.iter().all(|c| c.run.rate_limit.is_some());
+    let mut t = Target::new(
+        "the terminals kept the rate limit (the verdict does not depend on machine speed)",
+        value.join("; "),
+        format!("<= {:.0}% of transactions started over 100 ms late", LATE_SHARE_MAX * 100.0),
+        limited && columns.iter().all(|c| share(c) <= LATE_SHARE_MAX),
+    );
+    t.applies = limited;
+    t
+}
+
+/// No anti-wraparound autovacuum of an insert-heavy table, per half.
+fn no_anti_wraparound(c: &ColumnResult) -> Target {
+    let per_half = |n: &str| {
+        let h = |i: usize| c.halves[i].anti_wraparound_by_table.get(n).copied().unwrap_or(0);
+        format!("{n} {}+{}", h(0), h(1))
+    };
+    let value: Vec<String> = INSERT_HEAVY.iter().map(|n| per_half(n)).collect();
+    Target::new(
+        format!("{}: anti-wraparound autovacuums (first + second half)", c.name),
+        value.join(", "),
+        "0 on oorder, order_line, new_order, history",
+        INSERT_HEAVY.iter().all(|n| c.tables.iter().any(|t| t.name == *n && t.anti_wraparound_autovacuums == 0)),
+    )
+}
+
+/// Heap buffer accesses, eager / lazy: what index-only scans save once pages stay all-visible.
+/// It applies when the data outgrows shared buffers, as in the seed (the larger-scale run).
+fn heap_accesses(lazy: &ColumnResult, eager: &ColumnResult) -> Target {
     let heap = ratio(
         (eager.db.heap_blks_hit + eager.db.heap_blks_read) as f64,
         (lazy.db.heap_blks_hit + lazy.db.heap_blks_read) as f64,
     );
     let all = ratio((eager.db.blks_hit + eager.db.blks_read) as f64, (lazy.db.blks_hit + lazy.db.blks_read) as f64);
-    out.push(Target {
-        name: "heap buffer accesses (heap_blks_hit + heap_blks_read), eager / lazy".into(),
-        value: format!("{heap:.3} (all blocks: {all:.3})"),
-        goal: "<= 0.7 (seed 000: blks_hit 0.616)".into(),
-        met: heap <= 0.7,
-    });
-    out
+    let fetched = ratio(eager.db.tup_fetched as f64, lazy.db.tup_fetched as f64);
+    let read_share = lazy.db.heap_blks_read as f64 / (lazy.db.heap_blks_hit + lazy.db.heap_blks_read).max(1) as f64;
+    let mut t = Target::new(
+        "heap buffer accesses (heap_blks_hit + heap_blks_read), eager / lazy",
+        format!(
+            "{heap:.3} (all blocks {all:.3}, tup_fetched {fetched:.3}; lazy read {:.1}% of its heap accesses)",
+            100.0 * read_share
+        ),
+        "<= 0.7 where the data outgrows shared_buffers (seed 000: blks_hit 0.616, tup_fetched 0.526)",
+        heap <= 0.7,
+    );
+    // In cache, a heap fetch costs a hit and no read: the seed's saving cannot show.
+    t.applies = read_share >= 0.01;
+    t
+}
+
+/// ORDER_STATUS p99 in the second half, eager against lazy (its index-only scan).
+fn order_status_tail(lazy: &ColumnResult, eager: &ColumnResult) -> Target {
+    let p99 = |c: &ColumnResult| {
+        c.run.kinds.iter().find(|k| k.kind == TxKind::OrderStatus.name()).map_or(f64::NAN, |k| k.halves[1].p99_ms)
+    };
+    let r = ratio(p99(eager), p99(lazy));
+    Target::new(
+        "ORDER_STATUS p99 in the second half, eager / lazy",
+        format!("{r:.3} ({:.2} ms against {:.2} ms)", p99(eager), p99(lazy)),
+        "<= 0.5",
+        r <= 0.5,
+    )
+}
+
+/// The adaptive policy: freezing that sticks, no anti-wraparound, least WAL.
+fn adaptive_targets(lazy: &ColumnResult, eager: &ColumnResult, adaptive: &ColumnResult) -> Vec<Target> {
+    let wasted = |c: &ColumnResult, n: &str| {
+        c.tables.iter().find(|t| t.name == n).and_then(|t| t.wasted_freeze_percent).unwrap_or(0.0)
+    };
+    let mut worst: Vec<(String, f64, f64)> = adaptive
+        .table_names
+        .iter()
+        .map(|n| (n.clone(), wasted(adaptive, n), wasted(lazy, n)))
+        .filter(|(_, a, _)| *a > 0.0)
+        .collect();
+    worst.sort_by(|x, y| (y.1 - y.2).total_cmp(&(x.1 - x.2)));
+    let value: Vec<String> = worst.iter().take(3).map(|(n, a, l)| format!("{n} {a:.1}% (lazy {l:.1}%)")).collect();
+    let wal = adaptive.db.wal_bytes as f64;
+    let floor = lazy.db.wal_bytes.min(eager.db.wal_bytes) as f64;
+    vec![
+        Target::new(
+            "adaptive: frozen pages modified again / pages frozen, worst tables",
+            if value.is_empty() { "no table had a page frozen".into() } else { value.join(", ") },
+            "<= lazy's + 5 points on every table",
+            worst.iter().all(|(_, a, l)| *a <= *l + 5.0),
+        ),
+        no_anti_wraparound(adaptive),
+        Target::new(
+            "WAL bytes, adaptive / min(lazy, eager)",
+            format!("{:.3}", ratio(wal, floor)),
+            "<= 1.0",
+            wal <= floor,
+        ),
+    ]
 }
 
 fn policies(a: &TpccArgs) -> Result<Vec<FreezePolicy>> {
@@ -645,9 +886,14 @@ pub fn run(a: TpccArgs) -> Result<ExitCode> {
     let load_seconds = ensure_template(&a, &base, &ui)?;
     let mut columns = Vec::new();
     let mut errors = Vec::new();
+    // Equal work: every column runs the same seeded requests.
+    let mut transactions = planned_transactions(&a);
     for p in &policies {
-        match run_policy(&a, *p, &base, &ui) {
-            Ok(c) => columns.push(c),
+        match run_policy(&a, *p, &base, &ui, transactions) {
+            Ok(c) => {
+                transactions.get_or_insert(c.run.transactions);
+                columns.push(c);
+            }
             Err(e) => errors.push((p.name().to_string(), format!("{e:#}"))),
         }
     }
@@ -664,7 +910,7 @@ pub fn run(a: TpccArgs) -> Result<ExitCode> {
         None
     };
     if let Some(url) = a.target.clone().or_else(|| peer.as_ref().map(|p| p.url())) {
-        match run_postgres(&a, &url, &ui) {
+        match run_postgres(&a, &url, &ui, transactions) {
             Ok(c) => columns.push(c),
             Err(e) => errors.push(("postgres".into(), format!("{e:#}"))),
         }
@@ -759,6 +1005,11 @@ pub fn groups(r: &TpccReport) -> Vec<Group> {
     g.row("seconds", each(&|c| format!("{:.1}", c.run.seconds)));
     g.row("transactions", each(&|c| c.run.transactions.to_string()));
     g.row("tps", each(&|c| format!("{:.0}", c.run.tps)));
+    g.row("rate limit, tps", each(&|c| c.run.rate_limit.map_or("none".into(), |r| format!("{r:.0}"))));
+    g.row(
+        "started > 100 ms late (max s)",
+        each(&|c| format!("{} ({:.2})", c.run.late.late_100ms, c.run.late.max_seconds)),
+    );
     g.row("tpmC (New-Orders per minute)", each(&|c| format!("{:.0}", c.run.tpmc)));
     g.row("XIDs consumed", each(&|c| c.xids_consumed.to_string()));
     g.row("setup VACUUM seconds", each(&|c| format!("{:.2}", c.setup_vacuum_seconds)));
@@ -780,6 +1031,15 @@ pub fn groups(r: &TpccReport) -> Vec<Group> {
     g.row("WAL full-page images", d(|d| d.wal_fpi));
     g.row("WAL bytes", d(|d| d.wal_bytes));
     out.push(g);
+    let mut g = Group::new("halves (first / second)");
+    let halves = |f: fn(&HalfResult) -> u64| each(&|c| format!("{} / {}", f(&c.halves[0]), f(&c.halves[1])));
+    g.row("XIDs consumed", halves(|h| h.xids));
+    g.row("WAL bytes", halves(|h| h.wal_bytes));
+    g.row("autovacuums", halves(|h| h.autovacuums));
+    g.row("anti-wraparound autovacuums", halves(|h| h.anti_wraparound_autovacuums));
+    g.row("pages frozen by autovacuum", halves(|h| h.autovacuum_pages_frozen));
+    g.row("autovacuum WAL bytes", halves(|h| h.autovacuum_wal_bytes));
+    out.push(g);
     let names: Vec<String> = cols.first().map(|c| c.table_names.clone()).unwrap_or_default();
     for n in names {
         let t = |f: &dyn Fn(&TableResult) -> String| -> Vec<String> {
@@ -799,6 +1059,7 @@ pub fn groups(r: &TpccReport) -> Vec<Group> {
         );
         g.row("pages frozen", t(&|t| opt(t.pages_frozen)));
         g.row("frozen pages modified again", t(&|t| opt(t.frozen_pages_modified)));
+        g.row("  of pages frozen, %", t(&|t| t.wasted_freeze_percent.map_or("n/a".into(), |p| format!("{p:.1}"))));
         g.row("VM bits cleared", t(&|t| opt(t.vm_bits_cleared)));
         g.row("heap blocks accessed", t(&|t| t.heap_blks_accessed.to_string()));
         g.row("table pages", t(&|t| t.heap_pages.to_string()));
@@ -812,6 +1073,10 @@ pub fn groups(r: &TpccReport) -> Vec<Group> {
         };
         g.row(k.kind, kind(&|k| format!("{:.2} / {:.2} / {:.2}", k.p50_ms, k.p95_ms, k.p99_ms)));
         g.row(format!("{} /s", k.kind), kind(&|k| format!("{:.0}", k.per_second)));
+        g.row(
+            format!("{} p99 by half", k.kind),
+            kind(&|k| format!("{:.2} / {:.2}", k.halves[0].p99_ms, k.halves[1].p99_ms)),
+        );
     }
     out.push(g);
     out
@@ -843,8 +1108,7 @@ pub fn render(r: &TpccReport) -> String {
     if !r.targets.is_empty() {
         out.push_str("\ntargets (seed 000, eager against lazy)\n");
         for t in &r.targets {
-            let _ =
-                writeln!(out, "  [{}] {}: {} (goal {})", if t.met { "MET" } else { "MISSED" }, t.name, t.value, t.goal);
+            let _ = writeln!(out, "  [{}] {}: {} (goal {})", t.verdict(), t.name, t.value, t.goal);
         }
     }
     for c in &r.columns {

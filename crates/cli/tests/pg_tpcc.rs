@@ -92,6 +92,7 @@ fn tpcc_on_postgres_stays_consistent_and_observable() {
         seed: 7,
         mix: Default::default(),
         delivery_workers: 1,
+        rate: None,
     };
     let result = run(&target, &cfg, &RunProgress::default()).expect("run");
     assert_eq!(result.transactions, 2000);

@@ -51,6 +51,16 @@ fn compare_smoke_run_reports_every_policy_in_the_documented_shape() {
             c["run"]["kinds"].as_array().unwrap().iter().map(|k| k["kind"].as_str().unwrap()).collect();
         assert_eq!(kinds, ["NEW_ORDER", "PAYMENT", "ORDER_STATUS", "STOCK_LEVEL", "DELIVERY", "DELIVERY_BG"]);
         assert!(!c["samples"].as_array().unwrap().is_empty());
+        // Rate-limited by default, and reported in two halves of the same request count.
+        assert_eq!(c["run"]["rate_limit"], 3000.0);
+        let halves = c["halves"].as_array().unwrap();
+        assert_eq!(halves.len(), 2);
+        assert_eq!(halves[0]["transactions_at_end"], 750);
+        assert_eq!(halves[1]["transactions_at_end"], 1500);
+        for k in c["run"]["kinds"].as_array().unwrap() {
+            let h = k["halves"].as_array().unwrap();
+            assert_eq!(h[0]["count"].as_u64().unwrap() + h[1]["count"].as_u64().unwrap(), k["count"].as_u64().unwrap());
+        }
     }
     // Both lazy and eager ran, so the seed's targets are evaluated (met or not).
     assert!(r["targets"].as_array().unwrap().len() >= 4);
@@ -58,6 +68,29 @@ fn compare_smoke_run_reports_every_policy_in_the_documented_shape() {
     assert!(html.contains("<svg") && html.contains("relfrozenxid age") && !html.contains("<script"));
     // The population is kept and reused by the next run with the same warehouses and seed.
     assert!(dir.path().join("template").is_dir());
+}
+
+/// `--duration` compares equal work: unthrottled, the first policy runs for the time given and
+/// the next one runs as many transactions; under a rate limit, every policy runs rate x seconds.
+#[test]
+fn duration_runs_the_same_requests_for_every_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |rate: &str| -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_settle"))
+            .args(["tpcc", "--terminals", "2", "--duration", "2", "--rate", rate, "--compare", "lazy,eager", "--json"])
+            .arg("--dir")
+            .arg(dir.path())
+            .output()
+            .expect("run settle");
+        assert!(out.status.success(), "exit {:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+    };
+    let counts = |r: &serde_json::Value| -> Vec<u64> {
+        r["columns"].as_array().unwrap().iter().map(|c| c["run"]["transactions"].as_u64().unwrap()).collect()
+    };
+    let free = counts(&run("0"));
+    assert!(free[0] > 0 && free[0] == free[1], "unthrottled: {free:?}");
+    assert_eq!(counts(&run("400")), [800, 800]);
 }
 
 /// The same smoke run with PostgreSQL 15 as one more column (skipped, saying why, when

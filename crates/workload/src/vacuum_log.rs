@@ -25,6 +25,8 @@ pub struct LogSums {
 pub struct LogEntry {
     pub table: String,
     pub wraparound: bool,
+    /// `automatic aggressive vacuum …` (anti-wraparound ones are aggressive too).
+    pub aggressive: bool,
     /// `removable cutoff:` (OldestXmin) and `new relfrozenxid:`, when the entry has them.
     pub removable_cutoff: Option<u32>,
     pub new_relfrozenxid: Option<u32>,
@@ -95,6 +97,7 @@ pub fn parse_log_entry(text: &str) -> Option<LogEntry> {
     let heading = text.lines().next()?;
     let heading = &heading[heading.find("LOG:  automatic ")?..];
     let wraparound = heading.contains(" to prevent wraparound ");
+    let aggressive = heading.starts_with("LOG:  automatic aggressive ");
     let quoted = &heading[heading.find(" of table \"")? + " of table \"".len()..];
     let name = &quoted[..quoted.find('"')?];
     let table = name.rsplit('.').next().unwrap_or(name).to_string();
@@ -102,6 +105,7 @@ pub fn parse_log_entry(text: &str) -> Option<LogEntry> {
     let mut e = LogEntry {
         table,
         wraparound,
+        aggressive,
         removable_cutoff: None,
         new_relfrozenxid: None,
         pages_scanned: 0,
@@ -169,6 +173,7 @@ mod tests {
                 LogEntry {
                     table: "pgbench_accounts".into(),
                     wraparound,
+                    aggressive: wraparound,
                     removable_cutoff: Some(1000),
                     new_relfrozenxid: Some(900),
                     pages_scanned: 1200,

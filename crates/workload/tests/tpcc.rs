@@ -31,6 +31,7 @@ fn a_run_keeps_consistency_conditions_one_to_four() {
         seed: 42,
         mix: Default::default(),
         delivery_workers: 2,
+        rate: None,
     };
     let progress = RunProgress::default();
     let r = tpcc::run(&target, &cfg, &progress).unwrap();
@@ -44,5 +45,44 @@ fn a_run_keeps_consistency_conditions_one_to_four() {
     let delivered: i64 = 20 * 900 + orders as i64 - after.districts.iter().map(|d| d.new_orders).sum::<i64>();
     assert!(delivered > 0, "deliveries removed no new_order rows");
     drop(conn);
+    db.close().unwrap();
+}
+
+/// Under a rate limit the terminals run the same seeded requests as unthrottled ones (the
+/// transaction count is exact and the mix is the same), and each type's latencies are split
+/// into two halves that add up to the whole: the halves the `settle tpcc` report compares.
+#[test]
+fn rate_limited_run_keeps_its_requests_and_splits_halves() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    embedded::create_schema(&db).unwrap();
+    embedded::load(&db, 1, 7).unwrap();
+    let target = embedded::Embedded::new(&db).unwrap();
+    let cfg = RunConfig {
+        warehouses: 1,
+        terminals: 2,
+        transactions: Some(600),
+        duration: None,
+        seed: 7,
+        mix: Default::default(),
+        delivery_workers: 1,
+        rate: Some(2000.0),
+    };
+    let limited = tpcc::run(&target, &cfg, &RunProgress::default()).unwrap();
+    assert_eq!(limited.transactions, 600);
+    assert_eq!(limited.rate_limit, Some(2000.0));
+    for k in &limited.kinds {
+        assert_eq!(k.halves[0].count + k.halves[1].count, k.count, "{}: halves do not add up", k.kind);
+    }
+    // Every terminal switches halves at half its share: 150 of each terminal's 300.
+    let terminal_kinds = limited.kinds.iter().filter(|k| k.kind != "DELIVERY_BG");
+    let first: u64 = terminal_kinds.clone().map(|k| k.halves[0].count).sum();
+    assert_eq!(first, 300);
+    // The same requests as an unthrottled run of the same seed: the same count per type.
+    let free = tpcc::run(&target, &RunConfig { rate: None, ..cfg.clone() }, &RunProgress::default()).unwrap();
+    let counts = |r: &tpcc::RunResult| r.kinds.iter().map(|k| (k.kind, k.count)).collect::<Vec<_>>();
+    assert_eq!(counts(&limited), counts(&free));
+    let bad = tpcc::run(&target, &RunConfig { rate: Some(0.0), ..cfg }, &RunProgress::default());
+    assert!(bad.is_err(), "a zero rate is refused");
     db.close().unwrap();
 }

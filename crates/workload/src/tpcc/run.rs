@@ -6,6 +6,25 @@
 //! runs its share of N (so the requests are the same whatever the timing); under a duration
 //! it runs until the time is up.
 //!
+//! # The rate limit
+//!
+//! With [`RunConfig::rate`] the terminals run at a fixed rate, as BenchmarkSQL's
+//! `limitTxnsPerMin` does: terminal `i` of `T` starts its `k`-th transaction at
+//! `start + (k + i/T) · T/rate`, sleeping until then when it is early and starting at once when
+//! it is late (so a stall is caught up and the rate holds over the run). A workload aged in
+//! XIDs against cadences kept in wall-clock time (`autovacuum_naptime`, the cost delay) needs
+//! this: unthrottled, a faster machine burns more XIDs per naptime and per vacuum, and what
+//! VACUUM has to do becomes a property of the machine rather than of the workload. The run
+//! reports how far behind schedule the terminals fell ([`RunResult::late`]), so a machine too
+//! slow for the rate is seen, not hidden.
+//!
+//! # Halves
+//!
+//! Latencies are kept per half of the run (seed 000 reported two 24-hour runs): a terminal's
+//! transaction belongs to the second half once the terminal has done half its share (or, under
+//! a duration, once half the time has passed); a deferred Delivery belongs to the half its
+//! request was queued in.
+//!
 //! A Delivery is queued, as BenchmarkSQL queues it: the terminal's own latency is that of
 //! queueing (reported as `DELIVERY`), and a delivery worker later runs the ten districts in one
 //! transaction (`DELIVERY_BG`, whose latency runs from queueing to commit). The workers drain
@@ -130,6 +149,8 @@ pub struct RunConfig {
     pub seed: u64,
     pub mix: Mix,
     pub delivery_workers: usize,
+    /// Terminal transactions per second, all terminals together (None: as fast as they can).
+    pub rate: Option<f64>,
 }
 
 /// Live counters of a run, read by the caller's progress display; `stop` ends a run early.
@@ -155,6 +176,40 @@ pub struct KindResult {
     pub p95_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+    /// The same quantiles over the first and the second half of the run.
+    pub halves: [Quantiles; 2],
+}
+
+/// Latency quantiles of one transaction type over part of a run.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Quantiles {
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Quantiles {
+    fn of(h: &Histogram<u64>) -> Quantiles {
+        let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+        Quantiles {
+            count: h.len(),
+            p50_ms: ms(0.50),
+            p95_ms: ms(0.95),
+            p99_ms: ms(0.99),
+            max_ms: h.max() as f64 / 1000.0,
+        }
+    }
+}
+
+/// How well a rate-limited run kept its schedule.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Lateness {
+    /// Terminal transactions that started more than 100 ms after their scheduled time.
+    pub late_100ms: u64,
+    /// The most any transaction started after its scheduled time, seconds.
+    pub max_seconds: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -165,37 +220,55 @@ pub struct RunResult {
     pub tps: f64,
     /// New-Orders committed per minute (tpmC).
     pub tpmc: f64,
+    /// The rate limit the terminals ran under, transactions per second (None: unthrottled).
+    pub rate_limit: Option<f64>,
+    pub late: Lateness,
     pub kinds: Vec<KindResult>,
 }
 
 struct Stats {
-    hist: Vec<Histogram<u64>>,
+    /// Per half of the run, per transaction type.
+    hist: [Vec<Histogram<u64>>; 2],
     rolled_back: [u64; 6],
     retries: [u64; 6],
+    late: Lateness,
 }
 
 impl Stats {
     fn new() -> Stats {
-        let hist = TxKind::ALL
-            .iter()
-            .map(|_| Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"))
-            .collect();
-        Stats { hist, rolled_back: [0; 6], retries: [0; 6] }
+        let kinds = || {
+            TxKind::ALL
+                .iter()
+                .map(|_| Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"))
+                .collect()
+        };
+        Stats { hist: [kinds(), kinds()], rolled_back: [0; 6], retries: [0; 6], late: Lateness::default() }
     }
 
-    fn record(&mut self, kind: TxKind, micros: u64) {
-        self.hist[kind.index()].saturating_record(micros.max(1));
+    fn record(&mut self, half: usize, kind: TxKind, micros: u64) {
+        self.hist[half.min(1)][kind.index()].saturating_record(micros.max(1));
     }
 
     fn merge(&mut self, other: &Stats) {
-        for (a, b) in self.hist.iter_mut().zip(&other.hist) {
-            // Same bounds on both sides, so adding cannot fail.
-            let _ = a.add(b);
+        for (mine, theirs) in self.hist.iter_mut().zip(&other.hist) {
+            for (a, b) in mine.iter_mut().zip(theirs) {
+                // Same bounds on both sides, so adding cannot fail.
+                let _ = a.add(b);
+            }
         }
         for i in 0..6 {
             self.rolled_back[i] += other.rolled_back[i];
             self.retries[i] += other.retries[i];
         }
+        self.late.late_100ms += other.late.late_100ms;
+        self.late.max_seconds = self.late.max_seconds.max(other.late.max_seconds);
+    }
+
+    /// The whole run's histogram of one type (both halves).
+    fn whole(&self, kind: TxKind) -> Histogram<u64> {
+        let mut h = self.hist[0][kind.index()].clone();
+        let _ = h.add(&self.hist[1][kind.index()]);
+        h
     }
 }
 
@@ -219,10 +292,13 @@ pub fn run<T: TpccTarget>(target: &T, cfg: &RunConfig, progress: &RunProgress) -
     if cfg.transactions.is_none() && cfg.duration.is_none() {
         return Err(anyhow!("give a number of transactions or a duration"));
     }
+    if cfg.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+        return Err(anyhow!("the rate limit must be a positive number of transactions per second"));
+    }
     let c = NurandConstants::from_seed(cfg.seed);
     let start = Instant::now();
     let deadline = cfg.duration.map(|d| start + d);
-    let (queue, deliveries) = mpsc::channel::<(Delivery, Instant)>();
+    let (queue, deliveries) = mpsc::channel::<Queued>();
     let deliveries = Mutex::new(deliveries);
     let total = Mutex::new(Stats::new());
     let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
@@ -242,11 +318,11 @@ pub fn run<T: TpccTarget>(target: &T, cfg: &RunConfig, progress: &RunProgress) -
                 let mut stats = Stats::new();
                 loop {
                     let next = deliveries.lock().recv();
-                    let Ok((d, queued)) = next else { break };
-                    match with_retries(|| conn.delivery(&d)) {
+                    let Ok(Queued { delivery, at, half }) = next else { break };
+                    match with_retries(|| conn.delivery(&delivery)) {
                         Ok((_, retries)) => {
                             stats.retries[TxKind::DeliveryBg.index()] += retries;
-                            stats.record(TxKind::DeliveryBg, queued.elapsed().as_micros() as u64);
+                            stats.record(half, TxKind::DeliveryBg, at.elapsed().as_micros() as u64);
                         }
                         Err(e) => fail(e.context("DELIVERY_BG")),
                     }
@@ -262,7 +338,8 @@ pub fn run<T: TpccTarget>(target: &T, cfg: &RunConfig, progress: &RunProgress) -
                 .transactions
                 .map(|n| n / cfg.terminals as u64 + u64::from((term as u64) < n % cfg.terminals as u64));
             s.spawn(move || {
-                let r = terminal(target, cfg, term, c, share, deadline, &queue, progress);
+                let clock = Clock { start, share, deadline };
+                let r = terminal(target, cfg, term, c, &clock, &queue, progress);
                 match r {
                     Ok(stats) => total.lock().merge(&stats),
                     Err(e) => fail(e.context(format!("terminal {term}"))),
@@ -279,18 +356,18 @@ pub fn run<T: TpccTarget>(target: &T, cfg: &RunConfig, progress: &RunProgress) -
     let kinds: Vec<KindResult> = TxKind::ALL
         .iter()
         .map(|&k| {
-            let h = &total.hist[k.index()];
-            let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+            let all = Quantiles::of(&total.whole(k));
             KindResult {
                 kind: k.name(),
-                count: h.len(),
+                count: all.count,
                 rolled_back: total.rolled_back[k.index()],
                 retries: total.retries[k.index()],
-                per_second: h.len() as f64 / seconds,
-                p50_ms: ms(0.50),
-                p95_ms: ms(0.95),
-                p99_ms: ms(0.99),
-                max_ms: h.max() as f64 / 1000.0,
+                per_second: all.count as f64 / seconds,
+                p50_ms: all.p50_ms,
+                p95_ms: all.p95_ms,
+                p99_ms: all.p99_ms,
+                max_ms: all.max_ms,
+                halves: [Quantiles::of(&total.hist[0][k.index()]), Quantiles::of(&total.hist[1][k.index()])],
             }
         })
         .collect();
@@ -301,19 +378,53 @@ pub fn run<T: TpccTarget>(target: &T, cfg: &RunConfig, progress: &RunProgress) -
         transactions,
         tps: transactions as f64 / seconds,
         tpmc: new_orders as f64 * 60.0 / seconds,
+        rate_limit: cfg.rate,
+        late: total.late,
         kinds,
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A Delivery request on its way to a worker: when it was queued and in which half.
+struct Queued {
+    delivery: Delivery,
+    at: Instant,
+    half: usize,
+}
+
+/// When a terminal stops, and which half of the run a transaction falls in.
+struct Clock {
+    start: Instant,
+    /// The terminal's share of a fixed number of transactions…
+    share: Option<u64>,
+    /// … or the end of a timed run.
+    deadline: Option<Instant>,
+}
+
+impl Clock {
+    fn finished(&self, done: u64) -> bool {
+        match self.share {
+            Some(n) => done >= n,
+            None => self.deadline.is_some_and(|d| Instant::now() >= d),
+        }
+    }
+
+    /// 0 for the first half of the run, 1 for the second.
+    fn half(&self, done: u64, now: Instant) -> usize {
+        match (self.share, self.deadline) {
+            (Some(n), _) => usize::from(done * 2 >= n),
+            (None, Some(d)) => usize::from((now - self.start) * 2 >= d - self.start),
+            (None, None) => 0,
+        }
+    }
+}
+
 fn terminal<T: TpccTarget>(
     target: &T,
     cfg: &RunConfig,
     term: usize,
     c: NurandConstants,
-    share: Option<u64>,
-    deadline: Option<Instant>,
-    queue: &mpsc::Sender<(Delivery, Instant)>,
+    clock: &Clock,
+    queue: &mpsc::Sender<Queued>,
     progress: &RunProgress,
 ) -> anyhow::Result<Stats> {
     let mut conn = target.connect()?;
@@ -321,15 +432,28 @@ fn terminal<T: TpccTarget>(
     let w_id = (term as i32 % cfg.warehouses) + 1;
     let mut stats = Stats::new();
     let mut done = 0u64;
+    // Under a rate limit: this terminal's interval, and its first slot, offset from the other
+    // terminals' so that they do not start in step.
+    let interval = cfg.rate.map(|rate| Duration::from_secs_f64(cfg.terminals as f64 / rate));
+    let mut due = interval.map(|i| clock.start + i.mul_f64(term as f64 / cfg.terminals as f64));
     loop {
-        if share.is_some_and(|n| done >= n) || progress.stop.load(Ordering::Relaxed) {
+        if clock.finished(done) || progress.stop.load(Ordering::Relaxed) {
             break;
         }
-        if share.is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
-            break;
+        if let (Some(at), Some(i)) = (due.as_mut(), interval) {
+            let now = Instant::now();
+            if *at > now {
+                std::thread::sleep(*at - now);
+            } else {
+                let behind = (now - *at).as_secs_f64();
+                stats.late.max_seconds = stats.late.max_seconds.max(behind);
+                stats.late.late_100ms += u64::from(behind > 0.1);
+            }
+            *at += i;
         }
         let kind = cfg.mix.pick(&mut r);
         let began = Instant::now();
+        let half = clock.half(done, began);
         let (outcome, retries) = match kind {
             TxKind::NewOrder => {
                 let t = NewOrder::draw(&mut r, w_id, cfg.warehouses);
@@ -350,12 +474,12 @@ fn terminal<T: TpccTarget>(
             TxKind::Delivery | TxKind::DeliveryBg => {
                 progress.deliveries_pending.fetch_add(1, Ordering::Relaxed);
                 queue
-                    .send((Delivery::draw(&mut r, w_id), began))
+                    .send(Queued { delivery: Delivery::draw(&mut r, w_id), at: began, half })
                     .map_err(|_| anyhow!("the delivery workers stopped"))?;
                 (Outcome::Committed, 0)
             }
         };
-        stats.record(kind, began.elapsed().as_micros() as u64);
+        stats.record(half, kind, began.elapsed().as_micros() as u64);
         stats.retries[kind.index()] += retries;
         progress.retries.fetch_add(retries, Ordering::Relaxed);
         if outcome == Outcome::RolledBack {
