@@ -865,17 +865,31 @@ fn heap_accesses(lazy: &ColumnResult, eager: &ColumnResult) -> Target {
     let all = ratio((eager.db.blks_hit + eager.db.blks_read) as f64, (lazy.db.blks_hit + lazy.db.blks_read) as f64);
     let fetched = ratio(eager.db.tup_fetched as f64, lazy.db.tup_fetched as f64);
     let read_share = lazy.db.heap_blks_read as f64 / (lazy.db.heap_blks_hit + lazy.db.heap_blks_read).max(1) as f64;
+    // The most index-only scans could save: every entry they return, as a share of lazy's heap
+    // accesses by the terminals and delivery workers.
+    let sum = |c: &ColumnResult| {
+        let mut t = tpcc::AccessCounts::default();
+        c.run.kinds.iter().filter_map(|k| k.access.as_ref()).for_each(|a| t.add(a));
+        t
+    };
+    let l = sum(lazy);
+    let ceiling = (l.index_only_heap_fetches + l.index_only_fetches_avoided) as f64
+        / (l.heap_blks_hit + l.heap_blks_read).max(1) as f64;
     let mut t = Target::new(
         "heap buffer accesses (heap_blks_hit + heap_blks_read), eager / lazy",
         format!(
-            "{heap:.3} (all blocks {all:.3}, tup_fetched {fetched:.3}; lazy read {:.1}% of its heap accesses)",
-            100.0 * read_share
+            "{heap:.3} (all blocks {all:.3}, tup_fetched {fetched:.3}; lazy read {:.1}% of its heap accesses; \
+             index-only scan entries are {:.2}% of lazy's heap accesses, the most they could save)",
+            100.0 * read_share,
+            100.0 * ceiling
         ),
         "<= 0.7 where the data outgrows shared_buffers (seed 000: blks_hit 0.616, tup_fetched 0.526)",
         heap <= 0.7,
     );
-    // In cache, a heap fetch costs a hit and no read: the seed's saving cannot show.
-    t.applies = read_share >= 0.01;
+    // An account, not a verdict: the index-only scans BenchmarkSQL's SQL allows (Order-Status's
+    // newest order, Delivery's oldest new order) are a small share of the heap accesses, at
+    // any scale; the value shows that share.
+    t.informational = true;
     t
 }
 
@@ -1150,6 +1164,30 @@ pub fn groups(r: &TpccReport) -> Vec<Group> {
             format!("{} p99 by half", k.kind),
             kind(&|k| format!("{:.2} / {:.2}", k.halves[0].p99_ms, k.halves[1].p99_ms)),
         );
+    }
+    out.push(g);
+    let mut g = Group::new("heap per transaction: blocks accessed (read); index-only fetches / avoided");
+    for (i, k) in cols.first().map(|c| c.run.kinds.clone()).unwrap_or_default().iter().enumerate() {
+        if k.kind == TxKind::Delivery.name() {
+            continue;
+        }
+        let row: Vec<String> = cols
+            .iter()
+            .map(|c| match c.run.kinds.get(i).and_then(|k| k.access) {
+                Some(a) if a.transactions > 0 => {
+                    let per = |v: u64| v as f64 / a.transactions as f64;
+                    format!(
+                        "{:.1} ({:.2}); {:.2} / {:.2}",
+                        per(a.heap_blks_hit + a.heap_blks_read),
+                        per(a.heap_blks_read),
+                        per(a.index_only_heap_fetches),
+                        per(a.index_only_fetches_avoided)
+                    )
+                }
+                _ => "n/a".into(),
+            })
+            .collect();
+        g.row(k.kind, row);
     }
     out.push(g);
     out

@@ -78,6 +78,18 @@ fn rate_limited_run_keeps_its_requests_and_splits_halves() {
     let terminal_kinds = limited.kinds.iter().filter(|k| k.kind != "DELIVERY_BG");
     let first: u64 = terminal_kinds.clone().map(|k| k.halves[0].count).sum();
     assert_eq!(first, 300);
+    // The embedded target charges each type with its own heap accesses; ORDER_STATUS's newest
+    // order and DELIVERY's oldest new order come from index-only scans.
+    for k in limited.kinds.iter().filter(|k| k.kind != "DELIVERY") {
+        let a = k.access.unwrap_or_else(|| panic!("{}: no access counts", k.kind));
+        assert_eq!(a.transactions, k.count, "{}", k.kind);
+        assert!(a.heap_blks_hit + a.heap_blks_read > 0 || k.count == 0, "{}: no heap access", k.kind);
+        let index_only = a.index_only_heap_fetches + a.index_only_fetches_avoided;
+        match k.kind {
+            "ORDER_STATUS" | "DELIVERY_BG" => assert!(index_only >= k.count, "{}: {index_only}", k.kind),
+            _ => assert_eq!(index_only, 0, "{}", k.kind),
+        }
+    }
     // The same requests as an unthrottled run of the same seed: the same count per type.
     let free = tpcc::run(&target, &RunConfig { rate: None, ..cfg.clone() }, &RunProgress::default()).unwrap();
     let counts = |r: &tpcc::RunResult| r.kinds.iter().map(|k| (k.kind, k.count)).collect::<Vec<_>>();

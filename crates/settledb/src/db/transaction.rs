@@ -640,9 +640,11 @@ impl Transaction<'_> {
             c.tup_returned.add(1);
             if heap_page_all_visible(&self.inner.pool, rel, entry.tid.block)? {
                 c.heap_fetches_avoided.add(1);
+                heap::usage::count(|u| u.index_only_fetches_avoided += 1);
                 out.push(entry.key);
             } else {
                 c.heap_fetches.add(1);
+                heap::usage::count(|u| u.index_only_heap_fetches += 1);
                 match hot::hot_search(&env, rel, snap, self.cid, entry.tid, horizon)? {
                     Some((_, vals)) if index.def.key_of(&vals) == entry.key => {
                         c.tup_fetched.add(1);

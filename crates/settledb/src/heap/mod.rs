@@ -56,10 +56,12 @@ pub mod hot;
 mod modify;
 pub mod prune;
 pub mod tuple;
+pub mod usage;
 pub mod visibility;
 pub mod wal;
 
 pub use modify::{delete, update};
+pub use usage::{my_heap_usage, HeapUsage};
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -213,8 +215,10 @@ pub fn read_page<'a>(
     // disk is seen in this thread's buffer usage.
     let reads_before = crate::buffer::my_usage().reads;
     let buf = env.pool.read_validated(rel.tag(block), ring, page::validate_items)?;
-    let counter = if crate::buffer::my_usage().reads != reads_before { &rel.blks_read } else { &rel.blks_hit };
+    let read = crate::buffer::my_usage().reads != reads_before;
+    let counter = if read { &rel.blks_read } else { &rel.blks_hit };
     counter.fetch_add(1, Ordering::Relaxed);
+    usage::count(|u| if read { u.blks_read += 1 } else { u.blks_hit += 1 });
     Ok(buf)
 }
 

@@ -300,6 +300,46 @@ pub trait TpccConn: Send {
     fn stock_level(&mut self, t: &StockLevel) -> anyhow::Result<Outcome>;
     /// The figures the consistency conditions compare (read in one snapshot where possible).
     fn consistency_facts(&mut self) -> anyhow::Result<Facts>;
+    /// The heap accesses this connection's thread has made so far, where the target can tell
+    /// (the embedded engine); the run charges their differences to each transaction type.
+    fn access_counts(&self) -> Option<AccessCounts> {
+        None
+    }
+}
+
+/// Heap accesses, cumulative or charged to one transaction type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AccessCounts {
+    /// Transactions charged (0 in a connection's cumulative figures).
+    pub transactions: u64,
+    pub heap_blks_hit: u64,
+    pub heap_blks_read: u64,
+    /// Index-only scan entries that had to be checked in the heap / were answered from the
+    /// index alone because the visibility map said the heap page was all-visible.
+    pub index_only_heap_fetches: u64,
+    pub index_only_fetches_avoided: u64,
+}
+
+impl AccessCounts {
+    pub fn since(self, earlier: AccessCounts) -> AccessCounts {
+        AccessCounts {
+            transactions: self.transactions.saturating_sub(earlier.transactions),
+            heap_blks_hit: self.heap_blks_hit.saturating_sub(earlier.heap_blks_hit),
+            heap_blks_read: self.heap_blks_read.saturating_sub(earlier.heap_blks_read),
+            index_only_heap_fetches: self.index_only_heap_fetches.saturating_sub(earlier.index_only_heap_fetches),
+            index_only_fetches_avoided: self
+                .index_only_fetches_avoided
+                .saturating_sub(earlier.index_only_fetches_avoided),
+        }
+    }
+
+    pub fn add(&mut self, o: &AccessCounts) {
+        self.transactions += o.transactions;
+        self.heap_blks_hit += o.heap_blks_hit;
+        self.heap_blks_read += o.heap_blks_read;
+        self.index_only_heap_fetches += o.index_only_heap_fetches;
+        self.index_only_fetches_avoided += o.index_only_fetches_avoided;
+    }
 }
 
 /// A place the workload runs: hands out connections.

@@ -39,7 +39,7 @@ use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use super::{Delivery, NewOrder, OrderStatus, Outcome, Payment, StockLevel, TpccConn, TpccTarget};
+use super::{AccessCounts, Delivery, NewOrder, OrderStatus, Outcome, Payment, StockLevel, TpccConn, TpccTarget};
 use crate::rng::{NurandConstants, TpccRng};
 
 /// The transaction types, with Delivery's two halves.
@@ -178,6 +178,9 @@ pub struct KindResult {
     pub max_ms: f64,
     /// The same quantiles over the first and the second half of the run.
     pub halves: [Quantiles; 2],
+    /// The heap accesses charged to this type (retries included), where the target reports
+    /// them.
+    pub access: Option<AccessCounts>,
 }
 
 /// Latency quantiles of one transaction type over part of a run.
@@ -232,6 +235,9 @@ struct Stats {
     rolled_back: [u64; 6],
     retries: [u64; 6],
     late: Lateness,
+    access: [AccessCounts; 6],
+    /// Whether the target reported access counts.
+    access_known: bool,
 }
 
 impl Stats {
@@ -242,7 +248,14 @@ impl Stats {
                 .map(|_| Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"))
                 .collect()
         };
-        Stats { hist: [kinds(), kinds()], rolled_back: [0; 6], retries: [0; 6], late: Lateness::default() }
+        Stats {
+            hist: [kinds(), kinds()],
+            rolled_back: [0; 6],
+            retries: [0; 6],
+            late: Lateness::default(),
+            access: [AccessCounts::default(); 6],
+            access_known: false,
+        }
     }
 
     fn record(&mut self, half: usize, kind: TxKind, micros: u64) {
@@ -260,8 +273,22 @@ impl Stats {
             self.rolled_back[i] += other.rolled_back[i];
             self.retries[i] += other.retries[i];
         }
+        for i in 0..6 {
+            self.access[i].add(&other.access[i]);
+        }
+        self.access_known |= other.access_known;
         self.late.late_100ms += other.late.late_100ms;
         self.late.max_seconds = self.late.max_seconds.max(other.late.max_seconds);
+    }
+
+    /// Charges one transaction of `kind` with the accesses between `before` and `after`.
+    fn charge(&mut self, kind: TxKind, before: Option<AccessCounts>, after: Option<AccessCounts>) {
+        if let (Some(b), Some(a)) = (before, after) {
+            let mut d = a.since(b);
+            d.transactions = 1;
+            self.access[kind.index()].add(&d);
+            self.access_known = true;
+        }
     }
 
     /// The whole run's histogram of one type (both halves).
@@ -319,7 +346,10 @@ pub fn run<T: TpccTarget>(target: &T, cfg: &RunConfig, progress: &RunProgress) -
                 loop {
                     let next = deliveries.lock().recv();
                     let Ok(Queued { delivery, at, half }) = next else { break };
-                    match with_retries(|| conn.delivery(&delivery)) {
+                    let before = conn.access_counts();
+                    let result = with_retries(|| conn.delivery(&delivery));
+                    stats.charge(TxKind::DeliveryBg, before, conn.access_counts());
+                    match result {
                         Ok((_, retries)) => {
                             stats.retries[TxKind::DeliveryBg.index()] += retries;
                             stats.record(half, TxKind::DeliveryBg, at.elapsed().as_micros() as u64);
@@ -368,6 +398,7 @@ pub fn run<T: TpccTarget>(target: &T, cfg: &RunConfig, progress: &RunProgress) -
                 p99_ms: all.p99_ms,
                 max_ms: all.max_ms,
                 halves: [Quantiles::of(&total.hist[0][k.index()]), Quantiles::of(&total.hist[1][k.index()])],
+                access: total.access_known.then_some(total.access[k.index()]),
             }
         })
         .collect();
@@ -454,6 +485,7 @@ fn terminal<T: TpccTarget>(
         let kind = cfg.mix.pick(&mut r);
         let began = Instant::now();
         let half = clock.half(done, began);
+        let before = conn.access_counts();
         let (outcome, retries) = match kind {
             TxKind::NewOrder => {
                 let t = NewOrder::draw(&mut r, w_id, cfg.warehouses);
@@ -480,6 +512,9 @@ fn terminal<T: TpccTarget>(
             }
         };
         stats.record(half, kind, began.elapsed().as_micros() as u64);
+        if kind != TxKind::Delivery {
+            stats.charge(kind, before, conn.access_counts());
+        }
         stats.retries[kind.index()] += retries;
         progress.retries.fetch_add(retries, Ordering::Relaxed);
         if outcome == Outcome::RolledBack {
