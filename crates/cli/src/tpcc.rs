@@ -91,7 +91,8 @@ pub struct TpccArgs {
     /// Background workers processing queued Deliveries.
     #[arg(long, default_value_t = 1)]
     pub delivery_workers: usize,
-    /// More settledb parameters, `name=value` (after the run's own).
+    /// More settledb parameters, `name=value` (after the run's own); `shared_buffers` is also
+    /// given to the PostgreSQL column.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     pub set: Vec<String>,
     /// Print the report as one JSON object on stdout.
@@ -316,6 +317,11 @@ fn postgres_settings(a: &TpccArgs) -> Vec<(String, String)> {
         s.push((k.to_string(), v));
     }
     s.extend(SEED_CADENCE.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    // The working set against shared buffers is part of the experiment (the larger-scale run
+    // shrinks them): a `--set shared_buffers` applies to both engines.
+    for v in a.set.iter().filter_map(|kv| kv.strip_prefix("shared_buffers=")) {
+        s.push(("shared_buffers".into(), v.trim().to_string()));
+    }
     s
 }
 
