@@ -12,10 +12,10 @@
 //!   0        100k       200k       300k   XIDs consumed       <- axes from zero, round ticks
 //! ```
 //!
-//! A [`Chart`] maps data to pixels with both axes starting at zero and ending at a round
-//! number at or above the largest value it is given, so two charts given the same maxima
-//! have the same scales (the report passes shared maxima so that policies and tables can be
-//! compared by eye). A policy keeps its colour on every chart ([`policy_color`]); red is kept
+//! A [`Chart`] maps data to pixels with each axis running from zero (or, for an
+//! [`Axis::range`], the round tick at or below its minimum) to the round tick at or above its
+//! maximum, so two charts given the same maxima have the same scales (the report passes
+//! shared maxima so that policies and tables can be compared by eye). A policy keeps its colour on every chart ([`policy_color`]); red is kept
 //! for anti-wraparound autovacuums and the line that triggers them.
 
 use std::fmt::Write as _;
@@ -68,7 +68,7 @@ pub fn tick_step(max: f64) -> f64 {
     nice * mag
 }
 
-/// A tick label: `2.5k`, `100k`, `1.2M`, `0.25`.
+/// A tick label: `2.5k`, `100k`, `1.25M`, `0.995`.
 pub fn short(v: f64) -> String {
     let (scaled, suffix) = match v.abs() {
         a if a >= 1e9 => (v / 1e9, "G"),
@@ -76,7 +76,7 @@ pub fn short(v: f64) -> String {
         a if a >= 1e3 => (v / 1e3, "k"),
         _ => (v, ""),
     };
-    let mut s = format!("{scaled:.2}");
+    let mut s = format!("{scaled:.3}");
     while s.contains('.') && (s.ends_with('0') || s.ends_with('.')) {
         s.pop();
     }
@@ -187,26 +187,35 @@ impl Key {
     }
 }
 
-/// One axis: the largest value to show (the axis ends at the next round tick) and its label
-/// with units.
+/// One axis: the values to show (the axis runs between the round ticks around them) and its
+/// label with units.
 pub struct Axis {
+    pub min: f64,
     pub max: f64,
     pub label: String,
 }
 
 impl Axis {
+    /// From zero to `max`.
     pub fn new(max: f64, label: impl Into<String>) -> Axis {
-        Axis { max, label: label.into() }
+        Axis { min: 0.0, max, label: label.into() }
     }
 
-    /// (step, top): round ticks from zero to the first tick at or above `max`.
-    fn ticks(&self) -> (f64, f64) {
-        let step = tick_step(self.max);
-        (step, (self.max / step).ceil().max(1.0) * step)
+    /// From `min` to `max`, for values far from zero (ratios near 1).
+    pub fn range(min: f64, max: f64, label: impl Into<String>) -> Axis {
+        Axis { min, max, label: label.into() }
+    }
+
+    /// (step, bottom, top): round ticks from the last at or below `min` to the first at or
+    /// above `max`.
+    fn ticks(&self) -> (f64, f64, f64) {
+        let step = tick_step(self.max - self.min);
+        let bottom = (self.min / step).floor() * step;
+        (step, bottom, ((self.max / step).ceil() * step).max(bottom + step))
     }
 }
 
-/// A chart with axes from zero, a legend above the plot, drawn element by element.
+/// A chart with round axes, a legend above the plot, drawn element by element.
 pub struct Chart {
     width: f64,
     height: f64,
@@ -214,7 +223,9 @@ pub struct Chart {
     top: f64,
     plot_w: f64,
     plot_h: f64,
+    x_bottom: f64,
     x_top: f64,
+    y_bottom: f64,
     y_top: f64,
     /// Grid, axes and legend; then lines; then markers (drawn last, over every line).
     frame: String,
@@ -240,8 +251,8 @@ impl Chart {
             rows.last_mut().expect("one row at least").push(k);
         }
         let top = 8.0 + 16.0 * rows.len() as f64 + 8.0;
-        let (xs, x_top) = x.ticks();
-        let (ys, y_top) = y.ticks();
+        let (xs, x_bottom, x_top) = x.ticks();
+        let (ys, y_bottom, y_top) = y.ticks();
         let mut c = Chart {
             width,
             height: top + plot_h + bottom,
@@ -249,7 +260,9 @@ impl Chart {
             top,
             plot_w,
             plot_h,
+            x_bottom,
             x_top,
+            y_bottom,
             y_top,
             frame: String::new(),
             lines: String::new(),
@@ -277,8 +290,8 @@ impl Chart {
 
     fn grid(&mut self, xs: f64, ys: f64) {
         let (l, t, r, b) = (self.left, self.top, self.left + self.plot_w, self.top + self.plot_h);
-        for i in 0..=((self.x_top / xs).round() as usize) {
-            let v = i as f64 * xs;
+        for i in 0..=(((self.x_top - self.x_bottom) / xs).round() as usize) {
+            let v = self.x_bottom + i as f64 * xs;
             let px = self.px(v);
             let _ = write!(
                 self.frame,
@@ -287,8 +300,8 @@ impl Chart {
                 short(v)
             );
         }
-        for i in 0..=((self.y_top / ys).round() as usize) {
-            let v = i as f64 * ys;
+        for i in 0..=(((self.y_top - self.y_bottom) / ys).round() as usize) {
+            let v = self.y_bottom + i as f64 * ys;
             let py = self.py(v);
             let _ = write!(
                 self.frame,
@@ -302,11 +315,11 @@ impl Chart {
     }
 
     fn px(&self, x: f64) -> f64 {
-        self.left + (x / self.x_top).clamp(0.0, 1.0) * self.plot_w
+        self.left + ((x - self.x_bottom) / (self.x_top - self.x_bottom)).clamp(0.0, 1.0) * self.plot_w
     }
 
     fn py(&self, y: f64) -> f64 {
-        self.top + self.plot_h - (y / self.y_top).clamp(0.0, 1.0) * self.plot_h
+        self.top + self.plot_h - ((y - self.y_bottom) / (self.y_top - self.y_bottom)).clamp(0.0, 1.0) * self.plot_h
     }
 
     /// A series as a line through `points` (in data units, in x order).
@@ -451,7 +464,10 @@ mod tests {
         assert_eq!(tick_step(1000.0), 200.0);
         assert_eq!(tick_step(7.0), 2.0);
         assert_eq!(tick_step(0.0), 1.0);
-        assert_eq!(Axis::new(101_000.0, "").ticks(), (25_000.0, 125_000.0));
+        assert_eq!(Axis::new(101_000.0, "").ticks(), (25_000.0, 0.0, 125_000.0));
+        let (step, bottom, top) = Axis::range(0.987, 1.043, "").ticks();
+        assert_eq!(step, 0.02);
+        assert!((bottom - 0.98).abs() < 1e-9 && (top - 1.06).abs() < 1e-9, "{bottom} {top}");
     }
 
     #[test]
@@ -461,6 +477,7 @@ mod tests {
         assert_eq!(short(1_250_000.0), "1.25M");
         assert_eq!(short(0.25), "0.25");
         assert_eq!(short(0.0), "0");
+        assert_eq!(short(0.995), "0.995");
     }
 
     #[test]

@@ -405,10 +405,21 @@ impl<'a> Story<'a> {
             "wal-total",
             "WAL written, cumulative",
             "All WAL, the workload's included: eager pays for freezing early, lazy when its aggressive \
-             autovacuums freeze the same pages later (seed 000: eager wrote ×1.040 lazy's WAL after the \
-             first day, ×0.990 at the end).",
+             autovacuums freeze the same pages later.",
             &self.lines(&wal, &format!("WAL, {}", unit.1)),
         );
+        if let Some((reference, svg)) = self.wal_ratio() {
+            figure(
+                h,
+                "wal-ratio",
+                &format!("WAL relative to {reference}"),
+                &format!(
+                    "Each policy's WAL over {reference}'s at the same XIDs consumed: above 1 it has written more \
+                     so far. Seed 000's eager stood at ×1.040 lazy's after the first day and ×0.990 at the end."
+                ),
+                &svg,
+            );
+        }
         let pages = |c: &ColumnResult| -> Vec<(f64, f64)> {
             c.samples.iter().map(|s| (s.xids as f64, s.heap_pages.iter().sum::<u64>() as f64)).collect()
         };
@@ -421,6 +432,41 @@ impl<'a> Story<'a> {
             &self.lines(&pages, "heap pages (8 KiB), all tables"),
         );
         h.push_str("</div>");
+    }
+
+    /// Each column's WAL over the reference column's (lazy, else the first) at the same XIDs
+    /// consumed, from 5% of the run on (before that, both are too small for a ratio to mean
+    /// much): the reference's name and the chart.
+    fn wal_ratio(&self) -> Option<(String, String)> {
+        if self.cols.len() < 2 {
+            return None;
+        }
+        let (reference, _) = self.cols.iter().find(|(c, _)| c.name == "lazy").unwrap_or(&self.cols[0]);
+        let base: Vec<(f64, f64)> = reference.samples.iter().map(|s| (s.xids as f64, s.wal_bytes as f64)).collect();
+        let end = base.last()?.0;
+        let series: Vec<(&str, Vec<(f64, f64)>)> = self
+            .cols
+            .iter()
+            .map(|(c, color)| {
+                let pts = c.samples.iter().map(|s| (s.xids as f64, s.wal_bytes as f64));
+                let pts = pts.filter(|&(x, _)| x >= 0.05 * self.xids_max && x <= end);
+                let ratios = pts.filter_map(|(x, w)| {
+                    let b = value_at(&base, x);
+                    (b > 0.0).then_some((x, w / b))
+                });
+                (*color, ratios.collect())
+            })
+            .collect();
+        let ys = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.1));
+        let (lo, hi) = ys.fold((1.0f64, 1.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+        let pad = (hi - lo).max(0.01) * 0.05;
+        let y_axis = Axis::range(lo - pad, hi + pad, format!("WAL / {}'s WAL", reference.name));
+        let mut chart = Chart::new(HALF_W, 210.0, &self.xids_axis(), &y_axis, &self.policy_keys());
+        self.halves(&mut chart);
+        for (color, pts) in &series {
+            chart.line(color, pts);
+        }
+        Some((reference.name.clone(), chart.finish()))
     }
 
     fn latency(&self, h: &mut String) {

@@ -322,3 +322,17 @@ fn render_saved_report() {
     let v: Value = serde_json::from_slice(&std::fs::read(&path).expect("read the report")).expect("JSON");
     std::fs::write(path.with_file_name("report-charts.html"), render(&from_json(&v))).expect("write");
 }
+
+#[test]
+fn wal_is_also_shown_relative_to_lazy() {
+    let mut r = lazy_and_eager();
+    for s in &mut r.columns[1].samples {
+        s.wal_bytes = s.wal_bytes * 104 / 100;
+    }
+    let html = render(&r);
+    let f = figure_of(&html, "wal-ratio");
+    assert!(f.contains("WAL relative to lazy") && f.contains("WAL / lazy's WAL"));
+    let ticks = y_ticks(f);
+    assert!(ticks.contains(&"1") && ticks.contains(&"1.04"), "{ticks:?}");
+    assert!(!render(&report(vec![column("eager", Vec::new())])).contains("wal-ratio"), "one column, no ratio");
+}
