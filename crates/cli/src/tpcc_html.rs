@@ -79,8 +79,8 @@ const STYLE: &str = "body{font-family:sans-serif;margin:24px;max-width:1160px;co
     .grid{display:grid;grid-template-columns:repeat(2,570px);gap:6px 16px}.grid p.what{min-height:4.1em}\
     figure{margin:0}figure svg{display:block}\
     table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}\
-    td:first-child,th:first-child{text-align:left}table.targets td{text-align:left}\
-    .met{color:#1f7a1f;font-weight:bold}.missed{color:#b00020;font-weight:bold}.na{color:#777}";
+    td:first-child,th:first-child{text-align:left}table.targets td,table.targets th{text-align:left}\
+    .tables{display:flex;flex-wrap:wrap;gap:0 24px;align-items:flex-start}.met{color:#1f7a1f;font-weight:bold}.missed{color:#b00020;font-weight:bold}.na{color:#777}";
 
 pub fn render(r: &TpccReport) -> String {
     let mut h = format!(
@@ -291,6 +291,7 @@ impl<'a> Story<'a> {
         let y_max = self.cols.iter().flat_map(|(c, _)| c.vacuums.iter().map(value)).fold(0.0, f64::max) / divisor;
         let y_axis = Axis::new(y_max, lane_label);
         let mut lanes = String::new();
+        let lane_h = if self.cols.len() <= 3 { 110.0 } else { 80.0 };
         let mut sums: Vec<(&str, Vec<(f64, f64)>)> = Vec::new();
         for (i, (c, color)) in self.cols.iter().enumerate() {
             let mut keys = vec![Key::Line(color, c.name.clone())];
@@ -299,7 +300,7 @@ impl<'a> Story<'a> {
             }
             let last = i + 1 == self.cols.len();
             let x_axis = if last { self.xids_axis() } else { Axis::new(self.xids_max, "") };
-            let mut lane = Chart::new(FULL_W, 110.0, &x_axis, &y_axis, &keys);
+            let mut lane = Chart::new(FULL_W, lane_h, &x_axis, &y_axis, &keys);
             self.halves(&mut lane);
             let mut vacuums: Vec<&VacuumEvent> = c.vacuums.iter().collect();
             vacuums.sort_by_key(|v| v.xids);
@@ -516,7 +517,7 @@ fn value_at(pts: &[(f64, f64)], x: f64) -> f64 {
 
 /// The report's tables, as the text report has them, and each column's autovacuums.
 fn figures(h: &mut String, r: &TpccReport) {
-    h.push_str("<h2>Figures</h2>");
+    h.push_str("<h2>Figures</h2><div class=\"tables\">");
     for g in groups(r) {
         let _ = write!(h, "<table><tr><th>{}</th>", esc(&g.title));
         for c in &r.columns {
@@ -532,7 +533,7 @@ fn figures(h: &mut String, r: &TpccReport) {
         }
         h.push_str("</table>");
     }
-    h.push_str("<h2>Autovacuums</h2>");
+    h.push_str("</div><h2>Autovacuums</h2>");
     for c in &r.columns {
         let wrap = c.vacuums.iter().filter(|v| v.wraparound).count();
         let _ = write!(
