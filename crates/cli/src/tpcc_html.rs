@@ -1,30 +1,40 @@
 //! The HTML report of `settle tpcc`, the page a person reads first: one self-contained file
 //! (inline SVG and CSS, no scripts, nothing fetched), readable offline.
 //!
-//! It tells seed 000's story (eager "block-driven" freezing against lazy) in this order:
+//! It tells seed 000's story (eager "block-driven" freezing avoids the anti-wraparound
+//! stampede and the freezing cliff that lazy has) in this order:
 //!
-//! 1. **Targets**, MET / MISSED / n/a, as the text report states them.
+//! 1. **Targets**, MET / MISSED / n/a ([`crate::tpcc::Target::verdict`]).
 //! 2. **relfrozenxid age per table**: one chart per key table (`bmsql_oorder`,
 //!    `bmsql_order_line`, `bmsql_new_order`, `bmsql_history`, `bmsql_stock`,
-//!    `bmsql_customer`) with every column (policy) overlaid in its own colour, all on the same
-//!    scales: x = XIDs consumed, y = relfrozenxid age. Each autovacuum of the table sits on its
-//!    policy's line where its log entry was read (○ ordinary, ◆ aggressive, ▲ outlined in red
-//!    to prevent wraparound); a dashed red line at `autovacuum_freeze_max_age` (from the
-//!    column's settings, the last one given); a dashed vertical line where the first half of
-//!    the run ends (`halves[0].xids_at_end`).
-//! 3. **The freezing cliff**: pages frozen per autovacuum as stems at the XIDs where it
-//!    happened (lazy's aggressive and anti-wraparound autovacuums tower over eager's steady
-//!    ones), and pages frozen by autovacuum, cumulative.
-//! 4. **WAL and size**: WAL per autovacuum as stems, cumulative WAL and the heap pages of all
-//!    tables over XIDs consumed, policies overlaid.
-//! 5. **Latency**: p99 per transaction type in each half, a bar per policy.
+//!    `bmsql_customer`) with every column (policy) overlaid, all six on the same scales:
+//!    x = XIDs consumed, y = relfrozenxid age, from the per-second samples. Each autovacuum of
+//!    the table is a marker on its policy's line at the XIDs where its log entry was read
+//!    (○ ordinary, ◆ aggressive, ▲ outlined in red: to prevent wraparound); a dashed red line
+//!    at `autovacuum_freeze_max_age` (the last `autovacuum_freeze_max_age=N` of the column's
+//!    settings); a dashed vertical line where the first half ends (`halves[0].xids_at_end`),
+//!    labelled "first half | second half", as on every chart over XIDs.
+//! 3. **The freezing cliff**: pages frozen and WAL per autovacuum, each a stem at the XIDs of
+//!    every autovacuum of every table, in one lane per policy on shared scales (lazy's
+//!    aggressive and anti-wraparound autovacuums tower over eager's steady ones); their running
+//!    sums with the policies overlaid.
+//! 4. **WAL and table size**: cumulative WAL, each policy's WAL over lazy's at the same XIDs
+//!    (the seed's ×1.040 after the first day, ×0.990 at the end), and the heap pages of all
+//!    tables, over XIDs consumed.
+//! 5. **Latency**: p99 per transaction type in each half, a labelled bar per policy.
 //! 6. The report's tables ([`groups`]) and each column's autovacuum count.
 //!
-//! Every chart is over XIDs consumed, not seconds (the policies run the same requests, but not
-//! at the same speed), has a legend and axis units, and has one sentence under its title saying
+//! Every chart is over XIDs consumed, not seconds (the policies run the same requests, not at
+//! the same speed), has a legend and axis units, and has one sentence under its title saying
 //! what to look at; the sentences describe the mechanism, not one run's numbers. Charts of the
-//! same kind share their scales, and a policy has one colour everywhere (see
-//! [`crate::tpcc_charts`], which draws them).
+//! same kind share their scales and a policy has one colour everywhere (lazy blue, pg16
+//! purple, eager green, adaptive orange, postgres grey; red only for wraparound), drawn by
+//! [`crate::tpcc_charts`]. Nothing here changes the report's model: what a chart needs
+//! (cumulative sums, ratios, the setting) is computed from it.
+//!
+//! To look at the charts of a saved run again without running it:
+//! `SETTLE_TPCC_JSON=DIR/report.json cargo test -p settle-cli render_saved_report -- --ignored`
+//! writes `DIR/report-charts.html` (see `tests.rs`).
 
 use std::fmt::Write as _;
 
@@ -241,7 +251,7 @@ impl<'a> Story<'a> {
              x is XIDs consumed since the run began, y the table's relfrozenxid age, one line per policy. \
              A marker is one autovacuum of that table under that policy (○ ordinary, ◆ aggressive, \
              ▲ outlined in red: to prevent wraparound); a line that reaches the dashed red \
-             autovacuum_freeze_max_age gets an anti-wraparound autovacuum.</p><div class=\"grid\">",
+             autovacuum_freeze_max_age is due an anti-wraparound autovacuum.</p><div class=\"grid\">",
         );
         for (table, what) in KEY_TABLES {
             if self.cols.iter().any(|(c, _)| index(c, table).is_some()) {
@@ -342,9 +352,10 @@ impl<'a> Story<'a> {
             h,
             "pages-frozen",
             "Pages frozen per autovacuum",
-            "Lazy freezes little until aggressive and anti-wraparound autovacuums freeze whole tables' worth \
-             of pages at once, often several big tables together; eager freezes a steadier amount at every \
-             autovacuum.",
+            "Lazy freezes only tuples older than vacuum_freeze_min_age on the pages it scans, until aggressive \
+             and anti-wraparound autovacuums freeze whole tables' worth of all-visible pages at once (the cliff, \
+             often several big tables together); eager freezes each page it sets all-visible, a steadier amount \
+             at every autovacuum.",
             &stems,
         );
         let max = self.cols.iter().flat_map(|(c, _)| c.vacuums.iter().map(|v| v.wal_bytes)).max().unwrap_or(0);

@@ -312,8 +312,9 @@ fn from_json(v: &Value) -> TpccReport {
     r
 }
 
-/// Re-renders the charts of a saved run, to look at them without running it again:
-/// `SETTLE_TPCC_JSON=DIR/report.json cargo test -p settle-cli tpcc_html -- --ignored`
+/// Re-renders the charts of a saved run, to look at them without running it again (the
+/// figures' tables stay empty):
+/// `SETTLE_TPCC_JSON=DIR/report.json cargo test -p settle-cli render_saved_report -- --ignored`
 /// writes `DIR/report-charts.html`.
 #[test]
 #[ignore = "reads a saved report named by SETTLE_TPCC_JSON"]
