@@ -56,6 +56,7 @@ mod stats;
 mod stress;
 mod torture;
 mod tpcc;
+mod tpcc_charts;
 mod tpcc_html;
 mod vacuum;
 mod vacuum_bench;
