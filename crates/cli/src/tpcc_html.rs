@@ -4,7 +4,7 @@
 //! It tells seed 000's story (eager "block-driven" freezing avoids the anti-wraparound
 //! stampede and the freezing cliff that lazy has) in this order:
 //!
-//! 1. **Targets**, MET / MISSED / n/a ([`crate::tpcc::Target::verdict`]).
+//! 1. **Targets**, MET / MISSED / n/a / info ([`crate::tpcc::Target::verdict`]).
 //! 2. **relfrozenxid age per table**: one chart per key table (`bmsql_oorder`,
 //!    `bmsql_order_line`, `bmsql_new_order`, `bmsql_history`, `bmsql_stock`,
 //!    `bmsql_customer`) with every column (policy) overlaid, all six on the same scales:
