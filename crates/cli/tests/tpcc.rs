@@ -52,7 +52,7 @@ fn compare_smoke_run_reports_every_policy_in_the_documented_shape() {
         assert_eq!(kinds, ["NEW_ORDER", "PAYMENT", "ORDER_STATUS", "STOCK_LEVEL", "DELIVERY", "DELIVERY_BG"]);
         assert!(!c["samples"].as_array().unwrap().is_empty());
         // Rate-limited by default, and reported in two halves of the same request count.
-        assert_eq!(c["run"]["rate_limit"], 3000.0);
+        assert_eq!(c["run"]["rate_limit"], 2000.0);
         let halves = c["halves"].as_array().unwrap();
         assert_eq!(halves.len(), 2);
         assert_eq!(halves[0]["transactions_at_end"], 750);
