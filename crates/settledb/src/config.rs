@@ -93,6 +93,10 @@ pub struct Config {
     pub vacuum_failsafe_age: u32,
     /// `vacuum_freeze_policy` (our parameter; default `eager`).
     pub vacuum_freeze_policy: FreezePolicy,
+    /// `vacuum_max_eager_freeze_failure_rate` (PostgreSQL 18's name; default 0.03): the
+    /// failure rate below which freezing is judged to stick in a range of pages
+    /// ([`crate::vacuum::adaptive`]).
+    pub vacuum_max_eager_freeze_failure_rate: f64,
     /// `vacuum_fsm_settled` (our parameter): a page set all-visible records no free space
     /// unless more than half of it is free. `None` means "on with `eager`, off otherwise".
     pub vacuum_fsm_settled: Option<bool>,
@@ -162,6 +166,7 @@ impl Default for Config {
             vacuum_freeze_table_age: 150_000_000,
             vacuum_failsafe_age: 1_600_000_000,
             vacuum_freeze_policy: FreezePolicy::Eager,
+            vacuum_max_eager_freeze_failure_rate: 0.03,
             vacuum_fsm_settled: None,
             maintenance_work_mem_bytes: 64 << 20,
             max_parallel_maintenance_workers: 2,
@@ -206,6 +211,7 @@ pub const PARAMETERS: &[&str] = &[
     "vacuum_freeze_table_age",
     "vacuum_failsafe_age",
     "vacuum_freeze_policy",
+    "vacuum_max_eager_freeze_failure_rate",
     "vacuum_fsm_settled",
     "maintenance_work_mem",
     "max_parallel_maintenance_workers",
@@ -269,6 +275,9 @@ impl Config {
             "vacuum_freeze_policy" => {
                 self.vacuum_freeze_policy =
                     FreezePolicy::parse(v).ok_or_else(|| bad(name, v, "expected \"lazy\", \"pg16\" or \"eager\""))?
+            }
+            "vacuum_max_eager_freeze_failure_rate" => {
+                self.vacuum_max_eager_freeze_failure_rate = float(name, v, 0.0, 1.0)?
             }
             "vacuum_fsm_settled" => {
                 self.vacuum_fsm_settled = if v.eq_ignore_ascii_case("auto") { None } else { Some(boolean(name, v)?) }

@@ -58,6 +58,7 @@
 //! the heap page as block 0 and the map page as block 1, locked in that order and stamped
 //! with the same LSN. The FSM is a hint and may lose its latest values.
 
+pub mod adaptive;
 pub mod dbstats;
 pub mod freeze;
 mod parallel;
@@ -523,6 +524,10 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     lv.check_failsafe();
     let orig_pages = inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
     lv.r.orig_pages = orig_pages;
+    // Every VACUUM learns what the table's modifications taught since the last one, whatever
+    // its policy.
+    let visible = rel.vm.count_visible_by_range(&inner.pool, orig_pages, adaptive::RANGE_PAGES)?;
+    rel.freeze_history.begin_vacuum(&visible, config.vacuum_max_eager_freeze_failure_rate, next_xid);
     lv.nworkers = parallel::heap_workers(config, params, orig_pages);
     lv.r.parallel_workers = lv.nworkers as u32;
     lv.scan_heap(orig_pages)?;
