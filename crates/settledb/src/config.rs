@@ -108,7 +108,7 @@ pub struct Config {
     /// `adaptive`, freezing a page whole because it is about to be set all-visible is done only
     /// in a range of pages whose learned failure rate (pages left all-visible that were
     /// modified again before the next VACUUM) is at most this, and where pruning writes the
-    /// page's image anyway up to ten times this. 0 freezes eagerly only where nothing failed.
+    /// page's image anyway up to five times this. 0 freezes eagerly only where nothing failed.
     pub vacuum_max_eager_freeze_failure_rate: f64,
     /// `vacuum_fsm_settled` (our parameter): a page set all-visible records no free space
     /// unless more than half of it is free. `None` means "on with `eager` and `adaptive`, off

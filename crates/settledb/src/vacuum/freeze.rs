@@ -14,7 +14,7 @@
 //! | `eager`    | the whole page when it is about to be set all-visible (so it becomes    |
 //! |            | all-frozen too), or when some XID is older than FreezeLimit             |
 //! | `adaptive` | as `eager` in a range of pages where freezing sticks; as `pg16`'s cheap |
-//! |            | freeze (the image is written anyway) where it fails up to ten times as  |
+//! |            | freeze (the image is written anyway) where it fails up to five times as |
 //! |            | often; elsewhere as `lazy`, later for a page found all-visible          |
 //!
 //! # `adaptive`
