@@ -570,7 +570,7 @@ fn validate(a: &AgingArgs) -> Result<Vec<FreezePolicy>> {
         .iter()
         .map(|p| {
             FreezePolicy::parse(p.trim())
-                .with_context(|| format!("unknown freeze policy {p:?} (expected lazy, pg16 or eager)"))
+                .with_context(|| format!("unknown freeze policy {p:?} (expected lazy, pg16, eager or adaptive)"))
         })
         .collect()
 }

@@ -5,7 +5,7 @@
 //! reported is the one asked for and no worker races it for the table. Each flag maps onto one
 //! of `VACUUM`'s options ([`settledb::VacuumParams`]): `--verbose`, `--freeze`,
 //! `--disable-page-skipping`, `--index-cleanup auto|on|off`, `--truncate on|off`,
-//! `--parallel N` (worker threads for the heap), and `--policy lazy|pg16|eager` overrides
+//! `--parallel N` (worker threads for the heap), and `--policy lazy|pg16|eager|adaptive` overrides
 //! `vacuum_freeze_policy` (settledb's own option). With
 //! `--verbose` each table's report is printed in the words of PostgreSQL's `VACUUM (VERBOSE)`
 //! INFO block; otherwise one line per table. The database is closed with a shutdown
@@ -51,7 +51,7 @@ pub struct VacuumArgs {
     #[arg(long, value_name = "N")]
     parallel: Option<u32>,
     /// Freezing policy for this run (default: the vacuum_freeze_policy setting).
-    #[arg(long, value_name = "lazy|pg16|eager", value_parser = parse_policy)]
+    #[arg(long, value_name = "lazy|pg16|eager|adaptive", value_parser = parse_policy)]
     policy: Option<FreezePolicy>,
     /// Vacuum no table: recompute the database frozen XID by a full scan of pg_class.
     #[arg(long, conflicts_with = "table")]
@@ -74,7 +74,7 @@ fn parse_on_off(v: &str) -> Result<bool, String> {
 }
 
 pub fn parse_policy(v: &str) -> Result<FreezePolicy, String> {
-    FreezePolicy::parse(v).ok_or_else(|| format!("expected lazy, pg16 or eager, got {v:?}"))
+    FreezePolicy::parse(v).ok_or_else(|| format!("expected lazy, pg16, eager or adaptive, got {v:?}"))
 }
 
 pub fn run(a: VacuumArgs) -> Result<ExitCode> {

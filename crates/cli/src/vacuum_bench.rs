@@ -86,7 +86,7 @@ const PKEY: &str = "pgbench_accounts_pkey";
 /// which builds this benchmark's index).
 const BASE_SETTINGS: &[(&str, &str)] = settledb::btree::bench::SETTINGS;
 /// settledb parameters PostgreSQL 15 does not have.
-const SETTLEDB_ONLY: &[&str] = &["vacuum_freeze_policy", "vacuum_fsm_settled"];
+const SETTLEDB_ONLY: &[&str] = &["vacuum_freeze_policy", "vacuum_max_eager_freeze_failure_rate", "vacuum_fsm_settled"];
 /// The targets: elapsed at most this fraction of PostgreSQL's, WAL at most equal.
 const TARGET_TIME_RATIO: f64 = 0.5;
 const TARGET_WAL_RATIO: f64 = 1.0;
@@ -96,9 +96,9 @@ pub struct VacuumBenchArgs {
     /// Scale factor: 100,000 accounts per unit (50 = 5,000,000 rows, 250,000 updated).
     #[arg(long, short = 's', default_value_t = 50)]
     scale: u32,
-    /// settledb's freeze policy: lazy, pg16, eager, or all (each in turn, a fresh table each);
-    /// default: the vacuum_freeze_policy setting.
-    #[arg(long, value_name = "lazy|pg16|eager|all")]
+    /// settledb's freeze policy: lazy, pg16, eager, adaptive, or all (each in turn, a fresh
+    /// table each); default: the vacuum_freeze_policy setting.
+    #[arg(long, value_name = "lazy|pg16|eager|adaptive|all")]
     policy: Option<String>,
     /// settledb's updates per transaction (default: all in one, as PostgreSQL's single UPDATE).
     /// An update in a later transaction can find room left by pruning an earlier one's old
@@ -243,7 +243,7 @@ fn policies(arg: Option<&str>) -> Result<Vec<Option<FreezePolicy>>> {
     Ok(match arg {
         None => vec![None],
         Some(p) if p.eq_ignore_ascii_case("all") => {
-            vec![Some(FreezePolicy::Lazy), Some(FreezePolicy::Pg16), Some(FreezePolicy::Eager)]
+            [FreezePolicy::Lazy, FreezePolicy::Pg16, FreezePolicy::Eager, FreezePolicy::Adaptive].map(Some).to_vec()
         }
         Some(p) => vec![Some(crate::vacuum::parse_policy(p).map_err(|e| anyhow::anyhow!("--policy: {e} (or all)"))?)],
     })
@@ -811,7 +811,7 @@ mod tests {
         let s = settings(&["shared_buffers=2GB".into()]).unwrap();
         assert_eq!(s.iter().filter(|(k, _)| k == "shared_buffers").count(), 1);
         assert!(s.contains(&("shared_buffers".into(), "2GB".into())));
-        assert_eq!(policies(Some("all")).unwrap().len(), 3);
+        assert_eq!(policies(Some("all")).unwrap().len(), 4);
         assert!(policies(Some("fast")).is_err());
     }
 

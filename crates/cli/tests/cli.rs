@@ -176,7 +176,7 @@ fn vacuum_and_inspect_reject_bad_input_without_panicking() {
     let cases: &[(&[&str], &str)] = &[
         (&["vacuum", d, "--index-cleanup", "maybe"], "invalid value 'maybe' for '--index-cleanup"),
         (&["vacuum", d, "--truncate", "perhaps"], "expected on or off"),
-        (&["vacuum", d, "--policy", "fast"], "expected lazy, pg16 or eager"),
+        (&["vacuum", d, "--policy", "fast"], "expected lazy, pg16, eager or adaptive"),
         (&["vacuum", d, "--bogus"], "unexpected argument '--bogus'"),
         (&["vacuum", d, "--set", "vacuum_freeze_policy=fast"], "vacuum_freeze_policy"),
         (&["vacuum", d, "no_such_table"], "relation \"no_such_table\" does not exist"),

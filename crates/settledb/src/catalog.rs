@@ -79,12 +79,14 @@ impl Default for TableOptions {
 
 /// Per-table storage parameters that override the database's settings (PostgreSQL's
 /// reloptions, with their names), plus our `vacuum_freeze_policy` and `vacuum_fsm_settled`.
+/// `vacuum_max_eager_freeze_failure_rate` is one too, as in PostgreSQL 18.
 /// The `autovacuum_freeze_*` ages apply to autovacuum only, as in PostgreSQL.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RelOptions {
     /// The options as given, in order (what `pg_class.reloptions` stores).
     pub raw: Vec<(String, String)>,
     pub vacuum_freeze_policy: Option<FreezePolicy>,
+    pub vacuum_max_eager_freeze_failure_rate: Option<f64>,
     pub vacuum_fsm_settled: Option<bool>,
     pub vacuum_truncate: Option<bool>,
     pub autovacuum_enabled: Option<bool>,
@@ -109,6 +111,7 @@ impl RelOptions {
             "autovacuum_freeze_min_age" => "vacuum_freeze_min_age",
             "autovacuum_freeze_table_age" => "vacuum_freeze_table_age",
             "vacuum_freeze_policy"
+            | "vacuum_max_eager_freeze_failure_rate"
             | "vacuum_fsm_settled"
             | "vacuum_truncate"
             | "autovacuum_vacuum_threshold"
@@ -124,6 +127,9 @@ impl RelOptions {
         c.set(param, value)?;
         match name {
             "vacuum_freeze_policy" => self.vacuum_freeze_policy = Some(c.vacuum_freeze_policy),
+            "vacuum_max_eager_freeze_failure_rate" => {
+                self.vacuum_max_eager_freeze_failure_rate = Some(c.vacuum_max_eager_freeze_failure_rate)
+            }
             "vacuum_fsm_settled" => self.vacuum_fsm_settled = c.vacuum_fsm_settled,
             "vacuum_truncate" => self.vacuum_truncate = Some(c.vacuum_truncate),
             "autovacuum_enabled" => self.autovacuum_enabled = Some(c.autovacuum),

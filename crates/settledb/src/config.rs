@@ -26,6 +26,10 @@ pub enum FreezePolicy {
     /// Seed 000's block-driven freezing: freeze every tuple of a page about to be set
     /// all-visible, so that it is set all-frozen too.
     Eager,
+    /// `eager` where the table's history says freezing sticks, per range of pages; elsewhere
+    /// `pg16`'s cheap freeze or only what must be frozen, reading every page not all-frozen so
+    /// that relfrozenxid keeps moving (`vacuum::adaptive`, `vacuum::freeze`).
+    Adaptive,
 }
 
 impl FreezePolicy {
@@ -34,8 +38,14 @@ impl FreezePolicy {
             "lazy" => Some(FreezePolicy::Lazy),
             "pg16" => Some(FreezePolicy::Pg16),
             "eager" => Some(FreezePolicy::Eager),
+            "adaptive" => Some(FreezePolicy::Adaptive),
             _ => None,
         }
+    }
+
+    /// Whether `vacuum_fsm_settled = auto` turns the all-visible FSM heuristic on.
+    pub fn fsm_settled_by_default(self) -> bool {
+        matches!(self, FreezePolicy::Eager | FreezePolicy::Adaptive)
     }
 
     pub fn name(self) -> &'static str {
@@ -43,6 +53,7 @@ impl FreezePolicy {
             FreezePolicy::Lazy => "lazy",
             FreezePolicy::Pg16 => "pg16",
             FreezePolicy::Eager => "eager",
+            FreezePolicy::Adaptive => "adaptive",
         }
     }
 }
@@ -93,8 +104,15 @@ pub struct Config {
     pub vacuum_failsafe_age: u32,
     /// `vacuum_freeze_policy` (our parameter; default `eager`).
     pub vacuum_freeze_policy: FreezePolicy,
+    /// `vacuum_max_eager_freeze_failure_rate` (PostgreSQL 18's name; default 0.03): under
+    /// `adaptive`, freezing a page whole because it is about to be set all-visible is done only
+    /// in a range of pages whose learned failure rate (pages left all-visible that were
+    /// modified again before the next VACUUM) is at most this, and where pruning writes the
+    /// page's image anyway up to five times this. 0 freezes eagerly only where nothing failed.
+    pub vacuum_max_eager_freeze_failure_rate: f64,
     /// `vacuum_fsm_settled` (our parameter): a page set all-visible records no free space
-    /// unless more than half of it is free. `None` means "on with `eager`, off otherwise".
+    /// unless more than half of it is free. `None` means "on with `eager` and `adaptive`, off
+    /// otherwise".
     pub vacuum_fsm_settled: Option<bool>,
     /// `maintenance_work_mem`, bytes (default 64MB): the dead-item store's budget. Values below
     /// PostgreSQL's 1MB minimum are accepted (down to 1kB) so tests can force several index
@@ -162,6 +180,7 @@ impl Default for Config {
             vacuum_freeze_table_age: 150_000_000,
             vacuum_failsafe_age: 1_600_000_000,
             vacuum_freeze_policy: FreezePolicy::Eager,
+            vacuum_max_eager_freeze_failure_rate: 0.03,
             vacuum_fsm_settled: None,
             maintenance_work_mem_bytes: 64 << 20,
             max_parallel_maintenance_workers: 2,
@@ -206,6 +225,7 @@ pub const PARAMETERS: &[&str] = &[
     "vacuum_freeze_table_age",
     "vacuum_failsafe_age",
     "vacuum_freeze_policy",
+    "vacuum_max_eager_freeze_failure_rate",
     "vacuum_fsm_settled",
     "maintenance_work_mem",
     "max_parallel_maintenance_workers",
@@ -267,8 +287,11 @@ impl Config {
             "vacuum_freeze_table_age" => self.vacuum_freeze_table_age = integer(name, v, 0, 2_000_000_000)? as u32,
             "vacuum_failsafe_age" => self.vacuum_failsafe_age = integer(name, v, 0, 2_100_000_000)? as u32,
             "vacuum_freeze_policy" => {
-                self.vacuum_freeze_policy =
-                    FreezePolicy::parse(v).ok_or_else(|| bad(name, v, "expected \"lazy\", \"pg16\" or \"eager\""))?
+                self.vacuum_freeze_policy = FreezePolicy::parse(v)
+                    .ok_or_else(|| bad(name, v, "expected \"lazy\", \"pg16\", \"eager\" or \"adaptive\""))?
+            }
+            "vacuum_max_eager_freeze_failure_rate" => {
+                self.vacuum_max_eager_freeze_failure_rate = float(name, v, 0.0, 1.0)?
             }
             "vacuum_fsm_settled" => {
                 self.vacuum_fsm_settled = if v.eq_ignore_ascii_case("auto") { None } else { Some(boolean(name, v)?) }
@@ -328,9 +351,10 @@ impl Config {
         Ok(())
     }
 
-    /// Whether the all-visible FSM heuristic is on (`vacuum_fsm_settled`, `auto` = with `eager`).
+    /// Whether the all-visible FSM heuristic is on (`vacuum_fsm_settled`, `auto` = with `eager`
+    /// and `adaptive`).
     pub fn fsm_settled(&self) -> bool {
-        self.vacuum_fsm_settled.unwrap_or(self.vacuum_freeze_policy == FreezePolicy::Eager)
+        self.vacuum_fsm_settled.unwrap_or(self.vacuum_freeze_policy.fsm_settled_by_default())
     }
 
     /// The cost limit autovacuum workers share.
@@ -446,6 +470,19 @@ mod tests {
         assert!(Config::from_pairs([("min_wal_size", "1MB")]).is_err(), "PostgreSQL's minimum is 2MB");
         let c = Config::from_pairs([("shared_buffers", "1024")]).unwrap();
         assert_eq!(c.shared_buffers_bytes, 1024 * BLCKSZ, "a bare number is in blocks");
+    }
+
+    #[test]
+    fn adaptive_takes_postgresql_18s_failure_rate() {
+        assert_eq!(Config::default().vacuum_max_eager_freeze_failure_rate, 0.03);
+        let c =
+            Config::from_pairs([("vacuum_freeze_policy", "Adaptive"), ("vacuum_max_eager_freeze_failure_rate", "0.1")])
+                .unwrap();
+        assert_eq!((c.vacuum_freeze_policy, c.vacuum_max_eager_freeze_failure_rate), (FreezePolicy::Adaptive, 0.1));
+        assert!(c.fsm_settled(), "the all-visible FSM heuristic comes with adaptive as with eager");
+        assert_eq!(FreezePolicy::parse(FreezePolicy::Adaptive.name()), Some(FreezePolicy::Adaptive));
+        assert!(Config::from_pairs([("vacuum_max_eager_freeze_failure_rate", "1.5")]).is_err());
+        assert!(Config::from_pairs([("vacuum_max_eager_freeze_failure_rate", "-0.1")]).is_err());
     }
 
     #[test]

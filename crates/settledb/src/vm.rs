@@ -478,6 +478,29 @@ impl VisibilityMap {
         Ok((visible, frozen))
     }
 
+    /// The all-visible bits set among the first `heap_nblocks` heap pages, counted per range
+    /// of `range_pages` pages (a multiple of [`HEAPBLOCKS_PER_BYTE`]): one read of each map
+    /// page.
+    pub fn count_visible_by_range(&self, pool: &BufferPool, heap_nblocks: u32, range_pages: u32) -> Result<Vec<u32>> {
+        assert!(range_pages > 0 && range_pages.is_multiple_of(HEAPBLOCKS_PER_BYTE));
+        let mut out = vec![0u32; heap_nblocks.div_ceil(range_pages) as usize];
+        let map_pages = map_pages_for(heap_nblocks).min(pool.smgr().nblocks(self.rel, Fork::Vm)?);
+        for m in 0..map_pages {
+            let buf = pool.read(self.tag(BlockNumber(m)), None)?;
+            let g = buf.read();
+            if page::is_new(&g.0) {
+                continue;
+            }
+            let first = m * HEAPBLOCKS_PER_PAGE;
+            let bytes = (heap_nblocks - first).min(HEAPBLOCKS_PER_PAGE).div_ceil(HEAPBLOCKS_PER_BYTE) as usize;
+            for (i, &byte) in g.0[PAGE_HEADER_SIZE..PAGE_HEADER_SIZE + bytes].iter().enumerate() {
+                let block = first + i as u32 * HEAPBLOCKS_PER_BYTE;
+                out[(block / range_pages) as usize] += (byte & 0b0101_0101).count_ones();
+            }
+        }
+        Ok(out)
+    }
+
     /// Forgets every heap page at or past `new_heap_nblocks` (after the heap was truncated to
     /// that size): clears their bits on the last remaining map page and cuts the fork after it.
     /// Both steps are WAL-logged.

@@ -31,7 +31,7 @@
 //! checkpoint | restart | crash | check
 //! config name=value ...                                  restart with these parameters
 //! vacuum accounts [freeze] [disable_page_skipping] [index_cleanup on|off|auto]
-//!        [truncate on|off] [policy lazy|pg16|eager]      VACUUM (VERBOSE), timing lines left out
+//!        [truncate on|off] [policy lazy|pg16|eager|adaptive]      VACUUM (VERBOSE), timing lines left out
 //! vm accounts | fsm accounts                             visibility map bits, free space per page
 //! relfrozenxid accounts | consume xids 1000              the table's relfrozenxid; burn XIDs
 //! pin accounts 0 | unpin accounts 0                      hold a page pinned (no cleanup lock)
@@ -825,7 +825,9 @@ fn parse_vacuum(opts: &[&str]) -> Result<settledb::VacuumParams, String> {
                 p.index_cleanup = settledb::IndexCleanup::parse(val()?).ok_or("vacuum: index_cleanup auto|on|off")?
             }
             "truncate" => p.truncate = Some(val()? == "on"),
-            "policy" => p.policy = Some(settledb::FreezePolicy::parse(val()?).ok_or("vacuum: policy lazy|pg16|eager")?),
+            "policy" => {
+                p.policy = Some(settledb::FreezePolicy::parse(val()?).ok_or("vacuum: policy lazy|pg16|eager|adaptive")?)
+            }
             other => return Err(format!("vacuum: unknown option {other}")),
         }
     }

@@ -449,6 +449,8 @@ fn alter_table_set_overrides_the_freeze_policy_and_persists() {
         .unwrap();
     let e = db.alter_table_set("accounts", &[("vacuum_freeze_policy", "fastest")]).unwrap_err();
     assert!(e.to_string().contains("vacuum_freeze_policy"), "{e}");
+    db.alter_table_set("accounts", &[("vacuum_max_eager_freeze_failure_rate", "0.2")]).unwrap();
+    assert!(db.alter_table_set("accounts", &[("vacuum_max_eager_freeze_failure_rate", "2")]).is_err());
     assert!(db.alter_table_set("accounts", &[("no_such_option", "1")]).is_err());
     assert!(db.alter_table_set("accounts", &[("fillfactor", "50")]).is_err());
     let r = db.vacuum(Some("accounts"), &VacuumParams::default()).unwrap().remove(0);
@@ -546,4 +548,82 @@ fn parallel_vacuum_leaves_what_a_serial_one_leaves() {
         assert_eq!(svm, pvm, "budget {budget:?}: visibility map");
         assert_eq!(sfsm, pfsm, "budget {budget:?}: free space map");
     }
+}
+
+/// `adaptive` (vacuum/adaptive.rs) learns per range of pages where freezing sticks. The table
+/// has a hot region (its first pages, a quarter of whose rows are updated between any two
+/// VACUUMs, so that every page of it changes) and an append-only region (rows inserted
+/// before every VACUUM and never touched again). After ten VACUUMs the hot region is mostly
+/// not all-frozen, the append region is all-frozen, relfrozenxid has left the load behind,
+/// and few of the pages `adaptive` froze were modified again, where `eager` freezes the hot
+/// region at every VACUUM only to see it modified before the next.
+#[test]
+fn adaptive_freezes_the_append_only_region_and_not_the_hot_one() {
+    let run = |policy: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open(dir.path(), config(&[("vacuum_freeze_policy", policy)])).unwrap();
+        // Half-full pages: an update finds room on its own page (HOT) and changes only it.
+        let opts = TableOptions { fillfactor: 50, primary_key: Some(vec!["aid".into()]), ..TableOptions::default() };
+        let t = db.create_table("t", schema(), opts).unwrap();
+        let pk = db.index("t_pkey").unwrap();
+        let per_round = 2048;
+        // Row by row, as in accounts(): no background writer pins on the pages VACUUM reads.
+        let append = |round: i32| {
+            let mut tx = db.begin().unwrap();
+            for i in 0..per_round {
+                tx.insert(&t, &row(round * per_round + i, 0)).unwrap();
+            }
+            tx.commit().unwrap();
+        };
+        append(0);
+        let hot_pages = db.table_pages(&t).unwrap();
+        let mut first = None;
+        for round in 1..=10 {
+            let mut tx = db.begin().unwrap();
+            for aid in (round % 4..per_round).step_by(4) {
+                let done = tx
+                    .update_by_key(&pk, &[Value::Int4(aid)], |r| {
+                        let mut r = r.to_vec();
+                        r[1] = Value::Int4(round);
+                        Ok(r)
+                    })
+                    .unwrap();
+                assert!(done.is_some());
+            }
+            tx.commit().unwrap();
+            append(round);
+            let r = db.vacuum(Some("t"), &VacuumParams::default()).unwrap().remove(0);
+            assert_eq!(r.policy, policy);
+            first.get_or_insert(t.relfrozenxid());
+        }
+        let map = db.visibility_map(&t).unwrap();
+        let (hot, appended) = map.split_at(hot_pages as usize);
+        let frozen = |pages: &[(bool, bool)]| pages.iter().filter(|&&(_, f)| f).count() as f64 / pages.len() as f64;
+        let stats = db.table_stats(&t);
+        check(&db);
+        (frozen(hot), frozen(appended), first.unwrap(), t.relfrozenxid(), stats, u64::from(hot_pages))
+    };
+
+    let (hot, appended, first, last, stats, _) = run("adaptive");
+    println!("adaptive: {:?}", (hot, appended, first, last, stats.pages_frozen, stats.frozen_bits_cleared));
+    assert!(hot <= 0.1, "adaptive: {:.0}% of the hot region all-frozen", hot * 100.0);
+    assert!(appended >= 0.95, "adaptive: only {:.0}% of the append region all-frozen", appended * 100.0);
+    assert!(last.follows(first), "adaptive: relfrozenxid stayed at {first}");
+    assert!(stats.pages_frozen > 0, "{stats:?}");
+    assert!(
+        stats.frozen_bits_cleared * 10 <= stats.pages_frozen,
+        "adaptive: {} of {} pages frozen were modified again",
+        stats.frozen_bits_cleared,
+        stats.pages_frozen
+    );
+
+    // eager froze every hot page at each VACUUM, and each was modified before the next.
+    let (hot, appended, _, _, stats, hot_pages) = run("eager");
+    assert!(hot >= 0.9 && appended >= 0.95, "eager: {hot} {appended}");
+    assert!(
+        stats.frozen_bits_cleared >= 9 * hot_pages * 9 / 10,
+        "eager: only {} of {} pages frozen were modified again ({hot_pages} hot pages)",
+        stats.frozen_bits_cleared,
+        stats.pages_frozen
+    );
 }

@@ -181,7 +181,8 @@ fn snapshot(db: &Database) -> Vec<String> {
 /// heap page and the map page must read exactly as they did, under each freeze policy.
 #[test]
 fn redo_of_vacuum_records_rebuilds_the_pages_vacuum_left() {
-    for policy in [settledb::FreezePolicy::Lazy, settledb::FreezePolicy::Pg16, settledb::FreezePolicy::Eager] {
+    use settledb::FreezePolicy::{Adaptive, Eager, Lazy, Pg16};
+    for policy in [Lazy, Pg16, Eager, Adaptive] {
         let fs = FaultFs::new();
         let db = open(&fs).unwrap();
         let col = |n: &str, ty| Column { name: n.into(), ty, nullable: false };

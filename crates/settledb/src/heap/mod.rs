@@ -105,6 +105,9 @@ pub struct Relation {
     /// all-frozen.
     pub vm_clears: std::sync::atomic::AtomicU64,
     pub vm_frozen_clears: std::sync::atomic::AtomicU64,
+    /// Where freezing sticks, per range of pages: the `adaptive` freeze policy's memory
+    /// ([`crate::vacuum::adaptive`]), fed by the same clears.
+    pub freeze_history: crate::vacuum::adaptive::FreezeHistory,
     /// Heap pages read from disk and found in shared buffers, since the last collection.
     pub blks_read: std::sync::atomic::AtomicU64,
     pub blks_hit: std::sync::atomic::AtomicU64,
@@ -126,6 +129,7 @@ impl Relation {
             fsm: crate::fsm::FreeSpaceMap::new(relfilenode),
             vm_clears: std::sync::atomic::AtomicU64::new(0),
             vm_frozen_clears: std::sync::atomic::AtomicU64::new(0),
+            freeze_history: Default::default(),
             blks_read: std::sync::atomic::AtomicU64::new(0),
             blks_hit: std::sync::atomic::AtomicU64::new(0),
         }
@@ -328,10 +332,14 @@ fn find_target<'a>(env: &HeapEnv<'a>, rel: &Relation, need: usize, mut ring: Opt
 /// a crash between the two leaves a page that is still all-visible with its bit clear, which
 /// the map allows (see [`crate::vm`], "WAL"). Redo of the heap record clears the flag again
 /// (the `apply_*` helpers in [`wal`]).
+///
+/// A bit cleared is also a failure in the `adaptive` policy's history of the page's range
+/// (one more atomic increment: see [`crate::vacuum::adaptive`]).
 fn clear_all_visible(env: &HeapEnv<'_>, rel: &Relation, block: BlockNumber, page_bytes: &mut [u8]) -> Result<()> {
     if page::flags(page_bytes) & page::PD_ALL_VISIBLE != 0 {
         if let Some((_, was)) = rel.vm.clear_noting(env, block, VmBits::VALID)? {
             rel.vm_clears.fetch_add(1, Ordering::Relaxed);
+            rel.freeze_history.note_clear(block);
             if was.all_frozen() {
                 rel.vm_frozen_clears.fetch_add(1, Ordering::Relaxed);
             }

@@ -58,6 +58,7 @@
 //! the heap page as block 0 and the map page as block 1, locked in that order and stamped
 //! with the same LSN. The FSM is a hint and may lose its latest values.
 
+pub mod adaptive;
 pub mod dbstats;
 pub mod freeze;
 mod parallel;
@@ -375,6 +376,10 @@ struct LazyVacuum<'a> {
     indexes: Vec<Arc<crate::catalog::IndexDef>>,
     cutoffs: Cutoffs,
     policy: FreezePolicy,
+    /// `adaptive`: what VACUUM freezes in each range of pages, judged when it starts, and the
+    /// deferred FreezeLimit for pages found all-visible where freezing does not stick.
+    verdicts: Option<Arc<adaptive::Verdicts>>,
+    deferred_freeze_limit: Option<Xid>,
     fsm_settled: bool,
     aggressive: bool,
     skip_with_vm: bool,
@@ -419,7 +424,7 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     let rel = &*entry.rel;
     let opts = &entry.options();
     let policy = params.policy.or(opts.vacuum_freeze_policy).unwrap_or(config.vacuum_freeze_policy);
-    let fsm_settled = opts.vacuum_fsm_settled.or(config.vacuum_fsm_settled).unwrap_or(policy == FreezePolicy::Eager);
+    let fsm_settled = opts.vacuum_fsm_settled.or(config.vacuum_fsm_settled).unwrap_or(policy.fsm_settled_by_default());
 
     // Cutoffs (PostgreSQL's vacuum_get_cutoffs).
     let oldest_xmin = inner.xact.oldest_xmin();
@@ -474,6 +479,8 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
         rel,
         cutoffs: Cutoffs { oldest_xmin, freeze_limit },
         policy,
+        verdicts: None,
+        deferred_freeze_limit: None,
         fsm_settled,
         aggressive,
         skip_with_vm: !params.disable_page_skipping,
@@ -523,6 +530,21 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     lv.check_failsafe();
     let orig_pages = inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
     lv.r.orig_pages = orig_pages;
+    // Every VACUUM learns what the table's modifications taught since the last one, whatever
+    // its policy, so that switching to `adaptive` finds the history warm.
+    let max_failure_rate =
+        opts.vacuum_max_eager_freeze_failure_rate.unwrap_or(config.vacuum_max_eager_freeze_failure_rate);
+    let visible = rel.vm.count_visible_by_range(&inner.pool, orig_pages, adaptive::RANGE_PAGES)?;
+    let verdicts = rel.freeze_history.begin_vacuum(&visible, max_failure_rate, next_xid);
+    if policy == FreezePolicy::Adaptive {
+        if !aggressive {
+            lv.deferred_freeze_limit = verdicts.interval_xids.map(|i| {
+                let age = adaptive::deferred_freeze_age(freeze_table_age, freeze_min_age, i);
+                normal_or_first(Xid(oldest_xmin.0.wrapping_sub(age)), oldest_xmin)
+            });
+        }
+        lv.verdicts = Some(Arc::new(verdicts));
+    }
     lv.nworkers = parallel::heap_workers(config, params, orig_pages);
     lv.r.parallel_workers = lv.nworkers as u32;
     lv.scan_heap(orig_pages)?;
@@ -662,6 +684,8 @@ impl<'a> LazyVacuum<'a> {
             rel: self.rel,
             cutoffs: self.cutoffs,
             policy: self.policy,
+            verdicts: self.verdicts.clone(),
+            deferred_freeze_limit: self.deferred_freeze_limit,
             fsm_settled: self.fsm_settled,
             aggressive: self.aggressive,
             has_indexes: !self.indexes.is_empty(),
@@ -669,9 +693,12 @@ impl<'a> LazyVacuum<'a> {
         }
     }
 
-    /// Which pages phase I may skip.
+    /// Which pages phase I may skip. `adaptive` reads the all-visible pages it left unfrozen,
+    /// as an aggressive VACUUM does, so that they do not keep relfrozenxid back (see
+    /// [`freeze`]).
     fn skip_rule(&self) -> Option<SkipRule> {
-        match (self.skip_with_vm, self.aggressive) {
+        let reads_all_visible = self.aggressive || self.policy == FreezePolicy::Adaptive;
+        match (self.skip_with_vm, reads_all_visible) {
             (false, _) => None,
             (true, true) => Some(SkipRule::AllFrozen),
             (true, false) => Some(SkipRule::AllVisible),

@@ -121,7 +121,9 @@ impl Worker<'_> {
                     buf.hints_added(page::lsn(p), env.wal.redo_ptr());
                 }
                 let visible = summary.all_visible && summary.lpdead.is_empty();
-                (visible, visible && summary.is_fully_frozen(), !summary.lpdead.is_empty())
+                let frozen =
+                    summary.is_fully_frozen() && (summary.has_tuples() || ctx.empty_page_bits(block).all_frozen());
+                (visible, visible && frozen, !summary.lpdead.is_empty())
             }
         };
         let bits = ctx.rel.vm.get_pinned(env.pool, block, &mut self.vm_pin)?;

@@ -27,6 +27,7 @@
 //! header parse per tuple per pass.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::buffer::{self, Buffer, Ring};
@@ -44,7 +45,8 @@ use crate::types::{BlockNumber, Lsn, OffsetNumber, Xid};
 use crate::vm::VmBits;
 use crate::wal::{BlockRef, RecordBuilder, Rmgr};
 
-use super::freeze::{self, Cutoffs, PageSummary};
+use super::adaptive::{Freezing, Verdicts};
+use super::freeze::{self, Cutoffs, PageFacts, PageSummary};
 use super::wal::{self as vwal, FreezePlan};
 use super::{CostDelay, VacuumProgress};
 
@@ -59,6 +61,12 @@ pub(super) struct Ctx<'a> {
     pub rel: &'a Relation,
     pub cutoffs: Cutoffs,
     pub policy: FreezePolicy,
+    /// `adaptive`: where freezing sticks, per range of the table's pages.
+    pub verdicts: Option<Arc<Verdicts>>,
+    /// `adaptive`, not aggressive: the FreezeLimit for a page found all-visible in a range
+    /// where freezing does not stick (not later than `cutoffs.freeze_limit`; see
+    /// [`freeze`], "the deferred FreezeLimit").
+    pub deferred_freeze_limit: Option<Xid>,
     pub fsm_settled: bool,
     pub aggressive: bool,
     pub has_indexes: bool,
@@ -66,6 +74,21 @@ pub(super) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// `adaptive`: what VACUUM freezes in `block`'s range.
+    pub fn range_freezing(&self, block: BlockNumber) -> Freezing {
+        self.verdicts.as_ref().map(|v| v.freezing(block)).unwrap_or_default()
+    }
+
+    /// The map bits for a page without tuples: all-frozen as well as all-visible, except under
+    /// `adaptive` where freezing does not stick (see [`freeze::decide`]).
+    pub fn empty_page_bits(&self, block: BlockNumber) -> VmBits {
+        if self.policy == FreezePolicy::Adaptive && self.range_freezing(block) != Freezing::Eager {
+            VmBits::ALL_VISIBLE
+        } else {
+            VmBits::VALID
+        }
+    }
+
     pub fn fsm_category(&self, free: usize, all_visible: bool) -> u8 {
         if self.fsm_settled && all_visible && free <= BLCKSZ / 2 {
             0
@@ -250,11 +273,12 @@ impl<'a> Worker<'a> {
             return Ok(None);
         }
         if page::max_offset(p) == 0 {
-            // An empty page: all-visible and all-frozen, unless it is already.
+            // An empty page: all-visible and (usually) all-frozen, unless it is already.
             let bits = ctx.rel.vm.get_pinned(self.env.pool, block, &mut self.vm_pin)?;
-            if !bits.all_frozen() || page::flags(p) & PD_ALL_VISIBLE == 0 {
-                self.log_page(ctx, &buf, p, None, Some(VmBits::VALID), false)?;
-                self.c.note_vm(bits, true);
+            let want = ctx.empty_page_bits(block);
+            if !bits.contains(want) || page::flags(p) & PD_ALL_VISIBLE == 0 {
+                self.log_page(ctx, &buf, p, None, Some(want), false)?;
+                self.c.note_vm(bits, want.all_frozen());
             }
             let cat = ctx.fsm_category(page::heap_free_space(p), true);
             self.note_free(ctx, block, cat)?;
@@ -267,6 +291,7 @@ impl<'a> Worker<'a> {
     fn prune_freeze(&mut self, ctx: &Ctx<'_>, buf: &Buffer<'_>, p: &mut [u8]) -> Result<Option<DeadPage>> {
         let block = buf.block();
         let env = self.env;
+        let was_all_visible = page::flags(p) & PD_ALL_VISIBLE != 0;
         let (lsn0, redo) = (page::lsn(p), env.wal.redo_ptr());
         // A page that matches its file and has no image since the redo pointer may end up only
         // set all-visible, which is logged without an image (`Buffer::mark_dirty_imageless`)
@@ -317,9 +342,17 @@ impl<'a> Worker<'a> {
             page::set_prune_xid(p, self.plan.new_prune_xid);
         }
 
-        freeze::summarize(p, &self.scan, &ctx.cutoffs, env.xact, &mut self.summary);
+        let range = ctx.range_freezing(block);
+        let cutoffs = match ctx.deferred_freeze_limit {
+            Some(freeze_limit) if was_all_visible && range != Freezing::Eager => {
+                Cutoffs { freeze_limit, ..ctx.cutoffs }
+            }
+            _ => ctx.cutoffs,
+        };
+        freeze::summarize(p, &self.scan, &cutoffs, env.xact, &mut self.summary);
         let s = &self.summary;
-        let decision = freeze::decide(s, ctx.policy, s.all_visible, prune_writes_fpi);
+        let facts = PageFacts { will_be_all_visible: s.all_visible, prune_writes_fpi, range };
+        let decision = freeze::decide(s, ctx.policy, &facts);
         let tuples_frozen = freeze::freeze_plans(s, decision.mode, &mut self.freeze);
         if !self.freeze.is_empty() {
             self.scan.write_pending_hints(p);
