@@ -244,8 +244,9 @@ fn range_of(block: BlockNumber) -> usize {
 
 impl FreezeHistory {
     /// A modification cleared `block`'s all-visible bit. Hot path: one shared lock and one
-    /// relaxed increment; a block past the ranges VACUUM has sized (the table grew since)
-    /// cannot have had a bit VACUUM set, and is not counted.
+    /// relaxed increment. A block past the ranges the last VACUUM sized is not counted: no
+    /// VACUUM since the database was opened has left it all-visible (the table grew since, or
+    /// its bit is older than the process).
     pub fn note_clear(&self, block: BlockNumber) {
         if let Some(r) = self.counts.read().get(range_of(block)) {
             r.cleared.fetch_add(1, Ordering::Relaxed);

@@ -79,6 +79,19 @@ impl Ctx<'_> {
         self.verdicts.as_ref().map(|v| v.freezing(block)).unwrap_or_default()
     }
 
+    /// What the page at `block` may have frozen, and the cutoffs to freeze it by: `adaptive`
+    /// freezes a page it finds all-visible (`was_all_visible`) where freezing does not stick
+    /// by the deferred FreezeLimit.
+    pub fn page_freezing(&self, block: BlockNumber, was_all_visible: bool) -> (Freezing, Cutoffs) {
+        let range = self.range_freezing(block);
+        match self.deferred_freeze_limit {
+            Some(freeze_limit) if was_all_visible && range != Freezing::Eager => {
+                (range, Cutoffs { freeze_limit, ..self.cutoffs })
+            }
+            _ => (range, self.cutoffs),
+        }
+    }
+
     /// The map bits for a page without tuples: all-frozen as well as all-visible, except under
     /// `adaptive` where freezing does not stick (see [`freeze::decide`]).
     pub fn empty_page_bits(&self, block: BlockNumber) -> VmBits {
@@ -342,13 +355,7 @@ impl<'a> Worker<'a> {
             page::set_prune_xid(p, self.plan.new_prune_xid);
         }
 
-        let range = ctx.range_freezing(block);
-        let cutoffs = match ctx.deferred_freeze_limit {
-            Some(freeze_limit) if was_all_visible && range != Freezing::Eager => {
-                Cutoffs { freeze_limit, ..ctx.cutoffs }
-            }
-            _ => ctx.cutoffs,
-        };
+        let (range, cutoffs) = ctx.page_freezing(block, was_all_visible);
         freeze::summarize(p, &self.scan, &cutoffs, env.xact, &mut self.summary);
         let s = &self.summary;
         let facts = PageFacts { will_be_all_visible: s.all_visible, prune_writes_fpi, range };
