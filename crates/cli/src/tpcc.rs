@@ -78,7 +78,7 @@ pub struct TpccArgs {
     /// the workload and not of the machine's speed; 0 runs the terminals unthrottled.
     #[arg(long, default_value_t = DEFAULT_RATE)]
     pub rate: f64,
-    /// The one freeze policy to run (lazy, pg16, eager) when --compare is not given.
+    /// The one freeze policy to run (lazy, pg16, eager, adaptive) when --compare is not given.
     #[arg(long, default_value = "eager")]
     pub policy: String,
     /// Freeze policies to run one after the other on the same seeded workload.
@@ -728,7 +728,7 @@ fn policies(a: &TpccArgs) -> Result<Vec<FreezePolicy>> {
     let mut out = Vec::new();
     for n in names {
         let p = FreezePolicy::parse(n.trim())
-            .with_context(|| format!("unknown freeze policy {n:?} (expected lazy, pg16 or eager)"))?;
+            .with_context(|| format!("unknown freeze policy {n:?} (expected lazy, pg16, eager or adaptive)"))?;
         if out.contains(&p) {
             bail!("policy {n} is listed twice");
         }
