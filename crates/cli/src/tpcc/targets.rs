@@ -96,12 +96,18 @@ fn rate_kept(columns: &[ColumnResult]) -> Target {
             None => format!("{} unthrottled ({:.0} tps)", c.name, c.run.tps),
         })
         .collect();
-    let limited = columns.iter().all(|c| c.run.rate_limit.is_some());
+    // The targets compare settledb's policies; a PostgreSQL column that could not keep the rate
+    // is shown, not counted (its client's round trips, not the machine, set its pace).
+    let judged: Vec<&ColumnResult> = columns.iter().filter(|c| c.name != "postgres").collect();
+    let limited = judged.iter().all(|c| c.run.rate_limit.is_some());
     let mut t = Target::new(
         "the terminals kept the rate limit (the verdict does not depend on machine speed)",
         value.join("; "),
-        format!("no transaction started over {LATE_MAX_SECONDS:.0} s (one autovacuum_naptime) behind schedule"),
-        limited && columns.iter().all(|c| c.run.late.max_seconds <= LATE_MAX_SECONDS),
+        format!(
+            "no transaction of settledb's columns started over {LATE_MAX_SECONDS:.0} s (one autovacuum_naptime) \
+             behind schedule"
+        ),
+        limited && judged.iter().all(|c| c.run.late.max_seconds <= LATE_MAX_SECONDS),
     );
     t.applies = limited;
     t
