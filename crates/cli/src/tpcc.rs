@@ -741,6 +741,9 @@ pub fn run(a: TpccArgs) -> Result<ExitCode> {
     if a.warehouses < 1 || a.terminals < 1 {
         bail!("--warehouses and --terminals must be at least 1");
     }
+    if !(a.rate.is_finite() && a.rate >= 0.0) {
+        bail!("--rate {}: expected terminal transactions per second, or 0 for unthrottled", a.rate);
+    }
     let policies = policies(&a)?;
     let (base, temporary) = match &a.dir {
         Some(d) => (d.clone(), false),

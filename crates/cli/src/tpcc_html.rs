@@ -31,10 +31,6 @@
 //! purple, eager green, adaptive orange, postgres grey; red only for wraparound), drawn by
 //! [`crate::tpcc_charts`]. Nothing here changes the report's model: what a chart needs
 //! (cumulative sums, ratios, the setting) is computed from it.
-//!
-//! To look at the charts of a saved run again without running it:
-//! `SETTLE_TPCC_JSON=DIR/report.json cargo test -p settle-cli render_saved_report -- --ignored`
-//! writes `DIR/report-charts.html` (see `tests.rs`).
 
 use std::fmt::Write as _;
 

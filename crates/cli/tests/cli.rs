@@ -343,3 +343,12 @@ fn bench_aging_rejects_bad_flags() {
     assert!(!ok);
     assert!(err.contains("vacuum_freeze_min_age"), "{err}");
 }
+
+/// `settle tpcc` refuses a rate that is not a number of transactions per second, before any
+/// work.
+#[test]
+fn tpcc_rejects_a_bad_rate() {
+    let (ok, _, err) = settle(&["tpcc", "--rate=-5", "--transactions", "10"]);
+    assert!(!ok);
+    assert!(err.contains("--rate -5"), "{err}");
+}

@@ -4,7 +4,6 @@
 
 use super::*;
 use crate::tpcc::{HalfResult, Sample, Target};
-use serde_json::Value;
 use workload::tpcc::run::{KindResult, Lateness, Mix, Quantiles, RunResult, TxKind};
 
 const TABLES: [&str; 7] = [
@@ -249,87 +248,6 @@ fn markers_sit_on_their_line() {
     assert_eq!(value_at(&[], 1.0), 0.0);
     assert_eq!(bytes_unit(3e9).1, "GiB");
     assert_eq!(bytes_unit(5e6).1, "MiB");
-}
-
-/// The charts' inputs of a saved `report.json` (the rest left empty).
-fn from_json(v: &Value) -> TpccReport {
-    let u = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
-    let columns = v["columns"].as_array().into_iter().flatten().map(|c| {
-        let mut col = column(c["name"].as_str().unwrap_or("?"), Vec::new());
-        let strings = |k: &str| -> Vec<String> {
-            c[k].as_array().into_iter().flatten().filter_map(|s| s.as_str()).map(String::from).collect()
-        };
-        let numbers = |s: &Value, k: &str| -> Vec<u64> {
-            s[k].as_array().into_iter().flatten().filter_map(Value::as_u64).collect()
-        };
-        col.settings = strings("settings");
-        col.table_names = strings("table_names");
-        col.samples = c["samples"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|s| Sample {
-                seconds: s["seconds"].as_f64().unwrap_or(0.0),
-                xids: u(s, "xids"),
-                wal_bytes: u(s, "wal_bytes"),
-                transactions: u(s, "transactions"),
-                autovacuums_running: u(s, "autovacuums_running") as u32,
-                ages: numbers(s, "ages"),
-                heap_pages: numbers(s, "heap_pages"),
-            })
-            .collect();
-        col.vacuums = c["vacuums"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|e| VacuumEvent {
-                wal_bytes: u(e, "wal_bytes"),
-                pages_frozen: u(e, "pages_frozen"),
-                ..vacuum(
-                    e["table"].as_str().unwrap_or("?"),
-                    u(e, "xids"),
-                    e["aggressive"] == true,
-                    e["wraparound"] == true,
-                )
-            })
-            .collect();
-        col.halves[0].xids_at_end = u(&c["halves"][0], "xids_at_end");
-        for k in &mut col.run.kinds {
-            let saved = c["run"]["kinds"].as_array().into_iter().flatten().find(|x| x["kind"] == k.kind);
-            for h in 0..2 {
-                k.halves[h].p99_ms = saved.and_then(|x| x["halves"][h]["p99_ms"].as_f64()).unwrap_or(f64::NAN);
-            }
-        }
-        col
-    });
-    let mut r = report(columns.collect());
-    r.aging = v["aging"].as_str().unwrap_or("?").into();
-    r.targets = v["targets"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| Target {
-            name: t["name"].as_str().unwrap_or("?").into(),
-            value: t["value"].as_str().unwrap_or("?").into(),
-            goal: t["goal"].as_str().unwrap_or("?").into(),
-            met: t["met"] == true,
-            applies: t["applies"] != false,
-            informational: t["informational"] == true,
-        })
-        .collect();
-    r
-}
-
-/// Re-renders the charts of a saved run, to look at them without running it again (the
-/// figures' tables stay empty):
-/// `SETTLE_TPCC_JSON=DIR/report.json cargo test -p settle-cli render_saved_report -- --ignored`
-/// writes `DIR/report-charts.html`.
-#[test]
-#[ignore = "reads a saved report named by SETTLE_TPCC_JSON"]
-fn render_saved_report() {
-    let path = std::path::PathBuf::from(std::env::var("SETTLE_TPCC_JSON").expect("SETTLE_TPCC_JSON"));
-    let v: Value = serde_json::from_slice(&std::fs::read(&path).expect("read the report")).expect("JSON");
-    std::fs::write(path.with_file_name("report-charts.html"), render(&from_json(&v))).expect("write");
 }
 
 #[test]
