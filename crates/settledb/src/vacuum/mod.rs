@@ -530,21 +530,9 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     lv.check_failsafe();
     let orig_pages = inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
     lv.r.orig_pages = orig_pages;
-    // Every VACUUM learns what the table's modifications taught since the last one, whatever
-    // its policy, so that switching to `adaptive` finds the history warm.
     let max_failure_rate =
         opts.vacuum_max_eager_freeze_failure_rate.unwrap_or(config.vacuum_max_eager_freeze_failure_rate);
-    let visible = rel.vm.count_visible_by_range(&inner.pool, orig_pages, adaptive::RANGE_PAGES)?;
-    let verdicts = rel.freeze_history.begin_vacuum(&visible, max_failure_rate, next_xid);
-    if policy == FreezePolicy::Adaptive {
-        if !aggressive {
-            lv.deferred_freeze_limit = verdicts.interval_xids.map(|i| {
-                let age = adaptive::deferred_freeze_age(freeze_table_age, freeze_min_age, i);
-                normal_or_first(Xid(oldest_xmin.0.wrapping_sub(age)), oldest_xmin)
-            });
-        }
-        lv.verdicts = Some(Arc::new(verdicts));
-    }
+    lv.learn_freeze_history(orig_pages, next_xid, max_failure_rate, (freeze_table_age, freeze_min_age))?;
     lv.nworkers = parallel::heap_workers(config, params, orig_pages);
     lv.r.parallel_workers = lv.nworkers as u32;
     lv.scan_heap(orig_pages)?;
@@ -691,6 +679,32 @@ impl<'a> LazyVacuum<'a> {
             has_indexes: !self.indexes.is_empty(),
             progress,
         }
+    }
+
+    /// Learns what the table's modifications taught since its last VACUUM (every VACUUM does,
+    /// whatever its policy, so that switching to `adaptive` finds the history warm) and, under
+    /// `adaptive`, takes the verdict per range and the deferred FreezeLimit
+    /// (`ages` = (freeze_table_age, freeze_min_age)).
+    fn learn_freeze_history(
+        &mut self,
+        orig_pages: u32,
+        next_xid: Xid,
+        max_failure_rate: f64,
+        ages: (u32, u32),
+    ) -> Result<()> {
+        let visible = self.rel.vm.count_visible_by_range(&self.inner.pool, orig_pages, adaptive::RANGE_PAGES)?;
+        let verdicts = self.rel.freeze_history.begin_vacuum(&visible, max_failure_rate, next_xid);
+        if self.policy == FreezePolicy::Adaptive {
+            if !self.aggressive {
+                let oldest_xmin = self.cutoffs.oldest_xmin;
+                self.deferred_freeze_limit = verdicts.interval_xids.map(|i| {
+                    let age = adaptive::deferred_freeze_age(ages.0, ages.1, i);
+                    normal_or_first(Xid(oldest_xmin.0.wrapping_sub(age)), oldest_xmin)
+                });
+            }
+            self.verdicts = Some(Arc::new(verdicts));
+        }
+        Ok(())
     }
 
     /// Which pages phase I may skip. `adaptive` reads the all-visible pages it left unfrozen,
