@@ -43,23 +43,15 @@
 //! atomic add per allocation and one subtract per free on top of the system allocator, which
 //! is noise next to what the other commands do per allocation.
 
-mod aging;
 mod bench;
 mod inspect;
 mod peer;
-mod peer_cmd;
 mod pgbench;
-mod pgbench_cmd;
-mod relations;
-mod soak;
 mod stats;
 mod stress;
 mod torture;
 mod tpcc;
-mod tpcc_charts;
-mod tpcc_html;
 mod vacuum;
-mod vacuum_bench;
 
 #[global_allocator]
 static ALLOC: tidstore::bench::CountingAlloc = tidstore::bench::CountingAlloc;
@@ -137,10 +129,10 @@ enum Cmd {
     /// A PostgreSQL 15 that outlives the command: `start [--port P] [--set NAME=VALUE]...`,
     /// `stop --port P`.
     #[command(subcommand)]
-    Peer(peer_cmd::PeerCmd),
+    Peer(peer::command::PeerCmd),
     /// pgbench's workloads and report on the embedded engine (--dir DIR) or PostgreSQL
     /// (--target URL): -i -s S to initialize, then -c C -T secs | -t n [-S | -b SCRIPT].
-    Pgbench(pgbench_cmd::PgbenchArgs),
+    Pgbench(pgbench::PgbenchArgs),
     /// Transfers, invariant-checking readers, VACUUM, autovacuum, checkpoints and CREATE/DROP
     /// INDEX all at once; the balance invariant and `check` must hold.
     Stress(stress::StressArgs),
@@ -177,8 +169,8 @@ fn main() -> ExitCode {
         }
         Cmd::Tpcc(a) => tpcc::run(a),
         Cmd::Bench(b) => bench::run(b),
-        Cmd::Peer(p) => peer_cmd::run(p),
-        Cmd::Pgbench(a) => pgbench_cmd::run(a),
+        Cmd::Peer(p) => peer::command::run(p),
+        Cmd::Pgbench(a) => pgbench::run(a),
         Cmd::Stress(a) => stress::run(a),
         Cmd::Torture(a) => torture::run(a),
         Cmd::TortureChild(a) => torture::child::run(a),

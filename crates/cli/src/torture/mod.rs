@@ -1,6 +1,6 @@
 //! `settle torture`: SIGKILL a process running a workload on a real data directory, recover,
 //! and prove that nothing acknowledged was lost and nothing unacknowledged appeared.
-//! `settle torture --wraparound` runs the XID wraparound soak instead (`crate::soak`).
+//! `settle torture --wraparound` runs the XID wraparound soak instead (`crate::torture::soak`).
 //!
 //! # The loop
 //!
@@ -68,6 +68,7 @@ pub mod acklog;
 pub mod child;
 mod kill;
 pub mod schema;
+pub mod soak;
 pub mod verify;
 
 use std::path::{Path, PathBuf};
@@ -106,7 +107,7 @@ pub struct TortureArgs {
     pub json: bool,
     /// The XID wraparound soak (`--wraparound`, in DIR/data) and its options.
     #[command(flatten)]
-    pub soak: crate::soak::SoakArgs,
+    pub soak: crate::torture::soak::SoakArgs,
 }
 
 /// The figures a run prints.
@@ -152,7 +153,7 @@ struct Run {
 
 pub fn run(a: TortureArgs) -> Result<ExitCode> {
     if a.soak.wraparound {
-        return crate::soak::run_cmd(&a.dir.join("data"), a.seed, a.clients as usize, a.json, &a.soak);
+        return crate::torture::soak::run_cmd(&a.dir.join("data"), a.seed, a.clients as usize, a.json, &a.soak);
     }
     let started = Instant::now();
     std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;

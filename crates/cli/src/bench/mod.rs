@@ -2,6 +2,11 @@
 //! as a table or, with `--json`, as one JSON object; with `--peer`, PostgreSQL 15 does the same
 //! work on the same machine in the same run so that the two can be compared as a ratio.
 
+pub mod aging;
+pub mod pgbench;
+pub mod relations;
+pub mod vacuum;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -67,7 +72,7 @@ pub enum BenchCmd {
     },
     /// VACUUM after updating 5% of a pgbench_accounts table through its primary key, then
     /// VACUUM (DISABLE_PAGE_SKIPPING) of the clean table; `--peer` runs PostgreSQL 15 on the same.
-    Vacuum(crate::vacuum_bench::VacuumBenchArgs),
+    Vacuum(crate::bench::vacuum::VacuumBenchArgs),
     /// Dead-TID stores for VACUUM (settledb's TidStore, array6, roaring, pgradix) on the
     /// bdbench sets of the pgsql-hackers "dead tuple storage" thread.
     Tidstore {
@@ -90,10 +95,10 @@ pub enum BenchCmd {
     },
     /// Freeze policies compared while XIDs age: a pgbench-like workload under autovacuum with
     /// freeze ages scaled down, several anti-wraparound cycles per run.
-    Aging(crate::aging::AgingArgs),
+    Aging(crate::bench::aging::AgingArgs),
     /// Many relations: creating them, VACUUM of one empty table among them, the full
     /// recomputation of the database frozen XID, the autovacuum launcher's idle CPU.
-    Relations(crate::relations::RelationsArgs),
+    Relations(crate::bench::relations::RelationsArgs),
 }
 
 #[derive(Serialize, Default, Clone)]
@@ -159,17 +164,17 @@ struct LoadReport {
 pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
     match cmd {
         BenchCmd::Pgbench { scale, clients, seconds, select_only, set, peer, peer_port, json } => {
-            crate::pgbench::run(scale, clients, seconds, select_only, &set, peer, peer_port, json)
+            crate::bench::pgbench::run(scale, clients, seconds, select_only, &set, peer, peer_port, json)
         }
         BenchCmd::Load { rows, dir, set, peer, peer_port, runs, json } => {
             load(rows, dir, &set, peer, peer_port, runs.max(1), json)
         }
-        BenchCmd::Vacuum(a) => crate::vacuum_bench::run(a),
+        BenchCmd::Vacuum(a) => crate::bench::vacuum::run(a),
         BenchCmd::Tidstore { scale, probes, only, structures, json } => {
             tidstore(scale, probes, only.as_deref(), &structures, json)
         }
-        BenchCmd::Aging(args) => crate::aging::run(args),
-        BenchCmd::Relations(args) => crate::relations::run(args),
+        BenchCmd::Aging(args) => crate::bench::aging::run(args),
+        BenchCmd::Relations(args) => crate::bench::relations::run(args),
     }
 }
 

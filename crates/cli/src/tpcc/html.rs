@@ -29,13 +29,13 @@
 //! what to look at; the sentences describe the mechanism, not one run's numbers. Charts of the
 //! same kind share their scales and a policy has one colour everywhere (lazy blue, pg16
 //! purple, eager green, adaptive orange, postgres grey; red only for wraparound), drawn by
-//! [`crate::tpcc_charts`]. Nothing here changes the report's model: what a chart needs
+//! [`crate::tpcc::charts`]. Nothing here changes the report's model: what a chart needs
 //! (cumulative sums, ratios, the setting) is computed from it.
 
 use std::fmt::Write as _;
 
+use crate::tpcc::charts::{bar_table, esc, policy_color, short, Axis, BarSeries, Chart, Key, Mark, WRAPAROUND_RED};
 use crate::tpcc::{groups, ColumnResult, TpccReport, VacuumEvent};
-use crate::tpcc_charts::{bar_table, esc, policy_color, short, Axis, BarSeries, Chart, Key, Mark, WRAPAROUND_RED};
 
 /// The tables whose relfrozenxid age is charted, with what to look at in each.
 const KEY_TABLES: [(&str, &str); 6] = [

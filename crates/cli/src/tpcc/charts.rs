@@ -1,4 +1,4 @@
-//! The SVG drawing of `settle tpcc`'s HTML report ([`crate::tpcc_html`] decides what to draw).
+//! The SVG drawing of `settle tpcc`'s HTML report ([`crate::tpcc::html`] decides what to draw).
 //!
 //! Every chart is plain inline SVG, sized in CSS pixels, with its legend above the plot:
 //!

@@ -16,6 +16,8 @@
 //! be counted. These go into `postgresql.conf` before the caller's settings, which override
 //! them.
 
+pub mod command;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -28,6 +28,8 @@
 //!    (`--json` on stdout), and as `DIR/report.json` and a self-contained `DIR/report.html`
 //!    with SVG charts.
 
+pub mod charts;
+pub mod html;
 mod targets;
 mod text;
 
@@ -481,7 +483,7 @@ fn run_policy(
     let facts: Facts = target.connect()?.consistency_facts()?;
     column.consistency_violations = facts.violations();
     ui.status(&name, "closing and checking".into());
-    let report = crate::aging::close_and_check(db, &dir, &set)?;
+    let report = crate::bench::aging::close_and_check(db, &dir, &set)?;
     column.check = report.to_string();
     column.check_problems = report.problems.iter().take(20).map(|p| p.to_string()).collect();
     Ok(column)
@@ -803,7 +805,7 @@ pub fn run(a: TpccArgs) -> Result<ExitCode> {
     let report_dir = if temporary && !a.keep { std::env::current_dir()?.join("tpcc-report") } else { base.clone() };
     std::fs::create_dir_all(&report_dir)?;
     std::fs::write(report_dir.join("report.json"), &json)?;
-    std::fs::write(report_dir.join("report.html"), crate::tpcc_html::render(&report))?;
+    std::fs::write(report_dir.join("report.html"), crate::tpcc::html::render(&report))?;
     if a.json {
         println!("{json}");
     } else {
