@@ -10,8 +10,9 @@
 //!   reader × --readers     REPEATABLE READ transactions that sum the balances, alternately
 //!                          by sequential scans and by index scans (the primary keys, and the
 //!                          churned indexes below while they exist)
-//!   vacuum                 manual VACUUM of each table in turn: plain, FREEZE, and
-//!                          DISABLE_PAGE_SKIPPING (aggressive)
+//!   vacuum                 manual VACUUM of each table in turn: plain, FREEZE,
+//!                          DISABLE_PAGE_SKIPPING (aggressive), and PARALLEL 2 (two workers
+//!                          sharing the heap phases and the index bulk deletes)
 //!   checkpoint             CHECKPOINT in a loop
 //!   ddl                    CREATE INDEX on pgbench_history(aid) and pgbench_accounts(bid) on
 //!                          the busy tables, then DROP INDEX, over and over
@@ -112,6 +113,7 @@ struct Counters {
     vacuums: AtomicU64,
     vacuums_freeze: AtomicU64,
     vacuums_aggressive: AtomicU64,
+    vacuums_parallel: AtomicU64,
     checkpoints: AtomicU64,
     index_builds: AtomicU64,
     index_drops: AtomicU64,
@@ -169,6 +171,7 @@ pub struct StressReport {
     pub vacuums: u64,
     pub vacuums_freeze: u64,
     pub vacuums_aggressive: u64,
+    pub vacuums_parallel: u64,
     pub autovacuums: u64,
     pub checkpoints: u64,
     pub index_builds: u64,
@@ -269,6 +272,7 @@ fn stress(db: &Database, target: &Embedded<'_>, a: &StressArgs) -> Result<Stress
         vacuums: get(&c.vacuums),
         vacuums_freeze: get(&c.vacuums_freeze),
         vacuums_aggressive: get(&c.vacuums_aggressive),
+        vacuums_parallel: get(&c.vacuums_parallel),
         autovacuums: db.autovacuum_stats().vacuums - autovacuums_before,
         checkpoints: get(&c.checkpoints),
         index_builds: get(&c.index_builds),
@@ -296,6 +300,7 @@ fn missing_activities(r: &StressReport) -> Vec<String> {
         ("vacuums", r.vacuums),
         ("vacuums_freeze", r.vacuums_freeze),
         ("vacuums_aggressive", r.vacuums_aggressive),
+        ("vacuums_parallel", r.vacuums_parallel),
         ("checkpoints", r.checkpoints),
         ("index_builds", r.index_builds),
         ("index_drops", r.index_drops),
@@ -317,8 +322,8 @@ fn print_report(r: &StressReport) {
         r.retries
     );
     println!(
-        "vacuums: {} (freeze {}, aggressive {}), autovacuums: {}, checkpoints: {}",
-        r.vacuums, r.vacuums_freeze, r.vacuums_aggressive, r.autovacuums, r.checkpoints
+        "vacuums: {} (freeze {}, aggressive {}, parallel {}), autovacuums: {}, checkpoints: {}",
+        r.vacuums, r.vacuums_freeze, r.vacuums_aggressive, r.vacuums_parallel, r.autovacuums, r.checkpoints
     );
     println!("index builds: {}, index drops: {}", r.index_builds, r.index_drops);
     println!(
@@ -372,14 +377,20 @@ fn vacuums(shared: &Shared<'_>) {
     let mut round = 0usize;
     while shared.running() {
         let (table, _, _) = SUMMED[round % SUMMED.len()];
-        let kind = round % 3;
-        let params = VacuumParams { freeze: kind == 1, disable_page_skipping: kind == 2, ..Default::default() };
+        let kind = round % 4;
+        let params = VacuumParams {
+            freeze: kind == 1,
+            disable_page_skipping: kind == 2,
+            parallel: (kind == 3).then_some(2),
+            ..Default::default()
+        };
         match shared.db.vacuum(Some(table), &params) {
             Ok(_) => {
                 c.vacuums.fetch_add(1, Ordering::Relaxed);
                 match kind {
                     1 => c.vacuums_freeze.fetch_add(1, Ordering::Relaxed),
                     2 => c.vacuums_aggressive.fetch_add(1, Ordering::Relaxed),
+                    3 => c.vacuums_parallel.fetch_add(1, Ordering::Relaxed),
                     _ => 0,
                 };
             }

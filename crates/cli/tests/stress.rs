@@ -1,5 +1,5 @@
 //! `settle stress` for a few seconds: transfers, readers checking the balance invariant in
-//! every snapshot, VACUUM (plain, FREEZE, aggressive), autovacuum, checkpoints and CREATE/DROP
+//! every snapshot, VACUUM (plain, FREEZE, aggressive, parallel), autovacuum, checkpoints and CREATE/DROP
 //! INDEX all ran at least once, side by side, with no violation, no error, and a clean check.
 
 mod common;
@@ -24,6 +24,7 @@ fn stress_runs_every_activity_at_once_without_a_violation() {
         "vacuums",
         "vacuums_freeze",
         "vacuums_aggressive",
+        "vacuums_parallel",
         "autovacuums",
         "checkpoints",
         "index_builds",

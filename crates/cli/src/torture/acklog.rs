@@ -129,6 +129,23 @@ impl Ledger {
     }
 }
 
+/// Where a workload records what it attempted and what the engine acknowledged: the file
+/// ([`AckLog`], read back by the parent after a SIGKILL) or memory (the power-loss run, which
+/// keeps the log outside the machine whose power it cuts).
+pub trait Acks: Sync {
+    /// Records `op kind key [payload]` (see the module doc).
+    fn record(&self, op: &str, kind: char, key: &str, payload: &str) -> Result<()>;
+}
+
+/// One log line, as the file holds it.
+pub fn line(op: &str, kind: char, key: &str, payload: &str) -> String {
+    if payload.is_empty() {
+        format!("{op} {kind} {key}\n")
+    } else {
+        format!("{op} {kind} {key} {payload}\n")
+    }
+}
+
 /// The appending side, shared by the child's threads (one `write` per line).
 pub struct AckLog {
     file: File,
@@ -146,9 +163,13 @@ impl AckLog {
 
     /// Appends `op kind key [payload]` as one line, in one write.
     pub fn record(&self, op: &str, kind: char, key: &str, payload: &str) -> Result<()> {
-        let line =
-            if payload.is_empty() { format!("{op} {kind} {key}\n") } else { format!("{op} {kind} {key} {payload}\n") };
-        (&self.file).write_all(line.as_bytes()).context("appending to the ack log")
+        (&self.file).write_all(line(op, kind, key, payload).as_bytes()).context("appending to the ack log")
+    }
+}
+
+impl Acks for AckLog {
+    fn record(&self, op: &str, kind: char, key: &str, payload: &str) -> Result<()> {
+        AckLog::record(self, op, kind, key, payload)
     }
 }
 

@@ -5,7 +5,8 @@
 //!
 //! * clients running the workload's transactions, each logged to the ack log (`B` before the
 //!   first change, `C` after `commit` returned, `A` after a rollback);
-//! * a VACUUM thread (the largest table or a random one, sometimes `FREEZE`), printing `vacuum begin`/`vacuum end`;
+//! * a VACUUM thread (the largest table or a random one, sometimes `FREEZE`, half the time with
+//!   two parallel workers), printing `vacuum begin`/`vacuum end` (`parallel vacuum …`);
 //! * a checkpoint thread, printing `checkpoint begin`/`checkpoint end`;
 //! * an extension thread inserting bursts of [`BURST_ROWS`] rows into the bulk table in one
 //!   transaction (the relation grows by about a dozen pages), printing `extend begin`/`extend
@@ -27,7 +28,7 @@ use workload::pgbench;
 use workload::rng::{NurandConstants, TpccRng};
 use workload::tpcc::{Delivery, NewOrder, OrderStatus, Outcome, Payment, StockLevel, TpccConn, TpccTarget};
 
-use super::acklog::AckLog;
+use super::acklog::{AckLog, Acks};
 use super::schema::{Workload, ACCOUNTS, BRANCHES, BULK, BULK_INDEX, BURST_PAD, BURST_ROWS, HISTORY, TELLERS};
 
 /// Bursts kept live in the bulk table; the oldest beyond this is deleted.
@@ -110,10 +111,13 @@ pub fn run(a: ChildArgs) -> Result<ExitCode> {
     std::thread::scope(|s| {
         for client in 0..a.clients {
             s.spawn(move || {
-                let r = match tpcc {
-                    None => pgbench_client(db, log, a.generation, client, seed, deadline),
-                    Some(target) => tpcc_terminal(target, log, a.seed, seed, client, deadline),
-                };
+                let r = (|| -> Result<()> {
+                    let mut c = Client::new(db, tpcc, a.seed, a.generation, client, seed)?;
+                    while Instant::now() < deadline {
+                        c.step(log)?;
+                    }
+                    Ok(())
+                })();
                 r.unwrap_or_else(|e| fatal(&format!("client {client}"), e))
             });
         }
@@ -124,33 +128,80 @@ pub fn run(a: ChildArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn pgbench_client(
-    db: &Database,
-    log: &AckLog,
+/// One client of the workload: a pgbench client or a TPC-C terminal, one transaction a step.
+pub enum Client<'a> {
+    Pgbench(PgbenchClient<'a>),
+    Tpcc(TpccTerminal<'a>),
+}
+
+impl<'a> Client<'a> {
+    /// Client `client` of child `generation`; `tpcc` is the shared TPC-C target (None: pgbench).
+    pub fn new(
+        db: &'a Database,
+        tpcc: Option<&'a workload::tpcc::embedded::Embedded<'a>>,
+        load_seed: u64,
+        generation: u64,
+        client: u64,
+        seed: u64,
+    ) -> Result<Client<'a>> {
+        Ok(match tpcc {
+            None => Client::Pgbench(PgbenchClient::new(db, generation, client, seed)?),
+            Some(target) => Client::Tpcc(TpccTerminal::new(target, load_seed, seed, client)?),
+        })
+    }
+
+    pub fn step(&mut self, log: &dyn Acks) -> Result<()> {
+        match self {
+            Client::Pgbench(c) => c.step(log),
+            Client::Tpcc(t) => t.step(log),
+        }
+    }
+}
+
+/// A pgbench client: each step one TPC-B-like transaction with a history id unique to it.
+pub struct PgbenchClient<'a> {
+    db: &'a Database,
+    accounts: settledb::Index,
+    tellers: settledb::Index,
+    branches: settledb::Index,
+    history: settledb::Table,
+    rng: rand::rngs::StdRng,
     generation: u64,
     client: u64,
-    seed: u64,
-    deadline: Instant,
-) -> Result<()> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (client + 1).wrapping_mul(0xc2b2_ae3d_27d4_eb4f));
-    let pk = |t: &str| db.index(&format!("{t}_pkey"));
-    let (accounts, tellers, branches) = (pk(ACCOUNTS)?, pk(TELLERS)?, pk(BRANCHES)?);
-    let history = db.table(HISTORY)?;
-    let mut seq = 0u64;
-    while Instant::now() < deadline {
-        let d = workload::pgbench::Draw::new(&mut rng, 1);
-        seq += 1;
-        let hid = (generation << 32 | client << 24 | seq) as i64;
+    seq: u64,
+}
+
+impl<'a> PgbenchClient<'a> {
+    fn new(db: &'a Database, generation: u64, client: u64, seed: u64) -> Result<PgbenchClient<'a>> {
+        let pk = |t: &str| db.index(&format!("{t}_pkey"));
+        Ok(PgbenchClient {
+            db,
+            accounts: pk(ACCOUNTS)?,
+            tellers: pk(TELLERS)?,
+            branches: pk(BRANCHES)?,
+            history: db.table(HISTORY)?,
+            rng: rand::rngs::StdRng::seed_from_u64(seed ^ (client + 1).wrapping_mul(0xc2b2_ae3d_27d4_eb4f)),
+            generation,
+            client,
+            seq: 0,
+        })
+    }
+
+    fn step(&mut self, log: &dyn Acks) -> Result<()> {
+        let db = self.db;
+        let d = workload::pgbench::Draw::new(&mut self.rng, 1);
+        self.seq += 1;
+        let hid = (self.generation << 32 | self.client << 24 | self.seq) as i64;
         let key = hid.to_string();
         log.record("B", 'h', &key, &format!("{} {} {} {}", d.aid, d.tid, d.bid, d.delta))?;
         let body = || -> settledb::Result<Transaction<'_>> {
             let mut tx = db.begin()?;
             let not_found = |what: String| Error::NotFound(what);
-            tx.update_by_key(&accounts, &[Value::Int4(d.aid)], pgbench::add(d.delta, 2))?
+            tx.update_by_key(&self.accounts, &[Value::Int4(d.aid)], pgbench::add(d.delta, 2))?
                 .ok_or_else(|| not_found(format!("account {}", d.aid)))?;
-            tx.update_by_key(&tellers, &[Value::Int4(d.tid)], pgbench::add(d.delta, 2))?
+            tx.update_by_key(&self.tellers, &[Value::Int4(d.tid)], pgbench::add(d.delta, 2))?
                 .ok_or_else(|| not_found(format!("teller {}", d.tid)))?;
-            tx.update_by_key(&branches, &[Value::Int4(d.bid)], pgbench::add(d.delta, 1))?
+            tx.update_by_key(&self.branches, &[Value::Int4(d.bid)], pgbench::add(d.delta, 1))?
                 .ok_or_else(|| not_found(format!("branch {}", d.bid)))?;
             let now = workload::tpcc::inputs::now_timestamp();
             let row = [
@@ -162,47 +213,52 @@ fn pgbench_client(
                 Value::Timestamp(now),
                 Value::Null,
             ];
-            tx.insert(&history, &row)?;
+            tx.insert(&self.history, &row)?;
             Ok(tx)
         };
         match body() {
-            // An error from commit itself leaves the transaction in doubt: the child exits.
+            // An error from commit itself leaves the transaction in doubt: the caller stops.
             Ok(tx) => {
                 tx.commit().context("commit")?;
-                log.record("C", 'h', &key, "")?;
+                log.record("C", 'h', &key, "")
             }
-            Err(e) if retryable(&e) => log.record("A", 'h', &key, "")?,
-            Err(e) => return Err(anyhow!(e).context("pgbench transaction")),
+            Err(e) if retryable(&e) => log.record("A", 'h', &key, ""),
+            Err(e) => Err(anyhow!(e).context("pgbench transaction")),
         }
     }
-    Ok(())
 }
 
 /// One TPC-C terminal of warehouse 1, in the 45/43/4/4/4 mix, Delivery run inline. New-Orders
 /// are logged (key `w.d.c.entry_d`, payload the line count); the others are checked by the
 /// consistency conditions.
-fn tpcc_terminal(
-    target: &workload::tpcc::embedded::Embedded<'_>,
-    log: &AckLog,
-    load_seed: u64,
-    seed: u64,
-    term: u64,
-    deadline: Instant,
-) -> Result<()> {
-    let mut conn = target.connect()?;
-    let mut r = TpccRng::new(seed, term, NurandConstants::from_seed(load_seed));
-    let until_done = |f: &mut dyn FnMut() -> Result<Outcome>| -> Result<Outcome> {
-        loop {
-            match f()? {
-                Outcome::Retry => continue,
-                o => return Ok(o),
+pub struct TpccTerminal<'a> {
+    conn: workload::tpcc::embedded::Conn<'a>,
+    r: TpccRng,
+}
+
+impl<'a> TpccTerminal<'a> {
+    fn new(
+        target: &'a workload::tpcc::embedded::Embedded<'a>,
+        load_seed: u64,
+        seed: u64,
+        term: u64,
+    ) -> Result<TpccTerminal<'a>> {
+        Ok(TpccTerminal { conn: target.connect()?, r: TpccRng::new(seed, term, NurandConstants::from_seed(load_seed)) })
+    }
+
+    fn step(&mut self, log: &dyn Acks) -> Result<()> {
+        let (conn, r) = (&mut self.conn, &mut self.r);
+        let until_done = |f: &mut dyn FnMut() -> Result<Outcome>| -> Result<Outcome> {
+            loop {
+                match f()? {
+                    Outcome::Retry => continue,
+                    o => return Ok(o),
+                }
             }
-        }
-    };
-    while Instant::now() < deadline {
+        };
         let x = r.int32(1, 100);
         if x <= 45 {
-            let t = NewOrder::draw(&mut r, 1, 1);
+            let t = NewOrder::draw(r, 1, 1);
             let key = format!("{}.{}.{}.{}", t.w_id, t.d_id, t.c_id, t.entry_d);
             log.record("B", 'o', &key, &t.lines.len().to_string())?;
             match until_done(&mut || conn.new_order(&t))? {
@@ -210,39 +266,48 @@ fn tpcc_terminal(
                 _ => log.record("A", 'o', &key, "")?,
             }
         } else if x <= 88 {
-            let t = Payment::draw(&mut r, 1, 1);
+            let t = Payment::draw(r, 1, 1);
             until_done(&mut || conn.payment(&t))?;
         } else if x <= 92 {
-            let t = OrderStatus::draw(&mut r, 1);
+            let t = OrderStatus::draw(r, 1);
             until_done(&mut || conn.order_status(&t))?;
         } else if x <= 96 {
-            let t = Delivery::draw(&mut r, 1);
+            let t = Delivery::draw(r, 1);
             until_done(&mut || conn.delivery(&t))?;
         } else {
-            let t = StockLevel::draw(&mut r, 1);
+            let t = StockLevel::draw(r, 1);
             until_done(&mut || conn.stock_level(&t))?;
         }
+        Ok(())
     }
-    Ok(())
 }
 
 fn pause(rng: &mut impl Rng, lo_ms: u64, hi_ms: u64) {
     std::thread::sleep(Duration::from_millis(rng.gen_range(lo_ms..=hi_ms)));
 }
 
+/// The VACUUM of one step: half the time the largest table, whose VACUUM lasts long enough to
+/// be killed in; sometimes FREEZE; sometimes with two parallel workers (the heap phases and
+/// the index bulk deletes split between them), marked `parallel vacuum begin`/`end`.
+pub fn vacuum_step(db: &Database, rng: &mut impl Rng, mark: &mut dyn FnMut(&str)) -> Result<()> {
+    let mut tables = db.tables();
+    tables.sort_by_key(|t| std::cmp::Reverse(db.table_pages(t).unwrap_or(0)));
+    let pick = if rng.gen_bool(0.5) { 0 } else { rng.gen_range(0..tables.len().max(1)) };
+    let Some(t) = tables.get(pick) else { return Ok(()) };
+    let parallel = rng.gen_bool(0.5).then_some(2);
+    let params = VacuumParams { freeze: rng.gen_bool(0.3), parallel, ..VacuumParams::default() };
+    let phase = if parallel.is_some() { "parallel vacuum" } else { "vacuum" };
+    mark(&format!("{phase} begin"));
+    db.vacuum(Some(t.name()), &params).with_context(|| format!("VACUUM {}", t.name()))?;
+    mark(&format!("{phase} end"));
+    Ok(())
+}
+
 fn vacuum_loop(db: &Database, seed: u64, deadline: Instant) -> Result<()> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x7661_6375_756d);
     while Instant::now() < deadline {
         pause(&mut rng, 50, 400);
-        // Half the time the largest table, whose VACUUM lasts long enough to be killed in.
-        let mut tables = db.tables();
-        tables.sort_by_key(|t| std::cmp::Reverse(db.table_pages(t).unwrap_or(0)));
-        let pick = if rng.gen_bool(0.5) { 0 } else { rng.gen_range(0..tables.len().max(1)) };
-        let Some(t) = tables.get(pick) else { continue };
-        let params = VacuumParams { freeze: rng.gen_bool(0.3), ..VacuumParams::default() };
-        mark("vacuum begin");
-        db.vacuum(Some(t.name()), &params).with_context(|| format!("VACUUM {}", t.name()))?;
-        mark("vacuum end");
+        vacuum_step(db, &mut rng, &mut |m| mark(m))?;
     }
     Ok(())
 }
@@ -258,54 +323,86 @@ fn checkpoint_loop(db: &Database, seed: u64, deadline: Instant) -> Result<()> {
     Ok(())
 }
 
-/// The live bursts, oldest first (read once at start; the ones resolved present included).
-fn live_bursts(db: &Database) -> Result<Vec<i64>> {
-    let mut tx = db.begin()?;
-    let mut ids = std::collections::BTreeSet::new();
-    for row in tx.scan(&db.table(BULK)?)? {
-        if let Value::Int8(b) = row?.1[0] {
-            ids.insert(b);
-        }
-    }
-    tx.commit()?;
-    Ok(ids.into_iter().collect())
+/// The extension work: each step inserts a burst of [`BURST_ROWS`] rows in one transaction
+/// (the relation grows by about a dozen pages), then deletes the oldest burst once more than
+/// [`LIVE_BURSTS`] are live, so VACUUM has pages to empty and truncate.
+pub struct Extender<'a> {
+    db: &'a Database,
+    bulk: settledb::Table,
+    index: settledb::Index,
+    live: Vec<i64>,
+    pad: String,
+    generation: u64,
+    seq: u64,
 }
 
-fn extend_loop(db: &Database, log: &AckLog, generation: u64, seed: u64, deadline: Instant) -> Result<()> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x6578_7465_6e64);
-    let (bulk, index) = (db.table(BULK)?, db.index(BULK_INDEX)?);
-    let mut live = live_bursts(db)?;
-    let pad = "x".repeat(BURST_PAD);
-    let mut seq = 0u64;
-    while Instant::now() < deadline {
-        pause(&mut rng, 100, 400);
-        seq += 1;
-        let burst = (generation << 32 | seq) as i64;
+impl<'a> Extender<'a> {
+    /// The live bursts are read once, oldest first (the ones resolved present included).
+    pub fn new(db: &'a Database, generation: u64) -> Result<Extender<'a>> {
+        let bulk = db.table(BULK)?;
+        let mut tx = db.begin()?;
+        let mut ids = std::collections::BTreeSet::new();
+        for row in tx.scan(&bulk)? {
+            if let Value::Int8(b) = row?.1[0] {
+                ids.insert(b);
+            }
+        }
+        tx.commit()?;
+        Ok(Extender {
+            db,
+            bulk,
+            index: db.index(BULK_INDEX)?,
+            live: ids.into_iter().collect(),
+            pad: "x".repeat(BURST_PAD),
+            generation,
+            seq: 0,
+        })
+    }
+
+    pub fn step(&mut self, log: &dyn Acks, mark: &mut dyn FnMut(&str)) -> Result<()> {
+        let db = self.db;
+        self.seq += 1;
+        let burst = (self.generation << 32 | self.seq) as i64;
         let key = burst.to_string();
         log.record("B", 'x', &key, &BURST_ROWS.to_string())?;
         let rows: Vec<Vec<Value>> =
-            (0..BURST_ROWS).map(|n| vec![Value::Int8(burst), Value::Int4(n), Value::Text(pad.clone())]).collect();
+            (0..BURST_ROWS).map(|n| vec![Value::Int8(burst), Value::Int4(n), Value::Text(self.pad.clone())]).collect();
         mark("extend begin");
         let mut tx = db.begin()?;
-        tx.insert_many(&bulk, &rows).context("bulk insert")?;
+        tx.insert_many(&self.bulk, &rows).context("bulk insert")?;
         tx.commit().context("bulk insert commit")?;
         log.record("C", 'x', &key, "")?;
         mark("extend end");
-        live.push(burst);
-        if live.len() > LIVE_BURSTS {
-            let oldest = live.remove(0);
+        self.live.push(burst);
+        if self.live.len() > LIVE_BURSTS {
+            let oldest = self.live.remove(0);
             let key = oldest.to_string();
             log.record("B", 'y', &key, "")?;
             let mut tx = db.begin()?;
             let k = vec![Value::Int8(oldest)];
-            let rows =
-                tx.range(&index, KeyBound::Included(k.clone()), KeyBound::Included(k), ScanDirection::Forward, None)?;
+            let rows = tx.range(
+                &self.index,
+                KeyBound::Included(k.clone()),
+                KeyBound::Included(k),
+                ScanDirection::Forward,
+                None,
+            )?;
             for (tid, _) in rows {
-                tx.delete(&bulk, tid)?;
+                tx.delete(&self.bulk, tid)?;
             }
             tx.commit().context("burst delete commit")?;
             log.record("C", 'y', &key, "")?;
         }
+        Ok(())
+    }
+}
+
+fn extend_loop(db: &Database, log: &AckLog, generation: u64, seed: u64, deadline: Instant) -> Result<()> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x6578_7465_6e64);
+    let mut ext = Extender::new(db, generation)?;
+    while Instant::now() < deadline {
+        pause(&mut rng, 100, 400);
+        ext.step(log, &mut |m| mark(m))?;
     }
     Ok(())
 }

@@ -22,18 +22,23 @@ use super::schema::Workload;
 pub enum KillKind {
     Random,
     Vacuum,
+    /// A VACUUM with two parallel workers (heap phases I and III and the index bulk deletes
+    /// shared among them).
+    ParallelVacuum,
     Checkpoint,
     Extension,
 }
 
 impl KillKind {
-    /// Taken in turn, so that every kind gets a quarter of the kills.
-    pub const ALL: [KillKind; 4] = [KillKind::Random, KillKind::Vacuum, KillKind::Checkpoint, KillKind::Extension];
+    /// Taken in turn, so that every kind gets a fifth of the kills.
+    pub const ALL: [KillKind; 5] =
+        [KillKind::Random, KillKind::Vacuum, KillKind::ParallelVacuum, KillKind::Checkpoint, KillKind::Extension];
 
     pub fn name(self) -> &'static str {
         match self {
             KillKind::Random => "random",
             KillKind::Vacuum => "vacuum",
+            KillKind::ParallelVacuum => "parallel vacuum",
             KillKind::Checkpoint => "checkpoint",
             KillKind::Extension => "extension",
         }
@@ -44,6 +49,7 @@ impl KillKind {
         match self {
             KillKind::Random => None,
             KillKind::Vacuum => Some("vacuum"),
+            KillKind::ParallelVacuum => Some("parallel vacuum"),
             KillKind::Checkpoint => Some("checkpoint"),
             KillKind::Extension => Some("extend"),
         }
@@ -53,7 +59,7 @@ impl KillKind {
     fn max_delay_ms(self) -> u64 {
         match self {
             KillKind::Random => 0,
-            KillKind::Vacuum => 15,
+            KillKind::Vacuum | KillKind::ParallelVacuum => 15,
             KillKind::Checkpoint | KillKind::Extension => 8,
         }
     }

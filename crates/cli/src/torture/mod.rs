@@ -14,8 +14,8 @@
 //!                                            autovacuum naptime 1s, freeze ages ~1000)
 //!     wait for "ready"   ◀── stdout ──────   print "ready"; run clients + VACUUM, checkpoint
 //!     pick a target:                         and extension threads; print "vacuum begin",
-//!       random | vacuum | checkpoint |       "checkpoint begin", "extend begin" (and "... end")
-//!       extension (round robin)              append B/C/A lines to DIR/acklog
+//!       random | vacuum | parallel vacuum |  "checkpoint begin", "extend begin" (and "... end")
+//!       checkpoint | extension (in turn)     append B/C/A lines to DIR/acklog
 //!     wait for the matching "... begin",
 //!     sleep 0..a few ms, SIGKILL ────────▶   ✝
 //!     read the child's remaining stdout: the kill landed inside the phase iff no "... end"
@@ -54,8 +54,9 @@
 //! file system, the real `fsync`, and real concurrency: the kill lands while the checkpointer,
 //! the WAL writer, autovacuum workers, a manual VACUUM and a bulk insert are at work.
 //!
-//! VACUUM is not parallel in settledb yet (no parallel index vacuuming), so there is no
-//! parallel-vacuum phase to kill in.
+//! Half the child's VACUUMs run with two parallel workers (`VACUUM (PARALLEL 2)`: heap phases
+//! I and III and the index bulk deletes shared), marked `parallel vacuum begin`/`end`, so kills
+//! aimed at `parallel vacuum` land inside parallel heap phases and parallel bulk deletes.
 //!
 //! # Output
 //!
@@ -67,6 +68,7 @@
 pub mod acklog;
 pub mod child;
 mod kill;
+pub mod power;
 pub mod schema;
 pub mod soak;
 pub mod verify;
@@ -105,6 +107,15 @@ pub struct TortureArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Cut the power instead of killing the process: the workload runs in this process on a
+    /// fault-injecting in-memory file system, and each cut keeps, loses or tears every write
+    /// not yet fsynced (see `power`). `--kills` counts the cuts (default 20); DIR is unused.
+    #[arg(long)]
+    pub power_loss: bool,
+    /// With --power-loss, a test of the test: the file system acknowledges every fsync
+    /// without making anything durable, so the run must report lost acknowledged commits.
+    #[arg(long, requires = "power_loss")]
+    pub lying_fsync: bool,
     /// The XID wraparound soak (`--wraparound`, in DIR/data) and its options.
     #[command(flatten)]
     pub soak: crate::torture::soak::SoakArgs,
@@ -152,6 +163,9 @@ struct Run {
 }
 
 pub fn run(a: TortureArgs) -> Result<ExitCode> {
+    if a.power_loss {
+        return power::run(&a);
+    }
     if a.soak.wraparound {
         return crate::torture::soak::run_cmd(&a.dir.join("data"), a.seed, a.clients as usize, a.json, &a.soak);
     }
@@ -214,10 +228,7 @@ fn quiet_config() -> Result<Config> {
 
 impl Run {
     fn anomaly(&mut self, s: String) {
-        self.report.anomaly_count += 1;
-        if self.report.anomalies.len() < 100 {
-            self.report.anomalies.push(s);
-        }
+        self.report.anomaly(s);
     }
 
     /// Creates and loads the database on the first run; checks the workload on later ones.
@@ -266,32 +277,14 @@ impl Run {
             self.report.wal_records_replayed_max = self.report.wal_records_replayed_max.max(replayed);
         }
         self.ledger.catch_up(&self.acklog)?;
-        let mut f = verify::Findings::default();
-        match workload {
-            Workload::Pgbench => verify::pgbench(&db, &self.ledger, &mut f)?,
-            Workload::Tpcc => verify::tpcc(&db, &self.ledger, &mut f)?,
-        }
-        verify::bursts(&db, &self.ledger, &mut f)?;
-        let check = settledb::check::check_database(&db)?;
-        for p in &check.problems {
-            f.anomaly(format!("settledb check: {p}"));
-        }
+        let f = verify_database(&db, workload, &self.ledger)?;
         db.close()?;
         let log = AckLog::open(&self.acklog)?;
         for (present, kind, key) in &f.resolutions {
             log.record(if *present { "R1" } else { "R0" }, *kind, key, "")?;
         }
         self.ledger.catch_up(&self.acklog)?;
-        let rep = &mut self.report;
-        rep.acknowledged_commits = f.acknowledged.clone();
-        rep.acknowledged_commits_total = f.acknowledged.values().sum();
-        rep.absent_checked = f.absent_checked;
-        rep.in_doubt_committed += f.in_doubt_present;
-        rep.in_doubt_absent += f.in_doubt_absent;
-        rep.in_doubt += f.in_doubt_present + f.in_doubt_absent;
-        self.report.anomaly_count += f.anomaly_count;
-        let room = 100usize.saturating_sub(self.report.anomalies.len());
-        self.report.anomalies.extend(f.anomalies.into_iter().take(room));
+        self.report.absorb(f);
         Ok(())
     }
 
@@ -299,6 +292,44 @@ impl Run {
         if self.recoveries > 0 {
             self.report.recovery_ms_avg = self.recovery_ms_sum / self.recoveries as f64;
             self.report.wal_records_replayed_avg = self.replayed_sum as f64 / self.recoveries as f64;
+        }
+    }
+}
+
+/// Everything a verification checks on a recovered database: every logged transaction against
+/// the ledger, the workload's invariants, the bulk table's bursts, and `settledb::check`.
+fn verify_database(db: &Database, workload: Workload, ledger: &Ledger) -> Result<verify::Findings> {
+    let mut f = verify::Findings::default();
+    match workload {
+        Workload::Pgbench => verify::pgbench(db, ledger, &mut f)?,
+        Workload::Tpcc => verify::tpcc(db, ledger, &mut f)?,
+    }
+    verify::bursts(db, ledger, &mut f)?;
+    let check = settledb::check::check_database(db)?;
+    for p in &check.problems {
+        f.anomaly(format!("settledb check: {p}"));
+    }
+    Ok(f)
+}
+
+impl Report {
+    /// Takes in one verification's findings (the in-doubt resolutions already recorded).
+    fn absorb(&mut self, f: verify::Findings) {
+        self.acknowledged_commits = f.acknowledged.clone();
+        self.acknowledged_commits_total = f.acknowledged.values().sum();
+        self.absent_checked = f.absent_checked;
+        self.in_doubt_committed += f.in_doubt_present;
+        self.in_doubt_absent += f.in_doubt_absent;
+        self.in_doubt += f.in_doubt_present + f.in_doubt_absent;
+        self.anomaly_count += f.anomaly_count;
+        let room = 100usize.saturating_sub(self.anomalies.len());
+        self.anomalies.extend(f.anomalies.into_iter().take(room));
+    }
+
+    fn anomaly(&mut self, s: String) {
+        self.anomaly_count += 1;
+        if self.anomalies.len() < 100 {
+            self.anomalies.push(s);
         }
     }
 }
@@ -317,6 +348,11 @@ fn print_text(r: &Report, data: &Path) {
     );
     let inside = by(&r.kills_inside_phase, targeted).join(", ");
     println!("  inside the phase:     {inside} (markers missed: {})", r.markers_missed);
+    print_body(r);
+}
+
+/// The lines every torture report shares, from the verifications on.
+fn print_body(r: &Report) {
     println!(
         "verifications:          {} (crash recovery, ack log, workload invariants, settledb check)",
         r.verifications

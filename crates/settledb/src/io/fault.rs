@@ -44,6 +44,14 @@
 //!   [`File::allocate`] reservation that could not be honoured (as `fallocate` fails), which
 //!   is how a new WAL segment or a relation's next megabyte runs out of space first.
 //! * [`FaultFs::fail_reads_of`]: reads of any path containing the substring fail with EIO.
+//! * [`FaultFs::set_syncs_lie`]: every sync succeeds and makes nothing durable.
+//!
+//! # Power cuts
+//!
+//! [`FaultFs::arm_power_cut`] takes the power-loss image at a chosen changing call (the n-th
+//! write, truncation, sync, creation, remove or rename from now), from inside whatever the
+//! engine is doing then; the test picks it up with [`FaultFs::take_power_cut`]. That is how
+//! `settle torture --power-loss` cuts the power inside a VACUUM or a checkpoint.
 //!
 //! Counters: [`FaultFs::syncs`] (every `sync` and `sync_dir` call, failed ones included) and
 //! [`FaultFs::bytes_written`] (bytes accepted by `write_at`).
@@ -163,6 +171,14 @@ struct State {
     fail_syncs_of: Option<PathBuf>,
     syncs: u64,
     bytes_written: u64,
+    /// `sync` and `sync_dir` succeed without making anything durable (a disk that lies).
+    syncs_lie: bool,
+    /// Changing calls so far (see [`FaultFs::arm_power_cut`]).
+    ops: u64,
+    /// The power cut to come: before the changing call with this `ops` number, and how.
+    cut_at: Option<(u64, CrashMode)>,
+    /// What the power cut left, once it came.
+    cut: Option<Box<State>>,
 }
 
 fn os_err(op: &'static str, path: &Path, errno: i32) -> Error {
@@ -213,6 +229,53 @@ impl State {
         Ok(())
     }
 
+    /// Counts one changing call (a write, truncation, sync, create, remove or rename); when a
+    /// power cut is armed for it, first takes what the cut leaves.
+    fn tick(&mut self) {
+        self.ops += 1;
+        if let Some((at, mode)) = self.cut_at {
+            if self.ops >= at {
+                self.cut_at = None;
+                self.cut = Some(Box::new(self.survivors(mode)));
+            }
+        }
+    }
+
+    /// What survives a power loss now (see [`FaultFs::crash`]).
+    fn survivors(&self, mode: CrashMode) -> State {
+        let mut rng = SplitMix(match mode {
+            CrashMode::Random { seed } => seed,
+            CrashMode::LoseUnsynced => 0,
+        });
+        let mut inodes = HashMap::new();
+        let mut total_bytes = 0;
+        let mut inos: Vec<u64> = self.durable_names.values().copied().collect();
+        inos.sort_unstable();
+        inos.dedup();
+        for ino in inos {
+            let Some(node) = self.inodes.get(&ino) else {
+                continue;
+            };
+            let mut content = node.durable.clone();
+            if let CrashMode::Random { .. } = mode {
+                for op in &node.unsynced {
+                    apply_maybe(&mut content, op, &mut rng);
+                }
+            }
+            total_bytes += content.len;
+            inodes.insert(ino, Inode { current: content.clone(), durable: content, unsynced: Vec::new() });
+        }
+        State {
+            inodes,
+            next_ino: self.next_ino,
+            names: self.durable_names.clone(),
+            durable_names: self.durable_names.clone(),
+            dirs: self.dirs.clone(),
+            total_bytes,
+            ..State::default()
+        }
+    }
+
     /// Drops inodes that no name (current or durable) refers to.
     fn collect(&mut self, ino: u64) {
         let named = self.names.values().chain(self.durable_names.values()).any(|&i| i == ino);
@@ -260,40 +323,52 @@ impl FaultFs {
     /// A new file system holding what survives a power loss now. `self` keeps working but
     /// no longer matters to the test. Fault switches are reset; counters start at zero.
     pub fn crash(&self, mode: CrashMode) -> Arc<FaultFs> {
-        let st = self.state.lock();
-        let mut rng = SplitMix(match mode {
-            CrashMode::Random { seed } => seed,
-            CrashMode::LoseUnsynced => 0,
-        });
-        let mut inodes = HashMap::new();
-        let mut total_bytes = 0;
-        let mut inos: Vec<u64> = st.durable_names.values().copied().collect();
-        inos.sort_unstable();
-        inos.dedup();
-        for ino in inos {
-            let Some(node) = st.inodes.get(&ino) else {
-                continue;
-            };
-            let mut content = node.durable.clone();
-            if let CrashMode::Random { .. } = mode {
-                for op in &node.unsynced {
-                    apply_maybe(&mut content, op, &mut rng);
-                }
-            }
-            total_bytes += content.len;
-            inodes.insert(ino, Inode { current: content.clone(), durable: content, unsynced: Vec::new() });
-        }
-        Arc::new(FaultFs {
-            state: Arc::new(Mutex::new(State {
-                inodes,
-                next_ino: st.next_ino,
-                names: st.durable_names.clone(),
-                durable_names: st.durable_names.clone(),
-                dirs: st.dirs.clone(),
-                total_bytes,
-                ..State::default()
-            })),
-        })
+        let survivors = self.state.lock().survivors(mode);
+        Arc::new(FaultFs { state: Arc::new(Mutex::new(survivors)) })
+    }
+
+    /// Arms a power cut: just before the `after_ops`-th changing call from now (1: the next
+    /// one; a write, truncation, sync, file creation, remove or rename, by any thread), what
+    /// a power loss would leave ([`FaultFs::crash`] with `mode`) is set aside for
+    /// [`FaultFs::take_power_cut`]. The calls go on working afterwards, on a machine that no
+    /// longer matters: the test stops its workload when it sees [`FaultFs::power_was_cut`].
+    /// Arming again replaces a cut still to come.
+    pub fn arm_power_cut(&self, after_ops: u64, mode: CrashMode) {
+        let mut st = self.state.lock();
+        st.cut_at = Some((st.ops + after_ops.max(1), mode));
+    }
+
+    /// From now on (`true`) every `sync` and `sync_dir` reports success and makes nothing
+    /// durable, as a disk with a volatile write cache that ignores flushes does: a test of
+    /// the tests, which must then find acknowledged commits lost at a power cut.
+    pub fn set_syncs_lie(&self, lie: bool) {
+        self.state.lock().syncs_lie = lie;
+    }
+
+    /// Whether syncs lie ([`FaultFs::set_syncs_lie`]).
+    pub fn syncs_lie(&self) -> bool {
+        self.state.lock().syncs_lie
+    }
+
+    /// Disarms a power cut still to come.
+    pub fn disarm_power_cut(&self) {
+        self.state.lock().cut_at = None;
+    }
+
+    /// Whether the armed power cut has come.
+    pub fn power_was_cut(&self) -> bool {
+        self.state.lock().cut.is_some()
+    }
+
+    /// The file system the power cut left (once), fault switches reset and counters at zero.
+    pub fn take_power_cut(&self) -> Option<Arc<FaultFs>> {
+        let cut = self.state.lock().cut.take()?;
+        Some(Arc::new(FaultFs { state: Arc::new(Mutex::new(*cut)) }))
+    }
+
+    /// Changing calls so far (writes, truncations, syncs, creations, removes, renames).
+    pub fn ops(&self) -> u64 {
+        self.state.lock().ops
     }
 
     /// From now on, the n-th sync call (`sync` or `sync_dir`; n = 1 is the next one) and every
@@ -369,6 +444,7 @@ impl File for FaultFile {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         let mut st = self.state.lock();
+        st.tick();
         let old = st.inode(self.ino, "write", &self.path)?.current.len;
         let new = old.max(offset + buf.len() as u64);
         st.account(old, new, &self.path)?;
@@ -381,6 +457,11 @@ impl File for FaultFile {
 
     fn sync(&self) -> Result<()> {
         let mut st = self.state.lock();
+        st.tick();
+        if st.syncs_lie {
+            st.syncs += 1;
+            return Ok(());
+        }
         let fails = st.sync_fails() | st.sync_targeted(&self.path);
         let node = st.inode(self.ino, "fsync", &self.path)?;
         if fails {
@@ -410,6 +491,7 @@ impl File for FaultFile {
 
     fn set_len(&self, len: u64) -> Result<()> {
         let mut st = self.state.lock();
+        st.tick();
         let old = st.inode(self.ino, "truncate", &self.path)?.current.len;
         st.account(old, len, &self.path)?;
         let node = st.inode(self.ino, "truncate", &self.path)?;
@@ -446,6 +528,7 @@ impl FileSystem for FaultFs {
         let ino = match st.names.get(path) {
             Some(&ino) => ino,
             None if create => {
+                st.tick();
                 if !st.dir_exists(&parent(path)) || st.dirs.contains(path) {
                     return Err(os_err("open", path, ENOENT));
                 }
@@ -467,6 +550,7 @@ impl FileSystem for FaultFs {
 
     fn remove(&self, path: &Path) -> Result<()> {
         let mut st = self.state.lock();
+        st.tick();
         if let Some(ino) = st.names.remove(path) {
             st.collect(ino);
         }
@@ -475,6 +559,7 @@ impl FileSystem for FaultFs {
 
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         let mut st = self.state.lock();
+        st.tick();
         if !st.dir_exists(&parent(to)) {
             return Err(os_err("rename", from, ENOENT));
         }
@@ -518,6 +603,11 @@ impl FileSystem for FaultFs {
 
     fn sync_dir(&self, dir: &Path) -> Result<()> {
         let mut st = self.state.lock();
+        st.tick();
+        if st.syncs_lie {
+            st.syncs += 1;
+            return Ok(());
+        }
         if !st.dir_exists(dir) {
             return Err(os_err("open directory", dir, ENOENT));
         }

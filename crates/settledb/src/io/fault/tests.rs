@@ -195,3 +195,42 @@ fn directory_operations_follow_unix_rules() {
     assert!(fs.exists(&p("/db/wal")));
     assert!(fs.list(&p("/nodir")).is_err());
 }
+
+#[test]
+fn a_power_cut_takes_the_image_just_before_the_armed_call() {
+    let fs = setup();
+    let f = fs.open(&p("/db/t"), true).unwrap(); // op 1
+    f.write_at(b"one", 0).unwrap(); // op 2
+    fs.arm_power_cut(3, CrashMode::LoseUnsynced);
+    f.sync().unwrap(); // 1st call from now
+    f.write_at(b"two", 0).unwrap(); // 2nd
+    assert!(!fs.power_was_cut());
+    f.sync().unwrap(); // 3rd: the power goes before it
+    assert!(fs.power_was_cut());
+    f.write_at(b"six", 0).unwrap();
+    assert_eq!(read_all(&fs, "/db/t"), b"six", "the old machine goes on");
+    let after = fs.take_power_cut().expect("cut");
+    assert_eq!(read_all(&after, "/db/t"), b"one", "the second write was never synced");
+    assert!(fs.take_power_cut().is_none(), "taken once");
+    // Disarmed, nothing happens; the ops counter counts changing calls only.
+    let before = fs.ops();
+    fs.arm_power_cut(1, CrashMode::LoseUnsynced);
+    fs.disarm_power_cut();
+    let _ = read_all(&fs, "/db/t");
+    f.write_at(b"x", 0).unwrap();
+    assert!(!fs.power_was_cut());
+    assert_eq!(fs.ops(), before + 1);
+}
+
+#[test]
+fn a_lying_sync_makes_nothing_durable() {
+    let fs = setup();
+    let f = fs.open(&p("/db/t"), true).unwrap();
+    f.write_at(b"kept", 0).unwrap();
+    f.sync().unwrap();
+    fs.set_syncs_lie(true);
+    f.write_at(b"lost", 0).unwrap();
+    f.sync().unwrap();
+    fs.sync_dir(&p("/db")).unwrap();
+    assert_eq!(read_all(&fs.crash(CrashMode::LoseUnsynced), "/db/t"), b"kept");
+}
