@@ -31,8 +31,9 @@
 //!   does on an append-only table. Reading costs no WAL; a page stays unfrozen only while it
 //!   has nothing old enough to freeze, so the pages read again are bounded.
 //! * A page found all-visible (untouched since a VACUUM set it so) has its XIDs frozen only
-//!   when they are older than `vacuum_freeze_table_age` minus twice the XIDs between the
-//!   table's last two VACUUMs (never earlier than FreezeLimit; the deferred FreezeLimit):
+//!   when they are older than `vacuum_freeze_table_age` minus 1.25 times the XIDs between the
+//!   table's last two VACUUMs (never earlier than FreezeLimit; the deferred FreezeLimit,
+//!   [`super::adaptive::deferred_freeze_age`]):
 //!   late enough that a page about to be modified anyway is rarely frozen first (freezing an
 //!   untouched page costs its full-page image), early enough that the next VACUUM finds
 //!   relfrozenxid younger than `vacuum_freeze_table_age` and need not be aggressive (nor,
