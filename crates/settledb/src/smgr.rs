@@ -5,8 +5,9 @@
 //! not split into 1 GB segments.
 //!
 //! A relation's *logical* size can run ahead of its file: [`Smgr::extend`] hands out the next
-//! block number without writing anything, and the buffer pool creates that page zeroed in
-//! memory. The file grows when the page is first written back. Reading a block that lies past
+//! block number and reserves its disk space (`fallocate`, a step ahead) without writing, and
+//! the buffer pool creates that page zeroed in memory. The file grows when the page is first
+//! written back, inside the reservation, so a full disk fails the extension, not the write. Reading a block that lies past
 //! the end of the file but inside the logical size yields a zeroed ("new") page, which every
 //! page reader treats as empty. After a crash the logical size is the file size again; WAL redo
 //! extends relations as records name higher blocks.
@@ -205,6 +206,9 @@ impl Smgr {
     }
 
     /// Reserves the next block of a fork (creating the file if needed) and returns its number.
+    /// The block's disk space is reserved now (a step ahead, see [`Smgr::reserve`]), so a full
+    /// disk fails the statement that extends the relation, as PostgreSQL's `mdextend` does by
+    /// writing the new block, not a later write-back of the page.
     pub fn extend(&self, rel: Oid, fork: Fork) -> Result<BlockNumber> {
         let ff = self.fork(rel, fork, true)?;
         let mut n = ff.nblocks.lock();
@@ -212,8 +216,25 @@ impl Smgr {
             return Err(Error::invalid(format!("cannot extend relation {rel} beyond {} blocks", *n)));
         }
         let b = BlockNumber(*n);
+        self.reserve(rel, fork, &ff, b).map_err(|e| match e {
+            Error::Io { source, .. } => Error::io("extend", self.path(rel, fork), source),
+            e => e,
+        })?;
         *n += 1;
         Ok(b)
+    }
+
+    /// Makes sure disk space is reserved for `block`: when it lies past the reservation, 1/8
+    /// of the file's size more (between 1 and 64 MB) is reserved with [`File::allocate`].
+    fn reserve(&self, rel: Oid, fork: Fork, ff: &ForkFile, block: BlockNumber) -> Result<()> {
+        let off = u64::from(block.0) * BLCKSZ as u64;
+        let mut allocated = ff.allocated.lock();
+        if off + BLCKSZ as u64 > *allocated {
+            let step = (off / 8).clamp(ALLOCATE_MIN_BYTES, ALLOCATE_MAX_BYTES);
+            self.file(rel, fork, ff)?.allocate(off, step)?;
+            *allocated = off + step;
+        }
+        Ok(())
     }
 
     /// Makes sure the fork's logical size covers `block` (used by WAL redo).
@@ -246,15 +267,9 @@ impl Smgr {
     pub fn write(&self, tag: BufferTag, buf: &[u8]) -> Result<()> {
         let ff = self.fork(tag.rel, tag.fork, true)?;
         let off = u64::from(tag.block.0) * BLCKSZ as u64;
+        // Blocks that WAL redo named past the end were never `extend`ed here.
+        self.reserve(tag.rel, tag.fork, &ff, tag.block)?;
         let file = self.file(tag.rel, tag.fork, &ff)?;
-        {
-            let mut allocated = ff.allocated.lock();
-            if off + BLCKSZ as u64 > *allocated {
-                let step = (off / 8).clamp(ALLOCATE_MIN_BYTES, ALLOCATE_MAX_BYTES);
-                file.allocate(off, step)?;
-                *allocated = off + step;
-            }
-        }
         file.write_at(buf, off)?;
         {
             let mut n = ff.nblocks.lock();

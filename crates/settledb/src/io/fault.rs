@@ -39,12 +39,14 @@
 //!   `base/16384`: that main fork, not `16384_vm`) fails with EIO (a failing file `sync` drops that file's
 //!   unsynced writes, as above); other files sync normally, so a test can fail the data files'
 //!   fsync at a checkpoint while the WAL keeps working.
-//! * [`FaultFs::set_space_limit`]: a write or extension that would make the sum of all file
-//!   lengths exceed the limit fails with ENOSPC ("No space left on device"); so does a
+//! * [`FaultFs::set_space_limit`]: a write or extension that would make the space taken by all
+//!   files exceed the limit fails with ENOSPC ("No space left on device"); so does a
 //!   [`File::allocate`] reservation that could not be honoured (as `fallocate` fails), which
-//!   is how a new WAL segment or a relation's next megabyte runs out of space first.
+//!   is how a new WAL segment or a relation's next megabyte runs out of space first. A
+//!   reservation that fits is kept, so writes inside it never fail for space.
 //! * [`FaultFs::fail_reads_of`]: reads of any path containing the substring fail with EIO.
 //! * [`FaultFs::set_syncs_lie`]: every sync succeeds and makes nothing durable.
+//! * [`FaultFs::set_allocate_unsupported`]: reservations succeed and reserve nothing.
 //!
 //! # Power cuts
 //!
@@ -60,7 +62,8 @@
 //!
 //! File bytes are stored sparsely in 8 KB chunks, so a write at offset 512 MB allocates one
 //! chunk; holes read as zeros. Paths are compared as given (no normalization). Space is
-//! counted as logical file length. A handle whose file was removed and is named by neither
+//! counted per file as its logical length or its reservation, whichever is larger (a crash
+//! keeps the length, not the reservation). A handle whose file was removed and is named by neither
 //! namespace fails with ENOENT (unlike Unix, which keeps unlinked files readable).
 //! All state sits behind one `parking_lot::Mutex`; every call is atomic with respect to the
 //! others.
@@ -155,6 +158,17 @@ struct Inode {
     current: Content,
     durable: Content,
     unsynced: Vec<Op>,
+    /// Bytes reserved by [`File::allocate`] (from offset 0): space counts the larger of this
+    /// and the length, so writes inside a reservation never run out of space. Not kept by a
+    /// crash (a reservation is metadata the crash may lose; the length is what matters).
+    reserved: u64,
+}
+
+impl Inode {
+    /// The space this file takes.
+    fn space(&self) -> u64 {
+        self.current.len.max(self.reserved)
+    }
 }
 
 #[derive(Default)]
@@ -173,6 +187,8 @@ struct State {
     bytes_written: u64,
     /// `sync` and `sync_dir` succeed without making anything durable (a disk that lies).
     syncs_lie: bool,
+    /// `allocate` succeeds and reserves nothing (a file system without `fallocate`).
+    no_allocate: bool,
     /// Changing calls so far (see [`FaultFs::arm_power_cut`]).
     ops: u64,
     /// The power cut to come: before the changing call with this `ops` number, and how.
@@ -263,7 +279,7 @@ impl State {
                 }
             }
             total_bytes += content.len;
-            inodes.insert(ino, Inode { current: content.clone(), durable: content, unsynced: Vec::new() });
+            inodes.insert(ino, Inode { current: content.clone(), durable: content, unsynced: Vec::new(), reserved: 0 });
         }
         State {
             inodes,
@@ -281,7 +297,7 @@ impl State {
         let named = self.names.values().chain(self.durable_names.values()).any(|&i| i == ino);
         if !named {
             if let Some(node) = self.inodes.remove(&ino) {
-                self.total_bytes -= node.current.len;
+                self.total_bytes -= node.space();
             }
         }
     }
@@ -345,6 +361,13 @@ impl FaultFs {
         self.state.lock().syncs_lie = lie;
     }
 
+    /// From now on (`true`) [`File::allocate`] succeeds and reserves nothing, as on a file
+    /// system without `fallocate` (where the engine allocates on write), so a write can fail
+    /// for space anywhere.
+    pub fn set_allocate_unsupported(&self, unsupported: bool) {
+        self.state.lock().no_allocate = unsupported;
+    }
+
     /// Whether syncs lie ([`FaultFs::set_syncs_lie`]).
     pub fn syncs_lie(&self) -> bool {
         self.state.lock().syncs_lie
@@ -403,7 +426,7 @@ impl FaultFs {
         self.state.lock().bytes_written
     }
 
-    /// Sum of the current lengths of all files.
+    /// Space taken by all files: each file's current length, or its reservation if larger.
     pub fn total_bytes(&self) -> u64 {
         self.state.lock().total_bytes
     }
@@ -445,8 +468,9 @@ impl File for FaultFile {
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         let mut st = self.state.lock();
         st.tick();
-        let old = st.inode(self.ino, "write", &self.path)?.current.len;
-        let new = old.max(offset + buf.len() as u64);
+        let node = st.inode(self.ino, "write", &self.path)?;
+        let (old, reserved) = (node.space(), node.reserved);
+        let new = old.max(offset + buf.len() as u64).max(reserved);
         st.account(old, new, &self.path)?;
         st.bytes_written += buf.len() as u64;
         let node = st.inode(self.ino, "write", &self.path)?;
@@ -492,9 +516,13 @@ impl File for FaultFile {
     fn set_len(&self, len: u64) -> Result<()> {
         let mut st = self.state.lock();
         st.tick();
-        let old = st.inode(self.ino, "truncate", &self.path)?.current.len;
-        st.account(old, len, &self.path)?;
         let node = st.inode(self.ino, "truncate", &self.path)?;
+        let old = node.space();
+        // Truncation gives up the reservation beyond the new length (as it frees blocks).
+        let reserved = node.reserved.min(len);
+        st.account(old, len.max(reserved), &self.path)?;
+        let node = st.inode(self.ino, "truncate", &self.path)?;
+        node.reserved = reserved;
         node.current.set_len(len);
         node.unsynced.push(Op::SetLen(len));
         Ok(())
@@ -505,21 +533,28 @@ impl File for FaultFile {
     }
 
     /// A reservation past the space limit fails with ENOSPC, as `fallocate` does; one that fits
-    /// reserves nothing (space is counted as logical length, see the module doc).
+    /// is counted as space taken until the file's length passes it (see the module doc).
     fn allocate(&self, offset: u64, len: u64) -> Result<()> {
         let mut st = self.state.lock();
-        let old = st.inode(self.ino, "allocate space in", &self.path)?.current.len;
-        let total = st.total_bytes - old + old.max(offset.saturating_add(len));
+        if st.no_allocate {
+            return Ok(());
+        }
+        let old = st.inode(self.ino, "allocate space in", &self.path)?.space();
+        let new = old.max(offset.saturating_add(len));
+        let total = st.total_bytes - old + new;
         if st.space_limit.is_some_and(|l| total > l) {
             return Err(os_err("allocate space in", &self.path, ENOSPC));
         }
+        st.total_bytes = total;
+        let node = st.inode(self.ino, "allocate space in", &self.path)?;
+        node.reserved = node.reserved.max(offset.saturating_add(len));
         Ok(())
     }
 }
 
 /// Recomputes the space accounting from scratch (after content reverted).
 fn recount(st: &mut State) {
-    st.total_bytes = st.inodes.values().map(|n| n.current.len).sum();
+    st.total_bytes = st.inodes.values().map(Inode::space).sum();
 }
 
 impl FileSystem for FaultFs {

@@ -234,3 +234,20 @@ fn a_lying_sync_makes_nothing_durable() {
     fs.sync_dir(&p("/db")).unwrap();
     assert_eq!(read_all(&fs.crash(CrashMode::LoseUnsynced), "/db/t"), b"kept");
 }
+
+#[test]
+fn a_reservation_takes_space_and_writes_inside_it_never_run_out() {
+    let fs = setup();
+    let f = fs.open(&p("/db/t"), true).unwrap();
+    fs.set_space_limit(Some(64 << 10));
+    f.allocate(0, 32 << 10).unwrap();
+    assert_eq!(fs.total_bytes(), 32 << 10);
+    let g = fs.open(&p("/db/u"), true).unwrap();
+    assert_eq!(errno(g.write_at(&[1; 40 << 10], 0).unwrap_err()), Some(ENOSPC), "the reservation is taken");
+    g.write_at(&[1; 32 << 10], 0).unwrap();
+    f.write_at(&[2; 32 << 10], 0).unwrap(); // inside the reservation: no new space
+    assert_eq!(fs.total_bytes(), 64 << 10);
+    assert_eq!(errno(f.allocate(32 << 10, 8192).unwrap_err()), Some(ENOSPC));
+    f.set_len(8192).unwrap(); // truncation frees the reservation beyond the new end
+    assert_eq!(fs.total_bytes(), (32 << 10) + 8192);
+}
