@@ -93,6 +93,9 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
     let inner = db.inner();
     let mut report = CheckReport::default();
     let next = inner.xact.next_full_xid();
+    for c in inner.pool.smgr().cut_short() {
+        report.problems.push(format!("relation {}: {c}", crate::db::startup::relation_name(&inner.catalog, c.rel)));
+    }
     for entry in inner.catalog.tables() {
         report.tables += 1;
         let ctx = Ctx { xact: &inner.xact, rel: &entry.rel, relfrozenxid: entry.relfrozenxid(), next };

@@ -76,6 +76,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("vm_page", vm_page),
     ("fsm_page", fsm_page),
     ("stats_file", stats_file),
+    ("relsize_file", relsize_file),
 ];
 
 /// The relation every page target pretends to read.
@@ -730,4 +731,19 @@ pub fn stats_file(data: &[u8]) {
         live.restore(snapshot);
         assert_eq!(&live.snapshot(), snapshot, "restored table statistics");
     }
+}
+
+/// `global/pg_relsize` as the next open reads it. Control bit 0 repairs the entry count (from
+/// the length) and the CRC.
+pub fn relsize_file(data: &[u8]) {
+    let mut input = Input(data);
+    let ctl = input.u8();
+    let mut bytes = input.rest().to_vec();
+    if ctl & REPAIR != 0 {
+        seeds::repair_relsize(&mut bytes);
+    }
+    let path = Path::new("global/pg_relsize");
+    let Ok(sizes) = crate::smgr::sizes::Sizes::decode(&bytes, path) else { return };
+    let again = crate::smgr::sizes::Sizes::decode(&sizes.encode(), path).expect("re-encoded map decodes");
+    assert_eq!(again.blocks, sizes.blocks, "relation size map round trip");
 }

@@ -20,6 +20,8 @@
 //!    a damaged free-space-map page reads as zeros and is rebuilt; an all-zero heap page is a
 //!    new page, as in PostgreSQL.
 //! 5. A failed read (EIO) fails the query with the file's name, and nothing else.
+//! 6. A relation file cut short behind the engine's back is reported at open and by `check`
+//!    with the missing blocks, and reading them fails; the engine's own truncation is not one.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -858,4 +860,95 @@ fn failed_reads_fail_the_query_naming_the_file() {
     let db = open(&crashed, &cfg).unwrap();
     assert_rows(&db, "t", &rows, "recovery after the WAL read fault");
     assert_check_clean(&db, "recovery after the WAL read fault");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Files cut short
+// ---------------------------------------------------------------------------------------------
+
+/// Promise 6: a relation file cut short on a block boundary behind the engine's back (its tail
+/// lost after a checkpoint made it durable) is found at open and by `check`, naming the
+/// relation and the missing blocks, and a scan that reaches them fails naming them instead of
+/// returning fewer rows. Once the file is whole again, everything reads back.
+#[test]
+fn a_relation_file_cut_short_is_reported_with_its_missing_blocks() {
+    let cfg = config(&[]);
+    let (fs, t, _, rows) = closed(&cfg);
+    let path = PathBuf::from(format!("{DIR}/base/{}", t.0));
+    let f = fs.open(&path, false).unwrap();
+    let whole = {
+        let mut v = vec![0u8; f.len().unwrap() as usize];
+        f.read_exact_at(&mut v, 0).unwrap();
+        v
+    };
+    let blocks = (whole.len() / BLCKSZ) as u32;
+    assert!(blocks >= 4, "the table has {blocks} blocks");
+    let keep = blocks / 2;
+    f.set_len(u64::from(keep) * BLCKSZ as u64).unwrap();
+    f.sync().unwrap();
+
+    let db = open(&fs, &cfg).unwrap();
+    let want = format!(
+        "file \"{}\" is cut short: it has {keep} blocks, but {blocks} were durable at the last checkpoint (blocks {keep} to {} are missing)",
+        path.display(),
+        blocks - 1
+    );
+    let log = db.take_log().join("");
+    assert!(log.contains(&format!("WARNING:  relation \"t\": {want}")), "{log}");
+    let report = settledb::check::check_database(&db).unwrap();
+    assert!(report.problems.iter().any(|p| p.contains(&want)), "{report}");
+    let e = scan_results(&db).into_iter().find_map(|r| r.err());
+    assert_corrupted(e, t, keep, "a scan reaching the missing blocks");
+    db.abandon();
+
+    // The file restored: nothing is missing.
+    f.write_at(&whole, 0).unwrap();
+    f.sync().unwrap();
+    let db = open(&fs, &cfg).unwrap();
+    assert!(!db.take_log().join("").contains("cut short"));
+    assert_rows(&db, "t", &rows, "the file restored");
+    assert_check_clean(&db, "the file restored");
+}
+
+/// Promise 6, the other way: the engine's own truncation (VACUUM's, logged before the file
+/// shrinks) is never taken for a file cut short, whether a checkpoint recorded it or a crash
+/// came first and recovery replayed it; a damaged size map is reported at open and costs
+/// nothing else.
+#[test]
+fn vacuum_truncation_is_not_a_file_cut_short() {
+    let cfg = config(&[]);
+    let fs = FaultFs::new();
+    let db = open(&fs, &cfg).unwrap();
+    let t = db.create_table("t", schema(), TableOptions::default()).unwrap();
+    let mut rows = Rows::new();
+    commit_inserts(&db, &t, 0..400, 0, &mut rows);
+    db.checkpoint().unwrap();
+    let before = db.table_pages(&t).unwrap();
+    let mut tx = db.begin().unwrap();
+    for (_, &(tid, _)) in rows.range(50..) {
+        tx.delete(&t, tid).unwrap();
+    }
+    tx.commit().unwrap();
+    rows.retain(|&id, _| id < 50);
+    db.vacuum(Some("t"), &settledb::VacuumParams::default()).unwrap();
+    let after = db.table_pages(&t).unwrap();
+    assert!(after < before, "VACUUM truncated the table ({before} -> {after} pages)");
+    // A crash before any checkpoint: the size map still says `before`; the truncation's
+    // record says otherwise.
+    let crashed = fs.crash(CrashMode::LoseUnsynced);
+    let db2 = open(&crashed, &cfg).unwrap();
+    assert!(!db2.take_log().join("").contains("cut short"), "a logged truncation is not a cut");
+    assert_rows(&db2, "t", &rows, "after the truncation and a crash");
+    assert_check_clean(&db2, "after the truncation and a crash");
+    db2.close().unwrap();
+    db.close().unwrap();
+
+    // A damaged map: a warning at open, nothing else.
+    let map = PathBuf::from(format!("{DIR}/global/pg_relsize"));
+    fs.open(&map, false).unwrap().write_at(b"junk", 0).unwrap();
+    let db = open(&fs, &cfg).unwrap();
+    let log = db.take_log().join("");
+    assert!(log.contains("WARNING:  ") && log.contains("pg_relsize"), "{log}");
+    assert_rows(&db, "t", &rows, "with a damaged size map");
+    assert_check_clean(&db, "with a damaged size map");
 }

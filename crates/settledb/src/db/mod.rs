@@ -207,6 +207,12 @@ impl Inner {
         self.xact.clog().checkpoint(&*self.wal).map_err(|e| self.wal.poison_after("checkpoint of the CLOG", e))?;
         self.pool.flush_all()?;
         self.pool.smgr().sync_all().map_err(|e| self.wal.poison_after("fsync of data files at checkpoint", e))?;
+        // Written like the control file (and in the same directory): a failed fsync there is
+        // as final as one of the control file's.
+        self.pool
+            .smgr()
+            .save_sizes(&startup::relsize_path(&self.dir))
+            .map_err(|e| self.wal.poison_after("writing the relation size map", e))?;
         let oldest_xid = self.catalog.database_frozen_xid().unwrap_or(Xid::FIRST_NORMAL);
         let info = startup::CheckpointInfo {
             redo,
@@ -378,6 +384,8 @@ impl Database {
             .as_ref()
             .map_or(DbTotals { stats_reset: crate::stats::now_micros(), ..DbTotals::default() }, |f| f.db);
         let smgr = Arc::new(Smgr::new(fs.clone(), &startup::base_dir(dir))?);
+        // An unreadable size map only costs the check it enables: said at the end of open.
+        let sizes_unreadable = smgr.load_sizes(&startup::relsize_path(dir)).err();
         let pool = BufferPool::new(config.shared_buffers_bytes / BLCKSZ, smgr.clone());
         let xact = TransactionManager::open(
             fs.clone(),
@@ -431,6 +439,17 @@ impl Database {
         } else {
             startup::load_catalog(&inner.env(), &inner.catalog)?;
             startup::remove_orphans(inner.pool.smgr(), &inner.catalog)?;
+            if let Some(e) = &sizes_unreadable {
+                inner.log_line(&format!(
+                    "WARNING:  {e}: files cut short cannot be detected until the next checkpoint\n"
+                ));
+            }
+            for c in inner.pool.smgr().find_cut_short(&startup::live_relfilenodes(&inner.catalog))? {
+                inner.log_line(&format!(
+                    "WARNING:  relation {}: {c}\nHINT:  Restore the file from a backup; reading the missing blocks fails until then.\n",
+                    startup::relation_name(&inner.catalog, c.rel)
+                ));
+            }
         }
         if let Some(f) = &saved_stats {
             pgstat::restore_tables(&inner.catalog, f);

@@ -71,6 +71,11 @@ pub fn base_dir(dir: &Path) -> PathBuf {
     dir.join("base")
 }
 
+/// The main forks' lengths at the last checkpoint ([`crate::smgr::sizes`]).
+pub fn relsize_path(dir: &Path) -> PathBuf {
+    dir.join("global").join(crate::smgr::sizes::FILE_NAME)
+}
+
 /// What recovery found, for the log and for tests.
 #[derive(Debug, Default, Clone)]
 pub struct RecoveryReport {
@@ -391,9 +396,24 @@ pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
 }
 
 /// Removes relation files no catalog row names (an uncommitted CREATE, an unfinished DROP).
-pub fn remove_orphans(smgr: &Smgr, catalog: &Catalog) -> Result<Vec<Oid>> {
+/// The file nodes of every table and index in the catalog.
+pub fn live_relfilenodes(catalog: &Catalog) -> std::collections::HashSet<Oid> {
     let mut known: std::collections::HashSet<Oid> = catalog.tables().iter().map(|e| e.rel.relfilenode).collect();
     known.extend(catalog.all_indexes().iter().map(|d| d.btree.relfilenode()));
+    known
+}
+
+/// `"name"` of the table or index stored under `relfilenode` (its number if none is).
+pub fn relation_name(catalog: &Catalog, relfilenode: Oid) -> String {
+    let table = catalog.tables().into_iter().find(|e| e.rel.relfilenode == relfilenode).map(|e| e.rel.name.clone());
+    let name = table.or_else(|| {
+        catalog.all_indexes().into_iter().find(|d| d.btree.relfilenode() == relfilenode).map(|d| d.name.clone())
+    });
+    name.map_or_else(|| relfilenode.0.to_string(), |n| format!("\"{n}\""))
+}
+
+pub fn remove_orphans(smgr: &Smgr, catalog: &Catalog) -> Result<Vec<Oid>> {
+    let known = live_relfilenodes(catalog);
     let mut removed = Vec::new();
     for rel in smgr.list_relations()? {
         catalog.bump_oid_past(rel);

@@ -53,6 +53,8 @@ pub fn all() -> BTreeMap<&'static str, Vec<Vec<u8>>> {
     out.insert("clog_page", vec![prefixed(0, &read("pg_xact/0000")), prefixed(0x0E, &read("pg_xact/0000"))]);
     let stats = read("pg_stat/stats.bin");
     out.insert("stats_file", vec![prefixed(0, &stats), prefixed(REPAIR, &stats[..stats.len().min(200)])]);
+    let sizes = read("global/pg_relsize");
+    out.insert("relsize_file", vec![prefixed(0, &sizes), prefixed(REPAIR, &sizes[..sizes.len().min(30)])]);
     out
 }
 
@@ -308,6 +310,21 @@ fn tuple_seeds(file: &str, p: &[u8], push: &mut impl FnMut(&'static str, Vec<u8>
 
 /// Makes a statistics file's table count agree with its length and its CRC match (control
 /// bit 0 of `stats_file`).
+/// Makes `global/pg_relsize` bytes pass the checks in front of the entries: the magic, the
+/// entry count from the length, the CRC.
+pub fn repair_relsize(bytes: &mut Vec<u8>) {
+    if bytes.len() < 12 {
+        bytes.resize(12, 0);
+    }
+    bytes[..4].copy_from_slice(b"RSZ1");
+    let count = ((bytes.len() - 12) / 8) as u32;
+    bytes.truncate(12 + count as usize * 8);
+    bytes[4..8].copy_from_slice(&count.to_le_bytes());
+    let n = bytes.len();
+    let crc = crc32c::crc32c(&bytes[..n - 4]);
+    bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
+}
+
 pub fn repair_stats(bytes: &mut [u8]) {
     const HEADER: usize = 20;
     let fixed = HEADER + 8 * DB_FIELDS + 4;

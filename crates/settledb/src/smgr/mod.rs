@@ -21,6 +21,8 @@
 //! and reopened at its next use. The victim is chosen by a clock over the open descriptors in
 //! the order they were opened: one used since the hand last passed gets a second chance.
 
+pub mod sizes;
+
 use rustc_hash::FxHashMap;
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -47,6 +49,34 @@ struct ForkFile {
     nblocks: Mutex<u32>,
     /// Bytes of disk space reserved ahead of the writes (see [`File::allocate`]).
     allocated: Mutex<u64>,
+    /// A main fork found cut short at open ([`sizes`]): (blocks it has, blocks it had);
+    /// reading a block between the two is an error.
+    cut_short: Mutex<Option<(u32, u32)>>,
+}
+
+/// A main fork that recovery left shorter than it was at the last checkpoint ([`sizes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CutShort {
+    pub rel: Oid,
+    pub path: PathBuf,
+    /// Blocks the file has.
+    pub blocks: u32,
+    /// Blocks it had, fsynced, at the last checkpoint.
+    pub expected: u32,
+}
+
+impl std::fmt::Display for CutShort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "file \"{}\" is cut short: it has {} blocks, but {} were durable at the last checkpoint (blocks {} to {} are missing)",
+            self.path.display(),
+            self.blocks,
+            self.expected,
+            self.blocks,
+            self.expected - 1
+        )
+    }
 }
 
 /// Space is reserved ahead of a growing file in steps of 1/8 of its size, between these bounds.
@@ -65,6 +95,8 @@ pub struct Smgr {
     /// Forks whose descriptor is open, oldest first (the clock).
     open: Mutex<VecDeque<(Oid, Fork)>>,
     max_open_files: usize,
+    /// Main forks' lengths as of the last checkpoint ([`sizes`]).
+    sizes: Mutex<sizes::Sizes>,
 }
 
 impl Smgr {
@@ -78,6 +110,7 @@ impl Smgr {
             pending_sync: Mutex::new(HashSet::new()),
             open: Mutex::new(VecDeque::new()),
             max_open_files: MAX_OPEN_FILES,
+            sizes: Mutex::new(sizes::Sizes::default()),
         })
     }
 
@@ -140,6 +173,7 @@ impl Smgr {
             used: AtomicBool::new(true),
             nblocks: Mutex::new(nblocks),
             allocated: Mutex::new(len),
+            cut_short: Mutex::new(None),
         });
         files.insert((rel, fork), ff.clone());
         drop(files);
@@ -251,6 +285,12 @@ impl Smgr {
     /// reads as zeros. A block past the logical size is an error.
     pub fn read(&self, tag: BufferTag, buf: &mut [u8]) -> Result<()> {
         let ff = self.fork(tag.rel, tag.fork, false)?;
+        if let Some((have, expected)) = *ff.cut_short.lock() {
+            if (have..expected).contains(&tag.block.0) {
+                let c = CutShort { rel: tag.rel, path: self.path(tag.rel, tag.fork), blocks: have, expected };
+                return Err(Error::corrupted(tag.rel, tag.block, c.to_string()));
+            }
+        }
         if tag.block.0 >= *ff.nblocks.lock() {
             return Err(Error::NotFound(format!(
                 "could not read block {} in file \"{}\": beyond the end of the relation",
@@ -293,11 +333,15 @@ impl Smgr {
         file.sync()?;
         *n = nblocks;
         *ff.allocated.lock() = u64::from(nblocks) * BLCKSZ as u64;
+        if fork == Fork::Main {
+            self.sizes.lock().set(rel, nblocks);
+        }
         Ok(())
     }
 
     /// Removes every fork of a relation.
     pub fn unlink(&self, rel: Oid) -> Result<()> {
+        self.sizes.lock().forget(rel);
         for fork in [Fork::Main, Fork::Fsm, Fork::Vm] {
             self.files.write().remove(&(rel, fork));
             self.pending_sync.lock().remove(&(rel, fork));
@@ -318,13 +362,98 @@ impl Smgr {
                 Some(f) => f.clone(),
                 None => continue,
             };
-            if let Err(e) = self.file(rel, fork, &ff).and_then(|f| f.sync()) {
-                // Keep the rest pending; the caller treats a failed fsync as fatal anyway.
-                self.pending_sync.lock().extend(pending[i..].iter().copied());
-                return Err(e);
+            let synced = self.file(rel, fork, &ff).and_then(|f| {
+                f.sync()?;
+                f.len()
+            });
+            match synced {
+                Ok(len) if fork == Fork::Main => {
+                    self.sizes.lock().set(rel, u32::try_from(len.div_ceil(BLCKSZ as u64)).unwrap_or(u32::MAX));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    // Keep the rest pending; the caller treats a failed fsync as fatal anyway.
+                    self.pending_sync.lock().extend(pending[i..].iter().copied());
+                    return Err(e);
+                }
             }
         }
         self.fs.sync_dir(&self.dir)
+    }
+
+    /// Writes the lengths [`Smgr::sync_all`] recorded to `path` (`global/pg_relsize`) if they
+    /// changed: a temporary file, fsynced, renamed over it, and the directory fsynced.
+    pub fn save_sizes(&self, path: &Path) -> Result<()> {
+        let bytes = {
+            let s = self.sizes.lock();
+            if !s.dirty {
+                return Ok(());
+            }
+            s.encode()
+        };
+        let tmp = path.with_extension("tmp");
+        let f = self.fs.open(&tmp, true)?;
+        f.set_len(0)?;
+        f.write_at(&bytes, 0)?;
+        f.sync()?;
+        drop(f);
+        self.fs.rename(&tmp, path)?;
+        self.fs.sync_dir(&parent_dir(path))?;
+        self.sizes.lock().dirty = false;
+        Ok(())
+    }
+
+    /// Reads the lengths of the last checkpoint from `path` (none when there is no file).
+    pub fn load_sizes(&self, path: &Path) -> Result<()> {
+        if !self.fs.exists(path) {
+            return Ok(());
+        }
+        let f = self.fs.open(path, false)?;
+        let mut bytes = vec![0u8; usize::try_from(f.len()?).unwrap_or(usize::MAX).min(1 << 30)];
+        f.read_exact_at(&mut bytes, 0)?;
+        *self.sizes.lock() = sizes::Sizes::decode(&bytes, path)?;
+        Ok(())
+    }
+
+    /// After recovery: the main forks of `live` relations that are shorter than they were at
+    /// the last checkpoint. Each is marked so that reading a missing block is an error naming
+    /// the range, and its logical length covers the range, so scans reach it instead of
+    /// skipping the rows it held.
+    pub fn find_cut_short(&self, live: &std::collections::HashSet<Oid>) -> Result<Vec<CutShort>> {
+        let expected: Vec<(Oid, u32)> = {
+            let s = self.sizes.lock();
+            s.blocks.iter().filter(|(r, _)| live.contains(r)).map(|(&r, &n)| (r, n)).collect()
+        };
+        let mut out = Vec::new();
+        for (rel, expected) in expected {
+            let have = self.nblocks(rel, Fork::Main)?;
+            if have >= expected {
+                continue;
+            }
+            let ff = self.fork(rel, Fork::Main, true)?;
+            *ff.cut_short.lock() = Some((have, expected));
+            {
+                let mut n = ff.nblocks.lock();
+                *n = (*n).max(expected);
+            }
+            out.push(CutShort { rel, path: self.path(rel, Fork::Main), blocks: have, expected });
+        }
+        out.sort_by_key(|c| c.rel.0);
+        Ok(out)
+    }
+
+    /// The forks [`Smgr::find_cut_short`] found (for `check`).
+    pub fn cut_short(&self) -> Vec<CutShort> {
+        let files = self.files.read();
+        let mut out: Vec<CutShort> = files
+            .iter()
+            .filter_map(|(&(rel, fork), ff)| {
+                let (have, expected) = (*ff.cut_short.lock())?;
+                Some(CutShort { rel, path: self.path(rel, fork), blocks: have, expected })
+            })
+            .collect();
+        out.sort_by_key(|c| c.rel.0);
+        out
     }
 
     /// Relation file nodes that have a main fork on disk (for `check` and recovery).
@@ -337,6 +466,10 @@ impl Smgr {
         }
         Ok(out)
     }
+}
+
+fn parent_dir(path: &Path) -> PathBuf {
+    path.parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
 #[cfg(test)]
