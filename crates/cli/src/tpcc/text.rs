@@ -212,8 +212,15 @@ pub fn render(r: &TpccReport) -> String {
         for p in &c.check_problems {
             let _ = writeln!(out, "  {p}");
         }
-        for e in &c.other_log_entries {
+        // Warnings and errors in full; routine LOG entries (PostgreSQL's automatic analyze
+        // and checkpoint lines) only counted.
+        let routine = c.other_log_entries.iter().filter(|e| e.contains(" LOG:  ")).count();
+        for e in c.other_log_entries.iter().filter(|e| !e.contains(" LOG:  ")) {
             let _ = writeln!(out, "  log: {}", e.lines().next().unwrap_or_default());
+        }
+        if routine > 0 {
+            let _ =
+                writeln!(out, "  log: {routine} routine LOG entries besides the autovacuum reports (in report.json)");
         }
     }
     for (name, e) in &r.errors {
