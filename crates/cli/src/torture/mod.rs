@@ -116,6 +116,10 @@ pub struct TortureArgs {
     /// without making anything durable, so the run must report lost acknowledged commits.
     #[arg(long, requires = "power_loss")]
     pub lying_fsync: bool,
+    /// With --power-loss: when a cut leads to an anomaly, write the image it left (before
+    /// recovery) to this directory, a data directory `settle waldump`/`inspect`/`check` read.
+    #[arg(long, requires = "power_loss")]
+    pub keep_failed: Option<PathBuf>,
     /// The XID wraparound soak (`--wraparound`, in DIR/data) and its options.
     #[command(flatten)]
     pub soak: crate::torture::soak::SoakArgs,

@@ -165,7 +165,15 @@ pub fn run(a: &TortureArgs) -> Result<std::process::ExitCode> {
         if inside {
             *r.report.kills_inside_phase.entry(phase).or_default() += 1;
         }
+        let image = r.fs.crash(CrashMode::LoseUnsynced); // a copy of what the cut left
+        let before = r.report.anomaly_count;
         r.verify(&format!("power cut {} ({phase}, file call {call})", r.report.kills))?;
+        if r.report.anomaly_count > before {
+            if let Some(dir) = &a.keep_failed {
+                image.export(dir).with_context(|| format!("exporting the crash image to {}", dir.display()))?;
+                eprintln!("the image power cut {} left is in {}", r.report.kills, dir.display());
+            }
+        }
     }
     r.report.seconds = started.elapsed().as_secs_f64();
     if r.recoveries > 0 {

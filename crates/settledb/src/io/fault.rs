@@ -389,6 +389,27 @@ impl FaultFs {
         Some(Arc::new(FaultFs { state: Arc::new(Mutex::new(*cut)) }))
     }
 
+    /// Copies every file this file system names now (its current bytes) under `to` on the
+    /// real file system, keeping the relative paths: a crash image kept for inspection with
+    /// `settle waldump`, `settle inspect` and `settle check`.
+    pub fn export(&self, to: &Path) -> std::io::Result<()> {
+        let st = self.state.lock();
+        for dir in &st.dirs {
+            std::fs::create_dir_all(to.join(dir.strip_prefix("/").unwrap_or(dir)))?;
+        }
+        for (path, ino) in &st.names {
+            let Some(node) = st.inodes.get(ino) else { continue };
+            let mut bytes = vec![0u8; node.current.len as usize];
+            node.current.read(&mut bytes, 0);
+            let dest = to.join(path.strip_prefix("/").unwrap_or(path));
+            if let Some(parent) = dest.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(dest, bytes)?;
+        }
+        Ok(())
+    }
+
     /// Changing calls so far (writes, truncations, syncs, creations, removes, renames).
     pub fn ops(&self) -> u64 {
         self.state.lock().ops
