@@ -146,7 +146,7 @@ pub fn run(a: &TortureArgs) -> Result<std::process::ExitCode> {
         r.fs.set_syncs_lie(true);
     }
     let cuts = a.kills.unwrap_or(if a.seconds.is_some() { u64::MAX } else { 20 });
-    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed ^ 0x706f_7765_72);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed ^ 0x0070_6f77_6572);
     while r.report.kills < cuts && r.report.anomaly_count == 0 {
         if a.seconds.is_some_and(|s| started.elapsed().as_secs_f64() >= s) {
             break;
@@ -235,7 +235,7 @@ impl PowerRun {
     fn one_generation(&mut self, aim: Aim, rng: &mut impl Rng) -> Result<(&'static str, bool, u64)> {
         let generation = self.report.kills + 1;
         let gseed = self.seed ^ generation.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let mode = if generation % 5 == 0 {
+        let mode = if generation.is_multiple_of(5) {
             self.cuts_lose_all += 1;
             CrashMode::LoseUnsynced
         } else {
