@@ -8,6 +8,33 @@
 //! The snapshot a call runs with is advertised in the proc array (so pruning never removes a
 //! version it may still need) and withdrawn at commit or rollback.
 //!
+//! # Savepoints (subtransactions)
+//!
+//! [`Transaction::savepoint`] opens a subtransaction, [`Transaction::release`] merges it (and
+//! those opened after it) into its parent, [`Transaction::rollback_to`] undoes everything
+//! done since it and keeps it open, as PostgreSQL's SAVEPOINT / RELEASE / ROLLBACK TO. A
+//! subtransaction gets an XID only when it first writes, after every enclosing one got its
+//! own (so a child's XID is greater than its parent's; `xact::subtrans` records the link).
+//! Rows are written with the innermost subtransaction's XID. The transaction's *current*
+//! XIDs are the top-level one and those of its open and released subtransactions; rolled
+//! back ones are aborted in the CLOG at once (an ABORT record lists them), so their rows are
+//! dead to every snapshot, this transaction's included, and their row locks are free. Each
+//! command's snapshot carries the current XIDs ([`Snapshot::is_current`]), which is how the
+//! heap recognises the transaction's own rows. At commit the released and still open
+//! subtransactions commit with the top-level one (the commit record lists them).
+//!
+//! Names may repeat; the newest savepoint of a name is the one RELEASE and ROLLBACK TO find.
+//! ROLLBACK TO also ends the failed state a failing command left (the failed command's
+//! changes belonged to the subtransactions it rolls back). Unlike PostgreSQL, naming a
+//! savepoint that does not exist is refused without failing the transaction (nothing was
+//! changed).
+//!
+//! # PREPARE TRANSACTION
+//!
+//! [`Transaction::prepare`] hands the transaction to the proc array under a global
+//! identifier (see `xact::twophase`); [`Database::commit_prepared`] and
+//! [`Database::rollback_prepared`] finish it from any session, after a restart or a crash too.
+//!
 //! What a transaction does to each user table (rows inserted, updated, deleted, scans started)
 //! is counted in the transaction and added to the table's [`crate::stats::TableStats`] once,
 //! when it ends, by rules that depend on whether it committed (see [`crate::stats`]). A heap
@@ -29,6 +56,23 @@ use crate::stats::TableCounts;
 use crate::types::{BlockNumber, Fork, FullXid, Tid, Xid};
 use crate::xact::{BackendId, Snapshot};
 
+/// An open savepoint.
+struct SubXact {
+    name: String,
+    /// Assigned when the subtransaction (or one inside it) first writes.
+    xid: Option<FullXid>,
+    /// XIDs of subtransactions released into this one.
+    children: Vec<FullXid>,
+    /// The transaction's statistics when the savepoint was set: what ROLLBACK TO undoes.
+    counts_at_start: Vec<(Arc<TableEntry>, TableCounts)>,
+}
+
+impl SubXact {
+    fn new(name: &str, counts: &[(Arc<TableEntry>, TableCounts)]) -> SubXact {
+        SubXact { name: name.to_string(), xid: None, children: Vec::new(), counts_at_start: counts.to_vec() }
+    }
+}
+
 /// An open transaction. Dropping it without [`Transaction::commit`] rolls it back.
 pub struct Transaction<'db> {
     db: &'db Database,
@@ -36,6 +80,10 @@ pub struct Transaction<'db> {
     backend: BackendId,
     isolation: IsolationLevel,
     xid: Option<FullXid>,
+    /// Open savepoints, outermost first.
+    subxacts: Vec<SubXact>,
+    /// XIDs of subtransactions released into the top level.
+    released_subxids: Vec<FullXid>,
     cid: u32,
     /// REPEATABLE READ: the transaction snapshot, taken at the first command.
     snapshot: Option<Snapshot>,
@@ -60,6 +108,8 @@ impl<'db> Transaction<'db> {
             backend,
             isolation,
             xid: None,
+            subxacts: Vec::new(),
+            released_subxids: Vec::new(),
             cid: 0,
             snapshot: None,
             horizon: Xid::INVALID,
@@ -74,9 +124,31 @@ impl<'db> Transaction<'db> {
         self.isolation
     }
 
-    /// The transaction's XID, if it has written anything.
+    /// The transaction's (top-level) XID, if it has written anything.
     pub fn xid(&self) -> Option<Xid> {
         self.xid.map(FullXid::xid)
+    }
+
+    /// The XID rows are written with now: the innermost open savepoint's, if it has one, else
+    /// the top-level XID (`GetCurrentTransactionIdIfAny`).
+    pub fn current_xid(&self) -> Option<Xid> {
+        self.subxacts.last().map_or(self.xid, |s| s.xid).map(FullXid::xid)
+    }
+
+    /// The XIDs of the transaction's subtransactions that are not rolled back, sorted.
+    fn current_subxids(&self) -> Vec<Xid> {
+        let mut v: Vec<Xid> = self.released_subxids.iter().map(|x| x.xid()).collect();
+        for s in &self.subxacts {
+            v.extend(s.xid.map(FullXid::xid));
+            v.extend(s.children.iter().map(|x| x.xid()));
+        }
+        v.sort_unstable_by_key(|x| x.0);
+        v
+    }
+
+    /// The names of the open savepoints, outermost first.
+    pub fn savepoints(&self) -> Vec<&str> {
+        self.subxacts.iter().map(|s| s.name.as_str()).collect()
     }
 
     fn active(&self) -> Result<()> {
@@ -109,18 +181,49 @@ impl<'db> Transaction<'db> {
         self.failed.is_some()
     }
 
-    /// Assigns an XID on first write.
+    /// Assigns XIDs on first write: the top-level transaction's, then each open
+    /// savepoint's that has none, outermost first (a parent before its child). Returns the
+    /// XID to write rows with.
     pub(crate) fn ensure_xid(&mut self) -> Result<Xid> {
         self.active()?;
+        let top = self.ensure_top_xid()?;
+        let mut parent = top;
+        let mut assigned = false;
+        for i in 0..self.subxacts.len() {
+            parent = match self.subxacts[i].xid {
+                Some(x) => x,
+                None => {
+                    let x = self.inner.xact.assign_subxid(top, parent, &*self.inner.wal)?;
+                    self.subxacts[i].xid = Some(x);
+                    assigned = true;
+                    x
+                }
+            };
+        }
+        if assigned {
+            self.refresh_snapshot_xids();
+        }
+        Ok(parent.xid())
+    }
+
+    fn ensure_top_xid(&mut self) -> Result<FullXid> {
         if let Some(x) = self.xid {
-            return Ok(x.xid());
+            return Ok(x);
         }
         let full = self.inner.xact.assign_xid(&*self.inner.wal)?;
         self.xid = Some(full);
+        self.refresh_snapshot_xids();
+        Ok(full)
+    }
+
+    /// Makes the kept (REPEATABLE READ) snapshot know the transaction's current XIDs.
+    fn refresh_snapshot_xids(&mut self) {
+        let subs = self.current_subxids();
+        let top = self.xid();
         if let Some(s) = self.snapshot.as_mut() {
-            s.my_xid = Some(full.xid());
+            s.my_xid = top;
+            s.my_subxids = subs;
         }
-        Ok(full.xid())
     }
 
     /// The snapshot for the next command: the transaction's (REPEATABLE READ) or a new one,
@@ -137,11 +240,15 @@ impl<'db> Transaction<'db> {
                 } else {
                     self.horizon = self.inner.xact.oldest_xmin();
                 }
+                self.refresh_snapshot_xids();
                 Ok(self.snapshot.clone().expect("set above"))
             }
             IsolationLevel::ReadCommitted => {
-                let (snap, horizon) = self.inner.xact.command_snapshot(self.backend, my);
+                let (mut snap, horizon) = self.inner.xact.command_snapshot(self.backend, my);
                 self.horizon = horizon;
+                if !self.subxacts.is_empty() || !self.released_subxids.is_empty() {
+                    snap.my_subxids = self.current_subxids();
+                }
                 Ok(snap)
             }
         }
@@ -174,12 +281,7 @@ impl<'db> Transaction<'db> {
 
     /// Adds the counts to the tables' statistics, once, as the transaction ends.
     fn apply_table_counts(&mut self, committed: bool) {
-        for (entry, c) in std::mem::take(&mut self.table_counts) {
-            entry.stats.apply(&c, committed);
-            if c.inserted + c.updated + c.deleted > 0 {
-                super::autovacuum::note_changed(self.inner, &entry);
-            }
-        }
+        apply_counts(self.inner, std::mem::take(&mut self.table_counts), committed);
     }
 
     /// Inserts a row; returns its TID.
@@ -202,7 +304,7 @@ impl<'db> Transaction<'db> {
         let tid = heap::insert(&self.inner.env(), rel, &tx, values)?;
         if let Some(e) = entry {
             self.counts(e).inserted += 1;
-            self.insert_index_entries(e, xid, tid, values)?;
+            self.insert_index_entries(e, xid, &snap, tid, values)?;
         }
         self.cid += 1;
         self.end_command();
@@ -211,12 +313,19 @@ impl<'db> Transaction<'db> {
 
     /// Adds the entries of a new heap version to every index of its table (checking unique
     /// indexes against live versions, waiting for running inserters and deleters).
-    fn insert_index_entries(&self, entry: &TableEntry, xid: Xid, tid: Tid, values: &[Value]) -> Result<()> {
+    fn insert_index_entries(
+        &self,
+        entry: &TableEntry,
+        xid: Xid,
+        snap: &Snapshot,
+        tid: Tid,
+        values: &[Value],
+    ) -> Result<()> {
         let defs: Vec<Arc<IndexDef>> = entry.indexes.read().clone();
         let env = self.inner.env();
         for def in defs {
             let key = def.key_of(values);
-            let check = UniqueProbe { inner: self.inner, rel: &entry.rel, def: &def, key: &key, me: xid };
+            let check = UniqueProbe { inner: self.inner, rel: &entry.rel, def: &def, key: &key, me: xid, snap };
             let unique: Option<&dyn UniqueCheck> = if def.meta.unique { Some(&check) } else { None };
             def.btree.insert(&env, &key, tid, unique)?;
         }
@@ -238,7 +347,7 @@ impl<'db> Transaction<'db> {
         self.counts(&table.entry).inserted += tids.len() as u64;
         if !table.entry.indexes.read().is_empty() {
             for (tid, row) in tids.iter().zip(rows) {
-                self.insert_index_entries(&table.entry, xid, *tid, row)?;
+                self.insert_index_entries(&table.entry, xid, &snap, *tid, row)?;
             }
         }
         self.cid += 1;
@@ -324,7 +433,7 @@ impl<'db> Transaction<'db> {
                 c.updated += 1;
                 c.hot_updated += u64::from(hot);
                 if !hot {
-                    self.insert_index_entries(&table.entry, xid, tid, &values)?;
+                    self.insert_index_entries(&table.entry, xid, snap, tid, &values)?;
                 }
                 self.inner.counters.tup_updated.add(1);
                 if hot {
@@ -398,7 +507,7 @@ impl<'db> Transaction<'db> {
             None => Ok(()),
         };
         self.apply_table_counts(r.is_ok());
-        self.release();
+        self.unregister();
         match r {
             Ok(()) => {
                 self.inner.counters.xact_commit.add(1);
@@ -423,13 +532,118 @@ impl<'db> Transaction<'db> {
             None => Ok(()),
         };
         self.apply_table_counts(false);
-        self.release();
+        self.unregister();
         self.inner.counters.xact_rollback.add(1);
         r
     }
 
-    fn release(&mut self) {
+    fn unregister(&mut self) {
         self.inner.xact.unregister_backend(self.backend);
+    }
+
+    /// SAVEPOINT `name`: opens a subtransaction. Names may repeat (the newest wins).
+    pub fn savepoint(&mut self, name: &str) -> Result<()> {
+        self.active()?;
+        self.subxacts.push(SubXact::new(name, &self.table_counts));
+        Ok(())
+    }
+
+    /// The position of the newest open savepoint named `name`.
+    fn find_savepoint(&self, name: &str) -> Result<usize> {
+        self.subxacts
+            .iter()
+            .rposition(|s| s.name == name)
+            .ok_or_else(|| Error::NotFound(format!("savepoint \"{name}\" does not exist")))
+    }
+
+    /// RELEASE SAVEPOINT `name`: ends the newest savepoint of that name and every one opened
+    /// after it, keeping their changes, which now belong to the enclosing (sub)transaction
+    /// and commit or roll back with it.
+    pub fn release(&mut self, name: &str) -> Result<()> {
+        self.active()?;
+        let i = self.find_savepoint(name)?;
+        let mut xids = Vec::new();
+        for s in self.subxacts.split_off(i) {
+            xids.extend(s.xid);
+            xids.extend(s.children);
+        }
+        match self.subxacts.last_mut() {
+            Some(parent) => parent.children.extend(xids),
+            None => self.released_subxids.extend(xids),
+        }
+        Ok(())
+    }
+
+    /// ROLLBACK TO SAVEPOINT `name`: undoes everything done since the newest savepoint of
+    /// that name was set, ends the savepoints opened after it and keeps it open (a new
+    /// subtransaction with the same name; it gets a new XID if it writes again). The rows
+    /// written since are dead to every snapshot at once and their row locks are released.
+    /// Allowed in a failed transaction, which it makes usable again.
+    pub fn rollback_to(&mut self, name: &str) -> Result<()> {
+        if self.done {
+            return Err(Error::TransactionClosed("it already committed or rolled back"));
+        }
+        self.inner.wal.check_poisoned()?;
+        let i = self.find_savepoint(name)?;
+        let mut result = Ok(());
+        // Innermost first: each level is one subtransaction with its released children.
+        while let Some(level) = self.subxacts.last_mut() {
+            let xids: Vec<FullXid> = level.xid.take().into_iter().chain(level.children.drain(..)).collect();
+            if let (Some(top), false) = (self.xid, xids.is_empty()) {
+                if let Err(e) = self.inner.xact.abort_subxacts(top, &xids, &*self.inner.wal) {
+                    result = Err(e);
+                }
+            }
+            if self.subxacts.len() == i + 1 {
+                break;
+            }
+            self.subxacts.pop();
+        }
+        let saved = self.subxacts[i].counts_at_start.clone();
+        let now = std::mem::replace(&mut self.table_counts, saved.clone());
+        apply_counts(self.inner, counts_since(&saved, now), false);
+        self.refresh_snapshot_xids();
+        match result {
+            Ok(()) => {
+                self.failed = None;
+                Ok(())
+            }
+            Err(e) => {
+                self.failed = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// PREPARE TRANSACTION `gid`: makes the transaction durable in a prepared state that
+    /// outlives this handle, a restart and a crash, to be finished later by
+    /// [`Database::commit_prepared`] or [`Database::rollback_prepared`]. Open savepoints are
+    /// released first. A transaction that wrote nothing gets an XID now, as in PostgreSQL.
+    ///
+    /// Refused, leaving the transaction open and unchanged (PostgreSQL would roll it back):
+    /// `max_prepared_transactions` is 0 or reached, `gid` is longer than 199 bytes or already
+    /// in use. A failed transaction is rolled back instead.
+    pub fn prepare(&mut self, gid: &str) -> Result<()> {
+        if let Some(why) = self.failed.clone() {
+            self.abort_now()?;
+            return Err(Error::TransactionAborted(format!("{why}; the transaction was rolled back")));
+        }
+        self.active()?;
+        crate::xact::twophase::validate_gid(gid)?;
+        let max = self.inner.config.max_prepared_transactions;
+        if max == 0 {
+            return Err(Error::invalid(
+                "prepared transactions are disabled; HINT: set max_prepared_transactions to a nonzero value",
+            ));
+        }
+        let top = self.ensure_top_xid()?;
+        self.inner.xact.prepare(top, gid, max, &*self.inner.wal)?;
+        self.done = true;
+        self.subxacts.clear();
+        let counts = std::mem::take(&mut self.table_counts);
+        self.inner.prepared_counts.lock().insert(top, counts);
+        self.unregister();
+        Ok(())
     }
 
     /// The database this transaction belongs to.
@@ -551,7 +765,7 @@ impl Transaction<'_> {
     /// Whether `snap` may use `index`: it must see the index's creation as committed.
     fn index_usable(&self, index: &Index, snap: &Snapshot) -> Result<bool> {
         let x = index.def.created_by;
-        if Some(x) == snap.my_xid || !x.is_normal() {
+        if snap.is_current(x) || !x.is_normal() {
             return Ok(true);
         }
         // A published index's creator committed (DDL publishes only after commit), so the
@@ -704,6 +918,37 @@ impl Transaction<'_> {
     }
 }
 
+/// Adds a finished (sub)transaction's counts to the tables' statistics.
+pub(super) fn apply_counts(inner: &Inner, counts: Vec<(Arc<TableEntry>, TableCounts)>, committed: bool) {
+    for (entry, c) in counts {
+        entry.stats.apply(&c, committed);
+        if c.inserted + c.updated + c.deleted > 0 {
+            super::autovacuum::note_changed(inner, &entry);
+        }
+    }
+}
+
+/// What `now` counted beyond `before` (both a transaction's per-table counts, `now` later).
+fn counts_since(
+    before: &[(Arc<TableEntry>, TableCounts)],
+    now: Vec<(Arc<TableEntry>, TableCounts)>,
+) -> Vec<(Arc<TableEntry>, TableCounts)> {
+    now.into_iter()
+        .map(|(e, c)| {
+            let b = before.iter().find(|(x, _)| Arc::ptr_eq(x, &e)).map(|(_, b)| *b).unwrap_or_default();
+            let d = TableCounts {
+                inserted: c.inserted.saturating_sub(b.inserted),
+                updated: c.updated.saturating_sub(b.updated),
+                hot_updated: c.hot_updated.saturating_sub(b.hot_updated),
+                deleted: c.deleted.saturating_sub(b.deleted),
+                seq_scan: c.seq_scan.saturating_sub(b.seq_scan),
+                idx_scan: c.idx_scan.saturating_sub(b.idx_scan),
+            };
+            (e, d)
+        })
+        .collect()
+}
+
 /// Marks index entries whose heap chains an index scan found dead to everyone LP_DEAD, once at
 /// the end of the scan (PostgreSQL's `kill_prior_tuple`, batched per leaf by `kill_entries`).
 /// Each is checked again under its leaf's lock, in case its heap slot was freed and reused.
@@ -734,12 +979,15 @@ struct UniqueProbe<'a> {
     rel: &'a Relation,
     def: &'a IndexDef,
     key: &'a [Value],
+    /// The XID the new version is written with.
     me: Xid,
+    /// The writer's command snapshot: which XIDs are its own.
+    snap: &'a Snapshot,
 }
 
 impl UniqueCheck for UniqueProbe<'_> {
     fn state(&self, tid: Tid) -> Result<HeapTupleState> {
-        let (state, vals) = hot::unique_state(&self.inner.env(), self.rel, tid, self.me)?;
+        let (state, vals) = hot::unique_state(&self.inner.env(), self.rel, tid, self.snap)?;
         Ok(match (state, vals) {
             // A live version under another key (the entry is stale): no conflict.
             (HeapTupleState::Live, Some(v)) if self.def.key_of(&v) != self.key => HeapTupleState::Dead,

@@ -92,27 +92,43 @@
 //! transactions, multixacts.
 
 pub mod clog;
+pub mod prepared;
 pub mod procarray;
 pub mod snapshot;
+pub mod subtrans;
+pub mod twophase;
 pub mod varsup;
 
 #[cfg(test)]
 mod tests;
 
 pub use clog::Clog;
+pub use prepared::{HorizonHolder, PreparedXact};
 pub use procarray::{BackendId, TransactionManager, XactOptions};
-pub use snapshot::Snapshot;
+pub use snapshot::{PreparedXids, Snapshot, MAX_CACHED_SUBXIDS};
+pub use subtrans::SubTrans;
+pub use twophase::TwoPhaseState;
 pub use varsup::XidLimits;
 
 use crate::error::Result;
 use crate::types::Lsn;
 use crate::wal::{DecodedRecord, RecordBuilder, Rmgr, Wal};
 
-/// `XACT COMMIT`: record XID = the committing XID, main data = commit time (µs since the
-/// Unix epoch, i64 LE).
+/// `XACT COMMIT`: record XID = the committing top-level XID, main data = commit time (µs
+/// since the Unix epoch, i64 LE), then, if it has committed subtransactions, their count
+/// (u32 LE) and XIDs (u32 LE each).
 pub const INFO_XACT_COMMIT: u8 = 0x00;
-/// `XACT ABORT`: record XID = the aborting XID, main data = abort time (µs, i64 LE).
+/// `XACT PREPARE`: record XID = the prepared XID, main data = its
+/// [`twophase::TwoPhaseState`].
+pub const INFO_XACT_PREPARE: u8 = 0x10;
+/// `XACT ABORT`: record XID = the aborting XID (top-level, or a subtransaction rolled back
+/// to its savepoint), main data = abort time (µs, i64 LE), then the count and XIDs of the
+/// subtransactions aborted with it, as for `COMMIT`.
 pub const INFO_XACT_ABORT: u8 = 0x20;
+/// `XACT COMMIT_PREPARED`: record XID = the prepared XID, main data as for `COMMIT`.
+pub const INFO_XACT_COMMIT_PREPARED: u8 = 0x30;
+/// `XACT ABORT_PREPARED`: record XID = the prepared XID, main data as for `ABORT`.
+pub const INFO_XACT_ABORT_PREPARED: u8 = 0x40;
 
 /// A transaction's status as the CLOG stores it (2 bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -147,9 +163,24 @@ pub fn describe(rec: &DecodedRecord) -> String {
             .and_then(|s| <[u8; 8]>::try_from(s).ok())
             .map_or_else(|| "?".to_string(), |b| i64::from_le_bytes(b).to_string())
     };
+    let subxacts = || match procarray::decode_end_record(rec) {
+        Ok(e) if e.subxids.is_empty() => String::new(),
+        Ok(e) => format!("; subxacts: {}", e.subxids.iter().map(|x| x.0.to_string()).collect::<Vec<_>>().join(" ")),
+        Err(_) => " (malformed subtransaction list)".to_string(),
+    };
     match (rec.rmgr, rec.info) {
-        (Rmgr::Xact, INFO_XACT_COMMIT) => format!("COMMIT xid {} time_us {}", rec.xid, time()),
-        (Rmgr::Xact, INFO_XACT_ABORT) => format!("ABORT xid {} time_us {}", rec.xid, time()),
+        (Rmgr::Xact, INFO_XACT_COMMIT) => format!("COMMIT xid {} time_us {}{}", rec.xid, time(), subxacts()),
+        (Rmgr::Xact, INFO_XACT_ABORT) => format!("ABORT xid {} time_us {}{}", rec.xid, time(), subxacts()),
+        (Rmgr::Xact, INFO_XACT_COMMIT_PREPARED) => {
+            format!("COMMIT_PREPARED xid {} time_us {}{}", rec.xid, time(), subxacts())
+        }
+        (Rmgr::Xact, INFO_XACT_ABORT_PREPARED) => {
+            format!("ABORT_PREPARED xid {} time_us {}{}", rec.xid, time(), subxacts())
+        }
+        (Rmgr::Xact, INFO_XACT_PREPARE) => match twophase::TwoPhaseState::decode(&rec.main_data) {
+            Ok(s) => format!("PREPARE {}", twophase::describe(&s)),
+            Err(e) => format!("PREPARE (malformed: {e})"),
+        },
         (Rmgr::Clog, clog::INFO_ZEROPAGE) => match u32_at(0) {
             Some(page) => format!("ZEROPAGE page {page}"),
             None => "ZEROPAGE (malformed)".to_string(),
