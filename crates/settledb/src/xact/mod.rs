@@ -98,6 +98,7 @@ pub mod snapshot;
 pub mod subtrans;
 pub mod twophase;
 pub mod varsup;
+mod verify;
 
 #[cfg(test)]
 mod tests;
