@@ -151,5 +151,6 @@ smoke_tests!(
     btree_page,
     vm_page,
     fsm_page,
-    stats_file
+    stats_file,
+    twophase_state
 );

@@ -179,13 +179,13 @@ impl TransactionManager {
             INFO_XACT_PREPARE => {
                 let state = TwoPhaseState::decode(&rec.main_data)
                     .map_err(|d| Error::corrupt_wal(rec.lsn, format!("PREPARE record: {d}")))?;
-                if state.xid.xid() != rec.xid {
+                self.advance_past(rec.xid, &state.subxids);
+                if self.next_full_xid().widen(rec.xid) != state.xid {
                     return Err(Error::corrupt_wal(
                         rec.lsn,
-                        format!("PREPARE record of XID {} carries the state of XID {}", rec.xid, state.xid.xid()),
+                        format!("PREPARE record of XID {} carries the state of XID {:?}", rec.xid, state.xid),
                     ));
                 }
-                self.advance_past(rec.xid, &state.subxids);
                 let mut procs = self.procs.lock();
                 if !procs.prepared.contains_key(&state.xid) && !procs.gids.contains_key(&state.gid) {
                     install(&mut procs, state, rec.end_lsn, false);
@@ -220,11 +220,22 @@ impl TransactionManager {
         let states = twophase::read_state_files(&*self.fs, &self.twophase_dir)?;
         let n = states.len();
         for state in states {
-            self.advance_past(state.xid.xid(), &state.subxids);
             let mut procs = self.procs.lock();
+            let path = || twophase::state_file_path(&self.twophase_dir, state.xid);
+            // Prepared before the checkpoint the next XID comes from: older than it, and in
+            // its 2^31 window (so that 32-bit XIDs in tuples widen back to it).
+            for x in std::iter::once(state.xid.xid()).chain(state.subxids.iter().copied()) {
+                let full = procs.next.widen(x);
+                if full >= procs.next || (x == state.xid.xid() && full != state.xid) {
+                    return Err(Error::CorruptFile {
+                        path: path(),
+                        detail: format!("XID {:016X} is not before the next XID {:016X}", full.0, procs.next.0),
+                    });
+                }
+            }
             if let Some(&other) = procs.gids.get(&state.gid) {
                 return Err(Error::CorruptFile {
-                    path: twophase::state_file_path(&self.twophase_dir, state.xid),
+                    path: path(),
                     detail: format!("transaction identifier \"{}\" is also that of XID {other:?}", state.gid),
                 });
             }

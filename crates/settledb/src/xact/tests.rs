@@ -584,7 +584,8 @@ fn prepared_state_survives_through_wal_or_state_files() -> Result<()> {
     f.tm.finish_prepared("finished", true, &f.log)?;
 
     // Recovery in the same directory: the state file, then the WAL after the redo pointer.
-    let r = TransactionManager::open(Arc::new(RealFs), f._dir.path(), XactOptions::default())?;
+    let at_checkpoint = XactOptions { next_full_xid: b, ..XactOptions::default() };
+    let r = TransactionManager::open(Arc::new(RealFs), f._dir.path(), at_checkpoint)?;
     assert_eq!(r.load_twophase_files()?, 1);
     for rec in f.log.decoded().into_iter().filter(|rec| rec.lsn >= redo) {
         r.redo(&rec)?;
@@ -596,7 +597,14 @@ fn prepared_state_survives_through_wal_or_state_files() -> Result<()> {
     assert_eq!(r.subtrans().parent(a_sub.xid()), a.xid(), "parent links restored");
     assert!(r.is_running(a_sub.xid()));
     r.finish_prepared("in-file", true, &r_log())?;
-    assert!(RealFs.list(&f._dir.path().join(twophase::TWOPHASE_DIR))?.is_empty(), "state file removed");
+    let left = RealFs.list(&f._dir.path().join(twophase::TWOPHASE_DIR))?;
+    assert!(left.is_empty(), "state file removed: {left:?} (a = {a:?})");
+    // A state file from the future (beyond the next XID) is refused, naming the file.
+    let early = TransactionManager::open(Arc::new(RealFs), f._dir.path(), XactOptions::default())?;
+    let state = TwoPhaseState { xid: b, gid: "x".into(), prepared_at_us: 0, subxids: vec![] };
+    twophase::write_state_file(&RealFs, &f._dir.path().join(twophase::TWOPHASE_DIR), &state)?;
+    let e = early.load_twophase_files().unwrap_err();
+    assert!(e.to_string().contains("is not before the next XID"), "{e}");
     Ok(())
 }
 
@@ -614,7 +622,8 @@ fn a_stale_state_file_is_removed_by_recovery() -> Result<()> {
     // A checkpoint wrote the file just as the ROLLBACK PREPARED finished.
     twophase::write_state_file(&RealFs, &f._dir.path().join(twophase::TWOPHASE_DIR), &state)?;
     f.tm.clog().checkpoint(&f.log)?;
-    let r = TransactionManager::open(Arc::new(RealFs), f._dir.path(), XactOptions::default())?;
+    let next = XactOptions { next_full_xid: f.tm.next_full_xid(), ..XactOptions::default() };
+    let r = TransactionManager::open(Arc::new(RealFs), f._dir.path(), next)?;
     assert_eq!(r.load_twophase_files()?, 1);
     assert_eq!(r.finish_twophase_recovery()?, 0);
     assert!(r.prepared_xacts().is_empty());
