@@ -9,7 +9,11 @@
 //! | [`clog`] | `pg_xact`: 2 status bits per XID, page cache, segments, truncation |
 //! | [`varsup`] | wraparound limits and 64-bit XID arithmetic |
 //! | [`procarray`] | [`TransactionManager`]: assignment, running set, commit/abort, status, horizons |
-//! | [`snapshot`] | [`Snapshot`] and its in-progress test |
+//! | [`snapshot`] | [`Snapshot`] and its in-progress test (`subxip`, overflow, prepared XIDs) |
+//! | [`subtrans`] | `pg_subtrans`: each subtransaction's parent (in memory) |
+//! | [`twophase`] | prepared transactions' state: format, `pg_twophase` files |
+//! | [`prepared`] | PREPARE / COMMIT PREPARED in the proc array, redo, checkpoint, recovery |
+//! | `verify` | `check`'s view of `pg_subtrans` and prepared transactions against the CLOG |
 //!
 //! # XID lifecycle
 //!
@@ -57,10 +61,14 @@
 //!
 //! # Snapshots
 //!
-//! `xmax` = the next XID; `xip` = running XIDs other than the taker's own; `xmin` = the oldest
-//! of those (or `xmax`). An XID is in progress for the snapshot when it is `>= xmax` or in
-//! `xip`; below `xmin` it is finished and the CLOG decides committed or aborted. The taker's
-//! own XID is never "in progress" to itself (the heap uses command IDs for its own changes).
+//! `xmax` = the next XID; `xip` = running top-level XIDs other than the taker's own; `subxip`
+//! = their subtransactions' XIDs, up to 64 per transaction (past that the snapshot is
+//! overflowed and maps an XID to its top-level one through `pg_subtrans` first); prepared
+//! transactions' XIDs are shared rather than copied; `xmin` = the oldest of all (or `xmax`).
+//! An XID is in progress for the snapshot when it is `>= xmax` or listed;
+//! below `xmin` it is finished and the CLOG decides committed or aborted. The taker's
+//! current XIDs (top-level and subtransactions not rolled back) are never "in progress" to
+//! itself (the heap uses command IDs for its own changes).
 //! A backend advertises the xmin of its oldest snapshot in the proc array; the horizon
 //! [`TransactionManager::oldest_xmin`] (`GetOldestNonRemovableTransactionId`) is the minimum
 //! of running XIDs, advertised xmins and the next XID. Vacuum removes only versions deleted
@@ -86,10 +94,21 @@
 //! [`TransactionManager::latest_async_commit_lsn`], and the CLOG itself flushes WAL past the
 //! asynchronous commits on a page before writing that page.
 //!
+//! # Subtransactions and prepared transactions
+//!
+//! A subtransaction's XID is assigned after its parent's, recorded in [`subtrans`], runs in
+//! the proc array beside its top-level transaction, and is committed with it or aborted on its
+//! own (ROLLBACK TO); see [`procarray`] ("Subtransactions in the proc array"). Horizons need
+//! nothing more: a running subtransaction's XID is greater than its top-level XID, which the
+//! horizon ([`TransactionManager::oldest_xmin`]) already counts. A prepared transaction
+//! ([`twophase`], [`prepared`]) keeps its XIDs running with no session, so it holds the
+//! horizon, and with it the freeze cutoffs and the relfrozenxid VACUUM can reach, until it is
+//! committed or rolled back.
+//!
 //! # Non-goals (for now)
 //!
-//! Subtransactions (`pg_subtrans`), commit timestamps as a queryable feature, prepared
-//! transactions, multixacts.
+//! Commit timestamps as a queryable feature, multixacts, XLOG_XACT_ASSIGNMENT records (for a
+//! hot standby, which settledb has not).
 
 pub mod clog;
 pub mod prepared;

@@ -540,7 +540,7 @@ impl TransactionManager {
 
     /// Replays an `XACT` or `CLOG` record: commit and abort set the CLOG status of the
     /// record's XID and of the subtransactions it lists, and move the next XID past them;
-    /// the two-phase records are replayed by [`Self::redo_twophase`].
+    /// the two-phase records are replayed by `redo_twophase` (`xact::prepared`).
     pub fn redo(&self, rec: &DecodedRecord) -> Result<()> {
         match rec.rmgr {
             Rmgr::Clog => self.clog.redo(rec),
@@ -806,7 +806,7 @@ pub struct EndRecord {
     pub subxids: Vec<Xid>,
 }
 
-/// Decodes [`end_record`]'s main data; an error naming the record's LSN when malformed.
+/// Decodes `end_record`'s main data; an error naming the record's LSN when malformed.
 pub fn decode_end_record(rec: &DecodedRecord) -> Result<EndRecord> {
     let d = &rec.main_data;
     let bad = |what: &str| Error::corrupt_wal(rec.lsn, format!("XACT record: {what}"));

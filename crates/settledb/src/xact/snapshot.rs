@@ -10,9 +10,28 @@
 //!
 //! [`Snapshot::is_in_progress`] is PostgreSQL's `XidInMVCCSnapshot`
 //! (`heapam_visibility.c`): an XID at or after `xmax` is treated as in progress, one before
-//! `xmin` is not, and in between the answer is membership in `xip`. "Not in progress" does
-//! not mean committed: the caller then asks the CLOG. The snapshot owner's own XID is never
-//! in progress to itself; the heap tells its own changes apart by command ID.
+//! `xmin` is not, and in between the answer is membership in `xip`, in `subxip` (the
+//! subtransaction XIDs of those transactions) or among the prepared transactions' XIDs.
+//! "Not in progress" does not mean committed: the caller then asks the CLOG. The snapshot
+//! owner's current XIDs ([`Snapshot::is_current`]: its top-level XID and its subtransactions
+//! not rolled back) are never in progress to it; the heap tells its own changes apart by
+//! command ID.
+//!
+//! # The overflow rule (`PGPROC_MAX_CACHED_SUBXIDS`)
+//!
+//! Each running transaction lists at most [`MAX_CACHED_SUBXIDS`] subtransaction XIDs for
+//! snapshots. When any transaction has more, `subxip` would be incomplete, so the snapshot is
+//! marked `suboverflowed` and carries the parent map instead: an XID in `[xmin, xmax)` is
+//! mapped to its top-level XID ([`SubTrans::topmost`]) and that is searched in `xip`. The map
+//! holds every XID a live snapshot can ask about (it is truncated only below the horizon,
+//! which counts every advertised snapshot xmin).
+//!
+//! # Prepared transactions
+//!
+//! Their XIDs (and their subtransactions') are not copied into each snapshot: a snapshot
+//! shares the proc array's [`PreparedXids`], an immutable sorted base plus short lists of
+//! changes, so taking a snapshot costs the same with 200,000 prepared transactions as with
+//! none.
 
 use std::sync::Arc;
 
