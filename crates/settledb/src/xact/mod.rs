@@ -113,6 +113,7 @@
 pub mod clog;
 pub mod prepared;
 pub mod procarray;
+pub mod records;
 pub mod snapshot;
 pub mod subtrans;
 pub mod twophase;
@@ -183,7 +184,7 @@ pub fn describe(rec: &DecodedRecord) -> String {
             .and_then(|s| <[u8; 8]>::try_from(s).ok())
             .map_or_else(|| "?".to_string(), |b| i64::from_le_bytes(b).to_string())
     };
-    let subxacts = || match procarray::decode_end_record(rec) {
+    let subxacts = || match records::decode_end_record(rec) {
         Ok(e) if e.subxids.is_empty() => String::new(),
         Ok(e) => format!("; subxacts: {}", e.subxids.iter().map(|x| x.0.to_string()).collect::<Vec<_>>().join(" ")),
         Err(_) => " (malformed subtransaction list)".to_string(),

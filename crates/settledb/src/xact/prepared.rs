@@ -13,9 +13,10 @@
 //! checkpoint whose redo pointer passed a PREPARE record finds the transaction prepared and
 //! writes its state file.
 
-use super::procarray::{now_micros, PreparedEntry, ProcArray};
+use super::procarray::{PreparedEntry, ProcArray};
+use super::records::{self, now_micros};
 use super::twophase::{self, TwoPhaseState};
-use super::{procarray, TransactionManager, XactLog, XidStatus};
+use super::{TransactionManager, XactLog, XidStatus};
 use super::{INFO_XACT_ABORT_PREPARED, INFO_XACT_COMMIT_PREPARED, INFO_XACT_PREPARE};
 use crate::error::{Error, Result};
 use crate::types::{FullXid, Lsn, Xid};
@@ -147,7 +148,7 @@ impl TransactionManager {
         };
         let done = {
             let _delay_checkpoint = self.commits_in_flight.read();
-            log.log(&procarray::end_record(info, xid.xid(), &subxids))
+            log.log(&records::end_record(info, xid.xid(), &subxids))
                 .and_then(|end| log.flush(end))
                 .and_then(|()| self.clog.set_tree_status(xid.xid(), &subxids, status, Lsn::INVALID))
         };
@@ -194,7 +195,7 @@ impl TransactionManager {
                 Ok(())
             }
             INFO_XACT_COMMIT_PREPARED | INFO_XACT_ABORT_PREPARED => {
-                let end = procarray::decode_end_record(rec)?;
+                let end = records::decode_end_record(rec)?;
                 let status =
                     if rec.info == INFO_XACT_COMMIT_PREPARED { XidStatus::Committed } else { XidStatus::Aborted };
                 self.clog.set_tree_status(rec.xid, &end.subxids, status, Lsn::INVALID)?;

@@ -49,13 +49,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
 
 use rustc_hash::FxHashMap;
 
 use super::clog::{self, Clog, CLOG_XACTS_PER_PAGE};
+use super::records::{decode_end_record, end_record};
 use super::snapshot::{PreparedXids, Snapshot, SubTransRef, MAX_CACHED_SUBXIDS};
 use super::subtrans::SubTrans;
 use super::twophase::{TwoPhaseState, TWOPHASE_DIR};
@@ -64,7 +64,7 @@ use super::{XactLog, XidStatus, INFO_XACT_ABORT, INFO_XACT_COMMIT};
 use crate::error::{Error, Result};
 use crate::io::FileSystem;
 use crate::types::{FullXid, Lsn, Xid};
-use crate::wal::{DecodedRecord, RecordBuilder, Rmgr};
+use crate::wal::{DecodedRecord, Rmgr};
 
 /// Where the XID counter and the limits start (from the control file after the first run).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -784,54 +784,4 @@ fn first_of_page(full: FullXid) -> FullXid {
     } else {
         FullXid::new(first.epoch(), Xid::FIRST_NORMAL)
     }
-}
-
-/// `XACT COMMIT` / `XACT ABORT` (and their PREPARED forms): main data = time (µs, i64 LE),
-/// then, when there are subtransactions, their count (u32 LE) and XIDs (u32 LE each).
-pub(super) fn end_record(info: u8, xid: Xid, subxids: &[Xid]) -> RecordBuilder<'static> {
-    let mut main = now_micros().to_le_bytes().to_vec();
-    if !subxids.is_empty() {
-        main.extend_from_slice(&(subxids.len() as u32).to_le_bytes());
-        for s in subxids {
-            main.extend_from_slice(&s.0.to_le_bytes());
-        }
-    }
-    RecordBuilder { rmgr: Rmgr::Xact, info, xid, blocks: Vec::new(), main_data: main }
-}
-
-/// A decoded commit or abort record's main data.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EndRecord {
-    pub time_us: i64,
-    pub subxids: Vec<Xid>,
-}
-
-/// Decodes `end_record`'s main data; an error naming the record's LSN when malformed.
-pub fn decode_end_record(rec: &DecodedRecord) -> Result<EndRecord> {
-    let d = &rec.main_data;
-    let bad = |what: &str| Error::corrupt_wal(rec.lsn, format!("XACT record: {what}"));
-    let time = d.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).ok_or_else(|| bad("too short for its time"))?;
-    let time_us = i64::from_le_bytes(time);
-    if d.len() == 8 {
-        return Ok(EndRecord { time_us, subxids: Vec::new() });
-    }
-    let n = d.get(8..12).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(u32::from_le_bytes);
-    let n = n.ok_or_else(|| bad("truncated subtransaction count"))? as usize;
-    if n == 0 || Some(d.len()) != n.checked_mul(4).and_then(|b| b.checked_add(12)) {
-        return Err(bad(&format!("{} bytes do not hold {n} subtransaction XIDs", d.len())));
-    }
-    let mut subxids = Vec::with_capacity(n);
-    for c in d[12..].chunks_exact(4) {
-        let x = Xid(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-        if !x.is_normal() || !rec.xid.precedes(x) {
-            return Err(bad(&format!("subtransaction XID {x} is not after XID {}", rec.xid)));
-        }
-        subxids.push(x);
-    }
-    Ok(EndRecord { time_us, subxids })
-}
-
-/// Microseconds since the Unix epoch (the commit timestamp).
-pub(super) fn now_micros() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }

@@ -477,7 +477,7 @@ fn more_than_64_subxids_overflow_snapshots_into_the_parent_map() -> Result<()> {
     assert_eq!((last.info, last.xid), (INFO_XACT_ABORT, doomed[0].xid()));
     f.tm.commit(top, &f.log, true)?;
     let commit = f.log.decoded().pop().expect("a commit record");
-    let listed = procarray::decode_end_record(&commit)?.subxids;
+    let listed = records::decode_end_record(&commit)?.subxids;
     assert_eq!(listed.len(), subs.len() - 10, "the commit record lists the surviving subtransactions");
     assert!(f.tm.get_snapshot(None).suboverflowed.is_none(), "the overflow ends with its transaction");
     for x in &subs[..subs.len() - 10] {
