@@ -368,6 +368,7 @@ impl TransactionManager {
             self.clog.zero_page(clog::page_of(target.xid()), log)?;
         }
         procs.next = target;
+        self.subtrans.keep_window(procs.horizon().xid(), target.xid());
         self.publish(&procs);
         if target.xid().follows_or_equals(limits.warn_limit) {
             self.warn(limits.warning(target.xid()));

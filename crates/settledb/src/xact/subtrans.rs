@@ -123,6 +123,14 @@ impl SubTrans {
         before - pages.len()
     }
 
+    /// Keeps only the pages from `oldest`'s to `next`'s (on the XID circle). The test-only XID
+    /// burner calls it: skipping XIDs skips the first XID of pages, where [`Self::extend`]
+    /// would have dropped a page left from the previous trip around the circle.
+    pub fn keep_window(&self, oldest: Xid, next: Xid) {
+        let (first, last) = (page_of(oldest), page_of(next));
+        self.pages.write().retain(|&p, _| !page_precedes(p, first) && !page_precedes(last, p));
+    }
+
     /// Every recorded `(xid, parent)` link, in no particular order (for `check`).
     pub fn links(&self) -> Vec<(Xid, Xid)> {
         let pages = self.pages.read();
@@ -183,6 +191,11 @@ mod tests {
         assert_eq!(st.parent(Xid(2 * SUBTRANS_XACTS_PER_PAGE + 7)), Xid(2 * SUBTRANS_XACTS_PER_PAGE + 6));
         st.extend(Xid(3 * SUBTRANS_XACTS_PER_PAGE));
         assert_eq!(st.parent(Xid(3 * SUBTRANS_XACTS_PER_PAGE + 7)), Xid::INVALID, "stale page dropped");
+        st.set_parent(Xid(5 * SUBTRANS_XACTS_PER_PAGE + 1), Xid(5 * SUBTRANS_XACTS_PER_PAGE));
+        st.set_parent(Xid(9 * SUBTRANS_XACTS_PER_PAGE + 1), Xid(9 * SUBTRANS_XACTS_PER_PAGE));
+        st.keep_window(Xid(4 * SUBTRANS_XACTS_PER_PAGE), Xid(8 * SUBTRANS_XACTS_PER_PAGE));
+        assert_eq!(st.pages(), 1, "pages outside the window dropped");
+        assert_eq!(st.parent(Xid(5 * SUBTRANS_XACTS_PER_PAGE + 1)), Xid(5 * SUBTRANS_XACTS_PER_PAGE));
         assert!(page_precedes(u32::MAX / SUBTRANS_XACTS_PER_PAGE, 0), "circular");
     }
 }
