@@ -68,8 +68,11 @@ pub struct Transaction<'db> {
     xid: Option<FullXid>,
     /// Open savepoints, outermost first.
     subxacts: Vec<SubXact>,
-    /// XIDs of subtransactions released into the top level.
-    released_subxids: Vec<FullXid>,
+    /// The XIDs of the subtransactions that are not rolled back (open or released), sorted by
+    /// value: what the snapshots of the next commands call current. Shared with them, changed
+    /// in place when no snapshot holds it (a transaction with 100,000 subtransactions does
+    /// not copy them per command).
+    current_subxids: Arc<Vec<Xid>>,
     cid: u32,
     /// REPEATABLE READ: the transaction snapshot, taken at the first command.
     snapshot: Option<Snapshot>,
@@ -95,7 +98,7 @@ impl<'db> Transaction<'db> {
             isolation,
             xid: None,
             subxacts: Vec::new(),
-            released_subxids: Vec::new(),
+            current_subxids: Arc::default(),
             cid: 0,
             snapshot: None,
             horizon: Xid::INVALID,
@@ -121,15 +124,33 @@ impl<'db> Transaction<'db> {
         self.subxacts.last().map_or(self.xid, |s| s.xid).map(FullXid::xid)
     }
 
-    /// The XIDs of the transaction's subtransactions that are not rolled back, sorted.
-    fn current_subxids(&self) -> Vec<Xid> {
-        let mut v: Vec<Xid> = self.released_subxids.iter().map(|x| x.xid()).collect();
-        for s in &self.subxacts {
-            v.extend(s.xid.map(FullXid::xid));
-            v.extend(s.children.iter().map(|x| x.xid()));
+    /// Adds a newly assigned subtransaction XID to the current ones. Usually the largest (the
+    /// newest), so an append.
+    fn add_current_subxid(&mut self, x: Xid) {
+        let v = Arc::make_mut(&mut self.current_subxids);
+        match v.last() {
+            Some(last) if last.0 > x.0 => {
+                let i = v.partition_point(|y| y.0 < x.0);
+                v.insert(i, x);
+            }
+            _ => v.push(x),
         }
-        v.sort_unstable_by_key(|x| x.0);
-        v
+    }
+
+    /// Removes rolled-back subtransaction XIDs from the current ones. They are the newest
+    /// (a rolled-back level's XIDs were assigned after every XID outside it), so usually a
+    /// truncation.
+    fn remove_current_subxids(&mut self, xids: &[FullXid]) {
+        let gone: rustc_hash::FxHashSet<Xid> = xids.iter().map(|x| x.xid()).collect();
+        let v = Arc::make_mut(&mut self.current_subxids);
+        let mut removed = 0;
+        while v.last().is_some_and(|x| gone.contains(x)) {
+            v.pop();
+            removed += 1;
+        }
+        if removed < gone.len() {
+            v.retain(|x| !gone.contains(x));
+        }
     }
 
     /// The names of the open savepoints, outermost first.
@@ -181,6 +202,7 @@ impl<'db> Transaction<'db> {
                 None => {
                     let x = self.inner.xact.assign_subxid(top, parent, &*self.inner.wal)?;
                     self.subxacts[i].xid = Some(x);
+                    self.add_current_subxid(x.xid());
                     assigned = true;
                     x
                 }
@@ -204,7 +226,7 @@ impl<'db> Transaction<'db> {
 
     /// Makes the kept (REPEATABLE READ) snapshot know the transaction's current XIDs.
     fn refresh_snapshot_xids(&mut self) {
-        let subs = self.current_subxids();
+        let subs = self.current_subxids.clone();
         let top = self.xid();
         if let Some(s) = self.snapshot.as_mut() {
             s.my_xid = top;
@@ -232,8 +254,8 @@ impl<'db> Transaction<'db> {
             IsolationLevel::ReadCommitted => {
                 let (mut snap, horizon) = self.inner.xact.command_snapshot(self.backend, my);
                 self.horizon = horizon;
-                if !self.subxacts.is_empty() || !self.released_subxids.is_empty() {
-                    snap.my_subxids = self.current_subxids();
+                if !self.current_subxids.is_empty() {
+                    snap.my_subxids = self.current_subxids.clone();
                 }
                 Ok(snap)
             }

@@ -165,12 +165,21 @@ impl ProcArray {
     }
 
     /// Forgets the subtransaction XIDs `xids` of running top-level `top`.
+    /// Usually the newest ones (a rolled-back savepoint's): then a truncation.
     fn drop_subxids(&mut self, top: FullXid, xids: &[FullXid]) {
         for x in xids {
             self.subs.remove(x);
         }
         if let Some(r) = self.running.get_mut(&top) {
-            r.subxids.retain(|s| !xids.contains(s));
+            let gone: rustc_hash::FxHashSet<FullXid> = xids.iter().copied().collect();
+            let mut removed = 0;
+            while r.subxids.last().is_some_and(|x| gone.contains(x)) {
+                r.subxids.pop();
+                removed += 1;
+            }
+            if removed < gone.len() {
+                r.subxids.retain(|s| !gone.contains(s));
+            }
             r.cached.retain(|s| !xids.iter().any(|x| x.xid() == *s));
         }
     }
@@ -768,7 +777,7 @@ impl TransactionManager {
             suboverflowed: overflowed.then(|| SubTransRef(self.subtrans.clone())),
             prepared: procs.prepared_xids.clone(),
             my_xid,
-            my_subxids: Vec::new(),
+            my_subxids: Arc::default(),
         }
     }
 }

@@ -63,8 +63,9 @@ pub struct Snapshot {
     pub prepared: PreparedXids,
     /// The top-level XID of the transaction that owns the snapshot, if it has one.
     pub my_xid: Option<Xid>,
-    /// The owner's current subtransaction XIDs (not rolled back), sorted.
-    pub my_subxids: Vec<Xid>,
+    /// The owner's current subtransaction XIDs (not rolled back), sorted; shared with the
+    /// owner's transaction.
+    pub my_subxids: Arc<Vec<Xid>>,
 }
 
 /// A shared handle on the parent map, compared by identity (for `Snapshot: Eq`).

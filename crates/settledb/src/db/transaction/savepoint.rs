@@ -53,9 +53,9 @@ impl Transaction<'_> {
             xids.extend(s.xid);
             xids.extend(s.children);
         }
-        match self.subxacts.last_mut() {
-            Some(parent) => parent.children.extend(xids),
-            None => self.released_subxids.extend(xids),
+        // Into the top level: they stay current and commit with it (the proc array lists them).
+        if let Some(parent) = self.subxacts.last_mut() {
+            parent.children.extend(xids);
         }
         Ok(())
     }
@@ -79,6 +79,7 @@ impl Transaction<'_> {
                 if let Err(e) = self.inner.xact.abort_subxacts(top, &xids, &*self.inner.wal) {
                     result = Err(e);
                 }
+                self.remove_current_subxids(&xids);
             }
             if self.subxacts.len() == i + 1 {
                 break;
