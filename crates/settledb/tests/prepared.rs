@@ -198,3 +198,44 @@ fn thousands_of_prepared_transactions() {
     assert_check_clean(&db, "after finishing all");
     db.abandon();
 }
+
+/// A prepared transaction holds back the relfrozenxid VACUUM can reach, across a clean
+/// restart too: VACUUM FREEZE cannot freeze its row, nor rows inserted after it began (the
+/// removable cutoff stops at its XID), so relfrozenxid stays at or before its XID; after
+/// COMMIT PREPARED the next VACUUM FREEZE moves relfrozenxid past it.
+#[test]
+fn a_prepared_transaction_holds_back_relfrozenxid() {
+    let fs = FaultFs::new();
+    let db = open(&fs);
+    let t = db.create_table("t", schema(), TableOptions::default()).unwrap();
+    insert(&db, &t, 1, 1);
+    let mut tx = db.begin().unwrap();
+    tx.insert(&t, &[Value::Int4(2), Value::Int4(2)]).unwrap();
+    let prepared_xid = tx.xid().unwrap();
+    tx.prepare("hold").unwrap();
+    drop(tx);
+    insert(&db, &t, 3, 3);
+    db.close().unwrap();
+
+    let db = open(&fs);
+    let freeze = settledb::VacuumParams { freeze: true, verbose: true, ..Default::default() };
+    let report = db.vacuum(Some("t"), &freeze).unwrap().remove(0);
+    let t = db.table("t").unwrap();
+    assert!(!prepared_xid.precedes(report.oldest_xmin), "cutoff {} passed {prepared_xid}", report.oldest_xmin);
+    assert!(!prepared_xid.precedes(t.relfrozenxid()), "relfrozenxid {} passed {prepared_xid}", t.relfrozenxid());
+    assert!(
+        report
+            .verbose_text()
+            .contains(&format!("removable cutoff held back by prepared transaction \"hold\" (xid {prepared_xid})")),
+        "{}",
+        report.verbose_text()
+    );
+    db.commit_prepared("hold").unwrap();
+    let report = db.vacuum(Some("t"), &freeze).unwrap().remove(0);
+    let t = db.table("t").unwrap();
+    assert!(prepared_xid.precedes(t.relfrozenxid()), "relfrozenxid {} after COMMIT PREPARED", t.relfrozenxid());
+    assert!(!report.verbose_text().contains("held back"), "{}", report.verbose_text());
+    assert_eq!(rows(&db), BTreeMap::from([(1, 1), (2, 2), (3, 3)]));
+    assert_check_clean(&db, "after COMMIT PREPARED and VACUUM FREEZE");
+    db.close().unwrap();
+}
