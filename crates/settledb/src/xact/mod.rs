@@ -107,8 +107,12 @@
 //!
 //! # Non-goals (for now)
 //!
-//! Commit timestamps as a queryable feature, multixacts, XLOG_XACT_ASSIGNMENT records (for a
-//! hot standby, which settledb has not).
+//! Commit timestamps as a queryable feature, multixacts, XLOG_XACT_ASSIGNMENT records.
+//! PostgreSQL writes those for a hot standby (whose KnownAssignedXids would otherwise
+//! overflow), which settledb has not; its own recovery learns a transaction's subtransactions
+//! from the commit and abort records, and the logical decoder planned for `wal_level =
+//! logical` will learn the top-level XID from each record written in a subtransaction, as
+//! PostgreSQL 14+ does under that level.
 
 pub mod clog;
 pub mod prepared;

@@ -106,7 +106,8 @@ pub(super) struct RunningXact {
 /// A prepared transaction's entry.
 pub(super) struct PreparedEntry {
     pub(super) state: TwoPhaseState,
-    /// Start of its PREPARE record (`Lsn::INVALID` when loaded from a state file).
+    /// End of its PREPARE record (`Lsn::INVALID` when loaded from a state file): a checkpoint
+    /// whose redo pointer is at or after it writes the state file.
     pub(super) prepare_lsn: Lsn,
     /// Whether its state file exists.
     pub(super) on_disk: bool,
@@ -153,15 +154,32 @@ impl ProcArray {
         let xid = full.xid();
         let limits = self.limits;
         if xid.follows_or_equals(limits.stop_limit) {
-            return Err(Error::WraparoundStop { next_xid: xid, oldest_xid: limits.oldest_xid });
+            let prepared_hint = self.prepared_hint();
+            return Err(Error::WraparoundStop { next_xid: xid, oldest_xid: limits.oldest_xid, prepared_hint });
         }
         if xid.follows_or_equals(limits.warn_limit) {
-            tm.warn(limits.warning(xid));
+            tm.warn(limits.warning(xid) + &self.prepared_hint());
         }
         tm.clog.extend(xid, log)?;
         tm.subtrans.extend(xid);
         self.next = full.next();
         Ok(full)
+    }
+
+    /// The wraparound warnings' and stop error's addition when prepared transactions exist
+    /// (PostgreSQL's hint "You might also need to commit or roll back old prepared
+    /// transactions"), naming the oldest; empty otherwise.
+    pub(super) fn prepared_hint(&self) -> String {
+        match self.prepared.values().next() {
+            Some(e) => format!(
+                "; you might also need to commit or roll back old prepared transactions: the oldest is \"{}\" \
+                 (xid {}), of {} prepared",
+                e.state.gid,
+                e.state.xid.xid(),
+                self.prepared.len()
+            ),
+            None => String::new(),
+        }
     }
 
     /// Forgets the subtransaction XIDs `xids` of running top-level `top`.
@@ -362,7 +380,11 @@ impl TransactionManager {
         let mut procs = self.procs.lock();
         let old = procs.next;
         let limits = procs.limits;
-        let stop_err = Error::WraparoundStop { next_xid: limits.stop_limit, oldest_xid: limits.oldest_xid };
+        let stop_err = Error::WraparoundStop {
+            next_xid: limits.stop_limit,
+            oldest_xid: limits.oldest_xid,
+            prepared_hint: procs.prepared_hint(),
+        };
         if old.xid().follows_or_equals(limits.stop_limit) {
             return Err(stop_err);
         }
@@ -380,7 +402,7 @@ impl TransactionManager {
         self.subtrans.keep_window(procs.horizon().xid(), target.xid());
         self.publish(&procs);
         if target.xid().follows_or_equals(limits.warn_limit) {
-            self.warn(limits.warning(target.xid()));
+            self.warn(limits.warning(target.xid()) + &procs.prepared_hint());
         }
         if stopped {
             return Err(stop_err);

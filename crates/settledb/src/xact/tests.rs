@@ -189,14 +189,25 @@ fn stop_limit_refuses_exactly_at_the_limit() -> Result<()> {
     let f = near_stop(Xid(1000), 2);
     let stop = f.tm.limits().stop_limit;
     assert_eq!(stop, Xid(1000 + WRAP_DISTANCE - STOP_MARGIN));
-    assert_eq!(f.tm.assign_xid(&f.log)?.xid(), Xid(stop.0 - 2));
+    let old = f.tm.assign_xid(&f.log)?;
+    assert_eq!(old.xid(), Xid(stop.0 - 2));
+    f.tm.prepare(old, "forgotten", 1, &f.log)?;
     assert_eq!(f.tm.assign_xid(&f.log)?.xid(), Xid(stop.0 - 1), "the last XID before the limit is granted");
+    let warning = f.tm.last_warning().expect("past the warn limit");
+    assert!(warning.contains("the oldest is \"forgotten\""), "the warning names the prepared transaction: {warning}");
     match f.tm.assign_xid(&f.log) {
         Err(e @ Error::WraparoundStop { .. }) => {
-            let Error::WraparoundStop { next_xid, oldest_xid } = &e else { unreachable!() };
+            let Error::WraparoundStop { next_xid, oldest_xid, .. } = &e else { unreachable!() };
             assert_eq!((*next_xid, *oldest_xid), (stop, Xid(1000)));
             let msg = e.to_string();
             assert!(msg.contains("to avoid wraparound") && msg.contains("VACUUM"), "{msg}");
+            assert!(
+                msg.contains(&format!(
+                    "commit or roll back old prepared transactions: the oldest is \"forgotten\" (xid {})",
+                    old.xid()
+                )),
+                "{msg}"
+            );
         }
         other => panic!("expected WraparoundStop, got {other:?}"),
     }

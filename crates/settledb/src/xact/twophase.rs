@@ -8,7 +8,9 @@
 //! stay invisible, and it holds back the horizon (`OldestXmin`) and so the relfrozenxid
 //! VACUUM can reach, until `COMMIT PREPARED` or `ROLLBACK PREPARED` by any session, which
 //! logs `XACT COMMIT_PREPARED` / `XACT ABORT_PREPARED` and sets the CLOG as a commit or an
-//! abort would.
+//! abort would. VACUUM VERBOSE and the autovacuum log name the prepared transaction that
+//! holds the removable cutoff, and the XID wraparound warnings and the stop error name the
+//! oldest one (PostgreSQL's hint only says "old prepared transactions").
 //!
 //! # Surviving a crash: WAL, then a state file at checkpoint
 //!
