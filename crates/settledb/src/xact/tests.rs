@@ -376,6 +376,30 @@ fn records_render_for_waldump() -> Result<()> {
     assert!(lines[1].starts_with("COMMIT xid 3 time_us "), "{}", lines[1]);
     let short = test_log::decoded(Rmgr::Clog, clog::INFO_TRUNCATE, Xid::INVALID, vec![1, 2]);
     assert_eq!(describe(&short), "TRUNCATE (malformed)");
+
+    // Subtransactions in commit and abort records, and the two-phase records.
+    let top = f.tm.assign_xid(&f.log)?; // 4
+    let s1 = f.tm.assign_subxid(top, top, &f.log)?; // 5
+    let s2 = f.tm.assign_subxid(top, s1, &f.log)?; // 6
+    let s3 = f.tm.assign_subxid(top, top, &f.log)?; // 7
+    f.tm.abort_subxacts(top, &[s3], &f.log)?;
+    f.tm.prepare(top, "g", 1, &f.log)?;
+    f.tm.finish_prepared("g", true, &f.log)?;
+    let lines: Vec<String> = f.log.decoded().iter().skip(2).map(describe).collect();
+    assert!(lines[0].starts_with("ABORT xid 7 time_us "), "{}", lines[0]);
+    assert!(!lines[0].contains("subxacts"), "{}", lines[0]);
+    assert!(lines[1].starts_with("PREPARE gid \"g\" xid 4 prepared_at_us "), "{}", lines[1]);
+    assert!(lines[1].ends_with(" subxacts [5 6]"), "{}", lines[1]);
+    assert!(
+        lines[2].starts_with("COMMIT_PREPARED xid 4 time_us ") && lines[2].ends_with("; subxacts: 5 6"),
+        "{}",
+        lines[2]
+    );
+    let _ = s2;
+    let mut bad = test_log::decoded(Rmgr::Xact, INFO_XACT_COMMIT, Xid(4), vec![0; 13]);
+    assert_eq!(describe(&bad), "COMMIT xid 4 time_us 0 (malformed subtransaction list)");
+    bad.info = INFO_XACT_PREPARE;
+    assert!(describe(&bad).starts_with("PREPARE (malformed: "), "{}", describe(&bad));
     Ok(())
 }
 
