@@ -238,7 +238,7 @@ impl Worker<'_> {
                     tx.release(&savepoints[i].0).unwrap();
                     savepoints.truncate(i);
                 }
-                10..=12 => {}
+                11 | 12 => {}
                 0..=4 => {
                     let (c, delta) = (self.rng.gen_range(0..COUNTERS), self.rng.gen_range(1..10));
                     if let Err(a) = self.increment(&mut tx, &mut p, c, delta) {
