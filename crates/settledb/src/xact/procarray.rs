@@ -264,7 +264,12 @@ impl TransactionManager {
         let clog = Clog::open(fs.clone(), data_dir)?;
         clog.set_latest_xid(opts.next_full_xid.xid());
         let twophase_dir = data_dir.join(TWOPHASE_DIR);
-        fs.create_dir_all(&twophase_dir)?;
+        if !fs.exists(&twophase_dir) {
+            // A data directory from before prepared transactions: the new directory's entry
+            // must be durable before a state file in it is relied on.
+            fs.create_dir_all(&twophase_dir)?;
+            fs.sync_dir(data_dir)?;
+        }
         let procs = ProcArray {
             next: opts.next_full_xid,
             limits: XidLimits::compute(opts.oldest_xid, opts.autovacuum_freeze_max_age),
