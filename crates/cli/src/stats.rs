@@ -9,7 +9,10 @@
 //!   last started from zero;
 //! * `pg_stat_wal`: WAL records, full-page images and bytes;
 //! * `relfrozenxid`: every table's relfrozenxid and its age (next XID - relfrozenxid), what
-//!   anti-wraparound VACUUM is driven by (PostgreSQL's `age(relfrozenxid)`).
+//!   anti-wraparound VACUUM is driven by (PostgreSQL's `age(relfrozenxid)`);
+//! * `pg_prepared_xacts`: the prepared transactions waiting for COMMIT or ROLLBACK PREPARED
+//!   (`transaction`, `gid`, `prepared`, `database`; there are no roles, so no `owner`), with
+//!   their XID's age, since each holds back VACUUM's removable cutoff.
 //!
 //! Opening the directory runs crash recovery if it needs it; the counters then start from
 //! zero (the engine resets them after a crash, as PostgreSQL does), and `stats_reset` in
@@ -21,6 +24,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use serde_json::{Map, Value as Json};
+use settledb::xact::PreparedXact;
 use settledb::{Config, Database, TableStatsSnapshot};
 
 /// One value of a view. `Null` prints as nothing, as psql prints NULL.
@@ -228,12 +232,41 @@ fn frozen_xids(db: &Database) -> View {
     View { name: "relfrozenxid", columns: vec!["relname", "relfrozenxid", "age"], rows, one_row: false }
 }
 
+/// The prepared transactions (`pg_prepared_xacts`), by XID, with the age of each XID.
+fn prepared_xacts(list: &[PreparedXact], next: settledb::Xid) -> View {
+    let rows = list
+        .iter()
+        .map(|p| {
+            let x = p.xid.xid();
+            vec![
+                Cell::Num(u64::from(x.0)),
+                Cell::Text(p.gid.clone()),
+                timestamp(u64::try_from(p.prepared_at_us).unwrap_or(0)),
+                Cell::Text(settledb::vacuum::DATABASE_NAME.to_string()),
+                Cell::Num(u64::from(next.0.wrapping_sub(x.0))),
+            ]
+        })
+        .collect();
+    View {
+        name: "pg_prepared_xacts",
+        columns: vec!["transaction", "gid", "prepared", "database", "age"],
+        rows,
+        one_row: false,
+    }
+}
+
 pub fn run(dir: PathBuf, json: bool, config: Config) -> Result<ExitCode> {
     crate::require_data_dir(&dir)?;
     let db = Database::open(&dir, config)?;
     let db_stats = db.stats();
     let next_xid = db.next_xid().xid();
-    let views = [user_tables(&db.all_table_stats()), database(&db_stats), wal(&db_stats), frozen_xids(&db)];
+    let views = [
+        user_tables(&db.all_table_stats()),
+        database(&db_stats),
+        wal(&db_stats),
+        frozen_xids(&db),
+        prepared_xacts(&db.prepared_xacts(), next_xid),
+    ];
     db.close()?;
     if json {
         let mut m: Map<String, Json> = views.iter().map(|v| (v.name.to_string(), v.json())).collect();
@@ -270,5 +303,22 @@ mod tests {
         };
         assert_eq!(v.render(), "v\n relname | n\n---------+---\n a       | 5\n bcd     |\n(2 rows)\n");
         assert_eq!(v.json(), serde_json::json!([{"relname": "a", "n": 5}, {"relname": "bcd", "n": null}]));
+    }
+
+    #[test]
+    fn prepared_xacts_view_names_each_with_its_age() {
+        let p = PreparedXact {
+            xid: settledb::FullXid::new(0, settledb::Xid(700)),
+            gid: "order-1".into(),
+            prepared_at_us: 1_735_689_600_000_000,
+            subxacts: 2,
+        };
+        let v = prepared_xacts(&[p], settledb::Xid(750));
+        assert_eq!(
+            v.render(),
+            "pg_prepared_xacts\n transaction |   gid   |           prepared            | database | age\n\
+             -------------+---------+-------------------------------+----------+-----\n\
+             \x20        700 | order-1 | 2025-01-01 00:00:00.000000+00 | settledb |  50\n(1 row)\n"
+        );
     }
 }

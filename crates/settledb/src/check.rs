@@ -29,7 +29,9 @@
 //! * every row version that is not dead to everyone is reachable through the index: its HOT
 //!   chain's root has an entry under its key;
 //!
-//! and for the catalog, that the database frozen XID is the minimum relfrozenxid.
+//! for the catalog, that the database frozen XID is the minimum relfrozenxid; and for the
+//! transaction state, that `pg_subtrans` agrees with the CLOG and the proc array, and every
+//! prepared transaction is in progress in the CLOG and running (`xact::verify`).
 //!
 //! Problems are collected, not returned as errors, so one run reports all of them; an I/O error
 //! that stops the check is returned as an error.
@@ -149,6 +151,7 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
         }
     }
     check_frozen_xids(inner, &mut report.problems)?;
+    report.problems.extend(inner.xact.verify()?);
     Ok(report)
 }
 

@@ -156,6 +156,10 @@ pub struct Config {
     pub autovacuum_vacuum_cost_limit: i32,
     /// `log_autovacuum_min_duration`, milliseconds (default 10min; -1 disables, 0 logs all).
     pub log_autovacuum_min_duration_ms: i64,
+    /// `max_prepared_transactions` (default 0, as in PostgreSQL: PREPARE TRANSACTION is
+    /// refused); up to 262143. The proc array has no fixed slots, so the value only caps how
+    /// many prepared transactions may exist at once.
+    pub max_prepared_transactions: u32,
     /// `deadlock_timeout`, milliseconds: how long a row-lock wait lasts before we give up
     /// waiting politely and report a lock timeout (no deadlock detector yet).
     pub lock_timeout_ms: u64,
@@ -203,6 +207,7 @@ impl Default for Config {
             autovacuum_vacuum_cost_limit: -1,
             log_autovacuum_min_duration_ms: 600_000,
             lock_timeout_ms: 0,
+            max_prepared_transactions: 0,
         }
     }
 }
@@ -248,6 +253,7 @@ pub const PARAMETERS: &[&str] = &[
     "autovacuum_vacuum_cost_limit",
     "log_autovacuum_min_duration",
     "lock_timeout",
+    "max_prepared_transactions",
 ];
 
 impl Config {
@@ -318,6 +324,10 @@ impl Config {
             "vacuum_cost_page_dirty" => self.vacuum_cost_page_dirty = integer(name, v, 0, 10_000)? as u32,
             "autovacuum" => self.autovacuum = boolean(name, v)?,
             "autovacuum_max_workers" => self.autovacuum_max_workers = integer(name, v, 1, 262_143)? as u32,
+            "max_prepared_transactions" => {
+                self.max_prepared_transactions =
+                    integer(name, v, 0, i64::from(crate::xact::twophase::MAX_PREPARED_TRANSACTIONS_LIMIT))? as u32
+            }
             "autovacuum_naptime" => self.autovacuum_naptime_ms = millis(name, v, 1000, 1000, 2_147_483_000)?,
             "autovacuum_vacuum_threshold" => {
                 self.autovacuum_vacuum_threshold = integer(name, v, 0, i32::MAX as i64)? as u64

@@ -64,12 +64,14 @@ pub enum Error {
     SerializationFailure,
 
     /// The XID counter is too close to wraparound: no new XIDs until the database is vacuumed.
+    /// `prepared_hint` is empty, or names the oldest prepared transaction (which holds back
+    /// what VACUUM can freeze, as PostgreSQL's hint says).
     #[error(
         "database is not accepting commands that assign new transaction IDs to avoid wraparound data loss \
          (next XID {next_xid}, oldest frozen XID {oldest_xid}); \
-         HINT: execute a database-wide VACUUM"
+         HINT: execute a database-wide VACUUM{prepared_hint}"
     )]
-    WraparoundStop { next_xid: Xid, oldest_xid: Xid },
+    WraparoundStop { next_xid: Xid, oldest_xid: Xid, prepared_hint: String },
 
     /// The engine stopped after a failure it cannot safely continue from (a failed fsync, a
     /// failed WAL write): every later command, reads included, returns this until the data

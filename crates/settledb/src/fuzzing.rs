@@ -16,7 +16,8 @@
 //! | `catalog_tuple` | a `pg_class` row (`deform_tuple` + `ClassRow::from_values`), the schema  |
 //! |                 | bytes of `relschema` (`Schema::decode`), `reloptions` (`RelOptions`)      |
 //! | `wal_record`    | `record::decode` after the CRC check, the waldump rendering, redo of     |
-//! |                 | every block onto a page (`startup::redo_page`), CLOG redo; re-assembly   |
+//! |                 | every block onto a page (`startup::redo_page`), CLOG and XACT redo      |
+//! |                 | (commit/abort subtransaction lists, two-phase records); re-assembly     |
 //! | `wal_stream`    | `WalReader` over segments made of the input (recovery's reader)          |
 //! | `control_file`  | `ControlFile::decode`, then the XID limits and WAL geometry startup     |
 //! |                 | derives from it                                                         |
@@ -26,6 +27,12 @@
 //! | `vm_page`       | a visibility-map page read through the buffer pool, bits, set/clear      |
 //! | `fsm_page`      | a free-space-map page read through the buffer pool, get/search/record    |
 //! | `stats_file`    | `StatsFile::decode` (`pg_stat/stats.bin`); encode gives the same bytes   |
+//! | `relsize_file`  | `Sizes::decode` (`global/pg_relsize`); the re-encoded map decodes alike  |
+//! | `twophase_state`| a `pg_twophase` state file as recovery reads it (`read_state_files`,    |
+//! |                 | `TwoPhaseState::decode`), re-encoded to the same bytes, then loaded into |
+//! |                 | a transaction manager and recovered (`finish_twophase_recovery`)        |
+//!
+//! `pg_subtrans` has no target: it is never read from disk (see `xact::subtrans`).
 //!
 //! # Input conventions
 //!
@@ -53,7 +60,8 @@ use crate::smgr::Smgr;
 use crate::stats::StatsFile;
 use crate::types::{BlockNumber, BufferTag, Fork, Lsn, OffsetNumber, Oid, Tid, Xid};
 use crate::wal::{self, control::ControlFile, record, DecodedRecord, RecordBuilder, WalReader};
-use crate::xact::{Clog, XidStatus};
+use crate::xact::twophase::{self, TwoPhaseState};
+use crate::xact::{Clog, TransactionManager, XactOptions, XidStatus};
 
 pub mod seeds;
 
@@ -77,6 +85,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("fsm_page", fsm_page),
     ("stats_file", stats_file),
     ("relsize_file", relsize_file),
+    ("twophase_state", twophase_state),
 ];
 
 /// The relation every page target pretends to read.
@@ -336,6 +345,15 @@ pub fn wal_record(data: &[u8]) {
         let fs = FaultFs::new();
         if let Ok(clog) = Clog::open(fs, Path::new("/fuzz")) {
             let _ = clog.redo(&decoded);
+        }
+    }
+    if decoded.rmgr == wal::Rmgr::Xact {
+        let fs = FaultFs::new();
+        if let Ok(tm) = TransactionManager::open(fs, Path::new("/fuzz"), XactOptions::default()) {
+            if tm.redo(&decoded).is_ok() {
+                let _ = tm.finish_twophase_recovery();
+                let _ = tm.verify();
+            }
         }
     }
 }
@@ -746,4 +764,39 @@ pub fn relsize_file(data: &[u8]) {
     let Ok(sizes) = crate::smgr::sizes::Sizes::decode(&bytes, path) else { return };
     let again = crate::smgr::sizes::Sizes::decode(&sizes.encode(), path).expect("re-encoded map decodes");
     assert_eq!(again.blocks, sizes.blocks, "relation size map round trip");
+}
+
+/// A prepared transaction's state file as recovery reads it. Input: control byte, the file's
+/// bytes (its name is taken from the XID the bytes claim, or a fixed one when too short).
+pub fn twophase_state(data: &[u8]) {
+    let mut input = Input(data);
+    let ctl = input.u8();
+    let mut bytes = input.rest().to_vec();
+    if ctl & REPAIR != 0 && bytes.len() >= 4 {
+        let n = bytes.len();
+        let crc = crc32c::crc32c(&bytes[..n - 4]);
+        bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
+    }
+    if let Ok(state) = TwoPhaseState::decode(&bytes) {
+        assert_eq!(state.encode(), bytes, "two-phase state round trip");
+        let _ = twophase::describe(&state);
+    }
+    let xid = bytes
+        .get(8..16)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map_or(crate::types::FullXid(3), |b| crate::types::FullXid(u64::from_le_bytes(b)));
+    let fs = FaultFs::new();
+    let dir = Path::new("/fuzz");
+    // The control file's next XID is after every prepared one.
+    let opts = XactOptions { next_full_xid: crate::xact::varsup::advance(xid, 1000), ..XactOptions::default() };
+    let Ok(tm) = TransactionManager::open(fs.clone(), dir, opts) else { return };
+    let path = twophase::state_file_path(&dir.join(twophase::TWOPHASE_DIR), xid);
+    let f = fs.open(&path, true).expect("FaultFs creates");
+    f.write_at(&bytes, 0).expect("FaultFs writes");
+    if tm.load_twophase_files().is_ok() {
+        let left = tm.finish_twophase_recovery().expect("recovering a loaded state");
+        assert_eq!(tm.prepared_xacts().len(), left);
+        let problems = tm.verify().expect("verifying");
+        assert!(problems.is_empty(), "a recovered prepared transaction is consistent: {problems:?}");
+    }
 }

@@ -153,5 +153,6 @@ smoke_tests!(
     vm_page,
     fsm_page,
     stats_file,
-    relsize_file
+    relsize_file,
+    twophase_state
 );

@@ -24,6 +24,10 @@
 //! t1: fetch accounts r1                                  the row, or "not visible"
 //! t1: scan accounts                                      "(block,offset) (values)" per row
 //! t1: commit | rollback
+//! t1: savepoint s1 | release s1 | rollback to s1      SAVEPOINT / RELEASE / ROLLBACK TO
+//! t1: prepare g1                                     PREPARE TRANSACTION 'g1'
+//! commit prepared g1 | rollback prepared g1           COMMIT / ROLLBACK PREPARED 'g1'
+//! prepared xacts                                     pg_prepared_xacts (xid, gid)
 //! t2: update accounts r1 set bal = bal + 1 &             start a step that may block ...
 //! t2: await                                              ... and print its result here
 //! inspect accounts 0                                     Database::describe_page
@@ -115,6 +119,10 @@ enum Cmd {
     Begin(IsolationLevel),
     Commit,
     Rollback,
+    Savepoint(String),
+    Release(String),
+    RollbackTo(String),
+    Prepare(String),
     Op(Op),
     /// End the session thread: roll its transaction back, or at a crash leave it in progress.
     Exit {
@@ -201,6 +209,37 @@ fn run_cmd<'db>(db: &'db Database, txn: &mut Option<Txn<'db>>, cmd: Cmd) -> Step
         Cmd::Rollback => match txn.take() {
             None => Err("there is no transaction in progress".into()),
             Some(t) => t.tx.rollback().map(|()| Out::Ok).map_err(err),
+        },
+        Cmd::Savepoint(name) | Cmd::Release(name) if txn.as_ref().is_some_and(|t| t.failed) => {
+            let _ = name;
+            Err("current transaction is aborted, commands ignored until end of transaction block".into())
+        }
+        Cmd::Savepoint(name) => match txn.as_mut() {
+            None => Err("SAVEPOINT can only be used in transaction blocks".into()),
+            Some(t) => t.tx.savepoint(&name).map(|()| Out::Ok).map_err(err),
+        },
+        Cmd::Release(name) => match txn.as_mut() {
+            None => Err("RELEASE SAVEPOINT can only be used in transaction blocks".into()),
+            Some(t) => t.tx.release(&name).map(|()| Out::Ok).map_err(err),
+        },
+        Cmd::RollbackTo(name) => match txn.as_mut() {
+            None => Err("ROLLBACK TO SAVEPOINT can only be used in transaction blocks".into()),
+            Some(t) => {
+                let r = t.tx.rollback_to(&name).map(|()| Out::Ok).map_err(err);
+                t.failed = t.tx.is_failed();
+                r
+            }
+        },
+        Cmd::Prepare(gid) => match txn.take() {
+            None => Err("there is no transaction in progress".into()),
+            Some(t) if t.failed => t.tx.rollback().map(|()| Out::RolledBack).map_err(err),
+            Some(mut t) => match t.tx.prepare(&gid) {
+                Ok(()) => Ok(Out::Ok),
+                Err(e) => {
+                    *txn = Some(t);
+                    Err(err(e))
+                }
+            },
         },
         Cmd::Op(op) => match txn.as_mut() {
             Some(t) if t.failed => {
@@ -648,6 +687,20 @@ impl Runner {
                 let _ = handle.join();
                 Ok(ok())
             }
+            ["commit", "prepared", gid] => {
+                Ok(db.commit_prepared(gid).map_or_else(|e| vec![format!("error: {e}")], |()| ok()))
+            }
+            ["rollback", "prepared", gid] => {
+                Ok(db.rollback_prepared(gid).map_or_else(|e| vec![format!("error: {e}")], |()| ok()))
+            }
+            ["prepared", "xacts"] => {
+                let v = db.prepared_xacts();
+                if v.is_empty() {
+                    Ok(vec!["no prepared transactions".into()])
+                } else {
+                    Ok(v.iter().map(|p| format!("xid {} gid {} subxacts {}", p.xid.xid(), p.gid, p.subxacts)).collect())
+                }
+            }
             ["checkpoint"] => db.checkpoint().map(|()| ok()).map_err(|e| e.to_string()),
             ["check"] => run_check(&db).map(|()| ok()),
             ["restart"] => {
@@ -726,6 +779,10 @@ impl Runner {
             ["begin", "repeatable", "read"] => Cmd::Begin(IsolationLevel::RepeatableRead),
             ["commit"] => Cmd::Commit,
             ["rollback"] => Cmd::Rollback,
+            ["savepoint", name] => Cmd::Savepoint(name.to_string()),
+            ["release", name] | ["release", "savepoint", name] => Cmd::Release(name.to_string()),
+            ["rollback", "to", name] | ["rollback", "to", "savepoint", name] => Cmd::RollbackTo(name.to_string()),
+            ["prepare", gid] => Cmd::Prepare(gid.to_string()),
             ["insert", table, ..] => {
                 let values = head.split_once(table).map(|(_, v)| v).unwrap_or_default();
                 Cmd::Op(Op::Insert { table: table.to_string(), values: parse_values(values)? })

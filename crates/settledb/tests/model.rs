@@ -15,6 +15,11 @@
 //! * private rows, inserted, updated (`v = random`), deleted and fetched only by the thread
 //!   that owns their key range, checked within the transaction against the thread's own view.
 //!
+//! Transactions also set savepoints, release them and roll back to them (the oracle keeps the
+//! transaction's pending changes as of each savepoint, and ROLLBACK TO restores them): a
+//! counter incremented in a rolled-back subtransaction keeps its old value, and its row lock
+//! is released to the threads waiting for it before the transaction ends.
+//!
 //! Rows are located by key through a scan; a TID is a row *version*, so the update closure
 //! checks the key and a stale TID (a version pruned since the scan) is retried from a new scan.
 //! REPEATABLE READ transactions also check that every scan returns the same rows for the keys
@@ -38,6 +43,8 @@ type Rows = BTreeMap<i32, i64>;
 struct Tally {
     commits: u64,
     rollbacks: u64,
+    savepoints: u64,
+    rollbacks_to_savepoint: u64,
     serialization_failures: u64,
     deadlocks: u64,
     stale_tids: u64,
@@ -113,7 +120,7 @@ struct Worker<'a> {
 }
 
 /// A transaction's own changes, applied to the oracle if it commits.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Pending {
     deltas: BTreeMap<i32, i64>,
     private: BTreeMap<i32, Option<(Tid, i64)>>,
@@ -208,8 +215,30 @@ impl Worker<'_> {
         // REPEATABLE READ: the first scan, to compare later scans with.
         let first = if rr { Some(scan(&mut tx, db).unwrap()) } else { None };
         let mut aborted = None;
-        for _ in 0..self.rng.gen_range(1..6) {
-            match self.rng.gen_range(0..10) {
+        // Open savepoints with the changes made before each (ROLLBACK TO restores them).
+        let mut savepoints: Vec<(String, Pending)> = Vec::new();
+        for _ in 0..self.rng.gen_range(1..8) {
+            match self.rng.gen_range(0..13) {
+                10 => {
+                    let name = format!("sp{}", savepoints.len());
+                    tx.savepoint(&name).unwrap();
+                    savepoints.push((name, p.clone()));
+                    self.tally.savepoints += 1;
+                }
+                11 if !savepoints.is_empty() => {
+                    // Undo since a random open savepoint: its row locks are released at once.
+                    let i = self.rng.gen_range(0..savepoints.len());
+                    tx.rollback_to(&savepoints[i].0).unwrap();
+                    savepoints.truncate(i + 1);
+                    p = savepoints[i].1.clone();
+                    self.tally.rollbacks_to_savepoint += 1;
+                }
+                12 if !savepoints.is_empty() => {
+                    let i = self.rng.gen_range(0..savepoints.len());
+                    tx.release(&savepoints[i].0).unwrap();
+                    savepoints.truncate(i);
+                }
+                11 | 12 => {}
                 0..=4 => {
                     let (c, delta) = (self.rng.gen_range(0..COUNTERS), self.rng.gen_range(1..10));
                     if let Err(a) = self.increment(&mut tx, &mut p, c, delta) {
@@ -296,6 +325,8 @@ fn workload(db: &Database, oracle: &Mutex<Rows>) -> Tally {
     for t in tallies {
         sum.commits += t.commits;
         sum.rollbacks += t.rollbacks;
+        sum.savepoints += t.savepoints;
+        sum.rollbacks_to_savepoint += t.rollbacks_to_savepoint;
         sum.serialization_failures += t.serialization_failures;
         sum.deadlocks += t.deadlocks;
         sum.stale_tids += t.stale_tids;
@@ -322,6 +353,7 @@ fn concurrent_transactions_match_the_oracle_across_restart_and_crash() {
     let tally = workload(&db, &oracle);
     eprintln!("{tally:?}");
     assert!(tally.commits > 0);
+    assert!(tally.savepoints > 0 && tally.rollbacks_to_savepoint > 0, "{tally:?}");
     let expected = oracle.into_inner().unwrap();
     assert_eq!(contents(&db), expected, "after the workload");
     assert_check_clean(&db, "after the workload");

@@ -113,3 +113,28 @@ fn a_bit_without_pd_all_visible_is_reported_the_reverse_is_allowed() {
         vec!["relation \"t\" block 0: visibility map says ALL_VISIBLE but the page lacks PD_ALL_VISIBLE".to_string()]
     );
 }
+
+/// `check` against a forged CLOG: a committed subtransaction whose parent the CLOG calls
+/// aborted, and a sub-committed mark left behind by no running transaction.
+#[test]
+fn subtransaction_statuses_that_contradict_the_parent_map_are_reported() {
+    let db = open();
+    let (t, _) = make_table(&db, 1);
+    let mut tx = db.begin().unwrap();
+    tx.savepoint("s").unwrap();
+    tx.insert(&t, &[Value::Int4(7), Value::Text("x".into())]).unwrap();
+    let (top, sub) = (tx.xid().unwrap(), tx.current_xid().unwrap());
+    tx.release("s").unwrap();
+    tx.savepoint("s2").unwrap();
+    tx.insert(&t, &[Value::Int4(8), Value::Text("y".into())]).unwrap();
+    let sub2 = tx.current_xid().unwrap();
+    tx.commit().unwrap();
+    assert!(check_database(&db).unwrap().is_clean());
+    let clog = db.inner().xact.clog();
+    clog.set_status(sub2, XidStatus::SubCommitted).unwrap();
+    clog.set_status(top, XidStatus::Aborted).unwrap();
+    let report = check_database(&db).unwrap();
+    let text = report.to_string();
+    assert!(text.contains(&format!("subtransaction {sub} is committed but its parent {top} is Aborted")), "{text}");
+    assert!(text.contains(&format!("subtransaction {sub2} is still sub-committed in the CLOG")), "{text}");
+}

@@ -161,7 +161,12 @@ pub(crate) struct Inner {
     /// Progress of the VACUUMs running now (`pg_stat_progress_vacuum`).
     pub(crate) vacuum_progress: Mutex<Vec<Arc<crate::vacuum::VacuumProgress>>>,
     pub(crate) autovacuum: autovacuum::AutovacuumState,
+    /// The table statistics of prepared transactions, applied when they are finished (like
+    /// all statistics, not kept across a crash).
+    pub(crate) prepared_counts: Mutex<std::collections::HashMap<crate::types::FullXid, PreparedCounts>>,
 }
+
+type PreparedCounts = Vec<(Arc<TableEntry>, crate::stats::TableCounts)>;
 
 impl Inner {
     pub(crate) fn env(&self) -> HeapEnv<'_> {
@@ -169,8 +174,12 @@ impl Inner {
     }
 
     /// Waits for `other` to finish on behalf of `me`, failing instead when that would close a
-    /// cycle of waiters.
+    /// cycle of waiters. Either may be a subtransaction's XID: the graph of waiters is kept
+    /// between top-level XIDs (a transaction waits as a whole), while the wait itself ends as
+    /// soon as `other` does, which for a subtransaction may be at its ROLLBACK TO.
     pub(crate) fn wait_for_xid(&self, me: Xid, other: Xid) -> Result<()> {
+        let wait_on = other;
+        let (me, other) = (self.xact.top_level_of(me), self.xact.top_level_of(other));
         {
             let mut w = self.waits.lock();
             let mut cur = other;
@@ -185,7 +194,7 @@ impl Inner {
             }
             w.insert(me, other);
         }
-        self.xact.wait_for(other);
+        self.xact.wait_for(wait_on);
         self.waits.lock().remove(&me);
         Ok(())
     }
@@ -205,6 +214,12 @@ impl Inner {
         // pointer covers every lost write. A failed *write* (ENOSPC) leaves its buffer dirty and
         // is simply retried by the next checkpoint, as in PostgreSQL.
         self.xact.clog().checkpoint(&*self.wal).map_err(|e| self.wal.poison_after("checkpoint of the CLOG", e))?;
+        // Prepared transactions whose PREPARE record replay from `redo` would not see get a
+        // state file (waited for above like commits: `commits_in_flight`).
+        self.xact
+            .checkpoint_twophase(redo)
+            .map_err(|e| self.wal.poison_after("writing two-phase state files at checkpoint", e))?;
+        self.xact.truncate_subtrans();
         self.pool.flush_all()?;
         self.pool.smgr().sync_all().map_err(|e| self.wal.poison_after("fsync of data files at checkpoint", e))?;
         // Written like the control file (and in the same directory): a failed fsync there is
@@ -433,6 +448,7 @@ impl Database {
             bg_error: Mutex::new(None),
             vacuum_progress: Mutex::new(Vec::new()),
             autovacuum: Default::default(),
+            prepared_counts: Mutex::new(Default::default()),
         });
         if fresh {
             startup::bootstrap_catalog(&inner.env(), &inner.catalog)?;
@@ -637,6 +653,36 @@ impl Database {
     /// The last XID wraparound warning issued, if any.
     pub fn last_xid_warning(&self) -> Option<String> {
         self.inner.xact.last_warning()
+    }
+
+    /// COMMIT PREPARED `gid`: commits a transaction prepared by [`Transaction::prepare`], in
+    /// this or an earlier run of the database. An unknown `gid` is an error naming it.
+    pub fn commit_prepared(&self, gid: &str) -> Result<()> {
+        self.finish_prepared(gid, true)
+    }
+
+    /// ROLLBACK PREPARED `gid`: rolls back a prepared transaction.
+    pub fn rollback_prepared(&self, gid: &str) -> Result<()> {
+        self.finish_prepared(gid, false)
+    }
+
+    fn finish_prepared(&self, gid: &str, commit: bool) -> Result<()> {
+        self.check_healthy()?;
+        let xid = self.inner.xact.finish_prepared(gid, commit, &*self.inner.wal)?;
+        if let Some(counts) = self.inner.prepared_counts.lock().remove(&xid) {
+            transaction::apply_counts(&self.inner, counts, commit);
+        }
+        if commit {
+            self.inner.counters.xact_commit.add(1);
+        } else {
+            self.inner.counters.xact_rollback.add(1);
+        }
+        Ok(())
+    }
+
+    /// The prepared transactions, by XID (`pg_prepared_xacts`).
+    pub fn prepared_xacts(&self) -> Vec<crate::xact::PreparedXact> {
+        self.inner.xact.prepared_xacts()
     }
 
     /// The oldest XID any snapshot may still need (`OldestXmin`).

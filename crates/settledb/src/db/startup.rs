@@ -6,6 +6,8 @@
 //!   DIR/global/pg_control   control file: last checkpoint, redo pointer, next XID, oldest XID
 //!   DIR/pg_wal/             WAL segments
 //!   DIR/pg_xact/            CLOG segments
+//!   DIR/pg_twophase/        state files of prepared transactions older than the last
+//!                           checkpoint's redo pointer ([`crate::xact::twophase`])
 //!   DIR/base/<filenode>     relation forks (pg_class is 1259)
 //!   DIR/pg_stat/stats.bin   statistics saved by a clean shutdown ([`crate::stats`])
 //! ```
@@ -13,12 +15,16 @@
 //! # Recovery
 //!
 //! The control file is written last by every checkpoint, so it always names a complete one.
-//! Recovery reads WAL from that checkpoint's redo pointer to the end of valid WAL (a torn or
-//! corrupt tail ends it) and replays each record: transaction records set CLOG, storage records
+//! Recovery first loads the prepared transactions' state files (`pg_twophase`), then reads
+//! WAL from that checkpoint's redo pointer to the end of valid WAL (a torn or
+//! corrupt tail ends it) and replays each record: transaction records set CLOG (and add or
+//! finish prepared transactions), storage records
 //! create or truncate files, page records go through [`redo_blocks`], which restores full-page
 //! images and skips pages whose LSN already covers the record, so replay is idempotent. Then
 //! the WAL continues from the end of the last valid record, the catalog is loaded, files no
-//! catalog row names are removed, and an end-of-recovery checkpoint is taken.
+//! catalog row names are removed, and an end-of-recovery checkpoint is taken. Prepared
+//! transactions not finished in the WAL run again (`xact::prepared`), waiting for COMMIT or
+//! ROLLBACK PREPARED; `pg_subtrans` starts empty (`xact::subtrans` says why that is enough).
 //!
 //! # Checkpoints
 //!
@@ -29,6 +35,9 @@
 //!    step 2 writes;
 //! 2. flush WAL, then write CLOG pages (a commit's CLOG bit never reaches disk before its
 //!    commit record);
+//!    then write and fsync a state file for each prepared transaction whose PREPARE record
+//!    lies before the redo pointer (waited for like commits in step 1), and drop the
+//!    `pg_subtrans` pages before the horizon;
 //! 3. write every dirty buffer (each after WAL up to its LSN) and fsync the relation files;
 //! 4. log a CHECKPOINT record, flush it, write the control file (atomically, durably);
 //! 5. recycle WAL segments wholly before the redo pointer as future segments, or remove them
@@ -84,6 +93,8 @@ pub struct RecoveryReport {
     pub end_lsn: Lsn,
     pub records_replayed: u64,
     pub stop_reason: Option<String>,
+    /// Prepared transactions still waiting for COMMIT/ROLLBACK PREPARED after recovery.
+    pub prepared_transactions: usize,
 }
 
 /// Applies a record's page changes (the generic half of redo).
@@ -270,13 +281,14 @@ pub fn replay(
 ) -> Result<(RecoveryReport, Lsn, FullXid)> {
     let mut reader = WalReader::new(fs.clone(), &wal_dir(dir), control.redo_lsn, control.wal_segment_size);
     let mut report = RecoveryReport { performed: true, redo_start: control.redo_lsn, ..Default::default() };
-    let mut next_xid = control.next_xid;
+    xact.set_next_full_xid(control.next_xid);
+    xact.load_twophase_files()?;
     while let Some(rec) = reader.next()? {
         if rec.xid.is_normal() {
+            let next_xid = xact.next_full_xid();
             let full = next_xid.widen(rec.xid);
             if full >= next_xid {
-                next_xid = full.next();
-                xact.set_next_full_xid(next_xid);
+                xact.set_next_full_xid(full.next());
             }
         }
         match rec.rmgr {
@@ -290,12 +302,20 @@ pub fn replay(
     }
     report.end_lsn = reader.end_lsn();
     report.stop_reason = reader.stop_reason().map(str::to_string);
-    Ok((report, reader.last_record_lsn(), next_xid))
+    report.prepared_transactions = xact.finish_twophase_recovery()?;
+    Ok((report, reader.last_record_lsn(), xact.next_full_xid()))
 }
 
 /// Initializes a new data directory.
 pub fn bootstrap_dirs(fs: &Arc<dyn FileSystem>, dir: &Path) -> Result<()> {
-    for d in [dir.to_path_buf(), dir.join("global"), wal_dir(dir), base_dir(dir), dir.join("pg_xact")] {
+    for d in [
+        dir.to_path_buf(),
+        dir.join("global"),
+        wal_dir(dir),
+        base_dir(dir),
+        dir.join("pg_xact"),
+        dir.join(crate::xact::twophase::TWOPHASE_DIR),
+    ] {
         fs.create_dir_all(&d)?;
     }
     fs.sync_dir(dir)
@@ -319,7 +339,7 @@ pub fn bootstrap_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
         options: Default::default(),
     };
     let rel = Relation::new(PG_CLASS_OID, "pg_class", PG_CLASS_OID, catalog::pg_class_schema(), 100);
-    let snap = Snapshot { xmin: Xid::FIRST_NORMAL, xmax: Xid::FIRST_NORMAL, xip: vec![], my_xid: Some(Xid::BOOTSTRAP) };
+    let snap = Snapshot::simple(Xid::FIRST_NORMAL, Xid::FIRST_NORMAL, vec![], Some(Xid::BOOTSTRAP));
     let tx =
         TxContext { xid: Xid::BOOTSTRAP, cid: 0, snapshot: &snap, serializable_updates: false, horizon: Xid::INVALID };
     let tid = heap::insert(env, &rel, &tx, &row.to_values())?;

@@ -8,6 +8,33 @@
 //! The snapshot a call runs with is advertised in the proc array (so pruning never removes a
 //! version it may still need) and withdrawn at commit or rollback.
 //!
+//! # Savepoints (subtransactions)
+//!
+//! [`Transaction::savepoint`] opens a subtransaction, [`Transaction::release`] merges it (and
+//! those opened after it) into its parent, [`Transaction::rollback_to`] undoes everything
+//! done since it and keeps it open, as PostgreSQL's SAVEPOINT / RELEASE / ROLLBACK TO. A
+//! subtransaction gets an XID only when it first writes, after every enclosing one got its
+//! own (so a child's XID is greater than its parent's; `xact::subtrans` records the link).
+//! Rows are written with the innermost subtransaction's XID. The transaction's *current*
+//! XIDs are the top-level one and those of its open and released subtransactions; rolled
+//! back ones are aborted in the CLOG at once (an ABORT record lists them), so their rows are
+//! dead to every snapshot, this transaction's included, and their row locks are free. Each
+//! command's snapshot carries the current XIDs ([`Snapshot::is_current`]), which is how the
+//! heap recognises the transaction's own rows. At commit the released and still open
+//! subtransactions commit with the top-level one (the commit record lists them).
+//!
+//! Names may repeat; the newest savepoint of a name is the one RELEASE and ROLLBACK TO find.
+//! ROLLBACK TO also ends the failed state a failing command left (the failed command's
+//! changes belonged to the subtransactions it rolls back). Unlike PostgreSQL, naming a
+//! savepoint that does not exist is refused without failing the transaction (nothing was
+//! changed).
+//!
+//! # PREPARE TRANSACTION
+//!
+//! [`Transaction::prepare`] hands the transaction to the proc array under a global
+//! identifier (see `xact::twophase`); [`Database::commit_prepared`] and
+//! [`Database::rollback_prepared`] finish it from any session, after a restart or a crash too.
+//!
 //! What a transaction does to each user table (rows inserted, updated, deleted, scans started)
 //! is counted in the transaction and added to the table's [`crate::stats::TableStats`] once,
 //! when it ends, by rules that depend on whether it committed (see [`crate::stats`]). A heap
@@ -29,6 +56,9 @@ use crate::stats::TableCounts;
 use crate::types::{BlockNumber, Fork, FullXid, Tid, Xid};
 use crate::xact::{BackendId, Snapshot};
 
+mod savepoint;
+use savepoint::SubXact;
+
 /// An open transaction. Dropping it without [`Transaction::commit`] rolls it back.
 pub struct Transaction<'db> {
     db: &'db Database,
@@ -36,6 +66,13 @@ pub struct Transaction<'db> {
     backend: BackendId,
     isolation: IsolationLevel,
     xid: Option<FullXid>,
+    /// Open savepoints, outermost first.
+    subxacts: Vec<SubXact>,
+    /// The XIDs of the subtransactions that are not rolled back (open or released), sorted by
+    /// value: what the snapshots of the next commands call current. Shared with them, changed
+    /// in place when no snapshot holds it (a transaction with 100,000 subtransactions does
+    /// not copy them per command).
+    current_subxids: Arc<Vec<Xid>>,
     cid: u32,
     /// REPEATABLE READ: the transaction snapshot, taken at the first command.
     snapshot: Option<Snapshot>,
@@ -60,6 +97,8 @@ impl<'db> Transaction<'db> {
             backend,
             isolation,
             xid: None,
+            subxacts: Vec::new(),
+            current_subxids: Arc::default(),
             cid: 0,
             snapshot: None,
             horizon: Xid::INVALID,
@@ -74,9 +113,49 @@ impl<'db> Transaction<'db> {
         self.isolation
     }
 
-    /// The transaction's XID, if it has written anything.
+    /// The transaction's (top-level) XID, if it has written anything.
     pub fn xid(&self) -> Option<Xid> {
         self.xid.map(FullXid::xid)
+    }
+
+    /// The XID rows are written with now: the innermost open savepoint's, if it has one, else
+    /// the top-level XID (`GetCurrentTransactionIdIfAny`).
+    pub fn current_xid(&self) -> Option<Xid> {
+        self.subxacts.last().map_or(self.xid, |s| s.xid).map(FullXid::xid)
+    }
+
+    /// Adds a newly assigned subtransaction XID to the current ones. Usually the largest (the
+    /// newest), so an append.
+    fn add_current_subxid(&mut self, x: Xid) {
+        let v = Arc::make_mut(&mut self.current_subxids);
+        match v.last() {
+            Some(last) if last.0 > x.0 => {
+                let i = v.partition_point(|y| y.0 < x.0);
+                v.insert(i, x);
+            }
+            _ => v.push(x),
+        }
+    }
+
+    /// Removes rolled-back subtransaction XIDs from the current ones. They are the newest
+    /// (a rolled-back level's XIDs were assigned after every XID outside it), so usually a
+    /// truncation.
+    fn remove_current_subxids(&mut self, xids: &[FullXid]) {
+        let gone: rustc_hash::FxHashSet<Xid> = xids.iter().map(|x| x.xid()).collect();
+        let v = Arc::make_mut(&mut self.current_subxids);
+        let mut removed = 0;
+        while v.last().is_some_and(|x| gone.contains(x)) {
+            v.pop();
+            removed += 1;
+        }
+        if removed < gone.len() {
+            v.retain(|x| !gone.contains(x));
+        }
+    }
+
+    /// The names of the open savepoints, outermost first.
+    pub fn savepoints(&self) -> Vec<&str> {
+        self.subxacts.iter().map(|s| s.name.as_str()).collect()
     }
 
     fn active(&self) -> Result<()> {
@@ -109,18 +188,50 @@ impl<'db> Transaction<'db> {
         self.failed.is_some()
     }
 
-    /// Assigns an XID on first write.
+    /// Assigns XIDs on first write: the top-level transaction's, then each open
+    /// savepoint's that has none, outermost first (a parent before its child). Returns the
+    /// XID to write rows with.
     pub(crate) fn ensure_xid(&mut self) -> Result<Xid> {
         self.active()?;
+        let top = self.ensure_top_xid()?;
+        let mut parent = top;
+        let mut assigned = false;
+        for i in 0..self.subxacts.len() {
+            parent = match self.subxacts[i].xid {
+                Some(x) => x,
+                None => {
+                    let x = self.inner.xact.assign_subxid(top, parent, &*self.inner.wal)?;
+                    self.subxacts[i].xid = Some(x);
+                    self.add_current_subxid(x.xid());
+                    assigned = true;
+                    x
+                }
+            };
+        }
+        if assigned {
+            self.refresh_snapshot_xids();
+        }
+        Ok(parent.xid())
+    }
+
+    fn ensure_top_xid(&mut self) -> Result<FullXid> {
         if let Some(x) = self.xid {
-            return Ok(x.xid());
+            return Ok(x);
         }
         let full = self.inner.xact.assign_xid(&*self.inner.wal)?;
         self.xid = Some(full);
+        self.refresh_snapshot_xids();
+        Ok(full)
+    }
+
+    /// Makes the kept (REPEATABLE READ) snapshot know the transaction's current XIDs.
+    fn refresh_snapshot_xids(&mut self) {
+        let subs = self.current_subxids.clone();
+        let top = self.xid();
         if let Some(s) = self.snapshot.as_mut() {
-            s.my_xid = Some(full.xid());
+            s.my_xid = top;
+            s.my_subxids = subs;
         }
-        Ok(full.xid())
     }
 
     /// The snapshot for the next command: the transaction's (REPEATABLE READ) or a new one,
@@ -137,11 +248,15 @@ impl<'db> Transaction<'db> {
                 } else {
                     self.horizon = self.inner.xact.oldest_xmin();
                 }
+                self.refresh_snapshot_xids();
                 Ok(self.snapshot.clone().expect("set above"))
             }
             IsolationLevel::ReadCommitted => {
-                let (snap, horizon) = self.inner.xact.command_snapshot(self.backend, my);
+                let (mut snap, horizon) = self.inner.xact.command_snapshot(self.backend, my);
                 self.horizon = horizon;
+                if !self.current_subxids.is_empty() {
+                    snap.my_subxids = self.current_subxids.clone();
+                }
                 Ok(snap)
             }
         }
@@ -174,12 +289,7 @@ impl<'db> Transaction<'db> {
 
     /// Adds the counts to the tables' statistics, once, as the transaction ends.
     fn apply_table_counts(&mut self, committed: bool) {
-        for (entry, c) in std::mem::take(&mut self.table_counts) {
-            entry.stats.apply(&c, committed);
-            if c.inserted + c.updated + c.deleted > 0 {
-                super::autovacuum::note_changed(self.inner, &entry);
-            }
-        }
+        apply_counts(self.inner, std::mem::take(&mut self.table_counts), committed);
     }
 
     /// Inserts a row; returns its TID.
@@ -202,7 +312,7 @@ impl<'db> Transaction<'db> {
         let tid = heap::insert(&self.inner.env(), rel, &tx, values)?;
         if let Some(e) = entry {
             self.counts(e).inserted += 1;
-            self.insert_index_entries(e, xid, tid, values)?;
+            self.insert_index_entries(e, xid, &snap, tid, values)?;
         }
         self.cid += 1;
         self.end_command();
@@ -211,12 +321,19 @@ impl<'db> Transaction<'db> {
 
     /// Adds the entries of a new heap version to every index of its table (checking unique
     /// indexes against live versions, waiting for running inserters and deleters).
-    fn insert_index_entries(&self, entry: &TableEntry, xid: Xid, tid: Tid, values: &[Value]) -> Result<()> {
+    fn insert_index_entries(
+        &self,
+        entry: &TableEntry,
+        xid: Xid,
+        snap: &Snapshot,
+        tid: Tid,
+        values: &[Value],
+    ) -> Result<()> {
         let defs: Vec<Arc<IndexDef>> = entry.indexes.read().clone();
         let env = self.inner.env();
         for def in defs {
             let key = def.key_of(values);
-            let check = UniqueProbe { inner: self.inner, rel: &entry.rel, def: &def, key: &key, me: xid };
+            let check = UniqueProbe { inner: self.inner, rel: &entry.rel, def: &def, key: &key, me: xid, snap };
             let unique: Option<&dyn UniqueCheck> = if def.meta.unique { Some(&check) } else { None };
             def.btree.insert(&env, &key, tid, unique)?;
         }
@@ -238,7 +355,7 @@ impl<'db> Transaction<'db> {
         self.counts(&table.entry).inserted += tids.len() as u64;
         if !table.entry.indexes.read().is_empty() {
             for (tid, row) in tids.iter().zip(rows) {
-                self.insert_index_entries(&table.entry, xid, *tid, row)?;
+                self.insert_index_entries(&table.entry, xid, &snap, *tid, row)?;
             }
         }
         self.cid += 1;
@@ -324,7 +441,7 @@ impl<'db> Transaction<'db> {
                 c.updated += 1;
                 c.hot_updated += u64::from(hot);
                 if !hot {
-                    self.insert_index_entries(&table.entry, xid, tid, &values)?;
+                    self.insert_index_entries(&table.entry, xid, snap, tid, &values)?;
                 }
                 self.inner.counters.tup_updated.add(1);
                 if hot {
@@ -398,7 +515,7 @@ impl<'db> Transaction<'db> {
             None => Ok(()),
         };
         self.apply_table_counts(r.is_ok());
-        self.release();
+        self.unregister();
         match r {
             Ok(()) => {
                 self.inner.counters.xact_commit.add(1);
@@ -423,12 +540,12 @@ impl<'db> Transaction<'db> {
             None => Ok(()),
         };
         self.apply_table_counts(false);
-        self.release();
+        self.unregister();
         self.inner.counters.xact_rollback.add(1);
         r
     }
 
-    fn release(&mut self) {
+    fn unregister(&mut self) {
         self.inner.xact.unregister_backend(self.backend);
     }
 
@@ -551,7 +668,7 @@ impl Transaction<'_> {
     /// Whether `snap` may use `index`: it must see the index's creation as committed.
     fn index_usable(&self, index: &Index, snap: &Snapshot) -> Result<bool> {
         let x = index.def.created_by;
-        if Some(x) == snap.my_xid || !x.is_normal() {
+        if snap.is_current(x) || !x.is_normal() {
             return Ok(true);
         }
         // A published index's creator committed (DDL publishes only after commit), so the
@@ -704,6 +821,16 @@ impl Transaction<'_> {
     }
 }
 
+/// Adds a finished (sub)transaction's counts to the tables' statistics.
+pub(super) fn apply_counts(inner: &Inner, counts: Vec<(Arc<TableEntry>, TableCounts)>, committed: bool) {
+    for (entry, c) in counts {
+        entry.stats.apply(&c, committed);
+        if c.inserted + c.updated + c.deleted > 0 {
+            super::autovacuum::note_changed(inner, &entry);
+        }
+    }
+}
+
 /// Marks index entries whose heap chains an index scan found dead to everyone LP_DEAD, once at
 /// the end of the scan (PostgreSQL's `kill_prior_tuple`, batched per leaf by `kill_entries`).
 /// Each is checked again under its leaf's lock, in case its heap slot was freed and reused.
@@ -734,12 +861,15 @@ struct UniqueProbe<'a> {
     rel: &'a Relation,
     def: &'a IndexDef,
     key: &'a [Value],
+    /// The XID the new version is written with.
     me: Xid,
+    /// The writer's command snapshot: which XIDs are its own.
+    snap: &'a Snapshot,
 }
 
 impl UniqueCheck for UniqueProbe<'_> {
     fn state(&self, tid: Tid) -> Result<HeapTupleState> {
-        let (state, vals) = hot::unique_state(&self.inner.env(), self.rel, tid, self.me)?;
+        let (state, vals) = hot::unique_state(&self.inner.env(), self.rel, tid, self.snap)?;
         Ok(match (state, vals) {
             // A live version under another key (the entry is stale): no conflict.
             (HeapTupleState::Live, Some(v)) if self.def.key_of(&v) != self.key => HeapTupleState::Dead,

@@ -51,6 +51,16 @@ pub fn all() -> BTreeMap<&'static str, Vec<Vec<u8>>> {
     let read = |p: &str| read_file(&*fs, &dir.join(p));
     out.insert("control_file", vec![prefixed(0, &read("global/pg_control"))]);
     out.insert("clog_page", vec![prefixed(0, &read("pg_xact/0000")), prefixed(0x0E, &read("pg_xact/0000"))]);
+    let twophase: Vec<Vec<u8>> = fs
+        .list(&dir.join("pg_twophase"))
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|n| {
+            let b = read(&format!("pg_twophase/{n}"));
+            [prefixed(0, &b), prefixed(REPAIR, &b[..b.len().min(40)])]
+        })
+        .collect();
+    out.insert("twophase_state", twophase);
     let stats = read("pg_stat/stats.bin");
     out.insert("stats_file", vec![prefixed(0, &stats), prefixed(REPAIR, &stats[..stats.len().min(200)])]);
     let sizes = read("global/pg_relsize");
@@ -105,8 +115,13 @@ fn row(i: i32) -> Vec<Value> {
 /// Runs the workload and returns the WAL stream it wrote (from the first record), before the
 /// shutdown checkpoint may remove segments; then shuts down cleanly (stats.bin is written).
 fn run_workload(fs: &Arc<FaultFs>, dir: &Path) -> Vec<u8> {
-    let config = Config::from_pairs([("autovacuum", "off"), ("wal_segment_size", "1MB"), ("shared_buffers", "1MB")])
-        .expect("seed configuration");
+    let config = Config::from_pairs([
+        ("autovacuum", "off"),
+        ("wal_segment_size", "1MB"),
+        ("shared_buffers", "1MB"),
+        ("max_prepared_transactions", "4"),
+    ])
+    .expect("seed configuration");
     let db = Database::open_with_fs(fs.clone(), dir, config).expect("seed database opens");
     workload(&db).expect("seed workload runs");
     let stream = wal_bytes(&**fs, &dir.join("pg_wal"));
@@ -153,6 +168,25 @@ fn workload(db: &Database) -> crate::Result<()> {
     let mut tx = db.begin()?;
     tx.insert(&t, &row(20_000))?;
     tx.commit()?;
+    // Subtransactions (commit and abort records listing them) and two-phase records; one
+    // prepared transaction is left open, so the shutdown checkpoint writes its state file.
+    for (i, gid) in ["seed-committed", "seed-open"].iter().enumerate() {
+        let base = 30_000 + 10 * i as i32;
+        let mut tx = db.begin()?;
+        tx.insert(&t, &row(base))?;
+        tx.savepoint("a")?;
+        tx.insert(&t, &row(base + 1))?;
+        tx.release("a")?;
+        tx.savepoint("b")?;
+        tx.insert(&t, &row(base + 2))?;
+        tx.rollback_to("b")?;
+        tx.prepare(gid)?;
+    }
+    db.commit_prepared("seed-committed")?;
+    let mut tx = db.begin()?;
+    tx.savepoint("c")?;
+    tx.insert(&t, &row(40_000))?;
+    tx.rollback()?;
     Ok(())
 }
 

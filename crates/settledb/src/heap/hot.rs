@@ -129,14 +129,15 @@ pub fn chain_dead_to_all(env: &HeapEnv<'_>, rel: &Relation, root: Tid, horizon: 
     Ok(true)
 }
 
-/// For a unique check by transaction `me`: does the chain rooted at `root` hold a version that
+/// For a unique check by the transaction owning `me` (its top-level XID and current
+/// subtransactions, [`Snapshot::is_current`]): does the chain rooted at `root` hold a version that
 /// is live, or being inserted or deleted by another running transaction (PostgreSQL's
 /// `SnapshotDirty`)? Returns the values of a live version too, so the caller can compare keys.
 pub fn unique_state(
     env: &HeapEnv<'_>,
     rel: &Relation,
     root: Tid,
-    me: Xid,
+    me: &Snapshot,
 ) -> Result<(HeapTupleState, Option<Vec<Value>>)> {
     if root.block.0 >= env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
         return Ok((HeapTupleState::Dead, None));
@@ -151,7 +152,7 @@ pub fn unique_state(
         let t = page::item(&g.0, off);
         let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
         let xmin = h.xmin();
-        let inserted = if xmin == me {
+        let inserted = if me.is_current(xmin) {
             true
         } else {
             match xid_status(env.xact, xmin)? {
@@ -166,7 +167,7 @@ pub fn unique_state(
         let xmax = h.xmax();
         let deleted = if m & (HEAP_XMAX_INVALID | HEAP_XMAX_LOCK_ONLY) != 0 || !xmax.is_valid() {
             false
-        } else if xmax == me {
+        } else if me.is_current(xmax) {
             true
         } else {
             match xid_status(env.xact, xmax)? {

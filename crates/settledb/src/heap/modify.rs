@@ -68,7 +68,7 @@ fn delete_once(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, tid: Tid) 
     let mut g = buf.write();
     let Some(t) = normal_item(rel, &g.0, tid)? else { return Ok(Attempt::Finished(ModifyResult::Gone)) };
     let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
-    let st = visibility::satisfies_update(&h, tid, tx.xid, env.xact)?;
+    let st = visibility::satisfies_update(&h, tid, tx.snapshot, env.xact)?;
     if let Some(a) = check_update_status(tx, st, tid)? {
         return Ok(a);
     }
@@ -151,7 +151,7 @@ fn update_once(
     };
     let Some(t) = normal_item(rel, &og.0, tid)? else { return Ok(Attempt::Finished(ModifyResult::Gone)) };
     let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
-    let st = visibility::satisfies_update(&h, tid, tx.xid, env.xact)?;
+    let st = visibility::satisfies_update(&h, tid, tx.snapshot, env.xact)?;
     if let Some(a) = check_update_status(tx, st, tid)? {
         return Ok(a);
     }

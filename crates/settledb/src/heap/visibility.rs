@@ -20,7 +20,10 @@
 //!   committed             committed, newer than horizon   no      RECENTLY_DEAD
 //! ```
 //!
-//! Own changes are judged by command ID: a tuple this transaction inserted is visible to a
+//! "Own" means written by the snapshot owner's top-level XID or by one of its current
+//! subtransactions ([`Snapshot::is_current`], `TransactionIdIsCurrentTransactionId`); a
+//! subtransaction rolled back to its savepoint is aborted in the CLOG at once and is then
+//! judged like any aborted transaction, by its owner too. Own changes are judged by command ID: a tuple this transaction inserted is visible to a
 //! command that started after the insert (`cmin < curcid`), and one it deleted stays visible to
 //! commands that started before the delete. There are no combo command IDs: when a transaction
 //! deletes a tuple it inserted itself, `t_cid` keeps only the deleting command, so a scan that
@@ -99,11 +102,14 @@ pub fn satisfies_mvcc(h: &TupleHeader<'_>, snap: &Snapshot, curcid: u32, xact: &
         if m & HEAP_XMIN_INVALID != 0 {
             return Ok(false);
         }
-        if Some(xmin) == snap.my_xid {
-            // Our own insert. t_cid is cmin, or cmax when we deleted it too (no combo CIDs).
-            if !xmax_is_irrelevant(h) && h.xmax() == xmin {
+        if snap.is_current(xmin) {
+            // Our own insert (by the top-level transaction or a current subtransaction).
+            // t_cid is cmin, or cmax when we deleted it too (no combo CIDs).
+            if !xmax_is_irrelevant(h) && snap.is_current(h.xmax()) {
                 return Ok(h.cid() >= curcid);
             }
+            // Not deleted, or deleted by a subtransaction since rolled back; in the latter
+            // case t_cid is that delete's cmax, which is after cmin.
             return Ok(h.cid() < curcid);
         }
         if snap.is_in_progress(xmin) {
@@ -118,7 +124,7 @@ pub fn satisfies_mvcc(h: &TupleHeader<'_>, snap: &Snapshot, curcid: u32, xact: &
         return Ok(true);
     }
     let xmax = h.xmax();
-    if Some(xmax) == snap.my_xid {
+    if snap.is_current(xmax) {
         return Ok(h.cid() >= curcid);
     }
     if m & HEAP_XMAX_COMMITTED == 0 {
@@ -134,15 +140,16 @@ pub fn satisfies_mvcc(h: &TupleHeader<'_>, snap: &Snapshot, curcid: u32, xact: &
     Ok(false)
 }
 
-/// May transaction `my_xid` update or delete the tuple now?
+/// May the transaction owning `snap` (its top-level XID and current subtransactions,
+/// [`Snapshot::is_current`]) update or delete the tuple now?
 pub fn satisfies_update(
     h: &TupleHeader<'_>,
     self_tid: Tid,
-    my_xid: Xid,
+    snap: &Snapshot,
     xact: &TransactionManager,
 ) -> Result<UpdateStatus> {
     let xmin = h.xmin();
-    if xmin != my_xid {
+    if !snap.is_current(xmin) {
         match xmin_committed(h, xact)? {
             Some(true) => {}
             // Aborted, or inserted by a transaction still running: not ours to change.
@@ -153,7 +160,7 @@ pub fn satisfies_update(
         return Ok(UpdateStatus::Ok);
     }
     let xmax = h.xmax();
-    if xmax == my_xid {
+    if snap.is_current(xmax) {
         return Ok(UpdateStatus::SelfUpdated);
     }
     let committed = if h.infomask() & HEAP_XMAX_COMMITTED != 0 {

@@ -37,8 +37,11 @@
 //! * Truncation logs `CLOG TRUNCATE` ([`INFO_TRUNCATE`], main data = cutoff page u32 LE +
 //!   oldest XID u32 LE) and flushes it before any file is removed.
 //!
-//! Non-goals: subtransactions (status 3 is stored and returned, nothing sets it yet);
-//! long (more than 4 hex digit) segment names.
+//! Sub-committed (3) is written only by [`Clog::set_tree_status`], for a commit's
+//! subtransactions on other pages than the top-level XID's, and resolved to committed by the
+//! same call; see `xact::procarray` ("Subtransactions in the proc array").
+//!
+//! Non-goals: long (more than 4 hex digit) segment names.
 
 use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
@@ -205,6 +208,49 @@ impl Clog {
             // reloading is exact); try again.
             if let Some(p) = cache.pages.get_mut(&page) {
                 write_bits(&mut p.bytes, xid, status);
+                p.dirty = true;
+                p.version = version;
+                p.async_lsn = p.async_lsn.max(async_commit_lsn);
+                return Ok(());
+            }
+        }
+    }
+
+    /// Stores the final `status` of top-level `xid` and of its subtransactions `subxids`
+    /// (`TransactionIdSetTreeStatus`). For a commit with subtransactions on other pages than
+    /// `xid`'s, those are first marked sub-committed, then `xid`'s page is updated at once
+    /// (`xid` and the subtransactions on that page: one write lock, so no reader sees part
+    /// of it), then the others are marked committed: at no point can the CLOG say a
+    /// subtransaction committed while its parent does not. An abort needs no order (every
+    /// state before the last says "not committed").
+    pub fn set_tree_status(&self, xid: Xid, subxids: &[Xid], status: XidStatus, async_commit_lsn: Lsn) -> Result<()> {
+        let top_page = page_of(xid);
+        let (same, other): (Vec<Xid>, Vec<Xid>) = subxids.iter().partition(|s| page_of(**s) == top_page);
+        if status == XidStatus::Committed {
+            for &s in &other {
+                self.set_status_lsn(s, XidStatus::SubCommitted, async_commit_lsn)?;
+            }
+        }
+        let mut first = vec![xid];
+        first.extend_from_slice(&same);
+        self.set_page_statuses(top_page, &first, status, async_commit_lsn)?;
+        for &s in &other {
+            self.set_status_lsn(s, status, async_commit_lsn)?;
+        }
+        Ok(())
+    }
+
+    /// Stores `status` for every XID of `xids`, all on `page`, under one write lock.
+    fn set_page_statuses(&self, page: u32, xids: &[Xid], status: XidStatus, async_commit_lsn: Lsn) -> Result<()> {
+        debug_assert!(xids.iter().all(|x| page_of(*x) == page));
+        loop {
+            self.ensure_cached(page)?;
+            let mut cache = self.cache.write();
+            let version = cache.bump_version();
+            if let Some(p) = cache.pages.get_mut(&page) {
+                for &x in xids {
+                    write_bits(&mut p.bytes, x, status);
+                }
                 p.dirty = true;
                 p.version = version;
                 p.async_lsn = p.async_lsn.max(async_commit_lsn);

@@ -9,7 +9,11 @@
 //! | [`clog`] | `pg_xact`: 2 status bits per XID, page cache, segments, truncation |
 //! | [`varsup`] | wraparound limits and 64-bit XID arithmetic |
 //! | [`procarray`] | [`TransactionManager`]: assignment, running set, commit/abort, status, horizons |
-//! | [`snapshot`] | [`Snapshot`] and its in-progress test |
+//! | [`snapshot`] | [`Snapshot`] and its in-progress test (`subxip`, overflow, prepared XIDs) |
+//! | [`subtrans`] | `pg_subtrans`: each subtransaction's parent (in memory) |
+//! | [`twophase`] | prepared transactions' state: format, `pg_twophase` files |
+//! | [`prepared`] | PREPARE / COMMIT PREPARED in the proc array, redo, checkpoint, recovery |
+//! | `verify` | `check`'s view of `pg_subtrans` and prepared transactions against the CLOG |
 //!
 //! # XID lifecycle
 //!
@@ -57,10 +61,14 @@
 //!
 //! # Snapshots
 //!
-//! `xmax` = the next XID; `xip` = running XIDs other than the taker's own; `xmin` = the oldest
-//! of those (or `xmax`). An XID is in progress for the snapshot when it is `>= xmax` or in
-//! `xip`; below `xmin` it is finished and the CLOG decides committed or aborted. The taker's
-//! own XID is never "in progress" to itself (the heap uses command IDs for its own changes).
+//! `xmax` = the next XID; `xip` = running top-level XIDs other than the taker's own; `subxip`
+//! = their subtransactions' XIDs, up to 64 per transaction (past that the snapshot is
+//! overflowed and maps an XID to its top-level one through `pg_subtrans` first); prepared
+//! transactions' XIDs are shared rather than copied; `xmin` = the oldest of all (or `xmax`).
+//! An XID is in progress for the snapshot when it is `>= xmax` or listed;
+//! below `xmin` it is finished and the CLOG decides committed or aborted. The taker's
+//! current XIDs (top-level and subtransactions not rolled back) are never "in progress" to
+//! itself (the heap uses command IDs for its own changes).
 //! A backend advertises the xmin of its oldest snapshot in the proc array; the horizon
 //! [`TransactionManager::oldest_xmin`] (`GetOldestNonRemovableTransactionId`) is the minimum
 //! of running XIDs, advertised xmins and the next XID. Vacuum removes only versions deleted
@@ -86,33 +94,66 @@
 //! [`TransactionManager::latest_async_commit_lsn`], and the CLOG itself flushes WAL past the
 //! asynchronous commits on a page before writing that page.
 //!
+//! # Subtransactions and prepared transactions
+//!
+//! A subtransaction's XID is assigned after its parent's, recorded in [`subtrans`], runs in
+//! the proc array beside its top-level transaction, and is committed with it or aborted on its
+//! own (ROLLBACK TO); see [`procarray`] ("Subtransactions in the proc array"). Horizons need
+//! nothing more: a running subtransaction's XID is greater than its top-level XID, which the
+//! horizon ([`TransactionManager::oldest_xmin`]) already counts. A prepared transaction
+//! ([`twophase`], [`prepared`]) keeps its XIDs running with no session, so it holds the
+//! horizon, and with it the freeze cutoffs and the relfrozenxid VACUUM can reach, until it is
+//! committed or rolled back.
+//!
 //! # Non-goals (for now)
 //!
-//! Subtransactions (`pg_subtrans`), commit timestamps as a queryable feature, prepared
-//! transactions, multixacts.
+//! Commit timestamps as a queryable feature, multixacts, XLOG_XACT_ASSIGNMENT records.
+//! PostgreSQL writes those for a hot standby (whose KnownAssignedXids would otherwise
+//! overflow), which settledb has not; its own recovery learns a transaction's subtransactions
+//! from the commit and abort records, and the logical decoder planned for `wal_level =
+//! logical` will learn the top-level XID from each record written in a subtransaction, as
+//! PostgreSQL 14+ does under that level.
 
 pub mod clog;
+pub mod prepared;
 pub mod procarray;
+pub mod records;
 pub mod snapshot;
+pub mod subtrans;
+pub mod twophase;
 pub mod varsup;
+mod verify;
 
 #[cfg(test)]
 mod tests;
 
 pub use clog::Clog;
+pub use prepared::{HorizonHolder, PreparedXact};
 pub use procarray::{BackendId, TransactionManager, XactOptions};
-pub use snapshot::Snapshot;
+pub use snapshot::{PreparedXids, Snapshot, MAX_CACHED_SUBXIDS};
+pub use subtrans::SubTrans;
+pub use twophase::TwoPhaseState;
 pub use varsup::XidLimits;
 
 use crate::error::Result;
 use crate::types::Lsn;
 use crate::wal::{DecodedRecord, RecordBuilder, Rmgr, Wal};
 
-/// `XACT COMMIT`: record XID = the committing XID, main data = commit time (µs since the
-/// Unix epoch, i64 LE).
+/// `XACT COMMIT`: record XID = the committing top-level XID, main data = commit time (µs
+/// since the Unix epoch, i64 LE), then, if it has committed subtransactions, their count
+/// (u32 LE) and XIDs (u32 LE each).
 pub const INFO_XACT_COMMIT: u8 = 0x00;
-/// `XACT ABORT`: record XID = the aborting XID, main data = abort time (µs, i64 LE).
+/// `XACT PREPARE`: record XID = the prepared XID, main data = its
+/// [`twophase::TwoPhaseState`].
+pub const INFO_XACT_PREPARE: u8 = 0x10;
+/// `XACT ABORT`: record XID = the aborting XID (top-level, or a subtransaction rolled back
+/// to its savepoint), main data = abort time (µs, i64 LE), then the count and XIDs of the
+/// subtransactions aborted with it, as for `COMMIT`.
 pub const INFO_XACT_ABORT: u8 = 0x20;
+/// `XACT COMMIT_PREPARED`: record XID = the prepared XID, main data as for `COMMIT`.
+pub const INFO_XACT_COMMIT_PREPARED: u8 = 0x30;
+/// `XACT ABORT_PREPARED`: record XID = the prepared XID, main data as for `ABORT`.
+pub const INFO_XACT_ABORT_PREPARED: u8 = 0x40;
 
 /// A transaction's status as the CLOG stores it (2 bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -147,9 +188,24 @@ pub fn describe(rec: &DecodedRecord) -> String {
             .and_then(|s| <[u8; 8]>::try_from(s).ok())
             .map_or_else(|| "?".to_string(), |b| i64::from_le_bytes(b).to_string())
     };
+    let subxacts = || match records::decode_end_record(rec) {
+        Ok(e) if e.subxids.is_empty() => String::new(),
+        Ok(e) => format!("; subxacts: {}", e.subxids.iter().map(|x| x.0.to_string()).collect::<Vec<_>>().join(" ")),
+        Err(_) => " (malformed subtransaction list)".to_string(),
+    };
     match (rec.rmgr, rec.info) {
-        (Rmgr::Xact, INFO_XACT_COMMIT) => format!("COMMIT xid {} time_us {}", rec.xid, time()),
-        (Rmgr::Xact, INFO_XACT_ABORT) => format!("ABORT xid {} time_us {}", rec.xid, time()),
+        (Rmgr::Xact, INFO_XACT_COMMIT) => format!("COMMIT xid {} time_us {}{}", rec.xid, time(), subxacts()),
+        (Rmgr::Xact, INFO_XACT_ABORT) => format!("ABORT xid {} time_us {}{}", rec.xid, time(), subxacts()),
+        (Rmgr::Xact, INFO_XACT_COMMIT_PREPARED) => {
+            format!("COMMIT_PREPARED xid {} time_us {}{}", rec.xid, time(), subxacts())
+        }
+        (Rmgr::Xact, INFO_XACT_ABORT_PREPARED) => {
+            format!("ABORT_PREPARED xid {} time_us {}{}", rec.xid, time(), subxacts())
+        }
+        (Rmgr::Xact, INFO_XACT_PREPARE) => match twophase::TwoPhaseState::decode(&rec.main_data) {
+            Ok(s) => format!("PREPARE {}", twophase::describe(&s)),
+            Err(e) => format!("PREPARE (malformed: {e})"),
+        },
         (Rmgr::Clog, clog::INFO_ZEROPAGE) => match u32_at(0) {
             Some(page) => format!("ZEROPAGE page {page}"),
             None => "ZEROPAGE (malformed)".to_string(),

@@ -16,23 +16,55 @@
 //! running set → waiters woken. A snapshot taken in between still lists the XID as running,
 //! so it keeps seeing the old row versions; a reader that finds the XID gone from the
 //! running set is guaranteed to find its final status in the CLOG.
+//!
+//! # Subtransactions in the proc array
+//!
+//! Each running top-level transaction lists its subtransaction XIDs for snapshots, at most
+//! [`MAX_CACHED_SUBXIDS`] (PostgreSQL's `PGPROC_MAX_CACHED_SUBXIDS`); one more marks it
+//! overflowed, and while any transaction is overflowed every snapshot is marked
+//! `suboverflowed` and maps XIDs to their top-level XID through `pg_subtrans`
+//! ([`super::subtrans`]) instead of reading its incomplete `subxip`. Separately, and
+//! complete, the manager keeps every running subtransaction XID with its top-level XID
+//! (`subs`): [`TransactionManager::is_running`] and [`TransactionManager::status`] answer
+//! from it exactly, without the parent map. A subtransaction's XID runs from its assignment
+//! until its rollback ([`TransactionManager::abort_subxacts`]) or its top-level
+//! transaction's end; a released (sub-committed) one keeps running with its parent, as in
+//! PostgreSQL, and becomes committed in the CLOG with it:
+//!
+//! ```text
+//!   commit of top T with subxacts S1 (other CLOG page) and S2 (T's page):
+//!     WAL COMMIT T [S1 S2] ─► S1 := sub-committed ─► T, S2 := committed (one page, atomic)
+//!       ─► S1 := committed ─► T, S1, S2 leave the running set ─► waiters woken
+//! ```
+//!
+//! (`TransactionIdSetTreeStatus`). A reader asking for a status meanwhile finds the XIDs
+//! still running; only the CLOG file can hold the intermediate state, and a crash there is
+//! repaired by replaying the commit record, which lists the subtransactions.
+//!
+//! Prepared transactions (see [`super::twophase`]) stay in the proc array without a
+//! session: their XIDs are running, count for `xmin` and the horizons, and are handed to
+//! snapshots as a shared [`PreparedXids`] rather than copied into `xip`.
 
-use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
 
+use rustc_hash::FxHashMap;
+
 use super::clog::{self, Clog, CLOG_XACTS_PER_PAGE};
-use super::snapshot::Snapshot;
+use super::records::{decode_end_record, end_record};
+use super::snapshot::{PreparedXids, Snapshot, SubTransRef, MAX_CACHED_SUBXIDS};
+use super::subtrans::SubTrans;
+use super::twophase::{TwoPhaseState, TWOPHASE_DIR};
 use super::varsup::{self, XidLimits, DEFAULT_AUTOVACUUM_FREEZE_MAX_AGE};
 use super::{XactLog, XidStatus, INFO_XACT_ABORT, INFO_XACT_COMMIT};
 use crate::error::{Error, Result};
 use crate::io::FileSystem;
 use crate::types::{FullXid, Lsn, Xid};
-use crate::wal::{DecodedRecord, RecordBuilder, Rmgr};
+use crate::wal::{DecodedRecord, Rmgr};
 
 /// Where the XID counter and the limits start (from the control file after the first run).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,26 +90,159 @@ impl Default for XactOptions {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BackendId(pub u32);
 
-struct ProcArray {
-    next: FullXid,
-    limits: XidLimits,
-    running: BTreeSet<FullXid>,
+/// A running top-level transaction's entry (its `PGPROC`'s XID part).
+#[derive(Default)]
+pub(super) struct RunningXact {
+    /// Its running subtransaction XIDs, all of them, in assignment order.
+    pub(super) subxids: Vec<FullXid>,
+    /// The first [`MAX_CACHED_SUBXIDS`] of them still running, for snapshots (`subxids`
+    /// of `PGPROC`).
+    cached: Vec<Xid>,
+    /// More were assigned than could be cached (`PGPROC.subxidStatus.overflowed`); stays set
+    /// until the transaction ends, as in PostgreSQL.
+    overflowed: bool,
+}
+
+/// A prepared transaction's entry.
+pub(super) struct PreparedEntry {
+    pub(super) state: TwoPhaseState,
+    /// End of its PREPARE record (`Lsn::INVALID` when loaded from a state file): a checkpoint
+    /// whose redo pointer is at or after it writes the state file.
+    pub(super) prepare_lsn: Lsn,
+    /// Whether its state file exists.
+    pub(super) on_disk: bool,
+    /// A COMMIT/ROLLBACK PREPARED of it is under way.
+    pub(super) busy: bool,
+}
+
+pub(super) struct ProcArray {
+    pub(super) next: FullXid,
+    pub(super) limits: XidLimits,
+    /// Running top-level transactions that belong to a session.
+    pub(super) running: BTreeMap<FullXid, RunningXact>,
+    /// Every running subtransaction XID (of a session's or a prepared transaction) with its
+    /// top-level XID.
+    pub(super) subs: FxHashMap<FullXid, FullXid>,
+    /// How many entries of `running` are overflowed.
+    overflowed: usize,
+    /// Prepared transactions, by XID.
+    pub(super) prepared: BTreeMap<FullXid, PreparedEntry>,
+    /// Transaction identifiers in use: of prepared transactions and of ones being prepared.
+    pub(super) gids: HashMap<String, FullXid>,
+    /// The XIDs of `prepared` and their subtransactions, as snapshots get them.
+    pub(super) prepared_xids: PreparedXids,
     /// Per backend, the xmin of its oldest live snapshot (`PGPROC.xmin`).
     backends: HashMap<BackendId, Option<FullXid>>,
 }
 
 impl ProcArray {
-    fn oldest_running(&self) -> FullXid {
-        self.running.first().copied().unwrap_or(self.next)
+    pub(super) fn oldest_running(&self) -> FullXid {
+        let active = self.running.keys().next().copied().unwrap_or(self.next);
+        let prepared = self.prepared.keys().next().copied().unwrap_or(self.next);
+        active.min(prepared)
+    }
+
+    /// Whether `full` is a running (or prepared) transaction or subtransaction.
+    pub(super) fn is_running(&self, full: FullXid) -> bool {
+        self.running.contains_key(&full) || self.subs.contains_key(&full) || self.prepared.contains_key(&full)
+    }
+
+    /// Hands out the next XID (`GetNewTransactionId`): refuses at the stop limit, warns past
+    /// the warn limit, extends the CLOG and `pg_subtrans`.
+    fn take_next(&mut self, tm: &TransactionManager, log: &dyn XactLog) -> Result<FullXid> {
+        let full = self.next;
+        let xid = full.xid();
+        let limits = self.limits;
+        if xid.follows_or_equals(limits.stop_limit) {
+            let prepared_hint = self.prepared_hint();
+            return Err(Error::WraparoundStop { next_xid: xid, oldest_xid: limits.oldest_xid, prepared_hint });
+        }
+        if xid.follows_or_equals(limits.warn_limit) {
+            tm.warn(limits.warning(xid) + &self.prepared_hint());
+        }
+        tm.clog.extend(xid, log)?;
+        tm.subtrans.extend(xid);
+        self.next = full.next();
+        Ok(full)
+    }
+
+    /// The wraparound warnings' and stop error's addition when prepared transactions exist
+    /// (PostgreSQL's hint "You might also need to commit or roll back old prepared
+    /// transactions"), naming the oldest; empty otherwise.
+    pub(super) fn prepared_hint(&self) -> String {
+        match self.prepared.values().next() {
+            Some(e) => format!(
+                "; you might also need to commit or roll back old prepared transactions: the oldest is \"{}\" \
+                 (xid {}), of {} prepared",
+                e.state.gid,
+                e.state.xid.xid(),
+                self.prepared.len()
+            ),
+            None => String::new(),
+        }
+    }
+
+    /// Forgets the subtransaction XIDs `xids` of running top-level `top`.
+    /// Usually the newest ones (a rolled-back savepoint's): then a truncation.
+    fn drop_subxids(&mut self, top: FullXid, xids: &[FullXid]) {
+        for x in xids {
+            self.subs.remove(x);
+        }
+        if let Some(r) = self.running.get_mut(&top) {
+            let gone: rustc_hash::FxHashSet<FullXid> = xids.iter().copied().collect();
+            let mut removed = 0;
+            while r.subxids.last().is_some_and(|x| gone.contains(x)) {
+                r.subxids.pop();
+                removed += 1;
+            }
+            if removed < gone.len() {
+                r.subxids.retain(|s| !gone.contains(s));
+            }
+            r.cached.retain(|s| !xids.iter().any(|x| x.xid() == *s));
+        }
+    }
+
+    /// Removes running top-level `top` from the sessions' entries, leaving its
+    /// subtransactions running (PREPARE hands them to the prepared entry).
+    pub(super) fn remove_running_keep_subxids(&mut self, top: FullXid) {
+        if let Some(r) = self.running.remove(&top) {
+            if r.overflowed {
+                self.overflowed -= 1;
+            }
+        }
+    }
+
+    /// The oldest XID still needed as running by anyone: running and prepared XIDs and the
+    /// advertised snapshot xmins (`GetOldestNonRemovableTransactionId`).
+    pub(super) fn horizon(&self) -> FullXid {
+        self.backends.values().flatten().copied().fold(self.oldest_running(), FullXid::min)
+    }
+
+    /// Removes running top-level `top` and all its subtransactions.
+    fn remove_running(&mut self, top: FullXid) {
+        if let Some(r) = self.running.remove(&top) {
+            if r.overflowed {
+                self.overflowed -= 1;
+            }
+            for s in &r.subxids {
+                self.subs.remove(s);
+            }
+        }
     }
 }
 
 /// The transaction manager: XID counter, proc array and CLOG.
 pub struct TransactionManager {
-    clog: Clog,
-    procs: Mutex<ProcArray>,
+    pub(super) clog: Clog,
+    pub(super) subtrans: Arc<SubTrans>,
+    pub(super) procs: Mutex<ProcArray>,
+    pub(super) fs: Arc<dyn FileSystem>,
+    /// `pg_twophase` under the data directory.
+    pub(super) twophase_dir: PathBuf,
+    /// Serializes writing and removing state files (a checkpoint against COMMIT PREPARED).
+    pub(super) twophase_io: Mutex<()>,
     /// Signalled whenever a transaction leaves the running set.
-    finished: Condvar,
+    pub(super) finished: Condvar,
     /// Mirror of `procs.next` (a `FullXid`), for lock-free reads.
     next_full: AtomicU64,
     /// Mirror of the oldest running XID (or `next` when none runs).
@@ -90,23 +255,39 @@ pub struct TransactionManager {
     /// Held shared by a committer from before its commit record is inserted until the CLOG
     /// says committed; a checkpoint takes it exclusively once its redo pointer is chosen
     /// ([`Self::wait_for_commits_in_flight`]). PostgreSQL's `DELAY_CHKPT_START`.
-    commits_in_flight: parking_lot::RwLock<()>,
+    pub(super) commits_in_flight: parking_lot::RwLock<()>,
 }
 
 impl TransactionManager {
     /// Opens the CLOG under `data_dir` and starts the counter at `opts.next_full_xid`.
     pub fn open(fs: Arc<dyn FileSystem>, data_dir: &Path, opts: XactOptions) -> Result<TransactionManager> {
-        let clog = Clog::open(fs, data_dir)?;
+        let clog = Clog::open(fs.clone(), data_dir)?;
         clog.set_latest_xid(opts.next_full_xid.xid());
+        let twophase_dir = data_dir.join(TWOPHASE_DIR);
+        if !fs.exists(&twophase_dir) {
+            // A data directory from before prepared transactions: the new directory's entry
+            // must be durable before a state file in it is relied on.
+            fs.create_dir_all(&twophase_dir)?;
+            fs.sync_dir(data_dir)?;
+        }
         let procs = ProcArray {
             next: opts.next_full_xid,
             limits: XidLimits::compute(opts.oldest_xid, opts.autovacuum_freeze_max_age),
-            running: BTreeSet::new(),
+            running: BTreeMap::new(),
+            subs: FxHashMap::default(),
+            overflowed: 0,
+            prepared: BTreeMap::new(),
+            gids: HashMap::new(),
+            prepared_xids: PreparedXids::default(),
             backends: HashMap::new(),
         };
         Ok(TransactionManager {
             clog,
+            subtrans: Arc::new(SubTrans::new()),
             procs: Mutex::new(procs),
+            fs,
+            twophase_dir,
+            twophase_io: Mutex::new(()),
             finished: Condvar::new(),
             next_full: AtomicU64::new(opts.next_full_xid.0),
             oldest_running: AtomicU64::new(opts.next_full_xid.0),
@@ -123,7 +304,12 @@ impl TransactionManager {
         &self.clog
     }
 
-    fn publish(&self, procs: &ProcArray) {
+    /// The subtransaction parent map.
+    pub fn subtrans(&self) -> &SubTrans {
+        &self.subtrans
+    }
+
+    pub(super) fn publish(&self, procs: &ProcArray) {
         self.next_full.store(procs.next.0, Ordering::Release);
         self.oldest_running.store(procs.oldest_running().0, Ordering::Release);
     }
@@ -132,23 +318,61 @@ impl TransactionManager {
     /// past the warn limit, extends the CLOG and adds the XID to the running set.
     pub fn assign_xid(&self, log: &dyn XactLog) -> Result<FullXid> {
         let mut procs = self.procs.lock();
-        let full = procs.next;
-        let xid = full.xid();
-        let limits = procs.limits;
-        if xid.follows_or_equals(limits.stop_limit) {
-            return Err(Error::WraparoundStop { next_xid: xid, oldest_xid: limits.oldest_xid });
-        }
-        if xid.follows_or_equals(limits.warn_limit) {
-            self.warn(limits.warning(xid));
-        }
-        self.clog.extend(xid, log)?;
-        procs.next = full.next();
-        procs.running.insert(full);
+        let full = procs.take_next(self, log)?;
+        procs.running.insert(full, RunningXact::default());
         self.publish(&procs);
         Ok(full)
     }
 
-    fn warn(&self, message: String) {
+    /// Assigns an XID to a subtransaction of running top-level `top` whose parent (sub)
+    /// transaction has XID `parent` (`AssignTransactionId` for a subtransaction): the parent
+    /// must have its XID already, so the child's is greater. Records the parent in
+    /// `pg_subtrans` before the XID becomes visible to anyone, and lists the XID in the
+    /// top-level transaction's cache, or marks the cache overflowed.
+    pub fn assign_subxid(&self, top: FullXid, parent: FullXid, log: &dyn XactLog) -> Result<FullXid> {
+        let mut procs = self.procs.lock();
+        if !procs.running.contains_key(&top) {
+            return Err(Error::invalid(format!("transaction {top:?} is not running")));
+        }
+        if parent != top && procs.subs.get(&parent) != Some(&top) {
+            return Err(Error::invalid(format!("{parent:?} is not a running subtransaction of {top:?}")));
+        }
+        let full = procs.take_next(self, log)?;
+        self.subtrans.set_parent(full.xid(), parent.xid());
+        procs.subs.insert(full, top);
+        let mut overflowed_now = false;
+        if let Some(r) = procs.running.get_mut(&top) {
+            r.subxids.push(full);
+            if r.cached.len() < MAX_CACHED_SUBXIDS && !r.overflowed {
+                r.cached.push(full.xid());
+            } else if !r.overflowed {
+                r.overflowed = true;
+                overflowed_now = true;
+            }
+        }
+        if overflowed_now {
+            procs.overflowed += 1;
+        }
+        self.publish(&procs);
+        Ok(full)
+    }
+
+    /// The running subtransaction XIDs of `top`, in assignment order.
+    pub fn running_subxids(&self, top: FullXid) -> Vec<FullXid> {
+        self.procs.lock().running.get(&top).map(|r| r.subxids.clone()).unwrap_or_default()
+    }
+
+    /// The top-level transaction of a running (or prepared) XID; `xid` itself otherwise.
+    pub fn top_level_of(&self, xid: Xid) -> Xid {
+        if !xid.is_normal() {
+            return xid;
+        }
+        let procs = self.procs.lock();
+        let full = procs.next.widen(xid);
+        procs.subs.get(&full).map_or(xid, |t| t.xid())
+    }
+
+    pub(super) fn warn(&self, message: String) {
         self.warnings.fetch_add(1, Ordering::Relaxed);
         *self.last_warning.lock() = Some(message);
     }
@@ -161,7 +385,11 @@ impl TransactionManager {
         let mut procs = self.procs.lock();
         let old = procs.next;
         let limits = procs.limits;
-        let stop_err = Error::WraparoundStop { next_xid: limits.stop_limit, oldest_xid: limits.oldest_xid };
+        let stop_err = Error::WraparoundStop {
+            next_xid: limits.stop_limit,
+            oldest_xid: limits.oldest_xid,
+            prepared_hint: procs.prepared_hint(),
+        };
         if old.xid().follows_or_equals(limits.stop_limit) {
             return Err(stop_err);
         }
@@ -176,9 +404,10 @@ impl TransactionManager {
             self.clog.zero_page(clog::page_of(target.xid()), log)?;
         }
         procs.next = target;
+        self.subtrans.keep_window(procs.horizon().xid(), target.xid());
         self.publish(&procs);
         if target.xid().follows_or_equals(limits.warn_limit) {
-            self.warn(limits.warning(target.xid()));
+            self.warn(limits.warning(target.xid()) + &procs.prepared_hint());
         }
         if stopped {
             return Err(stop_err);
@@ -239,8 +468,10 @@ impl TransactionManager {
         self.clog.async_commit_lsn(xid)
     }
 
-    /// Commits `xid`: logs `XACT COMMIT` (flushed when `synchronous_commit`), marks the CLOG,
-    /// then leaves the running set and wakes waiters. Returns the commit record's end LSN.
+    /// Commits `xid` and its running subtransactions: logs `XACT COMMIT` listing them
+    /// (flushed when `synchronous_commit`), marks the CLOG in `TransactionIdSetTreeStatus`
+    /// order ([`Clog::set_tree_status`]), then leaves the running set and wakes waiters.
+    /// Returns the commit record's end LSN.
     ///
     /// When the record cannot be logged or flushed (the WAL is then poisoned) the transaction
     /// leaves the running set with its CLOG status unset, so no waiter blocks on it forever; its
@@ -252,9 +483,10 @@ impl TransactionManager {
     /// that redo pointer, would never replay the commit.
     pub fn commit(&self, xid: FullXid, log: &dyn XactLog, synchronous_commit: bool) -> Result<Lsn> {
         self.check_running(xid)?;
+        let subxids: Vec<Xid> = self.running_subxids(xid).iter().map(|s| s.xid()).collect();
         let lsn = {
             let _delay_checkpoint = self.commits_in_flight.read();
-            let logged = log.log(&end_record(INFO_XACT_COMMIT, xid.xid()));
+            let logged = log.log(&end_record(INFO_XACT_COMMIT, xid.xid(), &subxids));
             let lsn =
                 match logged.and_then(|lsn| if synchronous_commit { log.flush(lsn).map(|()| lsn) } else { Ok(lsn) }) {
                     Ok(lsn) => lsn,
@@ -264,10 +496,9 @@ impl TransactionManager {
                         return Err(e);
                     }
                 };
-            if synchronous_commit {
-                self.clog.set_status(xid.xid(), XidStatus::Committed)?;
-            } else {
-                self.clog.set_status_lsn(xid.xid(), XidStatus::Committed, lsn)?;
+            let async_lsn = if synchronous_commit { Lsn::INVALID } else { lsn };
+            self.clog.set_tree_status(xid.xid(), &subxids, XidStatus::Committed, async_lsn)?;
+            if !synchronous_commit {
                 self.latest_async_commit_lsn.fetch_max(lsn.0, Ordering::AcqRel);
             }
             lsn
@@ -285,20 +516,51 @@ impl TransactionManager {
         drop(self.commits_in_flight.write());
     }
 
-    /// Aborts `xid`: logs `XACT ABORT` (not flushed: a crash makes it aborted anyway), marks
-    /// the CLOG, leaves the running set and wakes waiters. The transaction ends even when the
-    /// record cannot be written; that error is returned afterwards.
+    /// Aborts `xid` and its running subtransactions: logs `XACT ABORT` listing them (not
+    /// flushed: a crash makes them aborted anyway), marks the CLOG, leaves the running set and
+    /// wakes waiters. The transaction ends even when the record cannot be written; that error
+    /// is returned afterwards.
     pub fn abort(&self, xid: FullXid, log: &dyn XactLog) -> Result<Lsn> {
         self.check_running(xid)?;
-        let logged = log.log(&end_record(INFO_XACT_ABORT, xid.xid()));
-        let marked = self.clog.set_status(xid.xid(), XidStatus::Aborted);
+        let subxids: Vec<Xid> = self.running_subxids(xid).iter().map(|s| s.xid()).collect();
+        let logged = log.log(&end_record(INFO_XACT_ABORT, xid.xid(), &subxids));
+        let marked = self.clog.set_tree_status(xid.xid(), &subxids, XidStatus::Aborted, Lsn::INVALID);
         self.end(xid);
         marked?;
         logged
     }
 
+    /// Rolls back subtransactions of running top-level `top` (ROLLBACK TO SAVEPOINT): `xids`
+    /// are one subtransaction's XID followed by its committed children's. Logs `XACT ABORT`
+    /// for the first listing the rest (PostgreSQL's `RecordTransactionAbort` of a
+    /// subtransaction), marks all aborted in the CLOG, then they leave the running set and
+    /// waiters on them are woken: the rows they wrote are dead to everyone, and the row
+    /// locks they took are free.
+    pub fn abort_subxacts(&self, top: FullXid, xids: &[FullXid], log: &dyn XactLog) -> Result<Lsn> {
+        let Some((first, rest)) = xids.split_first() else {
+            return Ok(Lsn::INVALID);
+        };
+        {
+            let procs = self.procs.lock();
+            if let Some(x) = xids.iter().find(|x| procs.subs.get(x) != Some(&top)) {
+                return Err(Error::invalid(format!("{x:?} is not a running subtransaction of {top:?}")));
+            }
+        }
+        let rest32: Vec<Xid> = rest.iter().map(|s| s.xid()).collect();
+        let logged = log.log(&end_record(INFO_XACT_ABORT, first.xid(), &rest32));
+        let marked = self.clog.set_tree_status(first.xid(), &rest32, XidStatus::Aborted, Lsn::INVALID);
+        {
+            let mut procs = self.procs.lock();
+            procs.drop_subxids(top, xids);
+            self.publish(&procs);
+        }
+        self.finished.notify_all();
+        marked?;
+        logged
+    }
+
     fn check_running(&self, xid: FullXid) -> Result<()> {
-        if self.procs.lock().running.contains(&xid) {
+        if self.procs.lock().running.contains_key(&xid) {
             Ok(())
         } else {
             Err(Error::invalid(format!("transaction {xid:?} is not running")))
@@ -307,37 +569,47 @@ impl TransactionManager {
 
     fn end(&self, xid: FullXid) {
         let mut procs = self.procs.lock();
-        procs.running.remove(&xid);
+        procs.remove_running(xid);
         self.publish(&procs);
         drop(procs);
         self.finished.notify_all();
     }
 
-    /// Replays an `XACT` or `CLOG` record: commit and abort set the CLOG status and move the
-    /// next XID past the record's XID.
+    /// Replays an `XACT` or `CLOG` record: commit and abort set the CLOG status of the
+    /// record's XID and of the subtransactions it lists, and move the next XID past them;
+    /// the two-phase records are replayed by `redo_twophase` (`xact::prepared`).
     pub fn redo(&self, rec: &DecodedRecord) -> Result<()> {
         match rec.rmgr {
             Rmgr::Clog => self.clog.redo(rec),
             Rmgr::Xact => {
-                let status = match rec.info {
-                    INFO_XACT_COMMIT => XidStatus::Committed,
-                    INFO_XACT_ABORT => XidStatus::Aborted,
-                    other => return Err(Error::corrupt_wal(rec.lsn, format!("unknown XACT record info {other:#04x}"))),
-                };
                 if !rec.xid.is_normal() {
                     return Err(Error::corrupt_wal(rec.lsn, format!("XACT record for special XID {}", rec.xid)));
                 }
-                self.clog.set_status(rec.xid, status)?;
-                let mut procs = self.procs.lock();
-                let full = procs.next.widen(rec.xid);
-                if full >= procs.next {
-                    procs.next = full.next();
-                    self.publish(&procs);
-                }
+                let status = match rec.info {
+                    INFO_XACT_COMMIT => XidStatus::Committed,
+                    INFO_XACT_ABORT => XidStatus::Aborted,
+                    _ => return self.redo_twophase(rec),
+                };
+                let end = decode_end_record(rec)?;
+                self.clog.set_tree_status(rec.xid, &end.subxids, status, Lsn::INVALID)?;
+                self.advance_past(rec.xid, &end.subxids);
                 Ok(())
             }
             other => Err(Error::corrupt_wal(rec.lsn, format!("{} record sent to xact redo", other.name()))),
         }
+    }
+
+    /// Moves the next XID past `xid` and `subxids` (recovery).
+    pub(super) fn advance_past(&self, xid: Xid, subxids: &[Xid]) {
+        let mut procs = self.procs.lock();
+        for &x in std::iter::once(&xid).chain(subxids) {
+            let full = procs.next.widen(x);
+            if full >= procs.next {
+                procs.next = full.next();
+            }
+        }
+        self.clog.set_latest_xid(procs.next.xid());
+        self.publish(&procs);
     }
 
     /// The status of `xid` for visibility checks. Frozen and bootstrap XIDs are committed,
@@ -353,14 +625,23 @@ impl TransactionManager {
         if full >= next {
             return Ok(XidStatus::InProgress);
         }
-        if self.may_run(full) && self.procs.lock().running.contains(&full) {
+        if self.may_run(full) && self.procs.lock().is_running(full) {
             return Ok(XidStatus::InProgress);
         }
         Ok(match self.clog.status(xid)? {
             XidStatus::Committed => XidStatus::Committed,
-            // Not running and never committed: aborted, crashed, or a burned XID. Without
-            // subtransactions a sub-committed XID whose parent is gone never committed.
-            XidStatus::Aborted | XidStatus::InProgress | XidStatus::SubCommitted => XidStatus::Aborted,
+            // Not running and never committed: aborted, crashed, or a burned XID.
+            XidStatus::Aborted | XidStatus::InProgress => XidStatus::Aborted,
+            // A commit writes sub-committed marks only while its XIDs still run, and resolves
+            // them before they leave the running set; one left behind is a commit cut short
+            // by a crash whose record recovery did not find (TransactionIdDidCommit asks the
+            // parent, which is then never committed either).
+            XidStatus::SubCommitted => match self.subtrans.parent(xid) {
+                p if p.is_normal() && p.precedes(xid) && self.clog.status(p)? == XidStatus::Committed => {
+                    XidStatus::Committed
+                }
+                _ => XidStatus::Aborted,
+            },
         })
     }
 
@@ -368,13 +649,14 @@ impl TransactionManager {
         full.0 >= self.oldest_running.load(Ordering::Acquire)
     }
 
-    /// Whether `xid` is a running top-level transaction (`TransactionIdIsInProgress`).
+    /// Whether `xid` is a running transaction or subtransaction, prepared ones included
+    /// (`TransactionIdIsInProgress`).
     pub fn is_running(&self, xid: Xid) -> bool {
         if !xid.is_normal() {
             return false;
         }
         let procs = self.procs.lock();
-        procs.running.contains(&procs.next.widen(xid))
+        procs.is_running(procs.next.widen(xid))
     }
 
     /// Blocks until `xid` is no longer running (`XactLockTableWait`).
@@ -384,7 +666,7 @@ impl TransactionManager {
         }
         let mut procs = self.procs.lock();
         let full = procs.next.widen(xid);
-        while procs.running.contains(&full) {
+        while procs.is_running(full) {
             self.finished.wait(&mut procs);
         }
     }
@@ -392,14 +674,14 @@ impl TransactionManager {
     /// Takes a snapshot (`GetSnapshotData`). `my_xid` is left out of `xip` and `xmin`.
     pub fn get_snapshot(&self, my_xid: Option<Xid>) -> Snapshot {
         let procs = self.procs.lock();
-        snapshot_of(&procs, my_xid)
+        self.snapshot_of(&procs, my_xid)
     }
 
     /// Takes a snapshot and, if `backend` advertises no xmin yet, advertises this snapshot's
     /// xmin under the same lock, so no horizon computed in between can miss it.
     pub fn get_registered_snapshot(&self, backend: BackendId, my_xid: Option<Xid>) -> Result<Snapshot> {
         let mut procs = self.procs.lock();
-        let snap = snapshot_of(&procs, my_xid);
+        let snap = self.snapshot_of(&procs, my_xid);
         let xmin = procs.next.widen(snap.xmin);
         let slot = procs.backends.get_mut(&backend).ok_or_else(|| unknown_backend(backend))?;
         if slot.is_none() {
@@ -432,11 +714,10 @@ impl TransactionManager {
     /// acquisition instead of three. Hot path.
     pub fn command_snapshot(&self, backend: BackendId, my_xid: Option<Xid>) -> (Snapshot, Xid) {
         let mut procs = self.procs.lock();
-        let snap = snapshot_of(&procs, my_xid);
+        let snap = self.snapshot_of(&procs, my_xid);
         let xmin = procs.next.widen(snap.xmin);
         procs.backends.insert(backend, Some(xmin));
-        let horizon = procs.backends.values().flatten().copied().fold(procs.oldest_running(), FullXid::min);
-        (snap, horizon.xid())
+        (snap, procs.horizon().xid())
     }
 
     /// Advertises `xmin` (the xmin of the backend's oldest live snapshot) for the horizon.
@@ -467,9 +748,15 @@ impl TransactionManager {
     }
 
     pub fn oldest_xmin_full(&self) -> FullXid {
-        let procs = self.procs.lock();
-        let xmins = procs.backends.values().flatten().copied();
-        xmins.fold(procs.oldest_running(), FullXid::min)
+        self.procs.lock().horizon()
+    }
+
+    /// Drops the `pg_subtrans` pages no one can ask about any more: those before the horizon
+    /// (which includes snapshot xmins, as `GetOldestTransactionIdConsideredRunning`). Called
+    /// by checkpoints and CLOG truncation. Returns the pages dropped.
+    pub fn truncate_subtrans(&self) -> usize {
+        let oldest = self.oldest_xmin();
+        self.subtrans.truncate(oldest)
     }
 
     /// Truncates the CLOG below `oldest_xid`, which must not be newer than the database's
@@ -481,22 +768,45 @@ impl TransactionManager {
                 "cannot truncate CLOG at {oldest_xid}: the database frozen XID is {frozen}"
             )));
         }
-        self.clog.truncate(oldest_xid, log)
+        let removed = self.clog.truncate(oldest_xid, log)?;
+        self.truncate_subtrans();
+        Ok(removed)
     }
 }
 
-fn snapshot_of(procs: &ProcArray, my_xid: Option<Xid>) -> Snapshot {
-    let mut xmin = procs.next;
-    let mut xip = Vec::with_capacity(procs.running.len());
-    for &full in &procs.running {
-        if Some(full.xid()) == my_xid {
-            continue;
+impl TransactionManager {
+    /// `GetSnapshotData`: `xip` = running top-level XIDs but the taker's, `subxip` = their
+    /// cached subtransaction XIDs (unless some cache overflowed: then the snapshot carries the
+    /// parent map instead), prepared XIDs shared, `xmin` = the oldest of all.
+    /// Hot path: O(running sessions' XIDs), independent of the number of prepared ones.
+    fn snapshot_of(&self, procs: &ProcArray, my_xid: Option<Xid>) -> Snapshot {
+        let mut xmin = procs.prepared.keys().next().copied().unwrap_or(procs.next);
+        let mut xip = Vec::with_capacity(procs.running.len());
+        let overflowed = procs.overflowed > 0;
+        let mut subxip = Vec::new();
+        for (&full, r) in &procs.running {
+            if !overflowed {
+                subxip.extend_from_slice(&r.cached);
+            }
+            if Some(full.xid()) == my_xid {
+                continue;
+            }
+            xmin = xmin.min(full);
+            xip.push(full.xid());
         }
-        xmin = xmin.min(full);
-        xip.push(full.xid());
+        xip.sort_unstable_by_key(|x| x.0);
+        subxip.sort_unstable_by_key(|x| x.0);
+        Snapshot {
+            xmin: xmin.xid(),
+            xmax: procs.next.xid(),
+            xip,
+            subxip,
+            suboverflowed: overflowed.then(|| SubTransRef(self.subtrans.clone())),
+            prepared: procs.prepared_xids.clone(),
+            my_xid,
+            my_subxids: Arc::default(),
+        }
     }
-    xip.sort_unstable_by_key(|x| x.0);
-    Snapshot { xmin: xmin.xid(), xmax: procs.next.xid(), xip, my_xid }
 }
 
 fn unknown_backend(backend: BackendId) -> Error {
@@ -511,13 +821,4 @@ fn first_of_page(full: FullXid) -> FullXid {
     } else {
         FullXid::new(first.epoch(), Xid::FIRST_NORMAL)
     }
-}
-
-fn end_record(info: u8, xid: Xid) -> RecordBuilder<'static> {
-    RecordBuilder { rmgr: Rmgr::Xact, info, xid, blocks: Vec::new(), main_data: now_micros().to_le_bytes().to_vec() }
-}
-
-/// Microseconds since the Unix epoch (the commit timestamp).
-fn now_micros() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }

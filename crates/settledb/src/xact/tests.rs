@@ -189,14 +189,25 @@ fn stop_limit_refuses_exactly_at_the_limit() -> Result<()> {
     let f = near_stop(Xid(1000), 2);
     let stop = f.tm.limits().stop_limit;
     assert_eq!(stop, Xid(1000 + WRAP_DISTANCE - STOP_MARGIN));
-    assert_eq!(f.tm.assign_xid(&f.log)?.xid(), Xid(stop.0 - 2));
+    let old = f.tm.assign_xid(&f.log)?;
+    assert_eq!(old.xid(), Xid(stop.0 - 2));
+    f.tm.prepare(old, "forgotten", 1, &f.log)?;
     assert_eq!(f.tm.assign_xid(&f.log)?.xid(), Xid(stop.0 - 1), "the last XID before the limit is granted");
+    let warning = f.tm.last_warning().expect("past the warn limit");
+    assert!(warning.contains("the oldest is \"forgotten\""), "the warning names the prepared transaction: {warning}");
     match f.tm.assign_xid(&f.log) {
         Err(e @ Error::WraparoundStop { .. }) => {
-            let Error::WraparoundStop { next_xid, oldest_xid } = &e else { unreachable!() };
+            let Error::WraparoundStop { next_xid, oldest_xid, .. } = &e else { unreachable!() };
             assert_eq!((*next_xid, *oldest_xid), (stop, Xid(1000)));
             let msg = e.to_string();
             assert!(msg.contains("to avoid wraparound") && msg.contains("VACUUM"), "{msg}");
+            assert!(
+                msg.contains(&format!(
+                    "commit or roll back old prepared transactions: the oldest is \"forgotten\" (xid {})",
+                    old.xid()
+                )),
+                "{msg}"
+            );
         }
         other => panic!("expected WraparoundStop, got {other:?}"),
     }
@@ -365,6 +376,30 @@ fn records_render_for_waldump() -> Result<()> {
     assert!(lines[1].starts_with("COMMIT xid 3 time_us "), "{}", lines[1]);
     let short = test_log::decoded(Rmgr::Clog, clog::INFO_TRUNCATE, Xid::INVALID, vec![1, 2]);
     assert_eq!(describe(&short), "TRUNCATE (malformed)");
+
+    // Subtransactions in commit and abort records, and the two-phase records.
+    let top = f.tm.assign_xid(&f.log)?; // 4
+    let s1 = f.tm.assign_subxid(top, top, &f.log)?; // 5
+    let s2 = f.tm.assign_subxid(top, s1, &f.log)?; // 6
+    let s3 = f.tm.assign_subxid(top, top, &f.log)?; // 7
+    f.tm.abort_subxacts(top, &[s3], &f.log)?;
+    f.tm.prepare(top, "g", 1, &f.log)?;
+    f.tm.finish_prepared("g", true, &f.log)?;
+    let lines: Vec<String> = f.log.decoded().iter().skip(2).map(describe).collect();
+    assert!(lines[0].starts_with("ABORT xid 7 time_us "), "{}", lines[0]);
+    assert!(!lines[0].contains("subxacts"), "{}", lines[0]);
+    assert!(lines[1].starts_with("PREPARE gid \"g\" xid 4 prepared_at_us "), "{}", lines[1]);
+    assert!(lines[1].ends_with(" subxacts [5 6]"), "{}", lines[1]);
+    assert!(
+        lines[2].starts_with("COMMIT_PREPARED xid 4 time_us ") && lines[2].ends_with("; subxacts: 5 6"),
+        "{}",
+        lines[2]
+    );
+    let _ = s2;
+    let mut bad = test_log::decoded(Rmgr::Xact, INFO_XACT_COMMIT, Xid(4), vec![0; 13]);
+    assert_eq!(describe(&bad), "COMMIT xid 4 time_us 0 (malformed subtransaction list)");
+    bad.info = INFO_XACT_PREPARE;
+    assert!(describe(&bad).starts_with("PREPARE (malformed: "), "{}", describe(&bad));
     Ok(())
 }
 
@@ -415,5 +450,218 @@ fn checkpoint_waits_for_a_commit_between_its_record_and_the_clog() -> Result<()>
     // What the checkpoint wrote says committed (a crash now replays nothing before redo).
     let on_disk = super::clog::Clog::open(Arc::new(RealFs), f._dir.path())?;
     assert_eq!(on_disk.status(x.xid())?, XidStatus::Committed);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Subtransactions
+
+#[test]
+fn subxids_follow_their_parent_and_appear_in_snapshots() -> Result<()> {
+    let f = new_cluster();
+    let top = f.tm.assign_xid(&f.log)?;
+    let s1 = f.tm.assign_subxid(top, top, &f.log)?;
+    let s2 = f.tm.assign_subxid(top, s1, &f.log)?;
+    assert!(top < s1 && s1 < s2, "a child's XID is greater than its parent's");
+    assert_eq!(f.tm.subtrans().parent(s2.xid()), s1.xid());
+    assert_eq!(f.tm.subtrans().topmost(s2.xid()), top.xid());
+    assert_eq!(f.tm.top_level_of(s2.xid()), top.xid());
+    assert!(f.tm.is_running(s2.xid()));
+    assert_eq!(f.tm.status(s1.xid())?, XidStatus::InProgress);
+
+    let s = f.tm.get_snapshot(None);
+    assert_eq!((s.xip.clone(), s.subxip.clone()), (vec![top.xid()], vec![s1.xid(), s2.xid()]));
+    assert!(s.suboverflowed.is_none());
+    assert!(s.is_in_progress(s2.xid()));
+
+    // A subtransaction can only hang under a running parent of the same transaction.
+    let other = f.tm.assign_xid(&f.log)?;
+    assert!(f.tm.assign_subxid(other, s1, &f.log).is_err());
+    f.tm.commit(top, &f.log, true)?;
+    for x in [top, s1, s2] {
+        assert_eq!(f.tm.status(x.xid())?, XidStatus::Committed);
+        assert!(!f.tm.is_running(x.xid()));
+    }
+    assert!(s.is_in_progress(s2.xid()), "the old snapshot still sees them running");
+    Ok(())
+}
+
+#[test]
+fn more_than_64_subxids_overflow_snapshots_into_the_parent_map() -> Result<()> {
+    let f = new_cluster();
+    let top = f.tm.assign_xid(&f.log)?;
+    let mut parent = top;
+    let mut subs = Vec::new();
+    for _ in 0..MAX_CACHED_SUBXIDS + 6 {
+        parent = f.tm.assign_subxid(top, parent, &f.log)?;
+        subs.push(parent);
+    }
+    let s = f.tm.get_snapshot(None);
+    assert!(s.suboverflowed.is_some(), "70 subtransactions overflow the cache of 64");
+    assert!(s.subxip.is_empty(), "an overflowed snapshot does not trust subxip");
+    for x in &subs {
+        assert!(s.is_in_progress(x.xid()), "subxid {x:?} maps to its running top");
+    }
+    // Roll back the newest ten: they leave the running set, the snapshot still says running.
+    let doomed: Vec<FullXid> = subs[subs.len() - 10..].to_vec();
+    f.tm.abort_subxacts(top, &doomed, &f.log)?;
+    for x in &doomed {
+        assert_eq!(f.tm.status(x.xid())?, XidStatus::Aborted);
+    }
+    let last = f.log.records().pop().expect("an abort record");
+    assert_eq!((last.info, last.xid), (INFO_XACT_ABORT, doomed[0].xid()));
+    f.tm.commit(top, &f.log, true)?;
+    let commit = f.log.decoded().pop().expect("a commit record");
+    let listed = records::decode_end_record(&commit)?.subxids;
+    assert_eq!(listed.len(), subs.len() - 10, "the commit record lists the surviving subtransactions");
+    assert!(f.tm.get_snapshot(None).suboverflowed.is_none(), "the overflow ends with its transaction");
+    for x in &subs[..subs.len() - 10] {
+        assert_eq!(f.tm.status(x.xid())?, XidStatus::Committed);
+    }
+    Ok(())
+}
+
+#[test]
+fn commit_across_clog_pages_replays_and_leaves_nothing_sub_committed() -> Result<()> {
+    let start = FullXid::new(0, Xid(CLOG_XACTS_PER_PAGE - 2));
+    let f = fixture(XactOptions { next_full_xid: start, ..XactOptions::default() });
+    let top = f.tm.assign_xid(&f.log)?;
+    let s1 = f.tm.assign_subxid(top, top, &f.log)?; // the last XID of page 0
+    let s2 = f.tm.assign_subxid(top, s1, &f.log)?; // the first of page 1
+    assert_ne!(page_of(s1.xid()), page_of(s2.xid()));
+    f.tm.commit(top, &f.log, true)?;
+    for x in [top, s1, s2] {
+        assert_eq!(f.tm.clog().status(x.xid())?, XidStatus::Committed, "{x:?} resolved");
+    }
+    let r = fixture(XactOptions { next_full_xid: start, ..XactOptions::default() });
+    for rec in f.log.decoded() {
+        r.tm.redo(&rec)?;
+    }
+    for x in [top, s1, s2] {
+        assert_eq!(r.tm.clog().status(x.xid())?, XidStatus::Committed, "{x:?} after redo");
+    }
+    assert_eq!(r.tm.next_full_xid(), s2.next());
+    Ok(())
+}
+
+#[test]
+fn a_sub_committed_xid_left_behind_follows_its_parent() -> Result<()> {
+    let f = new_cluster();
+    let top = f.tm.assign_xid(&f.log)?;
+    let sub = f.tm.assign_subxid(top, top, &f.log)?;
+    f.tm.abort(top, &f.log)?;
+    // As if a crash had cut a commit short after the sub-committed mark reached the file.
+    f.tm.clog().set_status(sub.xid(), XidStatus::SubCommitted)?;
+    assert_eq!(f.tm.status(sub.xid())?, XidStatus::Aborted, "its parent never committed");
+    f.tm.clog().set_status(top.xid(), XidStatus::Committed)?;
+    assert_eq!(f.tm.status(sub.xid())?, XidStatus::Committed, "its parent committed");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prepared transactions
+
+#[test]
+fn a_prepared_transaction_keeps_running_and_holds_the_horizon() -> Result<()> {
+    let f = new_cluster();
+    let top = f.tm.assign_xid(&f.log)?;
+    let sub = f.tm.assign_subxid(top, top, &f.log)?;
+    let e = f.tm.prepare(top, "g1", 0, &f.log).unwrap_err();
+    assert!(e.to_string().contains("prepared transactions are disabled"), "{e}");
+    f.tm.prepare(top, "g1", 2, &f.log)?;
+    assert_eq!(f.log.flushed(), f.log.records().last().expect("record").end, "PREPARE is flushed");
+    assert!(f.tm.is_running(top.xid()) && f.tm.is_running(sub.xid()));
+    let later = f.tm.assign_xid(&f.log)?;
+    f.tm.commit(later, &f.log, true)?;
+    let (horizon, holder) = f.tm.oldest_xmin_with_holder();
+    assert_eq!(horizon, top.xid());
+    assert_eq!(holder, Some(HorizonHolder { gid: "g1".into(), xid: top.xid() }));
+    let s = f.tm.get_snapshot(None);
+    assert!(s.xip.is_empty(), "prepared XIDs are shared, not copied into xip");
+    assert!(s.is_in_progress(top.xid()) && s.is_in_progress(sub.xid()));
+    assert_eq!(s.xmin, top.xid());
+
+    let other = f.tm.assign_xid(&f.log)?;
+    let e = f.tm.prepare(other, "g1", 2, &f.log).unwrap_err();
+    assert!(e.to_string().contains("transaction identifier \"g1\" is already in use"), "{e}");
+    f.tm.prepare(other, "g2", 2, &f.log)?;
+    let third = f.tm.assign_xid(&f.log)?;
+    let e = f.tm.prepare(third, "g3", 2, &f.log).unwrap_err();
+    assert!(e.to_string().contains("maximum number of prepared transactions reached"), "{e}");
+    assert!(f.tm.is_running(third.xid()), "a refused PREPARE leaves the transaction running");
+
+    let listed: Vec<(String, usize)> = f.tm.prepared_xacts().into_iter().map(|p| (p.gid, p.subxacts)).collect();
+    assert_eq!(listed, vec![("g1".to_string(), 1), ("g2".to_string(), 0)]);
+    f.tm.finish_prepared("g1", true, &f.log)?;
+    assert_eq!(f.tm.status(top.xid())?, XidStatus::Committed);
+    assert_eq!(f.tm.status(sub.xid())?, XidStatus::Committed);
+    f.tm.finish_prepared("g2", false, &f.log)?;
+    assert_eq!(f.tm.status(other.xid())?, XidStatus::Aborted);
+    let e = f.tm.finish_prepared("g2", true, &f.log).unwrap_err();
+    assert!(e.to_string().contains("prepared transaction with identifier \"g2\" does not exist"), "{e}");
+    assert!(f.tm.prepared_xacts().is_empty());
+    Ok(())
+}
+
+#[test]
+fn prepared_state_survives_through_wal_or_state_files() -> Result<()> {
+    let f = new_cluster();
+    let a = f.tm.assign_xid(&f.log)?;
+    let a_sub = f.tm.assign_subxid(a, a, &f.log)?;
+    f.tm.prepare(a, "in-file", 10, &f.log)?;
+    let redo = f.log.records().last().expect("record").end;
+    assert_eq!(f.tm.checkpoint_twophase(redo)?, 1, "its PREPARE is before the redo pointer");
+    assert_eq!(f.tm.checkpoint_twophase(redo)?, 0, "written once");
+    let b = f.tm.assign_xid(&f.log)?;
+    f.tm.prepare(b, "in-wal", 10, &f.log)?;
+    let c = f.tm.assign_xid(&f.log)?;
+    f.tm.prepare(c, "finished", 10, &f.log)?;
+    f.tm.finish_prepared("finished", true, &f.log)?;
+
+    // Recovery in the same directory: the state file, then the WAL after the redo pointer.
+    let at_checkpoint = XactOptions { next_full_xid: b, ..XactOptions::default() };
+    let r = TransactionManager::open(Arc::new(RealFs), f._dir.path(), at_checkpoint)?;
+    assert_eq!(r.load_twophase_files()?, 1);
+    for rec in f.log.decoded().into_iter().filter(|rec| rec.lsn >= redo) {
+        r.redo(&rec)?;
+    }
+    assert_eq!(r.finish_twophase_recovery()?, 2);
+    let gids: Vec<String> = r.prepared_xacts().into_iter().map(|p| p.gid).collect();
+    assert_eq!(gids, vec!["in-file".to_string(), "in-wal".to_string()]);
+    assert_eq!(r.status(c.xid())?, XidStatus::Committed);
+    assert_eq!(r.subtrans().parent(a_sub.xid()), a.xid(), "parent links restored");
+    assert!(r.is_running(a_sub.xid()));
+    r.finish_prepared("in-file", true, &r_log())?;
+    let left = RealFs.list(&f._dir.path().join(twophase::TWOPHASE_DIR))?;
+    assert!(left.is_empty(), "state file removed: {left:?} (a = {a:?})");
+    // A state file from the future (beyond the next XID) is refused, naming the file.
+    let early = TransactionManager::open(Arc::new(RealFs), f._dir.path(), XactOptions::default())?;
+    let state = TwoPhaseState { xid: b, gid: "x".into(), prepared_at_us: 0, subxids: vec![] };
+    twophase::write_state_file(&RealFs, &f._dir.path().join(twophase::TWOPHASE_DIR), &state)?;
+    let e = early.load_twophase_files().unwrap_err();
+    assert!(e.to_string().contains("is not before the next XID"), "{e}");
+    Ok(())
+}
+
+fn r_log() -> RecordingLog {
+    RecordingLog::default()
+}
+
+#[test]
+fn a_stale_state_file_is_removed_by_recovery() -> Result<()> {
+    let f = new_cluster();
+    let a = f.tm.assign_xid(&f.log)?;
+    f.tm.prepare(a, "g", 10, &f.log)?;
+    let state = TwoPhaseState { xid: a, gid: "g".into(), prepared_at_us: 0, subxids: vec![] };
+    f.tm.finish_prepared("g", false, &f.log)?;
+    // A checkpoint wrote the file just as the ROLLBACK PREPARED finished.
+    twophase::write_state_file(&RealFs, &f._dir.path().join(twophase::TWOPHASE_DIR), &state)?;
+    f.tm.clog().checkpoint(&f.log)?;
+    let next = XactOptions { next_full_xid: f.tm.next_full_xid(), ..XactOptions::default() };
+    let r = TransactionManager::open(Arc::new(RealFs), f._dir.path(), next)?;
+    assert_eq!(r.load_twophase_files()?, 1);
+    assert_eq!(r.finish_twophase_recovery()?, 0);
+    assert!(r.prepared_xacts().is_empty());
+    assert!(RealFs.list(&f._dir.path().join(twophase::TWOPHASE_DIR))?.is_empty());
     Ok(())
 }

@@ -1,0 +1,275 @@
+//! Two-phase commit state: what a prepared transaction needs to be finished after a crash
+//! (PostgreSQL's `twophase.c`).
+//!
+//! `PREPARE TRANSACTION` ([`super::TransactionManager::prepare`]) logs an `XACT PREPARE`
+//! record whose main data is the [`TwoPhaseState`] below and flushes it; from then on the
+//! transaction no longer belongs to a session: it keeps its XID (and its subtransactions')
+//! in the proc array, so its row locks (its XID in `xmax`) keep blocking writers, its rows
+//! stay invisible, and it holds back the horizon (`OldestXmin`) and so the relfrozenxid
+//! VACUUM can reach, until `COMMIT PREPARED` or `ROLLBACK PREPARED` by any session, which
+//! logs `XACT COMMIT_PREPARED` / `XACT ABORT_PREPARED` and sets the CLOG as a commit or an
+//! abort would. VACUUM VERBOSE and the autovacuum log name the prepared transaction that
+//! holds the removable cutoff, and the XID wraparound warnings and the stop error name the
+//! oldest one (PostgreSQL's hint only says "old prepared transactions").
+//!
+//! # Surviving a crash: WAL, then a state file at checkpoint
+//!
+//! As in PostgreSQL 11+, the state lives in WAL only until a checkpoint's redo pointer
+//! passes the PREPARE record; that checkpoint then writes one file per such transaction,
+//! `pg_twophase/<64-bit XID as 16 hex digits>`, fsyncs it and the directory, before the
+//! control file names the checkpoint (`CheckPointTwoPhase`). Recovery loads every state file,
+//! then replays WAL from the redo pointer, where PREPARE records add transactions and
+//! COMMIT/ABORT PREPARED records finish them; a state file whose transaction the CLOG already
+//! calls committed or aborted is stale (its finish raced a checkpoint) and is removed.
+//! Prepared transactions left at the end of recovery are running again, with their
+//! subtransactions' parent links set anew in `pg_subtrans` (which is not kept across a
+//! restart, see [`super::subtrans`]). Most prepared transactions are finished before a
+//! checkpoint comes, and then never touch a file.
+//!
+//! Row locks need nothing more: a row lock here is the locker's XID in the row's `xmax`,
+//! on a page the WAL restores, and the XID is running again after recovery.
+//!
+//! # State layout (state file and PREPARE main data), little-endian
+//!
+//! ```text
+//!   0  magic       u32  0x53325043 ("CP2S")
+//!   4  version     u16  1
+//!   6  gid_len     u16  at most 199 bytes (PostgreSQL's GIDSIZE is 200 with its NUL)
+//!   8  xid         u64  FullXid of the prepared transaction
+//!  16  prepared_at i64  microseconds since the Unix epoch
+//!  24  nsubxacts   u32
+//!  28  gid         gid_len bytes of UTF-8
+//!      subxids     nsubxacts x u32 (committed subtransactions, each after xid)
+//!      crc         u32  CRC-32C of everything before it
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::io::FileSystem;
+use crate::types::{FullXid, Xid};
+
+/// Directory of the state files inside the data directory.
+pub const TWOPHASE_DIR: &str = "pg_twophase";
+/// Longest transaction identifier, in bytes (PostgreSQL's `GIDSIZE` less its terminator).
+pub const MAX_GID_LEN: usize = 199;
+/// The most `max_prepared_transactions` accepts (PostgreSQL's `MAX_BACKENDS`).
+pub const MAX_PREPARED_TRANSACTIONS_LIMIT: u32 = 262_143;
+
+const MAGIC: u32 = 0x5332_5043;
+const VERSION: u16 = 1;
+const HEADER_LEN: usize = 28;
+
+/// A prepared transaction's durable state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TwoPhaseState {
+    pub xid: FullXid,
+    pub gid: String,
+    /// When it was prepared, microseconds since the Unix epoch.
+    pub prepared_at_us: i64,
+    /// Its committed (released or still open at PREPARE) subtransactions' XIDs.
+    pub subxids: Vec<Xid>,
+}
+
+/// Checks a transaction identifier as `PREPARE TRANSACTION` does.
+pub fn validate_gid(gid: &str) -> Result<()> {
+    if gid.len() > MAX_GID_LEN {
+        return Err(Error::invalid(format!(
+            "transaction identifier \"{gid}\" is too long (at most {MAX_GID_LEN} bytes)"
+        )));
+    }
+    if gid.contains('\0') {
+        return Err(Error::invalid("transaction identifier contains a NUL byte"));
+    }
+    Ok(())
+}
+
+impl TwoPhaseState {
+    /// The bytes of a state file and of a PREPARE record's main data.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(HEADER_LEN + self.gid.len() + 4 * self.subxids.len() + 4);
+        v.extend_from_slice(&MAGIC.to_le_bytes());
+        v.extend_from_slice(&VERSION.to_le_bytes());
+        // validate_gid keeps it far below u16::MAX.
+        v.extend_from_slice(&(self.gid.len().min(usize::from(u16::MAX)) as u16).to_le_bytes());
+        v.extend_from_slice(&self.xid.0.to_le_bytes());
+        v.extend_from_slice(&self.prepared_at_us.to_le_bytes());
+        v.extend_from_slice(&(self.subxids.len() as u32).to_le_bytes());
+        v.extend_from_slice(self.gid.as_bytes());
+        for x in &self.subxids {
+            v.extend_from_slice(&x.0.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&v);
+        v.extend_from_slice(&crc.to_le_bytes());
+        v
+    }
+
+    /// Decodes [`Self::encode`]'s bytes; a description of the first problem otherwise.
+    pub fn decode(bytes: &[u8]) -> std::result::Result<TwoPhaseState, String> {
+        if bytes.len() < HEADER_LEN + 4 {
+            return Err(format!("{} bytes, shorter than the smallest state ({})", bytes.len(), HEADER_LEN + 4));
+        }
+        let (body, crc_bytes) = bytes.split_at(bytes.len() - 4);
+        let stored = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
+        let computed = crc32c::crc32c(body);
+        if stored != computed {
+            return Err(format!("CRC mismatch: stored {stored:08X}, computed {computed:08X}"));
+        }
+        let u16_at = |i: usize| u16::from_le_bytes([body[i], body[i + 1]]);
+        let u32_at = |i: usize| u32::from_le_bytes([body[i], body[i + 1], body[i + 2], body[i + 3]]);
+        let u64_at = |i: usize| u64::from(u32_at(i)) | (u64::from(u32_at(i + 4)) << 32);
+        if u32_at(0) != MAGIC {
+            return Err(format!("bad magic {:08X}", u32_at(0)));
+        }
+        if u16_at(4) != VERSION {
+            return Err(format!("unknown version {}", u16_at(4)));
+        }
+        let gid_len = usize::from(u16_at(6));
+        if gid_len > MAX_GID_LEN {
+            return Err(format!("transaction identifier of {gid_len} bytes, at most {MAX_GID_LEN}"));
+        }
+        let xid = FullXid(u64_at(8));
+        if !xid.xid().is_normal() {
+            return Err(format!("special XID {} cannot be prepared", xid.xid()));
+        }
+        let prepared_at_us = u64_at(16) as i64;
+        let nsub = u32_at(24) as usize;
+        let expected = HEADER_LEN.checked_add(gid_len).and_then(|n| nsub.checked_mul(4).and_then(|s| n.checked_add(s)));
+        if expected != Some(body.len()) {
+            return Err(format!(
+                "{} bytes before the CRC, but a {gid_len}-byte identifier and {nsub} subtransactions need {}",
+                body.len(),
+                expected.map_or_else(|| "more than fits".to_string(), |n| n.to_string())
+            ));
+        }
+        let gid = std::str::from_utf8(&body[HEADER_LEN..HEADER_LEN + gid_len])
+            .map_err(|e| format!("transaction identifier is not UTF-8: {e}"))?
+            .to_string();
+        let mut subxids = Vec::with_capacity(nsub);
+        for i in 0..nsub {
+            let x = Xid(u32_at(HEADER_LEN + gid_len + 4 * i));
+            if !x.is_normal() || !xid.xid().precedes(x) {
+                return Err(format!("subtransaction XID {x} is not after the prepared XID {}", xid.xid()));
+            }
+            subxids.push(x);
+        }
+        Ok(TwoPhaseState { xid, gid, prepared_at_us, subxids })
+    }
+}
+
+/// The state file of `xid`.
+pub fn state_file_path(dir: &Path, xid: FullXid) -> PathBuf {
+    dir.join(format!("{:016X}", xid.0))
+}
+
+/// The XID a state file name stands for (`None` for other names).
+pub fn parse_state_file_name(name: &str) -> Option<FullXid> {
+    if name.len() != 16 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(name, 16).ok().map(FullXid)
+}
+
+/// Writes and fsyncs the state file of `state` (the caller fsyncs the directory).
+pub fn write_state_file(fs: &dyn FileSystem, dir: &Path, state: &TwoPhaseState) -> Result<()> {
+    let path = state_file_path(dir, state.xid);
+    let bytes = state.encode();
+    let file = fs.open(&path, true)?;
+    file.set_len(0)?;
+    file.write_at(&bytes, 0)?;
+    file.sync()
+}
+
+/// Reads every state file in `dir`, in XID order. A file that does not decode, or whose
+/// name disagrees with its content, is an error naming it.
+pub fn read_state_files(fs: &dyn FileSystem, dir: &Path) -> Result<Vec<TwoPhaseState>> {
+    let mut out = Vec::new();
+    for name in fs.list(dir)? {
+        let Some(xid) = parse_state_file_name(&name) else { continue };
+        let path = dir.join(&name);
+        let file = fs.open(&path, false)?;
+        let len = file.len()?;
+        if len > 1 << 20 {
+            return Err(Error::CorruptFile { path, detail: format!("two-phase state file of {len} bytes") });
+        }
+        let mut bytes = vec![0u8; len as usize];
+        file.read_exact_at(&mut bytes, 0)?;
+        let state =
+            TwoPhaseState::decode(&bytes).map_err(|detail| Error::CorruptFile { path: path.clone(), detail })?;
+        if state.xid != xid {
+            return Err(Error::CorruptFile {
+                path,
+                detail: format!("file name says XID {:016X}, content says {:016X}", xid.0, state.xid.0),
+            });
+        }
+        out.push(state);
+    }
+    out.sort_by_key(|s| s.xid);
+    Ok(out)
+}
+
+/// One line describing a state (waldump, `settle inspect`).
+pub fn describe(state: &TwoPhaseState) -> String {
+    let subs: Vec<String> = state.subxids.iter().map(|x| x.0.to_string()).collect();
+    format!(
+        "gid \"{}\" xid {} prepared_at_us {} subxacts [{}]",
+        state.gid,
+        state.xid.xid(),
+        state.prepared_at_us,
+        subs.join(" ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> TwoPhaseState {
+        TwoPhaseState {
+            xid: FullXid::new(2, Xid(1000)),
+            gid: "order-17".into(),
+            prepared_at_us: 1_700_000_000_000_000,
+            subxids: vec![Xid(1001), Xid(1005)],
+        }
+    }
+
+    #[test]
+    fn state_round_trips_and_rejects_damage() {
+        let s = sample();
+        let bytes = s.encode();
+        assert_eq!(TwoPhaseState::decode(&bytes), Ok(s.clone()));
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x40;
+            assert!(TwoPhaseState::decode(&b).is_err(), "flipped byte {i} accepted");
+        }
+        for n in 0..bytes.len() {
+            assert!(TwoPhaseState::decode(&bytes[..n]).is_err(), "prefix of {n} bytes accepted");
+        }
+        assert_eq!(describe(&s), "gid \"order-17\" xid 1000 prepared_at_us 1700000000000000 subxacts [1001 1005]");
+    }
+
+    #[test]
+    fn files_are_named_by_full_xid() -> Result<()> {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let fs = crate::io::RealFs;
+        write_state_file(&fs, tmp.path(), &sample())?;
+        std::fs::write(tmp.path().join("README"), b"not a state file").expect("write");
+        let read = read_state_files(&fs, tmp.path())?;
+        assert_eq!(read, vec![sample()]);
+        assert_eq!(parse_state_file_name("00000002000003E8"), Some(FullXid::new(2, Xid(1000))));
+        std::fs::rename(state_file_path(tmp.path(), sample().xid), tmp.path().join("00000002000003E9"))
+            .expect("rename");
+        let e = read_state_files(&fs, tmp.path()).unwrap_err();
+        assert!(e.to_string().contains("file name says XID 00000002000003E9"), "{e}");
+        Ok(())
+    }
+
+    #[test]
+    fn gid_limits() {
+        assert!(validate_gid("").is_ok());
+        assert!(validate_gid(&"g".repeat(MAX_GID_LEN)).is_ok());
+        let e = validate_gid(&"g".repeat(MAX_GID_LEN + 1)).unwrap_err();
+        assert!(e.to_string().contains("is too long"), "{e}");
+    }
+}
