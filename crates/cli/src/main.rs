@@ -37,6 +37,8 @@
 //!   [--json]`: SIGKILL a child running the workload, recover, verify every acknowledged commit
 //!   against its ack log and run `check`; exits 1 on any anomaly (see `torture`).
 //!   `--wraparound [--xids N] [--autovacuum off]`: the XID wraparound soak instead (see `soak`).
+//! * `settle serve --dir DIR [--port P] [--listen ADDR]`: PostgreSQL's wire protocol over a data
+//!   directory, for psql, pgbench and drivers (see `serve.rs` and the `settledb-server` crate).
 //!
 //! The binary installs `tidstore::bench::CountingAlloc` as its global allocator so that the
 //! tidstore benchmark can measure each structure's heap bytes exactly. It costs one relaxed
@@ -51,6 +53,7 @@ mod peer_cmd;
 mod pgbench;
 mod pgbench_cmd;
 mod relations;
+mod serve;
 mod soak;
 mod stats;
 mod stress;
@@ -148,6 +151,8 @@ enum Cmd {
     /// moments and inside VACUUM, checkpoints and relation extension; after each kill recover,
     /// check every acknowledged commit against the child's ack log, and run `check`.
     Torture(torture::TortureArgs),
+    /// Serve a data directory over PostgreSQL's wire protocol (psql, pgbench, drivers).
+    Serve(serve::ServeArgs),
     /// The child process of `settle torture` (not for direct use).
     #[command(hide = true)]
     TortureChild(torture::child::ChildArgs),
@@ -182,6 +187,7 @@ fn main() -> ExitCode {
         Cmd::Stress(a) => stress::run(a),
         Cmd::Torture(a) => torture::run(a),
         Cmd::TortureChild(a) => torture::child::run(a),
+        Cmd::Serve(a) => serve::run(a),
     };
     match r {
         Ok(code) => code,

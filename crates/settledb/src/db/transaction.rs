@@ -109,6 +109,13 @@ impl<'db> Transaction<'db> {
         self.failed.is_some()
     }
 
+    /// Assigns the transaction's XID now if it has none yet (PostgreSQL's `txid_current()`
+    /// does this), returning it with its epoch.
+    pub fn assign_xid(&mut self) -> Result<FullXid> {
+        self.ensure_xid()?;
+        self.xid.ok_or(Error::TransactionClosed("no XID was assigned"))
+    }
+
     /// Assigns an XID on first write.
     pub(crate) fn ensure_xid(&mut self) -> Result<Xid> {
         self.active()?;
