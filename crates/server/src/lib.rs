@@ -124,8 +124,8 @@ impl Server {
         // The log directory comes after the open: a new data directory must start empty.
         let log = log::Log::new(&opts.dir, opts.log_to_stderr);
         let r = db.recovery_report();
-        if r.records_replayed > 0 {
-            log.line("LOG", &format!("redo done: {} WAL records replayed", r.records_replayed));
+        if r.performed {
+            log.line("LOG", &format!("redo done at {}: {} WAL records replayed", r.end_lsn, r.records_replayed));
         }
         let catalog = catalog::SqlCatalog::open(&opts.dir)?;
         let addr = format!("{}:{}", opts.listen, opts.port);
