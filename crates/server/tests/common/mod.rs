@@ -59,6 +59,11 @@ impl TestServer {
         }
     }
 
+    /// A handle naming a running server's address only (for raw-socket helpers).
+    pub fn probe(addr: SocketAddr) -> TestServer {
+        TestServer { addr, dir: PathBuf::new(), stop: None, thread: None }
+    }
+
     pub fn port(&self) -> String {
         self.addr.port().to_string()
     }
