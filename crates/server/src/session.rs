@@ -238,7 +238,6 @@ impl<'db> Session<'db> {
             | Statement::Update(_)
             | Statement::Delete(_)
             | Statement::Truncate(_) => self.in_transaction(params, notices, |cx| query::execute(cx, s)),
-            Statement::Discard { .. } => Ok(Outcome::Command("DISCARD ALL".into())),
             other => Err(SqlError::unsupported(format!("the statement \"{}\"", statement_head(other)))),
         }
     }
