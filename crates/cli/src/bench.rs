@@ -94,6 +94,9 @@ pub enum BenchCmd {
     /// Many relations: creating them, VACUUM of one empty table among them, the full
     /// recomputation of the database frozen XID, the autovacuum launcher's idle CPU.
     Relations(crate::relations::RelationsArgs),
+    /// The real pgbench against `settle serve` (and, with --peer, PostgreSQL 15): tps side by
+    /// side, TPC-B-like and select-only slices alternating.
+    Wire(crate::bench_wire::WireArgs),
 }
 
 #[derive(Serialize, Default, Clone)]
@@ -170,6 +173,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         }
         BenchCmd::Aging(args) => crate::aging::run(args),
         BenchCmd::Relations(args) => crate::relations::run(args),
+        BenchCmd::Wire(args) => crate::bench_wire::run(args),
     }
 }
 

@@ -27,6 +27,8 @@
 //! * `settle bench relations --relations N [--peer] [--json]`: creating N relations, VACUUM of
 //!   one empty table among them (incremental database frozen XID) and the full recomputation,
 //!   the autovacuum launcher's idle CPU per naptime, catalog bytes per relation.
+//! * `settle bench wire [--scale S] [--clients C] [--peer] [--json]`: the real pgbench against
+//!   `settle serve` (and PostgreSQL 15 with `--peer`), tps side by side (see `bench_wire.rs`).
 //! * `settle peer start [--port P] [--set NAME=VALUE]...` / `settle peer stop --port P`: a
 //!   PostgreSQL 15 that outlives the command, for `--target URL`.
 //! * `settle pgbench (--dir DIR | --target URL) [-i -s S] [-c C] [-T secs | -t n] [-S | -b
@@ -47,6 +49,7 @@
 
 mod aging;
 mod bench;
+mod bench_wire;
 mod inspect;
 mod peer;
 mod peer_cmd;

@@ -9,8 +9,8 @@
 //!
 //! Authentication: without `--password-file` the server trusts every connection, and then
 //! refuses to listen on anything but a loopback address unless `--trust` says so. With it,
-//! clients must send the file's first line as their password (cleartext password exchange;
-//! SCRAM is not implemented yet).
+//! every client must prove it knows the file's first line by SCRAM-SHA-256 (the password never
+//! crosses the connection). There is no TLS yet.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,7 +29,7 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     listen: String,
-    /// A file whose first line is the password every client must give.
+    /// A file whose first line is the password every client must prove by SCRAM-SHA-256.
     #[arg(long, value_name = "FILE", conflicts_with = "trust")]
     password_file: Option<PathBuf>,
     /// Accept every connection without a password, even on a non-loopback address.

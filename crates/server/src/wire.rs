@@ -15,6 +15,9 @@
 //! job is caught and reported to that client as an internal error (XX000); other sessions
 //! never share its state.
 //!
+//! Authentication ([`Startup`]): trust, or SCRAM-SHA-256 (pgwire's implementation) against the
+//! one password `settle serve --password-file` reads.
+//!
 //! Extended protocol: Parse runs the SQL front end and Describe's type inference once and
 //! stores the result as the prepared statement ([`Prepared`]); Bind's parameters are decoded
 //! by the types the client gave or, when it gave none (pgbench, psql), by the types inferred
@@ -29,7 +32,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::{BufMut, BytesMut};
 use futures::sink::{Sink, SinkExt};
-use pgwire::api::auth::cleartext::CleartextPasswordAuthStartupHandler;
+use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::{
     finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
     DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
@@ -514,22 +518,41 @@ impl CopyHandler for QueryHandler {
     }
 }
 
-/// Authentication: trust, or a password compared in clear text over the connection.
+/// Authentication: trust, or SCRAM-SHA-256 against the password `--password-file` gave.
 pub struct Startup {
-    password: Option<Arc<CleartextPasswordAuthStartupHandler<PasswordSource, Arc<DefaultServerParameterProvider>>>>,
+    scram: Option<Arc<SASLAuthStartupHandler<DefaultServerParameterProvider>>>,
     params: Arc<DefaultServerParameterProvider>,
     sh: Arc<Shared>,
 }
 
-/// The one password `--password-file` sets, for every user.
+/// SCRAM's iteration count (PostgreSQL's default `scram_iterations`).
+const SCRAM_ITERATIONS: usize = 4096;
+
+/// The one password `--password-file` sets, for every user. Each login gets a fresh salt and
+/// the salted password SCRAM verifies against; the cleartext never crosses the connection.
 #[derive(Debug)]
 pub struct PasswordSource(String);
 
 #[async_trait]
 impl AuthSource for PasswordSource {
     async fn get_password(&self, _login: &LoginInfo) -> PgWireResult<Password> {
-        Ok(Password::new(None, self.0.as_bytes().to_vec()))
+        let salt = random_salt();
+        let salted = gen_salted_password(&self.0, &salt, SCRAM_ITERATIONS);
+        Ok(Password::new(Some(salt.to_vec()), salted))
     }
+}
+
+/// Sixteen unpredictable bytes from the standard library's randomly keyed hasher.
+fn random_salt() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = [0u8; 16];
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_usize(i);
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    out
 }
 
 impl Startup {
@@ -539,12 +562,14 @@ impl Startup {
         p.date_style = "ISO, MDY".into();
         p.time_zone = "UTC".into();
         p.interval_style = "postgres".into();
+        p.scram_iterations = SCRAM_ITERATIONS;
         let params = Arc::new(p);
-        let password = sh
-            .password
-            .clone()
-            .map(|pw| Arc::new(CleartextPasswordAuthStartupHandler::new(PasswordSource(pw), params.clone())));
-        Startup { password, params, sh }
+        let scram = sh.password.clone().map(|pw| {
+            let mut auth = ScramAuth::new(Arc::new(PasswordSource(pw)));
+            auth.set_iterations(SCRAM_ITERATIONS);
+            Arc::new(SASLAuthStartupHandler::new(params.clone()).with_scram(auth))
+        });
+        Startup { scram, params, sh }
     }
 }
 
@@ -559,9 +584,10 @@ impl StartupHandler for Startup {
         if let PgWireFrontendMessage::Startup(ref startup) = message {
             let user = startup.parameters.get("user").cloned().unwrap_or_default();
             let database = startup.parameters.get("database").cloned().unwrap_or_else(|| user.clone());
-            self.sh.log.line("LOG", &format!("connection authorized: user={user} database={database}"));
+            let what = if self.scram.is_some() { "authentication requested (SCRAM-SHA-256)" } else { "authorized" };
+            self.sh.log.line("LOG", &format!("connection {what}: user={user} database={database}"));
         }
-        if let Some(p) = &self.password {
+        if let Some(p) = &self.scram {
             return p.on_startup(client, message).await;
         }
         if let PgWireFrontendMessage::Startup(ref startup) = message {

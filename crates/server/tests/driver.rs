@@ -214,3 +214,16 @@ async fn garbage_never_hurts_other_sessions() {
     let answer = raw_exchange(&s, &[startup(), message(b'Q', b"select '\xc3\x28'\0")].concat());
     assert!(answer.contains(&b'R'), "no authentication answer: {answer:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_password_is_required_when_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start_with_password(dir.path(), Some("s3cret"));
+    let good = format!("{} password=s3cret", s.conn_string());
+    let (c, conn) = tokio_postgres::connect(&good, NoTls).await.expect("the right password is accepted");
+    tokio::spawn(conn);
+    assert_eq!(c.query_one("select 1 + 1", &[]).await.unwrap().get::<_, i32>(0), 2);
+    let bad = format!("{} password=wrong", s.conn_string());
+    assert!(tokio_postgres::connect(&bad, NoTls).await.is_err(), "a wrong password is refused");
+    assert!(tokio_postgres::connect(&s.conn_string(), NoTls).await.is_err(), "no password is refused");
+}

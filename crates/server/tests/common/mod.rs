@@ -19,7 +19,13 @@ pub struct TestServer {
 
 impl TestServer {
     pub fn start(dir: &Path) -> TestServer {
+        TestServer::start_with_password(dir, None)
+    }
+
+    /// A server that demands `password` (SCRAM-SHA-256) when it is given.
+    pub fn start_with_password(dir: &Path, password: Option<&str>) -> TestServer {
         let mut opts = ServeOptions::new(dir);
+        opts.password = password.map(str::to_string);
         opts.port = 0;
         opts.log_to_stderr = false;
         // Tests need no durability against power loss; the autovacuum launcher stays off so
