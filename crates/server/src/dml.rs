@@ -128,8 +128,8 @@ fn returning(
     tag: String,
 ) -> Result<Outcome, SqlError> {
     let Some(items) = items else { return Ok(Outcome::Command(tag)) };
-    let outs = projection(items, Some(t))?;
     let scope = t.scope();
+    let outs = projection(items, &scope)?;
     let fields = outs.iter().map(|o| Field { name: o.name.clone(), ty: infer_type(&o.expr, &scope, &[]) }).collect();
     let mut out = Vec::with_capacity(rows.len());
     for r in &rows {
@@ -386,8 +386,8 @@ pub fn describe(sh: &Shared, s: &Statement, params: &mut Vec<Option<SqlType>>) -
         _ => return None,
     };
     let items = ret?;
-    let outs = projection(items, Some(&t)).ok()?;
     let scope = t.scope();
+    let outs = projection(items, &scope).ok()?;
     Some(outs.iter().map(|o| Field { name: o.name.clone(), ty: infer_type(&o.expr, &scope, &[]) }).collect())
 }
 

@@ -13,6 +13,7 @@
 //!   expr      expression evaluation and type inference;  types  SQL types, text/binary I/O
 //!   catalog   the SQL column types the engine does not keep (DIR/server_catalog)
 //!   copy      COPY FROM STDIN / TO STDOUT;  utility  VACUUM;  settings  GUCs;  log  server log
+//!   views     pg_stat_user_tables, pg_stat_database from the engine's counters
 //! ```
 //!
 //! One connection is one pgwire task plus one session thread (the engine is synchronous and a
@@ -36,6 +37,7 @@ pub mod session;
 pub mod settings;
 pub mod types;
 pub mod utility;
+pub mod views;
 pub mod wire;
 
 use std::net::SocketAddr;

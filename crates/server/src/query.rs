@@ -39,14 +39,43 @@ pub fn execute(cx: &mut Cx<'_, '_>, s: &Statement) -> Result<Outcome, SqlError> 
     }
 }
 
-/// The single table a FROM clause names, if any.
-pub fn from_target(sh: &Shared, sel: &Select) -> Result<Option<Target>, SqlError> {
+/// What a SELECT reads: nothing, a table, or a view computed from the engine's state.
+pub enum Source {
+    None,
+    Table(Target),
+    View { names: Vec<String>, cols: Vec<crate::catalog::ColumnDef>, view: String },
+}
+
+impl Source {
+    pub fn scope(&self) -> Scope<'_> {
+        match self {
+            Source::None => Scope { names: Vec::new(), cols: &[] },
+            Source::Table(t) => t.scope(),
+            Source::View { names, cols, .. } => Scope { names: names.iter().map(String::as_str).collect(), cols },
+        }
+    }
+
+    pub fn target(&self) -> Option<&Target> {
+        match self {
+            Source::Table(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// The single table or view a FROM clause names, if any.
+pub fn from_source(sh: &Shared, sel: &Select) -> Result<Source, SqlError> {
     match sel.from.as_slice() {
-        [] => Ok(None),
+        [] => Ok(Source::None),
         [twj] if twj.joins.is_empty() => match &twj.relation {
             TableFactor::Table { name, alias, args: None, .. } => {
                 let n = crate::ddl::object_name(name);
-                Target::open(sh, &n, alias.as_ref().map(|a| ident_name(&a.name))).map(Some)
+                let alias = alias.as_ref().map(|a| ident_name(&a.name));
+                if let Some(cols) = crate::views::columns(&n) {
+                    let names = std::iter::once(n.clone()).chain(alias).collect();
+                    return Ok(Source::View { names, cols, view: n });
+                }
+                Target::open(sh, &n, alias).map(Source::Table)
             }
             other => Err(SqlError::unsupported(format!("FROM {other}"))),
         },
@@ -79,7 +108,7 @@ pub struct OutCol {
     pub expr: Expr,
 }
 
-pub fn projection(items: &[SelectItem], t: Option<&Target>) -> Result<Vec<OutCol>, SqlError> {
+pub fn projection(items: &[SelectItem], scope: &Scope<'_>) -> Result<Vec<OutCol>, SqlError> {
     let mut out = Vec::new();
     for it in items {
         match it {
@@ -88,8 +117,10 @@ pub fn projection(items: &[SelectItem], t: Option<&Target>) -> Result<Vec<OutCol
                 out.push(OutCol { name: ident_name(alias), expr: expr.clone() })
             }
             SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
-                let t = t.ok_or_else(|| SqlError::syntax("SELECT * with no tables specified is not valid"))?;
-                for c in &t.cols {
+                if scope.names.is_empty() {
+                    return Err(SqlError::syntax("SELECT * with no tables specified is not valid"));
+                }
+                for c in scope.cols {
                     let id = sqlparser::ast::Ident::with_quote('"', c.name.clone());
                     out.push(OutCol { name: c.name.clone(), expr: Expr::Identifier(id) });
                 }
@@ -103,24 +134,21 @@ pub fn projection(items: &[SelectItem], t: Option<&Target>) -> Result<Vec<OutCol
 /// Runs a query; returns its columns and rows.
 pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Datum>>), SqlError> {
     let sel = check_query(q)?;
-    let target = from_target(cx.sh, sel)?;
-    let empty_cols = Vec::new();
-    let scope = match &target {
-        Some(t) => t.scope(),
-        None => Scope { names: Vec::new(), cols: &empty_cols },
-    };
-    let outs = projection(&sel.projection, target.as_ref())?;
+    let source = from_source(cx.sh, sel)?;
+    let scope = source.scope();
+    let outs = projection(&sel.projection, &scope)?;
     let fields: Vec<Field> =
         outs.iter().map(|o| Field { name: o.name.clone(), ty: infer_type(&o.expr, &scope, &[]) }).collect();
 
     // Input rows.
-    let mut input: Vec<Vec<Datum>> = match &target {
-        None => vec![Vec::new()],
-        Some(t) => {
+    let mut input: Vec<Vec<Datum>> = match &source {
+        Source::None => vec![Vec::new()],
+        Source::Table(t) => {
             let a = access(cx, t, sel.selection.as_ref())?;
             let found = fetch(cx, t, &a)?;
             found.into_iter().map(|(_, v)| datums(&v, &t.cols)).collect()
         }
+        Source::View { view, .. } => crate::views::rows(cx.db, view),
     };
     if let Some(w) = &sel.selection {
         let mut kept = Vec::with_capacity(input.len());
@@ -478,9 +506,8 @@ pub fn describe(sh: &Shared, stmt: &Stmt, client: &[Option<SqlType>]) -> (Vec<Sq
         match s.as_ref() {
             Statement::Query(q) => {
                 if let Ok(sel) = check_query(q) {
-                    if let Ok(t) = from_target(sh, sel) {
-                        let empty = Vec::new();
-                        let scope = t.as_ref().map_or(Scope { names: Vec::new(), cols: &empty }, |t| t.scope());
+                    if let Ok(source) = from_source(sh, sel) {
+                        let scope = source.scope();
                         if let Some(w) = &sel.selection {
                             infer_params(w, &scope, &mut params);
                         }
@@ -491,7 +518,7 @@ pub fn describe(sh: &Shared, stmt: &Stmt, client: &[Option<SqlType>]) -> (Vec<Sq
                         }
                         limit_params(q, &mut params);
                         let ptypes: Vec<SqlType> = params.iter().map(|p| p.unwrap_or(SqlType::Text)).collect();
-                        if let Ok(outs) = projection(&sel.projection, t.as_ref()) {
+                        if let Ok(outs) = projection(&sel.projection, &scope) {
                             fields = Some(
                                 outs.iter()
                                     .map(|o| Field { name: o.name.clone(), ty: infer_type(&o.expr, &scope, &ptypes) })

@@ -82,6 +82,14 @@ fn vacuum_verbose_sends_info_notices() {
     assert!(lines[2].starts_with("pages: 0 removed, 1 remain, 1 scanned"), "{err}");
     assert!(err.contains("tuples: 1 removed, 2 remain"), "{err}");
     assert!(err.contains("index \"v_pkey\": pages:"), "{err}");
+    // The statistics views count what happened.
+    let stats = psql_value(
+        &psql,
+        &s,
+        "select n_tup_ins, n_tup_del, vacuum_count, last_vacuum is not null from pg_stat_user_tables where relname = 'v'",
+    );
+    assert_eq!(stats, "3|1|1|t");
+    assert_eq!(psql_value(&psql, &s, "select xact_commit > 0 from pg_stat_database"), "t");
     // VACUUM refuses to run in a block, as in PostgreSQL.
     let o = run(&psql, &["-X", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-c", "begin", "-c", "vacuum v"]);
     assert!(text(&o).1.contains("VACUUM cannot run inside a transaction block"));
