@@ -86,7 +86,10 @@ impl SessionHandle {
                 // `s` drops here: a transaction still open rolls back.
             })
             .map_err(|e| SqlError::new("53000", format!("could not start a session thread: {e}")))?;
-        sh.sessions.lock().push(h);
+        let mut sessions = sh.sessions.lock();
+        // Threads of closed connections are done; only live ones need joining at shutdown.
+        sessions.retain(|h| !h.is_finished());
+        sessions.push(h);
         Ok(SessionHandle { jobs: parking_lot::Mutex::new(tx) })
     }
 
