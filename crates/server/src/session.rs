@@ -214,6 +214,16 @@ impl<'db> Session<'db> {
     fn sql(&mut self, s: &Statement, params: &[Datum], notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
         match s {
             Statement::Set(set) => self.set(set),
+            Statement::ShowVariable { variable } if variable.len() == 1 && ident_name(&variable[0]) == "all" => {
+                let text = crate::types::SqlType::Text;
+                let fields = vec![Field { name: "name".into(), ty: text }, Field { name: "setting".into(), ty: text }];
+                let rows: Vec<Vec<Datum>> = settings::show_all(self.db, &self.settings)
+                    .into_iter()
+                    .map(|(n, v)| vec![Datum::Text(n), Datum::Text(v)])
+                    .collect();
+                let tag = format!("SHOW {}", rows.len());
+                Ok(Outcome::Rows { fields, rows, tag })
+            }
             Statement::ShowVariable { variable } => {
                 let name = variable.iter().map(ident_name).collect::<Vec<_>>().join(" ");
                 let v = settings::show(self.db, &self.settings, &name)?;

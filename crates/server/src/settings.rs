@@ -178,6 +178,16 @@ pub fn reset(s: &mut BTreeMap<String, String>, r: &Reset) -> Result<(), SqlError
     }
 }
 
+/// SHOW ALL: every parameter with its value, sorted by name.
+pub fn show_all(db: &Database, s: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let mut names: Vec<String> = s.keys().cloned().collect();
+    names.extend(FIXED.iter().map(|(k, _)| k.to_string()));
+    names.extend(settledb::config::PARAMETERS.iter().map(|k| k.to_string()));
+    names.sort();
+    names.dedup();
+    names.into_iter().filter_map(|n| show(db, s, &n).ok().map(|v| (canonical(&n), v))).collect()
+}
+
 /// SHOW and `current_setting()`.
 pub fn show(db: &Database, s: &BTreeMap<String, String>, name: &str) -> Result<String, SqlError> {
     let name = name.to_ascii_lowercase();
