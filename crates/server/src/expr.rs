@@ -416,9 +416,10 @@ fn arith(op: &BinaryOperator, l: Datum, r: Datum) -> Result<Datum, SqlError> {
             Datum::Num(match op {
                 B::Plus => Num { mantissa: x.mantissa.checked_add(y.mantissa).ok_or_else(overflow)?, scale: s },
                 B::Minus => Num { mantissa: x.mantissa.checked_sub(y.mantissa).ok_or_else(overflow)?, scale: s },
-                B::Multiply => {
-                    Num { mantissa: a.mantissa.checked_mul(b.mantissa).ok_or_else(overflow)?, scale: a.scale + b.scale }
-                }
+                B::Multiply => Num {
+                    mantissa: a.mantissa.checked_mul(b.mantissa).ok_or_else(overflow)?,
+                    scale: a.scale.checked_add(b.scale).filter(|s| *s <= 60).ok_or_else(overflow)?,
+                },
                 B::Divide => {
                     if y.mantissa == 0 {
                         return Err(div0());

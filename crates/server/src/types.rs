@@ -209,7 +209,9 @@ impl Num {
             Some(Num { mantissa: self.mantissa.checked_mul(f)?, scale })
         } else {
             // Round half away from zero, as numeric does.
-            let f = 10i128.pow(u32::from(self.scale - scale));
+            let Some(f) = 10i128.checked_pow(u32::from(self.scale - scale)) else {
+                return Some(Num { mantissa: 0, scale });
+            };
             let q = self.mantissa / f;
             let r = self.mantissa % f;
             let q = if r.abs() * 2 >= f { q + self.mantissa.signum() } else { q };

@@ -198,10 +198,7 @@ fn field_infos(fields: &[Field], format: &Format) -> Vec<FieldInfo> {
     fields
         .iter()
         .enumerate()
-        .map(|(i, f)| {
-            let fmt = if i < fields.len() { format_for(format, i) } else { FieldFormat::Text };
-            FieldInfo::new(f.name.clone(), None, None, f.ty.pg_type(), fmt)
-        })
+        .map(|(i, f)| FieldInfo::new(f.name.clone(), None, None, f.ty.pg_type(), format_for(format, i)))
         .collect()
 }
 
@@ -376,7 +373,7 @@ fn bind_params(portal: &Portal<Arc<Prepared>>) -> Result<Vec<Datum>, SqlError> {
         let ty = client_ty.or_else(|| prepared.params.get(i).copied()).unwrap_or(SqlType::Text);
         let d = match p {
             None => Datum::Null,
-            Some(b) if portal.parameter_format.is_binary(i) => Datum::from_binary(b, ty)?,
+            Some(b) if format_for(&portal.parameter_format, i) == FieldFormat::Binary => Datum::from_binary(b, ty)?,
             Some(b) => {
                 let s = std::str::from_utf8(b).map_err(|_| SqlError::bad_utf8())?;
                 match ty {
