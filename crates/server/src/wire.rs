@@ -411,8 +411,12 @@ impl ExtendedQueryHandler for QueryHandler {
         let session = self.h.session(client).map_err(SqlError::into_pgwire)?;
         let prepared = portal.statement.statement.clone();
         let params = bind_params(portal).map_err(SqlError::into_pgwire)?;
-        let stmt = prepared.stmt.clone();
-        let reply = run(&session, stmt, params).await;
+        // The prepared statement is shared with the session thread, not copied (hot path).
+        let shared = prepared.clone();
+        let reply = match session.call(move |s| s.execute(&shared.stmt, &params)).await {
+            Ok(r) => r,
+            Err(e) => Reply { notices: Vec::new(), result: Err(e) },
+        };
         send_notices(client, &reply.notices).await?;
         match reply.result.and_then(|o| response(o, &portal.result_column_format)) {
             Ok(r) => Ok(r),
