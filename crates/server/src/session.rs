@@ -160,6 +160,11 @@ impl<'db> Session<'db> {
 
     /// Runs one statement with bound parameters.
     pub fn execute(&mut self, stmt: &Stmt, params: &[Datum]) -> Reply {
+        if self.copy.is_some() {
+            // A statement while a COPY was open: the client broke off the COPY (pgwire has
+            // already answered the stray message with an error). Its rows go with it.
+            self.copy_failed();
+        }
         let mut notices = Vec::new();
         let result = self.dispatch(stmt, params, &mut notices);
         Reply { notices, result }
