@@ -9,7 +9,7 @@
 //!   parse     statement splitting, our parser for VACUUM/ANALYZE/CHECKPOINT/COPY, sqlparser
 //!   session   transaction state (autocommit, BEGIN/COMMIT/ROLLBACK, failed blocks), SET/SHOW
 //!   query     SELECT and Describe;  dml  INSERT/UPDATE/DELETE/TRUNCATE;  ddl  CREATE/DROP/ALTER
-//!   plan      index equality/range scan or sequential scan for a WHERE clause
+//!   plan      index equality/range scan, index-only scan, or sequential scan for a WHERE clause
 //!   expr      expression evaluation and type inference;  types  SQL types, text/binary I/O
 //!   catalog   the SQL column types the engine does not keep (DIR/server_catalog)
 //!   copy      COPY FROM STDIN / TO STDOUT;  utility  VACUUM;  settings  GUCs;  log  server log

@@ -14,6 +14,11 @@
 //!   WHERE abalance > 0                   -> sequential scan
 //! ```
 //!
+//! When every column a SELECT reads is a key column of the chosen index, the rows come from an
+//! index-only scan ([`fetch_index_only`]): entries on heap pages the visibility map marks
+//! all-visible are returned without visiting the heap (`select count(*) from t where id
+//! between 1 and 1000` after a VACUUM reads only the index).
+//!
 //! An exact match on every column of a unique index ([`Access::is_exact_unique`]) lets UPDATE
 //! and DELETE use the engine's find-and-change-in-one-command calls
 //! ([`settledb::Transaction::update_by_key`]).
@@ -267,4 +272,28 @@ pub fn fetch(cx: &mut Cx<'_, '_>, t: &Target, a: &Access) -> Result<Vec<(Tid, Ve
             cx.tx.range(index, lo.clone(), hi.clone(), ScanDirection::Forward, limit)?
         }
     })
+}
+
+/// An index-only scan over the access path's bounds: rows with the key columns (`keys`, the
+/// positions of the index's columns) filled and every other column NULL. The caller has
+/// checked that the statement reads no other column.
+pub fn fetch_index_only(
+    cx: &mut Cx<'_, '_>,
+    t: &Target,
+    a: &Access,
+    keys: &[usize],
+) -> Result<Vec<Vec<Datum>>, SqlError> {
+    let Access::Index { index, lo, hi, exact_unique, .. } = a else { return Ok(Vec::new()) };
+    let limit = exact_unique.as_ref().map(|_| 1);
+    let found = cx.tx.index_only(index, lo.clone(), hi.clone(), ScanDirection::Forward, limit)?;
+    Ok(found
+        .into_iter()
+        .map(|key| {
+            let mut row = vec![Datum::Null; t.cols.len()];
+            for (v, &p) in key.iter().zip(keys) {
+                row[p] = Datum::from_stored(v, t.cols[p].ty);
+            }
+            row
+        })
+        .collect())
 }

@@ -145,8 +145,13 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
         Source::None => vec![Vec::new()],
         Source::Table(t) => {
             let a = access(cx, t, sel.selection.as_ref())?;
-            let found = fetch(cx, t, &a)?;
-            found.into_iter().map(|(_, v)| datums(&v, &t.cols)).collect()
+            match index_only_columns(t, &a, sel, &outs, &order_exprs(q)) {
+                Some(keys) => crate::plan::fetch_index_only(cx, t, &a, &keys)?,
+                None => {
+                    let found = fetch(cx, t, &a)?;
+                    found.into_iter().map(|(_, v)| datums(&v, &t.cols)).collect()
+                }
+            }
         }
         Source::View { view, .. } => crate::views::rows(cx.db, view),
     };
@@ -291,6 +296,83 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
     let (limit, offset) = limits(cx, q)?;
     let rows: Vec<Vec<Datum>> = rows.into_iter().skip(offset).take(limit.unwrap_or(usize::MAX)).collect();
     Ok((fields, rows))
+}
+
+/// The ORDER BY expressions of a query.
+fn order_exprs(q: &Query) -> Vec<Expr> {
+    match q.order_by.as_ref().map(|o| &o.kind) {
+        Some(OrderByKind::Expressions(v)) => v.iter().map(|o| o.expr.clone()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// When the access path is an index scan and every column the query reads is a key column of
+/// that index, the positions of the key columns: the rows can come from an index-only scan,
+/// which skips the heap for pages the visibility map marks all-visible.
+fn index_only_columns(
+    t: &Target,
+    a: &crate::plan::Access,
+    sel: &Select,
+    outs: &[OutCol],
+    order: &[Expr],
+) -> Option<Vec<usize>> {
+    let crate::plan::Access::Index { index, .. } = a else { return None };
+    let keys: Vec<usize> =
+        index.columns().iter().map(|n| t.cols.iter().position(|c| &c.name == n)).collect::<Option<_>>()?;
+    let scope = t.scope();
+    let mut used = std::collections::BTreeSet::new();
+    let mut exprs: Vec<&Expr> = outs.iter().map(|o| &o.expr).collect();
+    exprs.extend(sel.selection.iter());
+    exprs.extend(sel.having.iter());
+    exprs.extend(order.iter());
+    if let GroupByExpr::Expressions(g, _) = &sel.group_by {
+        exprs.extend(g.iter());
+    }
+    for e in exprs {
+        if !referenced(e, &scope, &mut used) {
+            return None;
+        }
+    }
+    used.iter().all(|c| keys.contains(c)).then_some(keys)
+}
+
+/// Adds the columns `e` reads to `used`; false when `e` holds something this walk does not
+/// know (then no index-only scan is tried).
+fn referenced(e: &Expr, scope: &Scope<'_>, used: &mut std::collections::BTreeSet<usize>) -> bool {
+    match e {
+        Expr::Identifier(i) => {
+            if let Ok(p) = scope.resolve(std::slice::from_ref(i)) {
+                used.insert(p);
+            }
+            true
+        }
+        Expr::CompoundIdentifier(p) => match scope.resolve(p) {
+            Ok(c) => {
+                used.insert(c);
+                true
+            }
+            Err(_) => false,
+        },
+        Expr::Value(_) | Expr::TypedString(_) => true,
+        Expr::Nested(x)
+        | Expr::UnaryOp { expr: x, .. }
+        | Expr::Cast { expr: x, .. }
+        | Expr::IsNull(x)
+        | Expr::IsNotNull(x) => referenced(x, scope, used),
+        Expr::BinaryOp { left, right, .. } => referenced(left, scope, used) && referenced(right, scope, used),
+        Expr::Between { expr, low, high, .. } => {
+            referenced(expr, scope, used) && referenced(low, scope, used) && referenced(high, scope, used)
+        }
+        Expr::InList { expr, list, .. } => {
+            referenced(expr, scope, used) && list.iter().all(|x| referenced(x, scope, used))
+        }
+        Expr::Function(f) => match func_args(f) {
+            Ok(Some(args)) => args.iter().all(|a| referenced(a, scope, used)),
+            Ok(None) => true,
+            Err(_) => false,
+        },
+        _ => false,
+    }
 }
 
 /// `GROUP BY 1` means the first output column.

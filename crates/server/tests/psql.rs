@@ -82,13 +82,23 @@ fn vacuum_verbose_sends_info_notices() {
     assert!(lines[2].starts_with("pages: 0 removed, 1 remain, 1 scanned"), "{err}");
     assert!(err.contains("tuples: 1 removed, 2 remain"), "{err}");
     assert!(err.contains("index \"v_pkey\": pages:"), "{err}");
+    // Reads of key columns only are answered by index-only scans; after the VACUUM the page is
+    // all-visible, so they fetch no heap tuple.
+    let fetched = || psql_value(&psql, &s, "select tup_fetched from pg_stat_database");
+    let before = fetched();
+    assert_eq!(psql_value(&psql, &s, "select count(*), min(id), max(id) from v where id between 1 and 3"), "2|1|3");
+    assert_eq!(fetched(), before, "an index-only scan of an all-visible page visits no heap tuple");
+    assert_eq!(psql_value(&psql, &s, "select id from v where id >= 2 order by id desc"), "3");
+    psql_value(&psql, &s, "insert into v values (4, 4)");
+    assert_eq!(psql_value(&psql, &s, "select count(*) from v where id > 0"), "3");
+    assert_eq!(psql_value(&psql, &s, "select n from v where id = 4"), "4");
     // The statistics views count what happened.
     let stats = psql_value(
         &psql,
         &s,
         "select n_tup_ins, n_tup_del, vacuum_count, last_vacuum is not null from pg_stat_user_tables where relname = 'v'",
     );
-    assert_eq!(stats, "3|1|1|t");
+    assert_eq!(stats, "4|1|1|t");
     assert_eq!(psql_value(&psql, &s, "select xact_commit > 0 from pg_stat_database"), "t");
     // VACUUM refuses to run in a block, as in PostgreSQL.
     let o = run(&psql, &["-X", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-c", "begin", "-c", "vacuum v"]);
