@@ -278,6 +278,10 @@ impl SimpleQueryHandler for QueryHandler {
             Err(e) => return Ok(vec![error_response(&e)]),
         };
         let mut out = Vec::new();
+        if let Err(e) = check_utf8(query) {
+            self.h.sh.log.statement_error(&e, query);
+            return Ok(vec![error_response(&e)]);
+        }
         for piece in split_statements(query) {
             let stmt = match parse_one(piece) {
                 Ok(s) => s,
@@ -306,6 +310,18 @@ impl SimpleQueryHandler for QueryHandler {
     }
 }
 
+/// Refuses query text that was not valid UTF-8. pgwire decodes message strings lossily,
+/// replacing bad bytes with U+FFFD, so that character stands for them (a query holding a
+/// genuine U+FFFD is refused too, a deliberate over-approximation).
+fn check_utf8(sql: &str) -> Result<(), SqlError> {
+    if sql.contains('\u{fffd}') {
+        return Err(SqlError::bad_utf8().with_hint(
+            "the query held bytes that are not UTF-8 (or the character U+FFFD, which this server refuses)",
+        ));
+    }
+    Ok(())
+}
+
 /// Runs a statement on the session thread.
 async fn run(session: &SessionHandle, stmt: Stmt, params: Vec<Datum>) -> Reply {
     match session.call(move |s| s.execute(&stmt, &params)).await {
@@ -332,6 +348,7 @@ impl QueryParser for SqlParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
+        check_utf8(sql).map_err(SqlError::into_pgwire)?;
         let pieces = split_statements(sql);
         let stmt = match pieces.as_slice() {
             [] => return Ok(None),
