@@ -27,6 +27,8 @@
 //! * `settle bench relations --relations N [--peer] [--json]`: creating N relations, VACUUM of
 //!   one empty table among them (incremental database frozen XID) and the full recomputation,
 //!   the autovacuum launcher's idle CPU per naptime, catalog bytes per relation.
+//! * `settle bench wire [--scale S] [--clients C] [--peer] [--json]`: the real pgbench against
+//!   `settle serve` (and PostgreSQL 15 with `--peer`), tps side by side (see `bench/wire.rs`).
 //! * `settle peer start [--port P] [--set NAME=VALUE]...` / `settle peer stop --port P`: a
 //!   PostgreSQL 15 that outlives the command, for `--target URL`.
 //! * `settle pgbench (--dir DIR | --target URL) [-i -s S] [-c C] [-T secs | -t n] [-S | -b
@@ -37,6 +39,8 @@
 //!   [--json]`: SIGKILL a child running the workload, recover, verify every acknowledged commit
 //!   against its ack log and run `check`; exits 1 on any anomaly (see `torture`).
 //!   `--wraparound [--xids N] [--autovacuum off]`: the XID wraparound soak instead (see `soak`).
+//! * `settle serve --dir DIR [--port P] [--listen ADDR]`: PostgreSQL's wire protocol over a data
+//!   directory, for psql, pgbench and drivers (see `serve.rs` and the `settledb-server` crate).
 //!
 //! The binary installs `tidstore::bench::CountingAlloc` as its global allocator so that the
 //! tidstore benchmark can measure each structure's heap bytes exactly. It costs one relaxed
@@ -47,6 +51,7 @@ mod bench;
 mod inspect;
 mod peer;
 mod pgbench;
+mod serve;
 mod stats;
 mod stress;
 mod torture;
@@ -140,6 +145,8 @@ enum Cmd {
     /// moments and inside VACUUM, checkpoints and relation extension; after each kill recover,
     /// check every acknowledged commit against the child's ack log, and run `check`.
     Torture(torture::TortureArgs),
+    /// Serve a data directory over PostgreSQL's wire protocol (psql, pgbench, drivers).
+    Serve(serve::ServeArgs),
     /// The child process of `settle torture` (not for direct use).
     #[command(hide = true)]
     TortureChild(torture::child::ChildArgs),
@@ -174,6 +181,7 @@ fn main() -> ExitCode {
         Cmd::Stress(a) => stress::run(a),
         Cmd::Torture(a) => torture::run(a),
         Cmd::TortureChild(a) => torture::child::run(a),
+        Cmd::Serve(a) => serve::run(a),
     };
     match r {
         Ok(code) => code,

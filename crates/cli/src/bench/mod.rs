@@ -6,6 +6,7 @@ pub mod aging;
 pub mod pgbench;
 pub mod relations;
 pub mod vacuum;
+pub mod wire;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -99,6 +100,9 @@ pub enum BenchCmd {
     /// Many relations: creating them, VACUUM of one empty table among them, the full
     /// recomputation of the database frozen XID, the autovacuum launcher's idle CPU.
     Relations(crate::bench::relations::RelationsArgs),
+    /// The real pgbench against `settle serve` (and, with --peer, PostgreSQL 15): tps side by
+    /// side, TPC-B-like and select-only slices alternating.
+    Wire(crate::bench::wire::WireArgs),
 }
 
 #[derive(Serialize, Default, Clone)]
@@ -175,6 +179,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         }
         BenchCmd::Aging(args) => crate::bench::aging::run(args),
         BenchCmd::Relations(args) => crate::bench::relations::run(args),
+        BenchCmd::Wire(args) => crate::bench::wire::run(args),
     }
 }
 

@@ -188,6 +188,13 @@ impl<'db> Transaction<'db> {
         self.failed.is_some()
     }
 
+    /// Assigns the top-level transaction's XID now if it has none yet, returning it with its
+    /// epoch: PostgreSQL's `txid_current()`, which gives an open savepoint no XID of its own.
+    pub fn assign_xid(&mut self) -> Result<FullXid> {
+        self.active()?;
+        self.ensure_top_xid()
+    }
+
     /// Assigns XIDs on first write: the top-level transaction's, then each open
     /// savepoint's that has none, outermost first (a parent before its child). Returns the
     /// XID to write rows with.

@@ -1,0 +1,77 @@
+//! `settle serve --dir DIR [--port P] [--listen ADDR] [--password-file F | --trust] [--set
+//! NAME=VALUE]...`: serves a data directory over PostgreSQL's wire protocol (see the
+//! `settledb-server` crate and docs/server.md), so that `psql`, `pgbench` and drivers connect.
+//!
+//! The directory is created when it does not exist. The server listens on 127.0.0.1:5432 by
+//! default and writes its log in PostgreSQL's format to stderr and `DIR/log/settledb.log`.
+//! SIGINT or SIGTERM stops it: sessions are ended (open transactions roll back) and the
+//! database is closed with a shutdown checkpoint, so the next start needs no recovery.
+//!
+//! Authentication: without `--password-file` the server trusts every connection, and then
+//! refuses to listen on anything but a loopback address unless `--trust` says so. With it,
+//! every client must prove it knows the file's first line by SCRAM-SHA-256 (the password never
+//! crosses the connection). There is no TLS yet.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use settledb_server::{ServeOptions, Server};
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// The data directory (created if missing).
+    #[arg(long)]
+    dir: PathBuf,
+    /// TCP port.
+    #[arg(long, default_value_t = 5432)]
+    port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    listen: String,
+    /// A file whose first line is the password every client must prove by SCRAM-SHA-256.
+    #[arg(long, value_name = "FILE", conflicts_with = "trust")]
+    password_file: Option<PathBuf>,
+    /// Accept every connection without a password, even on a non-loopback address.
+    #[arg(long)]
+    trust: bool,
+    /// Configuration parameters, `name=value` (PostgreSQL names and units).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    set: Vec<String>,
+}
+
+pub fn run(a: ServeArgs) -> Result<ExitCode> {
+    let config = crate::config_from(&a.set)?;
+    let password = match &a.password_file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let pw = text.lines().next().unwrap_or("").to_string();
+            if pw.is_empty() {
+                bail!("{} holds no password on its first line", p.display());
+            }
+            Some(pw)
+        }
+        None => None,
+    };
+    let loopback = a.listen.parse::<std::net::IpAddr>().map(|ip| ip.is_loopback()).unwrap_or(a.listen == "localhost");
+    if password.is_none() && !loopback && !a.trust {
+        bail!(
+            "refusing to accept connections on {} without a password: give --password-file FILE, or --trust",
+            a.listen
+        );
+    }
+    let opts = ServeOptions {
+        dir: a.dir,
+        listen: if a.listen == "localhost" { "127.0.0.1".into() } else { a.listen },
+        port: a.port,
+        config,
+        password,
+        log_to_stderr: true,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let server = Server::bind(opts).await?;
+        server.run(settledb_server::shutdown_signal()).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

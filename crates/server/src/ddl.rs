@@ -1,0 +1,232 @@
+//! DDL: CREATE/DROP TABLE, CREATE/DROP INDEX, ALTER TABLE ADD PRIMARY KEY / SET (...).
+//!
+//! Each maps onto one engine call, which runs in a transaction of its own (see the engine's
+//! `db/ddl.rs`); the SQL column types then go to the server's catalog ([`crate::catalog`]).
+//! Because engine DDL is not part of the session's transaction, DDL inside BEGIN is refused
+//! (see [`crate::session`]). `UNIQUE` column constraints become unique indexes named
+//! `<table>_<column>_key`, as PostgreSQL names them. Column `DEFAULT`s other than `NULL`,
+//! `CHECK` and foreign keys are refused with 0A000.
+
+use settledb::{Column, Schema, TableOptions};
+use sqlparser::ast::{
+    AlterTableOperation, ColumnOption, CreateIndex, CreateTable, CreateTableOptions, Expr, ObjectName, ObjectType,
+    SqlOption, Statement, TableConstraint, Value,
+};
+
+use crate::error::SqlError;
+use crate::expr::{ident_name, sql_type};
+use crate::session::{Notice, Outcome};
+use crate::settings::value_text;
+use crate::Shared;
+
+pub fn execute(sh: &Shared, s: &Statement, notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
+    match s {
+        Statement::CreateTable(ct) => create_table(sh, ct, notices),
+        Statement::Drop { object_type, if_exists, names, .. } => drop(sh, *object_type, *if_exists, names, notices),
+        Statement::CreateIndex(ci) => create_index(sh, ci, notices),
+        Statement::AlterTable(at) => {
+            let table = object_name(&at.name);
+            for op in &at.operations {
+                alter(sh, &table, op)?;
+            }
+            Ok(Outcome::Command("ALTER TABLE".into()))
+        }
+        _ => Err(SqlError::unsupported(format!("\"{s}\""))),
+    }
+}
+
+/// The last part of a possibly schema-qualified name, case-folded.
+pub fn object_name(n: &ObjectName) -> String {
+    n.0.last().and_then(|p| p.as_ident()).map(ident_name).unwrap_or_default()
+}
+
+fn create_table(sh: &Shared, ct: &CreateTable, notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
+    let name = object_name(&ct.name);
+    if ct.query.is_some() || ct.like.is_some() {
+        return Err(SqlError::unsupported("CREATE TABLE AS / LIKE"));
+    }
+    if sh.db.table(&name).is_ok() {
+        if ct.if_not_exists {
+            notices.push(Notice {
+                severity: "NOTICE",
+                code: "42P07",
+                message: format!("relation \"{name}\" already exists, skipping"),
+            });
+            return Ok(Outcome::Command("CREATE TABLE".into()));
+        }
+        return Err(SqlError::new("42P07", format!("relation \"{name}\" already exists")));
+    }
+    let mut columns = Vec::new();
+    let mut types = Vec::new();
+    let mut pk: Option<Vec<String>> = None;
+    let mut uniques: Vec<Vec<String>> = Vec::new();
+    for c in &ct.columns {
+        let cname = ident_name(&c.name);
+        let ty = sql_type(&c.data_type)?;
+        let mut nullable = true;
+        for o in &c.options {
+            match &o.option {
+                ColumnOption::Null => nullable = true,
+                ColumnOption::NotNull => nullable = false,
+                ColumnOption::Default(Expr::Value(v)) if matches!(v.value, Value::Null) => {}
+                ColumnOption::PrimaryKey(_) => {
+                    set_pk(&mut pk, vec![cname.clone()])?;
+                    nullable = false;
+                }
+                ColumnOption::Unique(_) => uniques.push(vec![cname.clone()]),
+                other => return Err(SqlError::unsupported(format!("the column option \"{other}\""))),
+            }
+        }
+        columns.push(Column { name: cname, ty: ty.storage(), nullable });
+        types.push(ty);
+    }
+    for con in &ct.constraints {
+        match con {
+            TableConstraint::PrimaryKey(p) => set_pk(&mut pk, index_columns(&p.columns)?)?,
+            TableConstraint::Unique(u) => uniques.push(index_columns(&u.columns)?),
+            other => return Err(SqlError::unsupported(format!("the table constraint \"{other}\""))),
+        }
+    }
+    let mut options = TableOptions { primary_key: pk, ..TableOptions::default() };
+    let with = match &ct.table_options {
+        CreateTableOptions::None => &[][..],
+        CreateTableOptions::With(o) => &o[..],
+        _ => return Err(SqlError::unsupported("table options other than WITH (...)")),
+    };
+    for (k, v) in storage_options(with)? {
+        if k == "fillfactor" {
+            options.fillfactor =
+                v.parse().map_err(|_| SqlError::new("22023", format!("invalid value for fillfactor: \"{v}\"")))?;
+        } else {
+            options.options.set(&k, &v).map_err(SqlError::from)?;
+        }
+    }
+    sh.db.create_table(&name, Schema { columns }, options)?;
+    sh.catalog.set(&sh.db, &name, types)?;
+    for cols in uniques {
+        let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
+        sh.db.create_index(&format!("{name}_{}_key", cols.join("_")), &name, &refs, true)?;
+    }
+    Ok(Outcome::Command("CREATE TABLE".into()))
+}
+
+fn set_pk(pk: &mut Option<Vec<String>>, cols: Vec<String>) -> Result<(), SqlError> {
+    if pk.is_some() {
+        return Err(SqlError::new("42P16", "multiple primary keys are not allowed"));
+    }
+    *pk = Some(cols);
+    Ok(())
+}
+
+fn index_columns(cols: &[sqlparser::ast::IndexColumn]) -> Result<Vec<String>, SqlError> {
+    cols.iter()
+        .map(|c| match &c.column.expr {
+            Expr::Identifier(i) => Ok(ident_name(i)),
+            other => Err(SqlError::unsupported(format!("an index on the expression \"{other}\""))),
+        })
+        .collect()
+}
+
+fn storage_options(opts: &[SqlOption]) -> Result<Vec<(String, String)>, SqlError> {
+    opts.iter()
+        .map(|o| match o {
+            SqlOption::KeyValue { key, value } => Ok((ident_name(key), value_text(value))),
+            other => Err(SqlError::unsupported(format!("the storage option \"{other}\""))),
+        })
+        .collect()
+}
+
+fn drop(
+    sh: &Shared,
+    kind: ObjectType,
+    if_exists: bool,
+    names: &[ObjectName],
+    notices: &mut Vec<Notice>,
+) -> Result<Outcome, SqlError> {
+    let (tag, what) = match kind {
+        ObjectType::Table => ("DROP TABLE", "table"),
+        ObjectType::Index => ("DROP INDEX", "index"),
+        other => return Err(SqlError::unsupported(format!("DROP {other}"))),
+    };
+    let names: Vec<String> = names.iter().map(object_name).collect();
+    // PostgreSQL checks every name before dropping any.
+    for n in &names {
+        let exists = match kind {
+            ObjectType::Table => sh.db.table(n).is_ok(),
+            _ => sh.db.index(n).is_ok(),
+        };
+        if !exists {
+            if if_exists {
+                notices.push(Notice {
+                    severity: "NOTICE",
+                    code: "00000",
+                    message: format!("{what} \"{n}\" does not exist, skipping"),
+                });
+            } else {
+                let code = if kind == ObjectType::Table { "42P01" } else { "42704" };
+                return Err(SqlError::new(code, format!("{what} \"{n}\" does not exist")));
+            }
+        }
+    }
+    for n in &names {
+        match kind {
+            ObjectType::Table if sh.db.table(n).is_ok() => {
+                sh.db.drop_table(n)?;
+                sh.catalog.remove(&sh.db, n)?;
+            }
+            ObjectType::Index if sh.db.index(n).is_ok() => sh.db.drop_index(n)?,
+            _ => {}
+        }
+    }
+    Ok(Outcome::Command(tag.into()))
+}
+
+fn create_index(sh: &Shared, ci: &CreateIndex, notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
+    let table = object_name(&ci.table_name);
+    if ci.predicate.is_some() {
+        return Err(SqlError::unsupported("partial indexes"));
+    }
+    if ci.using.as_ref().is_some_and(|u| !u.to_string().eq_ignore_ascii_case("btree")) {
+        return Err(SqlError::unsupported("index access methods other than btree"));
+    }
+    let cols = index_columns(&ci.columns)?;
+    let name = match &ci.name {
+        Some(n) => object_name(n),
+        None => format!("{table}_{}_idx", cols.join("_")),
+    };
+    if ci.if_not_exists && sh.db.index(&name).is_ok() {
+        notices.push(Notice {
+            severity: "NOTICE",
+            code: "42P07",
+            message: format!("relation \"{name}\" already exists, skipping"),
+        });
+        return Ok(Outcome::Command("CREATE INDEX".into()));
+    }
+    let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
+    sh.db.create_index(&name, &table, &refs, ci.unique)?;
+    Ok(Outcome::Command("CREATE INDEX".into()))
+}
+
+fn alter(sh: &Shared, table: &str, op: &AlterTableOperation) -> Result<(), SqlError> {
+    match op {
+        AlterTableOperation::AddConstraint { constraint: TableConstraint::PrimaryKey(p), .. } => {
+            let cols = index_columns(&p.columns)?;
+            let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
+            sh.db.add_primary_key(table, &refs)?;
+            Ok(())
+        }
+        AlterTableOperation::AddConstraint { constraint: TableConstraint::Unique(u), .. } => {
+            let cols = index_columns(&u.columns)?;
+            let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
+            sh.db.create_index(&format!("{table}_{}_key", cols.join("_")), table, &refs, true)?;
+            Ok(())
+        }
+        AlterTableOperation::SetOptionsParens { options } => {
+            let pairs = storage_options(options)?;
+            let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            sh.db.alter_table_set(table, &refs)?;
+            Ok(())
+        }
+        other => Err(SqlError::unsupported(format!("ALTER TABLE ... {other}"))),
+    }
+}

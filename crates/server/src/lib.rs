@@ -1,0 +1,265 @@
+//! `settledb-server`: PostgreSQL's wire protocol and a SQL subset over the settledb engine, so
+//! that `psql`, `pgbench` and PostgreSQL drivers talk to a settledb data directory.
+//!
+//! The engine knows nothing of SQL; this crate sits above it (imports point down only:
+//! `server -> settledb`) and adds:
+//!
+//! ```text
+//!   wire      pgwire handlers: startup/auth, simple + extended query, COPY; session threads
+//!   parse     statement splitting, our parser for VACUUM/ANALYZE/CHECKPOINT/COPY, sqlparser
+//!   session   transaction state (autocommit, BEGIN/COMMIT/ROLLBACK, failed blocks), SET/SHOW
+//!   query     SELECT and Describe;  dml  INSERT/UPDATE/DELETE/TRUNCATE;  ddl  CREATE/DROP/ALTER
+//!   plan      index equality/range scan, index-only scan, or sequential scan for a WHERE clause
+//!   expr      expression evaluation and type inference;  types  SQL types, text/binary I/O
+//!   catalog   the SQL column types the engine does not keep (DIR/server_catalog)
+//!   copy      COPY FROM STDIN / TO STDOUT;  utility  VACUUM;  settings  GUCs;  log  server log
+//!   views     pg_stat_user_tables, pg_stat_database from the engine's counters
+//! ```
+//!
+//! One connection is one pgwire task plus one session thread (the engine is synchronous and a
+//! transaction borrows the database). [`Server::run`] accepts connections until its shutdown
+//! future completes, then closes every session (rolling back open transactions) and closes
+//! the database with a shutdown checkpoint.
+//!
+//! See `docs/server.md` for what is supported and what is not.
+
+pub mod catalog;
+pub mod copy;
+pub mod ddl;
+pub mod dml;
+pub mod error;
+pub mod expr;
+pub mod log;
+pub mod parse;
+pub mod plan;
+pub mod query;
+pub mod session;
+pub mod settings;
+pub mod types;
+pub mod utility;
+pub mod views;
+pub mod wire;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use settledb::{Config, Database};
+use tokio::net::TcpListener;
+
+pub use error::SqlError;
+
+/// `server_version` as clients see it: PostgreSQL 15's protocol and catalog dialect, served
+/// by settledb. libpq reads the leading `15.0` (so `PQserverVersion` is 150000).
+pub const SERVER_VERSION: &str = concat!("15.0 (settledb ", env!("CARGO_PKG_VERSION"), ")");
+
+/// What `version()` returns.
+pub fn version_string() -> String {
+    format!(
+        "PostgreSQL 15.0 (settledb {}) on {}-{}, wire protocol by pgwire 0.42",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::ARCH,
+        std::env::consts::OS
+    )
+}
+
+/// State every session shares.
+pub struct Shared {
+    pub db: Database,
+    pub catalog: catalog::SqlCatalog,
+    pub log: log::Log,
+    /// The password `--password-file` gave; `None` means trust.
+    pub password: Option<String>,
+    /// Session threads, joined at shutdown.
+    pub sessions: parking_lot::Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+/// How to run a server.
+pub struct ServeOptions {
+    pub dir: PathBuf,
+    pub listen: String,
+    pub port: u16,
+    pub config: Config,
+    pub password: Option<String>,
+    /// Print the log to stderr too.
+    pub log_to_stderr: bool,
+}
+
+impl ServeOptions {
+    pub fn new(dir: impl Into<PathBuf>) -> ServeOptions {
+        ServeOptions {
+            dir: dir.into(),
+            listen: "127.0.0.1".into(),
+            port: 5432,
+            config: Config::default(),
+            password: None,
+            log_to_stderr: true,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Engine(#[from] settledb::Error),
+    #[error("{0}")]
+    Sql(#[from] SqlError),
+    #[error("could not listen on {addr}: {source}")]
+    Listen { addr: String, source: std::io::Error },
+}
+
+/// A server bound to its address, not yet accepting.
+pub struct Server {
+    sh: Arc<Shared>,
+    listener: TcpListener,
+}
+
+impl Server {
+    /// Opens (creating if needed) the data directory and binds the listening socket.
+    pub async fn bind(opts: ServeOptions) -> Result<Server, ServeError> {
+        let dir = opts.dir.clone();
+        let config = opts.config.clone();
+        let db = tokio::task::spawn_blocking(move || Database::open(&dir, config))
+            .await
+            .map_err(|e| SqlError::new("XX000", format!("opening the database panicked: {e}")))??;
+        // The log directory comes after the open: a new data directory must start empty.
+        let log = log::Log::new(&opts.dir, opts.log_to_stderr);
+        let r = db.recovery_report();
+        if r.performed {
+            log.line("LOG", &format!("redo done at {}: {} WAL records replayed", r.end_lsn, r.records_replayed));
+        }
+        let catalog = catalog::SqlCatalog::open(&opts.dir)?;
+        let addr = format!("{}:{}", opts.listen, opts.port);
+        let listener =
+            TcpListener::bind(&addr).await.map_err(|source| ServeError::Listen { addr: addr.clone(), source })?;
+        let local = listener.local_addr().map_err(|source| ServeError::Listen { addr: addr.clone(), source })?;
+        log.line(
+            "LOG",
+            &format!(
+                "listening on IPv{} address \"{}\", port {}",
+                if local.is_ipv4() { 4 } else { 6 },
+                local.ip(),
+                local.port()
+            ),
+        );
+        let sh = Arc::new(Shared { db, catalog, log, password: opts.password, sessions: Default::default() });
+        Ok(Server { sh, listener })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    /// Accepts connections until `shutdown` completes; then ends every session (rolling back
+    /// their transactions) and closes the database with a shutdown checkpoint.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
+        let Server { sh, listener } = self;
+        let handler = Arc::new(wire::Handler::new(sh.clone()));
+        let mut conns = tokio::task::JoinSet::new();
+        sh.log.line("LOG", "database system is ready to accept connections");
+        let pump = tokio::spawn(log_pump(sh.clone()));
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = listener.accept() => {
+                    let (sock, peer) = match accepted {
+                        Ok(x) => x,
+                        Err(e) => {
+                            sh.log.line("LOG", &format!("could not accept new connection: {e}"));
+                            continue;
+                        }
+                    };
+                    let _ = sock.set_nodelay(true);
+                    let h = handler.clone();
+                    let sh2 = sh.clone();
+                    conns.spawn(async move {
+                        sh2.log.line("LOG", &format!("connection received: host={} port={}", peer.ip(), peer.port()));
+                        let start = std::time::Instant::now();
+                        if let Err(e) = pgwire::tokio::process_socket(sock, None, h).await {
+                            sh2.log.line("LOG", &format!("could not receive data from client: {e}"));
+                        }
+                        let t = start.elapsed();
+                        sh2.log.line("LOG", &format!(
+                            "disconnection: session time: {}:{:02}:{:06.3} host={} port={}",
+                            t.as_secs() / 3600, t.as_secs() / 60 % 60, t.as_secs_f64() % 60.0, peer.ip(), peer.port()
+                        ));
+                    });
+                }
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+        sh.log.line("LOG", "received fast shutdown request");
+        sh.log.line("LOG", "aborting any active transactions");
+        drop(listener);
+        conns.shutdown().await;
+        drop(handler);
+        pump.abort();
+        let _ = pump.await;
+        // Session threads end once their connections are gone (a statement running finishes
+        // first); then the database is ours alone.
+        let sessions: Vec<_> = std::mem::take(&mut *sh.sessions.lock());
+        let sh = tokio::task::spawn_blocking(move || {
+            for s in sessions {
+                let _ = s.join();
+            }
+            let mut sh = sh;
+            for _ in 0..600 {
+                match Arc::try_unwrap(sh) {
+                    Ok(s) => return Ok(s),
+                    Err(again) => {
+                        sh = again;
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+            Err(sh)
+        })
+        .await
+        .map_err(|e| SqlError::new("XX000", format!("shutdown panicked: {e}")))?;
+        match sh {
+            Ok(shared) => {
+                shared.log.line("LOG", "shutting down");
+                for l in shared.db.take_log() {
+                    shared.log.raw(&l, false);
+                }
+                let log = shared.log;
+                shared.db.close()?;
+                log.line("LOG", "database system is shut down");
+                Ok(())
+            }
+            Err(sh) => {
+                sh.log.line("WARNING", "sessions still running after 30 s; the database closes when they end");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Copies the engine's log entries (autovacuum reports) to the server's stderr.
+async fn log_pump(sh: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tick.tick().await;
+        for l in sh.db.take_log() {
+            sh.log.raw(&l, false);
+        }
+    }
+}
+
+/// Resolves when SIGINT or SIGTERM arrives.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,640 @@
+//! SELECT: one table (or none), WHERE, GROUP BY with count/sum/min/max/avg, HAVING, ORDER BY,
+//! DISTINCT, LIMIT/OFFSET; and Describe's view of every statement (parameter and result types).
+//!
+//! A SELECT runs as: find rows ([`crate::plan`]), filter by WHERE, group and aggregate when
+//! the query has aggregates or GROUP BY, project, sort, de-duplicate, cut by OFFSET/LIMIT. Rows
+//! are materialized (the result is sent after the statement finished). Joins, subqueries, set
+//! operations, window functions, CTEs and `FOR UPDATE` are refused with 0A000.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+
+use sqlparser::ast::{
+    Distinct, DuplicateTreatment, Expr, FunctionArguments, GroupByExpr, LimitClause, OrderByKind, OrderBySort, Query,
+    Select, SelectItem, SetExpr, Statement, TableFactor, Value,
+};
+
+use crate::error::SqlError;
+use crate::expr::{
+    as_f64, column_name, eval, func_args, func_name, ident_name, infer_params, infer_type, is_aggregate, truth, Scope,
+};
+use crate::parse::Stmt;
+use crate::plan::{access, fetch, Target};
+use crate::session::{datums, Cx, Field, Outcome};
+use crate::types::{compare, Datum, Num, SqlType};
+use crate::Shared;
+
+pub fn execute(cx: &mut Cx<'_, '_>, s: &Statement) -> Result<Outcome, SqlError> {
+    match s {
+        Statement::Query(q) => {
+            let (fields, rows) = select(cx, q)?;
+            let tag = format!("SELECT {}", rows.len());
+            Ok(Outcome::Rows { fields, rows, tag })
+        }
+        Statement::Insert(i) => crate::dml::insert(cx, i),
+        Statement::Update(u) => crate::dml::update(cx, u),
+        Statement::Delete(d) => crate::dml::delete(cx, d),
+        Statement::Truncate(t) => crate::dml::truncate(cx, t),
+        other => Err(SqlError::unsupported(format!("\"{other}\""))),
+    }
+}
+
+/// What a SELECT reads: nothing, a table, or a view computed from the engine's state.
+pub enum Source {
+    None,
+    Table(Target),
+    View { names: Vec<String>, cols: Vec<crate::catalog::ColumnDef>, view: String },
+}
+
+impl Source {
+    pub fn scope(&self) -> Scope<'_> {
+        match self {
+            Source::None => Scope { names: Vec::new(), cols: &[] },
+            Source::Table(t) => t.scope(),
+            Source::View { names, cols, .. } => Scope { names: names.iter().map(String::as_str).collect(), cols },
+        }
+    }
+
+    pub fn target(&self) -> Option<&Target> {
+        match self {
+            Source::Table(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// The single table or view a FROM clause names, if any.
+pub fn from_source(sh: &Shared, sel: &Select) -> Result<Source, SqlError> {
+    match sel.from.as_slice() {
+        [] => Ok(Source::None),
+        [twj] if twj.joins.is_empty() => match &twj.relation {
+            TableFactor::Table { name, alias, args: None, .. } => {
+                let n = crate::ddl::object_name(name);
+                let alias = alias.as_ref().map(|a| ident_name(&a.name));
+                if let Some(cols) = crate::views::columns(&n) {
+                    let names = std::iter::once(n.clone()).chain(alias).collect();
+                    return Ok(Source::View { names, cols, view: n });
+                }
+                Target::open(sh, &n, alias).map(Source::Table)
+            }
+            other => Err(SqlError::unsupported(format!("FROM {other}"))),
+        },
+        _ => Err(SqlError::unsupported("joins (a FROM clause with more than one table)")),
+    }
+}
+
+fn check_query(q: &Query) -> Result<&Select, SqlError> {
+    if q.with.is_some() {
+        return Err(SqlError::unsupported("WITH (common table expressions)"));
+    }
+    if !q.locks.is_empty() {
+        return Err(SqlError::unsupported("SELECT ... FOR UPDATE/SHARE"));
+    }
+    match q.body.as_ref() {
+        SetExpr::Select(s) => {
+            if s.distinct.as_ref().is_some_and(|d| matches!(d, Distinct::On(_))) {
+                return Err(SqlError::unsupported("DISTINCT ON"));
+            }
+            Ok(s)
+        }
+        SetExpr::SetOperation { .. } => Err(SqlError::unsupported("UNION / INTERSECT / EXCEPT")),
+        other => Err(SqlError::unsupported(format!("the query \"{other}\""))),
+    }
+}
+
+/// One output column: its name and expression (a column reference for `*`).
+pub struct OutCol {
+    pub name: String,
+    pub expr: Expr,
+}
+
+pub fn projection(items: &[SelectItem], scope: &Scope<'_>) -> Result<Vec<OutCol>, SqlError> {
+    let mut out = Vec::new();
+    for it in items {
+        match it {
+            SelectItem::UnnamedExpr(e) => out.push(OutCol { name: column_name(e), expr: e.clone() }),
+            SelectItem::ExprWithAlias { expr, alias } => {
+                out.push(OutCol { name: ident_name(alias), expr: expr.clone() })
+            }
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
+                if scope.names.is_empty() {
+                    return Err(SqlError::syntax("SELECT * with no tables specified is not valid"));
+                }
+                for c in scope.cols {
+                    let id = sqlparser::ast::Ident::with_quote('"', c.name.clone());
+                    out.push(OutCol { name: c.name.clone(), expr: Expr::Identifier(id) });
+                }
+            }
+            other => return Err(SqlError::unsupported(format!("the select item {other}"))),
+        }
+    }
+    Ok(out)
+}
+
+/// Runs a query; returns its columns and rows.
+pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Datum>>), SqlError> {
+    let sel = check_query(q)?;
+    let source = from_source(cx.sh, sel)?;
+    let scope = source.scope();
+    let outs = projection(&sel.projection, &scope)?;
+    let fields: Vec<Field> =
+        outs.iter().map(|o| Field { name: o.name.clone(), ty: infer_type(&o.expr, &scope, &[]) }).collect();
+
+    // Input rows.
+    let mut input: Vec<Vec<Datum>> = match &source {
+        Source::None => vec![Vec::new()],
+        Source::Table(t) => {
+            let a = access(cx, t, sel.selection.as_ref())?;
+            match index_only_columns(t, &a, sel, &outs, &order_exprs(q)) {
+                Some(keys) => crate::plan::fetch_index_only(cx, t, &a, &keys)?,
+                None => {
+                    let found = fetch(cx, t, &a)?;
+                    found.into_iter().map(|(_, v)| datums(&v, &t.cols)).collect()
+                }
+            }
+        }
+        Source::View { view, .. } => crate::views::rows(cx.db, view),
+    };
+    if let Some(w) = &sel.selection {
+        let mut kept = Vec::with_capacity(input.len());
+        for r in input {
+            if truth(&eval(w, &scope, &r, cx, None)?)? == Some(true) {
+                kept.push(r);
+            }
+        }
+        input = kept;
+    }
+
+    let order: Vec<(Expr, bool, bool)> = match &q.order_by {
+        None => Vec::new(),
+        Some(ob) => match &ob.kind {
+            OrderByKind::Expressions(v) => v
+                .iter()
+                .map(|o| {
+                    let desc = matches!(o.options.sort, Some(OrderBySort::Desc));
+                    // PostgreSQL: NULLs sort as if larger than every value.
+                    let nulls_first = o.options.nulls_first.unwrap_or(desc);
+                    (o.expr.clone(), desc, nulls_first)
+                })
+                .collect(),
+            OrderByKind::All(_) => return Err(SqlError::unsupported("ORDER BY ALL")),
+        },
+    };
+
+    let group_exprs: Vec<Expr> = match &sel.group_by {
+        GroupByExpr::Expressions(v, m) if m.is_empty() => v.clone(),
+        GroupByExpr::Expressions(..) => return Err(SqlError::unsupported("GROUP BY modifiers")),
+        GroupByExpr::All(_) => return Err(SqlError::unsupported("GROUP BY ALL")),
+    };
+    let mut agg_calls = Vec::new();
+    for o in &outs {
+        collect_aggs(&o.expr, &mut agg_calls);
+    }
+    if let Some(h) = &sel.having {
+        collect_aggs(h, &mut agg_calls);
+    }
+    for (e, _, _) in &order {
+        collect_aggs(e, &mut agg_calls);
+    }
+    let grouped = !group_exprs.is_empty() || !agg_calls.is_empty() || sel.having.is_some();
+
+    // (output row, sort keys)
+    let mut produced: Vec<(Vec<Datum>, Vec<Datum>)> = Vec::new();
+    let mut emit =
+        |cx: &mut Cx<'_, '_>, rep: &[Datum], aggs: Option<&HashMap<String, Datum>>| -> Result<(), SqlError> {
+            let mut row = Vec::with_capacity(outs.len());
+            for o in &outs {
+                row.push(eval(&o.expr, &scope, rep, cx, aggs)?);
+            }
+            let mut keys = Vec::with_capacity(order.len());
+            for (e, _, _) in &order {
+                keys.push(sort_key(e, &outs, &row, &scope, rep, cx, aggs)?);
+            }
+            produced.push((row, keys));
+            Ok(())
+        };
+    if grouped {
+        let group_exprs: Vec<Expr> = group_exprs.iter().map(|g| positional(g, &outs)).collect::<Result<_, _>>()?;
+        let mut index: HashMap<Vec<String>, usize> = HashMap::new();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (i, r) in input.iter().enumerate() {
+            let mut key = Vec::with_capacity(group_exprs.len());
+            for g in &group_exprs {
+                key.push(format!("{:?}", eval(g, &scope, r, cx, None)?.to_text()));
+            }
+            let slot = *index.entry(key).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            groups[slot].push(i);
+        }
+        if groups.is_empty() && group_exprs.is_empty() {
+            groups.push(Vec::new());
+        }
+        let nulls = vec![Datum::Null; scope.cols.len()];
+        for g in groups {
+            let rows: Vec<&Vec<Datum>> = g.iter().map(|&i| &input[i]).collect();
+            let mut aggs = HashMap::new();
+            for call in &agg_calls {
+                aggs.insert(call.to_string(), aggregate(call, &rows, &scope, cx)?);
+            }
+            let rep: &[Datum] = rows.first().map_or(&nulls[..], |r| &r[..]);
+            if let Some(h) = &sel.having {
+                if truth(&eval(h, &scope, rep, cx, Some(&aggs))?)? != Some(true) {
+                    continue;
+                }
+            }
+            emit(cx, rep, Some(&aggs))?;
+        }
+    } else {
+        for r in &input {
+            emit(cx, r, None)?;
+        }
+    }
+
+    if !order.is_empty() {
+        produced.sort_by(|a, b| {
+            for (i, (_, desc, nulls_first)) in order.iter().enumerate() {
+                let (x, y) = (&a.1[i], &b.1[i]);
+                let o = match (x.is_null(), y.is_null()) {
+                    (true, true) => Ordering::Equal,
+                    (true, false) => {
+                        if *nulls_first {
+                            Ordering::Less
+                        } else {
+                            Ordering::Greater
+                        }
+                    }
+                    (false, true) => {
+                        if *nulls_first {
+                            Ordering::Greater
+                        } else {
+                            Ordering::Less
+                        }
+                    }
+                    _ => {
+                        let o = compare(x, y).unwrap_or(Ordering::Equal);
+                        if *desc {
+                            o.reverse()
+                        } else {
+                            o
+                        }
+                    }
+                };
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            Ordering::Equal
+        });
+    }
+    let mut rows: Vec<Vec<Datum>> = produced.into_iter().map(|(r, _)| r).collect();
+    if matches!(sel.distinct, Some(Distinct::Distinct)) {
+        let mut seen = std::collections::HashSet::new();
+        rows.retain(|r| seen.insert(r.iter().map(|d| format!("{:?}", d.to_text())).collect::<Vec<_>>()));
+    }
+    let (limit, offset) = limits(cx, q)?;
+    let rows: Vec<Vec<Datum>> = rows.into_iter().skip(offset).take(limit.unwrap_or(usize::MAX)).collect();
+    Ok((fields, rows))
+}
+
+/// The ORDER BY expressions of a query.
+fn order_exprs(q: &Query) -> Vec<Expr> {
+    match q.order_by.as_ref().map(|o| &o.kind) {
+        Some(OrderByKind::Expressions(v)) => v.iter().map(|o| o.expr.clone()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// When the access path is an index scan and every column the query reads is a key column of
+/// that index, the positions of the key columns: the rows can come from an index-only scan,
+/// which skips the heap for pages the visibility map marks all-visible.
+fn index_only_columns(
+    t: &Target,
+    a: &crate::plan::Access,
+    sel: &Select,
+    outs: &[OutCol],
+    order: &[Expr],
+) -> Option<Vec<usize>> {
+    let crate::plan::Access::Index { index, .. } = a else { return None };
+    let keys: Vec<usize> =
+        index.columns().iter().map(|n| t.cols.iter().position(|c| &c.name == n)).collect::<Option<_>>()?;
+    let scope = t.scope();
+    let mut used = std::collections::BTreeSet::new();
+    let mut exprs: Vec<&Expr> = outs.iter().map(|o| &o.expr).collect();
+    exprs.extend(sel.selection.iter());
+    exprs.extend(sel.having.iter());
+    exprs.extend(order.iter());
+    if let GroupByExpr::Expressions(g, _) = &sel.group_by {
+        exprs.extend(g.iter());
+    }
+    for e in exprs {
+        if !referenced(e, &scope, &mut used) {
+            return None;
+        }
+    }
+    used.iter().all(|c| keys.contains(c)).then_some(keys)
+}
+
+/// Adds the columns `e` reads to `used`; false when `e` holds something this walk does not
+/// know (then no index-only scan is tried).
+fn referenced(e: &Expr, scope: &Scope<'_>, used: &mut std::collections::BTreeSet<usize>) -> bool {
+    match e {
+        Expr::Identifier(i) => {
+            if let Ok(p) = scope.resolve(std::slice::from_ref(i)) {
+                used.insert(p);
+            }
+            true
+        }
+        Expr::CompoundIdentifier(p) => match scope.resolve(p) {
+            Ok(c) => {
+                used.insert(c);
+                true
+            }
+            Err(_) => false,
+        },
+        Expr::Value(_) | Expr::TypedString(_) => true,
+        Expr::Nested(x)
+        | Expr::UnaryOp { expr: x, .. }
+        | Expr::Cast { expr: x, .. }
+        | Expr::IsNull(x)
+        | Expr::IsNotNull(x) => referenced(x, scope, used),
+        Expr::BinaryOp { left, right, .. } => referenced(left, scope, used) && referenced(right, scope, used),
+        Expr::Between { expr, low, high, .. } => {
+            referenced(expr, scope, used) && referenced(low, scope, used) && referenced(high, scope, used)
+        }
+        Expr::InList { expr, list, .. } => {
+            referenced(expr, scope, used) && list.iter().all(|x| referenced(x, scope, used))
+        }
+        Expr::Function(f) => match func_args(f) {
+            Ok(Some(args)) => args.iter().all(|a| referenced(a, scope, used)),
+            Ok(None) => true,
+            Err(_) => false,
+        },
+        _ => false,
+    }
+}
+
+/// `GROUP BY 1` means the first output column.
+fn positional(e: &Expr, outs: &[OutCol]) -> Result<Expr, SqlError> {
+    if let Expr::Value(v) = e {
+        if let Value::Number(n, _) = &v.value {
+            let i: usize = n.parse().map_err(|_| SqlError::syntax("non-integer constant in GROUP BY"))?;
+            return outs
+                .get(i.wrapping_sub(1))
+                .map(|o| o.expr.clone())
+                .ok_or_else(|| SqlError::new("42P10", format!("GROUP BY position {i} is not in select list")));
+        }
+    }
+    Ok(e.clone())
+}
+
+/// A sort key: an output position (`ORDER BY 2`), an output name, or an expression.
+fn sort_key(
+    e: &Expr,
+    outs: &[OutCol],
+    row: &[Datum],
+    scope: &Scope<'_>,
+    rep: &[Datum],
+    cx: &mut Cx<'_, '_>,
+    aggs: Option<&HashMap<String, Datum>>,
+) -> Result<Datum, SqlError> {
+    if let Expr::Value(v) = e {
+        if let Value::Number(n, _) = &v.value {
+            let i: usize = n.parse().map_err(|_| SqlError::syntax("non-integer constant in ORDER BY"))?;
+            return row
+                .get(i.wrapping_sub(1))
+                .cloned()
+                .ok_or_else(|| SqlError::new("42P10", format!("ORDER BY position {i} is not in select list")));
+        }
+    }
+    if let Expr::Identifier(id) = e {
+        let n = ident_name(id);
+        if let Some(p) = outs.iter().position(|o| o.name == n) {
+            if scope.resolve(std::slice::from_ref(id)).is_err() || matches!(outs[p].expr, Expr::Identifier(_)) {
+                return Ok(row[p].clone());
+            }
+        }
+    }
+    eval(e, scope, rep, cx, aggs)
+}
+
+fn limits(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Option<usize>, usize), SqlError> {
+    let mut num = |e: &Expr| -> Result<Option<usize>, SqlError> {
+        match eval(e, &Scope::empty(), &[], cx, None)? {
+            Datum::Null => Ok(None),
+            d => {
+                let n = as_f64(&d)?;
+                if n < 0.0 {
+                    return Err(SqlError::new("2201W", "LIMIT must not be negative"));
+                }
+                Ok(Some(n as usize))
+            }
+        }
+    };
+    match &q.limit_clause {
+        None => Ok((None, 0)),
+        Some(LimitClause::LimitOffset { limit, offset, limit_by }) => {
+            if !limit_by.is_empty() {
+                return Err(SqlError::unsupported("LIMIT BY"));
+            }
+            let l = match limit {
+                Some(e) => num(e)?,
+                None => None,
+            };
+            let o = match offset {
+                Some(o) => num(&o.value)?.unwrap_or(0),
+                None => 0,
+            };
+            Ok((l, o))
+        }
+        Some(LimitClause::OffsetCommaLimit { .. }) => Err(SqlError::unsupported("LIMIT offset, count")),
+    }
+}
+
+/// Collects the aggregate calls in an expression.
+pub fn collect_aggs(e: &Expr, out: &mut Vec<Expr>) {
+    match e {
+        Expr::Function(f) if is_aggregate(f) && !out.contains(e) => out.push(e.clone()),
+        Expr::Function(f) if is_aggregate(f) => {}
+        Expr::Function(f) => {
+            for a in func_args(f).ok().flatten().unwrap_or_default() {
+                collect_aggs(a, out);
+            }
+        }
+        Expr::BinaryOp { left, right, .. } => {
+            collect_aggs(left, out);
+            collect_aggs(right, out);
+        }
+        Expr::UnaryOp { expr, .. }
+        | Expr::Nested(expr)
+        | Expr::Cast { expr, .. }
+        | Expr::IsNull(expr)
+        | Expr::IsNotNull(expr) => collect_aggs(expr, out),
+        Expr::Case { operand, conditions, else_result, .. } => {
+            if let Some(o) = operand {
+                collect_aggs(o, out);
+            }
+            for c in conditions {
+                collect_aggs(&c.condition, out);
+                collect_aggs(&c.result, out);
+            }
+            if let Some(x) = else_result {
+                collect_aggs(x, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Computes one aggregate over a group's rows.
+fn aggregate(call: &Expr, rows: &[&Vec<Datum>], scope: &Scope<'_>, cx: &mut Cx<'_, '_>) -> Result<Datum, SqlError> {
+    let Expr::Function(f) = call else { return Ok(Datum::Null) };
+    let name = func_name(f);
+    let distinct = matches!(&f.args, FunctionArguments::List(l) if matches!(l.duplicate_treatment, Some(DuplicateTreatment::Distinct)));
+    if f.filter.is_some() || f.over.is_some() {
+        return Err(SqlError::unsupported("aggregate FILTER and window functions"));
+    }
+    let args = func_args(f)?;
+    let Some(args) = args else {
+        // count(*)
+        return Ok(Datum::Int(rows.len() as i64));
+    };
+    let [arg] = args.as_slice() else {
+        return Err(SqlError::new("42883", format!("function {name} takes one argument")));
+    };
+    let mut vals = Vec::with_capacity(rows.len());
+    for r in rows {
+        let v = eval(arg, scope, r, cx, None)?;
+        if !v.is_null() {
+            vals.push(v);
+        }
+    }
+    if distinct {
+        let mut seen = std::collections::HashSet::new();
+        vals.retain(|v| seen.insert(format!("{:?}", v.to_text())));
+    }
+    Ok(match name.as_str() {
+        "count" => Datum::Int(vals.len() as i64),
+        "min" | "max" => {
+            let mut best: Option<Datum> = None;
+            for v in vals {
+                let better = match &best {
+                    None => true,
+                    Some(b) => {
+                        let o = compare(&v, b).unwrap_or(Ordering::Equal);
+                        if name == "min" {
+                            o == Ordering::Less
+                        } else {
+                            o == Ordering::Greater
+                        }
+                    }
+                };
+                if better {
+                    best = Some(v);
+                }
+            }
+            best.unwrap_or(Datum::Null)
+        }
+        "sum" | "avg" => {
+            if vals.is_empty() {
+                return Ok(Datum::Null);
+            }
+            let n = vals.len() as i128;
+            if vals.iter().any(|v| matches!(v, Datum::Float(_))) {
+                let mut s = 0.0;
+                for v in &vals {
+                    s += as_f64(v)?;
+                }
+                return Ok(Datum::Float(if name == "avg" { s / n as f64 } else { s }));
+            }
+            let scale = vals.iter().map(|v| if let Datum::Num(x) = v { x.scale } else { 0 }).max().unwrap_or(0);
+            let mut total: i128 = 0;
+            for v in &vals {
+                let m = match v {
+                    Datum::Int(x) => Num { mantissa: i128::from(*x), scale: 0 },
+                    Datum::Num(x) => *x,
+                    other => {
+                        return Err(SqlError::new(
+                            "42883",
+                            format!("function {name}({}) does not exist", other.natural_type().display()),
+                        ))
+                    }
+                };
+                let m = m.rescale(scale).ok_or_else(|| SqlError::out_of_range("numeric"))?;
+                total = total.checked_add(m.mantissa).ok_or_else(|| SqlError::out_of_range("numeric"))?;
+            }
+            if name == "avg" {
+                let q = Num { mantissa: total, scale }
+                    .rescale(scale.max(16))
+                    .ok_or_else(|| SqlError::out_of_range("numeric"))?;
+                Datum::Num(Num { mantissa: q.mantissa / n, scale: q.scale })
+            } else if scale == 0 {
+                i64::try_from(total).map_or(Datum::Num(Num { mantissa: total, scale: 0 }), Datum::Int)
+            } else {
+                Datum::Num(Num { mantissa: total, scale })
+            }
+        }
+        _ => Datum::Null,
+    })
+}
+
+/// What Describe reports for a statement: parameter types and result columns (`None` for
+/// statements that return no rows).
+pub fn describe(sh: &Shared, stmt: &Stmt, client: &[Option<SqlType>]) -> (Vec<SqlType>, Option<Vec<Field>>) {
+    let mut params: Vec<Option<SqlType>> = client.to_vec();
+    let mut fields = None;
+    if let Stmt::Sql(s) = stmt {
+        match s.as_ref() {
+            Statement::Query(q) => {
+                if let Ok(sel) = check_query(q) {
+                    if let Ok(source) = from_source(sh, sel) {
+                        let scope = source.scope();
+                        if let Some(w) = &sel.selection {
+                            infer_params(w, &scope, &mut params);
+                        }
+                        for it in &sel.projection {
+                            if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = it {
+                                infer_params(e, &scope, &mut params);
+                            }
+                        }
+                        limit_params(q, &mut params);
+                        let ptypes: Vec<SqlType> = params.iter().map(|p| p.unwrap_or(SqlType::Text)).collect();
+                        if let Ok(outs) = projection(&sel.projection, &scope) {
+                            fields = Some(
+                                outs.iter()
+                                    .map(|o| Field { name: o.name.clone(), ty: infer_type(&o.expr, &scope, &ptypes) })
+                                    .collect(),
+                            );
+                        }
+                    }
+                }
+            }
+            Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
+                fields = crate::dml::describe(sh, s, &mut params);
+            }
+            Statement::ShowVariable { variable } => {
+                let name = variable.iter().map(ident_name).collect::<Vec<_>>().join(" ");
+                fields = Some(vec![Field { name: crate::settings::canonical(&name), ty: SqlType::Text }]);
+            }
+            _ => {}
+        }
+    }
+    if let Stmt::PartitionProbe { .. } = stmt {
+        fields = Some(crate::dml::partition_probe_fields());
+    }
+    (params.into_iter().map(|p| p.unwrap_or(SqlType::Text)).collect(), fields)
+}
+
+fn limit_params(q: &Query, params: &mut Vec<Option<SqlType>>) {
+    if let Some(LimitClause::LimitOffset { limit, offset, .. }) = &q.limit_clause {
+        for e in limit.iter().chain(offset.iter().map(|o| &o.value)) {
+            if let Some(n) = crate::expr::placeholder(e) {
+                if params.len() < n {
+                    params.resize(n, None);
+                }
+                params[n - 1].get_or_insert(SqlType::Int8);
+            }
+        }
+    }
+}

@@ -1,0 +1,499 @@
+//! A session: one client connection's transaction state, settings and COPY in progress.
+//!
+//! A session runs on a thread of its own (see [`crate::wire`]) because the engine is
+//! synchronous and a [`Transaction`] borrows the [`Database`]: the thread owns the session
+//! for the connection's life, and the protocol tasks send it one statement at a time.
+//!
+//! # Transactions
+//!
+//! ```text
+//!            BEGIN                         error
+//!   idle  ----------->  in block  ------------------>  failed block
+//!    ^  \                 |  COMMIT / ROLLBACK             | ROLLBACK (or COMMIT, which
+//!    |   autocommit:      v                                v  reports ROLLBACK)
+//!    |   begin, run, commit (rollback on error)          idle
+//! ```
+//!
+//! Outside BEGIN every statement runs in a transaction of its own (autocommit). Inside, the
+//! session keeps one engine [`Transaction`] until COMMIT or ROLLBACK; after an error only
+//! those are accepted (25P02). Dropping the session (the client went away) drops the
+//! transaction, which rolls it back.
+
+use std::collections::BTreeMap;
+
+use settledb::{Database, IsolationLevel, Transaction, Value};
+use sqlparser::ast::{Set, Statement, TransactionIsolationLevel, TransactionMode};
+
+use crate::error::SqlError;
+use crate::expr::{ident_name, Env};
+use crate::parse::{CopyCmd, Stmt};
+use crate::types::Datum;
+use crate::{copy, ddl, query, settings, utility, Shared};
+
+/// A notice sent before a statement's result (`INFO`, `NOTICE`, `WARNING`).
+#[derive(Clone, Debug)]
+pub struct Notice {
+    pub severity: &'static str,
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// A result column.
+#[derive(Clone, Debug)]
+pub struct Field {
+    pub name: String,
+    pub ty: crate::types::SqlType,
+}
+
+/// What a statement produced.
+#[derive(Debug)]
+pub enum Outcome {
+    Rows {
+        fields: Vec<Field>,
+        rows: Vec<Vec<Datum>>,
+        tag: String,
+    },
+    Command(String),
+    /// BEGIN: the client's transaction status becomes "in a transaction".
+    Begin(String),
+    /// COMMIT / ROLLBACK: back to idle.
+    End(String),
+    /// COPY FROM STDIN started: the client sends the data next.
+    CopyIn {
+        columns: usize,
+    },
+    /// COPY TO STDOUT: one chunk per row.
+    CopyOut {
+        columns: usize,
+        csv: bool,
+        chunks: Vec<Vec<u8>>,
+    },
+}
+
+/// A statement's notices and result.
+#[derive(Debug)]
+pub struct Reply {
+    pub notices: Vec<Notice>,
+    pub result: Result<Outcome, SqlError>,
+}
+
+/// What statement executors get: the database, the transaction and the session's inputs.
+pub struct Cx<'a, 'db> {
+    pub db: &'db Database,
+    pub sh: &'a Shared,
+    pub tx: &'a mut Transaction<'db>,
+    pub params: &'a [Datum],
+    pub settings: &'a BTreeMap<String, String>,
+    pub notices: &'a mut Vec<Notice>,
+}
+
+impl Env for Cx<'_, '_> {
+    fn param(&self, n: usize) -> Result<Datum, SqlError> {
+        crate::expr::param_at(self.params, n)
+    }
+
+    fn session_function(&mut self, name: &str, args: &[Datum]) -> Option<Result<Datum, SqlError>> {
+        let r = match name {
+            "version" => Ok(Datum::Text(crate::version_string())),
+            "txid_current" => self.tx.assign_xid().map(|x| Datum::Int(x.0 as i64)).map_err(SqlError::from),
+            "age" => match args.first() {
+                Some(Datum::Int(x)) => {
+                    let next = self.db.next_xid().xid().0;
+                    Ok(Datum::Int(i64::from(next.wrapping_sub(*x as u32) as i32)))
+                }
+                Some(Datum::Null) => Ok(Datum::Null),
+                _ => Err(SqlError::new("42883", "function age() takes an xid")),
+            },
+            "current_setting" => match args.first().and_then(Datum::to_text) {
+                Some(n) => settings::show(self.db, self.settings, &n).map(Datum::Text),
+                None => Ok(Datum::Null),
+            },
+            "pg_relation_size" => match args.first().and_then(Datum::to_text) {
+                Some(t) => self
+                    .db
+                    .table(&t)
+                    .map_err(SqlError::from)
+                    .and_then(|tb| self.db.table_pages(&tb).map_err(SqlError::from))
+                    .map(|p| Datum::Int(i64::from(p) * 8192)),
+                None => Ok(Datum::Null),
+            },
+            _ => return None,
+        };
+        Some(r)
+    }
+}
+
+/// One connection's state. Lives on the session's thread.
+pub struct Session<'db> {
+    pub db: &'db Database,
+    pub sh: &'db Shared,
+    tx: Option<Transaction<'db>>,
+    /// Inside BEGIN ... COMMIT.
+    in_block: bool,
+    /// The block had an error: only ROLLBACK (or COMMIT, which rolls back) is accepted.
+    failed: bool,
+    /// Isolation level asked for by BEGIN or SET TRANSACTION, for the block's transaction.
+    block_isolation: Option<IsolationLevel>,
+    pub settings: BTreeMap<String, String>,
+    pub copy: Option<copy::CopyIn>,
+    copy_error: Option<SqlError>,
+}
+
+impl<'db> Session<'db> {
+    pub fn new(sh: &'db Shared) -> Session<'db> {
+        Session {
+            db: &sh.db,
+            sh,
+            tx: None,
+            in_block: false,
+            failed: false,
+            block_isolation: None,
+            settings: settings::initial(),
+            copy: None,
+            copy_error: None,
+        }
+    }
+
+    pub fn in_block(&self) -> bool {
+        self.in_block
+    }
+
+    /// Runs one statement with bound parameters.
+    pub fn execute(&mut self, stmt: &Stmt, params: &[Datum]) -> Reply {
+        if self.copy.is_some() {
+            // A statement while a COPY was open: the client broke off the COPY (pgwire has
+            // already answered the stray message with an error). Its rows go with it.
+            self.copy_failed();
+        }
+        let mut notices = Vec::new();
+        let result = self.dispatch(stmt, params, &mut notices);
+        Reply { notices, result }
+    }
+
+    fn dispatch(&mut self, stmt: &Stmt, params: &[Datum], notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
+        if let Stmt::Sql(s) = stmt {
+            match s.as_ref() {
+                Statement::StartTransaction { modes, .. } => return self.begin(modes, notices),
+                Statement::Commit { .. } => return Ok(self.commit(notices)),
+                Statement::Rollback { savepoint: None, .. } => return Ok(self.rollback(notices)),
+                _ => {}
+            }
+        }
+        if self.failed {
+            return Err(SqlError::in_failed_transaction());
+        }
+        match stmt {
+            Stmt::Empty => Ok(Outcome::Command(String::new())),
+            Stmt::Vacuum(v) => {
+                self.outside_block("VACUUM")?;
+                utility::vacuum(self.db, &self.settings, v, notices)
+            }
+            Stmt::Analyze(_) => Err(SqlError::unsupported(
+                "ANALYZE (settledb keeps no column statistics; VACUUM updates relpages and reltuples)",
+            )),
+            Stmt::Checkpoint => {
+                self.db.checkpoint()?;
+                Ok(Outcome::Command("CHECKPOINT".into()))
+            }
+            Stmt::Copy(c) => self.copy_start(c, params),
+            Stmt::PartitionProbe { table } => {
+                let rows = if self.db.table(table).is_ok() {
+                    vec![vec![Datum::Int(1), Datum::Null, Datum::Int(0)]]
+                } else {
+                    Vec::new()
+                };
+                let tag = format!("SELECT {}", rows.len());
+                Ok(Outcome::Rows { fields: crate::dml::partition_probe_fields(), rows, tag })
+            }
+            Stmt::Sql(s) => self.sql(s, params, notices),
+        }
+    }
+
+    fn outside_block(&self, what: &str) -> Result<(), SqlError> {
+        if self.in_block {
+            return Err(SqlError::new("25001", format!("{what} cannot run inside a transaction block")));
+        }
+        Ok(())
+    }
+
+    fn sql(&mut self, s: &Statement, params: &[Datum], notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
+        match s {
+            Statement::Set(set) => self.set(set),
+            Statement::ShowVariable { variable } if variable.len() == 1 && ident_name(&variable[0]) == "all" => {
+                let text = crate::types::SqlType::Text;
+                let fields = vec![Field { name: "name".into(), ty: text }, Field { name: "setting".into(), ty: text }];
+                let rows: Vec<Vec<Datum>> = settings::show_all(self.db, &self.settings)
+                    .into_iter()
+                    .map(|(n, v)| vec![Datum::Text(n), Datum::Text(v)])
+                    .collect();
+                let tag = format!("SHOW {}", rows.len());
+                Ok(Outcome::Rows { fields, rows, tag })
+            }
+            Statement::ShowVariable { variable } => {
+                let name = variable.iter().map(ident_name).collect::<Vec<_>>().join(" ");
+                let v = settings::show(self.db, &self.settings, &name)?;
+                let field = Field { name: settings::canonical(&name), ty: crate::types::SqlType::Text };
+                Ok(Outcome::Rows { fields: vec![field], rows: vec![vec![Datum::Text(v)]], tag: "SHOW".into() })
+            }
+            Statement::Reset(r) => {
+                settings::reset(&mut self.settings, &r.reset)?;
+                Ok(Outcome::Command("RESET".into()))
+            }
+            Statement::CreateTable(_)
+            | Statement::Drop { .. }
+            | Statement::CreateIndex(_)
+            | Statement::AlterTable(_) => {
+                // The engine runs DDL in transactions of its own: refuse it inside a block
+                // rather than pretend it would roll back with the block.
+                self.outside_block("DDL (CREATE, DROP, ALTER)")?;
+                ddl::execute(self.sh, s, notices)
+            }
+            Statement::Query(_)
+            | Statement::Insert(_)
+            | Statement::Update(_)
+            | Statement::Delete(_)
+            | Statement::Truncate(_) => self.in_transaction(params, notices, |cx| query::execute(cx, s)),
+            other => Err(SqlError::unsupported(format!("the statement \"{}\"", statement_head(other)))),
+        }
+    }
+
+    /// Runs `f` in the block's transaction, or in a transaction of its own committed at once.
+    pub fn in_transaction(
+        &mut self,
+        params: &[Datum],
+        notices: &mut Vec<Notice>,
+        f: impl FnOnce(&mut Cx<'_, 'db>) -> Result<Outcome, SqlError>,
+    ) -> Result<Outcome, SqlError> {
+        let mut tx = match self.tx.take() {
+            Some(t) => t,
+            None => self.db.begin_with(self.isolation())?,
+        };
+        let r = {
+            let mut cx = Cx { db: self.db, sh: self.sh, tx: &mut tx, params, settings: &self.settings, notices };
+            f(&mut cx)
+        };
+        if self.in_block {
+            if r.is_err() {
+                self.failed = true;
+            }
+            self.tx = Some(tx);
+            r
+        } else {
+            match r {
+                Ok(o) => {
+                    tx.commit()?;
+                    Ok(o)
+                }
+                Err(e) => {
+                    let _ = tx.rollback();
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    fn isolation(&self) -> IsolationLevel {
+        if let Some(i) = self.block_isolation {
+            return i;
+        }
+        match self.settings.get("default_transaction_isolation").map(|s| s.to_ascii_lowercase()) {
+            Some(s) if s == "repeatable read" || s == "serializable" => IsolationLevel::RepeatableRead,
+            Some(s) if s == "read committed" || s == "read uncommitted" => IsolationLevel::ReadCommitted,
+            _ => self.db.config().default_transaction_isolation,
+        }
+    }
+
+    fn begin(&mut self, modes: &[TransactionMode], notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
+        if self.in_block {
+            notices.push(Notice {
+                severity: "WARNING",
+                code: "25001",
+                message: "there is already a transaction in progress".into(),
+            });
+            return Ok(Outcome::Begin("BEGIN".into()));
+        }
+        self.block_isolation = isolation_of(modes)?;
+        self.in_block = true;
+        self.failed = false;
+        // The transaction itself starts lazily, at the first statement that needs it; its
+        // snapshot is taken there, as PostgreSQL takes it at the first query.
+        Ok(Outcome::Begin("BEGIN".into()))
+    }
+
+    fn end_block(&mut self) {
+        self.in_block = false;
+        self.failed = false;
+        self.block_isolation = None;
+    }
+
+    fn commit(&mut self, notices: &mut Vec<Notice>) -> Outcome {
+        if !self.in_block {
+            notices.push(Notice {
+                severity: "WARNING",
+                code: "25P01",
+                message: "there is no transaction in progress".into(),
+            });
+            return Outcome::End("COMMIT".into());
+        }
+        let failed = self.failed;
+        self.end_block();
+        let tx = self.tx.take();
+        if failed {
+            drop(tx.map(Transaction::rollback));
+            return Outcome::End("ROLLBACK".into());
+        }
+        match tx.map(Transaction::commit) {
+            Some(Err(e)) => {
+                // The client still learns the outcome; the block is over either way.
+                notices.push(Notice { severity: "WARNING", code: "40001", message: format!("commit failed: {e}") });
+                Outcome::End("ROLLBACK".into())
+            }
+            _ => Outcome::End("COMMIT".into()),
+        }
+    }
+
+    fn rollback(&mut self, notices: &mut Vec<Notice>) -> Outcome {
+        if !self.in_block {
+            notices.push(Notice {
+                severity: "WARNING",
+                code: "25P01",
+                message: "there is no transaction in progress".into(),
+            });
+            return Outcome::End("ROLLBACK".into());
+        }
+        self.end_block();
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.rollback();
+        }
+        Outcome::End("ROLLBACK".into())
+    }
+
+    fn set(&mut self, set: &Set) -> Result<Outcome, SqlError> {
+        match set {
+            Set::SingleAssignment { variable, values, .. } => {
+                let name = variable.to_string().to_ascii_lowercase();
+                let value = values.iter().map(settings::value_text).collect::<Vec<_>>().join(", ");
+                settings::set(self.db, &mut self.settings, &name, &value)?;
+                Ok(Outcome::Command("SET".into()))
+            }
+            Set::SetTransaction { modes, .. } => {
+                if !self.in_block {
+                    return Err(SqlError::new("25P01", "SET TRANSACTION can only be used in transaction blocks"));
+                }
+                if self.tx.is_some() {
+                    return Err(SqlError::new(
+                        "25001",
+                        "SET TRANSACTION ISOLATION LEVEL must be called before any query",
+                    ));
+                }
+                self.block_isolation = isolation_of(modes)?.or(self.block_isolation);
+                Ok(Outcome::Command("SET".into()))
+            }
+            Set::SetTimeZone { value, .. } => {
+                settings::set(self.db, &mut self.settings, "timezone", &settings::value_text(value))?;
+                Ok(Outcome::Command("SET".into()))
+            }
+            other => Err(SqlError::unsupported(format!("\"{other}\""))),
+        }
+    }
+
+    fn copy_start(&mut self, c: &CopyCmd, params: &[Datum]) -> Result<Outcome, SqlError> {
+        if !c.from_stdin {
+            let mut notices = Vec::new();
+            return self.in_transaction(params, &mut notices, |cx| copy::copy_out(cx, c));
+        }
+        let state = copy::CopyIn::new(self.sh, c)?;
+        self.copy_error = None;
+        let columns = state.columns();
+        if self.tx.is_none() {
+            self.tx = Some(self.db.begin_with(self.isolation())?);
+        }
+        self.copy = Some(state);
+        Ok(Outcome::CopyIn { columns })
+    }
+
+    /// A chunk of COPY data. The first error ends the COPY (its rows are rolled back) and is
+    /// kept for CopyDone; later chunks are read and dropped.
+    pub fn copy_data(&mut self, data: &[u8]) {
+        if self.copy_error.is_some() {
+            return;
+        }
+        let r = match (self.copy.as_mut(), self.tx.as_mut()) {
+            (Some(state), Some(tx)) => state.feed(tx, data),
+            _ => Err(SqlError::new("08P01", "unexpected COPY data")),
+        };
+        if let Err(e) = r {
+            self.copy_error = Some(e);
+            self.copy_failed();
+        }
+    }
+
+    /// CopyDone: the rows left are inserted; outside a block the COPY commits. Returns the
+    /// row count.
+    pub fn copy_done(&mut self) -> Result<u64, SqlError> {
+        if let Some(e) = self.copy_error.take() {
+            return Err(e);
+        }
+        let (Some(mut state), Some(tx)) = (self.copy.take(), self.tx.as_mut()) else {
+            return Err(SqlError::new("08P01", "unexpected end of COPY data"));
+        };
+        match state.finish(tx) {
+            Ok(n) => {
+                if !self.in_block {
+                    if let Some(tx) = self.tx.take() {
+                        tx.commit()?;
+                    }
+                }
+                Ok(n)
+            }
+            Err(e) => {
+                self.copy_failed();
+                Err(e)
+            }
+        }
+    }
+
+    /// CopyFail or an error in the data: the COPY's rows go with its transaction.
+    pub fn copy_failed(&mut self) {
+        self.copy = None;
+        if self.in_block {
+            self.failed = true;
+        } else if let Some(tx) = self.tx.take() {
+            let _ = tx.rollback();
+        }
+    }
+}
+
+fn isolation_of(modes: &[TransactionMode]) -> Result<Option<IsolationLevel>, SqlError> {
+    let mut out = None;
+    for m in modes {
+        match m {
+            TransactionMode::IsolationLevel(l) => {
+                out = Some(match l {
+                    TransactionIsolationLevel::ReadCommitted | TransactionIsolationLevel::ReadUncommitted => {
+                        IsolationLevel::ReadCommitted
+                    }
+                    TransactionIsolationLevel::RepeatableRead => IsolationLevel::RepeatableRead,
+                    _ => return Err(SqlError::unsupported(format!("isolation level {l}"))),
+                })
+            }
+            TransactionMode::AccessMode(a) => {
+                if a.to_string().eq_ignore_ascii_case("read only") {
+                    return Err(SqlError::unsupported("READ ONLY transactions"));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The first words of a statement, to name it in an error.
+fn statement_head(s: &Statement) -> String {
+    let text = s.to_string();
+    text.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
+}
+
+/// Converts an engine row to datums by the SQL column types.
+pub fn datums(values: &[Value], cols: &[crate::catalog::ColumnDef]) -> Vec<Datum> {
+    values.iter().zip(cols).map(|(v, c)| Datum::from_stored(v, c.ty)).collect()
+}

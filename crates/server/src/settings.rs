@@ -1,0 +1,296 @@
+//! SET, SHOW and RESET: the client settings a session keeps, and the engine's parameters.
+//!
+//! Three kinds of parameters:
+//!
+//! - **Client settings** that drivers and psql set at connect time (`client_encoding`,
+//!   `DateStyle`, `extra_float_digits`, `application_name`, ...). The server accepts the values
+//!   its output already satisfies (UTF8, ISO dates, standard-conforming strings) and refuses the
+//!   others with 0A000 instead of silently ignoring them. `extra_float_digits` is stored; float8
+//!   output is always the shortest exact form (what PostgreSQL 12+ prints for values >= 1).
+//!   `statement_timeout` and `idle_in_transaction_session_timeout` accept only 0
+//!   (no timeout), which is all that is enforced.
+//! - **Engine parameters that apply per statement**: `default_transaction_isolation`, and for
+//!   VACUUM `vacuum_freeze_policy`, `vacuum_cost_delay`, `vacuum_cost_limit`,
+//!   `vacuum_truncate`. SET validates the value with the engine's own parser and the session uses it.
+//! - **Other engine parameters** (`shared_buffers`, `vacuum_freeze_min_age`, ...) are read by
+//!   the engine when the data directory is opened: SHOW reports them, SET fails with 55P02 and
+//!   a hint to pass `--set name=value` to `settle serve`.
+
+use std::collections::BTreeMap;
+
+use settledb::{Config, Database};
+use sqlparser::ast::{Expr, Reset, Value};
+
+use crate::error::SqlError;
+
+/// Client settings and their values at connect time.
+const CLIENT: &[(&str, &str)] = &[
+    ("application_name", ""),
+    ("client_encoding", "UTF8"),
+    ("client_min_messages", "notice"),
+    ("datestyle", "ISO, MDY"),
+    ("extra_float_digits", "1"),
+    ("idle_in_transaction_session_timeout", "0"),
+    ("intervalstyle", "postgres"),
+    ("search_path", "\"$user\", public"),
+    ("standard_conforming_strings", "on"),
+    ("statement_timeout", "0"),
+    ("timezone", "UTC"),
+    ("bytea_output", "hex"),
+];
+
+/// Read-only settings clients ask about.
+const FIXED: &[(&str, &str)] = &[
+    ("server_version", crate::SERVER_VERSION),
+    ("server_version_num", "150000"),
+    ("server_encoding", "UTF8"),
+    ("integer_datetimes", "on"),
+    ("max_identifier_length", "63"),
+    ("block_size", "8192"),
+    ("is_superuser", "on"),
+    ("lc_collate", "C"),
+    ("lc_ctype", "C"),
+    ("max_connections", "100"),
+];
+
+/// Engine parameters a session may change for its own statements.
+const SESSION_ENGINE: &[&str] = &[
+    "default_transaction_isolation",
+    "vacuum_freeze_policy",
+    "vacuum_cost_delay",
+    "vacuum_cost_limit",
+    "vacuum_truncate",
+];
+
+pub fn initial() -> BTreeMap<String, String> {
+    CLIENT.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// The spelling SHOW's column heading uses.
+pub fn canonical(name: &str) -> String {
+    match name {
+        "datestyle" => "DateStyle".into(),
+        "timezone" | "time zone" => "TimeZone".into(),
+        "intervalstyle" => "IntervalStyle".into(),
+        "transaction isolation level" => "transaction_isolation".into(),
+        other => other.to_string(),
+    }
+}
+
+/// The text of a SET value (`'ISO'`, `ISO`, `3`, `on`).
+pub fn value_text(e: &Expr) -> String {
+    match e {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) => s.clone(),
+            Value::Number(n, _) => n.clone(),
+            Value::Boolean(b) => if *b { "on" } else { "off" }.into(),
+            other => other.to_string(),
+        },
+        Expr::Identifier(i) => i.value.clone(),
+        Expr::UnaryOp { op, expr } => format!("{op}{}", value_text(expr)),
+        other => other.to_string(),
+    }
+}
+
+pub fn set(db: &Database, s: &mut BTreeMap<String, String>, name: &str, value: &str) -> Result<(), SqlError> {
+    let name = match name {
+        "time zone" => "timezone",
+        "transaction_isolation" => {
+            return Err(SqlError::unsupported("SET transaction_isolation (use SET TRANSACTION)"))
+        }
+        n => n,
+    };
+    let lower = value.to_ascii_lowercase();
+    let refuse = |why: &str| Err(SqlError::unsupported(format!("{name} = '{value}' ({why})")));
+    match name {
+        "client_encoding" if !matches!(lower.replace(['-', '_'], "").as_str(), "utf8" | "unicode") => {
+            return refuse("the server speaks UTF8 only")
+        }
+        "datestyle" if !lower.contains("iso") && !lower.is_empty() => return refuse("dates are written in ISO style"),
+        "standard_conforming_strings" if !matches!(lower.as_str(), "on" | "true" | "1") => {
+            return refuse("backslashes in strings are always literal")
+        }
+        "bytea_output" if lower != "hex" => return refuse("bytea is written in hex"),
+        "intervalstyle" if lower != "postgres" => return refuse("there is no interval type"),
+        "timezone" if !matches!(lower.as_str(), "utc" | "gmt" | "etc/utc" | "z" | "0" | "+0" | "+00" | "00:00") => {
+            return refuse("timestamps carry no zone; the session zone is UTC")
+        }
+        "statement_timeout" | "idle_in_transaction_session_timeout"
+            if !matches!(lower.as_str(), "0" | "0ms" | "0s") =>
+        {
+            return refuse("timeouts are not enforced by this server yet")
+        }
+        "extra_float_digits" => {
+            let n: i32 = value.trim().parse().map_err(|_| {
+                SqlError::new("22023", format!("invalid value for parameter \"extra_float_digits\": \"{value}\""))
+            })?;
+            if !(-15..=3).contains(&n) {
+                return Err(SqlError::new(
+                    "22023",
+                    format!("{n} is outside the valid range for parameter \"extra_float_digits\" (-15 .. 3)"),
+                ));
+            }
+        }
+        _ => {}
+    }
+    if s.contains_key(name) {
+        let v = if name == "client_encoding" { "UTF8".to_string() } else { value.to_string() };
+        s.insert(name.to_string(), v);
+        return Ok(());
+    }
+    if FIXED.iter().any(|(k, _)| *k == name) {
+        return Err(SqlError::new("55P02", format!("parameter \"{name}\" cannot be changed")));
+    }
+    if settledb::config::PARAMETERS.contains(&name) {
+        // Validate with the engine's parser, as PostgreSQL validates before storing.
+        let mut c: Config = db.config().clone();
+        c.set(name, value).map_err(|e| SqlError::new("22023", e.to_string()))?;
+        if SESSION_ENGINE.contains(&name) {
+            s.insert(name.to_string(), value.to_string());
+            return Ok(());
+        }
+        return Err(SqlError::new("55P02", format!("parameter \"{name}\" cannot be changed now")).with_hint(format!(
+            "settledb reads it when the data directory is opened: restart with `settle serve --set {name}={value}`."
+        )));
+    }
+    Err(SqlError::new("42704", format!("unrecognized configuration parameter \"{name}\"")))
+}
+
+pub fn reset(s: &mut BTreeMap<String, String>, r: &Reset) -> Result<(), SqlError> {
+    match r {
+        Reset::ALL => {
+            *s = initial();
+            Ok(())
+        }
+        Reset::ConfigurationParameter(n) => {
+            let name = n.to_string().to_ascii_lowercase();
+            match CLIENT.iter().find(|(k, _)| *k == name) {
+                Some((k, v)) => {
+                    s.insert(k.to_string(), v.to_string());
+                }
+                None => {
+                    s.remove(&name);
+                }
+            }
+            Ok(())
+        }
+        Reset::SessionAuthorization => Ok(()),
+    }
+}
+
+/// SHOW ALL: every parameter with its value, sorted by name.
+pub fn show_all(db: &Database, s: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let mut names: Vec<String> = s.keys().cloned().collect();
+    names.extend(FIXED.iter().map(|(k, _)| k.to_string()));
+    names.extend(settledb::config::PARAMETERS.iter().map(|k| k.to_string()));
+    names.sort();
+    names.dedup();
+    names.into_iter().filter_map(|n| show(db, s, &n).ok().map(|v| (canonical(&n), v))).collect()
+}
+
+/// SHOW and `current_setting()`.
+pub fn show(db: &Database, s: &BTreeMap<String, String>, name: &str) -> Result<String, SqlError> {
+    let name = name.to_ascii_lowercase();
+    let name = match name.as_str() {
+        "time zone" => "timezone",
+        "transaction isolation level" | "transaction_isolation" => "default_transaction_isolation",
+        n => n,
+    };
+    if let Some(v) = s.get(name) {
+        return Ok(v.clone());
+    }
+    if let Some((_, v)) = FIXED.iter().find(|(k, _)| *k == name) {
+        return Ok(v.to_string());
+    }
+    engine_value(db.config(), name)
+        .ok_or_else(|| SqlError::new("42704", format!("unrecognized configuration parameter \"{name}\"")))
+}
+
+fn on(b: bool) -> String {
+    if b { "on" } else { "off" }.into()
+}
+
+/// Sizes as PostgreSQL prints them: the largest unit that divides evenly.
+fn size(bytes: u64) -> String {
+    for (unit, n) in [("TB", 1u64 << 40), ("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)] {
+        if bytes >= n && bytes.is_multiple_of(n) {
+            return format!("{}{unit}", bytes / n);
+        }
+    }
+    format!("{bytes}B")
+}
+
+fn ms(v: u64) -> String {
+    for (unit, n) in [("d", 86_400_000u64), ("h", 3_600_000), ("min", 60_000), ("s", 1000)] {
+        if v >= n && v.is_multiple_of(n) {
+            return format!("{}{unit}", v / n);
+        }
+    }
+    format!("{v}ms")
+}
+
+/// An engine parameter's value in PostgreSQL's spelling.
+fn engine_value(c: &Config, name: &str) -> Option<String> {
+    Some(match name {
+        "shared_buffers" => size(c.shared_buffers_bytes as u64),
+        "synchronous_commit" => on(c.synchronous_commit),
+        "fsync" => on(c.fsync),
+        "full_page_writes" => on(c.full_page_writes),
+        "wal_buffers" => size(c.wal_buffers_bytes as u64),
+        "wal_segment_size" => size(c.wal_segment_size_bytes),
+        "max_wal_size" => size(c.max_wal_size_bytes),
+        "min_wal_size" => size(c.min_wal_size_bytes),
+        "checkpoint_timeout" => ms(c.checkpoint_timeout_ms),
+        "wal_writer_delay" => ms(c.wal_writer_delay_ms),
+        "default_transaction_isolation" => match c.default_transaction_isolation {
+            settledb::IsolationLevel::ReadCommitted => "read committed".into(),
+            settledb::IsolationLevel::RepeatableRead => "repeatable read".into(),
+        },
+        "autovacuum_freeze_max_age" => c.autovacuum_freeze_max_age.to_string(),
+        "vacuum_freeze_min_age" => c.vacuum_freeze_min_age.to_string(),
+        "vacuum_freeze_table_age" => c.vacuum_freeze_table_age.to_string(),
+        "vacuum_failsafe_age" => c.vacuum_failsafe_age.to_string(),
+        "vacuum_freeze_policy" => c.vacuum_freeze_policy.name().into(),
+        "vacuum_max_eager_freeze_failure_rate" => c.vacuum_max_eager_freeze_failure_rate.to_string(),
+        "vacuum_fsm_settled" => c.vacuum_fsm_settled.map_or("auto".into(), on),
+        "maintenance_work_mem" => size(c.maintenance_work_mem_bytes as u64),
+        "max_parallel_maintenance_workers" => c.max_parallel_maintenance_workers.to_string(),
+        "min_parallel_table_scan_size" => size(c.min_parallel_table_scan_size_bytes),
+        "min_parallel_index_scan_size" => size(c.min_parallel_index_scan_size_bytes),
+        "vacuum_truncate" => on(c.vacuum_truncate),
+        "vacuum_cost_delay" => format!("{}ms", c.vacuum_cost_delay_ms),
+        "vacuum_cost_limit" => c.vacuum_cost_limit.to_string(),
+        "vacuum_cost_page_hit" => c.vacuum_cost_page_hit.to_string(),
+        "vacuum_cost_page_miss" => c.vacuum_cost_page_miss.to_string(),
+        "vacuum_cost_page_dirty" => c.vacuum_cost_page_dirty.to_string(),
+        "autovacuum" => on(c.autovacuum),
+        "autovacuum_max_workers" => c.autovacuum_max_workers.to_string(),
+        "autovacuum_naptime" => ms(c.autovacuum_naptime_ms),
+        "autovacuum_vacuum_threshold" => c.autovacuum_vacuum_threshold.to_string(),
+        "autovacuum_vacuum_scale_factor" => c.autovacuum_vacuum_scale_factor.to_string(),
+        "autovacuum_vacuum_insert_threshold" => c.autovacuum_vacuum_insert_threshold.to_string(),
+        "autovacuum_vacuum_insert_scale_factor" => c.autovacuum_vacuum_insert_scale_factor.to_string(),
+        "autovacuum_vacuum_cost_delay" => format!("{}ms", c.autovacuum_vacuum_cost_delay_ms),
+        "autovacuum_vacuum_cost_limit" => c.autovacuum_vacuum_cost_limit.to_string(),
+        "log_autovacuum_min_duration" => {
+            if c.log_autovacuum_min_duration_ms < 0 {
+                "-1".into()
+            } else {
+                ms(c.log_autovacuum_min_duration_ms as u64)
+            }
+        }
+        "lock_timeout" => ms(c.lock_timeout_ms),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_and_times_print_like_postgresql() {
+        assert_eq!(super::size(128 << 20), "128MB");
+        assert_eq!(super::size(8192), "8kB");
+        assert_eq!(super::ms(300_000), "5min");
+        assert_eq!(super::ms(200), "200ms");
+    }
+}

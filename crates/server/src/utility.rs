@@ -1,0 +1,92 @@
+//! VACUUM over the wire.
+//!
+//! PostgreSQL 15's options map onto [`VacuumParams`]: `FREEZE`, `VERBOSE`,
+//! `DISABLE_PAGE_SKIPPING`, `INDEX_CLEANUP`, `TRUNCATE`, `PARALLEL` directly. `FULL` (a table
+//! rewrite) is refused with 0A000. `ANALYZE` runs the vacuum, whose update of `relpages` and
+//! `reltuples` is all the statistics settledb keeps. `SKIP_LOCKED` and `PROCESS_TOAST` are
+//! accepted: VACUUM waits for no lock it could skip (it takes a table's maintenance lock
+//! only against a concurrent VACUUM or DROP), and there is no TOAST.
+//!
+//! With VERBOSE the engine's report ([`settledb::VacuumReport::verbose_text`]) is sent as INFO
+//! notices the way PostgreSQL sends them: `vacuuming "db.public.t"` is one message, and
+//! `finished vacuuming ...` carries the rest of the report as its continuation lines, so psql
+//! prints exactly PostgreSQL's block.
+
+use std::collections::BTreeMap;
+
+use settledb::{Database, FreezePolicy, IndexCleanup, VacuumParams, VacuumReport};
+
+use crate::error::SqlError;
+use crate::parse::VacuumCmd;
+use crate::session::{Notice, Outcome};
+
+pub fn vacuum(
+    db: &Database,
+    settings: &BTreeMap<String, String>,
+    v: &VacuumCmd,
+    notices: &mut Vec<Notice>,
+) -> Result<Outcome, SqlError> {
+    if v.full {
+        return Err(SqlError::unsupported("VACUUM FULL"));
+    }
+    let bad = |e: String| SqlError::new("22023", e);
+    let mut params = VacuumParams {
+        verbose: v.verbose,
+        freeze: v.freeze,
+        disable_page_skipping: v.disable_page_skipping,
+        truncate: v.truncate,
+        parallel: v.parallel,
+        ..VacuumParams::default()
+    };
+    if let Some(ic) = &v.index_cleanup {
+        params.index_cleanup = IndexCleanup::parse(ic).ok_or_else(|| bad(format!("invalid INDEX_CLEANUP {ic}")))?;
+    }
+    if let Some(p) = settings.get("vacuum_freeze_policy") {
+        params.policy = Some(FreezePolicy::parse(p).ok_or_else(|| bad(format!("invalid vacuum_freeze_policy {p}")))?);
+    }
+    if params.truncate.is_none() {
+        if let Some(t) = settings.get("vacuum_truncate") {
+            params.truncate = Some(matches!(t.to_ascii_lowercase().as_str(), "on" | "true" | "1" | "yes"));
+        }
+    }
+    if let Some(d) = settings.get("vacuum_cost_delay") {
+        let mut c = db.config().clone();
+        c.set("vacuum_cost_delay", d).map_err(|e| bad(e.to_string()))?;
+        params.cost_delay_ms = Some(c.vacuum_cost_delay_ms);
+    }
+    if let Some(l) = settings.get("vacuum_cost_limit") {
+        params.cost_limit = Some(l.parse().map_err(|_| bad(format!("invalid vacuum_cost_limit {l}")))?);
+    }
+    let mut reports = Vec::new();
+    if v.tables.is_empty() {
+        reports.extend(db.vacuum(None, &params)?);
+    } else {
+        for t in &v.tables {
+            reports.extend(db.vacuum(Some(t), &params)?);
+        }
+    }
+    if v.verbose {
+        for r in &reports {
+            notices.extend(verbose_notices(r));
+        }
+    }
+    Ok(Outcome::Command("VACUUM".into()))
+}
+
+/// The report split into the messages PostgreSQL sends: each `INFO:  ` line starts one, and
+/// lines without the prefix continue the message before them.
+pub fn verbose_notices(r: &VacuumReport) -> Vec<Notice> {
+    let mut out: Vec<Notice> = Vec::new();
+    for line in r.verbose_text().lines() {
+        match line.strip_prefix("INFO:  ") {
+            Some(m) => out.push(Notice { severity: "INFO", code: "00000", message: m.to_string() }),
+            None => {
+                if let Some(last) = out.last_mut() {
+                    last.message.push('\n');
+                    last.message.push_str(line);
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,127 @@
+//! Read-only views computed from the engine's own state: `pg_stat_user_tables` and
+//! `pg_stat_database`, with PostgreSQL 15's column names (a subset of the columns: those the
+//! engine counts). They are materialized when a query reads them; a SELECT may filter, sort
+//! and aggregate them like a table.
+
+use settledb::Database;
+
+use crate::catalog::ColumnDef;
+use crate::types::{Datum, SqlType};
+
+fn col(name: &str, ty: SqlType) -> ColumnDef {
+    ColumnDef { name: name.into(), ty, nullable: true }
+}
+
+const USER_TABLES_COUNTS: [&str; 12] = [
+    "seq_scan",
+    "idx_scan",
+    "n_tup_ins",
+    "n_tup_upd",
+    "n_tup_del",
+    "n_tup_hot_upd",
+    "n_live_tup",
+    "n_dead_tup",
+    "n_mod_since_analyze",
+    "n_ins_since_vacuum",
+    "vacuum_count",
+    "autovacuum_count",
+];
+
+const DATABASE_COUNTS: [&str; 9] = [
+    "xact_commit",
+    "xact_rollback",
+    "blks_read",
+    "blks_hit",
+    "tup_returned",
+    "tup_fetched",
+    "tup_inserted",
+    "tup_updated",
+    "tup_deleted",
+];
+
+/// The columns of a view, or `None` when `name` is not one.
+pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
+    match name {
+        "pg_stat_user_tables" => {
+            let mut c =
+                vec![col("relid", SqlType::Int8), col("schemaname", SqlType::Text), col("relname", SqlType::Text)];
+            c.extend(USER_TABLES_COUNTS.iter().map(|n| col(n, SqlType::Int8)));
+            c.push(col("last_vacuum", SqlType::Timestamp));
+            c.push(col("last_autovacuum", SqlType::Timestamp));
+            Some(c)
+        }
+        "pg_stat_database" => {
+            let mut c = vec![col("datid", SqlType::Int8), col("datname", SqlType::Text)];
+            c.extend(DATABASE_COUNTS.iter().map(|n| col(n, SqlType::Int8)));
+            c.push(col("stats_reset", SqlType::Timestamp));
+            Some(c)
+        }
+        _ => None,
+    }
+}
+
+fn when(micros: u64) -> Datum {
+    if micros == 0 {
+        Datum::Null
+    } else {
+        Datum::Timestamp(micros as i64)
+    }
+}
+
+/// The view's rows now.
+pub fn rows(db: &Database, name: &str) -> Vec<Vec<Datum>> {
+    let n = |x: u64| Datum::Int(x as i64);
+    match name {
+        "pg_stat_user_tables" => {
+            let oids: std::collections::HashMap<String, u32> =
+                db.tables().iter().map(|t| (t.name().to_string(), t.oid().0)).collect();
+            db.all_table_stats()
+                .into_iter()
+                .map(|(relname, s)| {
+                    let mut r =
+                        vec![n(u64::from(oids.get(&relname).copied().unwrap_or(0))), Datum::Text("public".into())];
+                    r.push(Datum::Text(relname));
+                    for v in [
+                        s.seq_scan,
+                        s.idx_scan,
+                        s.n_tup_ins,
+                        s.n_tup_upd,
+                        s.n_tup_del,
+                        s.n_tup_hot_upd,
+                        s.n_live_tup,
+                        s.n_dead_tup,
+                        s.n_mod_since_analyze,
+                        s.n_ins_since_vacuum,
+                        s.vacuum_count,
+                        s.autovacuum_count,
+                    ] {
+                        r.push(n(v));
+                    }
+                    r.push(when(s.last_vacuum));
+                    r.push(when(s.last_autovacuum));
+                    r
+                })
+                .collect()
+        }
+        "pg_stat_database" => {
+            let s = db.stats();
+            let mut r = vec![n(1), Datum::Text("settledb".into())];
+            for v in [
+                s.xact_commit,
+                s.xact_rollback,
+                s.blks_read,
+                s.blks_hit,
+                s.tup_returned,
+                s.tup_fetched,
+                s.tup_inserted,
+                s.tup_updated,
+                s.tup_deleted,
+            ] {
+                r.push(n(v));
+            }
+            r.push(when(s.stats_reset));
+            vec![r]
+        }
+        _ => Vec::new(),
+    }
+}

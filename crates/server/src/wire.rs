@@ -1,0 +1,623 @@
+//! The PostgreSQL protocol side: pgwire's handler traits, bridged to the session threads.
+//!
+//! ```text
+//!  tokio task per connection (pgwire)             thread per session (engine, blocking)
+//!  ----------------------------------            -------------------------------------
+//!  Query / Parse / Bind / Execute ...  --job-->   Session::execute(stmt, params)
+//!        <-- Reply (notices, rows, tag) --        (owns the engine Transaction)
+//!  CopyData / CopyDone / CopyFail      --job-->   Session::copy_data / copy_done
+//! ```
+//!
+//! The session's thread is created at the connection's first statement and kept in the
+//! connection's extension store; when pgwire drops the connection (the client went away, or a
+//! protocol error closed it) the store is dropped, the job channel closes, and the thread
+//! drops the session, which rolls back any transaction in progress. A panic while running a
+//! job is caught and reported to that client as an internal error (XX000); other sessions
+//! never share its state.
+//!
+//! Authentication ([`Startup`]): trust, or SCRAM-SHA-256 (pgwire's implementation) against the
+//! one password `settle serve --password-file` reads.
+//!
+//! Extended protocol: Parse runs the SQL front end and Describe's type inference once and
+//! stores the result as the prepared statement ([`Prepared`]); Bind's parameters are decoded
+//! by the types the client gave or, when it gave none (pgbench, psql), by the types inferred
+//! from where each `$n` appears (`aid = $1` takes `aid`'s type). Results are sent in the format
+//! each column was asked for (text or binary).
+
+use std::fmt::Debug;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::{BufMut, BytesMut};
+use futures::sink::{Sink, SinkExt};
+use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::{
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
+    DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+};
+use pgwire::api::copy::CopyHandler;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{
+    CopyResponse, DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo, QueryResponse, Response,
+    Tag,
+};
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, PgWireServerHandlers, PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::data::DataRow;
+use pgwire::messages::response::NoticeResponse;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+
+use crate::error::SqlError;
+use crate::parse::{parse_one, split_statements, Stmt};
+use crate::session::{Field, Notice, Outcome, Reply, Session};
+use crate::types::{parse_text, Datum, SqlType};
+use crate::Shared;
+
+type Job = Box<dyn for<'a> FnOnce(&mut Session<'a>) + Send>;
+
+/// A connection's session thread, reached through a channel of jobs.
+pub struct SessionHandle {
+    jobs: parking_lot::Mutex<std::sync::mpsc::Sender<Job>>,
+}
+
+static SESSION_IDS: AtomicU64 = AtomicU64::new(1);
+
+impl SessionHandle {
+    fn spawn(sh: Arc<Shared>) -> Result<SessionHandle, SqlError> {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let id = SESSION_IDS.fetch_add(1, Ordering::Relaxed);
+        let sh2 = sh.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("settle-session-{id}"))
+            .spawn(move || {
+                let mut s = Session::new(&sh2);
+                while let Ok(job) = rx.recv() {
+                    job(&mut s);
+                }
+                // `s` drops here: a transaction still open rolls back.
+            })
+            .map_err(|e| SqlError::new("53000", format!("could not start a session thread: {e}")))?;
+        let mut sessions = sh.sessions.lock();
+        // Threads of closed connections are done; only live ones need joining at shutdown.
+        sessions.retain(|h| !h.is_finished());
+        sessions.push(h);
+        Ok(SessionHandle { jobs: parking_lot::Mutex::new(tx) })
+    }
+
+    /// Runs `f` on the session's thread.
+    async fn call<R: Send + 'static>(
+        &self,
+        f: impl for<'a> FnOnce(&mut Session<'a>) -> R + Send + 'static,
+    ) -> Result<R, SqlError> {
+        let (otx, orx) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |s| {
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(s)));
+            let _ = otx.send(r);
+        });
+        self.jobs.lock().send(job).map_err(|_| SqlError::new("57P01", "the session has ended"))?;
+        match orx.await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(p)) => {
+                let what = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                Err(SqlError::new("XX000", format!("internal error in settledb-server: {what}")))
+            }
+            Err(_) => Err(SqlError::new("57P01", "the session has ended")),
+        }
+    }
+}
+
+/// A parsed and described statement (the extended protocol's prepared statement).
+#[derive(Debug)]
+pub struct Prepared {
+    pub sql: String,
+    pub stmt: Stmt,
+    pub params: Vec<SqlType>,
+    pub fields: Option<Vec<Field>>,
+}
+
+/// The handlers pgwire calls; one per server, shared by every connection.
+pub struct Handler {
+    sh: Arc<Shared>,
+    parser: Arc<SqlParser>,
+    startup: Arc<Startup>,
+}
+
+impl Handler {
+    pub fn new(sh: Arc<Shared>) -> Handler {
+        let startup = Arc::new(Startup::new(sh.clone()));
+        Handler { parser: Arc::new(SqlParser { sh: sh.clone() }), sh, startup }
+    }
+
+    fn session<C: ClientInfo>(&self, client: &C) -> Result<Arc<SessionHandle>, SqlError> {
+        let ext = client.session_extensions();
+        if let Some(h) = ext.get::<SessionHandle>() {
+            return Ok(h);
+        }
+        let h = SessionHandle::spawn(self.sh.clone())?;
+        ext.insert(h);
+        ext.get::<SessionHandle>().ok_or_else(|| SqlError::new("XX000", "session store lost the session"))
+    }
+}
+
+impl PgWireServerHandlers for Handler {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        Arc::new(QueryHandler { h: self.clone_parts() })
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        Arc::new(QueryHandler { h: self.clone_parts() })
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        self.startup.clone()
+    }
+
+    fn copy_handler(&self) -> Arc<impl CopyHandler> {
+        Arc::new(QueryHandler { h: self.clone_parts() })
+    }
+}
+
+impl Handler {
+    fn clone_parts(&self) -> Arc<Handler> {
+        Arc::new(Handler { sh: self.sh.clone(), parser: self.parser.clone(), startup: self.startup.clone() })
+    }
+}
+
+/// Simple and extended query, and COPY, for one server.
+pub struct QueryHandler {
+    h: Arc<Handler>,
+}
+
+async fn send_notices<C>(client: &mut C, notices: &[Notice]) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    for n in notices {
+        let info = ErrorInfo::new(n.severity.into(), n.code.into(), n.message.clone());
+        client.feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(info))).await?;
+    }
+    Ok(())
+}
+
+fn field_infos(fields: &[Field], format: &Format) -> Vec<FieldInfo> {
+    fields
+        .iter()
+        .enumerate()
+        .map(|(i, f)| FieldInfo::new(f.name.clone(), None, None, f.ty.pg_type(), format_for(format, i)))
+        .collect()
+}
+
+/// A column's format, tolerating a format list shorter than the columns (text then).
+fn format_for(format: &Format, i: usize) -> FieldFormat {
+    match format {
+        Format::Individual(v) => v.get(i).map_or(FieldFormat::Text, |c| FieldFormat::from(*c)),
+        f => f.format_for(i),
+    }
+}
+
+/// Encodes rows as DataRow messages in each column's format.
+fn data_rows(fields: &[Field], rows: Vec<Vec<Datum>>, format: &Format) -> Result<Vec<PgWireResult<DataRow>>, SqlError> {
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let mut buf = BytesMut::with_capacity(16 * r.len());
+        for (i, d) in r.iter().enumerate() {
+            let ty = fields.get(i).map_or(SqlType::Text, |f| f.ty);
+            let bytes = match format_for(format, i) {
+                FieldFormat::Binary => d.to_binary(ty)?,
+                FieldFormat::Text => d.to_text().map(String::into_bytes),
+            };
+            match bytes {
+                None => buf.put_i32(-1),
+                Some(b) => {
+                    buf.put_i32(b.len() as i32);
+                    buf.put_slice(&b);
+                }
+            }
+        }
+        out.push(Ok(DataRow::new(buf, r.len() as i16)));
+    }
+    Ok(out)
+}
+
+/// Turns a session's reply into a pgwire response (notices go out first).
+fn response(outcome: Outcome, format: &Format) -> Result<Response, SqlError> {
+    Ok(match outcome {
+        Outcome::Rows { fields, rows, tag } => {
+            let infos = Arc::new(field_infos(&fields, format));
+            let data = data_rows(&fields, rows, format)?;
+            let mut q = QueryResponse::new(infos, futures::stream::iter(data));
+            // pgwire appends the row count to the tag's command word.
+            let word: String = tag.rsplit_once(' ').map_or(tag.clone(), |(w, _)| w.to_string());
+            q.set_command_tag(&word);
+            Response::Query(q)
+        }
+        Outcome::Command(tag) if tag.is_empty() => Response::EmptyQuery,
+        Outcome::Command(tag) => Response::Execution(Tag::new(&tag)),
+        Outcome::Begin(tag) => Response::TransactionStart(Tag::new(&tag)),
+        Outcome::End(tag) => Response::TransactionEnd(Tag::new(&tag)),
+        Outcome::CopyIn { columns } => Response::CopyIn(CopyResponse::new(0, columns, futures::stream::empty())),
+        Outcome::CopyOut { columns, csv, chunks } => {
+            let _ = csv;
+            let data: Vec<PgWireResult<CopyData>> =
+                chunks.into_iter().map(|c| Ok(CopyData::new(bytes::Bytes::from(c)))).collect();
+            Response::CopyOut(CopyResponse::new(0, columns, futures::stream::iter(data)))
+        }
+    })
+}
+
+fn error_response(e: &SqlError) -> Response {
+    Response::Error(Box::new(e.to_error_info()))
+}
+
+#[async_trait]
+impl SimpleQueryHandler for QueryHandler {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = match self.h.session(client) {
+            Ok(s) => s,
+            Err(e) => return Ok(vec![error_response(&e)]),
+        };
+        let mut out = Vec::new();
+        if let Err(e) = check_utf8(query) {
+            self.h.sh.log.statement_error(&e, query);
+            return Ok(vec![error_response(&e)]);
+        }
+        for piece in split_statements(query) {
+            let stmt = match parse_one(piece) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.h.sh.log.statement_error(&e, piece);
+                    out.push(error_response(&e));
+                    break;
+                }
+            };
+            let reply = run(&session, stmt, Vec::new()).await;
+            send_notices(client, &reply.notices).await?;
+            let stop = reply.result.is_err();
+            let copy_in = matches!(reply.result, Ok(Outcome::CopyIn { .. }));
+            match reply.result.and_then(|o| response(o, &Format::UnifiedText)) {
+                Ok(r) => out.push(r),
+                Err(e) => {
+                    self.h.sh.log.statement_error(&e, piece);
+                    out.push(error_response(&e));
+                }
+            }
+            if stop || copy_in {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Refuses query text that was not valid UTF-8. pgwire decodes message strings lossily,
+/// replacing bad bytes with U+FFFD, so that character stands for them (a query holding a
+/// genuine U+FFFD is refused too, a deliberate over-approximation).
+fn check_utf8(sql: &str) -> Result<(), SqlError> {
+    if sql.contains('\u{fffd}') {
+        return Err(SqlError::bad_utf8().with_hint(
+            "the query held bytes that are not UTF-8 (or the character U+FFFD, which this server refuses)",
+        ));
+    }
+    Ok(())
+}
+
+/// Runs a statement on the session thread.
+async fn run(session: &SessionHandle, stmt: Stmt, params: Vec<Datum>) -> Reply {
+    match session.call(move |s| s.execute(&stmt, &params)).await {
+        Ok(r) => r,
+        Err(e) => Reply { notices: Vec::new(), result: Err(e) },
+    }
+}
+
+/// Parses and describes statements for the extended protocol.
+pub struct SqlParser {
+    sh: Arc<Shared>,
+}
+
+#[async_trait]
+impl QueryParser for SqlParser {
+    type Statement = Arc<Prepared>;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        types: &[Option<Type>],
+    ) -> PgWireResult<Option<Self::Statement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        check_utf8(sql).map_err(SqlError::into_pgwire)?;
+        let pieces = split_statements(sql);
+        let stmt = match pieces.as_slice() {
+            [] => return Ok(None),
+            [one] => parse_one(one).map_err(|e| {
+                self.sh.log.statement_error(&e, sql);
+                e.into_pgwire()
+            })?,
+            _ => {
+                return Err(SqlError::syntax("cannot insert multiple commands into a prepared statement").into_pgwire())
+            }
+        };
+        let client_types: Vec<Option<SqlType>> =
+            types.iter().map(|t| t.as_ref().and_then(|t| SqlType::from_oid(t.oid()))).collect();
+        let (params, fields) = crate::query::describe(&self.sh, &stmt, &client_types);
+        Ok(Some(Arc::new(Prepared { sql: sql.to_string(), stmt, params, fields })))
+    }
+
+    fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
+        Ok(stmt.params.iter().map(|t| t.pg_type()).collect())
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Self::Statement,
+        column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        let fmt = column_format.cloned().unwrap_or(Format::UnifiedText);
+        Ok(stmt.fields.as_deref().map(|f| field_infos(f, &fmt)).unwrap_or_default())
+    }
+}
+
+/// Decodes a portal's parameters by the client's types or the inferred ones.
+fn bind_params(portal: &Portal<Arc<Prepared>>) -> Result<Vec<Datum>, SqlError> {
+    let prepared = &portal.statement.statement;
+    let mut out = Vec::with_capacity(portal.parameters.len());
+    for (i, p) in portal.parameters.iter().enumerate() {
+        let client_ty =
+            portal.statement.parameter_types.get(i).cloned().flatten().and_then(|t| SqlType::from_oid(t.oid()));
+        let ty = client_ty.or_else(|| prepared.params.get(i).copied()).unwrap_or(SqlType::Text);
+        let d = match p {
+            None => Datum::Null,
+            Some(b) if format_for(&portal.parameter_format, i) == FieldFormat::Binary => Datum::from_binary(b, ty)?,
+            Some(b) => {
+                let s = std::str::from_utf8(b).map_err(|_| SqlError::bad_utf8())?;
+                match ty {
+                    SqlType::Text | SqlType::Varchar(_) | SqlType::Char(_) => Datum::Text(s.to_string()),
+                    t => parse_text(s, t)?,
+                }
+            }
+        };
+        out.push(d);
+    }
+    Ok(out)
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for QueryHandler {
+    type Statement = Arc<Prepared>;
+    type QueryParser = SqlParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        self.h.parser.clone()
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Self::Statement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.h.session(client).map_err(SqlError::into_pgwire)?;
+        let prepared = portal.statement.statement.clone();
+        let params = bind_params(portal).map_err(SqlError::into_pgwire)?;
+        // The prepared statement is shared with the session thread, not copied (hot path).
+        let shared = prepared.clone();
+        let reply = match session.call(move |s| s.execute(&shared.stmt, &params)).await {
+            Ok(r) => r,
+            Err(e) => Reply { notices: Vec::new(), result: Err(e) },
+        };
+        send_notices(client, &reply.notices).await?;
+        match reply.result.and_then(|o| response(o, &portal.result_column_format)) {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                self.h.sh.log.statement_error(&e, &prepared.sql);
+                Err(e.into_pgwire())
+            }
+        }
+    }
+
+    async fn do_describe_statement<C>(
+        &self,
+        _client: &mut C,
+        target: &StoredStatement<Self::Statement>,
+    ) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let p = &target.statement;
+        let types = (0..p.params.len().max(target.parameter_types.len()))
+            .map(|i| {
+                target
+                    .parameter_types
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .filter(|t| *t != Type::UNKNOWN)
+                    .or_else(|| p.params.get(i).map(|t| t.pg_type()))
+                    .unwrap_or(Type::TEXT)
+            })
+            .collect();
+        let fields = p.fields.as_deref().map(|f| field_infos(f, &Format::UnifiedText)).unwrap_or_default();
+        Ok(DescribeStatementResponse::new(types, fields))
+    }
+
+    async fn do_describe_portal<C>(
+        &self,
+        _client: &mut C,
+        portal: &Portal<Self::Statement>,
+    ) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let p = &portal.statement.statement;
+        let fields = p.fields.as_deref().map(|f| field_infos(f, &portal.result_column_format)).unwrap_or_default();
+        Ok(DescribePortalResponse::new(fields))
+    }
+}
+
+#[async_trait]
+impl CopyHandler for QueryHandler {
+    async fn on_copy_data<C>(&self, client: &mut C, copy_data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.h.session(client).map_err(SqlError::into_pgwire)?;
+        let data = copy_data.data;
+        // An error in the data is kept by the session and reported at CopyDone, as
+        // PostgreSQL reports it after the client stops sending.
+        session.call(move |s| s.copy_data(&data)).await.map_err(SqlError::into_pgwire)
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.h.session(client).map_err(SqlError::into_pgwire)?;
+        let r = session.call(|s| s.copy_done()).await.and_then(|r| r);
+        match r {
+            Ok(n) => {
+                client
+                    .send(PgWireBackendMessage::CommandComplete(Tag::new("COPY").with_rows(n as usize).into()))
+                    .await?;
+                Ok(())
+            }
+            Err(e) => {
+                self.h.sh.log.statement_error(&e, "COPY");
+                Err(e.into_pgwire())
+            }
+        }
+    }
+
+    async fn on_copy_fail<C>(&self, client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if let Ok(session) = self.h.session(client) {
+            let _ = session.call(|s| s.copy_failed()).await;
+        }
+        SqlError::new("57014", format!("COPY from stdin failed: {}", fail.message)).into_pgwire()
+    }
+}
+
+/// Authentication: trust, or SCRAM-SHA-256 against the password `--password-file` gave.
+pub struct Startup {
+    scram: Option<Arc<SASLAuthStartupHandler<DefaultServerParameterProvider>>>,
+    params: Arc<DefaultServerParameterProvider>,
+    sh: Arc<Shared>,
+}
+
+/// SCRAM's iteration count (PostgreSQL's default `scram_iterations`).
+const SCRAM_ITERATIONS: usize = 4096;
+
+/// The one password `--password-file` sets, for every user. Each login gets a fresh salt and
+/// the salted password SCRAM verifies against; the cleartext never crosses the connection.
+#[derive(Debug)]
+pub struct PasswordSource(String);
+
+#[async_trait]
+impl AuthSource for PasswordSource {
+    async fn get_password(&self, _login: &LoginInfo) -> PgWireResult<Password> {
+        let salt = random_salt();
+        let salted = gen_salted_password(&self.0, &salt, SCRAM_ITERATIONS);
+        Ok(Password::new(Some(salt.to_vec()), salted))
+    }
+}
+
+/// Sixteen unpredictable bytes from the standard library's randomly keyed hasher.
+fn random_salt() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = [0u8; 16];
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_usize(i);
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    out
+}
+
+impl Startup {
+    fn new(sh: Arc<Shared>) -> Startup {
+        let mut p = DefaultServerParameterProvider::default();
+        p.server_version = crate::SERVER_VERSION.to_string();
+        p.date_style = "ISO, MDY".into();
+        p.time_zone = "UTC".into();
+        p.interval_style = "postgres".into();
+        p.scram_iterations = SCRAM_ITERATIONS;
+        let params = Arc::new(p);
+        let scram = sh.password.clone().map(|pw| {
+            let mut auth = ScramAuth::new(Arc::new(PasswordSource(pw)));
+            auth.set_iterations(SCRAM_ITERATIONS);
+            Arc::new(SASLAuthStartupHandler::new(params.clone()).with_scram(auth))
+        });
+        Startup { scram, params, sh }
+    }
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if let PgWireFrontendMessage::Startup(ref startup) = message {
+            let user = startup.parameters.get("user").cloned().unwrap_or_default();
+            let database = startup.parameters.get("database").cloned().unwrap_or_else(|| user.clone());
+            let what = if self.scram.is_some() { "authentication requested (SCRAM-SHA-256)" } else { "authorized" };
+            self.sh.log.line("LOG", &format!("connection {what}: user={user} database={database}"));
+        }
+        if let Some(p) = &self.scram {
+            return p.on_startup(client, message).await;
+        }
+        if let PgWireFrontendMessage::Startup(ref startup) = message {
+            protocol_negotiation(client, startup).await?;
+            save_startup_parameters_to_metadata(client, startup);
+            let (pid, key) = RandomPidSecretKeyGenerator::default().generate(client);
+            client.set_pid_and_secret_key(pid, key);
+            finish_authentication(client, self.params.as_ref()).await?;
+        }
+        Ok(())
+    }
+}

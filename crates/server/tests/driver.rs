@@ -1,0 +1,229 @@
+//! A Rust driver (tokio-postgres, binary parameters and results in the extended protocol)
+//! against the server: types round-trip, errors carry PostgreSQL's SQLSTATEs, a client that
+//! disconnects mid-transaction is rolled back, REPEATABLE READ conflicts fail with 40001, and
+//! malformed protocol bytes never take the server down or disturb other sessions.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::{Duration, UNIX_EPOCH};
+
+use common::TestServer;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, NoTls};
+
+async fn connect(s: &TestServer) -> Client {
+    let (client, conn) = tokio_postgres::connect(&s.conn_string(), NoTls).await.expect("connect");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+fn code(e: &tokio_postgres::Error) -> String {
+    e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no SQLSTATE: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn types_round_trip_in_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute(
+        "create table ty (id int4 primary key, a int2, b int8, f float8, t text, v varchar(5), ok bool, raw bytea, at timestamp, n numeric(6,2), d date)",
+    )
+    .await
+    .unwrap();
+    let at = UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
+    let n = c
+        .execute(
+            "insert into ty (id, a, b, f, t, v, ok, raw, at) values ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            &[&1i32, &-7i16, &(1i64 << 40), &2.5f64, &"héllo", &"abc", &true, &vec![0u8, 255, 10], &at],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let row = c.query_one("select a, b, f, t, v, ok, raw, at from ty where id = $1", &[&1i32]).await.unwrap();
+    assert_eq!(row.get::<_, i16>(0), -7);
+    assert_eq!(row.get::<_, i64>(1), 1 << 40);
+    assert_eq!(row.get::<_, f64>(2), 2.5);
+    assert_eq!(row.get::<_, String>(3), "héllo");
+    assert_eq!(row.get::<_, String>(4), "abc");
+    assert!(row.get::<_, bool>(5));
+    assert_eq!(row.get::<_, Vec<u8>>(6), vec![0u8, 255, 10]);
+    assert_eq!(row.get::<_, std::time::SystemTime>(7), at);
+    // Describe reports the columns' types, so drivers pick their decoders.
+    let st = c.prepare("select id, a, b, v, at from ty where id = $1").await.unwrap();
+    let types: Vec<Type> = st.columns().iter().map(|c| c.type_().clone()).collect();
+    assert_eq!(types, vec![Type::INT4, Type::INT2, Type::INT8, Type::VARCHAR, Type::TIMESTAMP]);
+    assert_eq!(st.params(), &[Type::INT4]);
+    // numeric and date in text (the simple protocol).
+    c.batch_execute("update ty set n = 1234.5, d = '2024-02-29' where id = 1").await.unwrap();
+    let rows = c.simple_query("select n, d from ty").await.unwrap();
+    let tokio_postgres::SimpleQueryMessage::Row(r) = &rows[1] else { panic!("{rows:?}") };
+    assert_eq!((r.get(0), r.get(1)), (Some("1234.50"), Some("2024-02-29")));
+    let e = c.batch_execute("update ty set n = 123456 where id = 1").await.unwrap_err();
+    assert_eq!(code(&e), "22003");
+    let e = c.batch_execute("insert into ty (id, v) values (2, 'toolong')").await.unwrap_err();
+    assert_eq!(code(&e), "22001");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_carry_sqlstates() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute("create table e (id int primary key, x int)").await.unwrap();
+    c.execute("insert into e values (1, 1)", &[]).await.unwrap();
+    let cases: &[(&str, &SqlState)] = &[
+        ("insert into e values (1, 2)", &SqlState::UNIQUE_VIOLATION),
+        ("select * from nope", &SqlState::UNDEFINED_TABLE),
+        ("select nope from e", &SqlState::UNDEFINED_COLUMN),
+        ("select * from e where id = 'one'", &SqlState::INVALID_TEXT_REPRESENTATION),
+        ("selec 1", &SqlState::SYNTAX_ERROR),
+        ("create table e (id int)", &SqlState::DUPLICATE_TABLE),
+        ("lock table e", &SqlState::FEATURE_NOT_SUPPORTED),
+        ("select * from e, e as f", &SqlState::FEATURE_NOT_SUPPORTED),
+        ("insert into e values (null, 1)", &SqlState::NOT_NULL_VIOLATION),
+        ("select 1 / 0", &SqlState::DIVISION_BY_ZERO),
+    ];
+    for (sql, want) in cases {
+        let e = c.simple_query(sql).await.unwrap_err();
+        assert_eq!(e.code(), Some(*want), "{sql}: {e}");
+    }
+    // A parameter whose text is not of the type it is compared with.
+    let st = c.prepare_typed("select x from e where id = $1", &[Type::TEXT]).await.unwrap();
+    let e = c.query(&st, &[&"abc"]).await.unwrap_err();
+    assert_eq!(code(&e), "22P02");
+    // After an error a block accepts only ROLLBACK.
+    c.batch_execute("begin").await.unwrap();
+    assert!(c.batch_execute("insert into e values (1, 9)").await.is_err());
+    let e = c.batch_execute("select 1").await.unwrap_err();
+    assert_eq!(e.code(), Some(&SqlState::IN_FAILED_SQL_TRANSACTION));
+    c.batch_execute("rollback").await.unwrap();
+    assert_eq!(c.query_one("select count(*) from e", &[]).await.unwrap().get::<_, i64>(0), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_isolate_and_disconnects_roll_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let a = connect(&s).await;
+    a.batch_execute("create table acct (id int primary key, bal int)").await.unwrap();
+    a.batch_execute("insert into acct values (1, 100), (2, 100)").await.unwrap();
+
+    // A transaction left open by a client that goes away is rolled back: its uncommitted key
+    // stops blocking a second insert of the same key.
+    {
+        let gone = connect(&s).await;
+        gone.batch_execute("begin; insert into acct values (3, 0)").await.unwrap();
+    } // dropping the client closes its connection
+    a.execute("insert into acct values (3, 7)", &[]).await.unwrap();
+    assert_eq!(a.query_one("select bal from acct where id = 3", &[]).await.unwrap().get::<_, i32>(0), 7);
+
+    // READ COMMITTED: a concurrent committed update is followed, none is lost.
+    let b = connect(&s).await;
+    a.batch_execute("begin").await.unwrap();
+    a.execute("update acct set bal = bal + 1 where id = 1", &[]).await.unwrap();
+    let upd = {
+        let b2 = connect(&s).await;
+        tokio::spawn(async move { b2.execute("update acct set bal = bal + 10 where id = 1", &[]).await })
+    };
+    a.batch_execute("commit").await.unwrap();
+    upd.await.unwrap().unwrap();
+    assert_eq!(b.query_one("select bal from acct where id = 1", &[]).await.unwrap().get::<_, i32>(0), 111);
+
+    // REPEATABLE READ: updating a row changed since the snapshot fails with 40001.
+    a.batch_execute("begin isolation level repeatable read").await.unwrap();
+    assert_eq!(a.query_one("select bal from acct where id = 2", &[]).await.unwrap().get::<_, i32>(0), 100);
+    b.execute("update acct set bal = 0 where id = 2", &[]).await.unwrap();
+    assert_eq!(a.query_one("select bal from acct where id = 2", &[]).await.unwrap().get::<_, i32>(0), 100);
+    let e = a.execute("update acct set bal = bal - 1 where id = 2", &[]).await.unwrap_err();
+    assert_eq!(e.code(), Some(&SqlState::T_R_SERIALIZATION_FAILURE));
+    a.batch_execute("rollback").await.unwrap();
+}
+
+/// Sends raw bytes on a fresh connection; returns what the server answered (it may close).
+fn raw_exchange(s: &TestServer, bytes: &[u8]) -> Vec<u8> {
+    let mut sock = std::net::TcpStream::connect(s.addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = sock.write_all(bytes);
+    let _ = sock.shutdown(std::net::Shutdown::Write);
+    let mut out = Vec::new();
+    let _ = sock.read_to_end(&mut out);
+    out
+}
+
+fn startup() -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&196608i32.to_be_bytes());
+    for kv in ["user", "postgres", "database", "postgres"] {
+        body.extend_from_slice(kv.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut m = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+    m.extend(body);
+    m
+}
+
+fn message(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![tag];
+    m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_never_hurts_other_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute("create table g (id int primary key); insert into g values (1)").await.unwrap();
+    let cases: Vec<Vec<u8>> = vec![
+        b"\xde\xad\xbe\xef garbage before any startup".to_vec(),
+        vec![0, 0, 0, 3],
+        vec![0x7f, 0xff, 0xff, 0xff, 0, 3, 0, 0],
+        [startup(), message(b'Q', b"select \xff\xfe from g\0")].concat(),
+        [startup(), message(b'Q', b"no nul terminator")].concat(),
+        [startup(), vec![b'Q', 0x7f, 0xff, 0xff, 0xff, b's']].concat(),
+        [startup(), message(b'P', b"\0select $1\0\0\x05"), message(b'S', b"")].concat(),
+        [startup(), message(b'B', b"nope\0nope\0\0\0\0\0\0\0"), message(b'S', b"")].concat(),
+        [startup(), message(b'Z', b"??"), message(b'd', b"copy data out of nowhere")].concat(),
+        [startup(), message(b'Q', b"copy g from stdin\0"), message(b'd', b"x\n\xff\n"), message(b'c', b"")].concat(),
+    ];
+    for bytes in cases {
+        let answer = tokio::task::spawn_blocking({
+            let s_addr = s.addr;
+            move || {
+                let probe = TestServer::probe(s_addr);
+                raw_exchange(&probe, &bytes)
+            }
+        })
+        .await
+        .unwrap();
+        let _ = answer; // an ErrorResponse or a closed connection: both are fine
+                        // The first session still works, and so does a new one.
+        let n: i64 = c.query_one("select count(*) from g", &[]).await.unwrap().get(0);
+        assert_eq!(n, 1);
+        let d = connect(&s).await;
+        d.simple_query("select 1").await.unwrap();
+    }
+    // A bad-UTF-8 query on an authenticated connection gets an ErrorResponse with 22021.
+    let answer = raw_exchange(&s, &[startup(), message(b'Q', b"select '\xc3\x28'\0")].concat());
+    assert!(answer.windows(6).any(|w| w == b"C22021"), "no invalid-encoding error: {answer:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_password_is_required_when_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start_with_password(dir.path(), Some("s3cret"));
+    let good = format!("{} password=s3cret", s.conn_string());
+    let (c, conn) = tokio_postgres::connect(&good, NoTls).await.expect("the right password is accepted");
+    tokio::spawn(conn);
+    assert_eq!(c.query_one("select 1 + 1", &[]).await.unwrap().get::<_, i32>(0), 2);
+    let bad = format!("{} password=wrong", s.conn_string());
+    assert!(tokio_postgres::connect(&bad, NoTls).await.is_err(), "a wrong password is refused");
+    assert!(tokio_postgres::connect(&s.conn_string(), NoTls).await.is_err(), "no password is refused");
+}

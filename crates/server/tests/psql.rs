@@ -1,0 +1,116 @@
+//! The real `psql` against `settle serve`'s server: a script with `-f` (DDL, DML, types,
+//! errors with their SQLSTATE-bearing messages, a rolled-back block), `VACUUM (VERBOSE)`
+//! showing PostgreSQL's INFO block, and `pg_isready`.
+
+mod common;
+
+use common::*;
+
+const SCRIPT: &str = r#"
+create table items (id int primary key, qty int2 not null, price numeric(8,2), name varchar(12), code char(3), seen timestamp, day date, ok boolean, raw bytea, note text);
+insert into items values
+  (1, 5, 9.99, 'widget', 'ab', '2024-02-29 13:45:01.5', '2024-03-01', true, '\x0aff', null),
+  (2, 7, 0.5, 'gadget', 'xyz', '2000-01-01 00:00:00', '1999-12-31', false, '\x', 'two');
+select id, qty, price, name, code || '|' as code, seen, day, ok, raw, note from items order by id;
+select count(*) as n, sum(qty) as q, max(price) as p from items;
+update items set qty = qty + 1 where id = 2 returning id, qty;
+begin;
+delete from items where id = 1;
+rollback;
+select count(*) as after_rollback from items;
+insert into items (id, qty) values (1, 1);
+select * from nosuch_table;
+insert into items (id, qty) values (9, 'many');
+select name from items where id = 2;
+"#;
+
+#[test]
+fn psql_runs_a_script() {
+    let Some(psql) = require("psql") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let file = dir.path().join("script.sql");
+    std::fs::write(&file, SCRIPT).unwrap();
+    let o = run(&psql, &["-X", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-f", file.to_str().unwrap()]);
+    let (out, err) = text(&o);
+    eprintln!("{out}\n{err}");
+    for want in [
+        "CREATE TABLE",
+        "INSERT 0 2",
+        "  1 |   5 |  9.99 | widget | ab | | 2024-02-29 13:45:01.5 | 2024-03-01 | t  | \\x0aff |",
+        "  2 |   7 |  0.50 | gadget | xyz| | 2000-01-01 00:00:00   | 1999-12-31 | f  | \\x     | two",
+        " 2 | 12 | 9.99",
+        "  2 |   8",
+        "UPDATE 1",
+        "ROLLBACK",
+        "              2",
+        " gadget",
+    ] {
+        assert!(out.contains(want), "psql output lacks {want:?}:\n{out}");
+    }
+    for want in [
+        "ERROR:  duplicate key value violates unique constraint \"items_pkey\"",
+        "DETAIL:  Key (id)=(1) already exists.",
+        "ERROR:  relation \"nosuch_table\" does not exist",
+        "ERROR:  invalid input syntax for type smallint: \"many\"",
+    ] {
+        assert!(err.contains(want), "psql stderr lacks {want:?}:\n{err}");
+    }
+    // The types survive a restart (the server's catalog is durable).
+    s.stop();
+    let s = TestServer::start(dir.path());
+    assert_eq!(psql_value(&psql, &s, "select price, code || '|' from items where id = 2"), "0.50|xyz|");
+}
+
+#[test]
+fn vacuum_verbose_sends_info_notices() {
+    let Some(psql) = require("psql") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    psql_value(&psql, &s, "create table v (id int primary key, n int)");
+    psql_value(&psql, &s, "insert into v values (1, 1), (2, 2), (3, 3)");
+    psql_value(&psql, &s, "delete from v where id = 2");
+    let o =
+        run(&psql, &["-X", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-c", "VACUUM (VERBOSE, FREEZE) v"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim(), "VACUUM");
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(lines[0].starts_with("INFO:  aggressively vacuuming \"settledb.public.v\""), "{err}");
+    assert!(lines[1].starts_with("INFO:  finished vacuuming \"settledb.public.v\": index scans: 1"), "{err}");
+    // The report's body continues the second message, as PostgreSQL sends it.
+    assert!(lines[2].starts_with("pages: 0 removed, 1 remain, 1 scanned"), "{err}");
+    assert!(err.contains("tuples: 1 removed, 2 remain"), "{err}");
+    assert!(err.contains("index \"v_pkey\": pages:"), "{err}");
+    // Reads of key columns only are answered by index-only scans; after the VACUUM the page is
+    // all-visible, so they fetch no heap tuple.
+    let fetched = || psql_value(&psql, &s, "select tup_fetched from pg_stat_database");
+    let before = fetched();
+    assert_eq!(psql_value(&psql, &s, "select count(*), min(id), max(id) from v where id between 1 and 3"), "2|1|3");
+    assert_eq!(fetched(), before, "an index-only scan of an all-visible page visits no heap tuple");
+    assert_eq!(psql_value(&psql, &s, "select id from v where id >= 2 order by id desc"), "3");
+    psql_value(&psql, &s, "insert into v values (4, 4)");
+    assert_eq!(psql_value(&psql, &s, "select count(*) from v where id > 0"), "3");
+    assert_eq!(psql_value(&psql, &s, "select n from v where id = 4"), "4");
+    // The statistics views count what happened.
+    let stats = psql_value(
+        &psql,
+        &s,
+        "select n_tup_ins, n_tup_del, vacuum_count, last_vacuum is not null from pg_stat_user_tables where relname = 'v'",
+    );
+    assert_eq!(stats, "4|1|1|t");
+    assert_eq!(psql_value(&psql, &s, "select xact_commit > 0 from pg_stat_database"), "t");
+    // VACUUM refuses to run in a block, as in PostgreSQL.
+    let o = run(&psql, &["-X", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-c", "begin", "-c", "vacuum v"]);
+    assert!(text(&o).1.contains("VACUUM cannot run inside a transaction block"));
+}
+
+#[test]
+fn pg_isready_sees_the_server() {
+    let Some(ready) = require("pg_isready") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let o = run(&ready, &["-h", "127.0.0.1", "-p", &s.port()]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(text(&o).0.contains("accepting connections"));
+}
