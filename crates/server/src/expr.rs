@@ -683,28 +683,11 @@ pub fn column_name(e: &Expr) -> String {
         Expr::CompoundIdentifier(p) => p.last().map(ident_name).unwrap_or_default(),
         Expr::Function(f) => func_name(f),
         Expr::Cast { expr, data_type, .. } => match expr.as_ref() {
-            Expr::Value(_) => sql_type(data_type).map(|t| short_type_name(t).to_string()).unwrap_or_default(),
+            Expr::Value(_) => sql_type(data_type).map(|t| t.short_name().to_string()).unwrap_or_default(),
             other => column_name(other),
         },
         Expr::Nested(x) => column_name(x),
         _ => "?column?".into(),
-    }
-}
-
-fn short_type_name(t: SqlType) -> &'static str {
-    match t {
-        SqlType::Bool => "bool",
-        SqlType::Int2 => "int2",
-        SqlType::Int4 => "int4",
-        SqlType::Int8 => "int8",
-        SqlType::Numeric { .. } => "numeric",
-        SqlType::Float8 => "float8",
-        SqlType::Text => "text",
-        SqlType::Varchar(_) => "varchar",
-        SqlType::Char(_) => "bpchar",
-        SqlType::Timestamp => "timestamp",
-        SqlType::Date => "date",
-        SqlType::Bytea => "bytea",
     }
 }
 

@@ -177,7 +177,7 @@ impl SqlType {
         })
     }
 
-    fn short_name(self) -> &'static str {
+    pub(crate) fn short_name(self) -> &'static str {
         match self {
             SqlType::Bool => "bool",
             SqlType::Int2 => "int2",
