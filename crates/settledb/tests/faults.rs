@@ -11,8 +11,9 @@
 //!    the buffer pool), the control file keeps naming the previous checkpoint, and recovery
 //!    from it finds every acknowledged commit, and the failed one wholly or not at all.
 //! 2. ENOSPC: the failing call says which file and "No space left on device"; on the WAL the
-//!    engine is poisoned (as PostgreSQL PANICs), on a data file the write is retried later;
-//!    nothing committed is lost and the database works once space returns.
+//!    engine is poisoned (as PostgreSQL PANICs); on a data file the insert that extends it
+//!    fails (its space is reserved at extension) and nothing is poisoned; nothing committed
+//!    is lost and the database works once space returns.
 //! 3. Torn writes of heap, B-tree and visibility-map pages at a crash during a checkpoint are
 //!    repaired from full-page images.
 //! 4. A damaged page (garbage, one flipped bit) of a heap, index or visibility map is reported
