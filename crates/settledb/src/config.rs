@@ -15,6 +15,55 @@ pub enum IsolationLevel {
     RepeatableRead,
 }
 
+/// `wal_level`: how much the WAL carries. `minimal` is not offered (we always archive-safe log).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum WalLevel {
+    /// Enough for crash recovery and a physical standby (PostgreSQL's default).
+    Replica,
+    /// Also what logical decoding needs: tuple data beside full-page images, old keys of
+    /// updated and deleted rows, the top-level XID of subtransaction records.
+    Logical,
+}
+
+impl WalLevel {
+    pub fn parse(v: &str) -> Option<WalLevel> {
+        match v.to_ascii_lowercase().as_str() {
+            "replica" | "archive" | "hot_standby" => Some(WalLevel::Replica),
+            "logical" => Some(WalLevel::Logical),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WalLevel::Replica => "replica",
+            WalLevel::Logical => "logical",
+        }
+    }
+
+    /// The byte stored in the control file and in a parameter-change record.
+    pub fn to_u8(self) -> u8 {
+        match self {
+            WalLevel::Replica => 1,
+            WalLevel::Logical => 2,
+        }
+    }
+
+    pub fn from_u8(v: u8) -> Option<WalLevel> {
+        match v {
+            1 => Some(WalLevel::Replica),
+            2 => Some(WalLevel::Logical),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for WalLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// `vacuum_freeze_policy`: how VACUUM decides which tuples to freeze (DESIGN.md §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FreezePolicy {
@@ -163,6 +212,14 @@ pub struct Config {
     /// `deadlock_timeout`, milliseconds: how long a row-lock wait lasts before we give up
     /// waiting politely and report a lock timeout (no deadlock detector yet).
     pub lock_timeout_ms: u64,
+    /// `wal_level` (default `replica`; `logical` for logical decoding and slots).
+    pub wal_level: WalLevel,
+    /// `max_replication_slots` (default 10, as in PostgreSQL).
+    pub max_replication_slots: u32,
+    /// `max_slot_wal_keep_size`, bytes (default -1: a slot keeps WAL without limit).
+    pub max_slot_wal_keep_size_bytes: i64,
+    /// `logical_decoding_work_mem`, bytes (default 64MB): the reorder buffer's memory bound.
+    pub logical_decoding_work_mem_bytes: usize,
 }
 
 impl Default for Config {
@@ -208,6 +265,10 @@ impl Default for Config {
             log_autovacuum_min_duration_ms: 600_000,
             lock_timeout_ms: 0,
             max_prepared_transactions: 0,
+            wal_level: WalLevel::Replica,
+            max_replication_slots: 10,
+            max_slot_wal_keep_size_bytes: -1,
+            logical_decoding_work_mem_bytes: 64 << 20,
         }
     }
 }
@@ -254,6 +315,10 @@ pub const PARAMETERS: &[&str] = &[
     "log_autovacuum_min_duration",
     "lock_timeout",
     "max_prepared_transactions",
+    "wal_level",
+    "max_replication_slots",
+    "max_slot_wal_keep_size",
+    "logical_decoding_work_mem",
 ];
 
 impl Config {
@@ -352,6 +417,19 @@ impl Config {
             "log_autovacuum_min_duration" => {
                 self.log_autovacuum_min_duration_ms =
                     if v == "-1" { -1 } else { millis(name, v, 1, 0, i32::MAX as u64)? as i64 }
+            }
+            "wal_level" => {
+                self.wal_level =
+                    WalLevel::parse(v).ok_or_else(|| bad(name, v, "expected \"replica\" or \"logical\""))?
+            }
+            "max_replication_slots" => self.max_replication_slots = integer(name, v, 0, 262_143)? as u32,
+            "max_slot_wal_keep_size" => {
+                self.max_slot_wal_keep_size_bytes =
+                    if v == "-1" { -1 } else { bytes(name, v, 1 << 20, 0, i32::MAX as u64 * (1 << 20))? as i64 }
+            }
+            "logical_decoding_work_mem" => {
+                self.logical_decoding_work_mem_bytes =
+                    bytes(name, v, 1 << 10, 64 << 10, i32::MAX as u64 * 1024)? as usize
             }
             "lock_timeout" => self.lock_timeout_ms = millis(name, v, 1, 0, i32::MAX as u64)?,
             _ => {

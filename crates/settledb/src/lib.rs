@@ -4,7 +4,7 @@
 //!
 //! Layers, each importing only from those above it in this list:
 //! [`types`], [`error`], [`io`], [`page`], [`smgr`], [`stats`], [`buffer`], [`wal`], [`xact`], [`heap`],
-//! [`vm`], [`fsm`], [`index`], [`btree`], [`catalog`], [`db`], [`check`].
+//! [`vm`], [`fsm`], [`index`], [`btree`], [`catalog`], [`vacuum`], [`decode`], [`db`], [`check`].
 
 pub mod btree;
 pub mod buffer;
@@ -13,6 +13,7 @@ pub mod check;
 pub mod config;
 pub mod counter;
 pub mod db;
+pub mod decode;
 pub mod error;
 pub mod fsm;
 #[doc(hidden)]
@@ -31,7 +32,7 @@ pub mod wal;
 pub mod xact;
 
 pub use catalog::TableOptions;
-pub use config::{Config, FreezePolicy, IsolationLevel};
+pub use config::{Config, FreezePolicy, IsolationLevel, WalLevel};
 pub use db::{Database, DbStats, Index, Scan, Table, Transaction};
 pub use error::{Error, Result};
 pub use heap::tuple::{Column, Schema, Type, Value};
