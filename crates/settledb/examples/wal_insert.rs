@@ -91,19 +91,35 @@ fn pass(wal: &Wal, pages: &[Vec<u8>], bytes: u64) -> Duration {
         let page = &pages[block as usize % pages.len()];
         let tag = BufferTag { rel: Oid(16384), fork: Fork::Main, block: BlockNumber(block) };
         let prune = RecordBuilder {
+            toplevel_xid: settledb::Xid::INVALID,
             rmgr: Rmgr::Heap2,
             info: 0x10,
             xid: Xid::INVALID,
-            blocks: vec![BlockRef { id: 0, tag, will_init: false, page: Some(page), data: vec![0; 12] }],
+            blocks: vec![BlockRef {
+                keep_data: false,
+                id: 0,
+                tag,
+                will_init: false,
+                page: Some(page),
+                data: vec![0; 12],
+            }],
             main_data: vec![0; 16],
         };
         wal.insert(&prune).expect("insert");
         for _ in 0..2 {
             let small = RecordBuilder {
+                toplevel_xid: settledb::Xid::INVALID,
                 rmgr: Rmgr::Heap2,
                 info: 0x20,
                 xid: Xid::INVALID,
-                blocks: vec![BlockRef { id: 0, tag, will_init: false, page: None, data: vec![0; 40] }],
+                blocks: vec![BlockRef {
+                    keep_data: false,
+                    id: 0,
+                    tag,
+                    will_init: false,
+                    page: None,
+                    data: vec![0; 40],
+                }],
                 main_data: vec![0; 8],
             };
             wal.insert(&small).expect("insert");
@@ -119,7 +135,8 @@ fn main() {
         .nth(2)
         .map_or_else(|| std::env::temp_dir().join(format!("wal-insert-{}", std::process::id())), PathBuf::from);
     let fs: Arc<dyn FileSystem> = Arc::new(NoSyncFs(Arc::new(RealFs)));
-    let config = WalConfig { segment_size: SEGMENT, full_page_writes: true, wal_buffers_bytes: 16 << 20 };
+    let config =
+        WalConfig { segment_size: SEGMENT, full_page_writes: true, wal_buffers_bytes: 16 << 20, logical: false };
     let wal = Arc::new(Wal::open(fs, &dir, wal::first_lsn(SEGMENT), Lsn::INVALID, config).expect("open"));
     let writer = Arc::new(Writer { wal: wal.clone(), mutex: Mutex::new(()), wake: Condvar::new(), stop: false.into() });
     let w = Arc::downgrade(&writer);

@@ -387,13 +387,14 @@ fn replay_block(rec: &DecodedRecord, b: &wal::DecodedBlock, base: &[u8; BLCKSZ])
 }
 
 /// Assembles a decoded record again and checks that it decodes to the same record. Only
-/// records a writer can produce are compared: an image replaces block data and is never
-/// attached to a `will_init` block.
+/// records a writer can produce are compared: an image is never attached to a `will_init`
+/// block, and a block with both an image and data kept its data on purpose (`keep_data`).
 fn reassemble(d: &DecodedRecord) {
-    if d.blocks.iter().any(|b| b.image.is_some() && (b.will_init || !b.data.is_empty())) {
+    if d.blocks.iter().any(|b| b.image.is_some() && b.will_init) {
         return;
     }
     let builder = RecordBuilder {
+        toplevel_xid: d.toplevel_xid,
         rmgr: d.rmgr,
         info: d.info,
         xid: d.xid,
@@ -401,6 +402,7 @@ fn reassemble(d: &DecodedRecord) {
             .blocks
             .iter()
             .map(|b| wal::BlockRef {
+                keep_data: b.image.is_some() && !b.data.is_empty(),
                 id: b.id,
                 tag: b.tag,
                 will_init: b.will_init,

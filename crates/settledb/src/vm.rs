@@ -350,12 +350,27 @@ impl VisibilityMap {
         main.push(bits.0);
         main.push(if init { FLAG_INIT_PAGE } else { 0 });
         let lsn = env.wal.insert(&RecordBuilder {
+            toplevel_xid: crate::types::Xid::INVALID,
             rmgr: Rmgr::Heap2,
             info: XLOG_HEAP2_VISIBLE,
             xid: Xid::INVALID,
             blocks: vec![
-                BlockRef { id: 0, tag: self.tag(map_block), will_init: init, page: Some(&g.0), data: vec![] },
-                BlockRef { id: 1, tag: heap_tag, will_init: false, page: Some(heap_page), data: vec![] },
+                BlockRef {
+                    keep_data: false,
+                    id: 0,
+                    tag: self.tag(map_block),
+                    will_init: init,
+                    page: Some(&g.0),
+                    data: vec![],
+                },
+                BlockRef {
+                    keep_data: false,
+                    id: 1,
+                    tag: heap_tag,
+                    will_init: false,
+                    page: Some(heap_page),
+                    data: vec![],
+                },
             ],
             main_data: main,
         })?;
@@ -444,10 +459,12 @@ impl VisibilityMap {
         main.extend_from_slice(&count.to_le_bytes());
         main.push(bits.0);
         let lsn = env.wal.insert(&RecordBuilder {
+            toplevel_xid: crate::types::Xid::INVALID,
             rmgr: Rmgr::Heap2,
             info: XLOG_HEAP2_VM_CLEAR,
             xid: Xid::INVALID,
             blocks: vec![BlockRef {
+                keep_data: false,
                 id: 0,
                 tag: self.tag(map_block),
                 will_init: false,
@@ -515,6 +532,7 @@ impl VisibilityMap {
         }
         if keep < old_map_pages {
             let lsn = env.wal.insert(&RecordBuilder {
+                toplevel_xid: crate::types::Xid::INVALID,
                 rmgr: Rmgr::Storage,
                 info: crate::wal::STORAGE_TRUNCATE,
                 xid: Xid::INVALID,

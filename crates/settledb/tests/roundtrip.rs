@@ -208,7 +208,7 @@ fn wal_records_of_every_kind_round_trip_through_insert_and_the_reader() {
     let dir = Path::new("/wal");
     fs.create_dir_all(dir).unwrap();
     let size = 1 << 20;
-    let config = WalConfig { segment_size: size, full_page_writes: true, wal_buffers_bytes: 64 << 10 };
+    let config = WalConfig { segment_size: size, full_page_writes: true, wal_buffers_bytes: 64 << 10, logical: false };
     let start = wal::first_lsn(size);
     let wal = Wal::open(fs.clone(), dir, start, Lsn::INVALID, config).unwrap();
     let mut page_img = page::PageBuf::zeroed();
@@ -222,10 +222,24 @@ fn wal_records_of_every_kind_round_trip_through_insert_and_the_reader() {
                 let tag = BufferTag { rel: Oid(16384), fork: Fork::Main, block: BlockNumber(rng.gen_range(0..99)) };
                 // Odd rounds attach the page: an image (its LSN is before the redo pointer).
                 let page = (round % 2 == 1).then_some(&page_img.0[..]);
-                blocks.push(BlockRef { id: 0, tag, will_init: rng.gen_bool(0.2), page, data: data.clone() });
+                blocks.push(BlockRef {
+                    keep_data: false,
+                    id: 0,
+                    tag,
+                    will_init: rng.gen_bool(0.2),
+                    page,
+                    data: data.clone(),
+                });
             }
             let xid = Xid(rng.gen());
-            let rec = RecordBuilder { rmgr, info, xid, blocks, main_data: main.clone() };
+            let rec = RecordBuilder {
+                toplevel_xid: settledb::Xid::INVALID,
+                rmgr,
+                info,
+                xid,
+                blocks,
+                main_data: main.clone(),
+            };
             let end = wal.insert(&rec).unwrap();
             written.push((
                 rmgr,
@@ -392,6 +406,11 @@ fn catalog_rows_round_trip_through_tuples() {
             kind: if index.is_some() { RelKind::Index } else { RelKind::Table },
             index,
             options,
+            replica_identity: [
+                settledb::ReplicaIdentity::Default,
+                settledb::ReplicaIdentity::Full,
+                settledb::ReplicaIdentity::Nothing,
+            ][i % 3],
         };
         let t = form_tuple(&pg_class, &row.to_values()).unwrap();
         let back = ClassRow::from_values(&deform_tuple(&pg_class, &t).unwrap(), Tid::default()).unwrap();

@@ -265,7 +265,14 @@ fn wal_protocol() {
             for i in 0..WAL_RECORDS {
                 let mut main_data = vec![t, i];
                 main_data.resize(300, t);
-                let rec = RecordBuilder { rmgr: Rmgr::Heap, info: 0, xid: Xid(3), blocks: vec![], main_data };
+                let rec = RecordBuilder {
+                    toplevel_xid: settledb::Xid::INVALID,
+                    rmgr: Rmgr::Heap,
+                    info: 0,
+                    xid: Xid(3),
+                    blocks: vec![],
+                    main_data,
+                };
                 let end = wal.insert(&rec).expect("insert");
                 if (t + i) % 2 == 0 {
                     wal.flush(end).expect("flush");

@@ -167,10 +167,12 @@ fn insert_on_leaf(
         let mut data = off.0.to_le_bytes().to_vec();
         data.extend_from_slice(&tup);
         let lsn = env.wal.insert(&RecordBuilder {
+            toplevel_xid: crate::types::Xid::INVALID,
             rmgr: Rmgr::Btree,
             info: XLOG_BTREE_INSERT_LEAF,
             xid: Xid::INVALID,
             blocks: vec![BlockRef {
+                keep_data: false,
                 id: 0,
                 tag: ix.tag(leaf.buf.block().0),
                 will_init: false,

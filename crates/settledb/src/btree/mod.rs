@@ -401,6 +401,7 @@ impl BtreeIndex {
             .iter()
             .enumerate()
             .map(|(i, w)| BlockRef {
+                keep_data: false,
                 id: i as u8,
                 tag: self.tag(w.buf.block().0),
                 will_init: true,
@@ -408,8 +409,14 @@ impl BtreeIndex {
                 data: wal::image_data(&w.g.0),
             })
             .collect();
-        let lsn =
-            env.wal.insert(&RecordBuilder { rmgr: Rmgr::Btree, info, xid: Xid::INVALID, blocks, main_data: vec![] })?;
+        let lsn = env.wal.insert(&RecordBuilder {
+            toplevel_xid: crate::types::Xid::INVALID,
+            rmgr: Rmgr::Btree,
+            info,
+            xid: Xid::INVALID,
+            blocks,
+            main_data: vec![],
+        })?;
         for w in pages.iter_mut() {
             pg::set_lsn(&mut w.g.0, lsn);
             w.buf.mark_dirty();

@@ -531,10 +531,12 @@ pub(crate) fn remove_items(
     }
     vacuum_data(offsets, data);
     let mut rec = RecordBuilder {
+        toplevel_xid: crate::types::Xid::INVALID,
         rmgr: Rmgr::Btree,
         info,
         xid: Xid::INVALID,
         blocks: vec![BlockRef {
+            keep_data: false,
             id: 0,
             tag: ix.tag(block),
             will_init: false,

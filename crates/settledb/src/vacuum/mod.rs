@@ -865,10 +865,18 @@ pub(crate) fn update_pg_class(
     let body = new[new_hoff..].to_vec();
     page::item_mut(p, tid.offset)[hoff..].copy_from_slice(&body);
     let lsn = env.wal.insert(&RecordBuilder {
+        toplevel_xid: crate::types::Xid::INVALID,
         rmgr: Rmgr::Heap,
         info: crate::heap::wal::XLOG_HEAP_INPLACE,
         xid: Xid::INVALID,
-        blocks: vec![BlockRef { id: 0, tag: pgc.rel.tag(tid.block), will_init: false, page: Some(p), data: body }],
+        blocks: vec![BlockRef {
+            keep_data: false,
+            id: 0,
+            tag: pgc.rel.tag(tid.block),
+            will_init: false,
+            page: Some(p),
+            data: body,
+        }],
         main_data: tid.offset.0.to_le_bytes().to_vec(),
     })?;
     page::set_lsn(p, lsn);

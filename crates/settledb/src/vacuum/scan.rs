@@ -488,10 +488,17 @@ impl<'a> Worker<'a> {
             self.main[0] |= vwal::PF_VM_INIT;
         }
         let heap_image = if imageless { None } else { Some(&*p) };
-        let mut blocks =
-            vec![BlockRef { id: 0, tag: ctx.rel.tag(block), will_init: false, page: heap_image, data: vec![] }];
+        let mut blocks = vec![BlockRef {
+            keep_data: false,
+            id: 0,
+            tag: ctx.rel.tag(block),
+            will_init: false,
+            page: heap_image,
+            data: vec![],
+        }];
         match &map {
             Some((g, init)) => blocks.push(BlockRef {
+                keep_data: false,
                 id: 1,
                 tag: ctx.rel.vm.tag_for(block),
                 will_init: *init,
@@ -501,6 +508,7 @@ impl<'a> Worker<'a> {
             // The bits were there already (only the page flag was missing): the record still
             // names the map page so that redo sets both.
             None if set.is_some() => blocks.push(BlockRef {
+                keep_data: false,
                 id: 1,
                 tag: ctx.rel.vm.tag_for(block),
                 will_init: false,
@@ -510,6 +518,7 @@ impl<'a> Worker<'a> {
             None => {}
         }
         let rec = RecordBuilder {
+            toplevel_xid: crate::types::Xid::INVALID,
             rmgr: Rmgr::Heap2,
             info,
             xid: Xid::INVALID,

@@ -79,6 +79,7 @@ impl LazyVacuum<'_> {
                 self.rel.vm.truncate(env, new_end)?;
                 self.rel.fsm.truncate(&self.inner.pool, new_end)?;
                 let lsn = env.wal.insert(&RecordBuilder {
+                    toplevel_xid: crate::types::Xid::INVALID,
                     rmgr: Rmgr::Storage,
                     info: crate::wal::STORAGE_TRUNCATE,
                     xid: Xid::INVALID,

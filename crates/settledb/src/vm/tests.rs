@@ -383,6 +383,7 @@ fn map_redo_refuses_a_heap_block_on_another_map_page() {
     use crate::types::{BufferTag, Fork, Oid};
     use crate::wal::{DecodedBlock, DecodedRecord, Rmgr};
     let record = |info: u8, main_data: Vec<u8>, map_block: u32| DecodedRecord {
+        toplevel_xid: Xid::INVALID,
         lsn: Lsn(1 << 24),
         end_lsn: Lsn((1 << 24) + 64),
         prev: Lsn::INVALID,

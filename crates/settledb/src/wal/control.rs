@@ -7,7 +7,8 @@
 //!
 //! ```text
 //!  0 magic "SDBC"          4 format version u32    8 system_id u64
-//! 16 state u8 (0 shut down, 1 in production)     17 full_page_writes u8   18 pad 2
+//! 16 state u8 (0 shut down, 1 in production)     17 full_page_writes u8
+//! 18 wal_level u8 (0 not recorded, 1 replica, 2 logical)                   19 pad 1
 //! 20 wal_segment_size u64 28 checkpoint_lsn u64   36 prev_checkpoint_lsn u64
 //! 44 redo_lsn u64         52 next_xid u64 (full)  60 oldest_xid u32
 //! 64 next_oid u32         68 time_secs u64        76 CRC-32C of bytes 0..76, u32
@@ -58,6 +59,9 @@ pub struct ControlFile {
     /// The WAL segment size the cluster was created with; the WAL cannot be read with another.
     pub wal_segment_size: u64,
     pub full_page_writes: bool,
+    /// The `wal_level` the WAL since the last checkpoint was written at (`WalLevel::to_u8`;
+    /// 0 in a file written before the field existed: treated as `replica`).
+    pub wal_level: u8,
 }
 
 impl ControlFile {
@@ -76,6 +80,7 @@ impl ControlFile {
             prev_checkpoint_lsn: Lsn::INVALID,
             wal_segment_size,
             full_page_writes: true,
+            wal_level: 0,
         }
     }
 
@@ -90,6 +95,7 @@ impl ControlFile {
             DbState::InProduction => 1,
         };
         b[17] = u8::from(self.full_page_writes);
+        b[18] = self.wal_level;
         b[20..28].copy_from_slice(&self.wal_segment_size.to_le_bytes());
         b[28..36].copy_from_slice(&self.checkpoint_lsn.0.to_le_bytes());
         b[36..44].copy_from_slice(&self.prev_checkpoint_lsn.0.to_le_bytes());
@@ -137,7 +143,11 @@ impl ControlFile {
             1 => true,
             v => return Err(corrupt(format!("invalid full_page_writes flag {v}"))),
         };
+        if bytes[18] > 2 {
+            return Err(corrupt(format!("invalid wal_level {}", bytes[18])));
+        }
         Ok(ControlFile {
+            wal_level: bytes[18],
             version,
             system_id: u64_at(8),
             state,

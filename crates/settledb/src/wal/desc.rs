@@ -7,7 +7,9 @@
 //! ```
 //!
 //! `rec` is the record length without its full-page images, `tot` the length with them; a
-//! block reference carrying an image ends in `FPW`.
+//! block reference carrying an image ends in `FPW`, and one that also kept its data
+//! (`wal_level = logical`) in `FPW+data`. A subtransaction's record that names its top-level
+//! transaction shows it after the XID: `tx: 740 (top 735)`.
 
 use std::fmt::Write as _;
 
@@ -34,20 +36,26 @@ pub fn fork_name(fork: Fork) -> &'static str {
 pub fn describe(rec: &DecodedRecord, rmgr_desc: &dyn Fn(&DecodedRecord) -> String) -> String {
     let tot = rec.end_lsn.0.saturating_sub(rec.lsn.0);
     let fpi: u64 = rec.blocks.iter().filter_map(|b| b.image.as_deref()).map(|img| stored_image_len(img) as u64).sum();
+    let tx = if rec.toplevel_xid.is_valid() {
+        format!("{:>10} (top {})", rec.xid.0, rec.toplevel_xid.0)
+    } else {
+        format!("{:>10}", rec.xid.0)
+    };
     let mut s = format!(
-        "rmgr: {:<11} len (rec/tot): {:>6}/{:>8}, tx: {:>10}, lsn: {}, prev {}, desc: {}",
+        "rmgr: {:<11} len (rec/tot): {:>6}/{:>8}, tx: {tx}, lsn: {}, prev {}, desc: {}",
         rec.rmgr.name(),
         tot.saturating_sub(fpi),
         tot,
-        rec.xid.0,
         lsn_padded(rec.lsn),
         lsn_padded(rec.prev),
         rmgr_desc(rec)
     );
     for b in &rec.blocks {
         let _ = write!(s, ", blkref #{}: rel {} fork {} blk {}", b.id, b.tag.rel, fork_name(b.tag.fork), b.tag.block);
-        if b.image.is_some() {
-            s.push_str(" FPW");
+        match (b.image.is_some(), b.data.is_empty()) {
+            (true, false) => s.push_str(" FPW+data"),
+            (true, true) => s.push_str(" FPW"),
+            _ => {}
         }
     }
     s

@@ -177,6 +177,10 @@ pub enum Rmgr {
     Heap2 = 5,
     Btree = 6,
     Catalog = 7,
+    /// `pg_logical_emit_message` ([`crate::decode::message`]).
+    LogicalMsg = 8,
+    /// The running-transactions record ([`crate::xact::standby`]).
+    Standby = 9,
 }
 
 impl Rmgr {
@@ -190,6 +194,8 @@ impl Rmgr {
             5 => Rmgr::Heap2,
             6 => Rmgr::Btree,
             7 => Rmgr::Catalog,
+            8 => Rmgr::LogicalMsg,
+            9 => Rmgr::Standby,
             _ => return None,
         })
     }
@@ -204,6 +210,8 @@ impl Rmgr {
             Rmgr::Heap2 => "Heap2",
             Rmgr::Btree => "Btree",
             Rmgr::Catalog => "Catalog",
+            Rmgr::LogicalMsg => "LogicalMessage",
+            Rmgr::Standby => "Standby",
         }
     }
 }
@@ -235,10 +243,16 @@ pub struct BlockRef<'a> {
     pub page: Option<&'a [u8]>,
     /// Per-block data for redo (used when no image is attached, or always when `keep_data`).
     pub data: Vec<u8>,
+    /// Keep `data` in the record even when an image is attached (PostgreSQL's
+    /// `REGBUF_KEEP_DATA`): under `wal_level = logical` the decoder reads the tuple from it.
+    pub keep_data: bool,
 }
 
 /// A record under construction.
 pub struct RecordBuilder<'a> {
+    /// The top-level transaction when `xid` is one of its subtransactions and the record must
+    /// name it (`wal_level = logical`); [`Xid::INVALID`] otherwise.
+    pub toplevel_xid: Xid,
     pub rmgr: Rmgr,
     pub info: u8,
     pub xid: Xid,
@@ -253,6 +267,9 @@ pub struct DecodedRecord {
     pub end_lsn: Lsn,
     pub prev: Lsn,
     pub xid: Xid,
+    /// The top-level transaction of a subtransaction's record, when the record names it
+    /// (`wal_level = logical`); [`Xid::INVALID`] otherwise.
+    pub toplevel_xid: Xid,
     pub rmgr: Rmgr,
     pub info: u8,
     pub blocks: Vec<DecodedBlock>,
@@ -301,13 +318,15 @@ pub struct WalConfig {
     pub segment_size: u64,
     pub full_page_writes: bool,
     pub wal_buffers_bytes: usize,
+    /// `wal_level = logical`: writers add what logical decoding needs ([`Wal::logical`]).
+    pub logical: bool,
 }
 
 impl Default for WalConfig {
     /// PostgreSQL's defaults: 16 MiB segments, full_page_writes on, 4 MiB of WAL buffers
     /// (what `wal_buffers = -1` gives with the default shared_buffers).
     fn default() -> Self {
-        WalConfig { segment_size: 16 << 20, full_page_writes: true, wal_buffers_bytes: 4 << 20 }
+        WalConfig { segment_size: 16 << 20, full_page_writes: true, wal_buffers_bytes: 4 << 20, logical: false }
     }
 }
 
@@ -345,6 +364,7 @@ pub struct Wal {
     dir: PathBuf,
     segment_size: u64,
     full_page_writes: bool,
+    logical: bool,
     wal_buffers_bytes: usize,
     insert: Mutex<InsertState>,
     io: Mutex<IoState>,
@@ -391,6 +411,7 @@ impl Wal {
             dir: dir.to_path_buf(),
             segment_size: config.segment_size,
             full_page_writes: config.full_page_writes,
+            logical: config.logical,
             wal_buffers_bytes: config.wal_buffers_bytes.max(1),
             insert: Mutex::new(InsertState {
                 pos: start,
@@ -533,6 +554,13 @@ impl Wal {
     }
 
     /// Everything before this LSN is durable.
+    /// Whether `wal_level = logical`: heap records keep their tuple data beside page images,
+    /// carry the old key of updated and deleted rows, and a subtransaction's records name its
+    /// top-level transaction.
+    pub fn logical(&self) -> bool {
+        self.logical
+    }
+
     pub fn flushed_lsn(&self) -> Lsn {
         Lsn(self.flushed.load(Ordering::Acquire))
     }

@@ -12,13 +12,15 @@
 //!  18  pad        2 bytes (zero)
 //!  20  xl_crc     u32   CRC-32C of the body, then of header bytes 0..20
 //! body
-//!   nblocks u8
+//!   nblocks u8          bit 0x80: a top-level XID follows (the rest is the block count)
+//!   [toplevel_xid u32]  a subtransaction's record under wal_level = logical
 //!   block header x nblocks
-//!     id u8, fork u8, flags u8 (1 HAS_IMAGE, 2 HAS_DATA, 4 WILL_INIT),
+//!     id u8, fork u8, flags u8 (1 HAS_IMAGE, 2 HAS_DATA, 4 WILL_INIT; both 1 and 2 when
+//!       the block keeps its data beside its image),
 //!     rel u32, block u32, data_len u32,
 //!     [if HAS_IMAGE] image_len u16, hole_offset u16, hole_length u16
 //!   main_len u32
-//!   per block, in header order: image bytes (page minus hole), then block data
+//!   per block, in header order: image bytes (page minus hole) if any, then block data if any
 //!   main data
 //! ```
 //!
@@ -51,6 +53,8 @@ const FLAG_HAS_IMAGE: u8 = 0x01;
 const FLAG_HAS_DATA: u8 = 0x02;
 const FLAG_WILL_INIT: u8 = 0x04;
 const KNOWN_FLAGS: u8 = FLAG_HAS_IMAGE | FLAG_HAS_DATA | FLAG_WILL_INIT;
+/// Set in the block-count byte when a top-level XID follows it.
+const HAS_TOPLEVEL_XID: u8 = 0x80;
 
 const _: () = assert!(BLCKSZ <= u16::MAX as usize + 1);
 
@@ -138,13 +142,18 @@ pub(crate) fn assemble_head(
     check_blocks(rec)?;
     head.clear();
     head.resize(RECORD_HEADER_SIZE, 0);
-    head.push(rec.blocks.len() as u8);
+    if rec.toplevel_xid.is_valid() {
+        head.push(rec.blocks.len() as u8 | HAS_TOPLEVEL_XID);
+        head.extend_from_slice(&rec.toplevel_xid.0.to_le_bytes());
+    } else {
+        head.push(rec.blocks.len() as u8);
+    }
     let (mut fpi, mut images, mut depends_on_redo) = (0, 0u64, false);
     let mut payload_len = rec.main_data.len();
     for (i, b) in rec.blocks.iter().enumerate() {
         let image = wants_image(b, full_page_writes, redo_ptr);
         depends_on_redo |= !image && full_page_writes && !b.will_init && b.page.is_some();
-        let data_len = if image { 0 } else { b.data.len() };
+        let data_len = if image && !b.keep_data { 0 } else { b.data.len() };
         let mut flags = 0;
         if image {
             flags |= FLAG_HAS_IMAGE;
@@ -194,6 +203,9 @@ pub(crate) fn for_each_payload(rec: &RecordBuilder<'_>, images: u64, mut f: impl
                 let (hole_off, hole_len) = page_hole(page);
                 f(&page[..hole_off]);
                 f(&page[hole_off + hole_len..]);
+                if b.keep_data {
+                    f(&b.data);
+                }
             }
             _ => f(&b.data),
         }
@@ -352,7 +364,9 @@ pub(crate) fn decode(lsn: Lsn, rec: &[u8]) -> std::result::Result<DecodedRecord,
     }
     let rmgr = Rmgr::from_u8(h.rmid).ok_or_else(|| format!("invalid resource manager ID {}", h.rmid))?;
     let mut c = Cursor { bytes: &rec[RECORD_HEADER_SIZE..] };
-    let nblocks = usize::from(c.u8("block count")?);
+    let count = c.u8("block count")?;
+    let toplevel_xid = if count & HAS_TOPLEVEL_XID != 0 { Xid(c.u32("top-level XID")?) } else { Xid::INVALID };
+    let nblocks = usize::from(count & !HAS_TOPLEVEL_XID);
     if nblocks > MAX_BLOCKS_PER_RECORD {
         return Err(format!("{nblocks} block references, at most {MAX_BLOCKS_PER_RECORD}"));
     }
@@ -387,6 +401,7 @@ pub(crate) fn decode(lsn: Lsn, rec: &[u8]) -> std::result::Result<DecodedRecord,
         end_lsn: Lsn(lsn.0 + u64::from(h.tot_len)),
         prev: h.prev,
         xid: h.xid,
+        toplevel_xid,
         rmgr,
         info: h.info,
         blocks,

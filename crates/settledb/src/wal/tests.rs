@@ -17,7 +17,7 @@ use crate::types::{BlockNumber, Fork, Oid};
 const SEG: u64 = 64 << 10;
 
 fn config(wal_buffers_bytes: usize) -> WalConfig {
-    WalConfig { segment_size: SEG, full_page_writes: true, wal_buffers_bytes }
+    WalConfig { segment_size: SEG, full_page_writes: true, wal_buffers_bytes, logical: false }
 }
 
 fn open(dir: &Path) -> Wal {
@@ -29,7 +29,14 @@ fn tag(rel: u32, block: u32) -> BufferTag {
 }
 
 fn simple(xid: u32, main_data: Vec<u8>) -> RecordBuilder<'static> {
-    RecordBuilder { rmgr: Rmgr::Heap, info: 0x10, xid: Xid(xid), blocks: vec![], main_data }
+    RecordBuilder {
+        toplevel_xid: crate::types::Xid::INVALID,
+        rmgr: Rmgr::Heap,
+        info: 0x10,
+        xid: Xid(xid),
+        blocks: vec![],
+        main_data,
+    }
 }
 
 fn read_all(dir: &Path, start: Lsn) -> (Vec<DecodedRecord>, WalReader) {
@@ -68,6 +75,7 @@ fn random_records_round_trip_across_segment_boundaries() {
         rec.info = i as u8;
         if i % 3 == 0 {
             rec.blocks.push(BlockRef {
+                keep_data: false,
                 id: 0,
                 tag: tag(16384 + i, i),
                 will_init: i % 2 == 0,
@@ -121,12 +129,20 @@ fn full_page_image_skips_the_hole_and_restores_the_exact_page() {
     let standard = page(0, 200, 7000, 1);
     let odd = page(0, 7000, 200, 2); // lower > upper: not a standard page, logged whole
     let rec = RecordBuilder {
+        toplevel_xid: crate::types::Xid::INVALID,
         rmgr: Rmgr::Heap2,
         info: 0,
         xid: Xid(10),
         blocks: vec![
-            BlockRef { id: 0, tag: tag(1, 0), will_init: false, page: Some(&standard), data: vec![9; 40] },
-            BlockRef { id: 3, tag: tag(1, 7), will_init: false, page: Some(&odd), data: vec![] },
+            BlockRef {
+                keep_data: false,
+                id: 0,
+                tag: tag(1, 0),
+                will_init: false,
+                page: Some(&standard),
+                data: vec![9; 40],
+            },
+            BlockRef { keep_data: false, id: 3, tag: tag(1, 7), will_init: false, page: Some(&odd), data: vec![] },
         ],
         main_data: b"prune".to_vec(),
     };
@@ -169,7 +185,15 @@ fn image_only_when_page_lsn_at_or_before_redo_pointer_and_full_page_writes_on() 
         for (i, (lsn, will_init, want)) in cases.into_iter().enumerate() {
             let p = page(lsn, 64, 4000, i as u64);
             let rec = RecordBuilder {
-                blocks: vec![BlockRef { id: 0, tag: tag(5, i as u32), will_init, page: Some(&p), data: vec![7; 12] }],
+                toplevel_xid: crate::types::Xid::INVALID,
+                blocks: vec![BlockRef {
+                    keep_data: false,
+                    id: 0,
+                    tag: tag(5, i as u32),
+                    will_init,
+                    page: Some(&p),
+                    data: vec![7; 12],
+                }],
                 ..simple(4, vec![])
             };
             let end = wal.insert(&rec).unwrap();
@@ -459,8 +483,16 @@ fn describe_renders_like_pg_waldump() {
     wal.insert(&simple(734, vec![0; 5])).unwrap();
     let p = page(0, 100, 8000, 3);
     let rec = RecordBuilder {
+        toplevel_xid: crate::types::Xid::INVALID,
         xid: Xid(735),
-        blocks: vec![BlockRef { id: 0, tag: tag(16384, 0), will_init: false, page: Some(&p), data: vec![] }],
+        blocks: vec![BlockRef {
+            keep_data: false,
+            id: 0,
+            tag: tag(16384, 0),
+            will_init: false,
+            page: Some(&p),
+            data: vec![],
+        }],
         ..simple(735, vec![1, 2, 3])
     };
     wal.insert(&rec).unwrap();
@@ -503,9 +535,10 @@ fn decoder_survives_truncated_and_mutated_records() {
     let wal = open(dir.path());
     let p = page(0, 300, 7900, 11);
     let rec = RecordBuilder {
+        toplevel_xid: crate::types::Xid::INVALID,
         blocks: vec![
-            BlockRef { id: 0, tag: tag(1, 2), will_init: false, page: Some(&p), data: vec![] },
-            BlockRef { id: 1, tag: tag(1, 3), will_init: true, page: None, data: vec![5; 30] },
+            BlockRef { keep_data: false, id: 0, tag: tag(1, 2), will_init: false, page: Some(&p), data: vec![] },
+            BlockRef { keep_data: false, id: 1, tag: tag(1, 3), will_init: true, page: None, data: vec![5; 30] },
         ],
         ..simple(9, vec![8; 20])
     };
@@ -784,14 +817,29 @@ fn inserted_bytes_equal_the_contiguous_assembly() {
     let (standard, odd) = (page(0, 300, 5000, 21), page(0, 6000, 100, 22));
     let recent = page(first.0 + 1, 64, 64, 23);
     let rec = RecordBuilder {
+        toplevel_xid: crate::types::Xid::INVALID,
         rmgr: Rmgr::Heap2,
         info: 0x30,
         xid: Xid(9),
         blocks: vec![
-            BlockRef { id: 0, tag: tag(7, 1), will_init: false, page: Some(&standard), data: vec![4; 10] },
-            BlockRef { id: 1, tag: tag(7, 2), will_init: true, page: None, data: vec![5; 33] },
-            BlockRef { id: 2, tag: tag(7, 3), will_init: false, page: Some(&odd), data: vec![] },
-            BlockRef { id: 3, tag: tag(7, 4), will_init: false, page: Some(&recent), data: vec![6; 3] },
+            BlockRef {
+                keep_data: false,
+                id: 0,
+                tag: tag(7, 1),
+                will_init: false,
+                page: Some(&standard),
+                data: vec![4; 10],
+            },
+            BlockRef { keep_data: false, id: 1, tag: tag(7, 2), will_init: true, page: None, data: vec![5; 33] },
+            BlockRef { keep_data: false, id: 2, tag: tag(7, 3), will_init: false, page: Some(&odd), data: vec![] },
+            BlockRef {
+                keep_data: false,
+                id: 3,
+                tag: tag(7, 4),
+                will_init: false,
+                page: Some(&recent),
+                data: vec![6; 3],
+            },
         ],
         main_data: vec![8; 500],
     };

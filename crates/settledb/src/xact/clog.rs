@@ -288,6 +288,7 @@ impl Clog {
             }
         }
         log.log(&RecordBuilder {
+            toplevel_xid: crate::types::Xid::INVALID,
             rmgr: Rmgr::Clog,
             info: INFO_ZEROPAGE,
             xid: Xid::INVALID,
@@ -371,6 +372,7 @@ impl Clog {
         data.extend_from_slice(&cutoff_page.to_le_bytes());
         data.extend_from_slice(&oldest_xid.0.to_le_bytes());
         let end = log.log(&RecordBuilder {
+            toplevel_xid: crate::types::Xid::INVALID,
             rmgr: Rmgr::Clog,
             info: INFO_TRUNCATE,
             xid: Xid::INVALID,

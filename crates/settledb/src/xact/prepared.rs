@@ -101,6 +101,7 @@ impl TransactionManager {
         let state = TwoPhaseState { xid: top, gid: gid.to_string(), prepared_at_us: now_micros(), subxids };
         let _delay_checkpoint = self.commits_in_flight.read();
         let rec = RecordBuilder {
+            toplevel_xid: crate::types::Xid::INVALID,
             rmgr: Rmgr::Xact,
             info: INFO_XACT_PREPARE,
             xid: top.xid(),

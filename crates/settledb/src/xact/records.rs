@@ -25,7 +25,14 @@ pub(crate) fn end_record(info: u8, xid: Xid, subxids: &[Xid]) -> RecordBuilder<'
             main.extend_from_slice(&s.0.to_le_bytes());
         }
     }
-    RecordBuilder { rmgr: Rmgr::Xact, info, xid, blocks: Vec::new(), main_data: main }
+    RecordBuilder {
+        toplevel_xid: crate::types::Xid::INVALID,
+        rmgr: Rmgr::Xact,
+        info,
+        xid,
+        blocks: Vec::new(),
+        main_data: main,
+    }
 }
 
 /// A decoded commit or abort record's main data.
