@@ -20,6 +20,9 @@
 //! | indisunique  | bool   | a unique index                                            |
 //! | indisprimary | bool   | the table's primary key                                   |
 //! | reloptions   | text   | storage parameters, `name=value,...` ([`RelOptions`])      |
+//! | relreplident | text   | replica identity: `d` default, `f` full, `n` nothing       |
+//!
+//! `relreplident` may be null (rows written before it existed): `d`.
 //!
 //! Rows are inserted and deleted by MVCC transactions, so a crash in the middle of CREATE or
 //! DROP TABLE leaves the catalog as if it had not started. At startup the catalog is read with
@@ -51,7 +54,7 @@ use crate::btree::BtreeIndex;
 use crate::config::{Config, FreezePolicy};
 use crate::error::{Error, Result};
 use crate::heap::tuple::{Column, Schema, Type, Value};
-use crate::heap::Relation;
+use crate::heap::{Relation, ReplicaIdentity};
 use crate::stats::TableStats;
 use crate::types::{FullXid, Oid, Tid, Xid};
 
@@ -271,6 +274,7 @@ pub fn pg_class_schema() -> Schema {
             col("indisunique", Type::Bool),
             col("indisprimary", Type::Bool),
             col("reloptions", Type::Text),
+            Column { name: "relreplident".to_string(), ty: Type::Text, nullable: true },
         ],
     }
 }
@@ -290,6 +294,7 @@ pub struct ClassRow {
     pub kind: RelKind,
     pub index: Option<IndexMeta>,
     pub options: RelOptions,
+    pub replica_identity: ReplicaIdentity,
 }
 
 impl ClassRow {
@@ -315,6 +320,7 @@ impl ClassRow {
             Value::Bool(self.index.as_ref().is_some_and(|m| m.unique)),
             Value::Bool(self.index.as_ref().is_some_and(|m| m.primary)),
             Value::Text(self.options.encode()),
+            Value::Text(self.replica_identity.code().to_string()),
         ]
     }
 
@@ -370,7 +376,19 @@ impl ClassRow {
             Some(Value::Text(t)) => RelOptions::decode(t).map_err(|e| bad(&format!("bad reloptions: {e}")))?,
             _ => return Err(bad("bad reloptions")),
         };
+        let replica_identity = match v.get(15) {
+            None | Some(Value::Null) => ReplicaIdentity::Default,
+            Some(Value::Text(t)) => {
+                let mut cs = t.chars();
+                match (cs.next().and_then(ReplicaIdentity::from_code), cs.next()) {
+                    (Some(r), None) => r,
+                    _ => return Err(bad("bad relreplident")),
+                }
+            }
+            _ => return Err(bad("bad relreplident")),
+        };
         Ok(ClassRow {
+            replica_identity,
             kind,
             index,
             options,
@@ -426,6 +444,7 @@ impl Catalog {
     /// is ordered as a 64-bit XID widened against it).
     pub fn publish(&self, row: &ClassRow, tid: Tid, next: FullXid) -> Arc<TableEntry> {
         let rel = Arc::new(Relation::new(row.oid, &row.relname, row.relfilenode, row.schema.clone(), row.fillfactor));
+        rel.replica_identity.write().0 = row.replica_identity;
         let e = Arc::new(TableEntry {
             rel,
             indexes: RwLock::new(Vec::new()),
@@ -509,6 +528,8 @@ impl Catalog {
             }
         }
         *table.rel.indexed_columns.write() = cols;
+        let pkey = table.indexes.read().iter().find(|d| d.meta.primary).map(|d| d.meta.columns.clone());
+        table.rel.replica_identity.write().1 = pkey.unwrap_or_default();
     }
 
     pub fn get_index(&self, name: &str) -> Option<Arc<IndexDef>> {

@@ -79,6 +79,49 @@ use wal::{
     FLAG_INIT_PAGE, XLOG_HEAP2_MULTI_INSERT, XLOG_HEAP_DELETE, XLOG_HEAP_HOT_UPDATE, XLOG_HEAP_INSERT, XLOG_HEAP_UPDATE,
 };
 
+/// `REPLICA IDENTITY`: what an update or delete logs of the old row under
+/// `wal_level = logical` (PostgreSQL's `pg_class.relreplident`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ReplicaIdentity {
+    /// The primary key's columns, when the table has one (`d`).
+    #[default]
+    Default,
+    /// The whole old row (`f`).
+    Full,
+    /// Nothing (`n`).
+    Nothing,
+}
+
+impl ReplicaIdentity {
+    /// `relreplident`'s letter.
+    pub fn code(self) -> char {
+        match self {
+            ReplicaIdentity::Default => 'd',
+            ReplicaIdentity::Full => 'f',
+            ReplicaIdentity::Nothing => 'n',
+        }
+    }
+
+    pub fn from_code(c: char) -> Option<ReplicaIdentity> {
+        match c {
+            'd' => Some(ReplicaIdentity::Default),
+            'f' => Some(ReplicaIdentity::Full),
+            'n' => Some(ReplicaIdentity::Nothing),
+            _ => None,
+        }
+    }
+
+    /// `ALTER TABLE ... REPLICA IDENTITY` spelling: `DEFAULT`, `FULL`, `NOTHING`.
+    pub fn parse(v: &str) -> Option<ReplicaIdentity> {
+        match v.to_ascii_lowercase().as_str() {
+            "default" => Some(ReplicaIdentity::Default),
+            "full" => Some(ReplicaIdentity::Full),
+            "nothing" => Some(ReplicaIdentity::Nothing),
+            _ => None,
+        }
+    }
+}
+
 /// An open heap relation: what the heap needs to know about a table.
 pub struct Relation {
     pub oid: Oid,
@@ -91,6 +134,9 @@ pub struct Relation {
     pub fillfactor: u8,
     /// Columns some index covers: an update changing one of them cannot be HOT.
     pub indexed_columns: parking_lot::RwLock<Vec<bool>>,
+    /// What updates and deletes log of the old row under `wal_level = logical`, and the
+    /// primary key's columns `Default` logs (empty: no primary key, nothing logged).
+    pub replica_identity: parking_lot::RwLock<(ReplicaIdentity, Vec<u16>)>,
     /// Writers (insert, update, delete) hold it shared; CREATE INDEX holds it exclusively so
     /// that no row changes while the index is built (PostgreSQL's ShareLock).
     pub write_lock: parking_lot::RwLock<()>,
@@ -123,6 +169,7 @@ impl Relation {
             schema,
             fillfactor,
             indexed_columns: parking_lot::RwLock::new(vec![false; n]),
+            replica_identity: parking_lot::RwLock::new((ReplicaIdentity::Default, Vec::new())),
             write_lock: parking_lot::RwLock::new(()),
             target_block: AtomicU32::new(u32::MAX),
             vm: crate::vm::VisibilityMap::new(relfilenode),
@@ -165,7 +212,10 @@ pub struct HeapEnv<'a> {
 
 /// The transaction doing a heap operation.
 pub struct TxContext<'a> {
+    /// The XID rows are written with: the innermost subtransaction's, or the top-level one.
     pub xid: Xid,
+    /// The top-level transaction's XID (equal to `xid` outside subtransactions).
+    pub top_xid: Xid,
     pub cid: u32,
     pub snapshot: &'a Snapshot,
     /// REPEATABLE READ: a row changed by a concurrent committed transaction is an error.
@@ -226,27 +276,102 @@ pub fn read_page<'a>(
     Ok(buf)
 }
 
-/// Logs a record that changes one page (the caller holds its exclusive lock and stamps the
-/// returned end LSN on it).
+/// Logs a record (of `tx`'s, if a transaction makes it) that changes one page (the caller holds its exclusive lock and
+/// stamps the returned end LSN on it). Under `wal_level = logical` the block keeps its data
+/// (the tuple) beside a page image and a subtransaction's record names its top-level XID.
 #[expect(clippy::too_many_arguments, reason = "the fields of one WAL record")]
 fn log_one_block(
     env: &HeapEnv<'_>,
     rmgr: Rmgr,
     info: u8,
-    xid: Xid,
+    tx: Option<&TxContext<'_>>,
     tag: BufferTag,
     will_init: bool,
     page_bytes: &[u8],
     data: Vec<u8>,
     main_data: Vec<u8>,
 ) -> Result<crate::types::Lsn> {
+    let keep_data = env.wal.logical() && !data.is_empty();
     env.wal.insert(&RecordBuilder {
+        toplevel_xid: tx.map_or(Xid::INVALID, |tx| logged_toplevel_xid(env, tx)),
         rmgr,
         info,
-        xid,
-        blocks: vec![BlockRef { id: 0, tag, will_init, page: Some(page_bytes), data }],
+        xid: tx.map_or(Xid::INVALID, |tx| tx.xid),
+        blocks: vec![BlockRef { keep_data, id: 0, tag, will_init, page: Some(page_bytes), data }],
         main_data,
     })
+}
+
+/// The top-level XID a record of `tx`'s names: under `wal_level = logical`, a
+/// subtransaction's records carry it so that the decoder files their changes with the right
+/// transaction before it sees the commit.
+fn logged_toplevel_xid(env: &HeapEnv<'_>, tx: &TxContext<'_>) -> Xid {
+    if env.wal.logical() && tx.top_xid != tx.xid {
+        tx.top_xid
+    } else {
+        Xid::INVALID
+    }
+}
+
+/// Kind byte of a logged old row: its replica-identity key columns only.
+pub const OLD_KEY: u8 = b'k';
+/// Kind byte of a logged old row: the whole row (`REPLICA IDENTITY FULL`).
+pub const OLD_TUPLE: u8 = b'f';
+
+/// Appends the old-row part of an UPDATE or DELETE record's main data: `len u16`, then when
+/// `len > 0` a kind byte ([`OLD_KEY`] or [`OLD_TUPLE`]) and `len` bytes of logged tuple.
+/// Something is logged only under `wal_level = logical`: the whole row with `REPLICA IDENTITY
+/// FULL`, the primary key's columns (others null) with `DEFAULT` when it has one and, for an
+/// update, only when one of them changed (PostgreSQL's `ExtractReplicaIdentity`).
+fn push_old_row(
+    env: &HeapEnv<'_>,
+    rel: &Relation,
+    main: &mut Vec<u8>,
+    old: &[u8],
+    new_vals: Option<&[Value]>,
+) -> Result<()> {
+    let logged = if env.wal.logical() { old_row_for_wal(rel, old, new_vals)? } else { None };
+    match logged {
+        Some((kind, bytes)) => {
+            let len = u16::try_from(bytes.len())
+                .map_err(|_| Error::invalid(format!("old row of {} bytes is too long to log", bytes.len())))?;
+            main.extend_from_slice(&len.to_le_bytes());
+            main.push(kind);
+            main.extend_from_slice(&bytes);
+        }
+        None => main.extend_from_slice(&0u16.to_le_bytes()),
+    }
+    Ok(())
+}
+
+fn old_row_for_wal(rel: &Relation, old: &[u8], new_vals: Option<&[Value]>) -> Result<Option<(u8, Vec<u8>)>> {
+    let (identity, key) = rel.replica_identity.read().clone();
+    let mut out = Vec::new();
+    match identity {
+        ReplicaIdentity::Nothing => Ok(None),
+        ReplicaIdentity::Full => {
+            wal::encode_tuple(&mut out, old);
+            Ok(Some((OLD_TUPLE, out)))
+        }
+        ReplicaIdentity::Default if key.is_empty() => Ok(None),
+        ReplicaIdentity::Default => {
+            let old_vals = tuple::deform_tuple(&rel.schema, old).map_err(|e| Error::invalid(e.to_string()))?;
+            if let Some(new_vals) = new_vals {
+                let changed = key.iter().any(|&c| old_vals.get(usize::from(c)) != new_vals.get(usize::from(c)));
+                if !changed {
+                    return Ok(None);
+                }
+            }
+            let keyed: Vec<Value> = old_vals
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| if key.contains(&(i as u16)) { v } else { Value::Null })
+                .collect();
+            let t = tuple::build_tuple(&keyed)?;
+            wal::encode_tuple(&mut out, &t);
+            Ok(Some((OLD_KEY, out)))
+        }
+    }
 }
 
 /// Prepares a tuple for insertion by `tx`: xmin, cid, xmax invalid.
@@ -382,7 +507,7 @@ fn insert_tuple(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, t: &mut [
         main.push(if fresh { FLAG_INIT_PAGE } else { 0 });
         let mut data = Vec::with_capacity(t.len());
         wal::encode_tuple(&mut data, t);
-        let lsn = log_one_block(env, Rmgr::Heap, XLOG_HEAP_INSERT, tx.xid, rel.tag(block), fresh, &g.0, data, main)?;
+        let lsn = log_one_block(env, Rmgr::Heap, XLOG_HEAP_INSERT, Some(tx), rel.tag(block), fresh, &g.0, data, main)?;
         page::set_lsn(&mut g.0, lsn);
         target_buf.mark_dirty();
         return Ok(Tid { block, offset: off });
@@ -454,8 +579,17 @@ pub fn multi_insert(
         }
         let page_full = i < tuples.len();
         main[1..3].copy_from_slice(&n.to_le_bytes());
-        let lsn =
-            log_one_block(env, Rmgr::Heap2, XLOG_HEAP2_MULTI_INSERT, tx.xid, rel.tag(block), fresh, &g.0, data, main)?;
+        let lsn = log_one_block(
+            env,
+            Rmgr::Heap2,
+            XLOG_HEAP2_MULTI_INSERT,
+            Some(tx),
+            rel.tag(block),
+            fresh,
+            &g.0,
+            data,
+            main,
+        )?;
         page::set_lsn(&mut g.0, lsn);
         target_buf.mark_dirty();
         if page_full {
@@ -624,7 +758,7 @@ pub fn prune_page(
         env,
         Rmgr::Heap2,
         wal::XLOG_HEAP2_PRUNE,
-        Xid::INVALID,
+        None,
         rel.tag(block),
         false,
         page_bytes,

@@ -80,9 +80,9 @@ fn delete_once(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, tid: Tid) 
     main.extend_from_slice(&tx.xid.0.to_le_bytes());
     main.extend_from_slice(&m.to_le_bytes());
     main.extend_from_slice(&m2.to_le_bytes());
-    main.extend_from_slice(&0u16.to_le_bytes()); // old key: none without a replica identity
+    push_old_row(env, rel, &mut main, page::item(&g.0, tid.offset), None)?;
     let lsn =
-        log_one_block(env, Rmgr::Heap, XLOG_HEAP_DELETE, tx.xid, rel.tag(tid.block), false, &g.0, Vec::new(), main)?;
+        log_one_block(env, Rmgr::Heap, XLOG_HEAP_DELETE, Some(tx), rel.tag(tid.block), false, &g.0, Vec::new(), main)?;
     page::set_lsn(&mut g.0, lsn);
     buf.mark_dirty();
     Ok(Attempt::Finished(ModifyResult::Done(tid)))
@@ -195,6 +195,9 @@ fn update_once(
     if !wal::apply_insert(target_page, new_off, &nt) {
         return Err(corrupt_tuple(rel, new_tid, "page reported room for the new version but refused it"));
     }
+    // Under wal_level = logical the old row (or its key) is logged: keep it before the page
+    // changes (its header does, its data does not; a copy is simplest).
+    let old_tuple = if env.wal.logical() { page::item(&og.0, tid.offset).to_vec() } else { Vec::new() };
     let (m, m2) = wal::xmax_masks(old_m, old_m2, hot);
     wal::apply_xmax(&mut og.0, tid.offset, tx.xid, tx.cid, m, m2, new_tid);
 
@@ -205,16 +208,25 @@ fn update_once(
     main.extend_from_slice(&m2.to_le_bytes());
     main.extend_from_slice(&new_off.0.to_le_bytes());
     main.push(if new_page_fresh { FLAG_INIT_PAGE } else { 0 });
-    main.extend_from_slice(&0u16.to_le_bytes()); // old key
+    push_old_row(env, rel, &mut main, &old_tuple, Some(&new_vals))?;
     let mut data = Vec::with_capacity(nt.len());
     wal::encode_tuple(&mut data, &nt);
     let lsn = {
+        let keep_data = env.wal.logical();
         let mut blocks = Vec::with_capacity(2);
         if same_page {
-            blocks.push(BlockRef { id: 0, tag: rel.tag(new_block), will_init: false, page: Some(&og.0[..]), data });
+            blocks.push(BlockRef {
+                keep_data,
+                id: 0,
+                tag: rel.tag(new_block),
+                will_init: false,
+                page: Some(&og.0[..]),
+                data,
+            });
         } else {
             let np = &ng.as_deref().expect("locked").0;
             blocks.push(BlockRef {
+                keep_data,
                 id: 0,
                 tag: rel.tag(new_block),
                 will_init: new_page_fresh,
@@ -222,6 +234,7 @@ fn update_once(
                 data,
             });
             blocks.push(BlockRef {
+                keep_data: false,
                 id: 1,
                 tag: rel.tag(tid.block),
                 will_init: false,
@@ -230,6 +243,7 @@ fn update_once(
             });
         }
         let rec = RecordBuilder {
+            toplevel_xid: logged_toplevel_xid(env, tx),
             rmgr: Rmgr::Heap,
             info: if hot { XLOG_HEAP_HOT_UPDATE } else { XLOG_HEAP_UPDATE },
             xid: tx.xid,

@@ -442,6 +442,13 @@ fn check_row(schema: &Schema, values: &[Value]) -> Result<()> {
 /// ctid zero (the insert path sets them). Errors name the offending column.
 pub fn form_tuple(schema: &Schema, values: &[Value]) -> Result<Vec<u8>> {
     check_row(schema, values)?;
+    build_tuple(values)
+}
+
+/// Builds a tuple of `values` as [`form_tuple`] does, without checking them against a schema:
+/// for rows that are not stored, such as the old key a logical-level WAL record carries
+/// (non-key columns null whatever their constraint).
+pub fn build_tuple(values: &[Value]) -> Result<Vec<u8>> {
     let natts = values.len();
     let has_null = values.contains(&Value::Null);
     let bitmap_len = if has_null { null_bitmap_len(natts) } else { 0 };

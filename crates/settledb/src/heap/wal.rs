@@ -369,6 +369,48 @@ pub fn is_heap_only(infomask2: u16) -> bool {
     infomask2 & HEAP_ONLY_TUPLE != 0
 }
 
+/// The old row an UPDATE or DELETE record carries (`wal_level = logical`), for `describe`.
+fn describe_old_row(m: &mut Cursor<'_>) -> Result<String> {
+    let len = m.u16()?;
+    if len == 0 {
+        return Ok(String::new());
+    }
+    let kind = m.u8()?;
+    let _ = m.bytes(usize::from(len))?;
+    Ok(match kind {
+        super::OLD_KEY => format!(", old key: {len} bytes"),
+        super::OLD_TUPLE => format!(", old tuple: {len} bytes"),
+        k => format!(", old row of unknown kind 0x{k:02X}: {len} bytes"),
+    })
+}
+
+/// Decodes the old row of an UPDATE or DELETE record (what [`describe_old_row`] skips): its
+/// kind ([`super::OLD_KEY`] or [`super::OLD_TUPLE`]) and the rebuilt tuple, or `None` when the
+/// record carries none. `main_data` is the record's whole main data.
+pub fn decode_old_row(rec: &DecodedRecord) -> Result<Option<(u8, Vec<u8>)>> {
+    let mut m = Cursor::new(&rec.main_data, rec.lsn);
+    match (rec.rmgr, rec.info & 0xF0) {
+        (Rmgr::Heap, XLOG_HEAP_DELETE) => {
+            let _ = m.bytes(2 + 4 + 2 + 2)?;
+        }
+        (Rmgr::Heap, XLOG_HEAP_UPDATE | XLOG_HEAP_HOT_UPDATE) => {
+            let _ = m.bytes(2 + 4 + 2 + 2 + 2 + 1)?;
+        }
+        _ => return Ok(None),
+    }
+    let len = usize::from(m.u16()?);
+    if len == 0 {
+        return Ok(None);
+    }
+    let kind = m.u8()?;
+    if kind != super::OLD_KEY && kind != super::OLD_TUPLE {
+        return Err(Error::corrupt_wal(rec.lsn, format!("unknown old-row kind 0x{kind:02X}")));
+    }
+    let body = m.bytes(len)?;
+    let t = decode_tuple(&mut Cursor::new(body, rec.lsn), None, Xid::INVALID, Tid::default())?;
+    Ok(Some((kind, t)))
+}
+
 /// One-line description of a heap record for `settle waldump`.
 pub fn describe(rec: &DecodedRecord) -> String {
     let mut m = Cursor::new(&rec.main_data, rec.lsn);
@@ -381,15 +423,18 @@ pub fn describe(rec: &DecodedRecord) -> String {
             }
             (Rmgr::Heap, XLOG_HEAP_DELETE) => {
                 let off = m.u16()?;
-                format!("DELETE xmax: {}, off: {off}", m.u32()?)
+                let xmax = m.u32()?;
+                let _ = (m.u16()?, m.u16()?);
+                format!("DELETE xmax: {xmax}, off: {off}{}", describe_old_row(&mut m)?)
             }
             (Rmgr::Heap, i @ (XLOG_HEAP_UPDATE | XLOG_HEAP_HOT_UPDATE)) => {
                 let old = m.u16()?;
                 let xmax = m.u32()?;
                 let _ = (m.u16()?, m.u16()?);
                 let new = m.u16()?;
+                let _flags = m.u8()?;
                 let name = if i == XLOG_HEAP_HOT_UPDATE { "HOT_UPDATE" } else { "UPDATE" };
-                format!("{name} old_xmax: {xmax}, old_off: {old}, new_off: {new}")
+                format!("{name} old_xmax: {xmax}, old_off: {old}, new_off: {new}{}", describe_old_row(&mut m)?)
             }
             (Rmgr::Heap, XLOG_HEAP_INPLACE) => format!("INPLACE off: {}", m.u16()?),
             (Rmgr::Heap2, XLOG_HEAP2_PRUNE) => {
