@@ -36,6 +36,7 @@ pub use config::{Config, FreezePolicy, IsolationLevel, WalLevel};
 pub use db::{Database, DbStats, Index, Scan, Table, Transaction};
 pub use error::{Error, Result};
 pub use heap::tuple::{Column, Schema, Type, Value};
+pub use heap::ReplicaIdentity;
 pub use index::{KeyBound, ScanDirection};
 pub use stats::TableStatsSnapshot;
 pub use types::{BlockNumber, FullXid, Lsn, OffsetNumber, Oid, Tid, Xid};

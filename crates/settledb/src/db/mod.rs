@@ -205,6 +205,9 @@ impl Inner {
         let redo = self.wal.begin_checkpoint();
         // A commit record before `redo` is not replayed: its CLOG bit must be in what we write.
         self.xact.wait_for_commits_in_flight();
+        // Where a logical decoder starting at `redo` learns which transactions were running
+        // (`LogStandbySnapshot`, logged by PostgreSQL's checkpoints too).
+        self.xact.log_running_xacts(&*self.wal)?;
         self.wal.flush(self.wal.insert_lsn())?;
         // A failed fsync may have dropped the pages it was to make durable, and the buffer pool
         // no longer holds them dirty: a later checkpoint whose fsync succeeds would then move the
@@ -237,6 +240,7 @@ impl Inner {
         };
         let kind = if shutdown { startup::XLOG_CHECKPOINT_SHUTDOWN } else { startup::XLOG_CHECKPOINT };
         let end = self.wal.insert(&RecordBuilder {
+            toplevel_xid: crate::types::Xid::INVALID,
             rmgr: Rmgr::Xlog,
             info: kind,
             xid: Xid::INVALID,
@@ -450,6 +454,7 @@ impl Database {
             autovacuum: Default::default(),
             prepared_counts: Mutex::new(Default::default()),
         });
+        startup::note_wal_level(&inner.wal, &mut inner.control.lock(), inner.config.wal_level, fresh)?;
         if fresh {
             startup::bootstrap_catalog(&inner.env(), &inner.catalog)?;
         } else {
@@ -741,11 +746,11 @@ impl Drop for Database {
 
 // Used by `TxContext` construction in `transaction.rs`.
 pub(crate) fn tx_context<'a>(
-    xid: Xid,
+    (xid, top_xid): (Xid, Xid),
     cid: u32,
     snapshot: &'a crate::xact::Snapshot,
     rr: bool,
     horizon: Xid,
 ) -> TxContext<'a> {
-    TxContext { xid, cid, snapshot, serializable_updates: rr, horizon }
+    TxContext { xid, top_xid, cid, snapshot, serializable_updates: rr, horizon }
 }

@@ -54,6 +54,7 @@ use std::sync::Arc;
 
 use crate::buffer::BufferPool;
 use crate::catalog::{self, Catalog, ClassRow, PG_CLASS_OID};
+use crate::config::WalLevel;
 use crate::error::{Error, Result};
 use crate::heap::{self, HeapEnv, Relation, TxContext};
 use crate::io::FileSystem;
@@ -66,6 +67,44 @@ use crate::xact::{Snapshot, TransactionManager, XactOptions};
 
 pub const XLOG_CHECKPOINT: u8 = 0x00;
 pub const XLOG_CHECKPOINT_SHUTDOWN: u8 = 0x10;
+/// A setting that decides what the WAL holds changed at startup (PostgreSQL's
+/// `XLOG_PARAMETER_CHANGE`): main data is the new `wal_level` byte ([`WalLevel::to_u8`]).
+/// A logical decoder must not read past one that lowers the level below `logical`.
+pub const XLOG_PARAMETER_CHANGE: u8 = 0x60;
+
+/// Decodes a parameter-change record's `wal_level`.
+pub fn decode_parameter_change(rec: &DecodedRecord) -> Result<WalLevel> {
+    match rec.main_data.first().and_then(|&b| WalLevel::from_u8(b)) {
+        Some(l) if rec.main_data.len() == 1 => Ok(l),
+        _ => Err(Error::corrupt_wal(rec.lsn, "PARAMETER_CHANGE record: bad wal_level")),
+    }
+}
+
+/// Records `level` in the control file (written by the startup checkpoint that follows) and,
+/// when it differs from the level the existing WAL was written at, logs a parameter change so
+/// that a logical decoder knows where the WAL stops (or starts) carrying what it needs.
+pub fn note_wal_level(wal: &Wal, control: &mut ControlFile, level: WalLevel, fresh: bool) -> Result<()> {
+    let before = WalLevel::from_u8(control.wal_level).unwrap_or(WalLevel::Replica);
+    if !fresh && before != level {
+        wal.insert(&RecordBuilder {
+            toplevel_xid: Xid::INVALID,
+            rmgr: Rmgr::Xlog,
+            info: XLOG_PARAMETER_CHANGE,
+            xid: Xid::INVALID,
+            blocks: vec![],
+            main_data: vec![level.to_u8()],
+        })?;
+    }
+    control.wal_level = level.to_u8();
+    Ok(())
+}
+
+fn describe_parameter_change(rec: &DecodedRecord) -> String {
+    match decode_parameter_change(rec) {
+        Ok(l) => format!("PARAMETER_CHANGE wal_level={l}"),
+        Err(e) => format!("PARAMETER_CHANGE (malformed: {e})"),
+    }
+}
 pub use crate::wal::{STORAGE_CREATE, STORAGE_TRUNCATE};
 
 pub fn control_path(dir: &Path) -> PathBuf {
@@ -219,6 +258,7 @@ impl CheckpointInfo {
 pub fn log_create(wal: &Wal, smgr: &Smgr, rel: Oid, fork: Fork) -> Result<()> {
     let main = wal::storage_main_data(rel, fork, None);
     let lsn = wal.insert(&RecordBuilder {
+        toplevel_xid: crate::types::Xid::INVALID,
         rmgr: Rmgr::Storage,
         info: STORAGE_CREATE,
         xid: Xid::INVALID,
@@ -261,12 +301,15 @@ pub fn describe_storage(rec: &DecodedRecord) -> String {
 /// One rmgr-specific description for `settle waldump`.
 pub fn describe_record(rec: &DecodedRecord) -> String {
     match rec.rmgr {
+        Rmgr::Xlog if rec.info == XLOG_PARAMETER_CHANGE => describe_parameter_change(rec),
         Rmgr::Xlog => CheckpointInfo::describe(rec),
         Rmgr::Storage => describe_storage(rec),
         Rmgr::Heap2 if crate::vm::is_vm_record(rec) => crate::vm::describe(rec),
         Rmgr::Heap | Rmgr::Heap2 => heap::wal::describe(rec),
         Rmgr::Btree => crate::btree::wal::describe(rec),
         Rmgr::Xact | Rmgr::Clog => crate::xact::describe(rec),
+        Rmgr::Standby => crate::xact::standby::describe(rec),
+        Rmgr::LogicalMsg => crate::decode::message::describe(rec),
         other => format!("{} info 0x{:02X}", other.name(), rec.info),
     }
 }
@@ -292,7 +335,7 @@ pub fn replay(
             }
         }
         match rec.rmgr {
-            Rmgr::Xlog | Rmgr::Catalog => {}
+            Rmgr::Xlog | Rmgr::Catalog | Rmgr::Standby | Rmgr::LogicalMsg => {}
             Rmgr::Xact => xact.redo(&rec)?,
             Rmgr::Clog => xact.clog().redo(&rec)?,
             Rmgr::Storage => redo_storage(&rec, pool)?,
@@ -337,11 +380,18 @@ pub fn bootstrap_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
         kind: catalog::RelKind::Table,
         index: None,
         options: Default::default(),
+        replica_identity: Default::default(),
     };
     let rel = Relation::new(PG_CLASS_OID, "pg_class", PG_CLASS_OID, catalog::pg_class_schema(), 100);
     let snap = Snapshot::simple(Xid::FIRST_NORMAL, Xid::FIRST_NORMAL, vec![], Some(Xid::BOOTSTRAP));
-    let tx =
-        TxContext { xid: Xid::BOOTSTRAP, cid: 0, snapshot: &snap, serializable_updates: false, horizon: Xid::INVALID };
+    let tx = TxContext {
+        xid: Xid::BOOTSTRAP,
+        top_xid: Xid::BOOTSTRAP,
+        cid: 0,
+        snapshot: &snap,
+        serializable_updates: false,
+        horizon: Xid::INVALID,
+    };
     let tid = heap::insert(env, &rel, &tx, &row.to_values())?;
     catalog.publish(&row, tid, env.xact.next_full_xid());
     Ok(())
@@ -447,7 +497,12 @@ pub fn remove_orphans(smgr: &Smgr, catalog: &Catalog) -> Result<Vec<Oid>> {
 
 /// The WAL configuration a control file and a config call for.
 pub fn wal_config(config: &crate::config::Config, segment_size: u64) -> WalConfig {
-    WalConfig { segment_size, full_page_writes: config.full_page_writes, wal_buffers_bytes: config.wal_buffers_bytes }
+    WalConfig {
+        segment_size,
+        full_page_writes: config.full_page_writes,
+        wal_buffers_bytes: config.wal_buffers_bytes,
+        logical: config.wal_level == crate::config::WalLevel::Logical,
+    }
 }
 
 /// Writes a control file for a fresh cluster.
@@ -476,6 +531,7 @@ mod tests {
     /// A record by transaction 100 at LSN 16 MB changing block `tag` (no image, no block data).
     fn one_block_record(rmgr: Rmgr, info: u8, tag: BufferTag, main_data: Vec<u8>) -> DecodedRecord {
         DecodedRecord {
+            toplevel_xid: Xid::INVALID,
             lsn: Lsn(1 << 24),
             end_lsn: Lsn((1 << 24) + 64),
             prev: Lsn::INVALID,

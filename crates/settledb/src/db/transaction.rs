@@ -56,6 +56,7 @@ use crate::stats::TableCounts;
 use crate::types::{BlockNumber, Fork, FullXid, Tid, Xid};
 use crate::xact::{BackendId, Snapshot};
 
+mod message;
 mod savepoint;
 use savepoint::SubXact;
 
@@ -314,7 +315,7 @@ impl<'db> Transaction<'db> {
     fn insert_into(&mut self, rel: &Relation, entry: Option<&Arc<TableEntry>>, values: &[Value]) -> Result<Tid> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
-        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.horizon);
+        let tx = tx_context((xid, self.xid().unwrap_or(xid)), self.cid, &snap, self.rr(), self.horizon);
         let _writers = rel.write_lock.read();
         let tid = heap::insert(&self.inner.env(), rel, &tx, values)?;
         if let Some(e) = entry {
@@ -355,7 +356,7 @@ impl<'db> Transaction<'db> {
     fn insert_many_raw(&mut self, table: &Table, rows: &[Vec<Value>]) -> Result<Vec<Tid>> {
         let xid = self.ensure_xid()?;
         let snap = self.command_snapshot()?;
-        let tx = tx_context(xid, self.cid, &snap, self.rr(), self.horizon);
+        let tx = tx_context((xid, self.xid().unwrap_or(xid)), self.cid, &snap, self.rr(), self.horizon);
         let _writers = table.entry.rel.write_lock.read();
         let ring = self.bulk_ring.get_or_insert_with(|| Ring::new(16 << 20));
         let tids = heap::multi_insert(&self.inner.env(), &table.entry.rel, &tx, rows, ring)?;
@@ -437,7 +438,7 @@ impl<'db> Transaction<'db> {
         tid: Tid,
         f: &mut dyn FnMut(&[Value]) -> Result<Vec<Value>>,
     ) -> Result<Option<Tid>> {
-        let tx = tx_context(xid, self.cid, snap, self.rr(), self.horizon);
+        let tx = tx_context((xid, self.xid().unwrap_or(xid)), self.cid, snap, self.rr(), self.horizon);
         let inner = self.inner.clone();
         let wait = move |other: Xid| inner.wait_for_xid(xid, other);
         let _writers = table.entry.rel.write_lock.read();
@@ -483,7 +484,7 @@ impl<'db> Transaction<'db> {
 
     /// The delete itself, within a command whose snapshot `snap` is taken (and advertised).
     fn delete_in_command(&mut self, rel: &Relation, xid: Xid, snap: &Snapshot, tid: Tid) -> Result<bool> {
-        let tx = tx_context(xid, self.cid, snap, self.rr(), self.horizon);
+        let tx = tx_context((xid, self.xid().unwrap_or(xid)), self.cid, snap, self.rr(), self.horizon);
         let inner = self.inner.clone();
         let wait = move |other: Xid| inner.wait_for_xid(xid, other);
         let _writers = rel.write_lock.read();

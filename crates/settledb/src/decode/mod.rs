@@ -5,3 +5,5 @@
 //! Layering: this module sits above `wal`, `xact`, `heap` and `catalog` and below `db`. It never
 //! reaches up: what lower layers must know about slots (the oldest WAL a slot still needs, the
 //! `catalog_xmin` that holds back VACUUM) is pushed down into them as plain values.
+
+pub mod message;

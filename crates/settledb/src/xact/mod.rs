@@ -119,6 +119,7 @@ pub mod prepared;
 pub mod procarray;
 pub mod records;
 pub mod snapshot;
+pub mod standby;
 pub mod subtrans;
 pub mod twophase;
 pub mod varsup;
@@ -225,6 +226,11 @@ pub trait XactLog: Send + Sync {
     fn log(&self, rec: &RecordBuilder<'_>) -> Result<Lsn>;
     /// Makes WAL durable up to `upto`.
     fn flush(&self, upto: Lsn) -> Result<()>;
+    /// Whether `wal_level = logical` (a subtransaction's abort record then names its
+    /// top-level transaction).
+    fn logical(&self) -> bool {
+        false
+    }
 }
 
 impl XactLog for Wal {
@@ -234,6 +240,10 @@ impl XactLog for Wal {
 
     fn flush(&self, upto: Lsn) -> Result<()> {
         Wal::flush(self, upto)
+    }
+
+    fn logical(&self) -> bool {
+        Wal::logical(self)
     }
 }
 
@@ -314,6 +324,7 @@ pub(crate) mod test_log {
 
     pub fn decoded(rmgr: Rmgr, info: u8, xid: Xid, main_data: Vec<u8>) -> DecodedRecord {
         DecodedRecord {
+            toplevel_xid: Xid::INVALID,
             lsn: Lsn(0x100),
             end_lsn: Lsn(0x200),
             prev: Lsn::INVALID,

@@ -547,7 +547,11 @@ impl TransactionManager {
             }
         }
         let rest32: Vec<Xid> = rest.iter().map(|s| s.xid()).collect();
-        let logged = log.log(&end_record(INFO_XACT_ABORT, first.xid(), &rest32));
+        let mut rec = end_record(INFO_XACT_ABORT, first.xid(), &rest32);
+        if log.logical() {
+            rec.toplevel_xid = top.xid();
+        }
+        let logged = log.log(&rec);
         let marked = self.clog.set_tree_status(first.xid(), &rest32, XidStatus::Aborted, Lsn::INVALID);
         {
             let mut procs = self.procs.lock();
