@@ -370,3 +370,26 @@ fn wal_level_bench_compares_the_same_work() {
     assert!(l["bytes"].as_u64().unwrap() >= r["bytes"].as_u64().unwrap(), "{out}");
     assert!(r["bytes"].as_u64().unwrap() > 300 * 100, "{out}");
 }
+
+/// `bench reorder` hands back every committed change and none rolled back, and B3 (a large
+/// transaction spilled under 1 MB, half its savepoints rolled back) stays within the limit.
+#[test]
+fn reorder_bench_emits_what_committed_within_the_limit() {
+    let (ok, out, err) =
+        settle(&["bench", "reorder", "--cases", "B3-rollbacks,B4-open", "--index", "heap", "--shrink", "10", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert!(rows.len() >= 4, "{out}");
+    for r in rows {
+        let (changes, emitted) = (r["changes"].as_u64().unwrap(), r["changes_emitted"].as_u64().unwrap());
+        match r["case"].as_str().unwrap() {
+            "B3-rollbacks" => assert_eq!(emitted, changes / 2, "every other savepoint rolled back: {r}"),
+            _ => assert_eq!(emitted, changes, "{r}"),
+        }
+        if r["case"] == "B3-rollbacks" && r["limit"] == "1MB" {
+            assert!(r["spill_count"].as_u64().unwrap() > 0, "{r}");
+            assert!(r["peak_memory"].as_u64().unwrap() <= 1 << 20, "{r}");
+        }
+    }
+}

@@ -5,6 +5,7 @@
 pub mod aging;
 pub mod pgbench;
 pub mod relations;
+pub mod reorder;
 pub mod vacuum;
 pub mod wal_level;
 pub mod wire;
@@ -107,6 +108,9 @@ pub enum BenchCmd {
     /// The WAL that wal_level=logical adds to replica on pgbench and TPC-C; `--peer` measures
     /// PostgreSQL 15 at the same two levels.
     WalLevel(crate::bench::wal_level::WalLevelArgs),
+    /// The logical-decoding reorder buffer alone on synthetic changes (PostgreSQL's worst
+    /// cases' shapes), each victim index side by side.
+    Reorder(crate::bench::reorder::ReorderArgs),
 }
 
 #[derive(Serialize, Default, Clone)]
@@ -185,6 +189,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Relations(args) => crate::bench::relations::run(args),
         BenchCmd::Wire(args) => crate::bench::wire::run(args),
         BenchCmd::WalLevel(args) => crate::bench::wal_level::run(args),
+        BenchCmd::Reorder(args) => crate::bench::reorder::run(args),
     }
 }
 

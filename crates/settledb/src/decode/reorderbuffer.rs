@@ -266,6 +266,8 @@ pub struct ReorderBuffer {
     /// Sum of chunk capacities, and of everything else accounted.
     chunk_bytes: usize,
     fixed_bytes: usize,
+    /// The sum of the live transactions' `fixed`.
+    txn_fixed: usize,
     spill: SpillLog,
     run_target: usize,
     status: Option<Arc<dyn XidStatus>>,
@@ -290,6 +292,7 @@ impl ReorderBuffer {
             heap_on,
             chunk_bytes: 0,
             fixed_bytes: 0,
+            txn_fixed: 0,
             spill,
             run_target,
             status: None,
@@ -353,7 +356,7 @@ impl ReorderBuffer {
             + self.by_xid.capacity() * (std::mem::size_of::<(Xid, u32)>() + 1)
             + self.heap.allocated_bytes()
             + self.spill.allocated_bytes()
-            + self.txns.iter().flatten().map(|t| t.fixed).sum::<usize>();
+            + self.txn_fixed;
         self.note_peak();
     }
 
@@ -375,6 +378,7 @@ impl ReorderBuffer {
         let (old, new) = (t.fixed, t.fixed_bytes());
         t.fixed = new;
         self.fixed_bytes = self.fixed_bytes + new - old;
+        self.txn_fixed = self.txn_fixed + new - old;
     }
 
     fn index_of(&mut self, top: Xid, lsn: Lsn) -> u32 {
@@ -401,6 +405,7 @@ impl ReorderBuffer {
             aborted,
         };
         t.fixed = t.fixed_bytes();
+        self.txn_fixed += t.fixed;
         if aborted {
             self.stats.aborted_dropped += 1;
         }
@@ -581,7 +586,6 @@ impl ReorderBuffer {
                 self.spill_txn(i)?;
             }
         }
-        self.spill.flush()?;
         if let VictimIndex::Adaptive { threshold } = self.cfg.victim_index {
             // Back to scanning when few transactions are left (a tenth below, not to flap).
             if self.heap_on && self.open < threshold - threshold / 10 {
@@ -715,7 +719,7 @@ impl ReorderBuffer {
             let Some(v) = self.victim() else { break };
             self.spill_txn(v)?;
         }
-        self.spill.flush()
+        Ok(())
     }
 
     /// ROLLBACK TO: `subxids` (a subtransaction and those inside it) rolled back. With the
@@ -899,6 +903,7 @@ impl ReorderBuffer {
     fn forget(&mut self, i: u32) -> Result<()> {
         self.discard_changes(i)?;
         let t = self.txns[i as usize].take().expect("a live transaction");
+        self.txn_fixed -= t.fixed;
         if let Some(h) = t.heap {
             self.heap.remove(h);
         }

@@ -82,7 +82,7 @@ impl SpillLog {
             next_segment: 0,
             // Allocated once, up front: the buffer's memory is counted from the start, so that
             // the first eviction does not take the buffer past its limit.
-            buf: Vec::with_capacity(flush_at),
+            buf: Vec::with_capacity(flush_at + RUN_HEADER),
             flush_at,
             refs: FxHashMap::default(),
             files_created: 0,
@@ -110,7 +110,9 @@ impl SpillLog {
         let len32 =
             u32::try_from(len).map_err(|_| Error::invalid(format!("a spill run of {len} bytes is too long")))?;
         let whole = (RUN_HEADER + len) as u64;
-        if !self.buf.is_empty() && self.buf.len() + whole as usize > self.flush_at {
+        // Flushed before it would grow: a run of whole chunks is at most `flush_at` bytes
+        // (unless one change alone is larger), so the buffer keeps its first allocation.
+        if !self.buf.is_empty() && self.buf.len() + whole as usize > self.buf.capacity() {
             self.flush()?;
         }
         let rotate = match &self.current {
@@ -160,15 +162,20 @@ impl SpillLog {
         cur.flushed += self.buf.len() as u64;
         self.bytes_written += self.buf.len() as u64;
         self.buf.clear();
-        if self.buf.capacity() > self.flush_at {
-            self.buf.shrink_to(self.flush_at);
+        if self.buf.capacity() > self.flush_at + RUN_HEADER {
+            self.buf.shrink_to(self.flush_at + RUN_HEADER);
         }
         Ok(())
     }
 
     /// Reads run `loc` of `top` into `out` (replacing its contents), checking its header and
-    /// CRC. The run must have been flushed.
-    pub fn read(&self, top: Xid, loc: RunLoc, out: &mut Vec<u8>) -> Result<()> {
+    /// CRC; flushes the write buffer first when the run is still in it.
+    pub fn read(&mut self, top: Xid, loc: RunLoc, out: &mut Vec<u8>) -> Result<()> {
+        if self.current.as_ref().is_some_and(|c| {
+            c.segment == loc.segment && loc.offset + RUN_HEADER as u64 + u64::from(loc.len) > c.flushed
+        }) {
+            self.flush()?;
+        }
         let path = self.path(loc.segment);
         let bad = |what: String| {
             Error::invalid(format!("spill file \"{}\" at offset {}: {what}", path.display(), loc.offset))
@@ -178,6 +185,7 @@ impl SpillLog {
             _ => self.fs.open(&path, false)?,
         };
         out.clear();
+        out.reserve_exact(RUN_HEADER + loc.len as usize);
         out.resize(RUN_HEADER + loc.len as usize, 0);
         file.read_exact_at(out, loc.offset)?;
         let word = |at: usize| u32::from_le_bytes(out[at..at + 4].try_into().expect("4 bytes"));
