@@ -7,3 +7,4 @@
 //! `catalog_xmin` that holds back VACUUM) is pushed down into them as plain values.
 
 pub mod message;
+pub mod slot;

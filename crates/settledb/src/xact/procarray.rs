@@ -133,6 +133,9 @@ pub(super) struct ProcArray {
     pub(super) prepared_xids: PreparedXids,
     /// Per backend, the xmin of its oldest live snapshot (`PGPROC.xmin`).
     backends: HashMap<BackendId, Option<FullXid>>,
+    /// What the replication slots hold back (`procArray->replication_slot_xmin` and
+    /// `replication_slot_catalog_xmin`), pushed down by their owner (see [`super::horizon`]).
+    pub(super) slot_xmins: super::horizon::SlotXmins,
 }
 
 impl ProcArray {
@@ -214,8 +217,22 @@ impl ProcArray {
 
     /// The oldest XID still needed as running by anyone: running and prepared XIDs and the
     /// advertised snapshot xmins (`GetOldestNonRemovableTransactionId`).
+    /// A replication slot's `xmin` counts too (it holds back every relation); its
+    /// `catalog_xmin` only [`Self::catalog_horizon`].
     pub(super) fn horizon(&self) -> FullXid {
+        let h = self.horizon_without_slots();
+        self.slot_xmins.xmin.as_ref().map_or(h, |(x, _)| h.min(*x))
+    }
+
+    /// Running and prepared XIDs and the advertised snapshot xmins only.
+    pub(super) fn horizon_without_slots(&self) -> FullXid {
         self.backends.values().flatten().copied().fold(self.oldest_running(), FullXid::min)
+    }
+
+    /// The horizon for catalog relations: [`Self::horizon`] and the slots' `catalog_xmin`.
+    pub(super) fn catalog_horizon(&self) -> FullXid {
+        let h = self.horizon();
+        self.slot_xmins.catalog_xmin.as_ref().map_or(h, |(x, _)| h.min(*x))
     }
 
     /// Removes running top-level `top` and all its subtransactions.
@@ -280,6 +297,7 @@ impl TransactionManager {
             gids: HashMap::new(),
             prepared_xids: PreparedXids::default(),
             backends: HashMap::new(),
+            slot_xmins: Default::default(),
         };
         Ok(TransactionManager {
             clog,
