@@ -171,7 +171,7 @@ impl SlotData {
         v.extend_from_slice(&MAGIC.to_le_bytes());
         v.extend_from_slice(&VERSION.to_le_bytes());
         v.push(KIND_LOGICAL);
-        let flags = u8::from(self.two_phase) * FLAG_TWO_PHASE | u8::from(self.invalidated) * FLAG_INVALIDATED;
+        let flags = (u8::from(self.two_phase) * FLAG_TWO_PHASE) | (u8::from(self.invalidated) * FLAG_INVALIDATED);
         v.push(flags);
         v.extend_from_slice(&self.database.0.to_le_bytes());
         v.extend_from_slice(&self.xmin.0.to_le_bytes());
