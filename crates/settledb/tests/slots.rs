@@ -328,3 +328,20 @@ fn catalog_xmin_holds_back_catalog_rows_only() {
     assert_check_clean(&db, "after the vacuums");
     db.close().unwrap();
 }
+
+/// The fuzz seeds of `slot_state` are real state files: a new slot, an invalidated one and
+/// one advanced with two-phase decoding.
+#[test]
+fn fuzz_seeds_are_real_state_files() {
+    use settledb::decode::slot::SlotData;
+    let seeds = &settledb::fuzzing::seeds::all()["slot_state"];
+    let states: Vec<SlotData> =
+        seeds.iter().filter(|s| s[0] == 0).map(|s| SlotData::decode(&s[1..]).expect("a seed decodes")).collect();
+    let names: Vec<&str> = states.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["fresh", "lost", "moved"]);
+    assert!(states[1].invalidated && !states[0].invalidated && states[2].two_phase);
+    assert!(states[2].confirmed_flush > states[0].confirmed_flush);
+    for s in seeds {
+        settledb::fuzzing::slot_state(s);
+    }
+}

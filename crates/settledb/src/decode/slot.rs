@@ -628,8 +628,8 @@ impl WalPosition {
             WalStatus::Unreserved
         };
         let safe = self.slot_keep_segs().map(|keep| {
-            let fail_lsn = (target + keep + 1) * self.segment_size;
-            fail_lsn as i64 - self.current.0 as i64
+            let fail_lsn = (i128::from(target) + i128::from(keep) + 1) * i128::from(self.segment_size);
+            (fail_lsn - i128::from(self.current.0)).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
         });
         (status, safe)
     }
