@@ -169,11 +169,12 @@ impl ProcArray {
         Ok(full)
     }
 
-    /// The wraparound warnings' and stop error's addition when prepared transactions exist
-    /// (PostgreSQL's hint "You might also need to commit or roll back old prepared
-    /// transactions"), naming the oldest; empty otherwise.
+    /// The wraparound warnings' and stop error's addition when prepared transactions or
+    /// replication slots hold back the horizon (PostgreSQL's hint "You might also need to
+    /// commit or roll back old prepared transactions, or drop stale replication slots"),
+    /// naming the oldest of each; empty otherwise.
     pub(super) fn prepared_hint(&self) -> String {
-        match self.prepared.values().next() {
+        let mut hint = match self.prepared.values().next() {
             Some(e) => format!(
                 "; you might also need to commit or roll back old prepared transactions: the oldest is \"{}\" \
                  (xid {}), of {} prepared",
@@ -182,7 +183,16 @@ impl ProcArray {
                 self.prepared.len()
             ),
             None => String::new(),
+        };
+        let slots = [("xmin", &self.slot_xmins.xmin), ("catalog_xmin", &self.slot_xmins.catalog_xmin)];
+        let oldest = slots.iter().filter_map(|(what, s)| s.as_ref().map(|(x, n)| (*x, n, *what))).min_by_key(|s| s.0);
+        if let Some((x, name, what)) = oldest {
+            hint.push_str(&format!(
+                "; you might also need to drop stale replication slots: \"{name}\" holds {what} {}",
+                x.xid()
+            ));
         }
+        hint
     }
 
     /// Forgets the subtransaction XIDs `xids` of running top-level `top`.

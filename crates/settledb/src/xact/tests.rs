@@ -689,6 +689,10 @@ fn replication_slot_xmins_hold_the_horizons_they_should() -> Result<()> {
     );
     assert_eq!(f.tm.oldest_xmin_with_holder(false), (now, None));
     // A slot's xmin holds back every relation.
+    assert_eq!(
+        f.tm.procs.lock().prepared_hint(),
+        format!("; you might also need to drop stale replication slots: \"s1\" holds catalog_xmin {}", old.xid())
+    );
     f.tm.set_replication_slot_xmin(Some((old.xid(), "phys".into())), None);
     assert_eq!(f.tm.oldest_xmin(), old.xid());
     assert_eq!(f.tm.catalog_oldest_xmin(), old.xid());
