@@ -42,7 +42,9 @@
 //! so every transaction with a record before R is listed in R or had finished; those listed
 //! finished before R2, hence before `confirmed_flush_lsn`: a decoder starting at R misses
 //! nothing it must send. Checkpoints log such records, so a slot whose consumer keeps up
-//! moves on at every checkpoint.
+//! moves on at every checkpoint. Finding R reads the WAL from the current `restart_lsn` to the
+//! new position, under the slots' lock: an advance costs a read of the WAL the slot holds
+//! (the decoder will learn the same from the records it decodes anyway).
 //!
 //! When `restart_lsn` or `catalog_xmin` moves, the state file is written before the new
 //! minima are pushed down (so WAL or rows are released only once the slot's file no longer
@@ -469,7 +471,8 @@ impl SlotsGuard<'_> {
         }
     }
 
-    /// Writes every dirty slot (`CheckPointReplicationSlots`); how many.
+    /// Writes every dirty slot (`CheckPointReplicationSlots`); how many. A slot whose write
+    /// fails stays dirty.
     pub fn save_dirty(&mut self) -> Result<usize> {
         let mut n = 0;
         for s in self.slots.values_mut().filter(|s| s.dirty) {
