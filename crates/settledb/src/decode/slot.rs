@@ -341,12 +341,17 @@ pub fn load_all(fs: &dyn FileSystem, data_dir: &Path) -> Result<Vec<SlotData>> {
     let mut removed = false;
     for name in fs.list(&dir)? {
         let path = dir.join(&name);
-        if name.ends_with(".tmp") || !fs.exists(&path.join("state")) {
-            remove_dir(fs, &path)?;
-            removed = true;
+        if !name.ends_with(".tmp") && fs.exists(&path.join("state")) {
+            out.push(read_state(fs, &path, &name)?);
             continue;
         }
-        out.push(read_state(fs, &path, &name)?);
+        // Not a directory (no entries to list): not ours, left alone as PostgreSQL does.
+        let Ok(entries) = fs.list(&path) else { continue };
+        for e in entries {
+            fs.remove(&path.join(e))?;
+        }
+        fs.remove(&path)?;
+        removed = true;
     }
     if removed {
         fs.sync_dir(&dir)?;

@@ -124,9 +124,11 @@ fn directory_lifecycle_and_corruption() -> Result<()> {
     std::fs::create_dir_all(tmp.path().join("pg_replslot/half")).expect("mkdir");
     std::fs::write(tmp.path().join("pg_replslot/half/state.tmp"), b"x").expect("write");
     std::fs::create_dir_all(tmp.path().join("pg_replslot/old.tmp")).expect("mkdir");
+    std::fs::write(tmp.path().join("pg_replslot/README"), b"not a slot").expect("write");
     let again = ReplicationSlots::open(fs.clone(), tmp.path())?;
     assert_eq!(again.list(), vec![sample()]);
     assert!(!tmp.path().join("pg_replslot/half").exists() && !tmp.path().join("pg_replslot/old.tmp").exists());
+    assert!(tmp.path().join("pg_replslot/README").exists(), "a file that is not a slot is left alone");
     again.lock().drop_slot("orders_cdc")?;
     assert!(ReplicationSlots::open(fs.clone(), tmp.path())?.list().is_empty());
     let e = again.lock().drop_slot("orders_cdc").unwrap_err();
