@@ -362,3 +362,21 @@ fn tpcc_rejects_a_bad_rate() {
     assert!(!ok);
     assert!(err.contains("--rate -5"), "{err}");
 }
+
+/// `bench wal-level` runs the same seeded single-client pgbench at both levels: the same
+/// records, and logical's never fewer bytes (it adds to records, never removes).
+#[test]
+fn wal_level_bench_compares_the_same_work() {
+    let (ok, out, err) =
+        settle(&["bench", "wal-level", "--workloads", "pgbench", "--pgbench-transactions", "300", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "settledb only without --peer: {out}");
+    let (r, l) = (&rows[0]["replica"], &rows[0]["logical"]);
+    assert_eq!(r["transactions"], 300);
+    assert_eq!(l["transactions"], 300);
+    assert_eq!(r["records"], l["records"], "one client, one seed: the same records: {out}");
+    assert!(l["bytes"].as_u64().unwrap() >= r["bytes"].as_u64().unwrap(), "{out}");
+    assert!(r["bytes"].as_u64().unwrap() > 300 * 100, "{out}");
+}

@@ -6,6 +6,7 @@ pub mod aging;
 pub mod pgbench;
 pub mod relations;
 pub mod vacuum;
+pub mod wal_level;
 pub mod wire;
 
 use std::path::PathBuf;
@@ -103,6 +104,9 @@ pub enum BenchCmd {
     /// The real pgbench against `settle serve` (and, with --peer, PostgreSQL 15): tps side by
     /// side, TPC-B-like and select-only slices alternating.
     Wire(crate::bench::wire::WireArgs),
+    /// The WAL that wal_level=logical adds to replica on pgbench and TPC-C; `--peer` measures
+    /// PostgreSQL 15 at the same two levels.
+    WalLevel(crate::bench::wal_level::WalLevelArgs),
 }
 
 #[derive(Serialize, Default, Clone)]
@@ -180,6 +184,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Aging(args) => crate::bench::aging::run(args),
         BenchCmd::Relations(args) => crate::bench::relations::run(args),
         BenchCmd::Wire(args) => crate::bench::wire::run(args),
+        BenchCmd::WalLevel(args) => crate::bench::wal_level::run(args),
     }
 }
 

@@ -6,9 +6,11 @@
 //! reaches up: what lower layers must know about slots (the oldest WAL a slot still needs, the
 //! `catalog_xmin` that holds back VACUUM) is pushed down into them as plain values.
 //!
-//! Built so far: [`message`] (logical messages in the WAL) and [`slot`] (logical replication
-//! slots: durable positions, the WAL and catalog rows they keep; the `Database` API is in
-//! `db/slots.rs`). The decoder, the reorder buffer and the output plugins come next.
+//! Built so far: [`message`] (logical messages in the WAL), [`reorderbuffer`] (changes held
+//! per transaction until it commits) and [`slot`] (logical replication slots: durable
+//! positions, the WAL and catalog rows they keep; the `Database` API is in `db/slots.rs`).
+//! The decoder and the output plugins come next.
 
 pub mod message;
+pub mod reorderbuffer;
 pub mod slot;

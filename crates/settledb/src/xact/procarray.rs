@@ -564,7 +564,10 @@ impl TransactionManager {
     /// subtransaction), marks all aborted in the CLOG, then they leave the running set and
     /// waiters on them are woken: the rows they wrote are dead to everyone, and the row
     /// locks they took are free.
-    pub fn abort_subxacts(&self, top: FullXid, xids: &[FullXid], log: &dyn XactLog) -> Result<Lsn> {
+    ///
+    /// `savepoint_lsn` is where the rolled-back level began; it goes into the record when the
+    /// WAL is logical (see [`super::records`]).
+    pub fn abort_subxacts(&self, top: FullXid, xids: &[FullXid], savepoint_lsn: Lsn, log: &dyn XactLog) -> Result<Lsn> {
         let Some((first, rest)) = xids.split_first() else {
             return Ok(Lsn::INVALID);
         };
@@ -577,6 +580,7 @@ impl TransactionManager {
         let rest32: Vec<Xid> = rest.iter().map(|s| s.xid()).collect();
         let mut rec = end_record(INFO_XACT_ABORT, first.xid(), &rest32);
         if log.logical() {
+            rec = super::records::with_savepoint_lsn(rec, savepoint_lsn);
             rec.toplevel_xid = top.xid();
         }
         let logged = log.log(&rec);

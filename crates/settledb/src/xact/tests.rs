@@ -382,7 +382,7 @@ fn records_render_for_waldump() -> Result<()> {
     let s1 = f.tm.assign_subxid(top, top, &f.log)?; // 5
     let s2 = f.tm.assign_subxid(top, s1, &f.log)?; // 6
     let s3 = f.tm.assign_subxid(top, top, &f.log)?; // 7
-    f.tm.abort_subxacts(top, &[s3], &f.log)?;
+    f.tm.abort_subxacts(top, &[s3], Lsn::INVALID, &f.log)?;
     f.tm.prepare(top, "g", 1, &f.log)?;
     f.tm.finish_prepared("g", true, &f.log)?;
     let lines: Vec<String> = f.log.decoded().iter().skip(2).map(describe).collect();
@@ -504,7 +504,7 @@ fn more_than_64_subxids_overflow_snapshots_into_the_parent_map() -> Result<()> {
     }
     // Roll back the newest ten: they leave the running set, the snapshot still says running.
     let doomed: Vec<FullXid> = subs[subs.len() - 10..].to_vec();
-    f.tm.abort_subxacts(top, &doomed, &f.log)?;
+    f.tm.abort_subxacts(top, &doomed, Lsn::INVALID, &f.log)?;
     for x in &doomed {
         assert_eq!(f.tm.status(x.xid())?, XidStatus::Aborted);
     }
