@@ -233,7 +233,16 @@ fn stats_shows_the_views_and_keeps_them_across_runs() {
 
     let (ok, out, err) = settle(&["stats", d]);
     assert!(ok, "stats failed: {err}");
-    for header in ["pg_stat_user_tables", "pg_stat_database", "pg_stat_wal", "relfrozenxid", "n_dead_tup", "blks_hit"] {
+    for header in [
+        "pg_stat_user_tables",
+        "pg_stat_database",
+        "pg_stat_wal",
+        "relfrozenxid",
+        "n_dead_tup",
+        "blks_hit",
+        "pg_replication_slots",
+        "confirmed_flush_lsn",
+    ] {
         assert!(out.contains(header), "{header} missing from:\n{out}");
     }
     let row = out.lines().find(|l| l.starts_with(" pgbench_accounts ") && l.contains("3000")).expect("table row");
@@ -255,6 +264,7 @@ fn stats_shows_the_views_and_keeps_them_across_runs() {
     assert!(db["xact_commit"].as_u64().unwrap() >= 2, "{db}");
     assert!(db["stats_reset"].is_string());
     assert!(v["pg_stat_wal"]["wal_bytes"].as_u64().unwrap() > 3000 * 100);
+    assert_eq!(v["pg_replication_slots"], serde_json::json!([]), "no slots");
     let next_xid = v["next_xid"].as_u64().unwrap();
     let frozen = v["relfrozenxid"].as_array().unwrap();
     assert_eq!(frozen.len(), 2, "pg_class and the table");

@@ -64,8 +64,9 @@ pub enum Error {
     SerializationFailure,
 
     /// The XID counter is too close to wraparound: no new XIDs until the database is vacuumed.
-    /// `prepared_hint` is empty, or names the oldest prepared transaction (which holds back
-    /// what VACUUM can freeze, as PostgreSQL's hint says).
+    /// `prepared_hint` is empty, or names the oldest prepared transaction and the replication
+    /// slot with the oldest xmin (which hold back what VACUUM can freeze, as PostgreSQL's hint
+    /// says).
     #[error(
         "database is not accepting commands that assign new transaction IDs to avoid wraparound data loss \
          (next XID {next_xid}, oldest frozen XID {oldest_xid}); \

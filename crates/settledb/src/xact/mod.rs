@@ -115,6 +115,7 @@
 //! PostgreSQL 14+ does under that level.
 
 pub mod clog;
+pub mod horizon;
 pub mod prepared;
 pub mod procarray;
 pub mod records;
@@ -129,7 +130,8 @@ mod verify;
 mod tests;
 
 pub use clog::Clog;
-pub use prepared::{HorizonHolder, PreparedXact};
+pub use horizon::HorizonHolder;
+pub use prepared::PreparedXact;
 pub use procarray::{BackendId, TransactionManager, XactOptions};
 pub use snapshot::{PreparedXids, Snapshot, MAX_CACHED_SUBXIDS};
 pub use subtrans::SubTrans;

@@ -133,6 +133,9 @@ pub(super) struct ProcArray {
     pub(super) prepared_xids: PreparedXids,
     /// Per backend, the xmin of its oldest live snapshot (`PGPROC.xmin`).
     backends: HashMap<BackendId, Option<FullXid>>,
+    /// What the replication slots hold back (`procArray->replication_slot_xmin` and
+    /// `replication_slot_catalog_xmin`), pushed down by their owner (see [`super::horizon`]).
+    pub(super) slot_xmins: super::horizon::SlotXmins,
 }
 
 impl ProcArray {
@@ -166,11 +169,12 @@ impl ProcArray {
         Ok(full)
     }
 
-    /// The wraparound warnings' and stop error's addition when prepared transactions exist
-    /// (PostgreSQL's hint "You might also need to commit or roll back old prepared
-    /// transactions"), naming the oldest; empty otherwise.
+    /// The wraparound warnings' and stop error's addition when prepared transactions or
+    /// replication slots hold back the horizon (PostgreSQL's hint "You might also need to
+    /// commit or roll back old prepared transactions, or drop stale replication slots"),
+    /// naming the oldest of each; empty otherwise.
     pub(super) fn prepared_hint(&self) -> String {
-        match self.prepared.values().next() {
+        let mut hint = match self.prepared.values().next() {
             Some(e) => format!(
                 "; you might also need to commit or roll back old prepared transactions: the oldest is \"{}\" \
                  (xid {}), of {} prepared",
@@ -179,7 +183,16 @@ impl ProcArray {
                 self.prepared.len()
             ),
             None => String::new(),
+        };
+        let slots = [("xmin", &self.slot_xmins.xmin), ("catalog_xmin", &self.slot_xmins.catalog_xmin)];
+        let oldest = slots.iter().filter_map(|(what, s)| s.as_ref().map(|(x, n)| (*x, n, *what))).min_by_key(|s| s.0);
+        if let Some((x, name, what)) = oldest {
+            hint.push_str(&format!(
+                "; you might also need to drop stale replication slots: \"{name}\" holds {what} {}",
+                x.xid()
+            ));
         }
+        hint
     }
 
     /// Forgets the subtransaction XIDs `xids` of running top-level `top`.
@@ -214,8 +227,22 @@ impl ProcArray {
 
     /// The oldest XID still needed as running by anyone: running and prepared XIDs and the
     /// advertised snapshot xmins (`GetOldestNonRemovableTransactionId`).
+    /// A replication slot's `xmin` counts too (it holds back every relation); its
+    /// `catalog_xmin` only [`Self::catalog_horizon`].
     pub(super) fn horizon(&self) -> FullXid {
+        let h = self.horizon_without_slots();
+        self.slot_xmins.xmin.as_ref().map_or(h, |(x, _)| h.min(*x))
+    }
+
+    /// Running and prepared XIDs and the advertised snapshot xmins only.
+    pub(super) fn horizon_without_slots(&self) -> FullXid {
         self.backends.values().flatten().copied().fold(self.oldest_running(), FullXid::min)
+    }
+
+    /// The horizon for catalog relations: [`Self::horizon`] and the slots' `catalog_xmin`.
+    pub(super) fn catalog_horizon(&self) -> FullXid {
+        let h = self.horizon();
+        self.slot_xmins.catalog_xmin.as_ref().map_or(h, |(x, _)| h.min(*x))
     }
 
     /// Removes running top-level `top` and all its subtransactions.
@@ -280,6 +307,7 @@ impl TransactionManager {
             gids: HashMap::new(),
             prepared_xids: PreparedXids::default(),
             backends: HashMap::new(),
+            slot_xmins: Default::default(),
         };
         Ok(TransactionManager {
             clog,
