@@ -22,6 +22,7 @@ pub mod heap;
 pub mod index;
 pub mod io;
 pub mod page;
+pub mod pgtext;
 pub mod smgr;
 pub mod stats;
 pub(crate) mod sync;
