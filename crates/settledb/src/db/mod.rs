@@ -43,6 +43,7 @@
 
 pub mod autovacuum;
 pub(crate) mod ddl;
+mod decoding;
 mod pgstat;
 mod slots;
 pub mod startup;
@@ -71,6 +72,7 @@ use crate::wal::control::{ControlFile, DbState};
 use crate::wal::{RecordBuilder, Rmgr, Wal, WalStats};
 use crate::xact::{TransactionManager, XactOptions};
 pub use ddl::Index;
+pub use decoding::{DecodeLimits, DecodeResult};
 pub use startup::RecoveryReport;
 pub use transaction::{Scan, Transaction};
 

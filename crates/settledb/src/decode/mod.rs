@@ -11,6 +11,8 @@
 //! positions, the WAL and catalog rows they keep; the `Database` API is in `db/slots.rs`).
 //! The decoder and the output plugins come next.
 
+pub mod logical;
 pub mod message;
 pub mod reorderbuffer;
 pub mod slot;
+pub mod test_decoding;

@@ -1,0 +1,417 @@
+//! The `test_decoding` output plugin: PostgreSQL 15's `contrib/test_decoding` text lines.
+//!
+//! ```text
+//! BEGIN 727
+//! table public.t: INSERT: a[integer]:1 b[text]:'one'
+//! table public.t: UPDATE: old-key: a[integer]:1 new-tuple: a[integer]:2 b[text]:'uno'
+//! table public.t: DELETE: a[integer]:2
+//! message: transactional: 1 prefix: pfx, sz: 5 content:hello
+//! COMMIT 727 (at 2026-11-21 04:24:28.320101+00)
+//! ```
+//!
+//! Options (values as PostgreSQL's `parse_bool` reads them; a missing value means true):
+//! `include-xids` (default on), `include-timestamp`, `skip-empty-xacts`, `only-local` and
+//! `include-rewrites` (accepted: the engine has no replication origins and no table rewrites),
+//! `force-binary` (accepted when false; the SQL functions return text), `stream-changes`
+//! (accepted; this decoder does not stream yet, which test_decoding's output cannot tell
+//! from a buffer that never filled). Anything else is PostgreSQL's error.
+//!
+//! Values print as `print_literal` does: integers and floats bare, booleans `true`/`false`,
+//! everything else single-quoted with quotes doubled; NULLs as `null`, skipped in an old key
+//! or old row. Column names go through `quote_identifier`, type names as `format_type_be`.
+
+use super::logical::{Output, OutputPlugin, RelInfo, RowData, TxnInfo};
+use crate::error::{Error, Result};
+use crate::heap::tuple::{Schema, Type, Value};
+use crate::pgtext;
+use crate::types::{Lsn, Xid};
+
+#[derive(Clone, Debug)]
+pub struct TestDecoding {
+    include_xids: bool,
+    include_timestamp: bool,
+    skip_empty_xacts: bool,
+    /// Whether the current transaction wrote its BEGIN yet (skip-empty-xacts defers it).
+    wrote_begin: bool,
+}
+
+/// PostgreSQL's `parse_bool`: on/off, true/false, yes/no, 1/0 and unique prefixes.
+pub fn parse_bool(v: &str) -> Option<bool> {
+    let l = v.trim().to_ascii_lowercase();
+    let is = |word: &str, min: usize| l.len() >= min && word.starts_with(&l);
+    if is("true", 1) || is("yes", 1) || l == "on" || l == "1" {
+        Some(true)
+    } else if is("false", 1) || is("no", 1) || l == "off" || is("off", 2) || l == "0" {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+impl TestDecoding {
+    /// The plugin with `options` (`name`, optional `value`), or PostgreSQL's error.
+    pub fn new(options: &[(String, Option<String>)]) -> Result<TestDecoding> {
+        let mut p =
+            TestDecoding { include_xids: true, include_timestamp: false, skip_empty_xacts: false, wrote_begin: false };
+        for (name, value) in options {
+            let flag = || -> Result<bool> {
+                match value {
+                    None => Ok(true),
+                    Some(v) => parse_bool(v).ok_or_else(|| {
+                        Error::invalid(format!("could not parse value \"{v}\" for parameter \"{name}\""))
+                    }),
+                }
+            };
+            match name.as_str() {
+                "include-xids" => p.include_xids = flag()?,
+                "include-timestamp" => p.include_timestamp = flag()?,
+                "skip-empty-xacts" => p.skip_empty_xacts = flag()?,
+                "only-local" | "include-rewrites" | "stream-changes" => {
+                    flag()?;
+                }
+                "force-binary" => {
+                    if flag()? {
+                        return Err(Error::invalid(
+                            "logical decoding output plugin \"test_decoding\" produces binary output, but function \
+                             \"pg_logical_slot_get_changes(name,pg_lsn,integer,text[])\" expects textual data",
+                        ));
+                    }
+                }
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "option \"{name}\" = \"{}\" is unknown",
+                        value.as_deref().unwrap_or("(null)")
+                    )))
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    fn begin_line(&self, txn: &TxnInfo) -> String {
+        if self.include_xids {
+            format!("BEGIN {}", txn.xid.0)
+        } else {
+            "BEGIN".into()
+        }
+    }
+
+    /// BEGIN, at the transaction's first LSN, or (deferred by skip-empty-xacts) at the LSN of
+    /// the change that writes it, as PostgreSQL's plugin does.
+    fn write_begin(&mut self, out: &mut Output, txn: &TxnInfo, lsn: Lsn) {
+        out.write(lsn, txn.xid, self.begin_line(txn).into_bytes());
+        self.wrote_begin = true;
+    }
+}
+
+impl OutputPlugin for TestDecoding {
+    fn begin(&mut self, out: &mut Output, txn: &TxnInfo) -> Result<()> {
+        self.wrote_begin = false;
+        if !self.skip_empty_xacts {
+            self.write_begin(out, txn, txn.first_lsn);
+        }
+        Ok(())
+    }
+
+    fn change(&mut self, out: &mut Output, txn: &TxnInfo, lsn: Lsn, rel: &RelInfo, row: &RowData) -> Result<()> {
+        if !self.wrote_begin {
+            self.write_begin(out, txn, lsn);
+        }
+        let mut s = format!("table {}.{}:", quote_identifier(&rel.namespace), quote_identifier(&rel.name));
+        match row {
+            RowData::Insert { new } => {
+                s.push_str(" INSERT:");
+                tuple(&mut s, &rel.schema, new, false);
+            }
+            RowData::Update { old, new } => {
+                s.push_str(" UPDATE:");
+                if let Some(old) = old {
+                    s.push_str(" old-key:");
+                    tuple(&mut s, &rel.schema, old, true);
+                    s.push_str(" new-tuple:");
+                }
+                tuple(&mut s, &rel.schema, new, false);
+            }
+            RowData::Delete { old } => {
+                s.push_str(" DELETE:");
+                match old {
+                    Some(old) => tuple(&mut s, &rel.schema, old, true),
+                    None => s.push_str(" (no-tuple-data)"),
+                }
+            }
+        }
+        out.write(lsn, txn.xid, s.into_bytes());
+        Ok(())
+    }
+
+    fn message(
+        &mut self,
+        out: &mut Output,
+        txn: Option<&TxnInfo>,
+        lsn: Lsn,
+        transactional: bool,
+        prefix: &str,
+        content: &[u8],
+    ) -> Result<()> {
+        let line = format!(
+            "message: transactional: {} prefix: {prefix}, sz: {} content:{}",
+            u8::from(transactional),
+            content.len(),
+            String::from_utf8_lossy(content)
+        );
+        out.write(lsn, txn.map_or(Xid::INVALID, |t| t.xid), line.into_bytes());
+        Ok(())
+    }
+
+    fn commit(&mut self, out: &mut Output, txn: &TxnInfo) -> Result<()> {
+        if self.skip_empty_xacts && !self.wrote_begin {
+            return Ok(());
+        }
+        let mut s = if self.include_xids { format!("COMMIT {}", txn.xid.0) } else { "COMMIT".into() };
+        if self.include_timestamp {
+            s.push_str(&format!(" (at {}+00)", timestamptz(txn.commit_time_us)));
+        }
+        out.write(txn.end_lsn, txn.xid, s.into_bytes());
+        Ok(())
+    }
+}
+
+/// A commit time as `timestamptz_to_str` prints it in UTC, without the zone.
+fn timestamptz(us: i64) -> String {
+    pgtext::timestamp_out(us)
+}
+
+/// Appends ` name[type]:value` per column; `skip_nulls` for old keys and rows.
+fn tuple(s: &mut String, schema: &Schema, values: &[Value], skip_nulls: bool) {
+    for (c, v) in schema.columns.iter().zip(values) {
+        if skip_nulls && matches!(v, Value::Null) {
+            continue;
+        }
+        s.push(' ');
+        s.push_str(&quote_identifier(&c.name));
+        s.push('[');
+        s.push_str(pgtext::type_name(c.ty));
+        s.push_str("]:");
+        match pgtext::value_text(v) {
+            None => s.push_str("null"),
+            Some(text) => literal(s, c.ty, &text),
+        }
+    }
+}
+
+/// `print_literal`: numbers bare, booleans as words, the rest quoted.
+fn literal(s: &mut String, ty: Type, text: &str) {
+    match ty {
+        Type::Int4 | Type::Int8 | Type::Float8 => s.push_str(text),
+        Type::Bool => s.push_str(if text == "t" { "true" } else { "false" }),
+        _ => {
+            s.push('\'');
+            for ch in text.chars() {
+                if ch == '\'' {
+                    s.push('\'');
+                }
+                s.push(ch);
+            }
+            s.push('\'');
+        }
+    }
+}
+
+/// PostgreSQL's `quote_identifier`: bare when lower-case letters, digits and underscores not
+/// starting with a digit and not a reserved word; otherwise double-quoted, quotes doubled.
+pub fn quote_identifier(name: &str) -> String {
+    let safe = name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !RESERVED.contains(&name);
+    if safe {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+/// PostgreSQL's keywords that `quote_identifier` quotes (every category but unreserved:
+/// reserved, type/function-name and column-name keywords).
+const RESERVED: &[&str] = &[
+    "authorization",
+    "binary",
+    "collation",
+    "concurrently",
+    "cross",
+    "current_catalog",
+    "current_schema",
+    "freeze",
+    "full",
+    "grouping",
+    "ilike",
+    "inner",
+    "is",
+    "isnull",
+    "json",
+    "natural",
+    "notnull",
+    "outer",
+    "overlaps",
+    "like",
+    "similar",
+    "tablesample",
+    "verbose",
+    "all",
+    "analyse",
+    "analyze",
+    "and",
+    "any",
+    "array",
+    "as",
+    "asc",
+    "asymmetric",
+    "between",
+    "bigint",
+    "bit",
+    "boolean",
+    "both",
+    "case",
+    "cast",
+    "char",
+    "character",
+    "check",
+    "coalesce",
+    "collate",
+    "column",
+    "constraint",
+    "create",
+    "current_date",
+    "current_role",
+    "current_time",
+    "current_timestamp",
+    "current_user",
+    "dec",
+    "decimal",
+    "default",
+    "deferrable",
+    "desc",
+    "distinct",
+    "do",
+    "else",
+    "end",
+    "except",
+    "exists",
+    "extract",
+    "false",
+    "fetch",
+    "float",
+    "for",
+    "foreign",
+    "from",
+    "grant",
+    "greatest",
+    "group",
+    "having",
+    "in",
+    "initially",
+    "inout",
+    "int",
+    "integer",
+    "intersect",
+    "interval",
+    "into",
+    "join",
+    "lateral",
+    "leading",
+    "least",
+    "left",
+    "limit",
+    "localtime",
+    "localtimestamp",
+    "national",
+    "nchar",
+    "none",
+    "normalize",
+    "not",
+    "null",
+    "nullif",
+    "numeric",
+    "offset",
+    "on",
+    "only",
+    "or",
+    "order",
+    "out",
+    "overlay",
+    "placing",
+    "position",
+    "precision",
+    "primary",
+    "real",
+    "references",
+    "returning",
+    "right",
+    "row",
+    "select",
+    "session_user",
+    "setof",
+    "smallint",
+    "some",
+    "substring",
+    "symmetric",
+    "table",
+    "then",
+    "time",
+    "timestamp",
+    "to",
+    "trailing",
+    "treat",
+    "trim",
+    "true",
+    "union",
+    "unique",
+    "user",
+    "using",
+    "values",
+    "varchar",
+    "variadic",
+    "when",
+    "where",
+    "window",
+    "with",
+    "xmlattributes",
+    "xmlconcat",
+    "xmlelement",
+    "xmlexists",
+    "xmlforest",
+    "xmlnamespaces",
+    "xmlparse",
+    "xmlpi",
+    "xmlroot",
+    "xmlserialize",
+    "xmltable",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_and_literals() {
+        assert_eq!(quote_identifier("abc_1"), "abc_1");
+        assert_eq!(quote_identifier("Abc"), "\"Abc\"");
+        assert_eq!(quote_identifier("user"), "\"user\"");
+        assert_eq!(quote_identifier("a\"b"), "\"a\"\"b\"");
+        let mut s = String::new();
+        literal(&mut s, Type::Text, "it's");
+        literal(&mut s, Type::Bool, "f");
+        literal(&mut s, Type::Float8, "1.5");
+        assert_eq!(s, "'it''s'false1.5");
+        assert_eq!(parse_bool("of"), Some(false));
+        assert_eq!(parse_bool("o"), None);
+        assert_eq!(parse_bool("Y"), Some(true));
+    }
+
+    #[test]
+    fn unknown_and_bad_options_are_postgresql_errors() {
+        let e = TestDecoding::new(&[("nope".into(), Some("1".into()))]).unwrap_err().to_string();
+        assert!(e.contains("option \"nope\" = \"1\" is unknown"), "{e}");
+        let e = TestDecoding::new(&[("include-xids".into(), Some("maybe".into()))]).unwrap_err().to_string();
+        assert!(e.contains("could not parse value \"maybe\" for parameter \"include-xids\""), "{e}");
+    }
+}

@@ -1,0 +1,229 @@
+//! Logical decoding end to end: a slot, changes written through the API, and
+//! `logical_slot_get_changes` / `peek_changes` with the `test_decoding` plugin, line for line
+//! in PostgreSQL 15's format.
+
+use settledb::db::DecodeLimits;
+use settledb::{Column, Config, Database, ReplicaIdentity, Schema, Table, TableOptions, Type, Value, WalLevel};
+
+fn config() -> Config {
+    Config {
+        shared_buffers_bytes: 8 << 20,
+        autovacuum: false,
+        wal_level: WalLevel::Logical,
+        max_prepared_transactions: 4,
+        ..Config::default()
+    }
+}
+
+fn create(db: &Database, name: &str) -> Table {
+    let schema = Schema {
+        columns: vec![
+            Column { name: "id".into(), ty: Type::Int4, nullable: false },
+            Column { name: "val".into(), ty: Type::Text, nullable: true },
+        ],
+    };
+    let opts = TableOptions { primary_key: Some(vec!["id".into()]), ..TableOptions::default() };
+    db.create_table(name, schema, opts).unwrap()
+}
+
+fn opts(list: &[(&str, &str)]) -> Vec<(String, Option<String>)> {
+    list.iter().map(|(k, v)| (k.to_string(), Some(v.to_string()))).collect()
+}
+
+fn lines(db: &Database, slot: &str, o: &[(&str, &str)]) -> Vec<String> {
+    db.logical_slot_get_changes(slot, DecodeLimits::default(), &opts(o))
+        .unwrap()
+        .rows
+        .into_iter()
+        .map(|r| String::from_utf8(r.data).unwrap())
+        .collect()
+}
+
+#[test]
+fn test_decoding_lines_match_postgresql() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config()).unwrap();
+    let t = create(&db, "t");
+    let full = create(&db, "full");
+    db.alter_table_replica_identity("full", ReplicaIdentity::Full).unwrap();
+    db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+
+    let mut tx = db.begin().unwrap();
+    let a = tx.insert(&t, &[Value::Int4(1), Value::Text("one".into())]).unwrap();
+    let b = tx.insert(&t, &[Value::Int4(2), Value::Null]).unwrap();
+    let x1 = tx.xid().unwrap().0;
+    tx.commit().unwrap();
+
+    let mut tx = db.begin().unwrap();
+    let a = tx.update(&t, a, &[Value::Int4(1), Value::Text("it's".into())]).unwrap().unwrap();
+    tx.update(&t, a, &[Value::Int4(10), Value::Text("uno".into())]).unwrap();
+    tx.delete(&t, b).unwrap();
+    let x2 = tx.xid().unwrap().0;
+    tx.commit().unwrap();
+
+    let mut tx = db.begin().unwrap();
+    let f = tx.insert(&full, &[Value::Int4(5), Value::Text("x".into())]).unwrap();
+    tx.savepoint("a").unwrap();
+    tx.insert(&t, &[Value::Int4(20), Value::Text("gone".into())]).unwrap();
+    tx.rollback_to("a").unwrap();
+    tx.savepoint("b").unwrap();
+    let f = tx.update(&full, f, &[Value::Int4(5), Value::Text("y".into())]).unwrap().unwrap();
+    tx.emit_logical_message(true, "pfx", b"hello").unwrap();
+    tx.release("b").unwrap();
+    tx.delete(&full, f).unwrap();
+    let x3 = tx.xid().unwrap().0;
+    tx.commit().unwrap();
+
+    let mut tx = db.begin().unwrap();
+    tx.insert(&t, &[Value::Int4(30), Value::Text("rolled back".into())]).unwrap();
+    tx.rollback().unwrap();
+    db.emit_logical_message(false, "nt", b"now").unwrap();
+
+    let got = lines(&db, "s", &[]);
+    let want = vec![
+        format!("BEGIN {x1}"),
+        "table public.t: INSERT: id[integer]:1 val[text]:'one'".to_string(),
+        "table public.t: INSERT: id[integer]:2 val[text]:null".to_string(),
+        format!("COMMIT {x1}"),
+        format!("BEGIN {x2}"),
+        "table public.t: UPDATE: id[integer]:1 val[text]:'it''s'".to_string(),
+        "table public.t: UPDATE: old-key: id[integer]:1 new-tuple: id[integer]:10 val[text]:'uno'".to_string(),
+        "table public.t: DELETE: id[integer]:2".to_string(),
+        format!("COMMIT {x2}"),
+        format!("BEGIN {x3}"),
+        "table public.\"full\": INSERT: id[integer]:5 val[text]:'x'".to_string(),
+        "table public.\"full\": UPDATE: old-key: id[integer]:5 val[text]:'x' new-tuple: id[integer]:5 val[text]:'y'"
+            .to_string(),
+        "message: transactional: 1 prefix: pfx, sz: 5 content:hello".to_string(),
+        "table public.\"full\": DELETE: id[integer]:5 val[text]:'y'".to_string(),
+        format!("COMMIT {x3}"),
+        "message: transactional: 0 prefix: nt, sz: 3 content:now".to_string(),
+    ];
+    assert_eq!(got, want);
+
+    // Consumed: nothing more until something new commits.
+    assert!(lines(&db, "s", &[]).is_empty());
+    let mut tx = db.begin().unwrap();
+    tx.insert(&t, &[Value::Int4(40), Value::Null]).unwrap();
+    tx.commit().unwrap();
+    let peek = |o: &[(&str, &str)]| -> Vec<String> {
+        db.logical_slot_peek_changes("s", DecodeLimits::default(), &opts(o))
+            .unwrap()
+            .rows
+            .into_iter()
+            .map(|r| String::from_utf8(r.data).unwrap())
+            .collect()
+    };
+    assert_eq!(
+        peek(&[("include-xids", "0")]),
+        vec!["BEGIN", "table public.t: INSERT: id[integer]:40 val[text]:null", "COMMIT"]
+    );
+    let stamped = peek(&[("include-xids", "off"), ("include-timestamp", "on")]);
+    assert!(stamped[2].starts_with("COMMIT (at 20") && stamped[2].ends_with("+00)"), "{stamped:?}");
+    assert_eq!(lines(&db, "s", &[("include-xids", "0")]).len(), 3, "peek did not consume");
+    db.close().unwrap();
+}
+
+#[test]
+fn skip_empty_xacts_limits_and_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config()).unwrap();
+    let t = create(&db, "t");
+    db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+    // DDL is an empty transaction to test_decoding (CREATE TABLE, then its primary key).
+    create(&db, "other");
+    for i in 0..5 {
+        let mut tx = db.begin().unwrap();
+        tx.insert(&t, &[Value::Int4(i), Value::Null]).unwrap();
+        tx.commit().unwrap();
+    }
+    let all = lines(&db, "s", &[("include-xids", "0")]);
+    assert_eq!(all.iter().filter(|l| *l == "BEGIN").count(), 7, "{all:?}");
+    assert_eq!(all.iter().filter(|l| *l == "COMMIT").count(), 7, "{all:?}");
+    assert_eq!(&all[..4], &["BEGIN", "COMMIT", "BEGIN", "COMMIT"], "the empty DDL transactions first");
+    // That was a get: everything is consumed now.
+    for i in 5..10 {
+        let mut tx = db.begin().unwrap();
+        tx.insert(&t, &[Value::Int4(i), Value::Null]).unwrap();
+        tx.commit().unwrap();
+    }
+    // upto_nchanges stops after the transaction that reached it.
+    let limited = db
+        .logical_slot_get_changes(
+            "s",
+            DecodeLimits { upto_nchanges: Some(4), ..Default::default() },
+            &opts(&[("skip-empty-xacts", "1"), ("include-xids", "0")]),
+        )
+        .unwrap();
+    assert_eq!(limited.rows.len(), 6, "two transactions of three rows");
+    // A crash: the slot's position survives, and decoding goes on from it.
+    db.abandon();
+    let db = Database::open(dir.path(), config()).unwrap();
+    let rest = lines(&db, "s", &[("skip-empty-xacts", "1"), ("include-xids", "0")]);
+    let inserts: Vec<&String> = rest.iter().filter(|l| l.contains("INSERT")).collect();
+    assert_eq!(inserts.len(), 3, "{rest:?}");
+    assert!(inserts[0].contains("id[integer]:7"), "{rest:?}");
+    assert!(!rest.iter().any(|l| l == "BEGIN" || l == "COMMIT") || rest.len() == 9);
+    db.close().unwrap();
+}
+
+#[test]
+fn a_dropped_table_is_decoded_with_the_schema_it_was_written_under() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config()).unwrap();
+    db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+    let gone = create(&db, "gone");
+    let mut tx = db.begin().unwrap();
+    tx.insert(&gone, &[Value::Int4(1), Value::Text("a".into())]).unwrap();
+    tx.commit().unwrap();
+    db.drop_table("gone").unwrap();
+    let got = lines(&db, "s", &[("skip-empty-xacts", "1"), ("include-xids", "0")]);
+    assert_eq!(got, vec!["BEGIN", "table public.gone: INSERT: id[integer]:1 val[text]:'a'", "COMMIT"]);
+}
+
+#[test]
+fn a_large_transaction_spills_under_a_small_limit_and_comes_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.logical_decoding_work_mem_bytes = 64 << 10;
+    let db = Database::open(dir.path(), cfg).unwrap();
+    let t = create(&db, "t");
+    db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+    let mut tx = db.begin().unwrap();
+    for i in 0..5_000 {
+        tx.insert(&t, &[Value::Int4(i), Value::Text(format!("row {i}"))]).unwrap();
+        if i % 1000 == 500 {
+            tx.savepoint("s").unwrap();
+            tx.insert(&t, &[Value::Int4(-i), Value::Text("rolled back".into())]).unwrap();
+            tx.rollback_to("s").unwrap();
+            tx.release("s").unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    let r = db.logical_slot_get_changes("s", DecodeLimits::default(), &opts(&[("include-xids", "0")])).unwrap();
+    assert!(r.stats.spill_count > 0 && r.stats.spill_bytes > 0, "{:?}", r.stats);
+    assert!(r.stats.peak_memory <= 64 << 10, "{:?}", r.stats);
+    let rows: Vec<String> = r.rows.into_iter().map(|r| String::from_utf8(r.data).unwrap()).collect();
+    assert_eq!(rows.len(), 5_002);
+    for (i, l) in rows[1..5_001].iter().enumerate() {
+        assert_eq!(l, &format!("table public.t: INSERT: id[integer]:{i} val[text]:'row {i}'"));
+    }
+    // The spill files went with the session.
+    let spill = dir.path().join("pg_replslot").join("s");
+    let left: Vec<_> = std::fs::read_dir(&spill).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.iter().all(|n| !n.to_string_lossy().starts_with("xid-spill")), "{left:?}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config()).unwrap();
+    let e = db.logical_slot_get_changes("nope", DecodeLimits::default(), &[]).unwrap_err().to_string();
+    assert!(e.contains("replication slot \"nope\" does not exist"), "{e}");
+    db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+    let e = db.logical_slot_get_changes("s", DecodeLimits::default(), &opts(&[("bogus", "1")])).unwrap_err();
+    assert!(e.to_string().contains("option \"bogus\" = \"1\" is unknown"), "{e}");
+    db.create_logical_replication_slot("p", "pgoutput_nope", false).unwrap();
+    let e = db.logical_slot_get_changes("p", DecodeLimits::default(), &[]).unwrap_err().to_string();
+    assert!(e.contains("pgoutput_nope"), "{e}");
+}
