@@ -8,65 +8,10 @@
 
 mod common;
 
-use std::path::Path;
-
-use common::settle;
+use common::{pg15_installed, Peer};
 use workload::observe::{Observer, PgObserver};
 use workload::tpcc::postgres::{self as pgtpcc, PgTarget};
 use workload::tpcc::{run, RunConfig, RunProgress, TpccConn, TpccTarget, TABLES};
-
-const PG15: &str = "/usr/lib/postgresql/15/bin/postgres";
-
-/// Whether PostgreSQL 15 is here to test against; says why the test is skipped when not.
-fn pg15_installed() -> bool {
-    let here = Path::new(PG15).exists();
-    if !here {
-        eprintln!("skipped: PostgreSQL 15 is not installed ({PG15} is missing)");
-    }
-    here
-}
-
-/// A free loopback port (the OS picks one; there is a small window before the server binds
-/// it, which is all a test needs).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
-/// A server started by `settle peer start`, stopped by `settle peer stop` even when the test
-/// fails.
-struct Peer {
-    port: String,
-    dir: String,
-}
-
-impl Peer {
-    fn start(dir: &Path, settings: &[&str]) -> (Peer, String) {
-        let port = free_port().to_string();
-        let dir = dir.to_string_lossy().into_owned();
-        let mut args = vec!["peer", "start", "--port", &port, "--dir", &dir];
-        for s in settings {
-            args.extend(["--set", s]);
-        }
-        let (ok, out, err) = settle(&args);
-        assert!(ok, "settle peer start failed: {err}");
-        let url = out
-            .lines()
-            .find_map(|l| l.strip_prefix("PostgreSQL 15 running at "))
-            .unwrap_or_else(|| panic!("no URL in {out}"))
-            .to_string();
-        assert!(out.contains(&format!("settle peer stop --port {port}")), "no stop command in {out}");
-        (Peer { port, dir }, url)
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let (ok, _, err) = settle(&["peer", "stop", "--port", &self.port, "--dir", &self.dir]);
-        if !ok {
-            eprintln!("settle peer stop failed: {err}");
-        }
-    }
-}
 
 #[test]
 fn tpcc_on_postgres_stays_consistent_and_observable() {
