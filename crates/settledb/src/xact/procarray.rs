@@ -166,20 +166,20 @@ impl ProcArray {
         Ok(full)
     }
 
-    /// The wraparound warnings' and stop error's addition when prepared transactions exist
-    /// (PostgreSQL's hint "You might also need to commit or roll back old prepared
-    /// transactions"), naming the oldest; empty otherwise.
+    /// What the wraparound warnings and the stop error add to PostgreSQL's hint (which always
+    /// says "You might also need to commit or roll back old prepared transactions") when
+    /// prepared transactions exist: the oldest one by name and XID, and whether it is what
+    /// holds back VACUUM's removable cutoff (as the VACUUM report says); empty otherwise.
     pub(super) fn prepared_hint(&self) -> String {
-        match self.prepared.values().next() {
-            Some(e) => format!(
-                "; you might also need to commit or roll back old prepared transactions: the oldest is \"{}\" \
-                 (xid {}), of {} prepared",
-                e.state.gid,
-                e.state.xid.xid(),
-                self.prepared.len()
-            ),
-            None => String::new(),
-        }
+        let Some(e) = self.prepared.values().next() else { return String::new() };
+        let active = self.running.keys().next().copied().unwrap_or(self.next);
+        let holds = if e.state.xid <= active { ", and it holds back VACUUM's removable cutoff" } else { "" };
+        format!(
+            "\nThe oldest prepared transaction is \"{}\" (xid {}, one of {} prepared){holds}.",
+            e.state.gid,
+            e.state.xid.xid(),
+            self.prepared.len()
+        )
     }
 
     /// Forgets the subtransaction XIDs `xids` of running top-level `top`.

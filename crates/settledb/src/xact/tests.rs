@@ -194,7 +194,11 @@ fn stop_limit_refuses_exactly_at_the_limit() -> Result<()> {
     f.tm.prepare(old, "forgotten", 1, &f.log)?;
     assert_eq!(f.tm.assign_xid(&f.log)?.xid(), Xid(stop.0 - 1), "the last XID before the limit is granted");
     let warning = f.tm.last_warning().expect("past the warn limit");
-    assert!(warning.contains("the oldest is \"forgotten\""), "the warning names the prepared transaction: {warning}");
+    assert!(
+        warning.contains("The oldest prepared transaction is \"forgotten\""),
+        "the warning names the prepared transaction: {warning}"
+    );
+    assert!(warning.contains(varsup::WARNING_HINT), "PostgreSQL's hint, word for word: {warning}");
     match f.tm.assign_xid(&f.log) {
         Err(e @ Error::WraparoundStop { .. }) => {
             let Error::WraparoundStop { next_xid, oldest_xid, .. } = &e else { unreachable!() };
@@ -203,7 +207,9 @@ fn stop_limit_refuses_exactly_at_the_limit() -> Result<()> {
             assert!(msg.contains("to avoid wraparound") && msg.contains("VACUUM"), "{msg}");
             assert!(
                 msg.contains(&format!(
-                    "commit or roll back old prepared transactions: the oldest is \"forgotten\" (xid {})",
+                    "{}\nThe oldest prepared transaction is \"forgotten\" (xid {}, one of 1 prepared), and it holds \
+                     back VACUUM's removable cutoff.",
+                    varsup::STOP_HINT,
                     old.xid()
                 )),
                 "{msg}"
