@@ -241,6 +241,9 @@ pub struct TransactionManager {
     pub(super) twophase_dir: PathBuf,
     /// Serializes writing and removing state files (a checkpoint against COMMIT PREPARED).
     pub(super) twophase_io: Mutex<()>,
+    /// Recovery: state files ahead of the next XID replay started from, checked after replay
+    /// (`load_twophase_files`).
+    pub(super) twophase_ahead: Mutex<Vec<crate::xact::twophase::TwoPhaseState>>,
     /// Signalled whenever a transaction leaves the running set.
     pub(super) finished: Condvar,
     /// Mirror of `procs.next` (a `FullXid`), for lock-free reads.
@@ -288,6 +291,7 @@ impl TransactionManager {
             fs,
             twophase_dir,
             twophase_io: Mutex::new(()),
+            twophase_ahead: Mutex::new(Vec::new()),
             finished: Condvar::new(),
             next_full: AtomicU64::new(opts.next_full_xid.0),
             oldest_running: AtomicU64::new(opts.next_full_xid.0),

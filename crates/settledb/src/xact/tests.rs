@@ -640,12 +640,52 @@ fn prepared_state_survives_through_wal_or_state_files() -> Result<()> {
     r.finish_prepared("in-file", true, &r_log())?;
     let left = RealFs.list(&f._dir.path().join(twophase::TWOPHASE_DIR))?;
     assert!(left.is_empty(), "state file removed: {left:?} (a = {a:?})");
-    // A state file from the future (beyond the next XID) is refused, naming the file.
+    // A state file from the future (beyond the next XID even after replay) is refused, naming
+    // the file.
     let early = TransactionManager::open(Arc::new(RealFs), f._dir.path(), XactOptions::default())?;
     let state = TwoPhaseState { xid: b, gid: "x".into(), prepared_at_us: 0, subxids: vec![] };
     twophase::write_state_file(&RealFs, &f._dir.path().join(twophase::TWOPHASE_DIR), &state)?;
-    let e = early.load_twophase_files().unwrap_err();
+    assert_eq!(early.load_twophase_files()?, 1, "set aside until replay has run");
+    let e = early.finish_twophase_recovery().unwrap_err();
     assert!(e.to_string().contains("is not before the next XID"), "{e}");
+    Ok(())
+}
+
+/// Found by `settle torture` (a kill aimed at a checkpoint, issue 18): a checkpoint writes the
+/// state files of PREPAREs before its redo pointer, then is killed before its own record, so
+/// recovery starts from the previous checkpoint, whose next XID is older than the files'. The
+/// files are set aside until replay (which meets their PREPARE records) has passed them.
+#[test]
+fn state_files_ahead_of_the_previous_checkpoint_are_recovered() -> Result<()> {
+    let f = new_cluster();
+    let previous_checkpoint_next = f.tm.next_full_xid();
+    let a = f.tm.assign_xid(&f.log)?;
+    let a_sub = f.tm.assign_subxid(a, a, &f.log)?;
+    f.tm.prepare(a, "ahead", 10, &f.log)?;
+    let b = f.tm.assign_xid(&f.log)?;
+    f.tm.prepare(b, "ahead-then-committed", 10, &f.log)?;
+    let redo = f.log.records().last().expect("record").end;
+    assert_eq!(f.tm.checkpoint_twophase(redo)?, 2);
+    // COMMIT PREPARED, and a kill before its state file was removed.
+    let b_state = TwoPhaseState { xid: b, gid: "ahead-then-committed".into(), prepared_at_us: 0, subxids: vec![] };
+    f.tm.finish_prepared("ahead-then-committed", true, &f.log)?;
+    let dir = f._dir.path().join(twophase::TWOPHASE_DIR);
+    twophase::write_state_file(&RealFs, &dir, &b_state)?;
+    // The checkpoint's record never made it: recovery from the previous one replays it all.
+    let at_previous = XactOptions { next_full_xid: previous_checkpoint_next, ..XactOptions::default() };
+    let r = TransactionManager::open(Arc::new(RealFs), f._dir.path(), at_previous)?;
+    assert_eq!(r.load_twophase_files()?, 2);
+    for rec in f.log.decoded().into_iter().filter(|rec| rec.rmgr == Rmgr::Xact) {
+        r.redo(&rec)?;
+    }
+    assert_eq!(r.finish_twophase_recovery()?, 1);
+    let gids: Vec<String> = r.prepared_xacts().into_iter().map(|p| p.gid).collect();
+    assert_eq!(gids, ["ahead"]);
+    assert!(r.is_running(a_sub.xid()));
+    assert_eq!(r.status(b.xid())?, XidStatus::Committed);
+    assert_eq!(RealFs.list(&dir)?.len(), 1, "the committed one's stale file is removed, the other's kept");
+    r.finish_prepared("ahead", false, &r_log())?;
+    assert!(RealFs.list(&dir)?.is_empty(), "the kept file is known to be on disk: removed with its transaction");
     Ok(())
 }
 
