@@ -40,6 +40,7 @@ fn assert_savepoints_and_prepared_transactions_checked(r: &serde_json::Value) {
     assert!(r["savepoint_writes_absent"].as_u64().unwrap() > 0, "no rolled-back savepoint write checked: {r:#}");
     assert!(acked("prepared transaction") > 0, "no COMMIT PREPARED was checked: {r:#}");
     assert!(r["prepared_rolled_back_absent"].as_u64().unwrap() > 0, "no ROLLBACK PREPARED was checked: {r:#}");
+    assert!(r["prepared_savepoint_writes_absent"].as_u64().unwrap() > 0, "no ROLLBACK TO before PREPARE: {r:#}");
     assert!(r["prepared_finished_after_kill"].as_u64().unwrap() > 0, "no prepared transaction crossed a kill: {r:#}");
 }
 

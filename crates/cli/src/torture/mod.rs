@@ -163,10 +163,13 @@ pub struct Report {
     pub savepoint_writes_absent: u64,
     /// Prepared transactions found listed, their rows invisible, at the last verification.
     pub prepared_open: u64,
-    /// Rolled-back prepared transactions (and writes rolled back to a savepoint before
-    /// PREPARE) found absent at the last verification; the committed ones are counted in
+    /// Rolled-back prepared transactions (ROLLBACK PREPARED, or cut by a kill and found
+    /// absent) found absent at the last verification; the committed ones are counted in
     /// `acknowledged_commits["prepared transaction"]`.
     pub prepared_rolled_back_absent: u64,
+    /// Writes prepared transactions rolled back to a savepoint before PREPARE, found absent at
+    /// the last verification.
+    pub prepared_savepoint_writes_absent: u64,
     /// Prepared transactions finished by a later child than the one that prepared them.
     pub prepared_finished_after_kill: u64,
     /// The most prepared transactions found open at one verification.
@@ -362,6 +365,7 @@ impl Report {
         self.prepared_open = f.prepared_open;
         self.prepared_open_max = self.prepared_open_max.max(f.prepared_open);
         self.prepared_rolled_back_absent = f.prepared_rolled_back_absent;
+        self.prepared_savepoint_writes_absent = f.prepared_savepoint_writes_absent;
         self.prepared_finished_after_kill = f.prepared_finished_after_kill;
         self.in_doubt_committed += f.in_doubt_present;
         self.in_doubt_absent += f.in_doubt_absent;
@@ -423,6 +427,10 @@ fn print_body(r: &Report) {
         r.prepared_open,
         r.prepared_open_max,
         r.prepared_finished_after_kill
+    );
+    println!(
+        "  inside them:          {} writes rolled back to a savepoint before PREPARE, checked absent",
+        r.prepared_savepoint_writes_absent
     );
     println!(
         "recovery:               avg {:.0} ms, max {:.0} ms; WAL records replayed avg {:.0}, max {}",

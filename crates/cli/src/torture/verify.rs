@@ -68,9 +68,11 @@ pub struct Findings {
     pub savepoint_writes_absent: u64,
     /// Prepared transactions found listed with their rows invisible.
     pub prepared_open: u64,
-    /// Rolled-back prepared transactions (and writes rolled back to a savepoint before
-    /// PREPARE) found absent.
+    /// Rolled-back prepared transactions (ROLLBACK PREPARED, or resolved absent at an earlier
+    /// verification) found absent.
     pub prepared_rolled_back_absent: u64,
+    /// Writes a prepared transaction rolled back to a savepoint before PREPARE, found absent.
+    pub prepared_savepoint_writes_absent: u64,
     /// Finished prepared transactions that stayed prepared across a kill.
     pub prepared_finished_after_kill: u64,
 }
@@ -221,7 +223,7 @@ pub fn twophase(db: &Database, ledger: &Ledger, f: &mut Findings) -> Result<()> 
                 "prepared transaction's write {key}: rolled back to a savepoint before PREPARE, but present"
             ));
         } else {
-            f.prepared_rolled_back_absent += 1;
+            f.prepared_savepoint_writes_absent += 1;
             if e.state == State::InDoubt {
                 f.resolutions.push((false, 'q', key.to_string()));
             }
@@ -267,7 +269,6 @@ fn check_prepared(key: &str, e: &Entry, open: bool, rows: Option<String>, f: &mu
         }
         (State::InDoubt | State::Finishing { commit: false }, false, false) => {
             f.in_doubt_absent += 1;
-            f.prepared_rolled_back_absent += 1;
             f.resolutions.push((false, 'p', key.to_string()));
         }
         (State::Finishing { commit: true }, false, true) => {
