@@ -324,15 +324,20 @@ impl<'a> PgbenchClient<'a> {
             }
             Ok(())
         };
-        self.leg(tx, &legs[0].1, legs[0].0)?;
+        // Which leg failed, and the shape, in the child's error (a diagnosis after a kill run).
+        let leg = |this: &Self, tx: &mut Transaction<'_>, i: usize| {
+            this.leg(tx, &legs[i].1, legs[i].0)
+                .with_context(|| format!("leg {i} of {legs:?}, rolled back to a/b/c {roll:?}"))
+        };
+        leg(self, tx, 0)?;
         tx.savepoint("a")?;
-        self.leg(tx, &legs[1].1, legs[1].0)?;
+        leg(self, tx, 1)?;
         tx.savepoint("b")?;
-        self.leg(tx, &legs[2].1, legs[2].0)?;
+        leg(self, tx, 2)?;
         end(tx, "b", roll[1], &[2])?;
         end(tx, "a", roll[0], &[1, 2])?;
         tx.savepoint("c")?;
-        self.leg(tx, &legs[3].1, legs[3].0)?;
+        leg(self, tx, 3)?;
         end(tx, "c", roll[2], &[3])
     }
 }
