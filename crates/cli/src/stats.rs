@@ -12,7 +12,13 @@
 //!   anti-wraparound VACUUM is driven by (PostgreSQL's `age(relfrozenxid)`);
 //! * `pg_prepared_xacts`: the prepared transactions waiting for COMMIT or ROLLBACK PREPARED
 //!   (`transaction`, `gid`, `prepared`, `database`; there are no roles, so no `owner`), with
-//!   their XID's age, since each holds back VACUUM's removable cutoff.
+//!   their XID's age, since each holds back VACUUM's removable cutoff;
+//! * `pg_replication_slots`: the replication slots with PostgreSQL 15's columns (`slot_name`,
+//!   `plugin`, `slot_type`, `datoid`, `database`, `temporary`, `active`, `active_pid`, `xmin`,
+//!   `catalog_xmin`, `restart_lsn`, `confirmed_flush_lsn`, `wal_status`, `safe_wal_size`,
+//!   `two_phase`): each keeps WAL from its `restart_lsn` and catalog rows from its
+//!   `catalog_xmin`. A data directory with logical slots opens only under
+//!   `--set wal_level=logical`, as PostgreSQL refuses to start without it.
 //!
 //! Opening the directory runs crash recovery if it needs it; the counters then start from
 //! zero (the engine resets them after a crash, as PostgreSQL does), and `stats_reset` in
@@ -25,12 +31,15 @@ use std::process::ExitCode;
 use anyhow::Result;
 use serde_json::{Map, Value as Json};
 use settledb::xact::PreparedXact;
-use settledb::{Config, Database, TableStatsSnapshot};
+use settledb::{Config, Database, SlotInfo, TableStatsSnapshot};
 
 /// One value of a view. `Null` prints as nothing, as psql prints NULL.
 enum Cell {
     Num(u64),
+    Int(i64),
     Text(String),
+    /// Printed `t` / `f` as psql prints a boolean.
+    Bool(bool),
     Null,
 }
 
@@ -38,7 +47,9 @@ impl Cell {
     fn render(&self) -> String {
         match self {
             Cell::Num(n) => n.to_string(),
+            Cell::Int(n) => n.to_string(),
             Cell::Text(s) => s.clone(),
+            Cell::Bool(b) => (if *b { "t" } else { "f" }).to_string(),
             Cell::Null => String::new(),
         }
     }
@@ -46,7 +57,9 @@ impl Cell {
     fn json(&self) -> Json {
         match self {
             Cell::Num(n) => Json::from(*n),
+            Cell::Int(n) => Json::from(*n),
             Cell::Text(s) => Json::from(s.as_str()),
+            Cell::Bool(b) => Json::from(*b),
             Cell::Null => Json::Null,
         }
     }
@@ -67,8 +80,9 @@ impl View {
         let widths: Vec<usize> = (0..self.columns.len())
             .map(|i| cells.iter().map(|r| r[i].len()).chain([self.columns[i].len()]).max().unwrap_or(0))
             .collect();
-        let numeric: Vec<bool> =
-            (0..self.columns.len()).map(|i| self.rows.iter().all(|r| !matches!(r[i], Cell::Text(_)))).collect();
+        let numeric: Vec<bool> = (0..self.columns.len())
+            .map(|i| self.rows.iter().all(|r| matches!(r[i], Cell::Num(_) | Cell::Int(_) | Cell::Null)))
+            .collect();
         let line = |vals: Vec<String>, header: bool| -> String {
             let parts: Vec<String> = vals
                 .iter()
@@ -255,6 +269,55 @@ fn prepared_xacts(list: &[PreparedXact], next: settledb::Xid) -> View {
     }
 }
 
+/// The replication slots (`pg_replication_slots`, PostgreSQL 15's columns), by name.
+fn replication_slots(list: &[SlotInfo]) -> View {
+    let opt = |x: Option<u64>| x.map_or(Cell::Null, Cell::Num);
+    let rows = list
+        .iter()
+        .map(|s| {
+            vec![
+                Cell::Text(s.slot_name.clone()),
+                Cell::Text(s.plugin.clone()),
+                Cell::Text(s.slot_type.to_string()),
+                Cell::Num(u64::from(s.datoid.0)),
+                Cell::Text(s.database.clone()),
+                Cell::Bool(s.temporary),
+                Cell::Bool(s.active),
+                opt(s.active_pid.map(u64::from)),
+                opt(s.xmin.map(|x| u64::from(x.0))),
+                opt(s.catalog_xmin.map(|x| u64::from(x.0))),
+                s.restart_lsn.map_or(Cell::Null, |l| Cell::Text(l.to_string())),
+                s.confirmed_flush_lsn.map_or(Cell::Null, |l| Cell::Text(l.to_string())),
+                s.wal_status.map_or(Cell::Null, |w| Cell::Text(w.as_str().to_string())),
+                s.safe_wal_size.map_or(Cell::Null, Cell::Int),
+                Cell::Bool(s.two_phase),
+            ]
+        })
+        .collect();
+    View {
+        name: "pg_replication_slots",
+        columns: vec![
+            "slot_name",
+            "plugin",
+            "slot_type",
+            "datoid",
+            "database",
+            "temporary",
+            "active",
+            "active_pid",
+            "xmin",
+            "catalog_xmin",
+            "restart_lsn",
+            "confirmed_flush_lsn",
+            "wal_status",
+            "safe_wal_size",
+            "two_phase",
+        ],
+        rows,
+        one_row: false,
+    }
+}
+
 pub fn run(dir: PathBuf, json: bool, config: Config) -> Result<ExitCode> {
     crate::require_data_dir(&dir)?;
     let db = Database::open(&dir, config)?;
@@ -266,6 +329,7 @@ pub fn run(dir: PathBuf, json: bool, config: Config) -> Result<ExitCode> {
         wal(&db_stats),
         frozen_xids(&db),
         prepared_xacts(&db.prepared_xacts(), next_xid),
+        replication_slots(&db.replication_slots()),
     ];
     db.close()?;
     if json {
@@ -303,6 +367,41 @@ mod tests {
         };
         assert_eq!(v.render(), "v\n relname | n\n---------+---\n a       | 5\n bcd     |\n(2 rows)\n");
         assert_eq!(v.json(), serde_json::json!([{"relname": "a", "n": 5}, {"relname": "bcd", "n": null}]));
+    }
+
+    #[test]
+    fn replication_slots_view_has_postgresql_columns() {
+        let s = SlotInfo {
+            slot_name: "cdc".into(),
+            plugin: "pgoutput".into(),
+            slot_type: "logical",
+            datoid: settledb::Oid(1),
+            database: "settledb".into(),
+            temporary: false,
+            active: false,
+            active_pid: None,
+            xmin: None,
+            catalog_xmin: Some(settledb::Xid(731)),
+            restart_lsn: Some(settledb::Lsn(0x0100_0028)),
+            confirmed_flush_lsn: Some(settledb::Lsn(0x0100_0060)),
+            wal_status: Some(settledb::WalStatus::Reserved),
+            safe_wal_size: Some(-42),
+            two_phase: true,
+        };
+        let v = replication_slots(&[s]);
+        assert_eq!(
+            v.render(),
+            "pg_replication_slots\n slot_name |  plugin  | slot_type | datoid | database | temporary | active | active_pid \
+             | xmin | catalog_xmin | restart_lsn | confirmed_flush_lsn | wal_status | safe_wal_size | two_phase\n\
+             -----------+----------+-----------+--------+----------+-----------+--------+------------+------+\
+             --------------+-------------+---------------------+------------+---------------+-----------\n \
+             cdc       | pgoutput | logical   |      1 | settledb | f         | f      |            |      |          \
+             731 | 0/1000028   | 0/1000060           | reserved   |           -42 | t\n(1 row)\n"
+        );
+        let j = v.json();
+        assert_eq!(j[0]["two_phase"], Json::from(true));
+        assert_eq!(j[0]["xmin"], Json::Null);
+        assert_eq!(j[0]["safe_wal_size"], Json::from(-42));
     }
 
     #[test]

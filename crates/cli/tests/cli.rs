@@ -233,7 +233,16 @@ fn stats_shows_the_views_and_keeps_them_across_runs() {
 
     let (ok, out, err) = settle(&["stats", d]);
     assert!(ok, "stats failed: {err}");
-    for header in ["pg_stat_user_tables", "pg_stat_database", "pg_stat_wal", "relfrozenxid", "n_dead_tup", "blks_hit"] {
+    for header in [
+        "pg_stat_user_tables",
+        "pg_stat_database",
+        "pg_stat_wal",
+        "relfrozenxid",
+        "n_dead_tup",
+        "blks_hit",
+        "pg_replication_slots",
+        "confirmed_flush_lsn",
+    ] {
         assert!(out.contains(header), "{header} missing from:\n{out}");
     }
     let row = out.lines().find(|l| l.starts_with(" pgbench_accounts ") && l.contains("3000")).expect("table row");
@@ -255,6 +264,7 @@ fn stats_shows_the_views_and_keeps_them_across_runs() {
     assert!(db["xact_commit"].as_u64().unwrap() >= 2, "{db}");
     assert!(db["stats_reset"].is_string());
     assert!(v["pg_stat_wal"]["wal_bytes"].as_u64().unwrap() > 3000 * 100);
+    assert_eq!(v["pg_replication_slots"], serde_json::json!([]), "no slots");
     let next_xid = v["next_xid"].as_u64().unwrap();
     let frozen = v["relfrozenxid"].as_array().unwrap();
     assert_eq!(frozen.len(), 2, "pg_class and the table");
@@ -351,4 +361,45 @@ fn tpcc_rejects_a_bad_rate() {
     let (ok, _, err) = settle(&["tpcc", "--rate=-5", "--transactions", "10"]);
     assert!(!ok);
     assert!(err.contains("--rate -5"), "{err}");
+}
+
+/// `bench wal-level` runs the same seeded single-client pgbench at both levels: the same
+/// records, and logical's never fewer bytes (it adds to records, never removes).
+#[test]
+fn wal_level_bench_compares_the_same_work() {
+    let (ok, out, err) =
+        settle(&["bench", "wal-level", "--workloads", "pgbench", "--pgbench-transactions", "300", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "settledb only without --peer: {out}");
+    let (r, l) = (&rows[0]["replica"], &rows[0]["logical"]);
+    assert_eq!(r["transactions"], 300);
+    assert_eq!(l["transactions"], 300);
+    assert_eq!(r["records"], l["records"], "one client, one seed: the same records: {out}");
+    assert!(l["bytes"].as_u64().unwrap() >= r["bytes"].as_u64().unwrap(), "{out}");
+    assert!(r["bytes"].as_u64().unwrap() > 300 * 100, "{out}");
+}
+
+/// `bench reorder` hands back every committed change and none rolled back, and B3 (a large
+/// transaction spilled under 1 MB, half its savepoints rolled back) stays within the limit.
+#[test]
+fn reorder_bench_emits_what_committed_within_the_limit() {
+    let (ok, out, err) =
+        settle(&["bench", "reorder", "--cases", "B3-rollbacks,B4-open", "--index", "heap", "--shrink", "10", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert!(rows.len() >= 4, "{out}");
+    for r in rows {
+        let (changes, emitted) = (r["changes"].as_u64().unwrap(), r["changes_emitted"].as_u64().unwrap());
+        match r["case"].as_str().unwrap() {
+            "B3-rollbacks" => assert_eq!(emitted, changes / 2, "every other savepoint rolled back: {r}"),
+            _ => assert_eq!(emitted, changes, "{r}"),
+        }
+        if r["case"] == "B3-rollbacks" && r["limit"] == "1MB" {
+            assert!(r["spill_count"].as_u64().unwrap() > 0, "{r}");
+            assert!(r["peak_memory"].as_u64().unwrap() <= 1 << 20, "{r}");
+        }
+    }
 }

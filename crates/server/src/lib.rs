@@ -13,7 +13,8 @@
 //!   expr      expression evaluation and type inference;  types  SQL types, text/binary I/O
 //!   catalog   the SQL column types the engine does not keep (DIR/server_catalog)
 //!   copy      COPY FROM STDIN / TO STDOUT;  utility  VACUUM;  settings  GUCs;  log  server log
-//!   views     pg_stat_user_tables, pg_stat_database from the engine's counters
+//!   views     pg_stat_user_tables, pg_stat_database from the engine's counters,
+//!             pg_replication_slots;  slotfuncs  pg_create_logical_replication_slot & co.
 //! ```
 //!
 //! One connection is one pgwire task plus one session thread (the engine is synchronous and a
@@ -35,6 +36,7 @@ pub mod plan;
 pub mod query;
 pub mod session;
 pub mod settings;
+pub mod slotfuncs;
 pub mod types;
 pub mod utility;
 pub mod views;

@@ -117,7 +117,7 @@ impl Env for Cx<'_, '_> {
                     .map(|p| Datum::Int(i64::from(p) * 8192)),
                 None => Ok(Datum::Null),
             },
-            _ => return None,
+            _ => return crate::slotfuncs::call(self.db, name, args),
         };
         Some(r)
     }

@@ -29,7 +29,6 @@
 //! `unknown` literals behave the same way).
 
 use std::cmp::Ordering;
-use std::fmt::Write as _;
 
 use settledb::{Type, Value};
 
@@ -395,14 +394,7 @@ impl Datum {
             Datum::Float(f) => float_out(*f),
             Datum::Num(n) => n.to_string(),
             Datum::Text(s) => s.clone(),
-            Datum::Bytea(b) => {
-                let mut s = String::with_capacity(2 + 2 * b.len());
-                s.push_str("\\x");
-                for x in b {
-                    let _ = write!(s, "{x:02x}");
-                }
-                s
-            }
+            Datum::Bytea(b) => settledb::pgtext::bytea_out(b),
             Datum::Timestamp(t) => timestamp_out(*t),
             Datum::Date(d) => date_out(*d),
         })
@@ -583,71 +575,9 @@ fn bytea_in(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// float8 output with `extra_float_digits = 1`: the shortest text that reads back exactly.
-pub fn float_out(f: f64) -> String {
-    if f.is_nan() {
-        return "NaN".into();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 { "Infinity" } else { "-Infinity" }.into();
-    }
-    let a = f.abs();
-    if a != 0.0 && !(1e-4..1e15).contains(&a) {
-        // Exponent form, as PostgreSQL writes it: 1e+20, 1.5e-05.
-        let s = format!("{f:e}");
-        let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
-        let e: i32 = e.parse().unwrap_or(0);
-        return format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
-    }
-    format!("{f}")
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-/// (year, month, day) to days since 1970-01-01.
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn date_out(d: i32) -> String {
-    let (y, m, day) = civil_from_days(i64::from(d));
-    if y <= 0 {
-        format!("{:04}-{m:02}-{day:02} BC", 1 - y)
-    } else {
-        format!("{y:04}-{m:02}-{day:02}")
-    }
-}
-
-fn timestamp_out(t: i64) -> String {
-    let days = t.div_euclid(86_400_000_000);
-    let rem = t.rem_euclid(86_400_000_000);
-    let (h, mi, s, us) = (rem / 3_600_000_000, rem / 60_000_000 % 60, rem / 1_000_000 % 60, rem % 1_000_000);
-    let mut out = format!("{} {h:02}:{mi:02}:{s:02}", date_out(days as i32));
-    if us != 0 {
-        let frac = format!("{us:06}");
-        out.push('.');
-        out.push_str(frac.trim_end_matches('0'));
-    }
-    out
-}
+// PostgreSQL's text output of the engine's types lives with the engine (logical decoding's
+// output plugins print values too).
+pub use settledb::pgtext::{civil_from_days, date_out, days_from_civil, float_out, timestamp_out};
 
 fn date_in(s: &str) -> Option<i32> {
     let mut it = s.splitn(3, '-');

@@ -1,6 +1,7 @@
 //! Read-only views computed from the engine's own state: `pg_stat_user_tables` and
 //! `pg_stat_database`, with PostgreSQL 15's column names (a subset of the columns: those the
-//! engine counts). They are materialized when a query reads them; a SELECT may filter, sort
+//! engine counts), and `pg_replication_slots` (all of PostgreSQL 15's columns; LSNs as text
+//! `X/Y`, XIDs as int8, as there is no `pg_lsn` or `xid` type). They are materialized when a query reads them; a SELECT may filter, sort
 //! and aggregate them like a table.
 
 use settledb::Database;
@@ -55,6 +56,27 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             c.extend(DATABASE_COUNTS.iter().map(|n| col(n, SqlType::Int8)));
             c.push(col("stats_reset", SqlType::Timestamp));
             Some(c)
+        }
+        "pg_replication_slots" => {
+            use SqlType::{Bool, Int8, Text};
+            let cols = [
+                ("slot_name", Text),
+                ("plugin", Text),
+                ("slot_type", Text),
+                ("datoid", Int8),
+                ("database", Text),
+                ("temporary", Bool),
+                ("active", Bool),
+                ("active_pid", Int8),
+                ("xmin", Int8),
+                ("catalog_xmin", Int8),
+                ("restart_lsn", Text),
+                ("confirmed_flush_lsn", Text),
+                ("wal_status", Text),
+                ("safe_wal_size", Int8),
+                ("two_phase", Bool),
+            ];
+            Some(cols.into_iter().map(|(n, t)| col(n, t)).collect())
         }
         _ => None,
     }
@@ -122,6 +144,31 @@ pub fn rows(db: &Database, name: &str) -> Vec<Vec<Datum>> {
             r.push(when(s.stats_reset));
             vec![r]
         }
+        "pg_replication_slots" => db
+            .replication_slots()
+            .into_iter()
+            .map(|s| {
+                let opt = |x: Option<i64>| x.map_or(Datum::Null, Datum::Int);
+                let text = |x: Option<String>| x.map_or(Datum::Null, Datum::Text);
+                vec![
+                    Datum::Text(s.slot_name),
+                    Datum::Text(s.plugin),
+                    Datum::Text(s.slot_type.into()),
+                    n(u64::from(s.datoid.0)),
+                    Datum::Text(s.database),
+                    Datum::Bool(s.temporary),
+                    Datum::Bool(s.active),
+                    opt(s.active_pid.map(i64::from)),
+                    opt(s.xmin.map(|x| i64::from(x.0))),
+                    opt(s.catalog_xmin.map(|x| i64::from(x.0))),
+                    text(s.restart_lsn.map(|l| l.to_string())),
+                    text(s.confirmed_flush_lsn.map(|l| l.to_string())),
+                    text(s.wal_status.map(|w| w.as_str().to_string())),
+                    opt(s.safe_wal_size),
+                    Datum::Bool(s.two_phase),
+                ]
+            })
+            .collect(),
         _ => Vec::new(),
     }
 }

@@ -227,3 +227,55 @@ async fn scram_password_is_required_when_set() {
     assert!(tokio_postgres::connect(&bad, NoTls).await.is_err(), "a wrong password is refused");
     assert!(tokio_postgres::connect(&s.conn_string(), NoTls).await.is_err(), "no password is refused");
 }
+
+/// Replication slots over SQL: `pg_create_logical_replication_slot`, the
+/// `pg_replication_slots` view with PostgreSQL's columns, `pg_replication_slot_advance`,
+/// `pg_drop_replication_slot`, and PostgreSQL's SQLSTATEs and hints for bad input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_slots_over_sql() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start_with_settings(dir.path(), &[("wal_level", "logical"), ("max_replication_slots", "1")]);
+    let c = connect(&s).await;
+    let created: String =
+        c.query_one("select pg_create_logical_replication_slot('s1', 'pgoutput')", &[]).await.unwrap().get(0);
+    assert!(created.starts_with("(s1,0/") && created.ends_with(')'), "{created}");
+    let row = c
+        .query_one(
+            "select slot_name, plugin, slot_type, database, temporary, active, xmin, confirmed_flush_lsn, wal_status, \
+             two_phase from pg_replication_slots",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "s1");
+    assert_eq!(row.get::<_, String>(1), "pgoutput");
+    assert_eq!(row.get::<_, String>(2), "logical");
+    assert_eq!(row.get::<_, String>(3), "settledb");
+    assert!(!row.get::<_, bool>(4) && !row.get::<_, bool>(5) && !row.get::<_, bool>(9));
+    assert_eq!(row.get::<_, Option<i64>>(6), None);
+    assert_eq!(format!("(s1,{})", row.get::<_, String>(7)), created);
+    assert_eq!(row.get::<_, String>(8), "reserved");
+
+    let e = c.query_one("select pg_create_logical_replication_slot('s2', 'pgoutput')", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "53400");
+    let db = e.as_db_error().unwrap();
+    assert_eq!(db.message(), "all replication slots are in use");
+    assert_eq!(db.hint(), Some("Free one or increase max_replication_slots."));
+    let e = c.query_one("select pg_create_logical_replication_slot('S-1', 'pgoutput')", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "42602");
+    let e = c.query_one("select pg_create_logical_replication_slot('s1', 'pgoutput')", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "42710");
+
+    c.batch_execute("create table t (id int4 primary key); insert into t values (1), (2); checkpoint").await.unwrap();
+    let advanced: String =
+        c.query_one("select pg_replication_slot_advance('s1', 'FFFFFFFF/0')", &[]).await.unwrap().get(0);
+    assert!(advanced > created, "{advanced} after {created}");
+    let e = c.query_one("select pg_replication_slot_advance('s1', '0/1')", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "22023");
+    c.query_one("select pg_drop_replication_slot('s1')", &[]).await.unwrap();
+    let e = c.query_one("select pg_drop_replication_slot('s1')", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "42704");
+    assert!(c.query("select * from pg_replication_slots", &[]).await.unwrap().is_empty());
+    drop(c);
+    s.stop();
+}

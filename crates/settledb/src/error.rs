@@ -65,7 +65,8 @@ pub enum Error {
 
     /// The XID counter is too close to wraparound: no new XIDs until the database is vacuumed.
     /// The hint is PostgreSQL's (`crate::xact::varsup::STOP_HINT`); `prepared_hint` is empty,
-    /// or names the oldest prepared transaction (which holds back what VACUUM can freeze).
+    /// or names the oldest prepared transaction and the replication slot with the oldest xmin
+    /// (which hold back what VACUUM can freeze).
     #[error(
         "database is not accepting commands that assign new transaction IDs to avoid wraparound data loss \
          (next XID {next_xid}, oldest frozen XID {oldest_xid}); \

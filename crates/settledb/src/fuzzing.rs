@@ -31,6 +31,9 @@
 //! | `twophase_state`| a `pg_twophase` state file as recovery reads it (`read_state_files`,    |
 //! |                 | `TwoPhaseState::decode`), re-encoded to the same bytes, then loaded into |
 //! |                 | a transaction manager and recovered (`finish_twophase_recovery`)        |
+//! | `slot_state`    | a `pg_replslot/<name>/state` file as startup reads it (`load_all`,       |
+//! |                 | `SlotData::decode`), re-encoded to the same bytes; the loaded slots'     |
+//! |                 | minima and `pg_replication_slots` row                                    |
 //!
 //! `pg_subtrans` has no target: it is never read from disk (see `xact::subtrans`).
 //!
@@ -86,6 +89,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("stats_file", stats_file),
     ("relsize_file", relsize_file),
     ("twophase_state", twophase_state),
+    ("slot_state", slot_state),
 ];
 
 /// The relation every page target pretends to read.
@@ -806,5 +810,55 @@ pub fn twophase_state(data: &[u8]) {
         assert_eq!(tm.prepared_xacts().len(), left);
         let problems = tm.verify().expect("verifying");
         assert!(problems.is_empty(), "a recovered prepared transaction is consistent: {problems:?}");
+    }
+}
+
+/// A replication slot's state file as startup reads it. Input: control byte, the file's bytes
+/// (its directory is named after the slot the bytes claim, or `fuzz` when they do not decode).
+pub fn slot_state(data: &[u8]) {
+    use crate::decode::slot::{self, ReplicationSlots, SlotData, SlotInfo, WalPosition};
+    let mut input = Input(data);
+    let ctl = input.u8();
+    let mut bytes = input.rest().to_vec();
+    if ctl & REPAIR != 0 && bytes.len() >= 4 {
+        let n = bytes.len();
+        let crc = crc32c::crc32c(&bytes[..n - 4]);
+        bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
+    }
+    let decoded = SlotData::decode(&bytes).ok();
+    if let Some(d) = &decoded {
+        assert_eq!(d.encode(), bytes, "slot state round trip");
+        let _ = slot::describe(d);
+    }
+    let name = decoded.as_ref().map_or("fuzz", |d| d.name.as_str());
+    let fs = FaultFs::new();
+    let dir = Path::new("/fuzz");
+    let slot_dir = slot::slot_dir(dir).join(name);
+    fs.create_dir_all(&slot_dir).expect("FaultFs creates directories");
+    let f = fs.open(&slot_dir.join("state"), true).expect("FaultFs creates");
+    f.write_at(&bytes, 0).expect("FaultFs writes");
+    match ReplicationSlots::open(fs.clone(), dir) {
+        Ok(slots) => {
+            let list = slots.list();
+            assert_eq!(list.len(), 1, "one state file, one slot");
+            assert_eq!(Some(&list[0]), decoded.as_ref(), "startup loads what decode accepts");
+            let m = slots.minima();
+            assert_eq!(m.restart_lsn.is_some(), !list[0].invalidated, "only a valid slot keeps WAL");
+            let segment_size = 1u64 << (20 + (ctl >> 1) % 11);
+            let pos = WalPosition {
+                current: Lsn(u64::from_le_bytes(bytes.get(20..28).and_then(|b| b.try_into().ok()).unwrap_or([0; 8]))),
+                segment_size,
+                max_wal_size: 64 * segment_size,
+                max_slot_wal_keep_size: if ctl & 0x80 != 0 { -1 } else { i64::from(ctl) << 20 },
+            };
+            let _ = SlotInfo::of(&list[0], &pos);
+            if let Some((l, _)) = m.restart_lsn {
+                let _ = pos.keep_lsn(l);
+            }
+        }
+        Err(e) => {
+            assert!(decoded.is_none(), "startup refused a state decode accepts: {e}");
+            assert!(matches!(e, Error::CorruptFile { .. }), "a bad state file is a corrupt-file error: {e}");
+        }
     }
 }

@@ -29,8 +29,17 @@ fn all_seeds() -> &'static BTreeMap<&'static str, Vec<Vec<u8>>> {
 }
 
 /// Targets whose control bit 0 repairs the integrity check in front of the decoder.
-const REPAIRS: [&str; 8] =
-    ["page", "wal_record", "control_file", "btree_page", "vm_page", "fsm_page", "stats_file", "relsize_file"];
+const REPAIRS: [&str; 9] = [
+    "page",
+    "wal_record",
+    "control_file",
+    "btree_page",
+    "vm_page",
+    "fsm_page",
+    "stats_file",
+    "relsize_file",
+    "slot_state",
+];
 
 const INTERESTING: [u8; 9] = [0x00, 0x01, 0x7F, 0x80, 0xFF, 0x18, 0x20, 0xF0, 0x1F];
 
@@ -154,5 +163,6 @@ smoke_tests!(
     fsm_page,
     stats_file,
     relsize_file,
-    twophase_state
+    twophase_state,
+    slot_state
 );

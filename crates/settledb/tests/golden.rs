@@ -28,6 +28,9 @@
 //! t1: prepare g1                                     PREPARE TRANSACTION 'g1'
 //! commit prepared g1 | rollback prepared g1           COMMIT / ROLLBACK PREPARED 'g1'
 //! prepared xacts                                     pg_prepared_xacts (xid, gid)
+//! slot create s pgoutput [two_phase] | slot drop s    logical replication slots
+//! slot advance s                                      pg_replication_slot_advance to the WAL's end
+//! slots                                               pg_replication_slots (LSNs as labels L1, L2, ...)
 //! t2: update accounts r1 set bal = bal + 1 &             start a step that may block ...
 //! t2: await                                              ... and print its result here
 //! inspect accounts 0                                     Database::describe_page
@@ -530,9 +533,18 @@ struct Runner {
     db: Option<Arc<Database>>,
     sessions: BTreeMap<String, Session>,
     names: HashMap<String, Tid>,
+    /// LSNs printed by `slots`, as labels L1, L2, ... in order of first appearance (their
+    /// values depend on the WAL's layout).
+    lsn_labels: HashMap<u64, String>,
 }
 
 impl Runner {
+    fn lsn_label(&mut self, lsn: Option<settledb::Lsn>) -> String {
+        let Some(l) = lsn else { return "-".into() };
+        let n = self.lsn_labels.len() + 1;
+        self.lsn_labels.entry(l.0).or_insert_with(|| format!("L{n}")).clone()
+    }
+
     fn db(&self) -> &Arc<Database> {
         self.db.as_ref().expect("database open")
     }
@@ -700,6 +712,39 @@ impl Runner {
                 } else {
                     Ok(v.iter().map(|p| format!("xid {} gid {} subxacts {}", p.xid.xid(), p.gid, p.subxacts)).collect())
                 }
+            }
+            ["slot", "create", name, plugin, opts @ ..] => {
+                let two_phase = opts == ["two_phase"];
+                Ok(db
+                    .create_logical_replication_slot(name, plugin, two_phase)
+                    .map_or_else(|e| vec![format!("error: {e}")], |_| ok()))
+            }
+            ["slot", "drop", name] => {
+                Ok(db.drop_replication_slot(name).map_or_else(|e| vec![format!("error: {e}")], |()| ok()))
+            }
+            ["slot", "advance", name] => Ok(db
+                .replication_slot_advance(name, settledb::Lsn(u64::MAX))
+                .map_or_else(|e| vec![format!("error: {e}")], |_| ok())),
+            ["slots"] => {
+                let v = db.replication_slots();
+                if v.is_empty() {
+                    return Ok(vec!["no replication slots".into()]);
+                }
+                Ok(v.iter()
+                    .map(|s| {
+                        let xid = |x: Option<settledb::Xid>| x.map_or("-".to_string(), |x| x.to_string());
+                        format!(
+                            "{} {} catalog_xmin {} restart_lsn {} confirmed_flush_lsn {} wal_status {}{}",
+                            s.slot_name,
+                            s.plugin,
+                            xid(s.catalog_xmin),
+                            self.lsn_label(s.restart_lsn),
+                            self.lsn_label(s.confirmed_flush_lsn),
+                            s.wal_status.map_or("-", |w| w.as_str()),
+                            if s.two_phase { " two_phase" } else { "" }
+                        )
+                    })
+                    .collect())
             }
             ["checkpoint"] => db.checkpoint().map(|()| ok()).map_err(|e| e.to_string()),
             ["check"] => run_check(&db).map(|()| ok()),
@@ -919,6 +964,7 @@ fn run_script(path: &Path) -> Result<String, String> {
         db: Some(Arc::new(db)),
         sessions: BTreeMap::new(),
         names: HashMap::new(),
+        lsn_labels: HashMap::new(),
     };
     let mut out = String::new();
     for (n, line) in text.lines().enumerate() {

@@ -148,6 +148,16 @@ fn logical_level_logs_what_a_decoder_needs() {
         .find(|r| r.rmgr == Rmgr::Xact && r.toplevel_xid == top)
         .expect("the rolled-back savepoint's abort record names its top-level transaction");
     assert_eq!(sub_abort.xid, sub_inserts[0].xid);
+    // It carries where the savepoint began: after the top's own insert, before the
+    // savepoint's first record.
+    let sp = settledb::xact::records::decode_end_record(sub_abort).unwrap().savepoint_lsn.expect("a savepoint LSN");
+    let top_insert = inserts.iter().find(|r| r.xid == top).unwrap();
+    assert!(
+        top_insert.lsn < sp && sp <= sub_inserts[0].lsn,
+        "{sp} against {} and {}",
+        top_insert.lsn,
+        sub_inserts[0].lsn
+    );
     // The commit lists the committed subtransactions, with a time: "b", and "a" as ROLLBACK
     // TO reopened it ("b" nests in it, so it took an XID first), never the rolled-back one.
     let commit = recs.iter().find(|r| r.rmgr == Rmgr::Xact && r.xid == top).unwrap();

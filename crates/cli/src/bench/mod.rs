@@ -5,7 +5,9 @@
 pub mod aging;
 pub mod pgbench;
 pub mod relations;
+pub mod reorder;
 pub mod vacuum;
+pub mod wal_level;
 pub mod wire;
 
 use std::path::PathBuf;
@@ -103,6 +105,12 @@ pub enum BenchCmd {
     /// The real pgbench against `settle serve` (and, with --peer, PostgreSQL 15): tps side by
     /// side, TPC-B-like and select-only slices alternating.
     Wire(crate::bench::wire::WireArgs),
+    /// The WAL that wal_level=logical adds to replica on pgbench and TPC-C; `--peer` measures
+    /// PostgreSQL 15 at the same two levels.
+    WalLevel(crate::bench::wal_level::WalLevelArgs),
+    /// The logical-decoding reorder buffer alone on synthetic changes (PostgreSQL's worst
+    /// cases' shapes), each victim index side by side.
+    Reorder(crate::bench::reorder::ReorderArgs),
 }
 
 #[derive(Serialize, Default, Clone)]
@@ -180,6 +188,8 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Aging(args) => crate::bench::aging::run(args),
         BenchCmd::Relations(args) => crate::bench::relations::run(args),
         BenchCmd::Wire(args) => crate::bench::wire::run(args),
+        BenchCmd::WalLevel(args) => crate::bench::wal_level::run(args),
+        BenchCmd::Reorder(args) => crate::bench::reorder::run(args),
     }
 }
 

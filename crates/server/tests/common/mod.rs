@@ -24,6 +24,15 @@ impl TestServer {
 
     /// A server that demands `password` (SCRAM-SHA-256) when it is given.
     pub fn start_with_password(dir: &Path, password: Option<&str>) -> TestServer {
+        TestServer::start_with(dir, password, &[])
+    }
+
+    /// A server with these configuration parameters set besides the tests' defaults.
+    pub fn start_with_settings(dir: &Path, settings: &[(&str, &str)]) -> TestServer {
+        TestServer::start_with(dir, None, settings)
+    }
+
+    fn start_with(dir: &Path, password: Option<&str>, settings: &[(&str, &str)]) -> TestServer {
         let mut opts = ServeOptions::new(dir);
         opts.password = password.map(str::to_string);
         opts.port = 0;
@@ -32,6 +41,9 @@ impl TestServer {
         // VACUUM output and counters depend only on what a test does.
         opts.config.set("fsync", "off").unwrap();
         opts.config.set("autovacuum", "off").unwrap();
+        for (k, v) in settings {
+            opts.config.set(k, v).unwrap();
+        }
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {

@@ -44,6 +44,7 @@
 pub mod autovacuum;
 pub(crate) mod ddl;
 mod pgstat;
+mod slots;
 pub mod startup;
 mod transaction;
 
@@ -164,6 +165,8 @@ pub(crate) struct Inner {
     /// The table statistics of prepared transactions, applied when they are finished (like
     /// all statistics, not kept across a crash).
     pub(crate) prepared_counts: Mutex<std::collections::HashMap<crate::types::FullXid, PreparedCounts>>,
+    /// The replication slots (`pg_replslot`, see [`crate::decode::slot`]).
+    pub(crate) slots: crate::decode::slot::ReplicationSlots,
 }
 
 type PreparedCounts = Vec<(Arc<TableEntry>, crate::stats::TableCounts)>;
@@ -222,6 +225,13 @@ impl Inner {
         self.xact
             .checkpoint_twophase(redo)
             .map_err(|e| self.wal.poison_after("writing two-phase state files at checkpoint", e))?;
+        // Slots whose state changed without being written (`CheckPointReplicationSlots`). Only
+        // their confirmed_flush_lsn can differ from their file (restart_lsn and catalog_xmin
+        // are written before they move), and either file is whole (`state.tmp`, then a
+        // rename): a failure is logged and retried by the next checkpoint, as in PostgreSQL.
+        if let Err(e) = self.checkpoint_replication_slots() {
+            self.log_line(&format!("LOG:  could not save replication slot state at checkpoint: {e}\n"));
+        }
         self.xact.truncate_subtrans();
         self.pool.flush_all()?;
         self.pool.smgr().sync_all().map_err(|e| self.wal.poison_after("fsync of data files at checkpoint", e))?;
@@ -268,9 +278,11 @@ impl Inner {
             prior_redo
         };
         // Only now, with the control file naming this checkpoint, is the WAL before `redo`
-        // no longer needed by recovery.
+        // no longer needed by recovery; replication slots may need more of it (`KeepLogSeg`,
+        // invalidating those past `max_slot_wal_keep_size`).
+        let keep = self.slot_keep_lsn()?;
         let cfg = &self.config;
-        self.wal.remove_old_segments(redo, prior_redo, cfg.min_wal_size_bytes, cfg.max_wal_size_bytes)?;
+        self.wal.remove_old_segments_keeping(redo, keep, prior_redo, cfg.min_wal_size_bytes, cfg.max_wal_size_bytes)?;
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(end)
     }
@@ -415,6 +427,8 @@ impl Database {
                 autovacuum_freeze_max_age: config.autovacuum_freeze_max_age,
             },
         )?;
+        // Before replay: a slot's xmins hold back pruning from the start (`StartupReplicationSlots`).
+        let slots = slots::open_slots(&fs, dir, &config, &xact)?;
         let (recovery, start, prev, next_xid) = if fresh {
             (RecoveryReport::default(), control.redo_lsn, Lsn::INVALID, control.next_xid)
         } else {
@@ -453,6 +467,7 @@ impl Database {
             vacuum_progress: Mutex::new(Vec::new()),
             autovacuum: Default::default(),
             prepared_counts: Mutex::new(Default::default()),
+            slots,
         });
         startup::note_wal_level(&inner.wal, &mut inner.control.lock(), inner.config.wal_level, fresh)?;
         if fresh {

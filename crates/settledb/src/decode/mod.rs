@@ -5,5 +5,12 @@
 //! Layering: this module sits above `wal`, `xact`, `heap` and `catalog` and below `db`. It never
 //! reaches up: what lower layers must know about slots (the oldest WAL a slot still needs, the
 //! `catalog_xmin` that holds back VACUUM) is pushed down into them as plain values.
+//!
+//! Built so far: [`message`] (logical messages in the WAL), [`reorderbuffer`] (changes held
+//! per transaction until it commits) and [`slot`] (logical replication slots: durable
+//! positions, the WAL and catalog rows they keep; the `Database` API is in `db/slots.rs`).
+//! The decoder and the output plugins come next.
 
 pub mod message;
+pub mod reorderbuffer;
+pub mod slot;

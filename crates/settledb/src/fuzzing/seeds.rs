@@ -61,10 +61,56 @@ pub fn all() -> BTreeMap<&'static str, Vec<Vec<u8>>> {
         })
         .collect();
     out.insert("twophase_state", twophase);
+    out.insert("slot_state", slot_seeds());
     let stats = read("pg_stat/stats.bin");
     out.insert("stats_file", vec![prefixed(0, &stats), prefixed(REPAIR, &stats[..stats.len().min(200)])]);
     let sizes = read("global/pg_relsize");
     out.insert("relsize_file", vec![prefixed(0, &sizes), prefixed(REPAIR, &sizes[..sizes.len().min(30)])]);
+    out
+}
+
+/// Replication slot state files from a database under `wal_level = logical`: a new slot,
+/// one advanced past a checkpoint (two-phase), and one invalidated by
+/// `max_slot_wal_keep_size`.
+fn slot_seeds() -> Vec<Vec<u8>> {
+    let fs = FaultFs::new();
+    let dir = Path::new("/slots");
+    let config = Config::from_pairs([
+        ("autovacuum", "off"),
+        ("wal_segment_size", "1MB"),
+        ("shared_buffers", "1MB"),
+        ("wal_level", "logical"),
+        ("max_slot_wal_keep_size", "1MB"),
+    ])
+    .expect("slot seed configuration");
+    let make = || -> crate::Result<()> {
+        let db = Database::open_with_fs(fs.clone(), dir, config)?;
+        db.create_logical_replication_slot("lost", "test_decoding", false)?;
+        let schema = Schema { columns: vec![Column { name: "v".into(), ty: Type::Text, nullable: false }] };
+        let t = db.create_table("t", schema, TableOptions::default())?;
+        let write = |rows: usize| -> crate::Result<()> {
+            let mut tx = db.begin()?;
+            for _ in 0..rows {
+                tx.insert(&t, &[Value::Text("x".repeat(1000))])?;
+            }
+            tx.commit()
+        };
+        write(3000)?;
+        db.checkpoint()?;
+        db.create_logical_replication_slot("fresh", "pgoutput", false)?;
+        db.create_logical_replication_slot("moved", "pgoutput", true)?;
+        write(100)?;
+        db.checkpoint()?;
+        db.replication_slot_advance("moved", Lsn(u64::MAX))?;
+        db.close()
+    };
+    make().expect("slot seed workload runs");
+    let mut out = Vec::new();
+    for name in ["fresh", "lost", "moved"] {
+        let b = read_file(&*fs, &dir.join(format!("pg_replslot/{name}/state")));
+        out.push(prefixed(0, &b));
+        out.push(prefixed(REPAIR, &b[..b.len().min(50)]));
+    }
     out
 }
 

@@ -725,6 +725,8 @@ pub fn prune_page(
     page_bytes: &mut [u8],
     oldest_xmin: Xid,
 ) -> Result<Pruned> {
+    // A catalog relation keeps what replication slots' `catalog_xmin` needs.
+    let oldest_xmin = env.xact.relation_horizon(rel.oid, oldest_xmin);
     let block = buf.block();
     if page::is_new(page_bytes) {
         return Ok(Pruned::default());

@@ -24,7 +24,8 @@
 //!   directory (of both parents for a rename across directories);
 //! * a *created* file becomes durable either by `sync_dir` of its directory or by the first
 //!   successful `sync` of the file itself (ext4 commits the new entry with the inode);
-//! * directories made by `create_dir_all` are durable at once (tests create them up front).
+//! * directories made by `create_dir_all` are durable at once (tests create them up front),
+//!   and so is the removal of an empty directory.
 //!
 //! A crash keeps the durable namespace; files no durable entry names are gone.
 //!
@@ -609,6 +610,12 @@ impl FileSystem for FaultFs {
         st.tick();
         if let Some(ino) = st.names.remove(path) {
             st.collect(ino);
+        } else if st.dirs.contains(path) {
+            let has_children = st.names.keys().chain(st.dirs.iter()).any(|p| p.parent() == Some(path));
+            if has_children {
+                return Err(os_err("remove", path, 39)); // ENOTEMPTY
+            }
+            st.dirs.remove(path);
         }
         Ok(())
     }

@@ -73,6 +73,7 @@ pub trait FileSystem: Send + Sync {
     /// Opens `path` for reading and writing, creating it (empty) when `create` is true.
     fn open(&self, path: &Path, create: bool) -> Result<Arc<dyn File>>;
     fn exists(&self, path: &Path) -> bool;
+    /// Removes a file, or an empty directory; nothing when there is none.
     fn remove(&self, path: &Path) -> Result<()>;
     /// Atomically replaces `to` with `from`.
     fn rename(&self, from: &Path, to: &Path) -> Result<()>;
@@ -162,7 +163,8 @@ impl FileSystem for RealFs {
     }
 
     fn remove(&self, path: &Path) -> Result<()> {
-        match std::fs::remove_file(path) {
+        let removed = if path.is_dir() { std::fs::remove_dir(path) } else { std::fs::remove_file(path) };
+        match removed {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::io("remove", path, e)),

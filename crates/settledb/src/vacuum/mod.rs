@@ -427,7 +427,8 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     let fsm_settled = opts.vacuum_fsm_settled.or(config.vacuum_fsm_settled).unwrap_or(policy.fsm_settled_by_default());
 
     // Cutoffs (PostgreSQL's vacuum_get_cutoffs).
-    let (oldest_xmin, holder) = inner.xact.oldest_xmin_with_holder();
+    let is_catalog = crate::xact::horizon::is_catalog_relation(rel.oid);
+    let (oldest_xmin, holder) = inner.xact.oldest_xmin_with_holder(is_catalog);
     let next_xid = inner.xact.next_full_xid().xid();
     // The table's autovacuum_freeze_* options apply to autovacuum only, as in PostgreSQL.
     let auto = |o: Option<u32>| if params.is_autovacuum { o } else { None };
@@ -520,7 +521,7 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
             aggressive,
             policy: policy.name().to_string(),
             oldest_xmin,
-            oldest_xmin_holder: holder.map(|h| (h.gid, h.xid)),
+            oldest_xmin_holder: holder,
             old_relfrozenxid: relfrozenxid,
             dead_items_limit: dead_budget as u64,
             index_vacuuming_skipped: params.index_cleanup == IndexCleanup::Off,

@@ -36,10 +36,11 @@ pub struct VacuumReport {
     pub missed_dead_tuples: u64,
     pub missed_dead_pages: u32,
     pub oldest_xmin: Xid,
-    /// What holds `oldest_xmin` back, when it is a prepared transaction: its identifier and
-    /// XID (printed after the `removable cutoff:` line; PostgreSQL only hints at prepared
-    /// transactions in its "oldest xmin is far in the past" warning).
-    pub oldest_xmin_holder: Option<(String, Xid)>,
+    /// What holds `oldest_xmin` back, when it is a prepared transaction (its identifier and
+    /// XID) or a replication slot (its name and the `xmin` or `catalog_xmin` it keeps):
+    /// printed after the `removable cutoff:` line. PostgreSQL only hints at prepared
+    /// transactions and replication slots in its "oldest xmin is far in the past" warning.
+    pub oldest_xmin_holder: Option<crate::xact::HorizonHolder>,
     /// XIDs consumed between OldestXmin and the end of the vacuum.
     pub oldest_xmin_age_at_end: i64,
     pub old_relfrozenxid: Xid,
@@ -131,8 +132,8 @@ impl VacuumReport {
             "removable cutoff: {}, which was {} XIDs old when operation ended",
             self.oldest_xmin.0, self.oldest_xmin_age_at_end
         );
-        if let Some((gid, xid)) = &self.oldest_xmin_holder {
-            let _ = writeln!(s, "removable cutoff held back by prepared transaction \"{gid}\" (xid {xid})");
+        if let Some(holder) = &self.oldest_xmin_holder {
+            let _ = writeln!(s, "removable cutoff held back by {holder}");
         }
         if let Some(x) = self.new_relfrozenxid {
             let _ = writeln!(

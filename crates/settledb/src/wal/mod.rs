@@ -95,6 +95,8 @@
 //! ([`segment::recycle_horizon`], PostgreSQL's `XLOGfileslop`: the WAL expected until the next
 //! checkpoint ends, from an estimate of the WAL written per checkpoint, kept within
 //! `min_wal_size` and `max_wal_size`), and removes the rest ([`Wal::remove_old_segments`]).
+//! Segments a replication slot still needs are kept whatever the redo pointer
+//! ([`Wal::remove_old_segments_keeping`]).
 //! Writing into a recycled file overwrites pages the page cache still holds, with no block
 //! allocation: several times cheaper than filling a new file.
 //!
@@ -616,7 +618,25 @@ impl Wal {
         min_wal_size: u64,
         max_wal_size: u64,
     ) -> Result<segment::Recycled> {
-        let limit = redo.min(self.flushed_lsn());
+        self.remove_old_segments_keeping(redo, Lsn::INVALID, prior_redo, min_wal_size, max_wal_size)
+    }
+
+    /// [`Self::remove_old_segments`], also keeping the segment holding `keep` and every later
+    /// one (`INVALID`: nothing more): the oldest WAL a replication slot still needs, already
+    /// capped by `max_slot_wal_keep_size` (PostgreSQL's `KeepLogSeg`). The WAL knows nothing of
+    /// slots; their owner computes `keep`.
+    pub fn remove_old_segments_keeping(
+        &self,
+        redo: Lsn,
+        keep: Lsn,
+        prior_redo: Lsn,
+        min_wal_size: u64,
+        max_wal_size: u64,
+    ) -> Result<segment::Recycled> {
+        let mut limit = redo.min(self.flushed_lsn());
+        if keep != Lsn::INVALID {
+            limit = limit.min(keep);
+        }
         let keep_from = segment::segment_number(limit, self.segment_size);
         let mut io = self.io.lock();
         if prior_redo != Lsn::INVALID && prior_redo < redo {

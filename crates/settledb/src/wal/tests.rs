@@ -393,6 +393,25 @@ fn old_segments_are_removed_beyond_the_recycling_horizon() {
     wal.flush(wal.insert_lsn()).unwrap();
 }
 
+#[test]
+fn segments_a_replication_slot_keeps_are_not_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = open(dir.path());
+    while wal.insert_lsn().0 < 5 * SEG + 100 {
+        wal.insert(&simple(3, vec![0; 4000])).unwrap();
+    }
+    wal.flush(wal.insert_lsn()).unwrap();
+    // A slot needs WAL from segment 2 on: only segment 1 goes, whatever the redo pointer.
+    let redo = Lsn(4 * SEG + 10);
+    let done = wal.remove_old_segments_keeping(redo, Lsn(2 * SEG + 500), Lsn::INVALID, SEG, SEG).unwrap();
+    assert_eq!(done, segment::Recycled { recycled: 0, removed: 1 });
+    let names = RealFs.list(dir.path()).unwrap();
+    assert_eq!(names, [2, 3, 4, 5].map(|n| segment::segment_file_name(n, SEG)));
+    // A keep position past the redo pointer keeps nothing more than the redo pointer does.
+    let done = wal.remove_old_segments_keeping(redo, Lsn(5 * SEG), Lsn::INVALID, SEG, SEG).unwrap();
+    assert_eq!(done, segment::Recycled { recycled: 0, removed: 2 });
+}
+
 /// A file system over real files whose `sync` fails once `fail` is set.
 struct FailingSyncFs {
     fail: Arc<AtomicBool>,

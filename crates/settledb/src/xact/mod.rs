@@ -115,6 +115,7 @@
 //! PostgreSQL 14+ does under that level.
 
 pub mod clog;
+pub mod horizon;
 pub mod prepared;
 pub mod procarray;
 pub mod records;
@@ -129,7 +130,8 @@ mod verify;
 mod tests;
 
 pub use clog::Clog;
-pub use prepared::{HorizonHolder, PreparedXact};
+pub use horizon::HorizonHolder;
+pub use prepared::PreparedXact;
 pub use procarray::{BackendId, TransactionManager, XactOptions};
 pub use snapshot::{PreparedXids, Snapshot, MAX_CACHED_SUBXIDS};
 pub use subtrans::SubTrans;
@@ -190,8 +192,17 @@ pub fn describe(rec: &DecodedRecord) -> String {
             .map_or_else(|| "?".to_string(), |b| i64::from_le_bytes(b).to_string())
     };
     let subxacts = || match records::decode_end_record(rec) {
-        Ok(e) if e.subxids.is_empty() => String::new(),
-        Ok(e) => format!("; subxacts: {}", e.subxids.iter().map(|x| x.0.to_string()).collect::<Vec<_>>().join(" ")),
+        Ok(e) => {
+            let mut s = String::new();
+            if !e.subxids.is_empty() {
+                let list: Vec<String> = e.subxids.iter().map(|x| x.0.to_string()).collect();
+                s = format!("; subxacts: {}", list.join(" "));
+            }
+            if let Some(lsn) = e.savepoint_lsn {
+                s.push_str(&format!("; savepoint at {lsn}"));
+            }
+            s
+        }
         Err(_) => " (malformed subtransaction list)".to_string(),
     };
     match (rec.rmgr, rec.info) {

@@ -33,13 +33,6 @@ pub struct PreparedXact {
     pub subxacts: usize,
 }
 
-/// Who holds the removable cutoff back, when it is a prepared transaction.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HorizonHolder {
-    pub gid: String,
-    pub xid: Xid,
-}
-
 fn install(procs: &mut ProcArray, state: TwoPhaseState, prepare_lsn: Lsn, on_disk: bool) {
     let xid = state.xid;
     let mut all = Vec::with_capacity(state.subxids.len() + 1);
@@ -350,19 +343,5 @@ impl TransactionManager {
                 subxacts: e.state.subxids.len(),
             })
             .collect()
-    }
-
-    /// The horizon ([`Self::oldest_xmin`]) and, when the oldest prepared transaction is what
-    /// holds it there, that transaction.
-    pub fn oldest_xmin_with_holder(&self) -> (Xid, Option<HorizonHolder>) {
-        let procs = self.procs.lock();
-        let horizon = procs.horizon();
-        let holder = procs
-            .prepared
-            .iter()
-            .next()
-            .filter(|(&x, _)| x == horizon)
-            .map(|(&x, e)| HorizonHolder { gid: e.state.gid.clone(), xid: x.xid() });
-        (horizon.xid(), holder)
     }
 }

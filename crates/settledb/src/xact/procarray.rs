@@ -133,6 +133,9 @@ pub(super) struct ProcArray {
     pub(super) prepared_xids: PreparedXids,
     /// Per backend, the xmin of its oldest live snapshot (`PGPROC.xmin`).
     backends: HashMap<BackendId, Option<FullXid>>,
+    /// What the replication slots hold back (`procArray->replication_slot_xmin` and
+    /// `replication_slot_catalog_xmin`), pushed down by their owner (see [`super::horizon`]).
+    pub(super) slot_xmins: super::horizon::SlotXmins,
 }
 
 impl ProcArray {
@@ -167,19 +170,28 @@ impl ProcArray {
     }
 
     /// What the wraparound warnings and the stop error add to PostgreSQL's hint (which always
-    /// says "You might also need to commit or roll back old prepared transactions") when
-    /// prepared transactions exist: the oldest one by name and XID, and whether it is what
-    /// holds back VACUUM's removable cutoff (as the VACUUM report says); empty otherwise.
+    /// says "You might also need to commit or roll back old prepared transactions, or drop
+    /// stale replication slots"): the oldest prepared transaction by name and XID, and whether
+    /// it is what holds back VACUUM's removable cutoff (as the VACUUM report says), and the
+    /// replication slot with the oldest xmin or catalog_xmin; empty when there are neither.
     pub(super) fn prepared_hint(&self) -> String {
-        let Some(e) = self.prepared.values().next() else { return String::new() };
-        let active = self.running.keys().next().copied().unwrap_or(self.next);
-        let holds = if e.state.xid <= active { ", and it holds back VACUUM's removable cutoff" } else { "" };
-        format!(
-            "\nThe oldest prepared transaction is \"{}\" (xid {}, one of {} prepared){holds}.",
-            e.state.gid,
-            e.state.xid.xid(),
-            self.prepared.len()
-        )
+        let mut hint = String::new();
+        if let Some(e) = self.prepared.values().next() {
+            let active = self.running.keys().next().copied().unwrap_or(self.next);
+            let holds = if e.state.xid <= active { ", and it holds back VACUUM's removable cutoff" } else { "" };
+            hint = format!(
+                "\nThe oldest prepared transaction is \"{}\" (xid {}, one of {} prepared){holds}.",
+                e.state.gid,
+                e.state.xid.xid(),
+                self.prepared.len()
+            );
+        }
+        let slots = [("xmin", &self.slot_xmins.xmin), ("catalog_xmin", &self.slot_xmins.catalog_xmin)];
+        let oldest = slots.iter().filter_map(|(what, s)| s.as_ref().map(|(x, n)| (*x, n, *what))).min_by_key(|s| s.0);
+        if let Some((x, name, what)) = oldest {
+            hint.push_str(&format!("\nThe replication slot \"{name}\" holds {what} {}.", x.xid()));
+        }
+        hint
     }
 
     /// Forgets the subtransaction XIDs `xids` of running top-level `top`.
@@ -214,8 +226,22 @@ impl ProcArray {
 
     /// The oldest XID still needed as running by anyone: running and prepared XIDs and the
     /// advertised snapshot xmins (`GetOldestNonRemovableTransactionId`).
+    /// A replication slot's `xmin` counts too (it holds back every relation); its
+    /// `catalog_xmin` only [`Self::catalog_horizon`].
     pub(super) fn horizon(&self) -> FullXid {
+        let h = self.horizon_without_slots();
+        self.slot_xmins.xmin.as_ref().map_or(h, |(x, _)| h.min(*x))
+    }
+
+    /// Running and prepared XIDs and the advertised snapshot xmins only.
+    pub(super) fn horizon_without_slots(&self) -> FullXid {
         self.backends.values().flatten().copied().fold(self.oldest_running(), FullXid::min)
+    }
+
+    /// The horizon for catalog relations: [`Self::horizon`] and the slots' `catalog_xmin`.
+    pub(super) fn catalog_horizon(&self) -> FullXid {
+        let h = self.horizon();
+        self.slot_xmins.catalog_xmin.as_ref().map_or(h, |(x, _)| h.min(*x))
     }
 
     /// Removes running top-level `top` and all its subtransactions.
@@ -283,6 +309,7 @@ impl TransactionManager {
             gids: HashMap::new(),
             prepared_xids: PreparedXids::default(),
             backends: HashMap::new(),
+            slot_xmins: Default::default(),
         };
         Ok(TransactionManager {
             clog,
@@ -540,7 +567,10 @@ impl TransactionManager {
     /// subtransaction), marks all aborted in the CLOG, then they leave the running set and
     /// waiters on them are woken: the rows they wrote are dead to everyone, and the row
     /// locks they took are free.
-    pub fn abort_subxacts(&self, top: FullXid, xids: &[FullXid], log: &dyn XactLog) -> Result<Lsn> {
+    ///
+    /// `savepoint_lsn` is where the rolled-back level began; it goes into the record when the
+    /// WAL is logical (see [`super::records`]).
+    pub fn abort_subxacts(&self, top: FullXid, xids: &[FullXid], savepoint_lsn: Lsn, log: &dyn XactLog) -> Result<Lsn> {
         let Some((first, rest)) = xids.split_first() else {
             return Ok(Lsn::INVALID);
         };
@@ -553,6 +583,7 @@ impl TransactionManager {
         let rest32: Vec<Xid> = rest.iter().map(|s| s.xid()).collect();
         let mut rec = end_record(INFO_XACT_ABORT, first.xid(), &rest32);
         if log.logical() {
+            rec = super::records::with_savepoint_lsn(rec, savepoint_lsn);
             rec.toplevel_xid = top.xid();
         }
         let logged = log.log(&rec);

@@ -100,24 +100,20 @@ impl RunningXacts {
 impl TransactionManager {
     /// The transactions in progress now (`GetRunningTransactionData`).
     pub fn running_xacts(&self) -> RunningXacts {
-        let procs = self.procs.lock();
-        let mut xids: Vec<Xid> = procs.running.keys().chain(procs.prepared.keys()).map(|x| x.xid()).collect();
-        xids.sort_by_key(|x| procs.next.widen(*x));
-        let mut subxids: Vec<Xid> = procs.subs.keys().map(|x| x.xid()).collect();
-        subxids.sort_by_key(|x| procs.next.widen(*x));
-        let overflowed = procs.running.values().any(|r| r.subxids.len() > super::MAX_CACHED_SUBXIDS);
-        RunningXacts {
-            next_xid: procs.next.xid(),
-            oldest_running: procs.oldest_running().xid(),
-            xids,
-            subxids,
-            overflowed,
-        }
+        running_xacts_of(&self.procs.lock())
     }
 
     /// Logs the running transactions (`LogStandbySnapshot`); returns the record's end.
+    ///
+    /// The proc-array lock is held until the record is inserted, as PostgreSQL does under
+    /// `wal_level = logical`: no transaction can be assigned an XID (and so write a record)
+    /// between the list and the record, so every transaction with a record before it is
+    /// either listed or finished before the list was taken. A replication slot relies on this
+    /// to move its `restart_lsn` to such a record. (Lock order: proc array, then WAL insert,
+    /// as XID assignment already does.)
     pub fn log_running_xacts(&self, log: &dyn XactLog) -> Result<Lsn> {
-        let r = self.running_xacts();
+        let procs = self.procs.lock();
+        let r = running_xacts_of(&procs);
         log.log(&RecordBuilder {
             toplevel_xid: Xid::INVALID,
             rmgr: Rmgr::Standby,
@@ -127,6 +123,15 @@ impl TransactionManager {
             main_data: r.encode(),
         })
     }
+}
+
+fn running_xacts_of(procs: &super::procarray::ProcArray) -> RunningXacts {
+    let mut xids: Vec<Xid> = procs.running.keys().chain(procs.prepared.keys()).map(|x| x.xid()).collect();
+    xids.sort_by_key(|x| procs.next.widen(*x));
+    let mut subxids: Vec<Xid> = procs.subs.keys().map(|x| x.xid()).collect();
+    subxids.sort_by_key(|x| procs.next.widen(*x));
+    let overflowed = procs.running.values().any(|r| r.subxids.len() > super::MAX_CACHED_SUBXIDS);
+    RunningXacts { next_xid: procs.next.xid(), oldest_running: procs.oldest_running().xid(), xids, subxids, overflowed }
 }
 
 /// `settle waldump`'s text for a `Standby` record.

@@ -388,7 +388,7 @@ fn records_render_for_waldump() -> Result<()> {
     let s1 = f.tm.assign_subxid(top, top, &f.log)?; // 5
     let s2 = f.tm.assign_subxid(top, s1, &f.log)?; // 6
     let s3 = f.tm.assign_subxid(top, top, &f.log)?; // 7
-    f.tm.abort_subxacts(top, &[s3], &f.log)?;
+    f.tm.abort_subxacts(top, &[s3], Lsn::INVALID, &f.log)?;
     f.tm.prepare(top, "g", 1, &f.log)?;
     f.tm.finish_prepared("g", true, &f.log)?;
     let lines: Vec<String> = f.log.decoded().iter().skip(2).map(describe).collect();
@@ -510,7 +510,7 @@ fn more_than_64_subxids_overflow_snapshots_into_the_parent_map() -> Result<()> {
     }
     // Roll back the newest ten: they leave the running set, the snapshot still says running.
     let doomed: Vec<FullXid> = subs[subs.len() - 10..].to_vec();
-    f.tm.abort_subxacts(top, &doomed, &f.log)?;
+    f.tm.abort_subxacts(top, &doomed, Lsn::INVALID, &f.log)?;
     for x in &doomed {
         assert_eq!(f.tm.status(x.xid())?, XidStatus::Aborted);
     }
@@ -579,9 +579,9 @@ fn a_prepared_transaction_keeps_running_and_holds_the_horizon() -> Result<()> {
     assert!(f.tm.is_running(top.xid()) && f.tm.is_running(sub.xid()));
     let later = f.tm.assign_xid(&f.log)?;
     f.tm.commit(later, &f.log, true)?;
-    let (horizon, holder) = f.tm.oldest_xmin_with_holder();
+    let (horizon, holder) = f.tm.oldest_xmin_with_holder(false);
     assert_eq!(horizon, top.xid());
-    assert_eq!(holder, Some(HorizonHolder { gid: "g1".into(), xid: top.xid() }));
+    assert_eq!(holder, Some(HorizonHolder::PreparedXact { gid: "g1".into(), xid: top.xid() }));
     let s = f.tm.get_snapshot(None);
     assert!(s.xip.is_empty(), "prepared XIDs are shared, not copied into xip");
     assert!(s.is_in_progress(top.xid()) && s.is_in_progress(sub.xid()));
@@ -709,5 +709,41 @@ fn a_stale_state_file_is_removed_by_recovery() -> Result<()> {
     assert_eq!(r.finish_twophase_recovery()?, 0);
     assert!(r.prepared_xacts().is_empty());
     assert!(RealFs.list(&f._dir.path().join(twophase::TWOPHASE_DIR))?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn replication_slot_xmins_hold_the_horizons_they_should() -> Result<()> {
+    let f = new_cluster();
+    let old = f.tm.assign_xid(&f.log)?;
+    // A logical slot created while `old` runs keeps the catalog as of `old`.
+    assert_eq!(f.tm.reserve_slot_catalog_xmin("s1"), old.xid());
+    f.tm.commit(old, &f.log, true)?;
+    let later = f.tm.assign_xid(&f.log)?;
+    f.tm.commit(later, &f.log, true)?;
+    let now = f.tm.oldest_xmin();
+    assert!(old.xid().precedes(now), "user relations are not held back by catalog_xmin");
+    assert_eq!(f.tm.catalog_oldest_xmin(), old.xid());
+    assert_eq!(f.tm.relation_horizon(crate::types::Oid(1259), now), old.xid());
+    assert_eq!(f.tm.relation_horizon(crate::types::Oid(16384), now), now);
+    let (h, holder) = f.tm.oldest_xmin_with_holder(true);
+    assert_eq!(h, old.xid());
+    assert_eq!(holder, Some(HorizonHolder::ReplicationSlot { name: "s1".into(), xid: old.xid(), catalog: true }));
+    assert_eq!(
+        holder.map(|h| h.to_string()).as_deref(),
+        Some(format!("replication slot \"s1\" (catalog_xmin {})", old.xid()).as_str())
+    );
+    assert_eq!(f.tm.oldest_xmin_with_holder(false), (now, None));
+    // A slot's xmin holds back every relation.
+    assert_eq!(
+        f.tm.procs.lock().prepared_hint(),
+        format!("\nThe replication slot \"s1\" holds catalog_xmin {}.", old.xid())
+    );
+    f.tm.set_replication_slot_xmin(Some((old.xid(), "phys".into())), None);
+    assert_eq!(f.tm.oldest_xmin(), old.xid());
+    assert_eq!(f.tm.catalog_oldest_xmin(), old.xid());
+    f.tm.set_replication_slot_xmin(None, None);
+    assert_eq!(f.tm.oldest_xmin(), now);
+    assert_eq!(f.tm.catalog_oldest_xmin(), now);
     Ok(())
 }

@@ -7,7 +7,7 @@ use super::{apply_counts, Transaction};
 use crate::catalog::TableEntry;
 use crate::error::{Error, Result};
 use crate::stats::TableCounts;
-use crate::types::FullXid;
+use crate::types::{FullXid, Lsn};
 
 /// An open savepoint.
 pub(super) struct SubXact {
@@ -18,11 +18,15 @@ pub(super) struct SubXact {
     pub(super) children: Vec<FullXid>,
     /// The transaction's statistics when the savepoint was set: what ROLLBACK TO undoes.
     pub(super) counts_at_start: Vec<(Arc<TableEntry>, TableCounts)>,
+    /// The WAL insert position when it was set (or last reopened by ROLLBACK TO): every
+    /// record of this level comes after it. Its abort record carries it under
+    /// `wal_level = logical` (`xact::records`).
+    pub(super) start_lsn: Lsn,
 }
 
 impl SubXact {
-    pub(super) fn new(name: &str, counts: &[(Arc<TableEntry>, TableCounts)]) -> SubXact {
-        SubXact { name: name.to_string(), xid: None, children: Vec::new(), counts_at_start: counts.to_vec() }
+    pub(super) fn new(name: &str, counts: &[(Arc<TableEntry>, TableCounts)], start_lsn: Lsn) -> SubXact {
+        SubXact { name: name.to_string(), xid: None, children: Vec::new(), counts_at_start: counts.to_vec(), start_lsn }
     }
 }
 
@@ -30,7 +34,8 @@ impl Transaction<'_> {
     /// SAVEPOINT `name`: opens a subtransaction. Names may repeat (the newest wins).
     pub fn savepoint(&mut self, name: &str) -> Result<()> {
         self.active()?;
-        self.subxacts.push(SubXact::new(name, &self.table_counts));
+        let start = self.inner.wal.insert_lsn();
+        self.subxacts.push(SubXact::new(name, &self.table_counts, start));
         Ok(())
     }
 
@@ -75,13 +80,16 @@ impl Transaction<'_> {
         // Innermost first: each level is one subtransaction with its released children.
         while let Some(level) = self.subxacts.last_mut() {
             let xids: Vec<FullXid> = level.xid.take().into_iter().chain(level.children.drain(..)).collect();
+            let start = level.start_lsn;
             if let (Some(top), false) = (self.xid, xids.is_empty()) {
-                if let Err(e) = self.inner.xact.abort_subxacts(top, &xids, &*self.inner.wal) {
+                if let Err(e) = self.inner.xact.abort_subxacts(top, &xids, start, &*self.inner.wal) {
                     result = Err(e);
                 }
                 self.remove_current_subxids(&xids);
             }
             if self.subxacts.len() == i + 1 {
+                // The savepoint stays, reopened: its next records come after this point.
+                self.subxacts[i].start_lsn = self.inner.wal.insert_lsn();
                 break;
             }
             self.subxacts.pop();

@@ -1,0 +1,111 @@
+//! Replication slot functions (PostgreSQL's `slotfuncs.c`) over the engine's slots:
+//! `pg_create_logical_replication_slot(name, plugin [, temporary [, two_phase]])`,
+//! `pg_drop_replication_slot(name)` and `pg_replication_slot_advance(name, lsn)`. The record
+//! results PostgreSQL returns (`slot_name, lsn` / `slot_name, end_lsn`) come back as one
+//! text column in PostgreSQL's composite text form, `(name,X/Y)`, which is what
+//! `SELECT pg_create_logical_replication_slot(...)` prints; `pg_drop_replication_slot`
+//! returns `void` (an empty text). Errors keep PostgreSQL's SQLSTATEs, with the hint and
+//! detail split out of the engine's message.
+
+use settledb::{Database, Lsn};
+
+use crate::error::SqlError;
+use crate::types::Datum;
+
+/// Calls `name` when it is a slot function; `None` otherwise.
+pub fn call(db: &Database, name: &str, args: &[Datum]) -> Option<Result<Datum, SqlError>> {
+    let text = |i: usize| args.get(i).and_then(Datum::to_text);
+    let r = match name {
+        "pg_create_logical_replication_slot" => (|| {
+            let (Some(slot), Some(plugin)) = (text(0), text(1)) else {
+                return Err(SqlError::new("22004", "slot name and plugin must not be null"));
+            };
+            if matches!(args.get(2), Some(Datum::Bool(true))) {
+                return Err(SqlError::new("0A000", "temporary replication slots are not supported"));
+            }
+            let two_phase = matches!(args.get(3), Some(Datum::Bool(true)));
+            let info = db.create_logical_replication_slot(&slot, &plugin, two_phase).map_err(slot_error)?;
+            let lsn = info.confirmed_flush_lsn.unwrap_or(Lsn::INVALID);
+            Ok(Datum::Text(format!("({},{lsn})", info.slot_name)))
+        })(),
+        "pg_drop_replication_slot" => match text(0) {
+            Some(slot) => db.drop_replication_slot(&slot).map(|()| Datum::Text(String::new())).map_err(slot_error),
+            None => Err(SqlError::new("22004", "slot name must not be null")),
+        },
+        "pg_replication_slot_advance" => (|| {
+            let (Some(slot), Some(to)) = (text(0), text(1)) else {
+                return Err(SqlError::new("22004", "slot name and LSN must not be null"));
+            };
+            let upto = parse_lsn(&to)
+                .ok_or_else(|| SqlError::new("22P02", format!("invalid input syntax for type pg_lsn: \"{to}\"")))?;
+            let end = db.replication_slot_advance(&slot, upto).map_err(slot_error)?;
+            Ok(Datum::Text(format!("({slot},{end})")))
+        })(),
+        _ => return None,
+    };
+    Some(r)
+}
+
+/// `X/Y` (hexadecimal halves) as PostgreSQL's `pg_lsn` input reads it.
+pub fn parse_lsn(s: &str) -> Option<Lsn> {
+    let (hi, lo) = s.trim().split_once('/')?;
+    let (hi, lo) = (u32::from_str_radix(hi, 16).ok()?, u32::from_str_radix(lo, 16).ok()?);
+    Some(Lsn((u64::from(hi) << 32) | u64::from(lo)))
+}
+
+/// The engine's slot error with PostgreSQL's SQLSTATE, its `HINT:` and `DETAIL:` parts split
+/// out.
+fn slot_error(e: settledb::Error) -> SqlError {
+    use settledb::Error as E;
+    let code = match &e {
+        E::AlreadyExists(_) => "42710",
+        E::NotFound(_) => "42704",
+        E::InvalidInput(m) if m.starts_with("replication slot name") => "42602",
+        E::InvalidInput(m) if m.starts_with("all replication slots are in use") => "53400",
+        E::InvalidInput(m) if m.starts_with("logical decoding requires") || m.contains("cannot be advanced") => "55000",
+        E::InvalidInput(_) => "22023",
+        _ => return SqlError::from(e),
+    };
+    let msg = e.to_string();
+    let (msg, hint) = match msg.split_once("; HINT: ") {
+        Some((m, h)) => (m.to_string(), Some(h.to_string())),
+        None => (msg, None),
+    };
+    let (msg, detail) = match msg.split_once("; DETAIL: ") {
+        Some((m, d)) => (m.to_string(), Some(d.to_string())),
+        None => (msg, None),
+    };
+    let mut err = SqlError::new(code, msg);
+    if let Some(h) = hint {
+        err = err.with_hint(h);
+    }
+    if let Some(d) = detail {
+        err = err.with_detail(d);
+    }
+    err
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lsn_input() {
+        assert_eq!(parse_lsn("0/16B3748"), Some(Lsn(0x16B_3748)));
+        assert_eq!(parse_lsn("1/0"), Some(Lsn(1 << 32)));
+        assert_eq!(parse_lsn("16B3748"), None);
+        assert_eq!(parse_lsn("G/0"), None);
+    }
+
+    #[test]
+    fn errors_keep_postgresql_codes_and_hints() {
+        let e = slot_error(settledb::Error::invalid(
+            "all replication slots are in use; HINT: Free one or increase max_replication_slots.",
+        ));
+        assert_eq!(e.code, "53400");
+        assert_eq!(e.message, "all replication slots are in use");
+        assert_eq!(e.hint.as_deref(), Some("Free one or increase max_replication_slots."));
+        let e = slot_error(settledb::Error::AlreadyExists("replication slot \"s\" already exists".into()));
+        assert_eq!(e.code, "42710");
+    }
+}

@@ -1,0 +1,232 @@
+//! Replication slots on the [`Database`]: create, drop, list, advance; and the wiring that
+//! pushes the slots' needs down to the layers below (see [`crate::decode::slot`] for the
+//! slots themselves).
+//!
+//! * the oldest `restart_lsn` goes to the checkpoint's WAL removal
+//!   ([`crate::wal::Wal::remove_old_segments_keeping`], capped by `max_slot_wal_keep_size`,
+//!   invalidating the slots that fall behind it: [`Inner::slot_keep_lsn`]);
+//! * the oldest `xmin` and `catalog_xmin` go to the transaction manager
+//!   ([`crate::xact::TransactionManager::set_replication_slot_xmin`]) after every change, and
+//!   at startup before recovery, so nothing a slot needs is pruned.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{Database, Inner};
+use crate::config::{Config, WalLevel};
+use crate::decode::slot::{
+    self, ReplicationSlots, RunningXactsAt, SlotData, SlotInfo, SlotMinima, WalPosition, DATABASE_OID, MAX_NAME_LEN,
+};
+use crate::error::{Error, Result};
+use crate::io::FileSystem;
+use crate::types::{Lsn, Xid};
+use crate::wal::{Rmgr, WalReader};
+use crate::xact::standby::{RunningXacts, XLOG_RUNNING_XACTS};
+use crate::xact::TransactionManager;
+
+/// Loads the slots at startup, refuses logical slots under `wal_level = replica` (as
+/// PostgreSQL's `RestoreSlotFromDisk` does) and pushes their xmins down.
+pub(crate) fn open_slots(
+    fs: &Arc<dyn FileSystem>,
+    dir: &Path,
+    config: &Config,
+    xact: &TransactionManager,
+) -> Result<ReplicationSlots> {
+    let slots = ReplicationSlots::open(fs.clone(), dir)?;
+    if config.wal_level != WalLevel::Logical {
+        if let Some(d) = slots.list().first() {
+            return Err(Error::Config(format!(
+                "logical replication slot \"{}\" exists, but wal_level < logical; HINT: Change wal_level to be \
+                 logical or higher.",
+                d.name
+            )));
+        }
+    }
+    let m = slots.minima();
+    xact.set_replication_slot_xmin(m.xmin, m.catalog_xmin);
+    Ok(slots)
+}
+
+impl Inner {
+    fn push_slot_minima(&self, m: SlotMinima) {
+        self.xact.set_replication_slot_xmin(m.xmin, m.catalog_xmin);
+    }
+
+    fn wal_position(&self) -> WalPosition {
+        WalPosition {
+            current: self.wal.insert_lsn(),
+            segment_size: self.wal.segment_size(),
+            max_wal_size: self.config.max_wal_size_bytes,
+            max_slot_wal_keep_size: self.config.max_slot_wal_keep_size_bytes,
+        }
+    }
+
+    /// Writes the slots changed since their files were (`CheckPointReplicationSlots`).
+    pub(crate) fn checkpoint_replication_slots(&self) -> Result<usize> {
+        self.slots.lock().save_dirty()
+    }
+
+    /// The oldest WAL the slots keep from a checkpoint's removal (`INVALID`: none), after
+    /// invalidating those that fell more than `max_slot_wal_keep_size` behind (logging
+    /// PostgreSQL's line for each). Every slot's `restart_lsn` in memory is the one in its
+    /// file (advancing writes it at once), so the WAL kept is what a crash would need.
+    pub(crate) fn slot_keep_lsn(&self) -> Result<Lsn> {
+        let mut g = self.slots.lock();
+        let Some((oldest, _)) = g.minima().restart_lsn else { return Ok(Lsn::INVALID) };
+        let pos = self.wal_position();
+        let keep = pos.keep_lsn(oldest);
+        let gone = g.invalidate_obsolete(keep)?;
+        if gone.is_empty() {
+            return Ok(keep);
+        }
+        for (name, at) in &gone {
+            self.log_line(&format!(
+                "LOG:  invalidating slot \"{name}\" because its restart_lsn {at} exceeds max_slot_wal_keep_size\n"
+            ));
+        }
+        let m = g.minima();
+        let keep = m.restart_lsn.as_ref().map_or(Lsn::INVALID, |(l, _)| pos.keep_lsn(*l));
+        self.push_slot_minima(m);
+        Ok(keep)
+    }
+
+    /// The running-transactions records from `from` to `to` (records starting before `to`).
+    fn running_xacts_between(&self, from: Lsn, to: Lsn) -> Result<Vec<RunningXactsAt>> {
+        let mut reader = WalReader::new(self.fs.clone(), self.wal.dir(), from, self.wal.segment_size());
+        let mut out = Vec::new();
+        while let Some(rec) = reader.next()? {
+            if rec.lsn >= to {
+                break;
+            }
+            if rec.rmgr == Rmgr::Standby && rec.info == XLOG_RUNNING_XACTS {
+                let running = RunningXacts::decode(&rec.main_data, rec.lsn)?;
+                out.push(RunningXactsAt { lsn: rec.lsn, end: rec.end_lsn, running });
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Database {
+    /// Creates a logical replication slot (`pg_create_logical_replication_slot(name, plugin,
+    /// temporary => false, two_phase)`); see [`crate::decode::slot`], "Creating a logical
+    /// slot". Errors, with nothing changed: `wal_level` is not `logical`, an invalid or used
+    /// name, `max_replication_slots` reached, an invalid plugin name, or an I/O failure.
+    pub fn create_logical_replication_slot(&self, name: &str, plugin: &str, two_phase: bool) -> Result<SlotInfo> {
+        let inner = &self.inner;
+        if inner.config.max_replication_slots == 0 {
+            return Err(Error::invalid("replication slots can only be used if max_replication_slots > 0".to_string()));
+        }
+        if inner.config.wal_level != WalLevel::Logical {
+            return Err(Error::invalid("logical decoding requires wal_level >= logical"));
+        }
+        slot::validate_name(name)?;
+        if plugin.is_empty() || plugin.len() > MAX_NAME_LEN || plugin.contains('\0') {
+            return Err(Error::invalid(format!("invalid output plugin name \"{plugin}\"")));
+        }
+        inner.wal.check_poisoned()?;
+        let mut g = inner.slots.lock();
+        if g.get(name).is_some() {
+            return Err(Error::AlreadyExists(format!("replication slot \"{name}\" already exists")));
+        }
+        if g.len() >= inner.config.max_replication_slots as usize {
+            return Err(Error::invalid(
+                "all replication slots are in use; HINT: Free one or increase max_replication_slots.",
+            ));
+        }
+        let catalog_xmin = inner.xact.reserve_slot_catalog_xmin(name);
+        let restart_lsn = inner.wal.insert_lsn();
+        let logged = inner.xact.log_running_xacts(&*inner.wal).and_then(|end| inner.wal.flush(end).map(|()| end));
+        let d = match logged {
+            Ok(end) => SlotData {
+                name: name.to_string(),
+                plugin: plugin.to_string(),
+                database: DATABASE_OID,
+                two_phase,
+                xmin: Xid::INVALID,
+                catalog_xmin,
+                restart_lsn,
+                confirmed_flush: end,
+                invalidated_at: Lsn::INVALID,
+                invalidated: false,
+            },
+            Err(e) => {
+                inner.push_slot_minima(g.minima());
+                return Err(e);
+            }
+        };
+        let created = g.create(d.clone());
+        inner.push_slot_minima(g.minima());
+        created?;
+        Ok(SlotInfo::of(&d, &inner.wal_position()))
+    }
+
+    /// Drops a replication slot (`pg_drop_replication_slot`): its WAL and catalog rows are
+    /// released (removed by the next checkpoint and VACUUM).
+    pub fn drop_replication_slot(&self, name: &str) -> Result<()> {
+        let inner = &self.inner;
+        let mut g = inner.slots.lock();
+        let dropped = g.drop_slot(name);
+        inner.push_slot_minima(g.minima());
+        dropped.map(|_| ())
+    }
+
+    /// The replication slots, by name (`pg_replication_slots`).
+    pub fn replication_slots(&self) -> Vec<SlotInfo> {
+        let pos = self.inner.wal_position();
+        self.inner.slots.list().iter().map(|d| SlotInfo::of(d, &pos)).collect()
+    }
+
+    /// One replication slot's state as its file holds it (tests, `settle inspect`).
+    pub fn replication_slot(&self, name: &str) -> Option<SlotData> {
+        self.inner.slots.lock().get(name).cloned()
+    }
+
+    /// Moves slot `name`'s `confirmed_flush_lsn` to `upto`, or to the end of the WAL written
+    /// if that is earlier (`pg_replication_slot_advance`), and its `restart_lsn` and
+    /// `catalog_xmin` as far as [`slot::restart_point`] proves safe. Unlike PostgreSQL, which
+    /// only marks the slot dirty, the state file is written before this returns: the new
+    /// position survives a crash. Returns the new `confirmed_flush_lsn`. Errors: no such
+    /// slot, an invalidated slot, `upto` before the current `confirmed_flush_lsn`.
+    pub fn replication_slot_advance(&self, name: &str, upto: Lsn) -> Result<Lsn> {
+        let inner = &self.inner;
+        if upto == Lsn::INVALID {
+            return Err(Error::invalid("invalid target WAL LSN"));
+        }
+        inner.wal.check_poisoned()?;
+        inner.wal.flush(inner.wal.insert_lsn())?;
+        let mut g = inner.slots.lock();
+        let Some(old) = g.get(name).cloned() else {
+            return Err(Error::NotFound(format!("replication slot \"{name}\" does not exist")));
+        };
+        if old.invalidated {
+            return Err(Error::invalid(format!(
+                "replication slot \"{name}\" cannot be advanced; DETAIL: This slot has never previously reserved \
+                 WAL, or it has been invalidated."
+            )));
+        }
+        let moveto = upto.min(inner.wal.flushed_lsn());
+        if moveto < old.confirmed_flush {
+            return Err(Error::invalid(format!(
+                "cannot advance replication slot to {moveto}, minimum is {}",
+                old.confirmed_flush
+            )));
+        }
+        let mut d = old.clone();
+        d.confirmed_flush = moveto;
+        let records = inner.running_xacts_between(old.restart_lsn, moveto)?;
+        if let Some((lsn, xmin)) = slot::restart_point(&records, moveto) {
+            if lsn > d.restart_lsn {
+                d.restart_lsn = lsn;
+                if d.catalog_xmin.precedes(xmin) {
+                    d.catalog_xmin = xmin;
+                }
+            }
+        }
+        if d != old {
+            g.update(d, true)?;
+            inner.push_slot_minima(g.minima());
+        }
+        Ok(moveto)
+    }
+}
