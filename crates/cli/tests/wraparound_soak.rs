@@ -1,6 +1,9 @@
 //! `settle torture --wraparound`, the CI-sized soak: XIDs burned past 2^32 under autovacuum
 //! with every row kept, and, with autovacuum off, the stop limit refusing writes until a
-//! VACUUM restores service, again with every row kept.
+//! VACUUM restores service, again with every row kept. Both hold a prepared transaction open
+//! for a span of the burn: under autovacuum it holds relfrozenxid back until it commits; at
+//! the stop limit the warnings and the error name it, and VACUUM restores service only once it
+//! is rolled back.
 
 use std::path::Path;
 use std::process::Command;
@@ -44,7 +47,16 @@ fn autovacuum_carries_every_row_past_the_first_wraparound() {
     assert!(r["xids_consumed"].as_u64().unwrap() >= 5_000_000_000);
     assert_eq!(r["epoch_end"], 1, "the XID counter must have wrapped once");
     assert!(r["anti_wraparound_autovacuums"].as_u64().unwrap() >= 4, "{r:#}");
+    // Outside the hold, autovacuum keeps up.
     assert!(r["max_relfrozenxid_age"].as_u64().unwrap() <= 1_250_000_000, "{r:#}");
+    // The prepared transaction, open for twice the freeze max age, held relfrozenxid back that
+    // far (no VACUUM can freeze past it); once committed, autovacuum brought it back.
+    let p = &r["prepared"];
+    assert_eq!(p["gid"], "soak-held", "{r:#}");
+    assert_eq!(p["outcome"], "committed");
+    assert!(p["xids_consumed_while_open"].as_u64().unwrap() >= 1_900_000_000, "{r:#}");
+    assert!(p["max_relfrozenxid_age_while_open"].as_u64().unwrap() >= 1_900_000_000, "{r:#}");
+    assert!(p["relfrozenxid_age_after"].as_u64().unwrap() <= 1_000_000_000, "{r:#}");
 }
 
 #[test]
@@ -59,4 +71,16 @@ fn stop_limit_refuses_writes_and_vacuum_restores_service() {
     assert_eq!(r["service_restored_by_vacuum"], true);
     // The stop limit is 3,000,000 XIDs short of the wraparound point, 2^31 from the oldest XID.
     assert!(r["max_relfrozenxid_age"].as_u64().unwrap() > 2_000_000_000, "{r:#}");
+    // The prepared transaction, open from the start, is named (GID and XID, after
+    // PostgreSQL's hint) by the warnings and by the stop error; VACUUM cannot restore service
+    // while it is open, and does once it is rolled back.
+    let p = &r["prepared"];
+    assert_eq!(p["warnings_named_it"], true, "{r:#}");
+    assert_eq!(p["stop_error_named_it"], true, "{r:#}");
+    let stop = p["stop_error"].as_str().unwrap();
+    assert!(stop.contains("You might also need to commit or roll back old prepared transactions"), "{stop}");
+    assert_eq!(p["vacuum_restored_service_while_open"], false, "{r:#}");
+    assert_eq!(p["outcome"], "rolled back");
+    assert!(p["max_relfrozenxid_age_while_open"].as_u64().unwrap() > 2_000_000_000, "{r:#}");
+    assert!(p["relfrozenxid_age_after"].as_u64().unwrap() < 100_000_000, "{r:#}");
 }

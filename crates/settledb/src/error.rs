@@ -64,13 +64,14 @@ pub enum Error {
     SerializationFailure,
 
     /// The XID counter is too close to wraparound: no new XIDs until the database is vacuumed.
-    /// `prepared_hint` is empty, or names the oldest prepared transaction and the replication
-    /// slot with the oldest xmin (which hold back what VACUUM can freeze, as PostgreSQL's hint
-    /// says).
+    /// The hint is PostgreSQL's (`crate::xact::varsup::STOP_HINT`); `prepared_hint` is empty,
+    /// or names the oldest prepared transaction and the replication slot with the oldest xmin
+    /// (which hold back what VACUUM can freeze).
     #[error(
         "database is not accepting commands that assign new transaction IDs to avoid wraparound data loss \
          (next XID {next_xid}, oldest frozen XID {oldest_xid}); \
-         HINT: execute a database-wide VACUUM{prepared_hint}"
+         HINT: {hint}{prepared_hint}",
+        hint = crate::xact::varsup::STOP_HINT
     )]
     WraparoundStop { next_xid: Xid, oldest_xid: Xid, prepared_hint: String },
 

@@ -800,7 +800,13 @@ pub fn twophase_state(data: &[u8]) {
     let f = fs.open(&path, true).expect("FaultFs creates");
     f.write_at(&bytes, 0).expect("FaultFs writes");
     if tm.load_twophase_files().is_ok() {
-        let left = tm.finish_twophase_recovery().expect("recovering a loaded state");
+        // A file whose XIDs are ahead of the next XID is set aside by the load and refused
+        // (naming it) after replay, of which there is none here.
+        let left = match tm.finish_twophase_recovery() {
+            Ok(left) => left,
+            Err(crate::Error::CorruptFile { .. }) => return,
+            Err(e) => panic!("recovering a loaded state: {e}"),
+        };
         assert_eq!(tm.prepared_xacts().len(), left);
         let problems = tm.verify().expect("verifying");
         assert!(problems.is_empty(), "a recovered prepared transaction is consistent: {problems:?}");

@@ -9,11 +9,22 @@
 //! A h 4294967298                  rolled back before commit (definitely absent)
 //! R1 h 4294967299                 in doubt at a kill, found present by the verifier
 //! R0 o 1.3.1021.8123456789        in doubt at a kill, found absent by the verifier
+//! B p 4294967301 3                begun: a transaction to be prepared (payload: its row count)
+//! P p 4294967301                  prepare() returned Ok: it must be listed, its rows invisible
+//! F p 4294967301 1 2              generation 2 is finishing it: 1 COMMIT PREPARED, 0 ROLLBACK
+//! C p 4294967301                  commit_prepared() returned Ok (A: rollback_prepared did)
+//! RP p 4294967301                 in doubt (B or F) at a kill, found still prepared
 //! ```
 //!
-//! Kinds: `h` a pgbench transaction (key: its history id), `o` a TPC-C New-Order (key:
-//! `w.d.c.entry_d`, payload: its line count), `x` a bulk-insert burst (key: the burst id,
-//! payload: its row count), `y` the deletion of a burst (key: the burst's id).
+//! Kinds: `h` a pgbench transaction (key: its history id), `s` one pgbench transaction's worth
+//! of writes done inside a savepoint transaction (key: its history id; `A` as soon as `ROLLBACK
+//! TO` a savepoint holding it returned, `C` for every write not rolled back once the whole
+//! transaction's `commit` returned), `o` a TPC-C New-Order (key: `w.d.c.entry_d`, payload: its
+//! line count), `x` a bulk-insert burst (key: the burst id, payload: its row count), `y` the
+//! deletion of a burst (key: the burst's id), `p` a prepared transaction (key: the id of its
+//! rows in the two-phase table, its GID `torture-<key>`, payload: the rows it commits), `q` the
+//! rows a prepared transaction wrote inside a savepoint it rolled back to before PREPARE (key:
+//! their id; they must never be visible).
 //!
 //! The log is not fsynced: SIGKILL ends the process, not the kernel, so every completed
 //! `write` is in the page cache and the parent reads it back. A `B` line is written before the
@@ -39,6 +50,11 @@ pub enum State {
     Committed,
     /// Rolled back (or resolved absent): must be absent.
     Aborted,
+    /// Prepared (`P`, or `RP`): listed by `prepared_xacts`, its writes invisible.
+    Prepared,
+    /// A COMMIT PREPARED (`commit`) or ROLLBACK PREPARED began (`F`) and was not acknowledged:
+    /// either still prepared, or finished the way it was asked to.
+    Finishing { commit: bool },
 }
 
 /// The last word on one key.
@@ -49,6 +65,9 @@ pub struct Entry {
     pub payload: String,
     /// Whether a `C` line was seen (an acknowledged commit, not merely resolved present).
     pub acknowledged: bool,
+    /// A prepared transaction finished (`F`) by a later child than the one that prepared it:
+    /// it stayed prepared across at least one kill.
+    pub crossed_kill: bool,
 }
 
 /// Every key's state, read incrementally from the log.
@@ -84,6 +103,7 @@ impl Ledger {
                     state: State::InDoubt,
                     payload: payload.clone(),
                     acknowledged: false,
+                    crossed_kill: false,
                 });
                 // A retry of the same input begins again; an acknowledged key stays so.
                 if e.state != State::Committed {
@@ -91,7 +111,7 @@ impl Ledger {
                     e.payload = payload;
                 }
             }
-            "C" | "A" | "R1" | "R0" => {
+            "C" | "A" | "R1" | "R0" | "P" | "RP" | "F" => {
                 let Some(e) = self.entries.get_mut(&slot) else {
                     bail!("ack log line {line:?} ends a transaction that never began");
                 };
@@ -101,6 +121,18 @@ impl Ledger {
                         e.acknowledged = true;
                     }
                     "A" | "R0" => e.state = State::Aborted,
+                    "P" | "RP" => e.state = State::Prepared,
+                    "F" => {
+                        let mut words = payload.split(' ');
+                        let commit = words.next() == Some("1");
+                        let by: Option<u64> = words.next().and_then(|g| g.parse().ok());
+                        let of = slot.1.parse::<u64>().ok().map(|k| k >> 32);
+                        if by.is_none() || of.is_none() {
+                            bail!("malformed finish line {line:?}");
+                        }
+                        e.state = State::Finishing { commit };
+                        e.crossed_kill |= by != of;
+                    }
                     _ => e.state = State::Committed,
                 }
             }
@@ -190,6 +222,18 @@ mod tests {
         assert_eq!(l.get('h', "3").unwrap().state, State::InDoubt);
         assert_eq!(l.get('o', "k").unwrap().state, State::Aborted);
         assert!(l.apply("C h 99").is_err(), "a commit of a transaction never begun is an error");
+        let key = (3u64 << 32 | 1).to_string();
+        for line in [format!("B p {key} 2"), format!("P p {key}"), format!("F p {key} 1 3")] {
+            l.apply(&line).unwrap();
+        }
+        let e = l.get('p', &key).unwrap();
+        assert_eq!((e.state, e.crossed_kill), (State::Finishing { commit: true }, false), "finished by its own child");
+        l.apply(&format!("RP p {key}")).unwrap();
+        assert_eq!(l.get('p', &key).unwrap().state, State::Prepared);
+        l.apply(&format!("F p {key} 0 4")).unwrap();
+        let e = l.get('p', &key).unwrap();
+        assert_eq!((e.state, e.crossed_kill), (State::Finishing { commit: false }, true), "finished after a kill");
+        assert!(l.apply(&format!("F p {key} 1")).is_err(), "a finish names its generation");
         assert!(l.apply("Z h 1").is_err());
     }
 

@@ -11,7 +11,13 @@
 //! * an extension thread inserting bursts of [`BURST_ROWS`] rows into the bulk table in one
 //!   transaction (the relation grows by about a dozen pages), printing `extend begin`/`extend
 //!   end`, and deleting the oldest burst once 16 are live, so VACUUM has pages to empty and
-//!   truncate.
+//!   truncate;
+//! * a two-phase thread preparing transactions (savepoints inside, one rolled back to) and
+//!   finishing those left prepared, its own or an earlier child's (`twophase`), printing `2pc
+//!   begin`/`2pc end` around PREPARE and COMMIT/ROLLBACK PREPARED.
+//!
+//! One pgbench step in [`SAVEPOINT_EVERY`] is a savepoint transaction (nested savepoints,
+//! some rolled back to, some released; see `PgbenchClient::savepoint_step`).
 //!
 //! Any error other than a serialization failure or deadlock ends the process with status 3 and
 //! the error on stderr: the parent, which expected to kill a live child, reports it.
@@ -33,6 +39,8 @@ use super::schema::{Workload, ACCOUNTS, BRANCHES, BULK, BULK_INDEX, BURST_PAD, B
 
 /// Bursts kept live in the bulk table; the oldest beyond this is deleted.
 const LIVE_BURSTS: usize = 16;
+/// One pgbench step in this many is a savepoint transaction.
+const SAVEPOINT_EVERY: u32 = 4;
 
 #[derive(clap::Args, Debug)]
 pub struct ChildArgs {
@@ -76,6 +84,7 @@ pub fn config() -> Result<Config> {
     ] {
         c.set(k, v)?;
     }
+    c.set("max_prepared_transactions", &super::twophase::MAX_PREPARED.to_string())?;
     Ok(c)
 }
 
@@ -92,7 +101,7 @@ fn fatal(what: &str, e: anyhow::Error) -> ! {
     std::process::exit(3)
 }
 
-fn retryable(e: &Error) -> bool {
+pub(super) fn retryable(e: &Error) -> bool {
     matches!(e, Error::SerializationFailure | Error::Deadlock { .. })
 }
 
@@ -124,6 +133,10 @@ pub fn run(a: ChildArgs) -> Result<ExitCode> {
         s.spawn(move || vacuum_loop(db, seed, deadline).unwrap_or_else(|e| fatal("vacuum", e)));
         s.spawn(move || checkpoint_loop(db, seed, deadline).unwrap_or_else(|e| fatal("checkpoint", e)));
         s.spawn(move || extend_loop(db, log, a.generation, seed, deadline).unwrap_or_else(|e| fatal("extend", e)));
+        s.spawn(move || twophase_loop(db, log, a.generation, seed, deadline).unwrap_or_else(|e| fatal("2pc", e)));
+        // Issue 18: a thread advancing a replication slot's confirmed position goes here (the
+        // slot created by `schema::init`, its position logged like a commit and checked by
+        // `verify`), beside the prepared transactions it must not decode before COMMIT PREPARED.
     });
     Ok(ExitCode::SUCCESS)
 }
@@ -188,32 +201,17 @@ impl<'a> PgbenchClient<'a> {
     }
 
     fn step(&mut self, log: &dyn Acks) -> Result<()> {
+        if self.rng.gen_ratio(1, SAVEPOINT_EVERY) {
+            return self.savepoint_step(log);
+        }
         let db = self.db;
         let d = workload::pgbench::Draw::new(&mut self.rng, 1);
-        self.seq += 1;
-        let hid = (self.generation << 32 | self.client << 24 | self.seq) as i64;
+        let hid = self.next_hid();
         let key = hid.to_string();
-        log.record("B", 'h', &key, &format!("{} {} {} {}", d.aid, d.tid, d.bid, d.delta))?;
+        log.record("B", 'h', &key, &payload(&d))?;
         let body = || -> settledb::Result<Transaction<'_>> {
             let mut tx = db.begin()?;
-            let not_found = |what: String| Error::NotFound(what);
-            tx.update_by_key(&self.accounts, &[Value::Int4(d.aid)], pgbench::add(d.delta, 2))?
-                .ok_or_else(|| not_found(format!("account {}", d.aid)))?;
-            tx.update_by_key(&self.tellers, &[Value::Int4(d.tid)], pgbench::add(d.delta, 2))?
-                .ok_or_else(|| not_found(format!("teller {}", d.tid)))?;
-            tx.update_by_key(&self.branches, &[Value::Int4(d.bid)], pgbench::add(d.delta, 1))?
-                .ok_or_else(|| not_found(format!("branch {}", d.bid)))?;
-            let now = workload::tpcc::inputs::now_timestamp();
-            let row = [
-                Value::Int8(hid),
-                Value::Int4(d.tid),
-                Value::Int4(d.bid),
-                Value::Int4(d.aid),
-                Value::Int4(d.delta),
-                Value::Timestamp(now),
-                Value::Null,
-            ];
-            tx.insert(&self.history, &row)?;
+            self.leg(&mut tx, &d, hid)?;
             Ok(tx)
         };
         match body() {
@@ -226,6 +224,127 @@ impl<'a> PgbenchClient<'a> {
             Err(e) => Err(anyhow!(e).context("pgbench transaction")),
         }
     }
+
+    fn next_hid(&mut self) -> i64 {
+        self.seq += 1;
+        (self.generation << 32 | self.client << 24 | self.seq) as i64
+    }
+
+    /// One pgbench transaction's worth of changes inside `tx`: the account, teller and branch
+    /// updates and the history row `hid`.
+    fn leg(&self, tx: &mut Transaction<'_>, d: &pgbench::Draw, hid: i64) -> settledb::Result<()> {
+        let not_found = |what: String| Error::NotFound(what);
+        tx.update_by_key(&self.accounts, &[Value::Int4(d.aid)], pgbench::add(d.delta, 2))?
+            .ok_or_else(|| not_found(format!("account {}", d.aid)))?;
+        tx.update_by_key(&self.tellers, &[Value::Int4(d.tid)], pgbench::add(d.delta, 2))?
+            .ok_or_else(|| not_found(format!("teller {}", d.tid)))?;
+        tx.update_by_key(&self.branches, &[Value::Int4(d.bid)], pgbench::add(d.delta, 1))?
+            .ok_or_else(|| not_found(format!("branch {}", d.bid)))?;
+        let now = workload::tpcc::inputs::now_timestamp();
+        let row = [
+            Value::Int8(hid),
+            Value::Int4(d.tid),
+            Value::Int4(d.bid),
+            Value::Int4(d.aid),
+            Value::Int4(d.delta),
+            Value::Timestamp(now),
+            Value::Null,
+        ];
+        tx.insert(&self.history, &row)?;
+        Ok(())
+    }
+
+    /// A savepoint transaction: four legs (each a whole pgbench transaction's changes, logged
+    /// as kind `s`), in the shape
+    ///
+    /// ```text
+    ///   BEGIN; leg 0
+    ///     SAVEPOINT a; leg 1
+    ///       SAVEPOINT b; leg 2; ROLLBACK TO b | RELEASE b
+    ///     ROLLBACK TO a | RELEASE a          (rolling back a undoes leg 2 even if b was released)
+    ///     SAVEPOINT c; leg 3; ROLLBACK TO c | RELEASE c
+    ///   COMMIT
+    /// ```
+    ///
+    /// Each leg is begun (`B s`) before the first change; `A s` is written as soon as a `ROLLBACK
+    /// TO` undoing it returned (it must be absent whatever happens next); `C s` for every leg
+    /// still standing once `commit` returned. The balances check sees a rolled-back leg's
+    /// updates, should any survive, as balances its history does not explain.
+    fn savepoint_step(&mut self, log: &dyn Acks) -> Result<()> {
+        let legs: Vec<(i64, pgbench::Draw)> =
+            (0..4).map(|_| (self.next_hid(), pgbench::Draw::new(&mut self.rng, 1))).collect();
+        let (roll_b, roll_a, roll_c) = (self.rng.gen_bool(0.5), self.rng.gen_bool(0.4), self.rng.gen_bool(0.5));
+        for (hid, d) in &legs {
+            log.record("B", 's', &hid.to_string(), &payload(d))?;
+        }
+        let mut undone = [false; 4];
+        let mut tx = self.db.begin()?;
+        match self.savepoint_body(&mut tx, &legs, [roll_a, roll_b, roll_c], &mut undone, log) {
+            Ok(()) => {
+                tx.commit().context("savepoint transaction commit")?;
+                for (i, (hid, _)) in legs.iter().enumerate() {
+                    if !undone[i] {
+                        log.record("C", 's', &hid.to_string(), "")?;
+                    }
+                }
+                Ok(())
+            }
+            Err(e) if e.downcast_ref::<Error>().is_some_and(retryable) => {
+                drop(tx);
+                for (i, (hid, _)) in legs.iter().enumerate() {
+                    if !undone[i] {
+                        log.record("A", 's', &hid.to_string(), "")?;
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => Err(e.context("savepoint transaction")),
+        }
+    }
+
+    /// The changes of [`Self::savepoint_step`]; `roll` says which of savepoints a, b, c are
+    /// rolled back to; `undone` marks the legs whose `A` line is written.
+    fn savepoint_body(
+        &self,
+        tx: &mut Transaction<'_>,
+        legs: &[(i64, pgbench::Draw)],
+        roll: [bool; 3],
+        undone: &mut [bool; 4],
+        log: &dyn Acks,
+    ) -> Result<()> {
+        let mut end = |tx: &mut Transaction<'_>, name: &str, rollback: bool, legs_undone: &[usize]| -> Result<()> {
+            if !rollback {
+                return Ok(tx.release(name)?);
+            }
+            tx.rollback_to(name)?;
+            for &i in legs_undone {
+                if !std::mem::replace(&mut undone[i], true) {
+                    log.record("A", 's', &legs[i].0.to_string(), "")?;
+                }
+            }
+            Ok(())
+        };
+        // Which leg failed, and the shape, in the child's error (a diagnosis after a kill run).
+        let leg = |this: &Self, tx: &mut Transaction<'_>, i: usize| {
+            this.leg(tx, &legs[i].1, legs[i].0)
+                .with_context(|| format!("leg {i} of {legs:?}, rolled back to a/b/c {roll:?}"))
+        };
+        leg(self, tx, 0)?;
+        tx.savepoint("a")?;
+        leg(self, tx, 1)?;
+        tx.savepoint("b")?;
+        leg(self, tx, 2)?;
+        end(tx, "b", roll[1], &[2])?;
+        end(tx, "a", roll[0], &[1, 2])?;
+        tx.savepoint("c")?;
+        leg(self, tx, 3)?;
+        end(tx, "c", roll[2], &[3])
+    }
+}
+
+/// What a leg's `B` line says (and its history row must say): `aid tid bid delta`.
+fn payload(d: &pgbench::Draw) -> String {
+    format!("{} {} {} {}", d.aid, d.tid, d.bid, d.delta)
 }
 
 /// One TPC-C terminal of warehouse 1, in the 45/43/4/4/4 mix, Delivery run inline. New-Orders
@@ -395,6 +514,16 @@ impl<'a> Extender<'a> {
         }
         Ok(())
     }
+}
+
+fn twophase_loop(db: &Database, log: &AckLog, generation: u64, seed: u64, deadline: Instant) -> Result<()> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x0074_7770_6863);
+    let mut tp = super::twophase::TwoPhase::new(db, generation, seed)?;
+    while Instant::now() < deadline {
+        pause(&mut rng, 20, 150);
+        tp.step(log, &mut |m| mark(m))?;
+    }
+    Ok(())
 }
 
 fn extend_loop(db: &Database, log: &AckLog, generation: u64, seed: u64, deadline: Instant) -> Result<()> {

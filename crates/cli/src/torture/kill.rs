@@ -27,12 +27,20 @@ pub enum KillKind {
     ParallelVacuum,
     Checkpoint,
     Extension,
+    /// PREPARE TRANSACTION, COMMIT PREPARED or ROLLBACK PREPARED.
+    TwoPhase,
 }
 
 impl KillKind {
-    /// Taken in turn, so that every kind gets a fifth of the kills.
-    pub const ALL: [KillKind; 5] =
-        [KillKind::Random, KillKind::Vacuum, KillKind::ParallelVacuum, KillKind::Checkpoint, KillKind::Extension];
+    /// Taken in turn, so that every kind gets a sixth of the kills.
+    pub const ALL: [KillKind; 6] = [
+        KillKind::Random,
+        KillKind::Vacuum,
+        KillKind::ParallelVacuum,
+        KillKind::Checkpoint,
+        KillKind::Extension,
+        KillKind::TwoPhase,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -41,6 +49,7 @@ impl KillKind {
             KillKind::ParallelVacuum => "parallel vacuum",
             KillKind::Checkpoint => "checkpoint",
             KillKind::Extension => "extension",
+            KillKind::TwoPhase => "2pc",
         }
     }
 
@@ -52,6 +61,7 @@ impl KillKind {
             KillKind::ParallelVacuum => Some("parallel vacuum"),
             KillKind::Checkpoint => Some("checkpoint"),
             KillKind::Extension => Some("extend"),
+            KillKind::TwoPhase => Some("2pc"),
         }
     }
 
@@ -61,6 +71,8 @@ impl KillKind {
             KillKind::Random => 0,
             KillKind::Vacuum | KillKind::ParallelVacuum => 15,
             KillKind::Checkpoint | KillKind::Extension => 8,
+            // A PREPARE or a finish is one WAL flush (and a state file at a checkpoint).
+            KillKind::TwoPhase => 2,
         }
     }
 }

@@ -54,6 +54,15 @@
 //! file system, the real `fsync`, and real concurrency: the kill lands while the checkpointer,
 //! the WAL writer, autovacuum workers, a manual VACUUM and a bulk insert are at work.
 //!
+//! Savepoints and prepared transactions: one pgbench step in four is a savepoint transaction
+//! (nested savepoints, some rolled back to, some released), each savepoint's writes logged as
+//! their own key, so after recovery a rolled-back savepoint's write must be absent and a
+//! released one present once its transaction's commit was acknowledged. A two-phase thread
+//! ([`twophase`]) prepares transactions and finishes them later, often in a later child after
+//! a kill; the verifier holds each to `prepared_xacts` (an acknowledged PREPARE stays listed
+//! with its writes invisible until an acknowledged COMMIT PREPARED makes them visible).
+//! `--kills` aimed at `2pc` land inside PREPARE, COMMIT PREPARED and ROLLBACK PREPARED.
+//!
 //! Half the child's VACUUMs run with two parallel workers (`VACUUM (PARALLEL 2)`: heap phases
 //! I and III and the index bulk deletes shared), marked `parallel vacuum begin`/`end`, so kills
 //! aimed at `parallel vacuum` land inside parallel heap phases and parallel bulk deletes.
@@ -71,6 +80,7 @@ mod kill;
 pub mod power;
 pub mod schema;
 pub mod soak;
+pub mod twophase;
 pub mod verify;
 
 use std::path::{Path, PathBuf};
@@ -147,6 +157,23 @@ pub struct Report {
     pub in_doubt: u64,
     pub in_doubt_committed: u64,
     pub in_doubt_absent: u64,
+    /// Writes of savepoint transactions rolled back (`ROLLBACK TO`, or the whole transaction)
+    /// found absent at the last verification; the released ones that committed are counted in
+    /// `acknowledged_commits["savepoint write"]`.
+    pub savepoint_writes_absent: u64,
+    /// Prepared transactions found listed, their rows invisible, at the last verification.
+    pub prepared_open: u64,
+    /// Rolled-back prepared transactions (ROLLBACK PREPARED, or cut by a kill and found
+    /// absent) found absent at the last verification; the committed ones are counted in
+    /// `acknowledged_commits["prepared transaction"]`.
+    pub prepared_rolled_back_absent: u64,
+    /// Writes prepared transactions rolled back to a savepoint before PREPARE, found absent at
+    /// the last verification.
+    pub prepared_savepoint_writes_absent: u64,
+    /// Prepared transactions finished by a later child than the one that prepared them.
+    pub prepared_finished_after_kill: u64,
+    /// The most prepared transactions found open at one verification.
+    pub prepared_open_max: u64,
     pub recovery_ms_avg: f64,
     pub recovery_ms_max: f64,
     pub wal_records_replayed_avg: f64,
@@ -243,12 +270,20 @@ impl Run {
             if was.trim() != workload.name() {
                 bail!("{} holds a {:?} run, not {}", self.dir.display(), was.trim(), workload.name());
             }
+            if !self.dir.join("twophase").exists() {
+                // A run begun before the two-phase table existed.
+                let db = Database::open(&self.data, quiet_config()?)?;
+                schema::ensure_twophase(&db)?;
+                db.close()?;
+                std::fs::write(self.dir.join("twophase"), "")?;
+            }
             return Ok(());
         }
         let db = Database::open(&self.data, quiet_config()?)?;
         schema::init(&db, workload, seed).context("loading the workload's tables")?;
         db.close()?;
         std::fs::write(&marker, workload.name())?;
+        std::fs::write(self.dir.join("twophase"), "")?;
         Ok(())
     }
 
@@ -287,6 +322,9 @@ impl Run {
         for (present, kind, key) in &f.resolutions {
             log.record(if *present { "R1" } else { "R0" }, *kind, key, "")?;
         }
+        for key in &f.still_prepared {
+            log.record("RP", 'p', key, "")?;
+        }
         self.ledger.catch_up(&self.acklog)?;
         self.report.absorb(f);
         Ok(())
@@ -309,6 +347,7 @@ fn verify_database(db: &Database, workload: Workload, ledger: &Ledger) -> Result
         Workload::Tpcc => verify::tpcc(db, ledger, &mut f)?,
     }
     verify::bursts(db, ledger, &mut f)?;
+    verify::twophase(db, ledger, &mut f)?;
     let check = settledb::check::check_database(db)?;
     for p in &check.problems {
         f.anomaly(format!("settledb check: {p}"));
@@ -322,6 +361,12 @@ impl Report {
         self.acknowledged_commits = f.acknowledged.clone();
         self.acknowledged_commits_total = f.acknowledged.values().sum();
         self.absent_checked = f.absent_checked;
+        self.savepoint_writes_absent = f.savepoint_writes_absent;
+        self.prepared_open = f.prepared_open;
+        self.prepared_open_max = self.prepared_open_max.max(f.prepared_open);
+        self.prepared_rolled_back_absent = f.prepared_rolled_back_absent;
+        self.prepared_savepoint_writes_absent = f.prepared_savepoint_writes_absent;
+        self.prepared_finished_after_kill = f.prepared_finished_after_kill;
         self.in_doubt_committed += f.in_doubt_present;
         self.in_doubt_absent += f.in_doubt_absent;
         self.in_doubt += f.in_doubt_present + f.in_doubt_absent;
@@ -367,6 +412,25 @@ fn print_body(r: &Report) {
     println!(
         "in doubt at a kill:     {} ({} found committed, {} found absent)",
         r.in_doubt, r.in_doubt_committed, r.in_doubt_absent
+    );
+    let n = |k: &str| r.acknowledged_commits.get(k).copied().unwrap_or(0);
+    println!(
+        "savepoint writes:       {} released and committed, checked present; {} rolled back, checked absent",
+        n("savepoint write"),
+        r.savepoint_writes_absent
+    );
+    println!(
+        "prepared transactions:  {} committed (checked present), {} rolled back (checked absent), {} open \
+         (listed, invisible; at most {} at once); {} finished after a kill",
+        n("prepared transaction"),
+        r.prepared_rolled_back_absent,
+        r.prepared_open,
+        r.prepared_open_max,
+        r.prepared_finished_after_kill
+    );
+    println!(
+        "  inside them:          {} writes rolled back to a savepoint before PREPARE, checked absent",
+        r.prepared_savepoint_writes_absent
     );
     println!(
         "recovery:               avg {:.0} ms, max {:.0} ms; WAL records replayed avg {:.0}, max {}",

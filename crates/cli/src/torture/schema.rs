@@ -1,5 +1,6 @@
 //! The tables a torture run creates: pgbench's four (history with a unique id per
-//! transaction), or TPC-C's nine from the workload crate, and a bulk table for extension bursts.
+//! transaction), or TPC-C's nine from the workload crate, a bulk table for extension bursts, and
+//! the two-phase table the prepared transactions write.
 
 use anyhow::{Context, Result};
 use settledb::{Column, Database, Schema, TableOptions, Type, VacuumParams, Value};
@@ -10,6 +11,11 @@ pub const ACCOUNTS: &str = "pgbench_accounts";
 pub const HISTORY: &str = "pgbench_history";
 pub const BULK: &str = "torture_bulk";
 pub const BULK_INDEX: &str = "torture_bulk_burst";
+/// Rows of prepared transactions: `(id, part, note)`, `id` the transaction's ack log key.
+pub const TWOPC: &str = "torture_2pc";
+pub const TWOPC_INDEX: &str = "torture_2pc_id";
+/// Every GID the torture child prepares is this prefix and the ack log key.
+pub const GID_PREFIX: &str = "torture-";
 
 /// Rows per bulk-insert burst, and their padding: about 12 heap pages a burst.
 pub const BURST_ROWS: i32 = 400;
@@ -53,7 +59,22 @@ pub fn init(db: &Database, workload: Workload, seed: u64) -> Result<()> {
     }
     create(db, BULK, vec![col("burst", Type::Int8, false), col("n", Type::Int4, false), col("pad", Type::Text, true)])?;
     db.create_index(BULK_INDEX, BULK, &["burst"], false)?;
+    ensure_twophase(db)?;
     db.checkpoint()?;
+    Ok(())
+}
+
+/// Creates the two-phase table unless it exists (a run begun before it did gets it too).
+pub fn ensure_twophase(db: &Database) -> Result<()> {
+    if db.table(TWOPC).is_ok() {
+        return Ok(());
+    }
+    create(
+        db,
+        TWOPC,
+        vec![col("id", Type::Int8, false), col("part", Type::Int4, false), col("note", Type::Text, true)],
+    )?;
+    db.create_index(TWOPC_INDEX, TWOPC, &["id"], false)?;
     Ok(())
 }
 

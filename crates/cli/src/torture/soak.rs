@@ -30,6 +30,19 @@
 //! database-wide VACUUM (which needs no XID) must restore service, and a write must then
 //! succeed. Rows, `check`, restart and rows again, as above.
 //!
+//! **The held prepared transaction** (issue 18; `--prepared-hold`, on unless 0): before
+//! anything else, a transaction is prepared (`soak-held`, PREPARE of a transaction that wrote
+//! nothing, which takes an XID then) and left open, so no relfrozenxid can ever pass its XID
+//! while it is. With autovacuum it is held for `--prepared-hold` XIDs (twice the freeze max
+//! age by default), during which the burner does not wait for autovacuum (it cannot catch up)
+//! but records how far relfrozenxid was held back; then it is committed and autovacuum must
+//! bring every table back under `autovacuum_freeze_max_age` (the catch-up time is reported).
+//! Without autovacuum it is held to the stop limit: the warnings and the stop error must name
+//! it (GID and XID, after PostgreSQL's hint "You might also need to commit or roll back old
+//! prepared transactions"), a database-wide VACUUM must *not* restore service while it is
+//! open, and after ROLLBACK PREPARED the VACUUM must. (Issue 18's lagging replication slot
+//! joins it here once slots exist: created beside it, its figures in [`HeldReport`].)
+//!
 //! `fsync` is off: the soak is about XID arithmetic and freezing, not durability across
 //! crashes (`settle torture` kills processes for that).
 
@@ -69,7 +82,17 @@ pub struct SoakArgs {
     /// Rows in `soak_accounts` (and in `soak_cold`).
     #[arg(long, default_value_t = 10_000, requires = "wraparound")]
     pub accounts: u32,
+    /// XIDs burned while a prepared transaction (`soak-held`, prepared before anything else)
+    /// stays open; 0: none. With autovacuum the default is twice `--freeze-max-age` (at most
+    /// 2^31 - 200,000,000, short of the warn limit); without, it is held to the stop limit
+    /// whatever the number (not 0), and finished only after a VACUUM alone failed to restore
+    /// service.
+    #[arg(long, requires = "wraparound")]
+    pub prepared_hold: Option<u64>,
 }
+
+/// The GID of the soak's long-held prepared transaction.
+pub const HELD_GID: &str = "soak-held";
 
 /// What the soak did and found.
 #[derive(Serialize, Debug, Default)]
@@ -94,8 +117,40 @@ pub struct SoakReport {
     pub rows_changed: u64,
     pub check_clean: bool,
     pub verified_after_restart: bool,
+    /// The prepared transaction held open (issue 18), when there was one.
+    pub prepared: Option<HeldReport>,
     pub anomalies: Vec<String>,
     pub seconds: f64,
+}
+
+/// What the long-held prepared transaction did to the soak.
+#[derive(Serialize, Debug, Default, Clone)]
+pub struct HeldReport {
+    pub gid: String,
+    pub xid: u64,
+    /// XIDs consumed while it was open.
+    pub xids_consumed_while_open: u64,
+    /// How far behind the next XID it held the oldest relfrozenxid (the most seen).
+    pub max_relfrozenxid_age_while_open: u64,
+    /// `committed` or `rolled back`.
+    pub outcome: &'static str,
+    /// Whether the last wraparound warning issued while it was open named it (GID and XID).
+    pub warnings_named_it: bool,
+    pub last_warning: Option<String>,
+    /// Stop-limit mode: the error that refused new XIDs, and whether it named it.
+    pub stop_error: Option<String>,
+    pub stop_error_named_it: bool,
+    /// Stop-limit mode: whether a database-wide VACUUM restored service while it was open
+    /// (it must not: the prepared transaction holds VACUUM's cutoff).
+    pub vacuum_restored_service_while_open: bool,
+    /// The oldest relfrozenxid's age once VACUUM (autovacuum, or the manual one at the stop
+    /// limit) had run after it was finished.
+    pub relfrozenxid_age_after: u64,
+    /// Autovacuum mode: seconds from finishing it until autovacuum brought every table back
+    /// under `autovacuum_freeze_max_age`.
+    pub catch_up_seconds: f64,
+    // Issue 18: a lagging replication slot's figures (its catalog_xmin / restart LSN held back,
+    // named by the warnings) go beside these, reported the same way.
 }
 
 const COLD_FILLER: &str = "frozen-or-lost";
@@ -114,6 +169,7 @@ fn config(args: &SoakArgs) -> Result<Config> {
         ("vacuum_freeze_min_age", (max / 20).to_string()),
         ("log_autovacuum_min_duration", "-1".into()),
         ("fsync", "off".into()),
+        ("max_prepared_transactions", "2".into()),
     ];
     Ok(Config::from_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str())))?)
 }
@@ -128,7 +184,12 @@ pub fn run(dir: &Path, seed: u64, threads: usize, args: &SoakArgs) -> Result<Soa
     }
     let started = Instant::now();
     let db = Database::open(dir, config(args)?).with_context(|| format!("opening {}", dir.display()))?;
-    let soak = Soak::populate(&db, args)?;
+    // Prepared before the tables exist, so no relfrozenxid is older than it: while it is open,
+    // no VACUUM can advance the oldest frozen XID at all.
+    let held = if args.prepared_hold == Some(0) { None } else { Some(Held::prepare(&db, args)?) };
+    // Issue 18: the lagging replication slot is created here, beside the prepared transaction.
+    let mut soak = Soak::populate(&db, args)?;
+    soak.held = held.map(Mutex::new);
     let mut report = SoakReport {
         mode: if args.autovacuum == "on" { "autovacuum" } else { "stop limit" },
         freeze_max_age: args.freeze_max_age,
@@ -144,6 +205,13 @@ pub fn run(dir: &Path, seed: u64, threads: usize, args: &SoakArgs) -> Result<Soa
     report.anti_wraparound_autovacuums = av.wraparound_vacuums;
     report.xid_warnings = db.xid_warnings();
     report.transactions_committed = soak.committed.load(Ordering::Relaxed);
+    if let Some(h) = &soak.held {
+        let h = h.lock().unwrap();
+        if h.open {
+            report.anomalies.push(format!("the prepared transaction {HELD_GID} was never finished"));
+        }
+        report.prepared = Some(h.report.clone());
+    }
     soak.verify(&db, &mut report, true);
     report.check_clean = check_clean(&db, &mut report);
     db.close().context("closing after the soak")?;
@@ -187,6 +255,55 @@ struct Soak {
     refused: AtomicU64,
     stop: AtomicBool,
     anomalies: Mutex<Vec<String>>,
+    /// The long-held prepared transaction, when there is one.
+    held: Option<Mutex<Held>>,
+}
+
+/// The prepared transaction the soak holds open while XIDs burn.
+struct Held {
+    open: bool,
+    /// The next XID when it was prepared; the XIDs to burn before finishing it (autovacuum).
+    from: u64,
+    hold: u64,
+    report: HeldReport,
+}
+
+impl Held {
+    /// PREPARE TRANSACTION of a transaction that wrote nothing (it gets its XID then).
+    fn prepare(db: &Database, args: &SoakArgs) -> Result<Held> {
+        let mut tx = db.begin()?;
+        tx.prepare(HELD_GID).context("preparing the held transaction")?;
+        let xid = db.prepared_xacts().iter().find(|p| p.gid == HELD_GID).context("the held transaction")?.xid;
+        let hold = args.prepared_hold.unwrap_or((2 * args.freeze_max_age).min((1 << 31) - 200_000_000));
+        Ok(Held {
+            open: true,
+            from: db.next_xid().0,
+            hold,
+            report: HeldReport { gid: HELD_GID.into(), xid: xid.0, ..HeldReport::default() },
+        })
+    }
+
+    /// Notes what the burn did while it is open: XIDs, relfrozenxid age, the last warning.
+    fn observe(&mut self, db: &Database, age: u64) {
+        if !self.open {
+            return;
+        }
+        self.report.xids_consumed_while_open = db.next_xid().0 - self.from;
+        self.report.max_relfrozenxid_age_while_open = self.report.max_relfrozenxid_age_while_open.max(age);
+        if let Some(w) = db.last_xid_warning() {
+            let xid = settledb::FullXid(self.report.xid).xid();
+            self.report.warnings_named_it = w.contains(&format!("\"{HELD_GID}\" (xid {xid}"));
+            self.report.last_warning = Some(w);
+        }
+    }
+
+    /// COMMIT PREPARED or ROLLBACK PREPARED; an error is an anomaly.
+    fn finish(&mut self, db: &Database, commit: bool) -> Option<String> {
+        let r = if commit { db.commit_prepared(HELD_GID) } else { db.rollback_prepared(HELD_GID) };
+        self.open = false;
+        self.report.outcome = if commit { "committed" } else { "rolled back" };
+        r.err().map(|e| format!("finishing the prepared transaction {HELD_GID}: {e}"))
+    }
 }
 
 impl Soak {
@@ -221,6 +338,7 @@ impl Soak {
             refused: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             anomalies: Mutex::new(Vec::new()),
+            held: None,
         })
     }
 
@@ -256,14 +374,45 @@ impl Soak {
         db.tables().iter().map(|t| u64::from(next.wrapping_sub(t.relfrozenxid().0))).max().unwrap_or(0)
     }
 
+    /// Whether the held prepared transaction is still open.
+    fn holding(&self) -> bool {
+        self.held.as_ref().is_some_and(|h| h.lock().unwrap().open)
+    }
+
     fn burn_with_autovacuum(&self, db: &Database, target: u64, args: &SoakArgs, report: &mut SoakReport) {
+        let mut released: Option<Instant> = None;
         while db.next_xid().0 < target && !self.failed() {
-            let n = args.xid_step.min(target - db.next_xid().0);
-            if let Err(e) = db.consume_xids(n) {
+            let mut n = args.xid_step.min(target - db.next_xid().0);
+            if let Some(h) = &self.held {
+                let mut h = h.lock().unwrap();
+                let end = h.from + h.hold;
+                if h.open && db.next_xid().0 >= end {
+                    if let Some(a) = h.finish(db, true) {
+                        self.anomaly(a);
+                    }
+                    // No XIDs until autovacuum has caught up: the stop limit is still where
+                    // the prepared transaction held it.
+                    released = Some(Instant::now());
+                    n = 0;
+                } else if h.open {
+                    n = n.min(end - db.next_xid().0);
+                }
+            }
+            if let Err(e) = if n > 0 { db.consume_xids(n).map(drop) } else { Ok(()) } {
                 self.anomaly(format!("XID consumer at {}: {e}", db.next_xid().0));
                 return;
             }
-            report.max_relfrozenxid_age = report.max_relfrozenxid_age.max(Self::max_age(db));
+            if let Some(h) = self.held.as_ref().filter(|_| self.holding()) {
+                // Autovacuum cannot advance relfrozenxid past the prepared transaction: the
+                // age grows with every step; waiting for it would stall.
+                h.lock().unwrap().observe(db, Self::max_age(db));
+                self.snapshot_check(db, report);
+                continue;
+            }
+            if released.is_none() {
+                // (The step that finished the prepared transaction still shows its hold.)
+                report.max_relfrozenxid_age = report.max_relfrozenxid_age.max(Self::max_age(db));
+            }
             let deadline = Instant::now() + Duration::from_secs(120);
             while Self::max_age(db) > args.freeze_max_age {
                 if Instant::now() > deadline {
@@ -276,15 +425,38 @@ impl Soak {
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
+            if let (Some(at), Some(h)) = (released.take(), &self.held) {
+                let mut h = h.lock().unwrap();
+                h.report.catch_up_seconds = at.elapsed().as_secs_f64();
+                h.report.relfrozenxid_age_after = Self::max_age(db);
+            }
             self.snapshot_check(db, report);
+        }
+        if self.holding() {
+            // The burn ended first: finish it, and let autovacuum catch up.
+            if let Some(a) = self.held.as_ref().and_then(|h| h.lock().unwrap().finish(db, true)) {
+                self.anomaly(a);
+            }
         }
     }
 
     fn burn_to_stop_limit(&self, db: &Database, threads: usize, args: &SoakArgs, report: &mut SoakReport) {
         loop {
-            match db.consume_xids(args.xid_step) {
+            let outcome = db.consume_xids(args.xid_step);
+            if let Some(h) = &self.held {
+                h.lock().unwrap().observe(db, Self::max_age(db));
+            }
+            match outcome {
                 Ok(_) => report.max_relfrozenxid_age = report.max_relfrozenxid_age.max(Self::max_age(db)),
-                Err(Error::WraparoundStop { .. }) => break,
+                Err(e @ Error::WraparoundStop { .. }) => {
+                    if let Some(h) = &self.held {
+                        let mut h = h.lock().unwrap();
+                        let xid = settledb::FullXid(h.report.xid).xid();
+                        h.report.stop_error_named_it = e.to_string().contains(&format!("\"{HELD_GID}\" (xid {xid}"));
+                        h.report.stop_error = Some(e.to_string());
+                    }
+                    break;
+                }
                 Err(e) => {
                     self.anomaly(format!("XID consumer at {}: {e}", db.next_xid().0));
                     return;
@@ -311,9 +483,15 @@ impl Soak {
             Ok(()) => report.anomalies.push("a write at the stop limit was accepted".into()),
         }
         self.verify(db, report, false);
+        if let Some(h) = &self.held {
+            self.vacuum_while_held(db, &mut h.lock().unwrap(), report);
+        }
         if let Err(e) = db.vacuum(None, &VacuumParams::default()) {
             report.anomalies.push(format!("VACUUM at the stop limit: {e}"));
             return;
+        }
+        if let Some(h) = &self.held {
+            h.lock().unwrap().report.relfrozenxid_age_after = Self::max_age(db);
         }
         match self.transfer_once(db, 0, 1, 1) {
             Ok(()) => {
@@ -322,6 +500,31 @@ impl Soak {
                 report.service_restored_by_vacuum = true;
             }
             Err(e) => report.anomalies.push(format!("a write after VACUUM: {e}")),
+        }
+    }
+
+    /// At the stop limit with the prepared transaction open: a database-wide VACUUM must not
+    /// restore service (it cannot freeze past the prepared transaction); then it is rolled
+    /// back, and the caller's VACUUM must.
+    fn vacuum_while_held(&self, db: &Database, h: &mut Held, report: &mut SoakReport) {
+        if let Err(e) = db.vacuum(None, &VacuumParams::default()) {
+            report.anomalies.push(format!("VACUUM at the stop limit, prepared transaction open: {e}"));
+        }
+        h.observe(db, Self::max_age(db));
+        match self.transfer_once(db, 0, 1, 1) {
+            Err(Error::WraparoundStop { .. }) => report.writes_refused += 1,
+            Err(e) => report.anomalies.push(format!("a write at the stop limit failed otherwise: {e}")),
+            Ok(()) => {
+                self.balances[0].fetch_sub(1, Ordering::Relaxed);
+                self.balances[1].fetch_add(1, Ordering::Relaxed);
+                h.report.vacuum_restored_service_while_open = true;
+                report
+                    .anomalies
+                    .push(format!("VACUUM restored service while the prepared transaction {HELD_GID} held its cutoff"));
+            }
+        }
+        if let Some(a) = h.finish(db, false) {
+            report.anomalies.push(a);
         }
     }
 
@@ -518,6 +721,9 @@ pub fn print(report: &SoakReport) {
         println!("  writes refused at the limit:  {}", report.writes_refused);
         println!("  VACUUM restored service:      {}", if report.service_restored_by_vacuum { "yes" } else { "NO" });
     }
+    if let Some(h) = &report.prepared {
+        print_held(h, report.mode);
+    }
     println!("  rows verified:                {}", report.rows_verified);
     println!("  rows lost:                    {}", report.rows_lost);
     println!("  rows extra / changed:         {} / {}", report.rows_extra, report.rows_changed);
@@ -528,6 +734,26 @@ pub fn print(report: &SoakReport) {
         println!("    {a}");
     }
     println!("  seconds:                      {:.1}", report.seconds);
+}
+
+fn print_held(h: &HeldReport, mode: &str) {
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    println!("  prepared transaction:         \"{}\" (xid {}), {}", h.gid, settledb::FullXid(h.xid).xid(), h.outcome);
+    println!("    XIDs consumed while open:   {}", h.xids_consumed_while_open);
+    println!("    relfrozenxid age held to:   {}", h.max_relfrozenxid_age_while_open);
+    println!("    warnings named it:          {}", yes(h.warnings_named_it));
+    if mode == "stop limit" {
+        println!("    stop error named it:        {}", yes(h.stop_error_named_it));
+        println!("    VACUUM alone restored:      {} (it must not)", yes(h.vacuum_restored_service_while_open));
+    } else {
+        println!("    autovacuum caught up in:    {:.1} s", h.catch_up_seconds);
+    }
+    println!("    relfrozenxid age after:     {}", h.relfrozenxid_age_after);
+    for (what, text) in [("last warning", &h.last_warning), ("stop error", &h.stop_error)] {
+        if let Some(t) = text {
+            println!("    {what}: {}", t.replace('\n', "\n      "));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -542,6 +768,7 @@ mod tests {
             freeze_max_age: 100_000_000,
             autovacuum: "off".into(),
             accounts: 20,
+            prepared_hold: Some(0),
         }
     }
 

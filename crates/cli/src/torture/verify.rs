@@ -13,19 +13,37 @@
 //! A burst of the bulk table is also subject to its deletion (kind `y`): deleted by an
 //! acknowledged commit, it must be absent; deletion in doubt, either.
 //!
+//! Savepoint writes (kind `s`) follow the same table: `ROLLBACK TO` is acknowledged (`A`) the
+//! moment it returns, so a rolled-back savepoint's write found present is "aborted work
+//! visible"; a released one is committed with its transaction (`C`), so found missing it is a
+//! lost commit. Prepared transactions (kind `p`) add two states, checked by [`twophase`]
+//! against `Database::prepared_xacts` as well as their rows:
+//!
+//! | ledger state                 | listed, rows invisible | not listed, rows visible | not listed, invisible |
+//! |------------------------------|------------------------|--------------------------|-----------------------|
+//! | begun, PREPARE in doubt      | ok, resolved `RP`      | **visible uncommitted**  | ok, resolved `R0`     |
+//! | prepared (`P`/`RP`)          | ok                     | **committed by nobody**  | **lost PREPARE**      |
+//! | COMMIT PREPARED in doubt     | ok, resolved `RP`      | ok, resolved `R1`        | **lost**              |
+//! | ROLLBACK PREPARED in doubt   | ok, resolved `RP`      | **aborted work visible** | ok, resolved `R0`     |
+//! | committed (`C`/`R1`)         | **still prepared**     | ok (row count must match)| **lost commit**       |
+//! | rolled back (`A`/`R0`)       | **still prepared**     | **aborted work visible** | ok                    |
+//!
+//! Listed but visible is always an anomaly, and so is a listed GID the log never prepared. Rows
+//! a prepared transaction wrote in a savepoint it rolled back to (kind `q`) must never be seen.
+//!
 //! The workload checks add what the keys cannot show: pgbench's balances, each account,
 //! teller and branch equal to the sum of the deltas of the history rows naming it (every
 //! transaction all or nothing); TPC-C's consistency conditions 1-4, and each logged order's
 //! line count.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use anyhow::{anyhow, Result};
 use settledb::{Database, IsolationLevel, Value};
 use workload::tpcc::{TpccConn, TpccTarget, OORDER, ORDERS, ORDER_LINE};
 
-use super::acklog::{Ledger, State};
-use super::schema::{ACCOUNTS, BRANCHES, BULK, HISTORY, TELLERS};
+use super::acklog::{Entry, Ledger, State};
+use super::schema::{ACCOUNTS, BRANCHES, BULK, HISTORY, TELLERS, TWOPC};
 
 /// Anomaly descriptions kept (the count goes on).
 const KEPT: usize = 100;
@@ -43,6 +61,20 @@ pub struct Findings {
     pub in_doubt_absent: u64,
     /// `(present, kind, key)`: the resolutions to append to the ack log.
     pub resolutions: Vec<(bool, char, String)>,
+    /// Prepared transactions in doubt found still prepared (to append as `RP p key`).
+    pub still_prepared: Vec<String>,
+    /// Savepoint writes rolled back (by `ROLLBACK TO`, or with their whole transaction) and
+    /// found absent.
+    pub savepoint_writes_absent: u64,
+    /// Prepared transactions found listed with their rows invisible.
+    pub prepared_open: u64,
+    /// Rolled-back prepared transactions (ROLLBACK PREPARED, or resolved absent at an earlier
+    /// verification) found absent.
+    pub prepared_rolled_back_absent: u64,
+    /// Writes a prepared transaction rolled back to a savepoint before PREPARE, found absent.
+    pub prepared_savepoint_writes_absent: u64,
+    /// Finished prepared transactions that stayed prepared across a kill.
+    pub prepared_finished_after_kill: u64,
 }
 
 impl Findings {
@@ -60,6 +92,9 @@ fn kind_name(kind: char) -> &'static str {
         'o' => "new order",
         'x' => "bulk burst",
         'y' => "burst deletion",
+        's' => "savepoint write",
+        'p' => "prepared transaction",
+        'q' => "write rolled back before PREPARE",
         _ => "transaction",
     }
 }
@@ -98,6 +133,7 @@ pub fn check_kind(
                 f.anomaly(format!("{what} {key}: rolled back (or found absent before), but present"))
             }
             State::Aborted => f.absent_checked += 1,
+            State::Prepared | State::Finishing { .. } => f.anomaly(format!("{what} {key}: prepared, but not a 'p'")),
             State::InDoubt => {
                 if here.is_some() {
                     f.in_doubt_present += 1;
@@ -161,8 +197,103 @@ pub fn pgbench(db: &Database, ledger: &Ledger, f: &mut Findings) -> Result<()> {
         }
     }
     tx.commit()?;
-    check_kind(ledger, 'h', &present, &|_| None, f);
+    // The legs of savepoint transactions are logged as their own kind.
+    let (legs, plain): (HashMap<String, String>, HashMap<String, String>) =
+        present.into_iter().partition(|(k, _)| ledger.get('s', k).is_some());
+    check_kind(ledger, 'h', &plain, &|_| None, f);
+    let absent_before = f.absent_checked;
+    check_kind(ledger, 's', &legs, &|_| None, f);
+    f.savepoint_writes_absent += f.absent_checked - absent_before;
     Ok(())
+}
+
+/// Prepared transactions: each logged one against `prepared_xacts` and the two-phase table
+/// (the second table of the module doc), and no listed GID or row the log does not know.
+pub fn twophase(db: &Database, ledger: &Ledger, f: &mut Findings) -> Result<()> {
+    let listed: HashSet<String> = super::twophase::open_keys(db).into_iter().collect();
+    let mut tx = db.begin_with(IsolationLevel::RepeatableRead)?;
+    let mut counts: HashMap<String, i64> = HashMap::new();
+    for row in tx.scan(&db.table(TWOPC)?)? {
+        *counts.entry(int(&row?.1[0])?.to_string()).or_default() += 1;
+    }
+    tx.commit()?;
+    for (key, e) in ledger.of_kind('q') {
+        if counts.contains_key(key) {
+            f.anomaly(format!(
+                "prepared transaction's write {key}: rolled back to a savepoint before PREPARE, but present"
+            ));
+        } else {
+            f.prepared_savepoint_writes_absent += 1;
+            if e.state == State::InDoubt {
+                f.resolutions.push((false, 'q', key.to_string()));
+            }
+        }
+    }
+    for (key, e) in ledger.of_kind('p') {
+        check_prepared(key, e, listed.contains(key), counts.get(key).map(|n| n.to_string()), f);
+    }
+    for key in counts.keys() {
+        if ledger.get('p', key).is_none() && ledger.get('q', key).is_none() {
+            f.anomaly(format!("prepared transaction {key}: rows present, but never attempted"));
+        }
+    }
+    for key in &listed {
+        if ledger.get('p', key).is_none() {
+            f.anomaly(format!("prepared transaction {key}: listed by prepared_xacts, but never attempted"));
+        }
+    }
+    Ok(())
+}
+
+/// One prepared transaction: `open` whether it is listed, `rows` what its rows say if visible.
+fn check_prepared(key: &str, e: &Entry, open: bool, rows: Option<String>, f: &mut Findings) {
+    let what = format!("prepared transaction {key}");
+    if open && rows.is_some() {
+        return f.anomaly(format!("{what}: listed as prepared, but its rows are visible"));
+    }
+    if let Some(n) = &rows {
+        if *n != e.payload {
+            f.anomaly(format!("{what}: {n} rows visible, but it wrote {}", e.payload));
+        }
+    }
+    let finished = matches!(e.state, State::Committed | State::Aborted);
+    if finished && e.crossed_kill {
+        f.prepared_finished_after_kill += 1;
+    }
+    match (e.state, open, rows.is_some()) {
+        (State::InDoubt | State::Prepared | State::Finishing { .. }, true, _) => {
+            f.prepared_open += 1;
+            if e.state != State::Prepared {
+                f.still_prepared.push(key.to_string());
+            }
+        }
+        (State::InDoubt | State::Finishing { commit: false }, false, false) => {
+            f.in_doubt_absent += 1;
+            f.resolutions.push((false, 'p', key.to_string()));
+        }
+        (State::Finishing { commit: true }, false, true) => {
+            f.in_doubt_present += 1;
+            f.resolutions.push((true, 'p', key.to_string()));
+        }
+        (State::InDoubt, false, true) => f.anomaly(format!("{what}: visible, but never committed")),
+        (State::Prepared, false, true) => f.anomaly(format!("{what}: committed by nobody, but visible")),
+        (State::Prepared, false, false) => f.anomaly(format!("{what}: acknowledged PREPARE lost (not listed)")),
+        (State::Finishing { commit: true }, false, false) => {
+            f.anomaly(format!("{what}: COMMIT PREPARED in doubt, but neither prepared nor committed"))
+        }
+        (State::Finishing { commit: false }, false, true) => {
+            f.anomaly(format!("{what}: ROLLBACK PREPARED in doubt, but its rows are visible"))
+        }
+        (State::Committed | State::Aborted, true, _) => f.anomaly(format!("{what}: finished, but still prepared")),
+        (State::Committed, false, true) => {
+            if e.acknowledged {
+                *f.acknowledged.entry(kind_name('p')).or_default() += 1;
+            }
+        }
+        (State::Committed, false, false) => f.anomaly(format!("{what}: acknowledged COMMIT PREPARED missing")),
+        (State::Aborted, false, true) => f.anomaly(format!("{what}: rolled back, but visible")),
+        (State::Aborted, false, false) => f.prepared_rolled_back_absent += 1,
+    }
 }
 
 /// TPC-C: logged New-Orders (present with all their lines, or absent when in doubt), no order
@@ -287,5 +418,69 @@ mod tests {
         let doubt = ledger(&[&base[..], &["B y 7"]].concat());
         assert_eq!(run(&doubt, 'x', &[]).anomaly_count + run(&doubt, 'x', &present).anomaly_count, 0);
         assert_eq!(run(&ledger(&base), 'x', &[("7", "399")]).anomaly_count, 1, "a torn burst");
+    }
+
+    /// Every row of the prepared-transaction table in the module doc: (log lines, listed,
+    /// rows visible) → anomaly or not, and the resolution written.
+    #[test]
+    fn prepared_transactions_follow_the_table() {
+        let k = (2u64 << 32 | 5).to_string();
+        let lines = |extra: &[&str]| -> Ledger {
+            let mut all = vec![format!("B p {k} 3")];
+            all.extend(extra.iter().map(|l| l.replace('K', &k)));
+            ledger(&all.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+        let check = |l: &Ledger, open: bool, rows: Option<&str>| {
+            let mut f = Findings::default();
+            check_prepared(&k, l.get('p', &k).unwrap(), open, rows.map(str::to_string), &mut f);
+            f
+        };
+        type Case<'a> = (&'a [&'a str], bool, Option<&'a str>, bool, &'a str);
+        let cases: &[Case] = &[
+            // (log after B, listed, visible rows, anomaly, resolution)
+            (&[], true, None, false, "RP"),
+            (&[], false, None, false, "R0"),
+            (&[], false, Some("3"), true, ""),
+            (&["P p K"], true, None, false, ""),
+            (&["P p K"], false, Some("3"), true, ""),
+            (&["P p K"], false, None, true, ""),
+            (&["P p K", "F p K 1 3"], true, None, false, "RP"),
+            (&["P p K", "F p K 1 3"], false, Some("3"), false, "R1"),
+            (&["P p K", "F p K 1 3"], false, None, true, ""),
+            (&["P p K", "F p K 0 3"], true, None, false, "RP"),
+            (&["P p K", "F p K 0 3"], false, None, false, "R0"),
+            (&["P p K", "F p K 0 3"], false, Some("3"), true, ""),
+            (&["P p K", "F p K 1 3", "C p K"], false, Some("3"), false, ""),
+            (&["P p K", "F p K 1 3", "C p K"], false, Some("2"), true, ""),
+            (&["P p K", "F p K 1 3", "C p K"], true, None, true, ""),
+            (&["P p K", "F p K 1 3", "C p K"], false, None, true, ""),
+            (&["P p K", "F p K 0 3", "A p K"], false, None, false, ""),
+            (&["P p K", "F p K 0 3", "A p K"], false, Some("3"), true, ""),
+            (&["P p K", "F p K 0 3", "A p K"], true, None, true, ""),
+            (&["P p K"], true, Some("3"), true, ""),
+        ];
+        for (i, (extra, open, rows, anomaly, resolution)) in cases.iter().enumerate() {
+            let f = check(&lines(extra), *open, *rows);
+            assert_eq!(f.anomaly_count > 0, *anomaly, "case {i}: {:?}", f.anomalies);
+            let written = match (f.resolutions.first(), f.still_prepared.first()) {
+                (Some((true, ..)), None) => "R1",
+                (Some((false, ..)), None) => "R0",
+                (None, Some(_)) => "RP",
+                _ => "",
+            };
+            assert_eq!(written, *resolution, "case {i}");
+        }
+        let crossed = check(&lines(&["P p K", "F p K 1 4", "C p K"]), false, Some("3"));
+        assert_eq!(crossed.prepared_finished_after_kill, 1, "prepared by child 2, committed by child 4");
+    }
+
+    #[test]
+    fn a_rolled_back_savepoint_write_present_or_a_released_one_missing_is_an_anomaly() {
+        let l = ledger(&["B s 1 5 1 1 10", "B s 2 6 1 1 -3", "A s 2", "C s 1"]);
+        assert_eq!(run(&l, 's', &[("1", "5 1 1 10")]).anomaly_count, 0);
+        let f = run(&l, 's', &[("1", "5 1 1 10"), ("2", "6 1 1 -3")]);
+        assert_eq!(f.anomalies, ["savepoint write 2: rolled back (or found absent before), but present"]);
+        let f = run(&l, 's', &[]);
+        assert_eq!(f.anomalies, ["savepoint write 1: acknowledged commit missing"]);
     }
 }

@@ -210,40 +210,74 @@ impl TransactionManager {
         }
     }
 
-    /// Recovery, before replay: loads the state files written by checkpoints. Returns how many.
+    /// Recovery, before replay: loads the state files written by checkpoints. Returns how many
+    /// were read.
+    ///
+    /// A file may be ahead of the next XID replay starts from: a checkpoint writes its state
+    /// files (for PREPAREs before its redo pointer) before its own record, and a crash between
+    /// the two leaves recovery to start from the previous checkpoint, whose next XID may not
+    /// yet cover the file's XID. Such a file is set aside; its PREPARE record lies between the
+    /// two redo pointers and is replayed, and [`Self::finish_twophase_recovery`] checks the
+    /// file against the next XID replay reached. (PostgreSQL's `restoreTwoPhaseData` removes
+    /// such a "future two-phase state file" and relies on the replay alone; keeping it until
+    /// replay has vouched for it loses nothing if the WAL does not carry the PREPARE.)
     pub fn load_twophase_files(&self) -> Result<usize> {
         let states = twophase::read_state_files(&*self.fs, &self.twophase_dir)?;
         let n = states.len();
         for state in states {
             let mut procs = self.procs.lock();
-            let path = || twophase::state_file_path(&self.twophase_dir, state.xid);
-            // Prepared before the checkpoint the next XID comes from: older than it, and in
-            // its 2^31 window (so that 32-bit XIDs in tuples widen back to it).
-            for x in std::iter::once(state.xid.xid()).chain(state.subxids.iter().copied()) {
-                let full = procs.next.widen(x);
-                if full >= procs.next || (x == state.xid.xid() && full != state.xid) {
-                    return Err(Error::CorruptFile {
-                        path: path(),
-                        detail: format!("XID {:016X} is not before the next XID {:016X}", full.0, procs.next.0),
-                    });
-                }
+            let xids = std::iter::once(state.xid.xid()).chain(state.subxids.iter().copied());
+            if xids.map(|x| procs.next.widen(x)).any(|full| full >= procs.next) {
+                self.twophase_ahead.lock().push(state);
+                continue;
             }
-            if let Some(&other) = procs.gids.get(&state.gid) {
-                return Err(Error::CorruptFile {
-                    path: path(),
-                    detail: format!("transaction identifier \"{}\" is also that of XID {other:?}", state.gid),
-                });
-            }
-            install(&mut procs, state, Lsn::INVALID, true);
-            self.publish(&procs);
+            self.install_state_file(&mut procs, state)?;
         }
         Ok(n)
     }
 
-    /// Recovery, after replay: a prepared transaction the CLOG calls committed or aborted was
-    /// finished after its state file was written (the file is stale: removed); the others
-    /// run again, with their subtransactions' parent links restored. Returns how many remain.
+    /// Installs one state file's transaction (`on_disk`), or, when replay already installed
+    /// the same transaction from its PREPARE record, marks that one as having its file.
+    /// Refuses a file whose XIDs are not before the next XID (or outside its 2^31 window, so
+    /// that 32-bit XIDs in tuples would not widen back to them) or whose GID another holds.
+    fn install_state_file(&self, procs: &mut ProcArray, state: TwoPhaseState) -> Result<()> {
+        let path = || twophase::state_file_path(&self.twophase_dir, state.xid);
+        for x in std::iter::once(state.xid.xid()).chain(state.subxids.iter().copied()) {
+            let full = procs.next.widen(x);
+            if full >= procs.next || (x == state.xid.xid() && full != state.xid) {
+                return Err(Error::CorruptFile {
+                    path: path(),
+                    detail: format!("XID {:016X} is not before the next XID {:016X}", full.0, procs.next.0),
+                });
+            }
+        }
+        if let Some(e) = procs.prepared.get_mut(&state.xid) {
+            if e.state.gid == state.gid {
+                e.on_disk = true;
+                return Ok(());
+            }
+        }
+        if let Some(&other) = procs.gids.get(&state.gid) {
+            return Err(Error::CorruptFile {
+                path: path(),
+                detail: format!("transaction identifier \"{}\" is also that of XID {other:?}", state.gid),
+            });
+        }
+        install(procs, state, Lsn::INVALID, true);
+        self.publish(procs);
+        Ok(())
+    }
+
+    /// Recovery, after replay: the state files set aside as ahead of the start's next XID are
+    /// installed now (an error if still not before the next XID); then a prepared
+    /// transaction the CLOG calls committed or aborted was finished after its state file was
+    /// written (the file is stale: removed); the others run again, with their
+    /// subtransactions' parent links restored. Returns how many remain.
     pub fn finish_twophase_recovery(&self) -> Result<usize> {
+        for state in std::mem::take(&mut *self.twophase_ahead.lock()) {
+            let mut procs = self.procs.lock();
+            self.install_state_file(&mut procs, state)?;
+        }
         let entries: Vec<(FullXid, Vec<Xid>, bool)> = {
             let procs = self.procs.lock();
             procs.prepared.iter().map(|(&x, e)| (x, e.state.subxids.clone(), e.on_disk)).collect()

@@ -169,28 +169,27 @@ impl ProcArray {
         Ok(full)
     }
 
-    /// The wraparound warnings' and stop error's addition when prepared transactions or
-    /// replication slots hold back the horizon (PostgreSQL's hint "You might also need to
-    /// commit or roll back old prepared transactions, or drop stale replication slots"),
-    /// naming the oldest of each; empty otherwise.
+    /// What the wraparound warnings and the stop error add to PostgreSQL's hint (which always
+    /// says "You might also need to commit or roll back old prepared transactions, or drop
+    /// stale replication slots"): the oldest prepared transaction by name and XID, and whether
+    /// it is what holds back VACUUM's removable cutoff (as the VACUUM report says), and the
+    /// replication slot with the oldest xmin or catalog_xmin; empty when there are neither.
     pub(super) fn prepared_hint(&self) -> String {
-        let mut hint = match self.prepared.values().next() {
-            Some(e) => format!(
-                "; you might also need to commit or roll back old prepared transactions: the oldest is \"{}\" \
-                 (xid {}), of {} prepared",
+        let mut hint = String::new();
+        if let Some(e) = self.prepared.values().next() {
+            let active = self.running.keys().next().copied().unwrap_or(self.next);
+            let holds = if e.state.xid <= active { ", and it holds back VACUUM's removable cutoff" } else { "" };
+            hint = format!(
+                "\nThe oldest prepared transaction is \"{}\" (xid {}, one of {} prepared){holds}.",
                 e.state.gid,
                 e.state.xid.xid(),
                 self.prepared.len()
-            ),
-            None => String::new(),
-        };
+            );
+        }
         let slots = [("xmin", &self.slot_xmins.xmin), ("catalog_xmin", &self.slot_xmins.catalog_xmin)];
         let oldest = slots.iter().filter_map(|(what, s)| s.as_ref().map(|(x, n)| (*x, n, *what))).min_by_key(|s| s.0);
         if let Some((x, name, what)) = oldest {
-            hint.push_str(&format!(
-                "; you might also need to drop stale replication slots: \"{name}\" holds {what} {}",
-                x.xid()
-            ));
+            hint.push_str(&format!("\nThe replication slot \"{name}\" holds {what} {}.", x.xid()));
         }
         hint
     }
@@ -268,6 +267,9 @@ pub struct TransactionManager {
     pub(super) twophase_dir: PathBuf,
     /// Serializes writing and removing state files (a checkpoint against COMMIT PREPARED).
     pub(super) twophase_io: Mutex<()>,
+    /// Recovery: state files ahead of the next XID replay started from, checked after replay
+    /// (`load_twophase_files`).
+    pub(super) twophase_ahead: Mutex<Vec<crate::xact::twophase::TwoPhaseState>>,
     /// Signalled whenever a transaction leaves the running set.
     pub(super) finished: Condvar,
     /// Mirror of `procs.next` (a `FullXid`), for lock-free reads.
@@ -316,6 +318,7 @@ impl TransactionManager {
             fs,
             twophase_dir,
             twophase_io: Mutex::new(()),
+            twophase_ahead: Mutex::new(Vec::new()),
             finished: Condvar::new(),
             next_full: AtomicU64::new(opts.next_full_xid.0),
             oldest_running: AtomicU64::new(opts.next_full_xid.0),

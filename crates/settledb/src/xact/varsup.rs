@@ -21,6 +21,12 @@ pub const WRAP_DISTANCE: u32 = (1u32 << 31) - 1;
 pub const STOP_MARGIN: u32 = 3_000_000;
 /// XIDs below the wrap limit where the warnings start.
 pub const WARN_MARGIN: u32 = 40_000_000;
+/// The hint of the wraparound warning, word for word PostgreSQL's (`varsup.c`).
+pub const WARNING_HINT: &str = "To avoid XID assignment failures, execute a database-wide VACUUM in that database.\n\
+     You might also need to commit or roll back old prepared transactions, or drop stale replication slots.";
+/// The hint of the stop-limit error, word for word PostgreSQL's (`varsup.c`).
+pub const STOP_HINT: &str = "Execute a database-wide VACUUM in that database.\n\
+     You might also need to commit or roll back old prepared transactions, or drop stale replication slots.";
 /// PostgreSQL's default `autovacuum_freeze_max_age`.
 pub const DEFAULT_AUTOVACUUM_FREEZE_MAX_AGE: u32 = 200_000_000;
 
@@ -56,11 +62,13 @@ impl XidLimits {
         self.wrap_limit.0.wrapping_sub(next.0)
     }
 
-    /// The warning PostgreSQL prints past the warn limit.
+    /// The warning PostgreSQL prints past the warn limit, with its hint (`varsup.c`,
+    /// `GetNewTransactionId`, PostgreSQL 16+ wording; the caller appends the oldest prepared
+    /// transaction when there is one).
     pub fn warning(&self, next: Xid) -> String {
         format!(
             "database must be vacuumed within {} transactions (oldest frozen XID {}); \
-             HINT: execute a database-wide VACUUM",
+             HINT: {WARNING_HINT}",
             self.xids_until_wrap(next),
             self.oldest_xid
         )
