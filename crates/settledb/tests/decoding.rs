@@ -227,3 +227,157 @@ fn bad_input_is_a_clear_error() {
     let e = db.logical_slot_get_changes("p", DecodeLimits::default(), &[]).unwrap_err().to_string();
     assert!(e.contains("pgoutput_nope"), "{e}");
 }
+
+/// Checks the framing of streamed output: every block opens, holds stream lines of one
+/// transaction only, and closes; returns the blocks' sizes (stream lines per block).
+fn stream_blocks(lines: &[String], xid: u32) -> Vec<usize> {
+    let open = format!("opening a streamed block for transaction TXN {xid}");
+    let close = format!("closing a streamed block for transaction TXN {xid}");
+    let mut blocks = Vec::new();
+    let mut cur: Option<usize> = None;
+    for l in lines {
+        if *l == open {
+            assert!(cur.is_none(), "a block opened inside a block: {lines:?}");
+            cur = Some(0);
+        } else if *l == close {
+            blocks.push(cur.take().expect("a block closed before it opened"));
+        } else if l.starts_with("streaming ") {
+            assert!(l.ends_with(&format!("TXN {xid}")) || l.starts_with("streaming message"), "{l}");
+            *cur.as_mut().expect("a stream line outside a block") += 1;
+        } else {
+            assert!(cur.is_none(), "{l:?} inside a streamed block");
+        }
+    }
+    assert!(cur.is_none(), "a block left open");
+    blocks
+}
+
+#[test]
+fn stream_changes_streams_a_large_transaction_in_blocks_and_commits_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.logical_decoding_work_mem_bytes = 64 << 10;
+    let db = Database::open(dir.path(), cfg).unwrap();
+    let t = create(&db, "t");
+    db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+
+    let mut big = db.begin().unwrap();
+    for i in 0..3_000 {
+        big.insert(&t, &[Value::Int4(i), Value::Text(format!("row {i}"))]).unwrap();
+    }
+    big.emit_logical_message(true, "pfx", b"mid").unwrap();
+    let mut small = db.begin().unwrap();
+    small.insert(&t, &[Value::Int4(-1), Value::Text("small".into())]).unwrap();
+    let xs = small.xid().unwrap().0;
+    small.commit().unwrap();
+    for i in 3_000..5_000 {
+        big.insert(&t, &[Value::Int4(i), Value::Text(format!("row {i}"))]).unwrap();
+    }
+    let xb = big.xid().unwrap().0;
+    big.commit().unwrap();
+
+    let o = [("stream-changes", "1")];
+    let peeked = db.logical_slot_peek_changes("s", DecodeLimits::default(), &opts(&o)).unwrap();
+    let r = db.logical_slot_get_changes("s", DecodeLimits::default(), &opts(&o)).unwrap();
+    assert_eq!(peeked.rows, r.rows, "peek and get decode the same");
+    let got: Vec<String> = r.rows.iter().map(|r| String::from_utf8(r.data.clone()).unwrap()).collect();
+
+    let blocks = stream_blocks(&got, xb);
+    assert!(blocks.len() >= 2, "{blocks:?}");
+    assert_eq!(blocks.iter().sum::<usize>(), 5_001, "every change and the message, streamed once");
+    assert_eq!(got.iter().filter(|l| **l == format!("streaming change for TXN {xb}")).count(), 5_000);
+    assert!(got.contains(&"streaming message: transactional: 1 prefix: pfx, sz: 3".to_string()));
+    assert_eq!(got.last().unwrap(), &format!("committing streamed transaction TXN {xb}"));
+    // The small transaction is decoded whole at its commit, between streamed blocks.
+    let b = got.iter().position(|l| *l == format!("BEGIN {xs}")).unwrap();
+    assert_eq!(got[b + 1], "table public.t: INSERT: id[integer]:-1 val[text]:'small'");
+    assert_eq!(got[b + 2], format!("COMMIT {xs}"));
+    assert!(b > 0 && got[..b].iter().any(|l| l.starts_with("closing")), "streaming began before it");
+    // Row LSNs: a change at its record, the commit at its end.
+    assert_eq!(r.rows.last().unwrap().lsn, r.end_lsn);
+
+    assert_eq!(r.stats.spill_count, 0, "{:?}", r.stats);
+    assert_eq!(r.stats.stream_txns, 1, "{:?}", r.stats);
+    assert_eq!(r.stats.stream_count, blocks.len() as u64, "{:?}", r.stats);
+    assert_eq!(r.stats.total_txns, 2, "{:?}", r.stats);
+    assert!(r.stats.peak_memory <= 64 << 10, "{:?}", r.stats);
+
+    // include-xids=0 and include-timestamp.
+    let mut tx = db.begin().unwrap();
+    for i in 10_000..14_000 {
+        tx.insert(&t, &[Value::Int4(i), Value::Null]).unwrap();
+    }
+    tx.commit().unwrap();
+    let got = lines(&db, "s", &[("stream-changes", "1"), ("include-xids", "0"), ("include-timestamp", "1")]);
+    assert_eq!(got[0], "opening a streamed block for transaction");
+    assert_eq!(got[1], "streaming change for transaction");
+    assert!(got.contains(&"closing a streamed block for transaction".to_string()));
+    let last = got.last().unwrap();
+    assert!(last.starts_with("committing streamed transaction (at 20") && last.ends_with("+00)"), "{last}");
+}
+
+#[test]
+fn streamed_transactions_that_roll_back_are_stream_aborts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.logical_decoding_work_mem_bytes = 64 << 10;
+    let db = Database::open(dir.path(), cfg).unwrap();
+    let t = create(&db, "t");
+    db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+
+    // A savepoint whose rows were streamed, then rolled back to; the transaction commits.
+    let mut tx = db.begin().unwrap();
+    tx.insert(&t, &[Value::Int4(0), Value::Text("kept".into())]).unwrap();
+    tx.savepoint("a").unwrap();
+    for i in 1..4_000 {
+        tx.insert(&t, &[Value::Int4(i), Value::Text(format!("gone {i}"))]).unwrap();
+    }
+    tx.rollback_to("a").unwrap();
+    tx.insert(&t, &[Value::Int4(-5), Value::Text("after".into())]).unwrap();
+    let x1 = tx.xid().unwrap().0;
+    tx.commit().unwrap();
+    // A streamed transaction rolled back whole, with a released savepoint's rows inside.
+    let mut tx = db.begin().unwrap();
+    tx.savepoint("b").unwrap();
+    for i in 5_000..9_000 {
+        tx.insert(&t, &[Value::Int4(i), Value::Null]).unwrap();
+    }
+    tx.release("b").unwrap();
+    let x2 = tx.xid().unwrap().0;
+    tx.rollback().unwrap();
+
+    let got = lines(&db, "s", &[("stream-changes", "on")]);
+    let aborts: Vec<&String> = got.iter().filter(|l| l.starts_with("aborting")).collect();
+    let sub_abort = got.iter().position(|l| l.starts_with("aborting streamed (sub)transaction TXN ")).unwrap();
+    let sub: u32 = got[sub_abort].rsplit(' ').next().unwrap().parse().unwrap();
+    assert_ne!(sub, x1, "the first abort is the savepoint's subtransaction");
+    assert!(sub_abort < got.iter().position(|l| *l == format!("committing streamed transaction TXN {x1}")).unwrap());
+    // The whole rollback: the released subtransaction first, then the top.
+    assert_eq!(aborts.len(), 3, "{aborts:?}");
+    assert!(aborts[1].starts_with("aborting streamed (sub)transaction TXN ") && *aborts[1] != aborts[2].as_str());
+    assert_eq!(*aborts[2], format!("aborting streamed (sub)transaction TXN {x2}"));
+    assert_eq!(got.last().unwrap(), &format!("aborting streamed (sub)transaction TXN {x2}"));
+    // Without streaming, the same WAL decodes to the committed rows only.
+    db.create_logical_replication_slot("plain", "test_decoding", false).unwrap();
+    assert!(lines(&db, "plain", &[("stream-changes", "0")]).is_empty());
+}
+
+#[test]
+fn skip_empty_xacts_defers_the_opening_line_to_the_first_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.logical_decoding_work_mem_bytes = 64 << 10;
+    let db = Database::open(dir.path(), cfg).unwrap();
+    let t = create(&db, "t");
+    db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+    let mut tx = db.begin().unwrap();
+    for i in 0..4_000 {
+        tx.insert(&t, &[Value::Int4(i), Value::Null]).unwrap();
+    }
+    tx.commit().unwrap();
+    let o = [("stream-changes", "1"), ("skip-empty-xacts", "1"), ("include-xids", "0")];
+    let got = lines(&db, "s", &o);
+    assert_eq!(got[0], "opening a streamed block for transaction");
+    assert_eq!(got.last().unwrap(), "committing streamed transaction");
+    assert_eq!(got.iter().filter(|l| *l == "streaming change for transaction").count(), 4_000);
+}

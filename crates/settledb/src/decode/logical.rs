@@ -91,6 +91,13 @@ pub enum RowData {
 }
 
 /// PostgreSQL's output plugin callbacks. Each writes rows through [`Output::write`].
+///
+/// The `stream_*` callbacks are PostgreSQL 14's streaming of in-progress transactions
+/// (`logical.c`'s `stream_*_cb_wrapper`s): when [`OutputPlugin::streaming`] says so, a
+/// transaction the reorder buffer must evict is handed over before it commits, in blocks
+/// (`stream_start`, `stream_change`/`stream_message`…, `stream_stop`), and ends with
+/// `stream_commit` or `stream_abort`. A plugin that streams must implement all of them; the
+/// defaults are PostgreSQL's error for a missing one.
 pub trait OutputPlugin {
     fn begin(&mut self, out: &mut Output, txn: &TxnInfo) -> Result<()>;
     fn change(&mut self, out: &mut Output, txn: &TxnInfo, lsn: Lsn, rel: &RelInfo, row: &RowData) -> Result<()>;
@@ -105,6 +112,50 @@ pub trait OutputPlugin {
         content: &[u8],
     ) -> Result<()>;
     fn commit(&mut self, out: &mut Output, txn: &TxnInfo) -> Result<()>;
+
+    /// Whether in-progress transactions are to be streamed (PostgreSQL's `ctx->streaming`,
+    /// which test_decoding takes from its `stream-changes` option).
+    fn streaming(&self) -> bool {
+        false
+    }
+    /// A block of top-level transaction `top`'s changes begins; `lsn` is its first change's.
+    fn stream_start(&mut self, _out: &mut Output, _top: Xid, _lsn: Lsn) -> Result<()> {
+        Err(missing_stream_callback("stream_start_cb"))
+    }
+    /// The block ends; `lsn` is its last change's.
+    fn stream_stop(&mut self, _out: &mut Output, _top: Xid, _lsn: Lsn) -> Result<()> {
+        Err(missing_stream_callback("stream_stop_cb"))
+    }
+    fn stream_change(&mut self, _out: &mut Output, _top: Xid, _lsn: Lsn, _rel: &RelInfo, _row: &RowData) -> Result<()> {
+        Err(missing_stream_callback("stream_change_cb"))
+    }
+    /// A transactional logical message inside a streamed block.
+    fn stream_message(
+        &mut self,
+        _out: &mut Output,
+        _top: Xid,
+        _lsn: Lsn,
+        _transactional: bool,
+        _prefix: &str,
+        _content: &[u8],
+    ) -> Result<()> {
+        Err(missing_stream_callback("stream_message_cb"))
+    }
+    /// `xid` (`top` itself, or one of its subtransactions whose changes were streamed) rolled
+    /// back; `lsn` is the end of the abort record.
+    fn stream_abort(&mut self, _out: &mut Output, _top: Xid, _xid: Xid, _lsn: Lsn) -> Result<()> {
+        Err(missing_stream_callback("stream_abort_cb"))
+    }
+    /// A streamed transaction committed (its last changes went out in one more block just
+    /// before).
+    fn stream_commit(&mut self, _out: &mut Output, _txn: &TxnInfo) -> Result<()> {
+        Err(missing_stream_callback("stream_commit_cb"))
+    }
+}
+
+/// PostgreSQL's error for a streaming plugin without one of the stream callbacks.
+fn missing_stream_callback(name: &str) -> Error {
+    Error::invalid(format!("logical streaming requires a {name} callback"))
 }
 
 /// One row of `pg_logical_slot_get_changes`: the LSN it belongs to, the transaction, the
@@ -136,36 +187,136 @@ enum Start {
     Decoding { skip: FxHashSet<Xid> },
 }
 
+/// The relations changes name: those learned from `pg_class` rows in the WAL, then the
+/// catalog's, cached once used.
+struct Relations<'a> {
+    catalog: &'a dyn RelationLookup,
+    learned: FxHashMap<Oid, Arc<RelInfo>>,
+    known: FxHashMap<Oid, Arc<RelInfo>>,
+}
+
+impl Relations<'_> {
+    fn get(&mut self, oid: Oid, lsn: Lsn) -> Result<Arc<RelInfo>> {
+        if let Some(r) = self.known.get(&oid) {
+            return Ok(r.clone());
+        }
+        let r =
+            self.learned.get(&oid).cloned().or_else(|| self.catalog.relation(oid).map(Arc::new)).ok_or_else(|| {
+                Error::invalid(format!(
+                "logical decoding: relation with OID {} at {lsn} is not known (dropped before decoding reached its \
+                 creation)",
+                oid.0
+            ))
+            })?;
+        self.known.insert(oid, r.clone());
+        Ok(r)
+    }
+}
+
+/// Hands one queued change to the plugin: as part of committed transaction `txn`, or (`txn`
+/// `None`) streamed as part of in-progress top-level transaction `top`.
+fn emit(
+    rels: &mut Relations<'_>,
+    plugin: &mut dyn OutputPlugin,
+    out: &mut Output,
+    top: Xid,
+    txn: Option<&TxnInfo>,
+    c: &Change<'_>,
+) -> Result<()> {
+    match c.kind {
+        ChangeKind::Message => {
+            let prefix = String::from_utf8_lossy(c.old);
+            match txn {
+                Some(txn) => plugin.message(out, Some(txn), c.lsn, true, &prefix, c.new),
+                None => plugin.stream_message(out, top, c.lsn, true, &prefix, c.new),
+            }
+        }
+        ChangeKind::Truncate => Ok(()),
+        kind => {
+            let rel = rels.get(c.rel, c.lsn)?;
+            let row = row_data(&rel, kind, c)?;
+            match txn {
+                Some(txn) => plugin.change(out, txn, c.lsn, &rel, &row),
+                None => plugin.stream_change(out, top, c.lsn, &rel, &row),
+            }
+        }
+    }
+}
+
+/// Routes the reorder buffer's stream callbacks to the plugin's.
+///
+/// A block's start is told the plugin at its first change, with that change's LSN, and its
+/// stop with the last change's, as PostgreSQL's `ReorderBufferProcessTXN` does (a block with
+/// no change is not told at all). The (sub)transactions whose changes went out are noted per
+/// top-level transaction: PostgreSQL marks a subtransaction streamed only when it had changes
+/// in a streamed block, and only those hear a stream abort.
+struct PluginSink<'s, 'a> {
+    rels: &'s mut Relations<'a>,
+    plugin: &'s mut dyn OutputPlugin,
+    out: &'s mut Output,
+    streamed: &'s mut FxHashMap<Xid, FxHashSet<Xid>>,
+    /// The end of the record being decoded (a stream abort's LSN).
+    rec_end: Lsn,
+    opened: bool,
+    last_lsn: Lsn,
+}
+
+impl StreamSink for PluginSink<'_, '_> {
+    fn stream_start(&mut self, _top: Xid, _first_lsn: Lsn) -> Result<()> {
+        self.opened = false;
+        Ok(())
+    }
+
+    fn stream_change(&mut self, top: Xid, c: &Change<'_>) -> Result<()> {
+        if !self.opened {
+            self.plugin.stream_start(self.out, top, c.lsn)?;
+            self.opened = true;
+        }
+        self.last_lsn = c.lsn;
+        self.streamed.entry(top).or_default().insert(c.xid);
+        emit(self.rels, self.plugin, self.out, top, None, c)
+    }
+
+    fn stream_stop(&mut self, top: Xid) -> Result<()> {
+        if std::mem::take(&mut self.opened) {
+            self.plugin.stream_stop(self.out, top, self.last_lsn)?;
+        }
+        Ok(())
+    }
+
+    fn stream_abort(&mut self, top: Xid, sub: Xid) -> Result<()> {
+        if self.streamed.get_mut(&top).is_some_and(|s| s.remove(&sub)) {
+            self.plugin.stream_abort(self.out, top, sub, self.rec_end)?;
+        }
+        Ok(())
+    }
+}
+
 /// A decoding session over the WAL from a slot's `restart_lsn`.
+///
+/// # Streaming
+///
+/// When the plugin streams ([`OutputPlugin::streaming`]), the reorder buffer streams its
+/// eviction victims instead of spilling them, from the first record at or past the slot's
+/// `confirmed_flush` on (PostgreSQL's `ReorderBufferCanStartStreaming`: no streaming while
+/// re-reading what was already consumed; the engine's start point is consistent at once, so
+/// that is the only condition). A transaction streamed before it committed ends with its
+/// remaining changes as one more block and a stream commit; one that rolls back ends with a
+/// stream abort for each subtransaction whose changes went out, then for itself. A ROLLBACK
+/// TO after some of the subtransaction's changes went out is a stream abort of that
+/// subtransaction.
 pub struct LogicalDecoder<'a> {
     rb: ReorderBuffer,
     start: Start,
     confirmed_flush: Lsn,
-    catalog: &'a dyn RelationLookup,
-    learned: FxHashMap<Oid, Arc<RelInfo>>,
-    known: FxHashMap<Oid, Arc<RelInfo>>,
-    /// Relations' `pg_class` rows by TID, to forget the right one on a delete.
+    rels: Relations<'a>,
     first_lsn: FxHashMap<Xid, Lsn>,
+    /// Whether the buffer streams yet, and per streamed top-level transaction the
+    /// (sub)transactions whose changes were streamed.
+    streaming: bool,
+    streamed: FxHashMap<Xid, FxHashSet<Xid>>,
     /// Committed transactions handed over, and rows written.
     pub transactions: u64,
-}
-
-/// Streaming is not offered by this session's buffer (see [`ReorderBuffer::set_streaming`]).
-struct NoStream;
-
-impl StreamSink for NoStream {
-    fn stream_start(&mut self, _: Xid, _: Lsn) -> Result<()> {
-        Ok(())
-    }
-    fn stream_change(&mut self, _: Xid, _: &Change<'_>) -> Result<()> {
-        Ok(())
-    }
-    fn stream_stop(&mut self, _: Xid) -> Result<()> {
-        Ok(())
-    }
-    fn stream_abort(&mut self, _: Xid, _: Xid) -> Result<()> {
-        Ok(())
-    }
 }
 
 impl<'a> LogicalDecoder<'a> {
@@ -174,10 +325,10 @@ impl<'a> LogicalDecoder<'a> {
             rb,
             start: Start::Waiting,
             confirmed_flush,
-            catalog,
-            learned: FxHashMap::default(),
-            known: FxHashMap::default(),
+            rels: Relations { catalog, learned: FxHashMap::default(), known: FxHashMap::default() },
             first_lsn: FxHashMap::default(),
+            streaming: false,
+            streamed: FxHashMap::default(),
             transactions: 0,
         }
     }
@@ -199,6 +350,10 @@ impl<'a> LogicalDecoder<'a> {
         let Start::Decoding { skip } = &self.start else {
             return Ok(());
         };
+        if !self.streaming && plugin.streaming() && rec.lsn >= self.confirmed_flush {
+            self.streaming = true;
+            self.rb.set_streaming(true);
+        }
         let top = if rec.toplevel_xid != Xid::INVALID { rec.toplevel_xid } else { rec.xid };
         let skipped = skip.contains(&top);
         match rec.rmgr {
@@ -208,7 +363,7 @@ impl<'a> LogicalDecoder<'a> {
                 if skipped {
                     return Ok(());
                 }
-                self.queue_row(top, rec, change)
+                self.queue_row(top, rec, change, plugin, out)
             }
             Rmgr::LogicalMsg => {
                 let m = LogicalMessage::decode(&rec.main_data, rec.lsn)?;
@@ -230,11 +385,31 @@ impl<'a> LogicalDecoder<'a> {
                     old: m.prefix.as_bytes(),
                     new: &m.content,
                 };
-                self.rb.queue_change(top, &c, &mut NoStream)
+                let (rb, mut sink) = self.sink(plugin, out, rec.end_lsn);
+                rb.queue_change(top, &c, &mut sink)
             }
             Rmgr::Xact => self.end_of_xact(rec, skipped, plugin, out),
             _ => Ok(()),
         }
+    }
+
+    /// The buffer, and a sink streaming into `plugin` (borrowing the decoder's other parts).
+    fn sink<'s>(
+        &'s mut self,
+        plugin: &'s mut dyn OutputPlugin,
+        out: &'s mut Output,
+        rec_end: Lsn,
+    ) -> (&'s mut ReorderBuffer, PluginSink<'s, 'a>) {
+        let sink = PluginSink {
+            rels: &mut self.rels,
+            plugin,
+            out,
+            streamed: &mut self.streamed,
+            rec_end,
+            opened: false,
+            last_lsn: Lsn::INVALID,
+        };
+        (&mut self.rb, sink)
     }
 
     /// Learns relations from `pg_class` rows written in the WAL.
@@ -253,13 +428,20 @@ impl<'a> LogicalDecoder<'a> {
             let row = ClassRow::from_values(&values, Tid::default())?;
             if row.kind == RelKind::Table && row.oid.0 >= FIRST_USER_OID {
                 let info = RelInfo { oid: row.oid, namespace: "public".into(), name: row.relname, schema: row.schema };
-                self.learned.insert(row.oid, Arc::new(info));
+                self.rels.learned.insert(row.oid, Arc::new(info));
             }
         }
         Ok(())
     }
 
-    fn queue_row(&mut self, top: Xid, rec: &DecodedRecord, change: RowChange) -> Result<()> {
+    fn queue_row(
+        &mut self,
+        top: Xid,
+        rec: &DecodedRecord,
+        change: RowChange,
+        plugin: &mut dyn OutputPlugin,
+        out: &mut Output,
+    ) -> Result<()> {
         let rel = match &change {
             RowChange::Insert { rel, .. } | RowChange::Update { rel, .. } | RowChange::Delete { rel, .. } => *rel,
         };
@@ -274,23 +456,24 @@ impl<'a> LogicalDecoder<'a> {
                 old_buf.extend_from_slice(t);
             }
         };
+        let (rb, mut sink) = self.sink(plugin, out, rec.end_lsn);
         match &change {
             RowChange::Insert { tuples, .. } => {
                 for t in tuples {
                     let c = Change { lsn: rec.lsn, xid: rec.xid, kind: ChangeKind::Insert, rel, old: &[], new: t };
-                    self.rb.queue_change(top, &c, &mut NoStream)?;
+                    rb.queue_change(top, &c, &mut sink)?;
                 }
                 Ok(())
             }
             RowChange::Update { old, new, .. } => {
                 put_old(old);
                 let c = Change { lsn: rec.lsn, xid: rec.xid, kind: ChangeKind::Update, rel, old: &old_buf, new };
-                self.rb.queue_change(top, &c, &mut NoStream)
+                rb.queue_change(top, &c, &mut sink)
             }
             RowChange::Delete { old, .. } => {
                 put_old(old);
                 let c = Change { lsn: rec.lsn, xid: rec.xid, kind: ChangeKind::Delete, rel, old: &old_buf, new: &[] };
-                self.rb.queue_change(top, &c, &mut NoStream)
+                rb.queue_change(top, &c, &mut sink)
             }
         }
     }
@@ -308,14 +491,23 @@ impl<'a> LogicalDecoder<'a> {
         }
         let end = decode_end_record(rec)?;
         if info == INFO_XACT_ABORT && rec.toplevel_xid != Xid::INVALID {
-            // ROLLBACK TO: the record's XID and its list are subtransactions of the top.
-            let subs: Vec<Xid> = std::iter::once(rec.xid).chain(end.subxids.iter().copied()).collect();
-            return self.rb.abort_subxacts(rec.toplevel_xid, &subs, end.savepoint_lsn, &mut NoStream);
+            // ROLLBACK TO: the record's XID and its list are subtransactions of the top. The
+            // list goes first, as PostgreSQL's DecodeAbort takes them.
+            let subs: Vec<Xid> = end.subxids.iter().copied().chain(std::iter::once(rec.xid)).collect();
+            let (rb, mut sink) = self.sink(plugin, out, rec.end_lsn);
+            return rb.abort_subxacts(rec.toplevel_xid, &subs, end.savepoint_lsn, &mut sink);
         }
         let top = rec.xid;
         let first = self.first_lsn.remove(&top);
+        let streamed_xids = self.streamed.remove(&top);
         if matches!(info, INFO_XACT_ABORT | INFO_XACT_ABORT_PREPARED) || skipped || rec.lsn < self.confirmed_flush {
-            self.rb.abort(top)?;
+            if self.rb.abort(top)? {
+                let streamed_xids = streamed_xids.unwrap_or_default();
+                for &sub in end.subxids.iter().filter(|x| streamed_xids.contains(x)) {
+                    plugin.stream_abort(out, top, sub, rec.end_lsn)?;
+                }
+                plugin.stream_abort(out, top, top, rec.end_lsn)?;
+            }
             if let Start::Decoding { skip } = &mut self.start {
                 skip.remove(&top);
             }
@@ -328,43 +520,19 @@ impl<'a> LogicalDecoder<'a> {
             end_lsn: rec.end_lsn,
             commit_time_us: end.time_us,
         };
-        plugin.begin(out, &txn)?;
-        let known = &mut self.known;
-        let learned = &self.learned;
-        let catalog = self.catalog;
-        let mut emit = |c: &Change<'_>| -> Result<()> {
-            match c.kind {
-                ChangeKind::Message => {
-                    let prefix = String::from_utf8_lossy(c.old);
-                    plugin.message(out, Some(&txn), c.lsn, true, &prefix, c.new)
-                }
-                ChangeKind::Truncate => Ok(()),
-                kind => {
-                    let rel = match known.get(&c.rel) {
-                        Some(r) => r.clone(),
-                        None => {
-                            let r = learned
-                                .get(&c.rel)
-                                .cloned()
-                                .or_else(|| catalog.relation(c.rel).map(Arc::new))
-                                .ok_or_else(|| {
-                                    Error::invalid(format!(
-                                        "logical decoding: relation with OID {} at {} is not known (dropped before \
-                                         decoding reached its creation)",
-                                        c.rel.0, c.lsn
-                                    ))
-                                })?;
-                            known.insert(c.rel, r.clone());
-                            r
-                        }
-                    };
-                    let row = row_data(&rel, kind, c)?;
-                    plugin.change(out, &txn, c.lsn, &rel, &row)
-                }
-            }
-        };
-        self.rb.commit(top, &mut emit)?;
-        plugin.commit(out, &txn)?;
+        if self.rb.is_streamed(top) {
+            // The rest as one more block, then the stream commit.
+            let (rb, mut sink) = self.sink(plugin, out, rec.end_lsn);
+            sink.stream_start(top, txn.first_lsn)?;
+            rb.commit(top, &mut |c| sink.stream_change(top, c))?;
+            sink.stream_stop(top)?;
+            plugin.stream_commit(out, &txn)?;
+        } else {
+            plugin.begin(out, &txn)?;
+            let rels = &mut self.rels;
+            self.rb.commit(top, &mut |c| emit(rels, &mut *plugin, &mut *out, top, Some(&txn), c))?;
+            plugin.commit(out, &txn)?;
+        }
         self.transactions += 1;
         Ok(())
     }

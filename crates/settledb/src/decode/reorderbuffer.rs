@@ -647,7 +647,8 @@ impl ReorderBuffer {
             (t.top, t.first_lsn, !t.streamed(), t.live_bytes(), t.last_lsn)
         };
         sink.stream_start(top, first_lsn)?;
-        self.replay(i, &mut |c| sink.stream_change(top, c))?;
+        let skip = self.txn(i).aborted_subs.clone();
+        self.replay(i, &mut |c| if skip.contains(&c.xid) { Ok(()) } else { sink.stream_change(top, c) })?;
         sink.stream_stop(top)?;
         self.discard_changes(i)?;
         let t = self.txn_mut(i);
@@ -884,6 +885,12 @@ impl ReorderBuffer {
             }
             self.stats.total_txns += 1;
             self.stats.total_bytes += live + earlier;
+            if streamed && live > 0 {
+                // The rest went out as one more streamed block (PostgreSQL's
+                // ReorderBufferStreamCommit counts it as a stream even when it is empty).
+                self.stats.stream_count += 1;
+                self.stats.stream_bytes += live;
+            }
         }
         self.forget(i)?;
         Ok(streamed)

@@ -13,12 +13,31 @@
 //! `include-xids` (default on), `include-timestamp`, `skip-empty-xacts`, `only-local` and
 //! `include-rewrites` (accepted: the engine has no replication origins and no table rewrites),
 //! `force-binary` (accepted when false; the SQL functions return text), `stream-changes`
-//! (accepted; this decoder does not stream yet, which test_decoding's output cannot tell
-//! from a buffer that never filled). Anything else is PostgreSQL's error.
+//! (in-progress transactions the reorder buffer evicts are streamed). Anything else is
+//! PostgreSQL's error.
+//!
+//! Streamed transactions print PostgreSQL 15's stream lines, which show no row data (the
+//! transaction may still roll back):
+//!
+//! ```text
+//! opening a streamed block for transaction TXN 727
+//! streaming change for TXN 727
+//! streaming message: transactional: 1 prefix: pfx, sz: 5
+//! closing a streamed block for transaction TXN 727
+//! committing streamed transaction TXN 727
+//! aborting streamed (sub)transaction TXN 728
+//! ```
+//!
+//! With `include-xids=0` they end at "for transaction" (`streaming change for transaction`,
+//! `committing streamed transaction`). With `skip-empty-xacts` a block's opening line waits
+//! for its first change (a block of messages alone has neither opening nor closing line),
+//! and a stream commit or abort of a transaction that streamed no change prints nothing.
 //!
 //! Values print as `print_literal` does: integers and floats bare, booleans `true`/`false`,
 //! everything else single-quoted with quotes doubled; NULLs as `null`, skipped in an old key
 //! or old row. Column names go through `quote_identifier`, type names as `format_type_be`.
+
+use rustc_hash::FxHashMap;
 
 use super::logical::{Output, OutputPlugin, RelInfo, RowData, TxnInfo};
 use crate::error::{Error, Result};
@@ -31,8 +50,14 @@ pub struct TestDecoding {
     include_xids: bool,
     include_timestamp: bool,
     skip_empty_xacts: bool,
+    stream_changes: bool,
     /// Whether the current transaction wrote its BEGIN yet (skip-empty-xacts defers it).
     wrote_begin: bool,
+    /// Whether the current streamed block wrote a change yet, and the streamed transactions
+    /// that did (test_decoding's `stream_wrote_changes` and per-transaction
+    /// `xact_wrote_changes`).
+    stream_wrote_changes: bool,
+    streamed_wrote: FxHashMap<Xid, bool>,
 }
 
 /// PostgreSQL's `parse_bool`: on/off, true/false, yes/no, 1/0 and unique prefixes.
@@ -51,8 +76,15 @@ pub fn parse_bool(v: &str) -> Option<bool> {
 impl TestDecoding {
     /// The plugin with `options` (`name`, optional `value`), or PostgreSQL's error.
     pub fn new(options: &[(String, Option<String>)]) -> Result<TestDecoding> {
-        let mut p =
-            TestDecoding { include_xids: true, include_timestamp: false, skip_empty_xacts: false, wrote_begin: false };
+        let mut p = TestDecoding {
+            include_xids: true,
+            include_timestamp: false,
+            skip_empty_xacts: false,
+            stream_changes: false,
+            wrote_begin: false,
+            stream_wrote_changes: false,
+            streamed_wrote: FxHashMap::default(),
+        };
         for (name, value) in options {
             let flag = || -> Result<bool> {
                 match value {
@@ -66,7 +98,8 @@ impl TestDecoding {
                 "include-xids" => p.include_xids = flag()?,
                 "include-timestamp" => p.include_timestamp = flag()?,
                 "skip-empty-xacts" => p.skip_empty_xacts = flag()?,
-                "only-local" | "include-rewrites" | "stream-changes" => {
+                "stream-changes" => p.stream_changes = flag()?,
+                "only-local" | "include-rewrites" => {
                     flag()?;
                 }
                 "force-binary" => {
@@ -101,6 +134,20 @@ impl TestDecoding {
     fn write_begin(&mut self, out: &mut Output, txn: &TxnInfo, lsn: Lsn) {
         out.write(lsn, txn.xid, self.begin_line(txn).into_bytes());
         self.wrote_begin = true;
+    }
+
+    /// A stream line: `what` followed by ` TXN xid` (`TXN` spelled as given), or by `bare`
+    /// without xids.
+    fn stream_line(&self, what: &str, xid: Xid, bare: &str) -> Vec<u8> {
+        if self.include_xids {
+            format!("{what} TXN {}", xid.0).into_bytes()
+        } else {
+            format!("{what}{bare}").into_bytes()
+        }
+    }
+
+    fn write_stream_start(&self, out: &mut Output, top: Xid, lsn: Lsn) {
+        out.write(lsn, top, self.stream_line("opening a streamed block for transaction", top, ""));
     }
 }
 
@@ -172,6 +219,85 @@ impl OutputPlugin for TestDecoding {
             s.push_str(&format!(" (at {}+00)", timestamptz(txn.commit_time_us)));
         }
         out.write(txn.end_lsn, txn.xid, s.into_bytes());
+        Ok(())
+    }
+
+    fn streaming(&self) -> bool {
+        self.stream_changes
+    }
+
+    fn stream_start(&mut self, out: &mut Output, top: Xid, lsn: Lsn) -> Result<()> {
+        self.streamed_wrote.entry(top).or_insert(false);
+        self.stream_wrote_changes = false;
+        if !self.skip_empty_xacts {
+            self.write_stream_start(out, top, lsn);
+        }
+        Ok(())
+    }
+
+    fn stream_stop(&mut self, out: &mut Output, top: Xid, lsn: Lsn) -> Result<()> {
+        if self.skip_empty_xacts && !self.stream_wrote_changes {
+            return Ok(());
+        }
+        out.write(lsn, top, self.stream_line("closing a streamed block for transaction", top, ""));
+        Ok(())
+    }
+
+    fn stream_change(&mut self, out: &mut Output, top: Xid, lsn: Lsn, _rel: &RelInfo, _row: &RowData) -> Result<()> {
+        if self.skip_empty_xacts && !self.stream_wrote_changes {
+            self.write_stream_start(out, top, lsn);
+        }
+        self.stream_wrote_changes = true;
+        self.streamed_wrote.insert(top, true);
+        out.write(lsn, top, self.stream_line("streaming change for", top, " transaction"));
+        Ok(())
+    }
+
+    fn stream_message(
+        &mut self,
+        out: &mut Output,
+        top: Xid,
+        lsn: Lsn,
+        transactional: bool,
+        prefix: &str,
+        content: &[u8],
+    ) -> Result<()> {
+        let mut line = format!(
+            "streaming message: transactional: {} prefix: {prefix}, sz: {}",
+            u8::from(transactional),
+            content.len()
+        );
+        if !transactional {
+            line.push_str(" content:");
+            line.push_str(&String::from_utf8_lossy(content));
+        }
+        out.write(lsn, top, line.into_bytes());
+        Ok(())
+    }
+
+    fn stream_abort(&mut self, out: &mut Output, top: Xid, xid: Xid, lsn: Lsn) -> Result<()> {
+        let wrote = if xid == top {
+            self.streamed_wrote.remove(&top).unwrap_or(false)
+        } else {
+            self.streamed_wrote.get(&top).copied().unwrap_or(false)
+        };
+        if self.skip_empty_xacts && !wrote {
+            return Ok(());
+        }
+        out.write(lsn, xid, self.stream_line("aborting streamed (sub)transaction", xid, ""));
+        Ok(())
+    }
+
+    fn stream_commit(&mut self, out: &mut Output, txn: &TxnInfo) -> Result<()> {
+        let wrote = self.streamed_wrote.remove(&txn.xid).unwrap_or(false);
+        if self.skip_empty_xacts && !wrote {
+            return Ok(());
+        }
+        let mut line = self.stream_line("committing streamed transaction", txn.xid, "");
+        if self.include_timestamp {
+            line.extend_from_slice(format!(" (at {}+00)", timestamptz(txn.commit_time_us)).as_bytes());
+        }
+        out.write(txn.end_lsn, txn.xid, line);
         Ok(())
     }
 }
