@@ -1,6 +1,6 @@
 //! `settle stats DIR [--json]`: the cumulative statistics views of a data directory.
 //!
-//! Four sections, each built once as rows of cells and rendered either as psql's aligned
+//! Sections, each built once as rows of cells and rendered either as psql's aligned
 //! table output or as one JSON object (the same names and values both ways):
 //!
 //! * `pg_stat_user_tables`: per user table, the counters of `settledb::stats` (PostgreSQL's
@@ -18,7 +18,11 @@
 //!   `catalog_xmin`, `restart_lsn`, `confirmed_flush_lsn`, `wal_status`, `safe_wal_size`,
 //!   `two_phase`): each keeps WAL from its `restart_lsn` and catalog rows from its
 //!   `catalog_xmin`. A data directory with logical slots opens only under
-//!   `--set wal_level=logical`, as PostgreSQL refuses to start without it.
+//!   `--set wal_level=logical`, as PostgreSQL refuses to start without it;
+//! * `pg_stat_replication_slots`: per slot, PostgreSQL 15's columns (`slot_name`,
+//!   `spill_txns`, `spill_count`, `spill_bytes`, `stream_txns`, `stream_count`,
+//!   `stream_bytes`, `total_txns`, `total_bytes`, `stats_reset`): what its decoding sessions
+//!   (get and peek alike) spilled, streamed and decoded.
 //!
 //! Opening the directory runs crash recovery if it needs it; the counters then start from
 //! zero (the engine resets them after a crash, as PostgreSQL does), and `stats_reset` in
@@ -30,6 +34,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use serde_json::{Map, Value as Json};
+use settledb::stats::SlotStats;
 use settledb::xact::PreparedXact;
 use settledb::{Config, Database, SlotInfo, TableStatsSnapshot};
 
@@ -318,6 +323,44 @@ fn replication_slots(list: &[SlotInfo]) -> View {
     }
 }
 
+/// The replication slots' decoding counters (`pg_stat_replication_slots`), by name.
+fn replication_slot_stats(list: &[(String, SlotStats)]) -> View {
+    let rows = list
+        .iter()
+        .map(|(name, s)| {
+            vec![
+                Cell::Text(name.clone()),
+                Cell::Num(s.spill_txns),
+                Cell::Num(s.spill_count),
+                Cell::Num(s.spill_bytes),
+                Cell::Num(s.stream_txns),
+                Cell::Num(s.stream_count),
+                Cell::Num(s.stream_bytes),
+                Cell::Num(s.total_txns),
+                Cell::Num(s.total_bytes),
+                timestamp(s.stats_reset),
+            ]
+        })
+        .collect();
+    View {
+        name: "pg_stat_replication_slots",
+        columns: vec![
+            "slot_name",
+            "spill_txns",
+            "spill_count",
+            "spill_bytes",
+            "stream_txns",
+            "stream_count",
+            "stream_bytes",
+            "total_txns",
+            "total_bytes",
+            "stats_reset",
+        ],
+        rows,
+        one_row: false,
+    }
+}
+
 pub fn run(dir: PathBuf, json: bool, config: Config) -> Result<ExitCode> {
     crate::require_data_dir(&dir)?;
     let db = Database::open(&dir, config)?;
@@ -330,6 +373,7 @@ pub fn run(dir: PathBuf, json: bool, config: Config) -> Result<ExitCode> {
         frozen_xids(&db),
         prepared_xacts(&db.prepared_xacts(), next_xid),
         replication_slots(&db.replication_slots()),
+        replication_slot_stats(&db.replication_slot_stats()),
     ];
     db.close()?;
     if json {
@@ -402,6 +446,22 @@ mod tests {
         assert_eq!(j[0]["two_phase"], Json::from(true));
         assert_eq!(j[0]["xmin"], Json::Null);
         assert_eq!(j[0]["safe_wal_size"], Json::from(-42));
+    }
+
+    #[test]
+    fn replication_slot_stats_view_has_postgresql_columns() {
+        let s = SlotStats { spill_txns: 1, spill_count: 4, spill_bytes: 129_363, total_txns: 2, ..Default::default() };
+        let v = replication_slot_stats(&[("cdc".into(), s)]);
+        assert_eq!(
+            v.render(),
+            "pg_stat_replication_slots\n slot_name | spill_txns | spill_count | spill_bytes | stream_txns | \
+             stream_count | stream_bytes | total_txns | total_bytes | stats_reset\n\
+             -----------+------------+-------------+-------------+-------------+--------------+--------------+\
+             ------------+-------------+-------------\n \
+             cdc       |          1 |           4 |      129363 |           0 |            0 |            0 |          \
+             2 |           0 |\n(1 row)\n"
+        );
+        assert_eq!(v.json()[0]["stats_reset"], Json::Null);
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //!   catalog   the SQL column types the engine does not keep (DIR/server_catalog)
 //!   copy      COPY FROM STDIN / TO STDOUT;  utility  VACUUM;  settings  GUCs;  log  server log
 //!   views     pg_stat_user_tables, pg_stat_database from the engine's counters,
-//!             pg_replication_slots;  slotfuncs  pg_create_logical_replication_slot & co.
+//!             pg_replication_slots, pg_stat_replication_slots;  slotfuncs  pg_create_logical_
+//!             replication_slot & co.
 //! ```
 //!
 //! One connection is one pgwire task plus one session thread (the engine is synchronous and a

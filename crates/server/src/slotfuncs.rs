@@ -1,6 +1,7 @@
 //! Replication slot functions (PostgreSQL's `slotfuncs.c`) over the engine's slots:
 //! `pg_create_logical_replication_slot(name, plugin [, temporary [, two_phase]])`,
-//! `pg_drop_replication_slot(name)` and `pg_replication_slot_advance(name, lsn)`. The record
+//! `pg_drop_replication_slot(name)`, `pg_replication_slot_advance(name, lsn)` and
+//! `pg_stat_reset_replication_slot(name)` (NULL: every slot). The record
 //! results PostgreSQL returns (`slot_name, lsn` / `slot_name, end_lsn`) come back as one
 //! text column in PostgreSQL's composite text form, `(name,X/Y)`, which is what
 //! `SELECT pg_create_logical_replication_slot(...)` prints; `pg_drop_replication_slot`
@@ -41,6 +42,9 @@ pub fn call(db: &Database, name: &str, args: &[Datum]) -> Option<Result<Datum, S
             let end = db.replication_slot_advance(&slot, upto).map_err(slot_error)?;
             Ok(Datum::Text(format!("({slot},{end})")))
         })(),
+        "pg_stat_reset_replication_slot" => {
+            db.reset_replication_slot_stats(text(0).as_deref()).map(|()| Datum::Text(String::new())).map_err(slot_error)
+        }
         _ => return None,
     };
     Some(r)

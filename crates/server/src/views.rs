@@ -1,8 +1,9 @@
 //! Read-only views computed from the engine's own state: `pg_stat_user_tables` and
 //! `pg_stat_database`, with PostgreSQL 15's column names (a subset of the columns: those the
 //! engine counts), and `pg_replication_slots` (all of PostgreSQL 15's columns; LSNs as text
-//! `X/Y`, XIDs as int8, as there is no `pg_lsn` or `xid` type). They are materialized when a query reads them; a SELECT may filter, sort
-//! and aggregate them like a table.
+//! `X/Y`, XIDs as int8, as there is no `pg_lsn` or `xid` type), and
+//! `pg_stat_replication_slots` (PostgreSQL 15's columns). They are materialized when a query
+//! reads them; a SELECT may filter, sort and aggregate them like a table.
 
 use settledb::Database;
 
@@ -38,6 +39,17 @@ const DATABASE_COUNTS: [&str; 9] = [
     "tup_inserted",
     "tup_updated",
     "tup_deleted",
+];
+
+const SLOT_COUNTS: [&str; 8] = [
+    "spill_txns",
+    "spill_count",
+    "spill_bytes",
+    "stream_txns",
+    "stream_count",
+    "stream_bytes",
+    "total_txns",
+    "total_bytes",
 ];
 
 /// The columns of a view, or `None` when `name` is not one.
@@ -77,6 +89,12 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
                 ("two_phase", Bool),
             ];
             Some(cols.into_iter().map(|(n, t)| col(n, t)).collect())
+        }
+        "pg_stat_replication_slots" => {
+            let mut c = vec![col("slot_name", SqlType::Text)];
+            c.extend(SLOT_COUNTS.iter().map(|n| col(n, SqlType::Int8)));
+            c.push(col("stats_reset", SqlType::Timestamp));
+            Some(c)
         }
         _ => None,
     }
@@ -167,6 +185,27 @@ pub fn rows(db: &Database, name: &str) -> Vec<Vec<Datum>> {
                     opt(s.safe_wal_size),
                     Datum::Bool(s.two_phase),
                 ]
+            })
+            .collect(),
+        "pg_stat_replication_slots" => db
+            .replication_slot_stats()
+            .into_iter()
+            .map(|(name, s)| {
+                let mut r = vec![Datum::Text(name)];
+                for v in [
+                    s.spill_txns,
+                    s.spill_count,
+                    s.spill_bytes,
+                    s.stream_txns,
+                    s.stream_count,
+                    s.stream_bytes,
+                    s.total_txns,
+                    s.total_bytes,
+                ] {
+                    r.push(n(v));
+                }
+                r.push(when(s.stats_reset));
+                r
             })
             .collect(),
         _ => Vec::new(),

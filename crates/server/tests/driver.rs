@@ -229,7 +229,8 @@ async fn scram_password_is_required_when_set() {
 }
 
 /// Replication slots over SQL: `pg_create_logical_replication_slot`, the
-/// `pg_replication_slots` view with PostgreSQL's columns, `pg_replication_slot_advance`,
+/// `pg_replication_slots` view with PostgreSQL's columns, `pg_stat_replication_slots` and
+/// `pg_stat_reset_replication_slot`, `pg_replication_slot_advance`,
 /// `pg_drop_replication_slot`, and PostgreSQL's SQLSTATEs and hints for bad input.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replication_slots_over_sql() {
@@ -255,6 +256,19 @@ async fn replication_slots_over_sql() {
     assert_eq!(row.get::<_, Option<i64>>(6), None);
     assert_eq!(format!("(s1,{})", row.get::<_, String>(7)), created);
     assert_eq!(row.get::<_, String>(8), "reserved");
+
+    let row = c
+        .query_one("select slot_name, spill_txns, total_bytes, stats_reset from pg_stat_replication_slots", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "s1");
+    assert_eq!((row.get::<_, i64>(1), row.get::<_, i64>(2)), (0, 0));
+    assert!(row.get::<_, Option<std::time::SystemTime>>(3).is_none(), "never reset: NULL");
+    c.query_one("select pg_stat_reset_replication_slot('s1')", &[]).await.unwrap();
+    let reset = c.query_one("select stats_reset from pg_stat_replication_slots", &[]).await.unwrap();
+    assert!(reset.get::<_, Option<std::time::SystemTime>>(0).is_some());
+    let e = c.query_one("select pg_stat_reset_replication_slot('nope')", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "42704");
 
     let e = c.query_one("select pg_create_logical_replication_slot('s2', 'pgoutput')", &[]).await.unwrap_err();
     assert_eq!(code(&e), "53400");

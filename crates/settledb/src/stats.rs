@@ -461,19 +461,78 @@ impl DbTotals {
     }
 }
 
+/// One replication slot's cumulative counters (`pg_stat_replication_slots`), summed over the
+/// decoding sessions run on it (`pg_logical_slot_get_changes` and `…_peek_changes` alike, as
+/// in PostgreSQL): transactions and bytes spilled to disk, streamed, and handed to the plugin.
+/// A spill or stream "count" is one eviction of one transaction; `total_*` count each
+/// decoded transaction once, streamed or not.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SlotStats {
+    pub spill_txns: u64,
+    pub spill_count: u64,
+    pub spill_bytes: u64,
+    pub stream_txns: u64,
+    pub stream_count: u64,
+    pub stream_bytes: u64,
+    pub total_txns: u64,
+    pub total_bytes: u64,
+    /// When they were last reset, microseconds since the Unix epoch; 0 for never (PostgreSQL's
+    /// NULL).
+    pub stats_reset: u64,
+}
+
+/// Slot counters in the stats file.
+pub(crate) const SLOT_FIELDS: usize = 9;
+
+impl SlotStats {
+    pub fn to_fields(&self) -> [u64; SLOT_FIELDS] {
+        [
+            self.spill_txns,
+            self.spill_count,
+            self.spill_bytes,
+            self.stream_txns,
+            self.stream_count,
+            self.stream_bytes,
+            self.total_txns,
+            self.total_bytes,
+            self.stats_reset,
+        ]
+    }
+
+    pub fn from_fields(f: [u64; SLOT_FIELDS]) -> SlotStats {
+        SlotStats {
+            spill_txns: f[0],
+            spill_count: f[1],
+            spill_bytes: f[2],
+            stream_txns: f[3],
+            stream_count: f[4],
+            stream_bytes: f[5],
+            total_txns: f[6],
+            total_bytes: f[7],
+            stats_reset: f[8],
+        }
+    }
+}
+
 /// The contents of `pg_stat/stats.bin`.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct StatsFile {
     pub db: DbTotals,
     /// Per table, by OID.
     pub tables: Vec<(Oid, TableStatsSnapshot)>,
+    /// Per replication slot, by name.
+    pub slots: Vec<(String, SlotStats)>,
 }
 
 const STATS_MAGIC: [u8; 4] = *b"SDST";
-pub const STATS_FORMAT_VERSION: u32 = 2;
+/// Version 3 added the replication slots' counters; version 2 files (without them) are read.
+pub const STATS_FORMAT_VERSION: u32 = 3;
 /// magic, version, database field count, table field count, table count.
 const HEADER_SIZE: usize = 4 + 4 + 4 + 4 + 4;
 const TABLE_RECORD_SIZE: usize = 4 + 8 * TABLE_FIELDS;
+/// A slot's name, NUL-padded to PostgreSQL's NAMEDATALEN.
+const SLOT_NAME_SIZE: usize = 64;
+const SLOT_RECORD_SIZE: usize = SLOT_NAME_SIZE + 8 * SLOT_FIELDS;
 /// Files longer than this are not read (a million tables' worth).
 const STATS_FILE_MAX_BYTES: u64 = 160 << 20;
 
@@ -483,7 +542,8 @@ pub fn stats_path(dir: &Path) -> PathBuf {
 }
 
 impl StatsFile {
-    /// The file's bytes: header, database counters, one record per table, CRC-32C of all that.
+    /// The file's bytes: header, database counters, one record per table, the slot count and
+    /// one record per slot, CRC-32C of all that.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(HEADER_SIZE + 8 * DB_FIELDS + TABLE_RECORD_SIZE * self.tables.len() + 4);
         b.extend_from_slice(&STATS_MAGIC);
@@ -496,6 +556,17 @@ impl StatsFile {
         }
         for (oid, s) in self.tables.iter().take(u32::MAX as usize) {
             b.extend_from_slice(&oid.0.to_le_bytes());
+            for v in s.to_fields() {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        // Slot names are at most 63 bytes (`slot::validate_name`); a longer one is not kept.
+        let slots: Vec<_> = self.slots.iter().filter(|(n, _)| n.len() < SLOT_NAME_SIZE).collect();
+        b.extend_from_slice(&(slots.len() as u32).to_le_bytes());
+        for (name, s) in slots {
+            let mut n = [0u8; SLOT_NAME_SIZE];
+            n[..name.len()].copy_from_slice(name.as_bytes());
+            b.extend_from_slice(&n);
             for v in s.to_fields() {
                 b.extend_from_slice(&v.to_le_bytes());
             }
@@ -514,7 +585,7 @@ impl StatsFile {
         }
         let u32_at = |at: usize| bytes.get(at..at + 4).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]));
         let version = u32_at(4).ok_or_else(|| corrupt("truncated header".into()))?;
-        if version != STATS_FORMAT_VERSION {
+        if version != STATS_FORMAT_VERSION && version != 2 {
             return Err(Error::VersionMismatch {
                 path: path.to_path_buf(),
                 found: version,
@@ -529,12 +600,21 @@ impl StatsFile {
                 "{db_fields} database and {table_fields} table counters, expected {DB_FIELDS} and {TABLE_FIELDS}"
             )));
         }
-        let expected = (ntables as usize)
+        let tables_end = (ntables as usize)
             .checked_mul(TABLE_RECORD_SIZE)
-            .and_then(|n| n.checked_add(HEADER_SIZE + 8 * DB_FIELDS + 4))
+            .and_then(|n| n.checked_add(HEADER_SIZE + 8 * DB_FIELDS))
             .ok_or_else(|| corrupt(format!("impossible table count {ntables}")))?;
+        let nslots = if version == 2 { 0 } else { u32_at(tables_end).unwrap_or(0) as usize };
+        let slots_at = if version == 2 { tables_end } else { tables_end + 4 };
+        let expected = nslots
+            .checked_mul(SLOT_RECORD_SIZE)
+            .and_then(|n| n.checked_add(slots_at + 4))
+            .ok_or_else(|| corrupt(format!("impossible slot count {nslots}")))?;
         if bytes.len() != expected {
-            return Err(corrupt(format!("length is {} bytes, {ntables} tables need {expected}", bytes.len())));
+            return Err(corrupt(format!(
+                "length is {} bytes, {ntables} tables and {nslots} slots need {expected}",
+                bytes.len()
+            )));
         }
         let crc_at = expected - 4;
         let stored = u32_at(crc_at).unwrap_or(0);
@@ -561,7 +641,20 @@ impl StatsFile {
             tables.push((oid, TableStatsSnapshot::from_fields(f)));
             at += TABLE_RECORD_SIZE;
         }
-        Ok(StatsFile { db: DbTotals::from_fields(db), tables })
+        let mut slots = Vec::with_capacity(nslots);
+        let mut at = slots_at;
+        for _ in 0..nslots {
+            let n = &bytes[at..at + SLOT_NAME_SIZE];
+            let len = n.iter().position(|&b| b == 0).unwrap_or(SLOT_NAME_SIZE);
+            let name = std::str::from_utf8(&n[..len])
+                .map_err(|_| corrupt(format!("a slot name at byte {at} is not UTF-8")))?
+                .to_string();
+            let mut f = [0u64; SLOT_FIELDS];
+            u64s(at + SLOT_NAME_SIZE, &mut f);
+            slots.push((name, SlotStats::from_fields(f)));
+            at += SLOT_RECORD_SIZE;
+        }
+        Ok(StatsFile { db: DbTotals::from_fields(db), tables, slots })
     }
 
     /// Writes the file under `dir` durably: a temporary file, fsync, rename, fsync of
@@ -724,7 +817,25 @@ mod tests {
         db.wal_bytes = u64::MAX;
         let t =
             |n: u64| TableStatsSnapshot { n_tup_ins: n, n_live_tup: n / 2, last_vacuum: n << 20, ..Default::default() };
-        StatsFile { db, tables: vec![(Oid(16384), t(10)), (Oid(16390), t(99))] }
+        let slot =
+            SlotStats { spill_txns: 1, spill_bytes: 1 << 40, total_txns: 9, stats_reset: 5, ..Default::default() };
+        StatsFile {
+            db,
+            tables: vec![(Oid(16384), t(10)), (Oid(16390), t(99))],
+            slots: vec![("s".into(), slot), ("x".repeat(63), SlotStats::default())],
+        }
+    }
+
+    /// A version 2 file (no slot counters) is read, with no slots.
+    #[test]
+    fn version_2_files_are_read() {
+        let f = StatsFile { slots: Vec::new(), ..sample() };
+        let mut b = f.encode();
+        b.truncate(b.len() - 8); // the CRC and the slot count
+        b[4..8].copy_from_slice(&2u32.to_le_bytes());
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(StatsFile::decode(&b, Path::new("stats.bin")).unwrap(), f);
     }
 
     #[test]

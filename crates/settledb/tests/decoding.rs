@@ -381,3 +381,69 @@ fn skip_empty_xacts_defers_the_opening_line_to_the_first_change() {
     assert_eq!(got.last().unwrap(), "committing streamed transaction");
     assert_eq!(got.iter().filter(|l| *l == "streaming change for transaction").count(), 4_000);
 }
+
+#[test]
+fn replication_slot_stats_add_up_sessions_reset_and_survive_a_clean_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.logical_decoding_work_mem_bytes = 64 << 10;
+    let db = Database::open(dir.path(), cfg.clone()).unwrap();
+    let t = create(&db, "t");
+    db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+    db.create_logical_replication_slot("idle", "test_decoding", false).unwrap();
+    let big = |db: &Database, from: i32| {
+        let mut tx = db.begin().unwrap();
+        for i in from..from + 4_000 {
+            tx.insert(&t, &[Value::Int4(i), Value::Null]).unwrap();
+        }
+        tx.commit().unwrap();
+    };
+    big(&db, 0);
+    // A peek counts as PostgreSQL's does, then the get that consumes the same WAL.
+    let peek = db.logical_slot_peek_changes("s", DecodeLimits::default(), &[]).unwrap().stats;
+    let get = db.logical_slot_get_changes("s", DecodeLimits::default(), &[]).unwrap().stats;
+    assert!(peek.spill_count > 0 && peek.total_txns == 1, "{peek:?}");
+    big(&db, 10_000);
+    let streamed =
+        db.logical_slot_get_changes("s", DecodeLimits::default(), &opts(&[("stream-changes", "1")])).unwrap();
+    let st = streamed.stats;
+    // (It re-reads the first transaction, already consumed, from the slot's restart point:
+    // that one spills, as in PostgreSQL, which streams nothing before `confirmed_flush`.)
+    assert!(st.stream_count > 0 && st.stream_txns == 1, "{st:?}");
+
+    let all = db.replication_slot_stats();
+    assert_eq!(all.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["idle", "s"]);
+    assert_eq!(all[0].1, settledb::stats::SlotStats::default());
+    let s = all[1].1;
+    let sum = |f: fn(&settledb::decode::reorderbuffer::ReorderStats) -> u64| f(&peek) + f(&get) + f(&st);
+    assert_eq!(s.spill_txns, sum(|r| r.spill_txns));
+    assert_eq!(s.spill_count, sum(|r| r.spill_count));
+    assert_eq!(s.spill_bytes, sum(|r| r.spill_bytes));
+    assert_eq!((s.stream_txns, s.stream_count, s.stream_bytes), (1, st.stream_count, st.stream_bytes));
+    assert_eq!(s.total_txns, 3);
+    assert_eq!(s.total_bytes, sum(|r| r.total_bytes));
+    assert_eq!(s.stats_reset, 0, "never reset: NULL");
+
+    // Kept across a clean shutdown, by name.
+    db.close().unwrap();
+    let db = Database::open(dir.path(), cfg.clone()).unwrap();
+    assert_eq!(db.replication_slot_stats()[1].1, s);
+
+    // pg_stat_reset_replication_slot.
+    let e = db.reset_replication_slot_stats(Some("nope")).unwrap_err().to_string();
+    assert!(e.contains("replication slot \"nope\" does not exist"), "{e}");
+    db.reset_replication_slot_stats(Some("s")).unwrap();
+    let r = db.replication_slot_stats()[1].1;
+    assert_eq!(r.total_txns, 0);
+    assert!(r.stats_reset > 0);
+    // A dropped slot's counters go with it; one created under its name starts from zero.
+    db.logical_slot_get_changes("s", DecodeLimits::default(), &[]).unwrap();
+    db.drop_replication_slot("s").unwrap();
+    db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+    assert_eq!(db.replication_slot_stats()[1].1, settledb::stats::SlotStats::default());
+    // Not kept after a crash, like every cumulative counter.
+    db.reset_replication_slot_stats(None).unwrap();
+    db.abandon();
+    let db = Database::open(dir.path(), cfg).unwrap();
+    assert!(db.replication_slot_stats().iter().all(|(_, s)| *s == settledb::stats::SlotStats::default()));
+}

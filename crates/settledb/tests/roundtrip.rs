@@ -29,7 +29,7 @@ use settledb::heap::tuple::{deform_tuple, form_tuple};
 use settledb::io::fault::FaultFs;
 use settledb::io::FileSystem;
 use settledb::page::{self, BLCKSZ};
-use settledb::stats::{DbTotals, StatsFile, TableStatsSnapshot};
+use settledb::stats::{DbTotals, SlotStats, StatsFile, TableStatsSnapshot};
 use settledb::types::{BufferTag, Fork};
 use settledb::wal::control::{ControlFile, DbState};
 use settledb::wal::{self, BlockRef, RecordBuilder, Rmgr, Wal, WalConfig, WalReader};
@@ -330,7 +330,10 @@ fn statistics_files_round_trip_byte_exact() {
         let tables = (0..rng.gen_range(0..20))
             .map(|_| (Oid(rng.gen()), TableStatsSnapshot::from_fields(std::array::from_fn(|_| rng.gen()))))
             .collect();
-        let f = StatsFile { db: DbTotals::from_fields(std::array::from_fn(|_| rng.gen())), tables };
+        let slots = (0..rng.gen_range(0..4))
+            .map(|i| (format!("slot_{i}"), SlotStats::from_fields(std::array::from_fn(|_| rng.gen()))))
+            .collect();
+        let f = StatsFile { db: DbTotals::from_fields(std::array::from_fn(|_| rng.gen())), tables, slots };
         let bytes = f.encode();
         let back = StatsFile::decode(&bytes, Path::new("stats.bin")).unwrap();
         assert_eq!(back, f);

@@ -114,6 +114,8 @@ impl Database {
         }
         let stats = decoder.stats();
         drop(decoder);
+        // Peeking counts too, as in PostgreSQL: the work was done.
+        super::pgstat::add_slot_stats(inner, slot_name, &stats);
         if confirm && end_lsn > d.confirmed_flush {
             self.replication_slot_advance(slot_name, end_lsn)?;
         }

@@ -169,6 +169,8 @@ pub(crate) struct Inner {
     pub(crate) prepared_counts: Mutex<std::collections::HashMap<crate::types::FullXid, PreparedCounts>>,
     /// The replication slots (`pg_replslot`, see [`crate::decode::slot`]).
     pub(crate) slots: crate::decode::slot::ReplicationSlots,
+    /// Their cumulative counters (`pg_stat_replication_slots`), by name.
+    pub(crate) slot_stats: Mutex<std::collections::BTreeMap<String, crate::stats::SlotStats>>,
 }
 
 type PreparedCounts = Vec<(Arc<TableEntry>, crate::stats::TableCounts)>;
@@ -448,6 +450,7 @@ impl Database {
         )?);
         pool.set_wal(Arc::new(WalFlusher(wal.clone())));
         let catalog = Catalog::new(config.autovacuum_freeze_max_age);
+        let slot_stats = Mutex::new(pgstat::slot_stats_from(saved_stats.as_ref(), &slots));
         let inner = Arc::new(Inner {
             config,
             dir: dir.to_path_buf(),
@@ -470,6 +473,7 @@ impl Database {
             autovacuum: Default::default(),
             prepared_counts: Mutex::new(Default::default()),
             slots,
+            slot_stats,
         });
         startup::note_wal_level(&inner.wal, &mut inner.control.lock(), inner.config.wal_level, fresh)?;
         if fresh {

@@ -7,11 +7,20 @@
 //! dropped since are skipped by OID). After a crash it is removed unread, and the counters
 //! start from zero with `stats_reset` set to the time of the open. [`Database::close`]
 //! writes it again after the shutdown checkpoint, when nothing can change the counters any more.
+//!
+//! Replication slots' counters (`pg_stat_replication_slots`) live here too: each decoding
+//! session adds its reorder buffer's [`ReorderStats`] to its slot's when it ends, creating a
+//! slot starts them from zero, dropping it forgets them, and the stats file keeps them by slot
+//! name (a slot dropped while the database was down is skipped at open).
+
+use std::collections::BTreeMap;
 
 use super::{Database, DbCounters, DbStats, Inner, Table};
 use crate::catalog::{Catalog, FIRST_NORMAL_OID};
-use crate::error::Result;
-use crate::stats::{DbTotals, StatsFile, TableStatsSnapshot};
+use crate::decode::reorderbuffer::ReorderStats;
+use crate::decode::slot::ReplicationSlots;
+use crate::error::{Error, Result};
+use crate::stats::{now_micros, DbTotals, SlotStats, StatsFile, TableStatsSnapshot};
 
 impl Database {
     /// A table's counters (`pg_stat_user_tables`; `pg_stat_sys_tables` for `pg_class`).
@@ -31,7 +40,73 @@ impl Database {
     }
 }
 
-/// The database counters as a saved file left them.
+impl Database {
+    /// `pg_stat_replication_slots`: every replication slot's counters, by name (zero for a slot
+    /// that has decoded nothing yet).
+    pub fn replication_slot_stats(&self) -> Vec<(String, SlotStats)> {
+        let stats = self.inner.slot_stats.lock();
+        self.inner
+            .slots
+            .list()
+            .into_iter()
+            .map(|d| {
+                let s = stats.get(&d.name).copied().unwrap_or_default();
+                (d.name, s)
+            })
+            .collect()
+    }
+
+    /// `pg_stat_reset_replication_slot(name)`: zeroes slot `name`'s counters, or every slot's
+    /// when `None`, and sets their `stats_reset` to now. Error: no such slot.
+    pub fn reset_replication_slot_stats(&self, name: Option<&str>) -> Result<()> {
+        let names: Vec<String> = match name {
+            Some(n) => {
+                if self.inner.slots.lock().get(n).is_none() {
+                    return Err(Error::NotFound(format!("replication slot \"{n}\" does not exist")));
+                }
+                vec![n.to_string()]
+            }
+            None => self.inner.slots.list().into_iter().map(|d| d.name).collect(),
+        };
+        let now = now_micros();
+        let mut stats = self.inner.slot_stats.lock();
+        for n in names {
+            stats.insert(n, SlotStats { stats_reset: now, ..SlotStats::default() });
+        }
+        Ok(())
+    }
+}
+
+/// Adds a decoding session's counters to slot `name`'s.
+pub(super) fn add_slot_stats(inner: &Inner, name: &str, r: &ReorderStats) {
+    let mut stats = inner.slot_stats.lock();
+    let s = stats.entry(name.to_string()).or_default();
+    s.spill_txns += r.spill_txns;
+    s.spill_count += r.spill_count;
+    s.spill_bytes += r.spill_bytes;
+    s.stream_txns += r.stream_txns;
+    s.stream_count += r.stream_count;
+    s.stream_bytes += r.stream_bytes;
+    s.total_txns += r.total_txns;
+    s.total_bytes += r.total_bytes;
+}
+
+/// A new slot's counters start from zero; a dropped one's are forgotten.
+pub(super) fn reset_slot_stats(inner: &Inner, name: &str, exists: bool) {
+    let mut stats = inner.slot_stats.lock();
+    if exists {
+        stats.insert(name.to_string(), SlotStats::default());
+    } else {
+        stats.remove(name);
+    }
+}
+
+/// The slot counters a saved file left, for the slots that still exist.
+pub(super) fn slot_stats_from(file: Option<&StatsFile>, slots: &ReplicationSlots) -> BTreeMap<String, SlotStats> {
+    let live: Vec<String> = slots.list().into_iter().map(|d| d.name).collect();
+    file.map(|f| f.slots.iter().filter(|(n, _)| live.contains(n)).cloned().collect()).unwrap_or_default()
+}
+
 /// A table's counters after folding in what the heap counted on its own (VM clears, block
 /// reads and hits).
 fn collected(e: &crate::catalog::TableEntry) -> TableStatsSnapshot {
@@ -92,12 +167,14 @@ pub(super) fn totals_of(s: &DbStats) -> DbTotals {
     }
 }
 
-/// Writes `pg_stat/stats.bin` (every table, `pg_class` included, and the database counters).
+/// Writes `pg_stat/stats.bin` (every table, `pg_class` included, the database counters and
+/// the replication slots').
 pub(super) fn save(db: &Database) -> Result<()> {
     let inner: &Inner = &db.inner;
     let file = StatsFile {
         db: totals_of(&db.stats()),
         tables: inner.catalog.tables().iter().map(|e| (e.rel.oid, collected(e))).collect(),
+        slots: db.replication_slot_stats(),
     };
     file.write(&*inner.fs, &inner.dir)
 }

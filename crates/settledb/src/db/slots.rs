@@ -158,6 +158,7 @@ impl Database {
         let created = g.create(d.clone());
         inner.push_slot_minima(g.minima());
         created?;
+        super::pgstat::reset_slot_stats(inner, name, true);
         Ok(SlotInfo::of(&d, &inner.wal_position()))
     }
 
@@ -168,6 +169,9 @@ impl Database {
         let mut g = inner.slots.lock();
         let dropped = g.drop_slot(name);
         inner.push_slot_minima(g.minima());
+        if dropped.is_ok() {
+            super::pgstat::reset_slot_stats(inner, name, false);
+        }
         dropped.map(|_| ())
     }
 
