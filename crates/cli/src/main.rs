@@ -41,6 +41,9 @@
 //!   `--wraparound [--xids N] [--autovacuum off]`: the XID wraparound soak instead (see `soak`).
 //! * `settle serve --dir DIR [--port P] [--listen ADDR]`: PostgreSQL's wire protocol over a data
 //!   directory, for psql, pgbench and drivers (see `serve.rs` and the `settledb-server` crate).
+//! * `settle decode DIR --slot S [--create-slot [--plugin P]] [--drop-slot] [--start [-f FILE]
+//!   [--endpos LSN] [-o NAME[=VALUE]]...]`: `pg_recvlogical` on the directory, opened by this
+//!   process (see `decode.rs`).
 //!
 //! The binary installs `tidstore::bench::CountingAlloc` as its global allocator so that the
 //! tidstore benchmark can measure each structure's heap bytes exactly. It costs one relaxed
@@ -48,6 +51,7 @@
 //! is noise next to what the other commands do per allocation.
 
 mod bench;
+mod decode;
 mod inspect;
 mod peer;
 mod pgbench;
@@ -147,6 +151,9 @@ enum Cmd {
     Torture(torture::TortureArgs),
     /// Serve a data directory over PostgreSQL's wire protocol (psql, pgbench, drivers).
     Serve(serve::ServeArgs),
+    /// Logical decoding from a replication slot, like pg_recvlogical: --create-slot, --start
+    /// (rows to -f FILE until Ctrl-C or --endpos), --drop-slot. Opens the directory itself.
+    Decode(decode::DecodeArgs),
     /// The child process of `settle torture` (not for direct use).
     #[command(hide = true)]
     TortureChild(torture::child::ChildArgs),
@@ -182,6 +189,7 @@ fn main() -> ExitCode {
         Cmd::Torture(a) => torture::run(a),
         Cmd::TortureChild(a) => torture::child::run(a),
         Cmd::Serve(a) => serve::run(a),
+        Cmd::Decode(a) => decode::run(a),
     };
     match r {
         Ok(code) => code,
