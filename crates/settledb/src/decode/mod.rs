@@ -7,9 +7,12 @@
 //! `catalog_xmin` that holds back VACUUM) is pushed down into them as plain values.
 //!
 //! Built so far: [`message`] (logical messages in the WAL), [`reorderbuffer`] (changes held
-//! per transaction until it commits) and [`slot`] (logical replication slots: durable
-//! positions, the WAL and catalog rows they keep; the `Database` API is in `db/slots.rs`).
-//! The decoder and the output plugins come next.
+//! per transaction until it commits, spilled or streamed past `logical_decoding_work_mem`),
+//! [`logical`] (the decoder: WAL records in, committed or streamed transactions out to an
+//! `OutputPlugin`), [`test_decoding`] (PostgreSQL 15's test_decoding lines) and [`slot`]
+//! (logical replication slots: durable positions, the WAL and catalog rows they keep; the
+//! `Database` API is in `db/slots.rs`, the decoding sessions in `db/decoding.rs`, their
+//! counters, `pg_stat_replication_slots`, in `db/pgstat.rs`). See docs/logical-decoding.md.
 
 pub mod logical;
 pub mod message;
