@@ -645,7 +645,11 @@ impl StatsFile {
         let mut at = slots_at;
         for _ in 0..nslots {
             let n = &bytes[at..at + SLOT_NAME_SIZE];
+            // A name and its NUL padding, nothing else: what `encode` writes.
             let len = n.iter().position(|&b| b == 0).unwrap_or(SLOT_NAME_SIZE);
+            if len == SLOT_NAME_SIZE || n[len..].iter().any(|&b| b != 0) {
+                return Err(corrupt(format!("a slot name at byte {at} is not NUL-padded")));
+            }
             let name = std::str::from_utf8(&n[..len])
                 .map_err(|_| corrupt(format!("a slot name at byte {at} is not UTF-8")))?
                 .to_string();

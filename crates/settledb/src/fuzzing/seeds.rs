@@ -407,10 +407,14 @@ pub fn repair_relsize(bytes: &mut Vec<u8>) {
 
 pub fn repair_stats(bytes: &mut [u8]) {
     const HEADER: usize = 20;
-    let fixed = HEADER + 8 * DB_FIELDS + 4;
+    // The table count as if there were no slot records (version 3 keeps a slot count, then the
+    // slots, after the tables), and that slot count set to zero.
+    let fixed = HEADER + 8 * DB_FIELDS + 4 + 4;
     if bytes.len() >= fixed {
-        let ntables = ((bytes.len() - fixed) / (4 + 8 * TABLE_FIELDS)) as u32;
-        bytes[16..20].copy_from_slice(&ntables.to_le_bytes());
+        let ntables = (bytes.len() - fixed) / (4 + 8 * TABLE_FIELDS);
+        bytes[16..20].copy_from_slice(&(ntables as u32).to_le_bytes());
+        let at = HEADER + 8 * DB_FIELDS + ntables * (4 + 8 * TABLE_FIELDS);
+        bytes[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
     }
     let n = bytes.len();
     let crc = crc32c::crc32c(&bytes[..n - 4]);
