@@ -333,3 +333,74 @@ fn contention_run(hold_horizon: bool) {
     assert_eq!(accounts, total, "account balances = sum of committed deltas");
     assert_check_clean(&db, "after the run");
 }
+
+/// Hypothesis 4 of the torture failure: after a crash, a transaction that was inside
+/// savepoints (one released, one rolled back, one open) is aborted as a whole, and the row it
+/// held is found and updated by the next transaction, with or without savepoints of its own.
+/// Its WAL is made durable by another session's commit (on another row) before the crash.
+#[test]
+fn row_held_by_subtransactions_at_a_crash_is_updatable_after_recovery() {
+    use settledb::io::fault::{CrashMode, FaultFs};
+    let cfg = Config::from_pairs([("wal_segment_size", "1MB"), ("checkpoint_timeout", "1d")]).unwrap();
+    let dir = std::path::Path::new("/data");
+    for open_at_crash in 0..3 {
+        let fs = FaultFs::new();
+        let db = Database::open_with_fs(fs.clone(), dir, cfg.clone()).unwrap();
+        let opts = TableOptions { primary_key: Some(vec!["id".into()]), ..TableOptions::default() };
+        let t = db.create_table("t", schema(), opts).unwrap();
+        let mut tx = db.begin().unwrap();
+        for id in 1..=2 {
+            tx.insert(&t, &[Value::Int4(id), Value::Int8(0)]).unwrap();
+        }
+        tx.commit().unwrap();
+        let ix = db.index("t_pkey").unwrap();
+        let key = [Value::Int4(1)];
+        // Committed history with savepoints: +1 kept, +2 rolled back, +4 kept.
+        let mut tx = db.begin().unwrap();
+        tx.update_by_key(&ix, &key, add(1)).unwrap().unwrap();
+        tx.savepoint("a").unwrap();
+        tx.update_by_key(&ix, &key, add(2)).unwrap().unwrap();
+        tx.rollback_to("a").unwrap();
+        tx.update_by_key(&ix, &key, add(4)).unwrap().unwrap();
+        tx.release("a").unwrap();
+        tx.commit().unwrap();
+        // The transaction the crash interrupts.
+        let mut open = db.begin().unwrap();
+        open.update_by_key(&ix, &key, add(100)).unwrap().unwrap();
+        open.savepoint("a").unwrap();
+        open.update_by_key(&ix, &key, add(1000)).unwrap().unwrap();
+        open.savepoint("b").unwrap();
+        open.update_by_key(&ix, &key, add(10_000)).unwrap().unwrap();
+        match open_at_crash {
+            0 => open.release("b").unwrap(),
+            1 => open.rollback_to("b").unwrap(),
+            _ => {
+                open.rollback_to("a").unwrap();
+                open.savepoint("c").unwrap();
+                open.update_by_key(&ix, &key, add(100_000)).unwrap().unwrap();
+            }
+        }
+        // Another session's commit makes the open transaction's records durable.
+        let mut other = db.begin().unwrap();
+        other.update_by_key(&ix, &[Value::Int4(2)], add(5)).unwrap().unwrap();
+        other.commit().unwrap();
+        let crashed = fs.crash(CrashMode::LoseUnsynced);
+        std::mem::forget(open);
+        std::mem::forget(db);
+        let db = Database::open_with_fs(crashed, dir, cfg.clone()).unwrap();
+        let what = format!("open_at_crash={open_at_crash}");
+        let ix = db.index("t_pkey").unwrap();
+        assert_eq!(balance(&db, &ix, 1), 5, "{what}: committed balance after recovery");
+        assert_eq!(balance(&db, &ix, 2), 5, "{what}: the other row");
+        // The row is free and found, by a plain update and by one inside savepoints.
+        let mut tx = db.begin().unwrap();
+        assert!(tx.update_by_key(&ix, &key, add(7)).unwrap().is_some(), "{what}: plain update");
+        tx.savepoint("a").unwrap();
+        assert!(tx.update_by_key(&ix, &key, add(20)).unwrap().is_some(), "{what}: update in a savepoint");
+        tx.rollback_to("a").unwrap();
+        assert!(tx.update_by_key(&ix, &key, add(30)).unwrap().is_some(), "{what}: update after ROLLBACK TO");
+        tx.commit().unwrap();
+        assert_eq!(balance(&db, &ix, 1), 5 + 7 + 30, "{what}: balance after the new work");
+        assert_check_clean(&db, &what);
+    }
+}
