@@ -150,7 +150,7 @@ fn run_waiter_case(ending: Ending, top_first: bool, nested: bool, t2_in_savepoin
                 Ending::RollbackToThenUpdateAgain => {
                     t1.rollback_to("a").unwrap();
                     t1.release("a").unwrap();
-                    assert!(t1.update_by_key(&ix, &key, add(1000)).unwrap().is_some());
+                    assert!(t1.update_by_key(ix, &key, add(1000)).unwrap().is_some());
                     t1_committed += 1000;
                     t1.commit().unwrap();
                 }
