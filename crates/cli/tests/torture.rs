@@ -68,6 +68,10 @@ fn pgbench_survives_kills_and_a_lost_commit_is_reported() {
         .map(|k| r["kills_by_kind"][k].as_u64().unwrap_or(0))
         .sum();
     assert_eq!(targeted + r["markers_missed"].as_u64().unwrap(), 5, "{r:#}");
+    // The replication slot was decoded as the workload ran, survived every kill at or past
+    // what the child acknowledged, and what a peek decodes after recovery is committed.
+    assert!(r["slot_confirmed_lsn"].as_u64().unwrap() > 0, "{r:#}");
+    assert!(r["slot_decoded_rows_checked"].as_u64().unwrap() > 0, "{r:#}");
 
     // Behind the verifier's back: lose one acknowledged commit (delete its history row), one
     // released savepoint's write of an acknowledged commit (its history row: its balances
@@ -80,6 +84,7 @@ fn pgbench_survives_kills_and_a_lost_commit_is_reported() {
     let mut config = Config::default();
     config.set("autovacuum", "off").unwrap();
     config.set("max_prepared_transactions", "8").unwrap();
+    config.set("wal_level", "logical").unwrap(); // the torture's replication slot needs it
     let db = Database::open(dir.join("data"), config).unwrap();
     let pkey = db.index("pgbench_history_pkey").unwrap();
     let mut tx = db.begin().unwrap();

@@ -57,6 +57,11 @@ fn autovacuum_carries_every_row_past_the_first_wraparound() {
     assert!(p["xids_consumed_while_open"].as_u64().unwrap() >= 1_900_000_000, "{r:#}");
     assert!(p["max_relfrozenxid_age_while_open"].as_u64().unwrap() >= 1_900_000_000, "{r:#}");
     assert!(p["relfrozenxid_age_after"].as_u64().unwrap() <= 1_000_000_000, "{r:#}");
+    // The lagging slot held the catalog back from the same XID, and was advanced past it.
+    let s = &p["slot"];
+    assert_eq!(s["catalog_xmin"], p["xid"], "{r:#}");
+    assert!(s["catalog_xmin_after"].as_u64().unwrap() > s["catalog_xmin"].as_u64().unwrap(), "{r:#}");
+    assert!(s["max_wal_kept_bytes"].as_u64().unwrap() > 0, "{r:#}");
 }
 
 #[test]
@@ -83,4 +88,8 @@ fn stop_limit_refuses_writes_and_vacuum_restores_service() {
     assert_eq!(p["outcome"], "rolled back");
     assert!(p["max_relfrozenxid_age_while_open"].as_u64().unwrap() > 2_000_000_000, "{r:#}");
     assert!(p["relfrozenxid_age_after"].as_u64().unwrap() < 100_000_000, "{r:#}");
+    // The lagging replication slot is named too ("or drop stale replication slots").
+    let s = &p["slot"];
+    assert_eq!(s["warnings_named_it"], true, "{r:#}");
+    assert!(stop.contains("drop stale replication slots") && stop.contains("\"soak_lagging\""), "{stop}");
 }

@@ -155,6 +155,15 @@ fn parse_tps(out: &str) -> Option<f64> {
     out.lines().find(|l| l.starts_with("tps = "))?.split_whitespace().nth(2)?.parse().ok()
 }
 
+/// Parses `number of transactions actually processed: 2000/2000` from pgbench's output.
+pub fn parse_transactions(out: &str) -> Option<u64> {
+    out.lines()
+        .find(|l| l.starts_with("number of transactions actually processed"))
+        .and_then(|l| l.split(':').nth(1))
+        .and_then(|v| v.trim().split('/').next())
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// A loaded PostgreSQL 15 (stopped when dropped), run slice by slice with the real pgbench.
 struct Peer {
     pg: Postgres,
@@ -189,13 +198,8 @@ impl Peer {
         }
         let (out, err) = self.pg.pgbench(&args)?;
         let tps = parse_tps(&out).with_context(|| format!("unexpected pgbench output: {out}{err}"))?;
-        let transactions: u64 = out
-            .lines()
-            .find(|l| l.starts_with("number of transactions actually processed"))
-            .and_then(|l| l.split(':').nth(1))
-            .and_then(|v| v.trim().split('/').next())
-            .and_then(|v| v.trim().parse().ok())
-            .with_context(|| format!("unexpected pgbench output: {out}{err}"))?;
+        let transactions =
+            parse_transactions(&out).with_context(|| format!("unexpected pgbench output: {out}{err}"))?;
         f.transactions += transactions;
         f.seconds += if tps > 0.0 { transactions as f64 / tps } else { seconds as f64 };
         Ok(())

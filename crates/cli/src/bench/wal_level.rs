@@ -282,12 +282,7 @@ fn peer_pgbench(a: &WalLevelArgs, level: &str) -> Result<Wal> {
     peer_window_start(&pg)?;
     let t = a.pgbench_transactions.to_string();
     let (out, err) = pg.pgbench(&["-n", "-M", "prepared", "-c", "1", "-t", &t])?;
-    let done: u64 = out
-        .lines()
-        .find(|l| l.starts_with("number of transactions actually processed"))
-        .and_then(|l| l.split(':').nth(1))
-        .and_then(|v| v.trim().split('/').next())
-        .and_then(|v| v.trim().parse().ok())
+    let done = crate::bench::pgbench::parse_transactions(&out)
         .with_context(|| format!("unexpected pgbench output: {out}{err}"))?;
     let w = peer_wal(&pg, done)?;
     pg.stop()?;

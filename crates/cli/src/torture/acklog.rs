@@ -14,6 +14,7 @@
 //! F p 4294967301 1 2              generation 2 is finishing it: 1 COMMIT PREPARED, 0 ROLLBACK
 //! C p 4294967301                  commit_prepared() returned Ok (A: rollback_prepared did)
 //! RP p 4294967301                 in doubt (B or F) at a kill, found still prepared
+//! L l slot 23154688               the replication slot's confirmed position after a decode
 //! ```
 //!
 //! Kinds: `h` a pgbench transaction (key: its history id), `s` one pgbench transaction's worth
@@ -74,6 +75,8 @@ pub struct Entry {
 #[derive(Default)]
 pub struct Ledger {
     entries: HashMap<(char, String), Entry>,
+    /// The largest confirmed position of the replication slot logged (`L`), as a u64 LSN.
+    pub slot_confirmed: u64,
     /// Bytes of the log read so far (always at a line boundary).
     offset: u64,
 }
@@ -98,6 +101,10 @@ impl Ledger {
         let payload = parts.next().unwrap_or("").to_string();
         let slot = (kind, key.to_string());
         match op {
+            "L" => {
+                let lsn: u64 = payload.parse().with_context(|| format!("malformed slot line {line:?}"))?;
+                self.slot_confirmed = self.slot_confirmed.max(lsn);
+            }
             "B" => {
                 let e = self.entries.entry(slot).or_insert(Entry {
                     state: State::InDoubt,

@@ -81,6 +81,9 @@ pub fn config() -> Result<Config> {
         ("vacuum_freeze_table_age", "5000"),
         ("autovacuum_freeze_max_age", "100000"),
         ("log_autovacuum_min_duration", "-1"),
+        // A logical slot is decoded beside the workload; a small limit makes it spill.
+        ("wal_level", "logical"),
+        ("logical_decoding_work_mem", "256kB"),
     ] {
         c.set(k, v)?;
     }
@@ -134,9 +137,7 @@ pub fn run(a: ChildArgs) -> Result<ExitCode> {
         s.spawn(move || checkpoint_loop(db, seed, deadline).unwrap_or_else(|e| fatal("checkpoint", e)));
         s.spawn(move || extend_loop(db, log, a.generation, seed, deadline).unwrap_or_else(|e| fatal("extend", e)));
         s.spawn(move || twophase_loop(db, log, a.generation, seed, deadline).unwrap_or_else(|e| fatal("2pc", e)));
-        // Issue 18: a thread advancing a replication slot's confirmed position goes here (the
-        // slot created by `schema::init`, its position logged like a commit and checked by
-        // `verify`), beside the prepared transactions it must not decode before COMMIT PREPARED.
+        s.spawn(move || slot_loop(db, log, seed, deadline).unwrap_or_else(|e| fatal("slot", e)));
     });
     Ok(ExitCode::SUCCESS)
 }
@@ -522,6 +523,24 @@ fn twophase_loop(db: &Database, log: &AckLog, generation: u64, seed: u64, deadli
     while Instant::now() < deadline {
         pause(&mut rng, 20, 150);
         tp.step(log, &mut |m| mark(m))?;
+    }
+    Ok(())
+}
+
+/// Decodes the replication slot's changes now and then (`pg_logical_slot_get_changes`, which
+/// confirms what it read), then logs the slot's confirmed position (`L l slot LSN`): after a
+/// kill, the slot must be at least there (`verify::slot`).
+fn slot_loop(db: &Database, log: &AckLog, seed: u64, deadline: Instant) -> Result<()> {
+    use settledb::db::DecodeLimits;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x736c_6f74);
+    let opts = [("skip-empty-xacts".to_string(), Some("1".to_string()))];
+    super::schema::ensure_slot(db)?;
+    while Instant::now() < deadline {
+        pause(&mut rng, 50, 400);
+        let limits = DecodeLimits { upto_nchanges: Some(5_000), ..DecodeLimits::default() };
+        db.logical_slot_get_changes(super::schema::SLOT, limits, &opts)?;
+        let confirmed = db.replication_slot(super::schema::SLOT).context("the slot is gone")?.confirmed_flush;
+        log.record("L", 'l', "slot", &confirmed.0.to_string())?;
     }
     Ok(())
 }

@@ -172,6 +172,11 @@ pub struct Report {
     pub prepared_savepoint_writes_absent: u64,
     /// Prepared transactions finished by a later child than the one that prepared them.
     pub prepared_finished_after_kill: u64,
+    /// The replication slot's confirmed position at the last verification (advanced by the
+    /// child's decoding, never behind what it acknowledged), and the decoded rows checked
+    /// against the tables over all verifications.
+    pub slot_confirmed_lsn: u64,
+    pub slot_decoded_rows_checked: u64,
     /// The most prepared transactions found open at one verification.
     pub prepared_open_max: u64,
     pub recovery_ms_avg: f64,
@@ -348,6 +353,7 @@ fn verify_database(db: &Database, workload: Workload, ledger: &Ledger) -> Result
     }
     verify::bursts(db, ledger, &mut f)?;
     verify::twophase(db, ledger, &mut f)?;
+    verify::slot(db, ledger, &mut f)?;
     let check = settledb::check::check_database(db)?;
     for p in &check.problems {
         f.anomaly(format!("settledb check: {p}"));
@@ -367,6 +373,8 @@ impl Report {
         self.prepared_rolled_back_absent = f.prepared_rolled_back_absent;
         self.prepared_savepoint_writes_absent = f.prepared_savepoint_writes_absent;
         self.prepared_finished_after_kill = f.prepared_finished_after_kill;
+        self.slot_confirmed_lsn = f.slot_confirmed;
+        self.slot_decoded_rows_checked += f.slot_rows_checked;
         self.in_doubt_committed += f.in_doubt_present;
         self.in_doubt_absent += f.in_doubt_absent;
         self.in_doubt += f.in_doubt_present + f.in_doubt_absent;
@@ -431,6 +439,12 @@ fn print_body(r: &Report) {
     println!(
         "  inside them:          {} writes rolled back to a savepoint before PREPARE, checked absent",
         r.prepared_savepoint_writes_absent
+    );
+    println!(
+        "replication slot:       confirmed at {} (never behind what the child acknowledged); {} decoded rows \
+         checked committed in their tables",
+        settledb::Lsn(r.slot_confirmed_lsn),
+        r.slot_decoded_rows_checked
     );
     println!(
         "recovery:               avg {:.0} ms, max {:.0} ms; WAL records replayed avg {:.0}, max {}",

@@ -16,6 +16,8 @@ pub const TWOPC: &str = "torture_2pc";
 pub const TWOPC_INDEX: &str = "torture_2pc_id";
 /// Every GID the torture child prepares is this prefix and the ack log key.
 pub const GID_PREFIX: &str = "torture-";
+/// The logical replication slot the child decodes from and the verifier checks.
+pub const SLOT: &str = "torture_slot";
 
 /// Rows per bulk-insert burst, and their padding: about 12 heap pages a burst.
 pub const BURST_ROWS: i32 = 400;
@@ -60,7 +62,16 @@ pub fn init(db: &Database, workload: Workload, seed: u64) -> Result<()> {
     create(db, BULK, vec![col("burst", Type::Int8, false), col("n", Type::Int4, false), col("pad", Type::Text, true)])?;
     db.create_index(BULK_INDEX, BULK, &["burst"], false)?;
     ensure_twophase(db)?;
+    ensure_slot(db)?;
     db.checkpoint()?;
+    Ok(())
+}
+
+/// Creates the replication slot unless it exists.
+pub fn ensure_slot(db: &Database) -> Result<()> {
+    if db.replication_slot(SLOT).is_none() {
+        db.create_logical_replication_slot(SLOT, "test_decoding", false).context("creating the replication slot")?;
+    }
     Ok(())
 }
 

@@ -40,8 +40,17 @@
 //! Without autovacuum it is held to the stop limit: the warnings and the stop error must name
 //! it (GID and XID, after PostgreSQL's hint "You might also need to commit or roll back old
 //! prepared transactions"), a database-wide VACUUM must *not* restore service while it is
-//! open, and after ROLLBACK PREPARED the VACUUM must. (Issue 18's lagging replication slot
-//! joins it here once slots exist: created beside it, its figures in [`HeldReport`].)
+//! open, and after ROLLBACK PREPARED the VACUUM must.
+//!
+//! **The lagging replication slot** (with the held prepared transaction): a logical slot
+//! (`soak_lagging`) is created just after it, so its `catalog_xmin` is the prepared
+//! transaction's XID, and nothing decodes from it: it keeps the WAL from its `restart_lsn` and
+//! holds back the catalog's horizon, so `pg_class`'s relfrozenxid (and with it the database's
+//! frozen XID) cannot pass it. The warnings must name it too (PostgreSQL's hint: "or drop stale
+//! replication slots"). When the prepared transaction is finished the slot is advanced to the
+//! end of the WAL (between checkpoints, whose running-transactions records give it a new
+//! restart point), which releases its WAL and its `catalog_xmin` (the figures after are the
+//! advanced slot's), and then dropped, since nothing consumes it and it would lag again.
 //!
 //! `fsync` is off: the soak is about XID arithmetic and freezing, not durability across
 //! crashes (`settle torture` kills processes for that).
@@ -149,9 +158,29 @@ pub struct HeldReport {
     /// Autovacuum mode: seconds from finishing it until autovacuum brought every table back
     /// under `autovacuum_freeze_max_age`.
     pub catch_up_seconds: f64,
-    // Issue 18: a lagging replication slot's figures (its catalog_xmin / restart LSN held back,
-    // named by the warnings) go beside these, reported the same way.
+    /// The lagging replication slot held beside it.
+    pub slot: Option<LaggingSlotReport>,
 }
+
+/// What the lagging replication slot did to the soak.
+#[derive(Serialize, Default, Clone, Debug)]
+pub struct LaggingSlotReport {
+    pub name: String,
+    pub catalog_xmin: u32,
+    pub restart_lsn: String,
+    /// The most WAL it kept (insert position minus its restart LSN), bytes.
+    pub max_wal_kept_bytes: u64,
+    /// Whether the last wraparound warning issued while it lagged named it.
+    pub warnings_named_it: bool,
+    /// After the advance (then it is dropped): its catalog_xmin and restart LSN, and whether it
+    /// was invalidated.
+    pub catalog_xmin_after: u32,
+    pub restart_lsn_after: String,
+    pub invalidated: bool,
+}
+
+/// The lagging slot's name.
+pub const LAGGING_SLOT: &str = "soak_lagging";
 
 const COLD_FILLER: &str = "frozen-or-lost";
 
@@ -170,6 +199,7 @@ fn config(args: &SoakArgs) -> Result<Config> {
         ("log_autovacuum_min_duration", "-1".into()),
         ("fsync", "off".into()),
         ("max_prepared_transactions", "2".into()),
+        ("wal_level", "logical".into()),
     ];
     Ok(Config::from_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str())))?)
 }
@@ -275,11 +305,19 @@ impl Held {
         tx.prepare(HELD_GID).context("preparing the held transaction")?;
         let xid = db.prepared_xacts().iter().find(|p| p.gid == HELD_GID).context("the held transaction")?.xid;
         let hold = args.prepared_hold.unwrap_or((2 * args.freeze_max_age).min((1 << 31) - 200_000_000));
+        db.create_logical_replication_slot(LAGGING_SLOT, "test_decoding", false)?;
+        let d = db.replication_slot(LAGGING_SLOT).context("the lagging slot")?;
+        let slot = LaggingSlotReport {
+            name: LAGGING_SLOT.into(),
+            catalog_xmin: d.catalog_xmin.0,
+            restart_lsn: d.restart_lsn.to_string(),
+            ..LaggingSlotReport::default()
+        };
         Ok(Held {
             open: true,
             from: db.next_xid().0,
             hold,
-            report: HeldReport { gid: HELD_GID.into(), xid: xid.0, ..HeldReport::default() },
+            report: HeldReport { gid: HELD_GID.into(), xid: xid.0, slot: Some(slot), ..HeldReport::default() },
         })
     }
 
@@ -293,7 +331,14 @@ impl Held {
         if let Some(w) = db.last_xid_warning() {
             let xid = settledb::FullXid(self.report.xid).xid();
             self.report.warnings_named_it = w.contains(&format!("\"{HELD_GID}\" (xid {xid}"));
+            if let Some(slot) = self.report.slot.as_mut() {
+                slot.warnings_named_it = w.contains(&format!("\"{LAGGING_SLOT}\""));
+            }
             self.report.last_warning = Some(w);
+        }
+        if let (Some(slot), Some(d)) = (self.report.slot.as_mut(), db.replication_slot(LAGGING_SLOT)) {
+            let kept = db.current_wal_insert_lsn().0.saturating_sub(d.restart_lsn.0);
+            slot.max_wal_kept_bytes = slot.max_wal_kept_bytes.max(kept);
         }
     }
 
@@ -302,7 +347,41 @@ impl Held {
         let r = if commit { db.commit_prepared(HELD_GID) } else { db.rollback_prepared(HELD_GID) };
         self.open = false;
         self.report.outcome = if commit { "committed" } else { "rolled back" };
-        r.err().map(|e| format!("finishing the prepared transaction {HELD_GID}: {e}"))
+        if let Err(e) = r {
+            return Some(format!("finishing the prepared transaction {HELD_GID}: {e}"));
+        }
+        self.release_slot(db).err().map(|e| format!("advancing the lagging slot {LAGGING_SLOT}: {e}"))
+    }
+
+    /// Advances the lagging slot to the end of the WAL. Its restart point must be a
+    /// running-transactions record whose transactions a later one shows finished, so
+    /// checkpoints (which log them) alternate with advances until its catalog_xmin moves past
+    /// the finished prepared transaction (the workers' short transactions are running at
+    /// each checkpoint, so one pair may not do).
+    fn release_slot(&mut self, db: &Database) -> Result<()> {
+        let Some(slot) = self.report.slot.as_mut() else { return Ok(()) };
+        let held = settledb::FullXid(self.report.xid).xid();
+        for _ in 0..50 {
+            db.checkpoint()?;
+            let d = db.replication_slot(LAGGING_SLOT).context("the lagging slot")?;
+            if d.invalidated {
+                break;
+            }
+            db.replication_slot_advance(LAGGING_SLOT, settledb::Lsn(u64::MAX))?;
+            let d = db.replication_slot(LAGGING_SLOT).context("the lagging slot")?;
+            if d.catalog_xmin != held {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let d = db.replication_slot(LAGGING_SLOT).context("the lagging slot")?;
+        slot.catalog_xmin_after = d.catalog_xmin.0;
+        slot.restart_lsn_after = d.restart_lsn.to_string();
+        slot.invalidated = d.invalidated;
+        // Nothing consumes it, so it would lag again at once: dropped, as the hint says
+        // ("drop stale replication slots"), so that autovacuum can catch the catalog up too.
+        db.drop_replication_slot(LAGGING_SLOT)?;
+        Ok(())
     }
 }
 
@@ -742,6 +821,20 @@ fn print_held(h: &HeldReport, mode: &str) {
     println!("    XIDs consumed while open:   {}", h.xids_consumed_while_open);
     println!("    relfrozenxid age held to:   {}", h.max_relfrozenxid_age_while_open);
     println!("    warnings named it:          {}", yes(h.warnings_named_it));
+    if let Some(s) = &h.slot {
+        println!(
+            "  lagging slot {}: catalog_xmin {} restart {} (kept up to {} bytes of WAL; warnings named it: {}); \
+             advanced after: catalog_xmin {} restart {}{}",
+            s.name,
+            s.catalog_xmin,
+            s.restart_lsn,
+            s.max_wal_kept_bytes,
+            yes(s.warnings_named_it),
+            s.catalog_xmin_after,
+            s.restart_lsn_after,
+            if s.invalidated { " (invalidated)" } else { "" }
+        );
+    }
     if mode == "stop limit" {
         println!("    stop error named it:        {}", yes(h.stop_error_named_it));
         println!("    VACUUM alone restored:      {} (it must not)", yes(h.vacuum_restored_service_while_open));

@@ -38,12 +38,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use settledb::{Database, IsolationLevel, Value};
 use workload::tpcc::{TpccConn, TpccTarget, OORDER, ORDERS, ORDER_LINE};
 
 use super::acklog::{Entry, Ledger, State};
-use super::schema::{ACCOUNTS, BRANCHES, BULK, HISTORY, TELLERS, TWOPC};
+use super::schema::{ACCOUNTS, BRANCHES, BULK, HISTORY, SLOT, TELLERS, TWOPC};
 
 /// Anomaly descriptions kept (the count goes on).
 const KEPT: usize = 100;
@@ -75,6 +75,10 @@ pub struct Findings {
     pub prepared_savepoint_writes_absent: u64,
     /// Finished prepared transactions that stayed prepared across a kill.
     pub prepared_finished_after_kill: u64,
+    /// The replication slot's confirmed position after recovery, and the decoded rows (of a
+    /// peek from it) checked against the tables.
+    pub slot_confirmed: u64,
+    pub slot_rows_checked: u64,
 }
 
 impl Findings {
@@ -345,6 +349,71 @@ pub fn bursts(db: &Database, ledger: &Ledger, f: &mut Findings) -> Result<()> {
     for (key, e) in ledger.of_kind('y') {
         if e.state == State::InDoubt {
             f.resolutions.push((!present.contains_key(key), 'y', key.to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// The replication slot after recovery: it exists; its confirmed position is at least the
+/// last one the child logged (an acknowledged advance is never lost); the WAL from its restart
+/// point is still there and decodes; and every row the decoder hands out is committed in its
+/// table now (a pgbench history row by its `hid`, a prepared transaction's row by its `id`), so
+/// nothing rolled back (a transaction, a savepoint rolled back to, a ROLLBACK PREPARED) and
+/// nothing still prepared is decoded. The peek is bounded (20,000 rows) and leaves the slot
+/// where it is.
+pub fn slot(db: &Database, ledger: &Ledger, f: &mut Findings) -> Result<()> {
+    use settledb::db::DecodeLimits;
+    let Some(d) = db.replication_slot(SLOT) else {
+        f.anomaly(format!("replication slot \"{SLOT}\" is gone after recovery"));
+        return Ok(());
+    };
+    if d.confirmed_flush.0 < ledger.slot_confirmed {
+        f.anomaly(format!(
+            "replication slot \"{SLOT}\": confirmed_flush {} is behind the acknowledged {}",
+            d.confirmed_flush,
+            settledb::Lsn(ledger.slot_confirmed)
+        ));
+    }
+    f.slot_confirmed = d.confirmed_flush.0;
+    let limits = DecodeLimits { upto_nchanges: Some(20_000), ..DecodeLimits::default() };
+    let rows = match db.logical_slot_peek_changes(SLOT, limits, &[]) {
+        Ok(r) => r.rows,
+        Err(e) => {
+            f.anomaly(format!("replication slot \"{SLOT}\": decoding after recovery failed: {e}"));
+            return Ok(());
+        }
+    };
+    let present = |table: &str, column: &str| -> Result<HashSet<i64>> {
+        let Ok(t) = db.table(table) else { return Ok(HashSet::new()) };
+        let i = t.schema().columns.iter().position(|c| c.name == column).context("key column")?;
+        let mut tx = db.begin_with(IsolationLevel::RepeatableRead)?;
+        let mut out = HashSet::new();
+        for row in tx.scan(&t)? {
+            out.insert(int(&row?.1[i])?);
+        }
+        tx.commit()?;
+        Ok(out)
+    };
+    let hids = present(HISTORY, "hid")?;
+    let ids = present(TWOPC, "id")?;
+    let value = |line: &str, prefix: &str, field: &str| -> Option<i64> {
+        let rest = line.strip_prefix(prefix)?;
+        let at = rest.find(field)? + field.len();
+        rest[at..].split(' ').next()?.parse().ok()
+    };
+    for r in rows {
+        let line = String::from_utf8_lossy(&r.data);
+        let checked = [
+            ("table public.pgbench_history: INSERT:", "hid[bigint]:", &hids, "pgbench history row"),
+            ("table public.torture_2pc: INSERT:", " id[bigint]:", &ids, "prepared transaction's row"),
+        ];
+        for (prefix, field, set, what) in checked {
+            if let Some(v) = value(&line, prefix, field) {
+                f.slot_rows_checked += 1;
+                if !set.contains(&v) {
+                    f.anomaly(format!("replication slot \"{SLOT}\" decoded {what} {v} at {}, not committed", r.lsn));
+                }
+            }
         }
     }
     Ok(())

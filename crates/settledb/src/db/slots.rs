@@ -108,6 +108,11 @@ impl Inner {
 }
 
 impl Database {
+    /// `pg_current_wal_insert_lsn()`: where the next WAL record goes.
+    pub fn current_wal_insert_lsn(&self) -> Lsn {
+        self.inner.wal.insert_lsn()
+    }
+
     /// Creates a logical replication slot (`pg_create_logical_replication_slot(name, plugin,
     /// temporary => false, two_phase)`); see [`crate::decode::slot`], "Creating a logical
     /// slot". Errors, with nothing changed: `wal_level` is not `logical`, an invalid or used
