@@ -252,7 +252,7 @@ fn read_all(fs: &Arc<dyn FileSystem>) -> Vec<settledb::wal::DecodedRecord> {
 /// that the flushed LSN is durable.
 fn wal_protocol() {
     let fs = FaultFs::new();
-    let config = WalConfig { segment_size: SEG, full_page_writes: true, wal_buffers_bytes: 1024 };
+    let config = WalConfig { segment_size: SEG, full_page_writes: true, wal_buffers_bytes: 1024, logical: false };
     let wal = Arc::new(
         Wal::open(fs.clone() as Arc<dyn FileSystem>, Path::new("/wal"), first_lsn(SEG), Lsn::INVALID, config)
             .expect("open"),
