@@ -280,20 +280,23 @@ pub fn read_page<'a>(
 /// end. VACUUM may truncate the table's empty tail at any moment (it excludes writers, not
 /// readers), so a check of the size before the read is not enough: the truncation can land
 /// between the check and the read, and the read then fails with "beyond the end of the
-/// relation". That failure is taken as `None` when the table is indeed shorter now (the pages
-/// VACUUM removed held no tuples, so the TID named nothing any snapshot could see). Found by
+/// relation". That failure sends it back to the size check, which then answers `None` (the
+/// pages VACUUM removed held no tuples, so the TID named nothing any snapshot could see). Found by
 /// `settle torture --wraparound`: a worker's index scan failed with "could not read block 51
 /// in file base/16387" (soak_history's heap) while autovacuum truncated it.
 pub fn read_page_if_exists<'a>(env: &HeapEnv<'a>, rel: &Relation, block: BlockNumber) -> Result<Option<Buffer<'a>>> {
-    if block.0 >= env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
-        return Ok(None);
-    }
-    match read_page(env, rel, block, None) {
-        Ok(buf) => Ok(Some(buf)),
-        Err(Error::NotFound(_)) if env.pool.smgr().nblocks(rel.relfilenode, Fork::Main).is_ok_and(|n| block.0 >= n) => {
-            Ok(None)
+    // A failed read is retried when the table is long enough again: inserts may have
+    // re-extended it past `block` between the truncation and the second look at its size.
+    let mut tries = 0;
+    loop {
+        if block.0 >= env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
+            return Ok(None);
         }
-        Err(e) => Err(e),
+        match read_page(env, rel, block, None) {
+            Ok(buf) => return Ok(Some(buf)),
+            Err(Error::NotFound(_)) if tries < 8 => tries += 1,
+            Err(e) => return Err(e),
+        }
     }
 }
 
