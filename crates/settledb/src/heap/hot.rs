@@ -17,11 +17,11 @@ use super::tuple::{
     self, TupleHeader, Value, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY,
 };
 use super::visibility::{satisfies_mvcc, satisfies_vacuum, xid_status, VacuumStatus};
-use super::{corrupt_tuple, read_page, HeapEnv, Relation};
+use super::{corrupt_tuple, read_page_if_exists, HeapEnv, Relation};
 use crate::error::Result;
 use crate::index::HeapTupleState;
 use crate::page::{self, LpFlags};
-use crate::types::{Fork, OffsetNumber, Tid, Xid};
+use crate::types::{OffsetNumber, Tid, Xid};
 use crate::xact::{Snapshot, XidStatus};
 
 /// The members of the HOT chain rooted at `root`, in order (empty if the root is unused,
@@ -71,10 +71,7 @@ pub fn hot_search(
     root: Tid,
     horizon: Xid,
 ) -> Result<Option<(Tid, Vec<Value>)>> {
-    if root.block.0 >= env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
-        return Ok(None);
-    }
-    let buf = read_page(env, rel, root.block, None)?;
+    let Some(buf) = read_page_if_exists(env, rel, root.block)? else { return Ok(None) };
     super::maybe_prune(env, rel, &buf, horizon)?;
     let g = buf.read();
     if page::is_new(&g.0) {
@@ -99,10 +96,10 @@ pub fn hot_search(
 /// to everyone — recently dead, in progress, or live, whatever its key — is not dead. Unsure
 /// cases (a block past the end, a new page, a chain that cannot be followed) answer false.
 pub fn chain_dead_to_all(env: &HeapEnv<'_>, rel: &Relation, root: Tid, horizon: Xid) -> Result<bool> {
-    if root.offset.0 == 0 || root.block.0 >= env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
+    if root.offset.0 == 0 {
         return Ok(false);
     }
-    let buf = read_page(env, rel, root.block, None)?;
+    let Some(buf) = read_page_if_exists(env, rel, root.block)? else { return Ok(false) };
     let g = buf.read();
     if page::is_new(&g.0) {
         return Ok(false);
@@ -139,10 +136,7 @@ pub fn unique_state(
     root: Tid,
     me: &Snapshot,
 ) -> Result<(HeapTupleState, Option<Vec<Value>>)> {
-    if root.block.0 >= env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
-        return Ok((HeapTupleState::Dead, None));
-    }
-    let buf = read_page(env, rel, root.block, None)?;
+    let Some(buf) = read_page_if_exists(env, rel, root.block)? else { return Ok((HeapTupleState::Dead, None)) };
     let g = buf.read();
     if page::is_new(&g.0) {
         return Ok((HeapTupleState::Dead, None));

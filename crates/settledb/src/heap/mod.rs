@@ -276,6 +276,30 @@ pub fn read_page<'a>(
     Ok(buf)
 }
 
+/// Pins the heap page a TID from an index names, or `None` when the block is past the table's
+/// end. VACUUM may truncate the table's empty tail at any moment (it excludes writers, not
+/// readers), so a check of the size before the read is not enough: the truncation can land
+/// between the check and the read, and the read then fails with "beyond the end of the
+/// relation". That failure sends it back to the size check, which then answers `None` (the
+/// pages VACUUM removed held no tuples, so the TID named nothing any snapshot could see). Found by
+/// `settle torture --wraparound`: a worker's index scan failed with "could not read block 51
+/// in file base/16387" (soak_history's heap) while autovacuum truncated it.
+pub fn read_page_if_exists<'a>(env: &HeapEnv<'a>, rel: &Relation, block: BlockNumber) -> Result<Option<Buffer<'a>>> {
+    // A failed read is retried when the table is long enough again: inserts may have
+    // re-extended it past `block` between the truncation and the second look at its size.
+    let mut tries = 0;
+    loop {
+        if block.0 >= env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
+            return Ok(None);
+        }
+        match read_page(env, rel, block, None) {
+            Ok(buf) => return Ok(Some(buf)),
+            Err(Error::NotFound(_)) if tries < 8 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Logs a record (of `tx`'s, if a transaction makes it) that changes one page (the caller holds its exclusive lock and
 /// stamps the returned end LSN on it). Under `wal_level = logical` the block keeps its data
 /// (the tuple) beside a page image and a subtransaction's record names its top-level XID.
@@ -602,10 +626,7 @@ pub fn multi_insert(
 
 /// Reads the values of the version at `tid` if `tx`'s snapshot sees it.
 pub fn fetch(env: &HeapEnv<'_>, rel: &Relation, snap: &Snapshot, curcid: u32, tid: Tid) -> Result<Option<Vec<Value>>> {
-    if tid.block.0 >= env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)? {
-        return Ok(None);
-    }
-    let buf = read_page(env, rel, tid.block, None)?;
+    let Some(buf) = read_page_if_exists(env, rel, tid.block)? else { return Ok(None) };
     let g = buf.read();
     if page::is_new(&g.0) {
         return Ok(None);
