@@ -310,12 +310,13 @@ pub struct LogicalDecoder<'a> {
     start: Start,
     confirmed_flush: Lsn,
     rels: Relations<'a>,
+    /// Each open top-level transaction's first decoded change (its BEGIN's LSN).
     first_lsn: FxHashMap<Xid, Lsn>,
     /// Whether the buffer streams yet, and per streamed top-level transaction the
     /// (sub)transactions whose changes were streamed.
     streaming: bool,
     streamed: FxHashMap<Xid, FxHashSet<Xid>>,
-    /// Committed transactions handed over, and rows written.
+    /// Committed transactions handed over.
     pub transactions: u64,
 }
 
