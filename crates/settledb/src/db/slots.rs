@@ -148,6 +148,7 @@ impl Database {
                 plugin: plugin.to_string(),
                 database: DATABASE_OID,
                 two_phase,
+                two_phase_at: if two_phase { end } else { Lsn::INVALID },
                 xmin: Xid::INVALID,
                 catalog_xmin,
                 restart_lsn,
@@ -237,5 +238,22 @@ impl Database {
             inner.push_slot_minima(g.minima());
         }
         Ok(moveto)
+    }
+
+    /// Turns two-phase decoding on for good on slot `name`, from its `confirmed_flush_lsn`
+    /// (a plugin asked for it, as pgoutput's `two_phase` option does: PostgreSQL 15's
+    /// `CreateDecodingContext`). The state file is written before this returns. Returns the
+    /// slot as it now is.
+    pub(super) fn enable_slot_two_phase(&self, name: &str) -> Result<SlotData> {
+        let mut g = self.inner.slots.lock();
+        let Some(mut d) = g.get(name).cloned() else {
+            return Err(Error::NotFound(format!("replication slot \"{name}\" does not exist")));
+        };
+        if !d.two_phase {
+            d.two_phase = true;
+            d.two_phase_at = d.confirmed_flush;
+            g.update(d.clone(), true)?;
+        }
+        Ok(d)
     }
 }

@@ -67,7 +67,7 @@
 //!
 //! ```text
 //!   0  magic           u32  0x504C5352 ("RSLP")
-//!   4  version         u16  1
+//!   4  version         u16  2
 //!   6  kind            u8   1 logical
 //!   7  flags           u8   bit 0 two_phase, bit 1 invalidated
 //!   8  database        u32  OID of the database (1)
@@ -76,11 +76,15 @@
 //!  20  restart_lsn     u64  0 when invalidated
 //!  28  confirmed_flush u64
 //!  36  invalidated_at  u64  restart_lsn when invalidated, else 0
-//!  44  name_len        u8   1..=63
-//!  45  plugin_len      u8   1..=63
-//!  46  name, plugin    UTF-8
+//!  44  two_phase_at    u64  where prepared transactions began to be decoded at PREPARE
+//!  52  name_len        u8   1..=63
+//!  53  plugin_len      u8   1..=63
+//!  54  name, plugin    UTF-8
 //!      crc             u32  CRC-32C of everything before it
 //! ```
+//!
+//! Version 1 files (written before `two_phase_at` existed) lack the field at 44 and are read
+//! with `two_phase_at` 0: their two-phase slots decoded PREPAREs from their creation on.
 //!
 //! Written as PostgreSQL's `SaveSlotToPath` does: `state.tmp`, fsync, rename to `state`,
 //! fsync the file, its directory and `pg_replslot`. A slot exists exactly when its directory
@@ -124,11 +128,14 @@ pub const DATABASE_OID: Oid = Oid(1);
 pub const DATABASE_NAME: &str = crate::vacuum::DATABASE_NAME;
 
 const MAGIC: u32 = 0x504C_5352;
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
+/// The first version, without `two_phase_at` (its header is 8 bytes shorter).
+const VERSION_1: u16 = 1;
 const KIND_LOGICAL: u8 = 1;
 const FLAG_TWO_PHASE: u8 = 1;
 const FLAG_INVALIDATED: u8 = 2;
-const HEADER_LEN: usize = 46;
+const HEADER_LEN: usize = 54;
+const HEADER_LEN_V1: usize = 46;
 /// A state file is never larger than this.
 const MAX_STATE_LEN: usize = HEADER_LEN + 2 * MAX_NAME_LEN + 4;
 
@@ -139,6 +146,10 @@ pub struct SlotData {
     pub plugin: String,
     pub database: Oid,
     pub two_phase: bool,
+    /// Where two-phase decoding was enabled (PostgreSQL's `two_phase_at`): a transaction
+    /// PREPAREd before it is decoded whole at its COMMIT PREPARED; one PREPAREd at or after
+    /// it was (or will be) decoded at its PREPARE. `INVALID` while `two_phase` is off.
+    pub two_phase_at: Lsn,
     pub xmin: Xid,
     pub catalog_xmin: Xid,
     /// `INVALID` once invalidated.
@@ -181,6 +192,7 @@ impl SlotData {
         v.extend_from_slice(&self.restart_lsn.0.to_le_bytes());
         v.extend_from_slice(&self.confirmed_flush.0.to_le_bytes());
         v.extend_from_slice(&self.invalidated_at.0.to_le_bytes());
+        v.extend_from_slice(&self.two_phase_at.0.to_le_bytes());
         // validate_name and the plugin check keep both at most 63 bytes.
         v.push(self.name.len().min(MAX_NAME_LEN) as u8);
         v.push(self.plugin.len().min(MAX_NAME_LEN) as u8);
@@ -193,8 +205,8 @@ impl SlotData {
 
     /// Decodes [`Self::encode`]'s bytes; a description of the first problem otherwise.
     pub fn decode(bytes: &[u8]) -> std::result::Result<SlotData, String> {
-        if bytes.len() < HEADER_LEN + 4 {
-            return Err(format!("{} bytes, shorter than the smallest state ({})", bytes.len(), HEADER_LEN + 4));
+        if bytes.len() < HEADER_LEN_V1 + 4 {
+            return Err(format!("{} bytes, shorter than the smallest state ({})", bytes.len(), HEADER_LEN_V1 + 4));
         }
         let (body, crc_bytes) = bytes.split_at(bytes.len() - 4);
         let stored = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
@@ -208,8 +220,13 @@ impl SlotData {
             return Err(format!("bad magic {:08X}", u32_at(0)));
         }
         let version = u16::from_le_bytes([body[4], body[5]]);
-        if version != VERSION {
-            return Err(format!("unknown version {version}"));
+        let header = match version {
+            VERSION => HEADER_LEN,
+            VERSION_1 => HEADER_LEN_V1,
+            _ => return Err(format!("unknown version {version}")),
+        };
+        if body.len() < header {
+            return Err(format!("{} bytes before the checksum, shorter than a version {version} header", body.len()));
         }
         if body[6] != KIND_LOGICAL {
             return Err(format!("unknown slot kind {}", body[6]));
@@ -218,12 +235,12 @@ impl SlotData {
         if flags & !(FLAG_TWO_PHASE | FLAG_INVALIDATED) != 0 {
             return Err(format!("unknown flags {flags:#04x}"));
         }
-        let (name_len, plugin_len) = (usize::from(body[44]), usize::from(body[45]));
-        if body.len() != HEADER_LEN + name_len + plugin_len {
+        let (name_len, plugin_len) = (usize::from(body[header - 2]), usize::from(body[header - 1]));
+        if body.len() != header + name_len + plugin_len {
             return Err(format!(
                 "{} bytes before the checksum, but a {name_len}-byte name and a {plugin_len}-byte plugin need {}",
                 body.len(),
-                HEADER_LEN + name_len + plugin_len
+                header + name_len + plugin_len
             ));
         }
         let text = |at: usize, len: usize, what: &str| {
@@ -231,9 +248,9 @@ impl SlotData {
                 .map(str::to_string)
                 .map_err(|e| format!("{what} is not UTF-8: {e}"))
         };
-        let name = text(HEADER_LEN, name_len, "slot name")?;
+        let name = text(header, name_len, "slot name")?;
         validate_name(&name).map_err(|e| e.to_string())?;
-        let plugin = text(HEADER_LEN + name_len, plugin_len, "plugin name")?;
+        let plugin = text(header + name_len, plugin_len, "plugin name")?;
         if plugin.is_empty() || plugin.len() > MAX_NAME_LEN {
             return Err(format!("plugin name of {} bytes", plugin.len()));
         }
@@ -242,6 +259,7 @@ impl SlotData {
             plugin,
             database: Oid(u32_at(8)),
             two_phase: flags & FLAG_TWO_PHASE != 0,
+            two_phase_at: if version == VERSION { Lsn(u64_at(44)) } else { Lsn::INVALID },
             invalidated: flags & FLAG_INVALIDATED != 0,
             xmin: Xid(u32_at(12)),
             catalog_xmin: Xid(u32_at(16)),
