@@ -22,11 +22,18 @@
 //! `catalog_xmin` (under the proc-array lock, so nothing newer is pruned meanwhile);
 //! `restart_lsn` is the WAL insert position, then a running-transactions record is logged and
 //! flushed (PostgreSQL's `ReplicationSlotReserveWal`: the decoder's starting snapshot), and
-//! `confirmed_flush_lsn` is that record's end. Until the decoder exists (it will find the
-//! consistent point, which can be later when transactions were running), that end stands for
-//! it. The state is written to disk before the slot is visible: nothing it promises can have
+//! `confirmed_flush_lsn` is that record's end. The slot is then added in memory only
+//! (PostgreSQL's `RS_EPHEMERAL`: it holds its WAL and catalog rows, its name is taken, a
+//! crash leaves nothing) and, outside the slots' lock, creation waits for every transaction
+//! the record lists to finish, prepared ones included, as PostgreSQL's snapshot builder does
+//! before it reaches its consistent point: those transactions began before the decoder's
+//! start and cannot be decoded, so the slot must begin after them. If any were listed,
+//! `confirmed_flush_lsn` moves to the WAL insert position after the wait (flushed), past all
+//! their commit records. Only then is the state written to disk: nothing it promises can have
 //! been removed by then, because a checkpoint only removes WAL before its redo pointer, which
-//! is never past the insert position read here.
+//! is never past the slot's `restart_lsn` once the slot is in memory. A caller that creates a
+//! slot while itself holding a transaction with an XID waits forever (PostgreSQL refuses to
+//! create a slot in a transaction that has written; the engine's API cannot tell).
 //!
 //! # Advancing (`pg_replication_slot_advance`)
 //!
@@ -383,6 +390,9 @@ struct Slot {
     data: SlotData,
     /// Changed since its file was written.
     dirty: bool,
+    /// Not on disk yet: a slot being created waits for its consistent point in memory only
+    /// (PostgreSQL's `RS_EPHEMERAL`), so a crash meanwhile leaves no slot.
+    ephemeral: bool,
 }
 
 /// The slots' minima pushed down to the WAL and the transaction manager.
@@ -412,7 +422,7 @@ impl ReplicationSlots {
     /// Loads the slots of `data_dir` ([`load_all`]).
     pub fn open(fs: Arc<dyn FileSystem>, data_dir: &Path) -> Result<ReplicationSlots> {
         let loaded = load_all(&*fs, data_dir)?;
-        let slots = loaded.into_iter().map(|d| (d.name.clone(), Slot { data: d, dirty: false })).collect();
+        let slots = loaded.into_iter().map(|d| (d.name.clone(), Slot { data: d, dirty: false, ephemeral: false })).collect();
         Ok(ReplicationSlots { fs, dir: slot_dir(data_dir), slots: Mutex::new(slots) })
     }
 
@@ -456,8 +466,23 @@ impl SlotsGuard<'_> {
         fs.create_dir_all(&path)?;
         fs.sync_dir(&self.owner.dir)?;
         save_to_path(fs, &path, &d)?;
-        self.slots.insert(d.name.clone(), Slot { data: d, dirty: false });
+        self.slots.insert(d.name.clone(), Slot { data: d, dirty: false, ephemeral: false });
         Ok(())
+    }
+
+    /// Adds a slot in memory only: it holds WAL and catalog rows and its name is taken, but
+    /// nothing is on disk until [`SlotsGuard::persist`].
+    pub fn create_ephemeral(&mut self, d: SlotData) {
+        self.slots.insert(d.name.clone(), Slot { data: d, dirty: false, ephemeral: true });
+    }
+
+    /// Writes an ephemeral slot to disk as [`SlotsGuard::create`] does, with state `d`.
+    pub fn persist(&mut self, d: SlotData) -> Result<()> {
+        match self.slots.get(&d.name) {
+            Some(s) if s.ephemeral => self.create(d),
+            Some(_) => self.update(d, true),
+            None => Err(Error::NotFound(format!("replication slot \"{}\" does not exist", d.name))),
+        }
     }
 
     /// Drops a slot (`ReplicationSlotDropPtr`): its `state` is removed and that made durable,
@@ -465,6 +490,13 @@ impl SlotsGuard<'_> {
     pub fn drop_slot(&mut self, name: &str) -> Result<SlotData> {
         if !self.slots.contains_key(name) {
             return Err(Error::NotFound(format!("replication slot \"{name}\" does not exist")));
+        }
+        if self.slots.get(name).is_some_and(|s| s.ephemeral) {
+            return self
+                .slots
+                .remove(name)
+                .map(|s| s.data)
+                .ok_or_else(|| Error::NotFound(format!("replication slot \"{name}\" does not exist")));
         }
         let fs = &*self.owner.fs;
         let path = self.owner.dir.join(name);
@@ -481,7 +513,8 @@ impl SlotsGuard<'_> {
     /// Replaces a slot's state; written at once when `save`, else at the next checkpoint.
     pub fn update(&mut self, d: SlotData, save: bool) -> Result<()> {
         let dir = self.owner.dir.join(&d.name);
-        if save {
+        let ephemeral = self.slots.get(&d.name).is_some_and(|s| s.ephemeral);
+        if save && !ephemeral {
             save_to_path(&*self.owner.fs, &dir, &d)?;
         }
         match self.slots.get_mut(&d.name) {
@@ -498,7 +531,7 @@ impl SlotsGuard<'_> {
     /// fails stays dirty.
     pub fn save_dirty(&mut self) -> Result<usize> {
         let mut n = 0;
-        for s in self.slots.values_mut().filter(|s| s.dirty) {
+        for s in self.slots.values_mut().filter(|s| s.dirty && !s.ephemeral) {
             save_to_path(&*self.owner.fs, &self.owner.dir.join(&s.data.name), &s.data)?;
             s.dirty = false;
             n += 1;
