@@ -344,11 +344,8 @@ impl OutputPlugin for TestDecoding {
         if self.skip_empty_xacts && !wrote {
             return Ok(());
         }
-        let what = if self.include_xids {
-            "preparing streamed transaction TXN"
-        } else {
-            "preparing streamed transaction"
-        };
+        let what =
+            if self.include_xids { "preparing streamed transaction TXN" } else { "preparing streamed transaction" };
         out.write(txn.end_lsn, txn.xid, self.two_phase_line(what, gid, txn.xid, txn.commit_time_us));
         Ok(())
     }
