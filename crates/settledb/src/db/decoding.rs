@@ -69,16 +69,7 @@ impl Database {
         options: &[(String, Option<String>)],
         confirm: bool,
     ) -> Result<DecodeResult> {
-        let inner = &self.inner;
-        let d = self
-            .replication_slot(slot_name)
-            .ok_or_else(|| Error::NotFound(format!("replication slot \"{slot_name}\" does not exist")))?;
-        if d.invalidated {
-            return Err(Error::invalid(format!(
-                "can no longer get changes from replication slot \"{slot_name}\"; DETAIL: This slot has been \
-                 invalidated because it exceeded the maximum reserved size."
-            )));
-        }
+        let d = self.decodable_slot(slot_name)?;
         let mut plugin: Box<dyn OutputPlugin> = match d.plugin.as_str() {
             "test_decoding" => Box::new(TestDecoding::new(options)?),
             other => {
@@ -87,6 +78,23 @@ impl Database {
                 )))
             }
         };
+        self.decode_slot_with(slot_name, limits, &mut *plugin, confirm)
+    }
+
+    /// A decoding session over `slot_name` into `plugin` (whatever plugin the slot names):
+    /// for tests and embedders that consume structured changes rather than a plugin's rows.
+    /// `limits.upto_nchanges` counts the rows the plugin writes to its [`crate::decode::logical::Output`];
+    /// with `confirm` the slot advances to the end of the last record read, as
+    /// [`Database::logical_slot_get_changes`] does.
+    pub fn decode_slot_with(
+        &self,
+        slot_name: &str,
+        limits: DecodeLimits,
+        plugin: &mut dyn OutputPlugin,
+        confirm: bool,
+    ) -> Result<DecodeResult> {
+        let inner = &self.inner;
+        let d = self.decodable_slot(slot_name)?;
         inner.wal.flush(inner.wal.insert_lsn())?;
         let end_of_wal = inner.wal.flushed_lsn();
         let cfg = ReorderBufferConfig {
@@ -104,7 +112,7 @@ impl Database {
             if rec.lsn >= end_of_wal {
                 break;
             }
-            decoder.process(&rec, &mut *plugin, &mut out)?;
+            decoder.process(&rec, plugin, &mut out)?;
             end_lsn = end_lsn.max(rec.end_lsn);
             if limits.upto_lsn.is_some_and(|u| u <= rec.end_lsn)
                 || limits.upto_nchanges.is_some_and(|n| n > 0 && out.rows.len() >= n)
@@ -120,5 +128,19 @@ impl Database {
             self.replication_slot_advance(slot_name, end_lsn)?;
         }
         Ok(DecodeResult { rows: out.rows, end_lsn, stats })
+    }
+
+    /// The slot, if it exists and is not invalidated.
+    fn decodable_slot(&self, slot_name: &str) -> Result<slot::SlotData> {
+        let d = self
+            .replication_slot(slot_name)
+            .ok_or_else(|| Error::NotFound(format!("replication slot \"{slot_name}\" does not exist")))?;
+        if d.invalidated {
+            return Err(Error::invalid(format!(
+                "can no longer get changes from replication slot \"{slot_name}\"; DETAIL: This slot has been \
+                 invalidated because it exceeded the maximum reserved size."
+            )));
+        }
+        Ok(d)
     }
 }
