@@ -8,6 +8,7 @@ use crate::decode::reorderbuffer::{ReorderBuffer, ReorderBufferConfig, ReorderSt
 use crate::decode::slot;
 use crate::decode::test_decoding::TestDecoding;
 use crate::error::{Error, Result};
+use crate::heap::HeapEnv;
 use crate::types::{Lsn, Oid};
 use crate::wal::WalReader;
 
@@ -29,12 +30,23 @@ pub struct DecodeResult {
     pub stats: ReorderStats,
 }
 
-struct CatalogLookup<'a>(&'a Catalog);
+/// The current catalog, then the versions of `pg_class` rows still on disk (a table dropped
+/// since: its row stays while the slot's `catalog_xmin` holds VACUUM back).
+struct CatalogLookup<'a>(&'a Catalog, HeapEnv<'a>);
 
 impl RelationLookup for CatalogLookup<'_> {
     fn relation(&self, oid: Oid) -> Option<RelInfo> {
-        let e = self.0.get_by_oid(oid)?;
-        Some(RelInfo { oid, namespace: "public".into(), name: e.rel.name.clone(), schema: e.rel.schema.clone() })
+        if let Some(e) = self.0.get_by_oid(oid) {
+            return Some(RelInfo {
+                oid,
+                namespace: "public".into(),
+                name: e.rel.name.clone(),
+                schema: e.rel.schema.clone(),
+            });
+        }
+        // An error reading pg_class leaves the relation unknown, which the decoder reports.
+        let row = super::startup::find_table_row_any_version(&self.1, oid).ok()??;
+        Some(RelInfo { oid, namespace: "public".into(), name: row.relname, schema: row.schema })
     }
 }
 
@@ -103,7 +115,7 @@ impl Database {
         };
         let spill_dir = slot::slot_dir(&inner.dir).join(slot_name);
         let rb = ReorderBuffer::new(cfg, inner.fs.clone(), &spill_dir)?;
-        let lookup = CatalogLookup(&inner.catalog);
+        let lookup = CatalogLookup(&inner.catalog, inner.env());
         let mut decoder = LogicalDecoder::new(rb, d.confirmed_flush, &lookup);
         let mut reader = WalReader::new(inner.fs.clone(), inner.wal.dir(), d.restart_lsn, inner.wal.segment_size());
         let mut out = Output::default();
