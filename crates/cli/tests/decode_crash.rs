@@ -6,6 +6,9 @@
 //! gone. The file written before the kill holds exactly the transactions confirmed, then at
 //! most a piece of the batch that was being written (pg_recvlogical's at-least-once window).
 //!
+//! The same with `-o stream-changes=1`, the killed run having streamed blocks of a transaction
+//! still in progress: ignored for now (its doc comment says why it fails).
+//!
 //! The reference is a second slot created with the first and peeked at the end in one call.
 
 mod common;
@@ -62,12 +65,11 @@ fn spill_files(dir: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-#[test]
-fn sigkill_while_spilling_loses_and_repeats_nothing_past_confirmed_flush() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("data");
-    let d = dir.to_str().unwrap();
-    let db = Database::open(&dir, config()).unwrap();
+/// Slots `s` and `reference`, three committed transactions (one spills), and a large
+/// prepared transaction: every decoding session reads it again and spills it (or streams it)
+/// until it is finished, for as long as the decoder runs. Returns the prepared one's XID.
+fn set_up(dir: &Path) -> u32 {
+    let db = Database::open(dir, config()).unwrap();
     db.create_table("t", schema(), TableOptions { primary_key: Some(vec!["id".into()]), ..Default::default() })
         .unwrap();
     db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
@@ -75,8 +77,6 @@ fn sigkill_while_spilling_loses_and_repeats_nothing_past_confirmed_flush() {
     insert(&db, 0..10);
     insert(&db, 10..5_000); // spills under 64 kB
     insert(&db, 5_000..5_010);
-    // A large prepared transaction: every decoding session reads and spills it again until
-    // it is finished, so spill files come and go for as long as the decoder runs.
     let t = db.table("t").unwrap();
     let mut p = db.begin().unwrap();
     for i in 100_000..110_000 {
@@ -84,8 +84,17 @@ fn sigkill_while_spilling_loses_and_repeats_nothing_past_confirmed_flush() {
     }
     p.prepare("p").unwrap();
     drop(p);
+    let xid = db.prepared_xacts()[0].xid.xid().0;
     db.close().unwrap();
+    xid
+}
 
+#[test]
+fn sigkill_while_spilling_loses_and_repeats_nothing_past_confirmed_flush() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let d = dir.to_str().unwrap();
+    set_up(&dir);
     let before = tmp.path().join("before.txt");
     let mut child = Command::new(env!("CARGO_BIN_EXE_settle"))
         .args(["decode", d, "--slot", "s", "--start", "-f", before.to_str().unwrap()])
@@ -96,7 +105,7 @@ fn sigkill_while_spilling_loses_and_repeats_nothing_past_confirmed_flush() {
     // Once the committed transactions are out, wait for a session spilling the prepared one.
     let deadline = Instant::now() + Duration::from_secs(300);
     let wrote_all = || std::fs::read_to_string(&before).is_ok_and(|s| s.matches("COMMIT").count() >= 3);
-    while !(wrote_all() && !spill_files(&dir).is_empty()) {
+    while !wrote_all() || spill_files(&dir).is_empty() {
         assert!(Instant::now() < deadline, "settle decode never got there");
         assert!(child.try_wait().unwrap().is_none(), "settle decode stopped by itself");
         std::thread::sleep(Duration::from_millis(1));
@@ -153,4 +162,103 @@ fn schema() -> Schema {
             Column { name: "val".into(), ty: Type::Text, nullable: true },
         ],
     }
+}
+
+/// test_decoding's lines applied as a subscriber applies them, counting each transaction's
+/// changes (streamed lines carry no row data): (XID, changes) per transaction applied, in
+/// order; a streamed transaction left unfinished at the end is dropped.
+fn apply_lines(text: &str) -> Vec<(u32, usize)> {
+    let xid = |l: &str| l.rsplit(' ').next().unwrap().parse::<u32>().unwrap();
+    let mut out = Vec::new();
+    let mut cur: Option<(u32, usize)> = None;
+    let mut streams: std::collections::HashMap<u32, usize> = Default::default();
+    for l in text.lines() {
+        if l.starts_with("BEGIN ") {
+            cur = Some((xid(l), 0));
+        } else if l.starts_with("COMMIT ") {
+            out.push(cur.take().expect("COMMIT after BEGIN"));
+        } else if l.starts_with("table ") {
+            cur.as_mut().expect("a change inside a transaction").1 += 1;
+        } else if l.starts_with("streaming change for TXN ") {
+            *streams.entry(xid(l)).or_default() += 1;
+        } else if l.starts_with("committing streamed transaction TXN ") {
+            let x = xid(l);
+            out.push((x, streams.remove(&x).unwrap_or(0)));
+        } else if l.starts_with("aborting streamed (sub)transaction TXN ") {
+            panic!("no rollback in this workload: {l}");
+        }
+    }
+    out
+}
+
+/// Fails today, and not because of the kill: `settle decode --start` runs one decoding
+/// session per round (at most `BATCH_ROWS` rows) and writes them all to one stream. When a
+/// round stops inside a streamed transaction, it confirms past the changes it streamed; the
+/// next round reads the transaction again from the slot's `restart_lsn` and, as soon as a
+/// change at or past `confirmed_flush` makes it evict, streams it again from its first change.
+/// Within one output (one "connection" to its reader) the transaction's first changes then
+/// appear twice before its stream commit (here 15,239 streamed changes for 10,000 rows). A
+/// PostgreSQL subscriber drops a partial stream only when it reconnects; pg_recvlogical never
+/// repeats one within a run. A long-lived session across rounds, or rounds that never stop
+/// inside a streamed transaction, would fix it.
+#[test]
+#[ignore = "settle decode re-streams a transaction cut by a round's BATCH_ROWS; see the doc comment"]
+fn sigkill_after_a_transaction_streamed_its_blocks_applies_it_once_after_the_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let d = dir.to_str().unwrap();
+    let prepared = set_up(&dir);
+    let before = tmp.path().join("before.txt");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_settle"))
+        .args(["decode", d, "--slot", "s", "--start", "-o", "stream-changes=1", "-f", before.to_str().unwrap()])
+        .args(SETS)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The prepared transaction streamed blocks without a commit; kill once they are written.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let closing = format!("closing a streamed block for transaction TXN {prepared}");
+    let streamed =
+        || std::fs::read_to_string(&before).is_ok_and(|s| s.contains(&closing) && apply_lines(&s).len() >= 3);
+    while !streamed() {
+        assert!(Instant::now() < deadline, "settle decode never streamed");
+        assert!(child.try_wait().unwrap().is_none(), "settle decode stopped by itself");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    let db = Database::open(&dir, config()).unwrap();
+    let confirmed = db.replication_slot("s").unwrap().confirmed_flush;
+    db.commit_prepared("p").unwrap();
+    insert(&db, 200_000..200_020);
+    let r = db.logical_slot_peek_changes("reference", DecodeLimits::default(), &[]).unwrap();
+    let reference: Vec<(Lsn, String)> =
+        r.rows.iter().map(|r| (r.lsn, String::from_utf8(r.data.clone()).unwrap())).collect();
+    let end = r.end_lsn.to_string();
+    db.close().unwrap();
+    let after = tmp.path().join("after.txt");
+    let mut args = vec!["decode", d, "--slot", "s", "--start", "--endpos", &end, "-o", "stream-changes=1"];
+    let f = after.to_str().unwrap();
+    args.extend(["-f", f]);
+    args.extend(SETS);
+    let (ok, _, err) = settle(&args);
+    assert!(ok, "{err}");
+
+    // (XID, changes) of each transaction, and whether it was confirmed before the kill.
+    let reference: Vec<((u32, usize), bool)> = transactions(&reference)
+        .into_iter()
+        .map(|(e, lines)| (apply_lines(&lines.join("\n"))[0], e <= confirmed))
+        .collect();
+    assert_eq!(reference.len(), 5);
+    assert!(reference.iter().any(|((x, n), done)| *x == prepared && *n == 10_000 && !done));
+    // The file written after the restart, applied as one stream: each transaction owed once.
+    let owed: Vec<(u32, usize)> = reference.iter().filter(|(_, done)| !done).map(|(t, _)| *t).collect();
+    let second = apply_lines(&std::fs::read_to_string(&after).unwrap());
+    assert_eq!(second, owed, "the transactions owed, each once");
+    // Before the kill: the confirmed ones, then perhaps the start of what was owed (the
+    // prepared transaction's blocks, without a commit, count for nothing).
+    let done: Vec<(u32, usize)> = reference.iter().filter(|(_, done)| *done).map(|(t, _)| *t).collect();
+    let first = apply_lines(&std::fs::read_to_string(&before).unwrap());
+    assert!(first.starts_with(&done) && owed.starts_with(&first[done.len()..]), "{first:?}");
 }
