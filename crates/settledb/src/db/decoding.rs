@@ -4,6 +4,7 @@
 use super::Database;
 use crate::catalog::Catalog;
 use crate::decode::logical::{LogicalDecoder, Output, OutputPlugin, OutputRow, RelInfo, RelationLookup};
+use crate::decode::pgoutput::PgOutput;
 use crate::decode::reorderbuffer::{ReorderBuffer, ReorderBufferConfig, ReorderStats};
 use crate::decode::slot;
 use crate::decode::test_decoding::TestDecoding;
@@ -34,7 +35,15 @@ struct CatalogLookup<'a>(&'a Catalog);
 impl RelationLookup for CatalogLookup<'_> {
     fn relation(&self, oid: Oid) -> Option<RelInfo> {
         let e = self.0.get_by_oid(oid)?;
-        Some(RelInfo { oid, namespace: "public".into(), name: e.rel.name.clone(), schema: e.rel.schema.clone() })
+        let (replica_identity, key_columns) = e.rel.replica_identity.read().clone();
+        Some(RelInfo {
+            oid,
+            namespace: "public".into(),
+            name: e.rel.name.clone(),
+            schema: e.rel.schema.clone(),
+            replica_identity,
+            key_columns,
+        })
     }
 }
 
@@ -81,9 +90,13 @@ impl Database {
         }
         let mut plugin: Box<dyn OutputPlugin> = match d.plugin.as_str() {
             "test_decoding" => Box::new(TestDecoding::new(options)?),
+            "pgoutput" => {
+                Box::new(PgOutput::new(options, Box::new(super::publication::DbPublications(inner.clone())))?)
+            }
             other => {
                 return Err(Error::invalid(format!(
-                    "could not access file \"{other}\": No such file or directory (output plugins: test_decoding)"
+                    "could not access file \"{other}\": No such file or directory (output plugins: test_decoding, \
+                     pgoutput)"
                 )))
             }
         };

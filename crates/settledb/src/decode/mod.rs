@@ -14,8 +14,10 @@
 //! `Database` API is in `db/slots.rs`, the decoding sessions in `db/decoding.rs`, their
 //! counters, `pg_stat_replication_slots`, in `db/pgstat.rs`). See docs/logical-decoding.md.
 
+pub mod historic;
 pub mod logical;
 pub mod message;
+pub mod pgoutput;
 pub mod reorderbuffer;
 pub mod slot;
 pub mod test_decoding;

@@ -1,0 +1,1 @@
+//! Message encoding and option parsing of the pgoutput plugin.
