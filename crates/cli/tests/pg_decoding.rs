@@ -343,3 +343,218 @@ fn streamed_transactions_frame_as_postgresql_15_frames_them() {
     assert_eq!(our_shape, pg_shape, "settledb's streamed output, then PostgreSQL 15's");
     assert!(our_blocks.values().all(|&b| b >= 2), "{our_blocks:?}");
 }
+
+/// The two-phase workload: `(connection, statement)`; `GET` stands for a `get_changes` call
+/// on both slots (PostgreSQL's slot creation waits for prepared transactions to finish, so
+/// both slots are made first).
+const TWO_PHASE_SQL: [&str; 13] = [
+    "CREATE TABLE t (id integer PRIMARY KEY, val text)",
+    "SELECT 'init' FROM pg_create_logical_replication_slot('plain', 'test_decoding', false, false)",
+    "SELECT 'init' FROM pg_create_logical_replication_slot('twophase', 'test_decoding', false, true)",
+    "BEGIN; INSERT INTO t VALUES (1, 'one'); INSERT INTO t VALUES (2, 'two'); PREPARE TRANSACTION 'p1'",
+    "COMMIT PREPARED 'p1'",
+    "BEGIN; INSERT INTO t VALUES (3, 'three'); UPDATE t SET val = 'uno' WHERE id = 1;
+     PREPARE TRANSACTION 'it''s'",
+    "ROLLBACK PREPARED 'it''s'",
+    "BEGIN; INSERT INTO t VALUES (4, 'four'); PREPARE TRANSACTION 'x_nodecode'",
+    "COMMIT PREPARED 'x_nodecode'",
+    "BEGIN; INSERT INTO t VALUES (6, 'six'); SAVEPOINT a; INSERT INTO t VALUES (7, 'gone'); ROLLBACK TO a;
+     SELECT pg_logical_emit_message(true, 'pfx', 'in 2pc'); PREPARE TRANSACTION 'sp'",
+    "GET",
+    "COMMIT PREPARED 'sp'",
+    "GET",
+];
+
+/// Each `get_changes` call's lines on slot `plain`, then on slot `twophase`, `---` between
+/// calls.
+fn postgres_two_phase_lines() -> Option<[Vec<String>; 2]> {
+    if !pg15_installed() {
+        return None;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (_peer, url) = Peer::start(&tmp.path().join("pg"), &["wal_level=logical", "max_prepared_transactions=4"]);
+    let mut c = workload::pg::connect(&url).expect("connect");
+    let mut out: [Vec<String>; 2] = Default::default();
+    for q in TWO_PHASE_SQL {
+        if q != "GET" {
+            c.batch_execute(q).unwrap_or_else(|e| panic!("{q}: {e}"));
+            continue;
+        }
+        for (k, slot) in ["plain", "twophase"].into_iter().enumerate() {
+            let sql =
+                format!("SELECT data FROM pg_logical_slot_get_changes('{slot}', NULL, NULL, 'include-xids', '0')");
+            let rows = c.query(sql.as_str(), &[]).expect("get changes");
+            out[k].extend(rows.iter().map(|r| r.get::<_, String>(0)));
+            out[k].push("---".into());
+        }
+    }
+    Some(out)
+}
+
+fn settledb_two_phase_lines() -> [Vec<String>; 2] {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg =
+        Config { autovacuum: false, wal_level: WalLevel::Logical, max_prepared_transactions: 4, ..Config::default() };
+    let db = Database::open(dir.path(), cfg).unwrap();
+    let schema = Schema {
+        columns: vec![
+            Column { name: "id".into(), ty: Type::Int4, nullable: false },
+            Column { name: "val".into(), ty: Type::Text, nullable: true },
+        ],
+    };
+    let t = db
+        .create_table("t", schema, TableOptions { primary_key: Some(vec!["id".into()]), ..TableOptions::default() })
+        .unwrap();
+    db.create_logical_replication_slot("plain", "test_decoding", false).unwrap();
+    db.create_logical_replication_slot("twophase", "test_decoding", true).unwrap();
+    let out = two_phase_workload(&db, &t);
+    db.close().unwrap();
+    out
+}
+
+fn two_phase_workload(db: &Database, t: &settledb::Table) -> [Vec<String>; 2] {
+    let row = |i: i32, v: &str| [Value::Int4(i), Value::Text(v.into())];
+    let mut out: [Vec<String>; 2] = Default::default();
+    let get = |out: &mut [Vec<String>; 2]| {
+        let opts = vec![("include-xids".to_string(), Some("0".to_string()))];
+        for (k, slot) in ["plain", "twophase"].into_iter().enumerate() {
+            let r = db.logical_slot_get_changes(slot, DecodeLimits::default(), &opts).unwrap();
+            out[k].extend(r.rows.into_iter().map(|r| String::from_utf8(r.data).unwrap()));
+            out[k].push("---".into());
+        }
+    };
+
+    let mut tx = db.begin().unwrap();
+    let one = tx.insert(t, &row(1, "one")).unwrap();
+    tx.insert(t, &row(2, "two")).unwrap();
+    tx.prepare("p1").unwrap();
+    db.commit_prepared("p1").unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.insert(t, &row(3, "three")).unwrap();
+    tx.update(t, one, &row(1, "uno")).unwrap();
+    tx.prepare("it's").unwrap();
+    db.rollback_prepared("it's").unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.insert(t, &row(4, "four")).unwrap();
+    tx.prepare("x_nodecode").unwrap();
+    db.commit_prepared("x_nodecode").unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.insert(t, &row(6, "six")).unwrap();
+    tx.savepoint("a").unwrap();
+    tx.insert(t, &row(7, "gone")).unwrap();
+    tx.rollback_to("a").unwrap();
+    tx.emit_logical_message(true, "pfx", b"in 2pc").unwrap();
+    tx.prepare("sp").unwrap();
+    get(&mut out);
+    db.commit_prepared("sp").unwrap();
+    get(&mut out);
+    out
+}
+
+/// Prepared transactions on a slot without two-phase decoding (decoded at COMMIT PREPARED)
+/// and on one with it (decoded at PREPARE, test_decoding's `_nodecode` filter, a COMMIT
+/// PREPARED in a later call than its PREPARE), against PostgreSQL 15 line for line.
+#[test]
+fn prepared_transactions_decode_as_postgresql_15_decodes_them() {
+    let Some(pg) = postgres_two_phase_lines() else { return };
+    let ours = settledb_two_phase_lines();
+    assert_eq!(ours[0], pg[0], "slot without two_phase: settledb's lines, then PostgreSQL 15's");
+    assert_eq!(ours[1], pg[1], "slot with two_phase: settledb's lines, then PostgreSQL 15's");
+}
+
+/// `lines` without block framing, runs of equal lines counted.
+fn unframed_runs(lines: &[String]) -> Vec<(String, usize)> {
+    let mut runs: Vec<(String, usize)> = Vec::new();
+    for l in lines.iter().filter(|l| !l.starts_with("opening a streamed") && !l.starts_with("closing a streamed")) {
+        match runs.last_mut() {
+            Some((last, k)) if last == l => *k += 1,
+            _ => runs.push((l.clone(), 1)),
+        }
+    }
+    runs
+}
+
+fn postgres_streamed_prepare_lines() -> Option<Vec<String>> {
+    if !pg15_installed() {
+        return None;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (_peer, url) = Peer::start(&tmp.path().join("pg"), &["wal_level=logical", "max_prepared_transactions=4"]);
+    let mut c = workload::pg::connect(&url).expect("connect");
+    let get =
+        "SELECT data FROM pg_logical_slot_get_changes('s', NULL, NULL, 'include-xids', '0', 'stream-changes', '1')";
+    let mut out = Vec::new();
+    for q in [
+        "CREATE TABLE t (id integer PRIMARY KEY, val text)",
+        "SELECT 'init' FROM pg_create_logical_replication_slot('s', 'test_decoding', false, true)",
+        "SET logical_decoding_work_mem = '64kB'",
+        "BEGIN; INSERT INTO t SELECT g, 'row ' || g FROM generate_series(1, 5000) g; PREPARE TRANSACTION 'big'",
+        "GET",
+        "COMMIT PREPARED 'big'",
+        "GET",
+    ] {
+        if q == "GET" {
+            out.extend(c.query(get, &[]).expect("get changes").iter().map(|r| r.get::<_, String>(0)));
+            out.push("---".into());
+        } else {
+            c.batch_execute(q).unwrap_or_else(|e| panic!("{q}: {e}"));
+        }
+    }
+    Some(out)
+}
+
+fn settledb_streamed_prepare_lines() -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        autovacuum: false,
+        wal_level: WalLevel::Logical,
+        max_prepared_transactions: 4,
+        logical_decoding_work_mem_bytes: 64 << 10,
+        ..Config::default()
+    };
+    let db = Database::open(dir.path(), cfg).unwrap();
+    let schema = Schema {
+        columns: vec![
+            Column { name: "id".into(), ty: Type::Int4, nullable: false },
+            Column { name: "val".into(), ty: Type::Text, nullable: true },
+        ],
+    };
+    let t = db
+        .create_table("t", schema, TableOptions { primary_key: Some(vec!["id".into()]), ..TableOptions::default() })
+        .unwrap();
+    db.create_logical_replication_slot("s", "test_decoding", true).unwrap();
+    let opts = vec![
+        ("include-xids".to_string(), Some("0".to_string())),
+        ("stream-changes".to_string(), Some("1".to_string())),
+    ];
+    let mut out = Vec::new();
+    let mut get = || {
+        let r = db.logical_slot_get_changes("s", DecodeLimits::default(), &opts).unwrap();
+        out.extend(r.rows.into_iter().map(|r| String::from_utf8(r.data).unwrap()));
+        out.push("---".to_string());
+    };
+    let mut tx = db.begin().unwrap();
+    for g in 1..=5000 {
+        tx.insert(&t, &[Value::Int4(g), Value::Text(format!("row {g}"))]).unwrap();
+    }
+    tx.prepare("big").unwrap();
+    drop(tx);
+    get();
+    db.commit_prepared("big").unwrap();
+    get();
+    drop(get);
+    db.close().unwrap();
+    out
+}
+
+/// A prepared transaction streamed before its PREPARE ends with a stream prepare, then its
+/// COMMIT PREPARED, as on PostgreSQL 15 (block boundaries aside: they follow each engine's
+/// memory accounting).
+#[test]
+fn a_streamed_transaction_prepares_as_on_postgresql_15() {
+    let Some(pg) = postgres_streamed_prepare_lines() else { return };
+    let ours = settledb_streamed_prepare_lines();
+    let pg = unframed_runs(&pg);
+    assert_eq!(unframed_runs(&ours), pg, "settledb's lines, then PostgreSQL 15's");
+    assert_eq!(pg[0], ("streaming change for transaction".to_string(), 5000), "PostgreSQL streamed every row");
+}

@@ -117,6 +117,11 @@ impl Env for Cx<'_, '_> {
                     .map(|p| Datum::Int(i64::from(p) * 8192)),
                 None => Ok(Datum::Null),
             },
+            // The slot would wait for this very transaction to finish (its consistent point).
+            "pg_create_logical_replication_slot" if self.tx.xid().is_some() => Err(SqlError::new(
+                "25001",
+                "cannot create logical replication slot in transaction that has performed writes",
+            )),
             _ => return crate::slotfuncs::call(self.db, name, args),
         };
         Some(r)

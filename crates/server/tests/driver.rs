@@ -287,6 +287,11 @@ async fn replication_slots_over_sql() {
     let e = c.query_one("select pg_replication_slot_advance('s1', '0/1')", &[]).await.unwrap_err();
     assert_eq!(code(&e), "22023");
     c.query_one("select pg_drop_replication_slot('s1')", &[]).await.unwrap();
+    // In a transaction that wrote, creation would wait for itself: PostgreSQL's error.
+    c.batch_execute("begin; insert into t values (3)").await.unwrap();
+    let e = c.query_one("select pg_create_logical_replication_slot('s3', 'pgoutput')", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "25001");
+    c.batch_execute("rollback").await.unwrap();
     let e = c.query_one("select pg_drop_replication_slot('s1')", &[]).await.unwrap_err();
     assert_eq!(code(&e), "42704");
     assert!(c.query("select * from pg_replication_slots", &[]).await.unwrap().is_empty());

@@ -84,6 +84,24 @@ pub fn bytea_out(b: &[u8]) -> String {
     s
 }
 
+/// `quote_literal`: single quotes around `s`, its quotes and backslashes doubled, and an `E`
+/// before it if it has a backslash.
+pub fn quote_literal(s: &str) -> String {
+    let mut q = String::with_capacity(s.len() + 3);
+    if s.contains('\\') {
+        q.push('E');
+    }
+    q.push('\'');
+    for c in s.chars() {
+        if c == '\'' || c == '\\' {
+            q.push(c);
+        }
+        q.push(c);
+    }
+    q.push('\'');
+    q
+}
+
 /// A value's text output as PostgreSQL prints it (`t`/`f` for booleans); `None` for NULL.
 pub fn value_text(v: &Value) -> Option<String> {
     Some(match v {
@@ -140,5 +158,7 @@ mod tests {
         assert_eq!(bytea_out(&[0xde, 0xad]), "\\xdead");
         assert_eq!(value_text(&Value::Bool(true)).as_deref(), Some("t"));
         assert_eq!(value_text(&Value::Null), None);
+        assert_eq!(quote_literal("it's"), "'it''s'");
+        assert_eq!(quote_literal("a\\b"), "E'a\\\\b'");
     }
 }

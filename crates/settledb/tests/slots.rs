@@ -384,3 +384,38 @@ fn power_cut_at_every_step_of_slot_operations() {
     }
     assert!(cuts > 20, "only {cuts} cut points");
 }
+
+/// A slot created while a transaction runs waits for it (PostgreSQL's consistent point): the
+/// slot is not on disk meanwhile, and once created its `confirmed_flush_lsn` is past that
+/// transaction's commit, so what it wrote belongs to the data a consumer copies at creation,
+/// not to the stream (which has every later transaction).
+#[test]
+fn creation_waits_for_running_transactions() {
+    let fs = FaultFs::new();
+    let db = open(&fs);
+    let t = db.create_table("t", schema(), TableOptions::default()).unwrap();
+    let mut before = db.begin().unwrap();
+    before.insert(&t, &[Value::Int4(1), Value::Text("before".into())]).unwrap();
+    std::thread::scope(|s| {
+        let creating = s.spawn(|| db.create_logical_replication_slot("s", "test_decoding", false).unwrap());
+        // The slot shows (in memory) once it waits; its directory does not exist yet.
+        while db.replication_slots().is_empty() {
+            std::thread::yield_now();
+        }
+        assert!(!fs.exists(&Path::new(DIR).join("pg_replslot/s/state")), "an ephemeral slot was written");
+        assert!(!creating.is_finished(), "creation finished while a listed transaction ran");
+        before.commit().unwrap();
+        // Nothing else writes WAL here: this is the end of the commit record.
+        let committed = db.current_wal_insert_lsn();
+        let info = creating.join().unwrap();
+        assert!(info.confirmed_flush_lsn.unwrap() >= committed, "{info:?} before the commit at {committed}");
+    });
+    assert!(fs.exists(&Path::new(DIR).join("pg_replslot/s/state")));
+    write_rows(&db, &t, 2, 1);
+    let opts = vec![("include-xids".to_string(), Some("0".to_string()))];
+    let r = db.logical_slot_get_changes("s", settledb::db::DecodeLimits::default(), &opts).unwrap();
+    let lines: Vec<String> = r.rows.into_iter().map(|r| String::from_utf8(r.data).unwrap()).collect();
+    assert_eq!(lines.len(), 3, "only the transaction after creation: {lines:?}");
+    assert!(lines[1].starts_with("table public.t: INSERT: id[integer]:2 "), "{lines:?}");
+    db.close().unwrap();
+}

@@ -100,6 +100,8 @@ impl Database {
                 )))
             }
         };
+        let two_phase = plugin.two_phase() && (d.two_phase || plugin.two_phase_requested());
+        let d = if two_phase && !d.two_phase { self.enable_slot_two_phase(slot_name)? } else { d };
         inner.wal.flush(inner.wal.insert_lsn())?;
         let end_of_wal = inner.wal.flushed_lsn();
         let cfg = ReorderBufferConfig {
@@ -110,6 +112,9 @@ impl Database {
         let rb = ReorderBuffer::new(cfg, inner.fs.clone(), &spill_dir)?;
         let lookup = CatalogLookup(&inner.catalog);
         let mut decoder = LogicalDecoder::new(rb, d.confirmed_flush, &lookup);
+        if two_phase {
+            decoder.set_two_phase(d.two_phase_at);
+        }
         let mut reader = WalReader::new(inner.fs.clone(), inner.wal.dir(), d.restart_lsn, inner.wal.segment_size());
         let mut out = Output::default();
         let mut end_lsn = d.confirmed_flush;

@@ -130,41 +130,88 @@ impl Database {
             return Err(Error::invalid(format!("invalid output plugin name \"{plugin}\"")));
         }
         inner.wal.check_poisoned()?;
-        let mut g = inner.slots.lock();
-        if g.get(name).is_some() {
-            return Err(Error::AlreadyExists(format!("replication slot \"{name}\" already exists")));
-        }
-        if g.len() >= inner.config.max_replication_slots as usize {
-            return Err(Error::invalid(
-                "all replication slots are in use; HINT: Free one or increase max_replication_slots.",
-            ));
-        }
-        let catalog_xmin = inner.xact.reserve_slot_catalog_xmin(name);
-        let restart_lsn = inner.wal.insert_lsn();
-        let logged = inner.xact.log_running_xacts(&*inner.wal).and_then(|end| inner.wal.flush(end).map(|()| end));
-        let d = match logged {
-            Ok(end) => SlotData {
+        let (_, listed) = {
+            let mut g = inner.slots.lock();
+            if g.get(name).is_some() {
+                return Err(Error::AlreadyExists(format!("replication slot \"{name}\" already exists")));
+            }
+            if g.len() >= inner.config.max_replication_slots as usize {
+                return Err(Error::invalid(
+                    "all replication slots are in use; HINT: Free one or increase max_replication_slots.",
+                ));
+            }
+            let catalog_xmin = inner.xact.reserve_slot_catalog_xmin(name);
+            let restart_lsn = inner.wal.insert_lsn();
+            let logged = inner
+                .xact
+                .log_running_xacts_listing(&*inner.wal)
+                .and_then(|(end, running)| inner.wal.flush(end).map(|()| (end, running)));
+            let (end, running) = match logged {
+                Ok(l) => l,
+                Err(e) => {
+                    inner.push_slot_minima(g.minima());
+                    return Err(e);
+                }
+            };
+            let d = SlotData {
                 name: name.to_string(),
                 plugin: plugin.to_string(),
                 database: DATABASE_OID,
                 two_phase,
+                two_phase_at: if two_phase { end } else { Lsn::INVALID },
                 xmin: Xid::INVALID,
                 catalog_xmin,
                 restart_lsn,
                 confirmed_flush: end,
                 invalidated_at: Lsn::INVALID,
                 invalidated: false,
-            },
-            Err(e) => {
-                inner.push_slot_minima(g.minima());
+            };
+            g.create_ephemeral(d.clone());
+            inner.push_slot_minima(g.minima());
+            (d, running.xids)
+        };
+        // The consistent point: every transaction the record lists began before the decoder's
+        // start and cannot be decoded, so the slot must begin after all of them finished
+        // (PostgreSQL's snapshot builder waits for them the same way, prepared transactions
+        // included). Waited for outside the slots' lock; the slot holds its WAL and catalog
+        // rows meanwhile, but is only written to disk once consistent.
+        for &x in &listed {
+            inner.xact.wait_for(x);
+        }
+        let g = inner.slots.lock();
+        let Some(mut d) = g.get(name).cloned() else {
+            return Err(Error::NotFound(format!("replication slot \"{name}\" was dropped while being created")));
+        };
+        drop(g);
+        if !listed.is_empty() {
+            let consistent = inner.wal.insert_lsn();
+            let flushed = inner.wal.flush(consistent);
+            if let Err(e) = flushed {
+                self.abandon_slot(name);
                 return Err(e);
             }
-        };
-        let created = g.create(d.clone());
+            d.confirmed_flush = d.confirmed_flush.max(consistent);
+            if two_phase {
+                d.two_phase_at = d.confirmed_flush;
+            }
+        }
+        let mut g = inner.slots.lock();
+        if let Err(e) = g.persist(d.clone()) {
+            drop(g);
+            self.abandon_slot(name);
+            return Err(e);
+        }
         inner.push_slot_minima(g.minima());
-        created?;
+        drop(g);
         super::pgstat::reset_slot_stats(inner, name, true);
         Ok(SlotInfo::of(&d, &inner.wal_position()))
+    }
+
+    /// Forgets a slot whose creation failed.
+    fn abandon_slot(&self, name: &str) {
+        let mut g = self.inner.slots.lock();
+        let _ = g.drop_slot(name);
+        self.inner.push_slot_minima(g.minima());
     }
 
     /// Drops a replication slot (`pg_drop_replication_slot`): its WAL and catalog rows are
@@ -237,5 +284,22 @@ impl Database {
             inner.push_slot_minima(g.minima());
         }
         Ok(moveto)
+    }
+
+    /// Turns two-phase decoding on for good on slot `name`, from its `confirmed_flush_lsn`
+    /// (a plugin asked for it, as pgoutput's `two_phase` option does: PostgreSQL 15's
+    /// `CreateDecodingContext`). The state file is written before this returns. Returns the
+    /// slot as it now is.
+    pub(super) fn enable_slot_two_phase(&self, name: &str) -> Result<SlotData> {
+        let mut g = self.inner.slots.lock();
+        let Some(mut d) = g.get(name).cloned() else {
+            return Err(Error::NotFound(format!("replication slot \"{name}\" does not exist")));
+        };
+        if !d.two_phase {
+            d.two_phase = true;
+            d.two_phase_at = d.confirmed_flush;
+            g.update(d.clone(), true)?;
+        }
+        Ok(d)
     }
 }

@@ -28,6 +28,22 @@
 //! transactional logical messages are changes too, non-transactional ones go out at once.
 //! COMMIT (and COMMIT PREPARED) hands the transaction over; ABORT (and ABORT PREPARED) drops
 //! it; a ROLLBACK TO's abort record cuts it at its savepoint LSN.
+//!
+//! # Two-phase decoding
+//!
+//! On a slot with `two_phase` (and a plugin with the two-phase callbacks), a prepared
+//! transaction is handed over at its PREPARE: `begin_prepare`, its changes, `prepare` (or,
+//! if it was streamed, a last block and `stream_prepare`); its COMMIT PREPARED is then only
+//! `commit_prepared` and its ROLLBACK PREPARED `rollback_prepared`. The slot's
+//! `two_phase_at` (where two-phase decoding was turned on) splits prepared transactions as
+//! PostgreSQL 15 does: one PREPAREd before it was never handed over at its PREPARE, so its
+//! COMMIT PREPARED hands over the whole prepared transaction first; one PREPAREd before the
+//! slot's `confirmed_flush` but at or after `two_phase_at` was handed over by an earlier
+//! session and is not repeated. A PREPARE the plugin filters (`filter_prepare`), or any
+//! PREPARE without two-phase decoding, leaves the transaction to be decoded whole at its
+//! COMMIT PREPARED, as an ordinary commit. COMMIT and ROLLBACK PREPARED records carry no
+//! GID: the decoder keeps the one its PREPARE record named (a transaction it decodes
+//! always began, and so was prepared, after its start point).
 
 use std::sync::Arc;
 
@@ -45,7 +61,10 @@ use crate::types::{Lsn, Oid, Tid, Xid};
 use crate::wal::{DecodedRecord, Rmgr};
 use crate::xact::records::decode_end_record;
 use crate::xact::standby::{RunningXacts, XLOG_RUNNING_XACTS};
-use crate::xact::{INFO_XACT_ABORT, INFO_XACT_ABORT_PREPARED, INFO_XACT_COMMIT, INFO_XACT_COMMIT_PREPARED};
+use crate::xact::twophase::TwoPhaseState;
+use crate::xact::{
+    INFO_XACT_ABORT, INFO_XACT_ABORT_PREPARED, INFO_XACT_COMMIT, INFO_XACT_COMMIT_PREPARED, INFO_XACT_PREPARE,
+};
 
 /// First OID of user relations: below it, the catalog's own.
 const FIRST_USER_OID: u32 = 16384;
@@ -184,6 +203,60 @@ pub trait OutputPlugin {
     fn catalog_history(&mut self, _history: &CatalogHistory) -> Result<()> {
         Ok(())
     }
+
+    /// Whether the plugin can decode prepared transactions at PREPARE (PostgreSQL: it has the
+    /// two-phase callbacks). Decoding does so when this holds and the slot has `two_phase`
+    /// on, or the plugin asks for it ([`OutputPlugin::two_phase_requested`]).
+    fn two_phase(&self) -> bool {
+        false
+    }
+    /// Whether the plugin's options ask for two-phase decoding on a slot created without it
+    /// (pgoutput's `two_phase`): the slot then turns it on for good, from where this session
+    /// starts (PostgreSQL 15's `CreateDecodingContext`).
+    fn two_phase_requested(&self) -> bool {
+        false
+    }
+    /// Whether prepared transaction `xid` named `gid` is to be decoded at its COMMIT PREPARED
+    /// as an ordinary transaction instead (`filter_prepare_cb`).
+    fn filter_prepare(&mut self, _xid: Xid, _gid: &str) -> bool {
+        false
+    }
+    /// A prepared transaction's changes begin. `txn`'s commit fields describe the PREPARE
+    /// record (its start, end and time).
+    fn begin_prepare(&mut self, _out: &mut Output, _txn: &TxnInfo, _gid: &str) -> Result<()> {
+        Err(missing_two_phase_callback("begin_prepare_cb"))
+    }
+    /// The PREPARE, after the changes.
+    fn prepare(&mut self, _out: &mut Output, _txn: &TxnInfo, _gid: &str) -> Result<()> {
+        Err(missing_two_phase_callback("prepare_cb"))
+    }
+    /// COMMIT PREPARED of a transaction decoded at its PREPARE; `txn`'s commit fields
+    /// describe the COMMIT PREPARED record.
+    fn commit_prepared(&mut self, _out: &mut Output, _txn: &TxnInfo, _gid: &str) -> Result<()> {
+        Err(missing_two_phase_callback("commit_prepared_cb"))
+    }
+    /// ROLLBACK PREPARED: `txn`'s commit fields describe the ROLLBACK PREPARED record; the
+    /// PREPARE record ended at `prepare_end_lsn` at `prepare_time_us`.
+    fn rollback_prepared(
+        &mut self,
+        _out: &mut Output,
+        _txn: &TxnInfo,
+        _gid: &str,
+        _prepare_end_lsn: Lsn,
+        _prepare_time_us: i64,
+    ) -> Result<()> {
+        Err(missing_two_phase_callback("rollback_prepared_cb"))
+    }
+    /// The PREPARE of a streamed transaction (its last changes went out in one more block
+    /// just before); `txn` as for [`OutputPlugin::prepare`].
+    fn stream_prepare(&mut self, _out: &mut Output, _txn: &TxnInfo, _gid: &str) -> Result<()> {
+        Err(missing_stream_callback("stream_prepare_cb"))
+    }
+}
+
+/// PostgreSQL's error for a two-phase plugin without one of the two-phase callbacks.
+fn missing_two_phase_callback(name: &str) -> Error {
+    Error::invalid(format!("logical replication at prepare time requires a {name} callback"))
 }
 
 /// PostgreSQL's error for a streaming plugin without one of the stream callbacks.
@@ -355,8 +428,19 @@ pub struct LogicalDecoder<'a> {
     /// catalog rows it covers (every catalog relation but `pg_class`).
     history: CatalogHistory,
     catalog_writers: FxHashSet<Xid>,
-    /// Committed transactions handed over.
+    /// `Some(two_phase_at)` when prepared transactions are decoded at PREPARE (see "Two-phase
+    /// decoding" above), and the PREPAREs read of transactions decoded that way.
+    two_phase_at: Option<Lsn>,
+    prepared: FxHashMap<Xid, Prepared>,
+    /// Committed (or, decoding two-phase, prepared) transactions handed over.
     pub transactions: u64,
+}
+
+/// A PREPARE the decoder read, kept until its COMMIT or ROLLBACK PREPARED.
+struct Prepared {
+    gid: String,
+    /// The PREPARE record's start, end and time, and the transaction's first change.
+    txn: TxnInfo,
 }
 
 impl<'a> LogicalDecoder<'a> {
@@ -367,12 +451,21 @@ impl<'a> LogicalDecoder<'a> {
             confirmed_flush,
             rels: Relations { catalog, learned: FxHashMap::default(), known: FxHashMap::default() },
             first_lsn: FxHashMap::default(),
+            two_phase_at: None,
+            prepared: FxHashMap::default(),
             streaming: false,
             streamed: FxHashMap::default(),
             history: CatalogHistory::default(),
             catalog_writers: FxHashSet::default(),
             transactions: 0,
         }
+    }
+
+    /// Decodes prepared transactions at their PREPARE from `two_phase_at` on (the slot's;
+    /// see "Two-phase decoding" above). The caller checks the plugin can
+    /// ([`OutputPlugin::two_phase`]).
+    pub fn set_two_phase(&mut self, two_phase_at: Lsn) {
+        self.two_phase_at = Some(two_phase_at);
     }
 
     /// The reorder buffer's counters (`pg_stat_replication_slots`).
@@ -563,6 +656,9 @@ impl<'a> LogicalDecoder<'a> {
         out: &mut Output,
     ) -> Result<()> {
         let info = rec.info;
+        if info == INFO_XACT_PREPARE {
+            return self.prepare(rec, skipped, plugin, out);
+        }
         if !matches!(info, INFO_XACT_COMMIT | INFO_XACT_ABORT | INFO_XACT_COMMIT_PREPARED | INFO_XACT_ABORT_PREPARED) {
             return Ok(());
         }
@@ -584,7 +680,14 @@ impl<'a> LogicalDecoder<'a> {
         }
         let first = self.first_lsn.remove(&top);
         let streamed_xids = self.streamed.remove(&top);
-        if matches!(info, INFO_XACT_ABORT | INFO_XACT_ABORT_PREPARED) || skipped || rec.lsn < self.confirmed_flush {
+        // Decoded at its PREPARE (or to be, for one prepared before two_phase_at)?
+        let prepared = self.prepared.remove(&top);
+        let consumed = skipped || rec.lsn < self.confirmed_flush;
+        if let (Some(p), false) = (&prepared, consumed) {
+            let finish = TxnInfo { commit_lsn: rec.lsn, end_lsn: rec.end_lsn, commit_time_us: end.time_us, ..p.txn };
+            return self.finish_prepared(top, p, &finish, info == INFO_XACT_COMMIT_PREPARED, plugin, out);
+        }
+        if matches!(info, INFO_XACT_ABORT | INFO_XACT_ABORT_PREPARED) || consumed {
             if self.rb.abort(top)? {
                 let streamed_xids = streamed_xids.unwrap_or_default();
                 for &sub in end.subxids.iter().filter(|x| streamed_xids.contains(x)) {
@@ -606,10 +709,7 @@ impl<'a> LogicalDecoder<'a> {
         };
         if self.rb.is_streamed(top) {
             // The rest as one more block, then the stream commit.
-            let (rb, mut sink) = self.sink(plugin, out, rec.end_lsn);
-            sink.stream_start(top, txn.first_lsn)?;
-            rb.commit(top, &mut |c| sink.stream_change(top, c))?;
-            sink.stream_stop(top)?;
+            self.stream_rest(top, &txn, plugin, out)?;
             plugin.stream_commit(out, &txn)?;
         } else {
             plugin.begin(out, &txn)?;
@@ -619,6 +719,98 @@ impl<'a> LogicalDecoder<'a> {
         }
         self.transactions += 1;
         Ok(())
+    }
+
+    /// A streamed transaction's changes not streamed yet, as one last block.
+    fn stream_rest(&mut self, top: Xid, txn: &TxnInfo, plugin: &mut dyn OutputPlugin, out: &mut Output) -> Result<()> {
+        let (rb, mut sink) = self.sink(plugin, out, txn.end_lsn);
+        sink.stream_start(top, txn.first_lsn)?;
+        rb.commit(top, &mut |c| sink.stream_change(top, c))?;
+        sink.stream_stop(top)
+    }
+
+    /// A PREPARE record. Decoding two-phase, the transaction goes to the plugin now (unless
+    /// the plugin filters it, or the PREPARE precedes `two_phase_at` or was consumed); the
+    /// record is remembered for its COMMIT or ROLLBACK PREPARED either way.
+    fn prepare(
+        &mut self,
+        rec: &DecodedRecord,
+        skipped: bool,
+        plugin: &mut dyn OutputPlugin,
+        out: &mut Output,
+    ) -> Result<()> {
+        let Some(two_phase_at) = self.two_phase_at else { return Ok(()) };
+        if skipped {
+            return Ok(());
+        }
+        let state = TwoPhaseState::decode(&rec.main_data)
+            .map_err(|d| Error::corrupt_wal(rec.lsn, format!("PREPARE record: {d}")))?;
+        let top = rec.xid;
+        if plugin.filter_prepare(top, &state.gid) {
+            return Ok(());
+        }
+        let txn = TxnInfo {
+            xid: top,
+            first_lsn: self.first_lsn.get(&top).copied().unwrap_or(rec.lsn),
+            commit_lsn: rec.lsn,
+            end_lsn: rec.end_lsn,
+            commit_time_us: state.prepared_at_us,
+        };
+        let p = Prepared { gid: state.gid, txn };
+        if rec.lsn >= two_phase_at {
+            self.first_lsn.remove(&top);
+            self.streamed.remove(&top);
+            if rec.lsn < self.confirmed_flush {
+                // Handed over at its PREPARE by an earlier session: only its end is owed.
+                self.rb.abort(top)?;
+            } else {
+                self.emit_prepared(top, &p, plugin, out)?;
+            }
+        }
+        self.prepared.insert(top, p);
+        Ok(())
+    }
+
+    /// A prepared transaction's changes and its PREPARE (a last stream block and a stream
+    /// prepare, if it was streamed).
+    fn emit_prepared(&mut self, top: Xid, p: &Prepared, plugin: &mut dyn OutputPlugin, out: &mut Output) -> Result<()> {
+        let txn = &p.txn;
+        if self.rb.is_streamed(top) {
+            self.stream_rest(top, txn, plugin, out)?;
+            plugin.stream_prepare(out, txn, &p.gid)?;
+        } else {
+            plugin.begin_prepare(out, txn, &p.gid)?;
+            let rels = &mut self.rels;
+            self.rb.commit(top, &mut |c| emit(rels, &mut *plugin, &mut *out, top, Some(txn), c))?;
+            plugin.prepare(out, txn, &p.gid)?;
+        }
+        self.transactions += 1;
+        Ok(())
+    }
+
+    /// COMMIT PREPARED (`commit`) or ROLLBACK PREPARED of a transaction decoded two-phase;
+    /// `finish` carries the record's start, end and time. A transaction prepared before
+    /// `two_phase_at` was never handed over: committed, it is now, as a prepared one, before
+    /// its COMMIT PREPARED (PostgreSQL's `ReorderBufferFinishPrepared`).
+    fn finish_prepared(
+        &mut self,
+        top: Xid,
+        p: &Prepared,
+        finish: &TxnInfo,
+        commit: bool,
+        plugin: &mut dyn OutputPlugin,
+        out: &mut Output,
+    ) -> Result<()> {
+        let never_sent = self.two_phase_at.is_some_and(|at| p.txn.commit_lsn < at);
+        if commit {
+            if never_sent {
+                self.emit_prepared(top, p, plugin, out)?;
+            }
+            plugin.commit_prepared(out, finish, &p.gid)
+        } else {
+            self.rb.abort(top)?;
+            plugin.rollback_prepared(out, finish, &p.gid, p.txn.end_lsn, p.txn.commit_time_us)
+        }
     }
 }
 

@@ -22,11 +22,18 @@
 //! `catalog_xmin` (under the proc-array lock, so nothing newer is pruned meanwhile);
 //! `restart_lsn` is the WAL insert position, then a running-transactions record is logged and
 //! flushed (PostgreSQL's `ReplicationSlotReserveWal`: the decoder's starting snapshot), and
-//! `confirmed_flush_lsn` is that record's end. Until the decoder exists (it will find the
-//! consistent point, which can be later when transactions were running), that end stands for
-//! it. The state is written to disk before the slot is visible: nothing it promises can have
+//! `confirmed_flush_lsn` is that record's end. The slot is then added in memory only
+//! (PostgreSQL's `RS_EPHEMERAL`: it holds its WAL and catalog rows, its name is taken, a
+//! crash leaves nothing) and, outside the slots' lock, creation waits for every transaction
+//! the record lists to finish, prepared ones included, as PostgreSQL's snapshot builder does
+//! before it reaches its consistent point: those transactions began before the decoder's
+//! start and cannot be decoded, so the slot must begin after them. If any were listed,
+//! `confirmed_flush_lsn` moves to the WAL insert position after the wait (flushed), past all
+//! their commit records. Only then is the state written to disk: nothing it promises can have
 //! been removed by then, because a checkpoint only removes WAL before its redo pointer, which
-//! is never past the insert position read here.
+//! is never past the slot's `restart_lsn` once the slot is in memory. A caller that creates a
+//! slot while itself holding a transaction with an XID waits forever (PostgreSQL refuses to
+//! create a slot in a transaction that has written; the engine's API cannot tell).
 //!
 //! # Advancing (`pg_replication_slot_advance`)
 //!
@@ -67,7 +74,7 @@
 //!
 //! ```text
 //!   0  magic           u32  0x504C5352 ("RSLP")
-//!   4  version         u16  1
+//!   4  version         u16  2
 //!   6  kind            u8   1 logical
 //!   7  flags           u8   bit 0 two_phase, bit 1 invalidated
 //!   8  database        u32  OID of the database (1)
@@ -76,11 +83,15 @@
 //!  20  restart_lsn     u64  0 when invalidated
 //!  28  confirmed_flush u64
 //!  36  invalidated_at  u64  restart_lsn when invalidated, else 0
-//!  44  name_len        u8   1..=63
-//!  45  plugin_len      u8   1..=63
-//!  46  name, plugin    UTF-8
+//!  44  two_phase_at    u64  where prepared transactions began to be decoded at PREPARE
+//!  52  name_len        u8   1..=63
+//!  53  plugin_len      u8   1..=63
+//!  54  name, plugin    UTF-8
 //!      crc             u32  CRC-32C of everything before it
 //! ```
+//!
+//! Version 1 files (written before `two_phase_at` existed) lack the field at 44 and are read
+//! with `two_phase_at` 0: their two-phase slots decoded PREPAREs from their creation on.
 //!
 //! Written as PostgreSQL's `SaveSlotToPath` does: `state.tmp`, fsync, rename to `state`,
 //! fsync the file, its directory and `pg_replslot`. A slot exists exactly when its directory
@@ -124,11 +135,14 @@ pub const DATABASE_OID: Oid = Oid(1);
 pub const DATABASE_NAME: &str = crate::vacuum::DATABASE_NAME;
 
 const MAGIC: u32 = 0x504C_5352;
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
+/// The first version, without `two_phase_at` (its header is 8 bytes shorter).
+const VERSION_1: u16 = 1;
 const KIND_LOGICAL: u8 = 1;
 const FLAG_TWO_PHASE: u8 = 1;
 const FLAG_INVALIDATED: u8 = 2;
-const HEADER_LEN: usize = 46;
+const HEADER_LEN: usize = 54;
+const HEADER_LEN_V1: usize = 46;
 /// A state file is never larger than this.
 const MAX_STATE_LEN: usize = HEADER_LEN + 2 * MAX_NAME_LEN + 4;
 
@@ -139,6 +153,10 @@ pub struct SlotData {
     pub plugin: String,
     pub database: Oid,
     pub two_phase: bool,
+    /// Where two-phase decoding was enabled (PostgreSQL's `two_phase_at`): a transaction
+    /// PREPAREd before it is decoded whole at its COMMIT PREPARED; one PREPAREd at or after
+    /// it was (or will be) decoded at its PREPARE. `INVALID` while `two_phase` is off.
+    pub two_phase_at: Lsn,
     pub xmin: Xid,
     pub catalog_xmin: Xid,
     /// `INVALID` once invalidated.
@@ -181,6 +199,7 @@ impl SlotData {
         v.extend_from_slice(&self.restart_lsn.0.to_le_bytes());
         v.extend_from_slice(&self.confirmed_flush.0.to_le_bytes());
         v.extend_from_slice(&self.invalidated_at.0.to_le_bytes());
+        v.extend_from_slice(&self.two_phase_at.0.to_le_bytes());
         // validate_name and the plugin check keep both at most 63 bytes.
         v.push(self.name.len().min(MAX_NAME_LEN) as u8);
         v.push(self.plugin.len().min(MAX_NAME_LEN) as u8);
@@ -193,8 +212,8 @@ impl SlotData {
 
     /// Decodes [`Self::encode`]'s bytes; a description of the first problem otherwise.
     pub fn decode(bytes: &[u8]) -> std::result::Result<SlotData, String> {
-        if bytes.len() < HEADER_LEN + 4 {
-            return Err(format!("{} bytes, shorter than the smallest state ({})", bytes.len(), HEADER_LEN + 4));
+        if bytes.len() < HEADER_LEN_V1 + 4 {
+            return Err(format!("{} bytes, shorter than the smallest state ({})", bytes.len(), HEADER_LEN_V1 + 4));
         }
         let (body, crc_bytes) = bytes.split_at(bytes.len() - 4);
         let stored = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
@@ -208,8 +227,13 @@ impl SlotData {
             return Err(format!("bad magic {:08X}", u32_at(0)));
         }
         let version = u16::from_le_bytes([body[4], body[5]]);
-        if version != VERSION {
-            return Err(format!("unknown version {version}"));
+        let header = match version {
+            VERSION => HEADER_LEN,
+            VERSION_1 => HEADER_LEN_V1,
+            _ => return Err(format!("unknown version {version}")),
+        };
+        if body.len() < header {
+            return Err(format!("{} bytes before the checksum, shorter than a version {version} header", body.len()));
         }
         if body[6] != KIND_LOGICAL {
             return Err(format!("unknown slot kind {}", body[6]));
@@ -218,12 +242,12 @@ impl SlotData {
         if flags & !(FLAG_TWO_PHASE | FLAG_INVALIDATED) != 0 {
             return Err(format!("unknown flags {flags:#04x}"));
         }
-        let (name_len, plugin_len) = (usize::from(body[44]), usize::from(body[45]));
-        if body.len() != HEADER_LEN + name_len + plugin_len {
+        let (name_len, plugin_len) = (usize::from(body[header - 2]), usize::from(body[header - 1]));
+        if body.len() != header + name_len + plugin_len {
             return Err(format!(
                 "{} bytes before the checksum, but a {name_len}-byte name and a {plugin_len}-byte plugin need {}",
                 body.len(),
-                HEADER_LEN + name_len + plugin_len
+                header + name_len + plugin_len
             ));
         }
         let text = |at: usize, len: usize, what: &str| {
@@ -231,9 +255,9 @@ impl SlotData {
                 .map(str::to_string)
                 .map_err(|e| format!("{what} is not UTF-8: {e}"))
         };
-        let name = text(HEADER_LEN, name_len, "slot name")?;
+        let name = text(header, name_len, "slot name")?;
         validate_name(&name).map_err(|e| e.to_string())?;
-        let plugin = text(HEADER_LEN + name_len, plugin_len, "plugin name")?;
+        let plugin = text(header + name_len, plugin_len, "plugin name")?;
         if plugin.is_empty() || plugin.len() > MAX_NAME_LEN {
             return Err(format!("plugin name of {} bytes", plugin.len()));
         }
@@ -242,6 +266,7 @@ impl SlotData {
             plugin,
             database: Oid(u32_at(8)),
             two_phase: flags & FLAG_TWO_PHASE != 0,
+            two_phase_at: if version == VERSION { Lsn(u64_at(44)) } else { Lsn::INVALID },
             invalidated: flags & FLAG_INVALIDATED != 0,
             xmin: Xid(u32_at(12)),
             catalog_xmin: Xid(u32_at(16)),
@@ -365,6 +390,9 @@ struct Slot {
     data: SlotData,
     /// Changed since its file was written.
     dirty: bool,
+    /// Not on disk yet: a slot being created waits for its consistent point in memory only
+    /// (PostgreSQL's `RS_EPHEMERAL`), so a crash meanwhile leaves no slot.
+    ephemeral: bool,
 }
 
 /// The slots' minima pushed down to the WAL and the transaction manager.
@@ -394,7 +422,8 @@ impl ReplicationSlots {
     /// Loads the slots of `data_dir` ([`load_all`]).
     pub fn open(fs: Arc<dyn FileSystem>, data_dir: &Path) -> Result<ReplicationSlots> {
         let loaded = load_all(&*fs, data_dir)?;
-        let slots = loaded.into_iter().map(|d| (d.name.clone(), Slot { data: d, dirty: false })).collect();
+        let slots =
+            loaded.into_iter().map(|d| (d.name.clone(), Slot { data: d, dirty: false, ephemeral: false })).collect();
         Ok(ReplicationSlots { fs, dir: slot_dir(data_dir), slots: Mutex::new(slots) })
     }
 
@@ -438,8 +467,23 @@ impl SlotsGuard<'_> {
         fs.create_dir_all(&path)?;
         fs.sync_dir(&self.owner.dir)?;
         save_to_path(fs, &path, &d)?;
-        self.slots.insert(d.name.clone(), Slot { data: d, dirty: false });
+        self.slots.insert(d.name.clone(), Slot { data: d, dirty: false, ephemeral: false });
         Ok(())
+    }
+
+    /// Adds a slot in memory only: it holds WAL and catalog rows and its name is taken, but
+    /// nothing is on disk until [`SlotsGuard::persist`].
+    pub fn create_ephemeral(&mut self, d: SlotData) {
+        self.slots.insert(d.name.clone(), Slot { data: d, dirty: false, ephemeral: true });
+    }
+
+    /// Writes an ephemeral slot to disk as [`SlotsGuard::create`] does, with state `d`.
+    pub fn persist(&mut self, d: SlotData) -> Result<()> {
+        match self.slots.get(&d.name) {
+            Some(s) if s.ephemeral => self.create(d),
+            Some(_) => self.update(d, true),
+            None => Err(Error::NotFound(format!("replication slot \"{}\" does not exist", d.name))),
+        }
     }
 
     /// Drops a slot (`ReplicationSlotDropPtr`): its `state` is removed and that made durable,
@@ -447,6 +491,13 @@ impl SlotsGuard<'_> {
     pub fn drop_slot(&mut self, name: &str) -> Result<SlotData> {
         if !self.slots.contains_key(name) {
             return Err(Error::NotFound(format!("replication slot \"{name}\" does not exist")));
+        }
+        if self.slots.get(name).is_some_and(|s| s.ephemeral) {
+            return self
+                .slots
+                .remove(name)
+                .map(|s| s.data)
+                .ok_or_else(|| Error::NotFound(format!("replication slot \"{name}\" does not exist")));
         }
         let fs = &*self.owner.fs;
         let path = self.owner.dir.join(name);
@@ -463,7 +514,8 @@ impl SlotsGuard<'_> {
     /// Replaces a slot's state; written at once when `save`, else at the next checkpoint.
     pub fn update(&mut self, d: SlotData, save: bool) -> Result<()> {
         let dir = self.owner.dir.join(&d.name);
-        if save {
+        let ephemeral = self.slots.get(&d.name).is_some_and(|s| s.ephemeral);
+        if save && !ephemeral {
             save_to_path(&*self.owner.fs, &dir, &d)?;
         }
         match self.slots.get_mut(&d.name) {
@@ -480,7 +532,7 @@ impl SlotsGuard<'_> {
     /// fails stays dirty.
     pub fn save_dirty(&mut self) -> Result<usize> {
         let mut n = 0;
-        for s in self.slots.values_mut().filter(|s| s.dirty) {
+        for s in self.slots.values_mut().filter(|s| s.dirty && !s.ephemeral) {
             save_to_path(&*self.owner.fs, &self.owner.dir.join(&s.data.name), &s.data)?;
             s.dirty = false;
             n += 1;

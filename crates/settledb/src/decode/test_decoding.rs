@@ -300,6 +300,69 @@ impl OutputPlugin for TestDecoding {
         out.write(txn.end_lsn, txn.xid, line);
         Ok(())
     }
+
+    fn two_phase(&self) -> bool {
+        true
+    }
+
+    /// test_decoding's own rule: a GID containing `_nodecode` is decoded at COMMIT PREPARED.
+    fn filter_prepare(&mut self, _xid: Xid, gid: &str) -> bool {
+        gid.contains("_nodecode")
+    }
+
+    fn begin_prepare(&mut self, out: &mut Output, txn: &TxnInfo, _gid: &str) -> Result<()> {
+        self.begin(out, txn)
+    }
+
+    fn prepare(&mut self, out: &mut Output, txn: &TxnInfo, gid: &str) -> Result<()> {
+        if self.skip_empty_xacts && !self.wrote_begin {
+            return Ok(());
+        }
+        out.write(txn.end_lsn, txn.xid, self.two_phase_line("PREPARE TRANSACTION", gid, txn.xid, txn.commit_time_us));
+        Ok(())
+    }
+
+    fn commit_prepared(&mut self, out: &mut Output, txn: &TxnInfo, gid: &str) -> Result<()> {
+        out.write(txn.end_lsn, txn.xid, self.two_phase_line("COMMIT PREPARED", gid, txn.xid, txn.commit_time_us));
+        Ok(())
+    }
+
+    fn rollback_prepared(
+        &mut self,
+        out: &mut Output,
+        txn: &TxnInfo,
+        gid: &str,
+        _prepare_end_lsn: Lsn,
+        _prepare_time_us: i64,
+    ) -> Result<()> {
+        out.write(txn.end_lsn, txn.xid, self.two_phase_line("ROLLBACK PREPARED", gid, txn.xid, txn.commit_time_us));
+        Ok(())
+    }
+
+    fn stream_prepare(&mut self, out: &mut Output, txn: &TxnInfo, gid: &str) -> Result<()> {
+        let wrote = self.streamed_wrote.remove(&txn.xid).unwrap_or(false);
+        if self.skip_empty_xacts && !wrote {
+            return Ok(());
+        }
+        let what =
+            if self.include_xids { "preparing streamed transaction TXN" } else { "preparing streamed transaction" };
+        out.write(txn.end_lsn, txn.xid, self.two_phase_line(what, gid, txn.xid, txn.commit_time_us));
+        Ok(())
+    }
+}
+
+impl TestDecoding {
+    /// A two-phase line: `what 'gid'`, then `, txid N` and ` (at …)` as the options say.
+    fn two_phase_line(&self, what: &str, gid: &str, xid: Xid, time_us: i64) -> Vec<u8> {
+        let mut s = format!("{what} {}", pgtext::quote_literal(gid));
+        if self.include_xids {
+            s.push_str(&format!(", txid {}", xid.0));
+        }
+        if self.include_timestamp {
+            s.push_str(&format!(" (at {}+00)", timestamptz(time_us)));
+        }
+        s.into_bytes()
+    }
 }
 
 /// A commit time as `timestamptz_to_str` prints it in UTC, without the zone.

@@ -112,16 +112,22 @@ impl TransactionManager {
     /// to move its `restart_lsn` to such a record. (Lock order: proc array, then WAL insert,
     /// as XID assignment already does.)
     pub fn log_running_xacts(&self, log: &dyn XactLog) -> Result<Lsn> {
+        self.log_running_xacts_listing(log).map(|(end, _)| end)
+    }
+
+    /// [`Self::log_running_xacts`], also returning what the record lists.
+    pub fn log_running_xacts_listing(&self, log: &dyn XactLog) -> Result<(Lsn, RunningXacts)> {
         let procs = self.procs.lock();
         let r = running_xacts_of(&procs);
-        log.log(&RecordBuilder {
+        let end = log.log(&RecordBuilder {
             toplevel_xid: Xid::INVALID,
             rmgr: Rmgr::Standby,
             info: XLOG_RUNNING_XACTS,
             xid: Xid::INVALID,
             blocks: vec![],
             main_data: r.encode(),
-        })
+        })?;
+        Ok((end, r))
     }
 }
 

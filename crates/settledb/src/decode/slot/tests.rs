@@ -6,6 +6,7 @@ fn sample() -> SlotData {
         plugin: "pgoutput".into(),
         database: DATABASE_OID,
         two_phase: true,
+        two_phase_at: Lsn(0x0100_0060),
         xmin: Xid::INVALID,
         catalog_xmin: Xid(731),
         restart_lsn: Lsn(0x0100_0028),
@@ -38,6 +39,20 @@ fn state_round_trips_and_rejects_damage() {
     lost.invalidated_at = lost.restart_lsn;
     lost.restart_lsn = Lsn::INVALID;
     assert_eq!(SlotData::decode(&lost.encode()), Ok(lost));
+}
+
+/// A version 1 file (no `two_phase_at`) still loads, with `two_phase_at` 0.
+#[test]
+fn version_1_state_loads() {
+    let d = sample();
+    let v2 = d.encode();
+    let mut v1 = Vec::new();
+    v1.extend_from_slice(&v2[..4]);
+    v1.extend_from_slice(&1u16.to_le_bytes());
+    v1.extend_from_slice(&v2[6..44]);
+    v1.extend_from_slice(&v2[52..v2.len() - 4]);
+    v1.extend_from_slice(&crc32c::crc32c(&v1).to_le_bytes());
+    assert_eq!(SlotData::decode(&v1), Ok(SlotData { two_phase_at: Lsn::INVALID, ..d }));
 }
 
 #[test]
