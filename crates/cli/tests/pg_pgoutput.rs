@@ -158,9 +158,14 @@ fn postgres_runs(sql: &[(usize, &str)], runs: &[Vec<(String, String)>]) -> Optio
     }
     let tmp = tempfile::tempdir().expect("tempdir");
     let (_peer, url) = Peer::start(&tmp.path().join("pg"), &["wal_level=logical"]);
-    let mut c = [workload::pg::connect(&url).expect("connect"), workload::pg::connect(&url).expect("connect")];
+    postgres_runs_at(&url, sql, runs)
+}
+
+/// [`postgres_runs`] on a server already running at `url`.
+fn postgres_runs_at(url: &str, sql: &[(usize, &str)], runs: &[Vec<(String, String)>]) -> Option<Vec<Vec<String>>> {
+    let mut c = [workload::pg::connect(url).expect("connect"), workload::pg::connect(url).expect("connect")];
     for (k, q) in sql {
-        c[*k].batch_execute(q).unwrap_or_else(|e| panic!("{q}: {e}"));
+        c[*k].batch_execute(q).unwrap_or_else(|e| panic!("{q}: {e:?}"));
     }
     let mut out = Vec::new();
     for o in runs {
@@ -303,5 +308,69 @@ fn streamed_pgoutput_is_what_postgresql_15_streams() {
     assert_eq!(pg_n, vec![2], "both large transactions were streamed");
     assert_eq!(ours_u, pg_u, "settledb's messages, then PostgreSQL 15's, framing taken out");
     assert!(pg[0].iter().any(|l| l.starts_with("INSERT T1") && l.contains("in a savepoint")), "a subtransaction's XID");
+    db.close().unwrap();
+}
+
+/// The two-phase workload as PostgreSQL runs it (a slot created with `two_phase`): a prepared
+/// transaction committed, one rolled back, one with a savepoint rolled back and a message.
+const TWO_PHASE_SQL: [(usize, &str); 10] = [
+    (0, "CREATE TABLE t (id integer PRIMARY KEY, val text)"),
+    (0, "CREATE PUBLICATION p_t FOR TABLE t"),
+    (0, "SELECT 'init' FROM pg_create_logical_replication_slot('s', 'pgoutput', false, true)"),
+    (0, "BEGIN; INSERT INTO t VALUES (1, 'one'); INSERT INTO t VALUES (2, 'two'); PREPARE TRANSACTION 'p1'"),
+    (0, "COMMIT PREPARED 'p1'"),
+    (0, "BEGIN; INSERT INTO t VALUES (3, 'three'); UPDATE t SET id = 11 WHERE id = 1; PREPARE TRANSACTION 'it''s'"),
+    (0, "ROLLBACK PREPARED 'it''s'"),
+    (
+        0,
+        "BEGIN; INSERT INTO t VALUES (6, 'six'); SAVEPOINT a; INSERT INTO t VALUES (7, 'gone'); ROLLBACK TO a;
+         SELECT pg_logical_emit_message(true, 'pfx', 'in 2pc'); PREPARE TRANSACTION 'sp'",
+    ),
+    (0, "COMMIT PREPARED 'sp'"),
+    (0, "CHECKPOINT"),
+];
+
+fn settledb_two_phase_workload(db: &Database) {
+    let t = db.create_table("t", two_columns(), pk()).unwrap();
+    db.create_publication("p_t", PublicationTarget::Tables(&["t"]), PublishActions::default()).unwrap();
+    db.create_logical_replication_slot("s", "pgoutput", true).unwrap();
+    let row = |i: i32, v: &str| [Value::Int4(i), Value::Text(v.into())];
+    let mut tx = db.begin().unwrap();
+    let one = tx.insert(&t, &row(1, "one")).unwrap();
+    tx.insert(&t, &row(2, "two")).unwrap();
+    tx.prepare("p1").unwrap();
+    db.commit_prepared("p1").unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.insert(&t, &row(3, "three")).unwrap();
+    tx.update(&t, one, &row(11, "one")).unwrap();
+    tx.prepare("it's").unwrap();
+    db.rollback_prepared("it's").unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.insert(&t, &row(6, "six")).unwrap();
+    tx.savepoint("a").unwrap();
+    tx.insert(&t, &row(7, "gone")).unwrap();
+    tx.rollback_to("a").unwrap();
+    tx.emit_logical_message(true, "pfx", b"in 2pc").unwrap();
+    tx.prepare("sp").unwrap();
+    db.commit_prepared("sp").unwrap();
+}
+
+#[test]
+fn two_phase_pgoutput_is_what_postgresql_15_sends() {
+    let runs = [options("3", &[("two_phase", "on"), ("publication_names", "p_t")])];
+    if !pg15_installed() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (_peer, url) = Peer::start(&tmp.path().join("pg"), &["wal_level=logical", "max_prepared_transactions=4"]);
+    let Some(pg) = postgres_runs_at(&url, &TWO_PHASE_SQL, &runs) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), Config { max_prepared_transactions: 4, ..config() }).unwrap();
+    settledb_two_phase_workload(&db);
+    let ours = settledb_run(&db, &runs[0]);
+    assert_eq!(ours, pg[0], "settledb's messages, then PostgreSQL 15's");
+    for what in ["BEGIN PREPARE", "PREPARE", "COMMIT PREPARED", "ROLLBACK PREPARED", "MESSAGE"] {
+        assert!(pg[0].iter().any(|l| l.starts_with(what)), "the comparison covers {what}: {:?}", pg[0]);
+    }
     db.close().unwrap();
 }

@@ -14,6 +14,8 @@
 //! M  message          logical messages, with `messages true`
 //! C  commit           only after a B: a transaction that published nothing sends nothing
 //! S / E / c / A       streamed blocks, stream commit, stream abort (protocol 2, `streaming`)
+//! b / P / K / r / p   two-phase (protocol 3, on a slot decoding two-phase): begin prepare,
+//!                     prepare, commit prepared, rollback prepared, stream prepare
 //! ```
 //!
 //! # Options (`pg_logical_slot_peek_binary_changes(…, name, value, …)`)
@@ -23,8 +25,9 @@
 //! supports protocol 1 or higher"), `publication_names` (required, a comma-separated list of
 //! identifiers), `binary` (send values in binary send format), `messages`, `streaming`
 //! (`on`, or `parallel` with protocol 4, whose stream aborts carry the abort LSN and time),
-//! `two_phase` (accepted with protocol 3 or later; prepared transactions are sent at COMMIT
-//! PREPARED as ordinary ones, see below), `origin` (`any` or `none`: the engine has no
+//! `two_phase` (protocol 3 or later: prepared transactions are sent at their PREPARE, and
+//! the slot decodes two-phase from then on, as PostgreSQL 15's `CreateDecodingContext` turns
+//! it on for good), `origin` (`any` or `none`: the engine has no
 //! replication origins, so both send everything). A repeated option is "conflicting or
 //! redundant options"; an unknown one "unrecognized pgoutput option: …".
 //!
@@ -51,9 +54,8 @@
 //!
 //! `T` (truncate): the engine has no TRUNCATE. `Y` (type): every engine type is a built-in
 //! PostgreSQL type. `O` (origin): no replication origins. `u` (unchanged TOAST): no TOAST.
-//! Two-phase messages (`b`, `P`, `K`, `r`, `p`): the decoder has no prepare callbacks yet, so
-//! a prepared transaction is decoded at its COMMIT PREPARED as `B` … `C`, what PostgreSQL
-//! sends when two-phase decoding is off.
+//! Without two-phase decoding a prepared transaction is sent at its COMMIT PREPARED as
+//! `B` … `C`, as PostgreSQL does.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -263,7 +265,8 @@ pub struct PgOutput {
     history: CatalogHistory,
     /// The named publications as of a history epoch.
     publications: Option<(usize, Vec<PublicationRow>)>,
-    /// Whether the current transaction sent its BEGIN.
+    /// Whether the current transaction sent its BEGIN (or BEGIN PREPARE, which goes out
+    /// at once).
     sent_begin: bool,
     /// The Relation message last sent outside streamed transactions, per relation, and per
     /// streamed top-level transaction the ones sent in it.
@@ -392,6 +395,14 @@ impl PgOutput {
         w.u64(txn.commit_lsn.0).i64(pg_time(txn.commit_time_us)).u32(txn.xid.0);
         out.write(lsn, txn.xid, w.finish());
         self.sent_begin = true;
+    }
+
+    /// A two-phase message: `P`, `p` (prepare, stream prepare) or `K` (commit prepared), all
+    /// laid out alike.
+    fn two_phase_message(tag: u8, txn: &TxnInfo, gid: &str) -> Vec<u8> {
+        let mut w = Writer::new(tag);
+        w.u8(0).u64(txn.commit_lsn.0).u64(txn.end_lsn.0).i64(pg_time(txn.commit_time_us)).u32(txn.xid.0).string(gid);
+        w.finish()
     }
 
     fn message_bytes(&self, xid: Option<Xid>, lsn: Lsn, transactional: bool, prefix: &str, content: &[u8]) -> Vec<u8> {
@@ -576,6 +587,57 @@ impl OutputPlugin for PgOutput {
         out.write(txn.end_lsn, txn.xid, w.finish());
         self.streamed.remove(&txn.xid);
         // What the committed transaction sent counts as sent (`cleanup_rel_sync_cache`).
+        if let Some(sent) = self.stream_rel_sent.remove(&txn.xid) {
+            self.rel_sent.extend(sent);
+        }
+        Ok(())
+    }
+
+    fn two_phase(&self) -> bool {
+        true
+    }
+
+    fn two_phase_requested(&self) -> bool {
+        self.opts.two_phase
+    }
+
+    fn begin_prepare(&mut self, out: &mut Output, txn: &TxnInfo, gid: &str) -> Result<()> {
+        let mut w = Writer::new(b'b');
+        w.u64(txn.commit_lsn.0).u64(txn.end_lsn.0).i64(pg_time(txn.commit_time_us)).u32(txn.xid.0).string(gid);
+        out.write(txn.first_lsn, txn.xid, w.finish());
+        self.sent_begin = true;
+        Ok(())
+    }
+
+    fn prepare(&mut self, out: &mut Output, txn: &TxnInfo, gid: &str) -> Result<()> {
+        self.sent_begin = false;
+        out.write(txn.end_lsn, txn.xid, Self::two_phase_message(b'P', txn, gid));
+        Ok(())
+    }
+
+    fn commit_prepared(&mut self, out: &mut Output, txn: &TxnInfo, gid: &str) -> Result<()> {
+        out.write(txn.end_lsn, txn.xid, Self::two_phase_message(b'K', txn, gid));
+        Ok(())
+    }
+
+    fn rollback_prepared(
+        &mut self,
+        out: &mut Output,
+        txn: &TxnInfo,
+        gid: &str,
+        prepare_end_lsn: Lsn,
+        prepare_time_us: i64,
+    ) -> Result<()> {
+        let mut w = Writer::new(b'r');
+        w.u8(0).u64(prepare_end_lsn.0).u64(txn.end_lsn.0).i64(pg_time(prepare_time_us));
+        w.i64(pg_time(txn.commit_time_us)).u32(txn.xid.0).string(gid);
+        out.write(txn.end_lsn, txn.xid, w.finish());
+        Ok(())
+    }
+
+    fn stream_prepare(&mut self, out: &mut Output, txn: &TxnInfo, gid: &str) -> Result<()> {
+        out.write(txn.end_lsn, txn.xid, Self::two_phase_message(b'p', txn, gid));
+        self.streamed.remove(&txn.xid);
         if let Some(sent) = self.stream_rel_sent.remove(&txn.xid) {
             self.rel_sent.extend(sent);
         }

@@ -20,6 +20,12 @@
 //! E  (nothing)
 //! c  Int32 xid, Int8 flags (0), Int64 commit_lsn, Int64 end_lsn, Int64 commit_time
 //! A  Int32 xid, Int32 subxid [, Int64 abort_lsn, Int64 abort_time: protocol 4, streaming parallel]
+//! b  Int64 prepare_lsn, Int64 end_lsn, Int64 prepare_time, Int32 xid, String gid      (protocol 3)
+//! P  Int8 flags (0), Int64 prepare_lsn, Int64 end_lsn, Int64 prepare_time, Int32 xid, String gid
+//! K  Int8 flags (0), Int64 commit_lsn, Int64 end_lsn, Int64 commit_time, Int32 xid, String gid
+//! r  Int8 flags (0), Int64 prepare_end_lsn, Int64 rollback_end_lsn, Int64 prepare_time,
+//!    Int64 rollback_time, Int32 xid, String gid
+//! p  as P (stream prepare)
 //! TupleData: Int16 ncols, ncols × ('n' | 'u' | 't' Int32 n, n bytes of text | 'b' Int32 n, n bytes of binary)
 //! ```
 
@@ -110,6 +116,40 @@ pub enum Message {
         xid: u32,
         subxid: u32,
         abort: Option<(u64, i64)>,
+    },
+    BeginPrepare {
+        prepare_lsn: u64,
+        end_lsn: u64,
+        prepare_time: i64,
+        xid: u32,
+        gid: String,
+    },
+    /// `P`, or `p` (`stream`: the PREPARE of a streamed transaction).
+    Prepare {
+        stream: bool,
+        flags: u8,
+        prepare_lsn: u64,
+        end_lsn: u64,
+        prepare_time: i64,
+        xid: u32,
+        gid: String,
+    },
+    CommitPrepared {
+        flags: u8,
+        commit_lsn: u64,
+        end_lsn: u64,
+        commit_time: i64,
+        xid: u32,
+        gid: String,
+    },
+    RollbackPrepared {
+        flags: u8,
+        prepare_end_lsn: u64,
+        rollback_end_lsn: u64,
+        prepare_time: i64,
+        rollback_time: i64,
+        xid: u32,
+        gid: String,
     },
 }
 
@@ -321,6 +361,39 @@ impl Reader {
                 let abort = if c.at < bytes.len() { Some((c.u64()?, c.i64()?)) } else { None };
                 Message::StreamAbort { xid, subxid, abort }
             }
+            b'b' => Message::BeginPrepare {
+                prepare_lsn: c.u64()?,
+                end_lsn: c.u64()?,
+                prepare_time: c.i64()?,
+                xid: c.u32()?,
+                gid: c.string()?,
+            },
+            b'P' | b'p' => Message::Prepare {
+                stream: tag == b'p',
+                flags: c.u8()?,
+                prepare_lsn: c.u64()?,
+                end_lsn: c.u64()?,
+                prepare_time: c.i64()?,
+                xid: c.u32()?,
+                gid: c.string()?,
+            },
+            b'K' => Message::CommitPrepared {
+                flags: c.u8()?,
+                commit_lsn: c.u64()?,
+                end_lsn: c.u64()?,
+                commit_time: c.i64()?,
+                xid: c.u32()?,
+                gid: c.string()?,
+            },
+            b'r' => Message::RollbackPrepared {
+                flags: c.u8()?,
+                prepare_end_lsn: c.u64()?,
+                rollback_end_lsn: c.u64()?,
+                prepare_time: c.i64()?,
+                rollback_time: c.i64()?,
+                xid: c.u32()?,
+                gid: c.string()?,
+            },
             t => return Err(Error::invalid(format!("pgoutput unknown message type {:?}", t as char))),
         };
         if c.at != bytes.len() {
@@ -411,6 +484,16 @@ impl Normalizer {
                 self.xid(*subxid),
                 if abort.is_some() { " with abort lsn and time" } else { "" }
             ),
+            Message::BeginPrepare { xid, gid, .. } => format!("BEGIN PREPARE {} {gid}", self.xid(*xid)),
+            Message::Prepare { stream, flags, xid, gid, .. } => {
+                format!("{}PREPARE {} {gid} flags {flags}", if *stream { "STREAM " } else { "" }, self.xid(*xid))
+            }
+            Message::CommitPrepared { flags, xid, gid, .. } => {
+                format!("COMMIT PREPARED {} {gid} flags {flags}", self.xid(*xid))
+            }
+            Message::RollbackPrepared { flags, xid, gid, .. } => {
+                format!("ROLLBACK PREPARED {} {gid} flags {flags}", self.xid(*xid))
+            }
         }
     }
 }

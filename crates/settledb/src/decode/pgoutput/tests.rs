@@ -323,3 +323,45 @@ fn the_reader_refuses_what_is_malformed() {
         .parse(&[&[b'I'][..], &1u32.to_be_bytes(), b"N", &1i16.to_be_bytes(), b"t\xff\xff\xff\xff"].concat())
         .is_err());
 }
+
+#[test]
+fn two_phase_messages_are_protocol_3s() {
+    let mut p =
+        plugin(&[("proto_version", "3"), ("publication_names", "p"), ("two_phase", "on")], PublishActions::default());
+    assert!(p.two_phase() && p.two_phase_requested());
+    let mut out = Output::default();
+    let (t, r) = (txn(), rel(ReplicaIdentity::Default));
+    p.begin_prepare(&mut out, &t, "g1").unwrap();
+    p.change(&mut out, &t, Lsn(0x110), &r, &RowData::Insert { new: vec![Value::Int4(1), Value::Null] }).unwrap();
+    p.prepare(&mut out, &t, "g1").unwrap();
+    let fin = TxnInfo { commit_lsn: Lsn(0x300), end_lsn: Lsn(0x330), commit_time_us: PG_EPOCH_OFFSET_US + 7, ..t };
+    p.commit_prepared(&mut out, &fin, "g1").unwrap();
+    p.rollback_prepared(&mut out, &fin, "g2", Lsn(0x228), PG_EPOCH_OFFSET_US + 5).unwrap();
+    let begin = [
+        &[b'b'][..],
+        &0x200u64.to_be_bytes(),
+        &0x228u64.to_be_bytes(),
+        &5i64.to_be_bytes(),
+        &727u32.to_be_bytes(),
+        b"g1\0",
+    ]
+    .concat();
+    assert_eq!(out.rows[0].data, begin);
+    let rollback = [
+        &[b'r', 0][..],
+        &0x228u64.to_be_bytes(),
+        &0x330u64.to_be_bytes(),
+        &5i64.to_be_bytes(),
+        &7i64.to_be_bytes(),
+        &727u32.to_be_bytes(),
+        b"g2\0",
+    ]
+    .concat();
+    assert_eq!(out.rows[5].data, rollback);
+    let m = parse_all(&out);
+    assert!(matches!(m[1], Message::Relation { .. }) && matches!(m[2], Message::Insert { .. }), "no B inside: {m:?}");
+    assert!(
+        matches!(&m[3], Message::Prepare { stream: false, prepare_lsn: 0x200, end_lsn: 0x228, gid, .. } if gid == "g1")
+    );
+    assert!(matches!(&m[4], Message::CommitPrepared { commit_lsn: 0x300, commit_time: 7, gid, .. } if gid == "g1"));
+}
