@@ -542,7 +542,6 @@ fn settledb_streamed_prepare_lines() -> Vec<String> {
     get();
     db.commit_prepared("big").unwrap();
     get();
-    drop(get);
     db.close().unwrap();
     out
 }
