@@ -164,5 +164,6 @@ smoke_tests!(
     stats_file,
     relsize_file,
     twophase_state,
-    slot_state
+    slot_state,
+    pgoutput_message
 );

@@ -298,9 +298,12 @@ impl Reader {
                 let (relid, namespace, name, replident) = (c.u32()?, c.string()?, c.string()?, c.u8()?);
                 let n = c.i16()?;
                 let mut columns = Vec::new();
-                for _ in 0..n.max(0) {
+                if n < 0 {
+                    return Err(Error::invalid(format!("pgoutput relation with {n} columns")));
+                }
+                for _ in 0..n {
                     columns.push(RelColumn {
-                        key: c.u8()? & 1 != 0,
+                        key: flag(c.u8()?)?,
                         name: c.string()?,
                         type_oid: c.u32()?,
                         typmod: c.i32()?,
@@ -336,14 +339,14 @@ impl Reader {
             }
             b'M' => Message::Message {
                 xid: xid(&mut c, s)?,
-                transactional: c.u8()? & 1 != 0,
+                transactional: flag(c.u8()?)?,
                 lsn: c.u64()?,
                 prefix: c.string()?,
                 content: c.counted()?,
             },
             b'S' => {
                 self.in_stream = true;
-                Message::StreamStart { xid: c.u32()?, first_segment: c.u8()? != 0 }
+                Message::StreamStart { xid: c.u32()?, first_segment: flag(c.u8()?)? }
             }
             b'E' => {
                 self.in_stream = false;
@@ -404,6 +407,119 @@ impl Reader {
             )));
         }
         Ok(m)
+    }
+}
+
+/// A flags byte that only says yes (1) or no (0): what pgoutput writes.
+fn flag(b: u8) -> Result<bool> {
+    match b {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(Error::invalid(format!("pgoutput flags {b:#04x} not understood"))),
+    }
+}
+
+impl Message {
+    /// The message's bytes, as pgoutput writes it (parsing them gives the message back).
+    pub fn encode(&self) -> Vec<u8> {
+        let xid = |w: &mut Writer, x: &Option<u32>| {
+            if let Some(x) = x {
+                w.u32(*x);
+            }
+        };
+        let mut w;
+        match self {
+            Message::Begin { final_lsn, commit_time, xid } => {
+                w = Writer::new(b'B');
+                w.u64(*final_lsn).i64(*commit_time).u32(*xid);
+            }
+            Message::Commit { flags, commit_lsn, end_lsn, commit_time } => {
+                w = Writer::new(b'C');
+                w.u8(*flags).u64(*commit_lsn).u64(*end_lsn).i64(*commit_time);
+            }
+            Message::Relation { xid: x, relid, namespace, name, replident, columns } => {
+                w = Writer::new(b'R');
+                xid(&mut w, x);
+                w.u32(*relid).string(namespace).string(name).u8(*replident);
+                w.i16(i16::try_from(columns.len()).unwrap_or(i16::MAX));
+                for c in columns {
+                    w.u8(u8::from(c.key)).string(&c.name).u32(c.type_oid).i32(c.typmod);
+                }
+            }
+            Message::Insert { xid: x, relid, new } => {
+                w = Writer::new(b'I');
+                xid(&mut w, x);
+                w.u32(*relid).u8(b'N').tuple(new);
+            }
+            Message::Update { xid: x, relid, old, new } => {
+                w = Writer::new(b'U');
+                xid(&mut w, x);
+                w.u32(*relid);
+                if let Some((k, t)) = old {
+                    w.u8(*k).tuple(t);
+                }
+                w.u8(b'N').tuple(new);
+            }
+            Message::Delete { xid: x, relid, old: (k, t) } => {
+                w = Writer::new(b'D');
+                xid(&mut w, x);
+                w.u32(*relid).u8(*k).tuple(t);
+            }
+            Message::Message { xid: x, transactional, lsn, prefix, content } => {
+                w = Writer::new(b'M');
+                xid(&mut w, x);
+                w.u8(u8::from(*transactional)).u64(*lsn).string(prefix).counted(content);
+            }
+            Message::StreamStart { xid, first_segment } => {
+                w = Writer::new(b'S');
+                w.u32(*xid).u8(u8::from(*first_segment));
+            }
+            Message::StreamStop => w = Writer::new(b'E'),
+            Message::StreamCommit { xid, flags, commit_lsn, end_lsn, commit_time } => {
+                w = Writer::new(b'c');
+                w.u32(*xid).u8(*flags).u64(*commit_lsn).u64(*end_lsn).i64(*commit_time);
+            }
+            Message::StreamAbort { xid, subxid, abort } => {
+                w = Writer::new(b'A');
+                w.u32(*xid).u32(*subxid);
+                if let Some((lsn, time)) = abort {
+                    w.u64(*lsn).i64(*time);
+                }
+            }
+            Message::BeginPrepare { prepare_lsn, end_lsn, prepare_time, xid, gid } => {
+                w = Writer::new(b'b');
+                w.u64(*prepare_lsn).u64(*end_lsn).i64(*prepare_time).u32(*xid).string(gid);
+            }
+            Message::Prepare { stream, flags, prepare_lsn, end_lsn, prepare_time, xid, gid } => {
+                w = Writer::new(if *stream { b'p' } else { b'P' });
+                w.u8(*flags).u64(*prepare_lsn).u64(*end_lsn).i64(*prepare_time).u32(*xid).string(gid);
+            }
+            Message::CommitPrepared { flags, commit_lsn, end_lsn, commit_time, xid, gid } => {
+                w = Writer::new(b'K');
+                w.u8(*flags).u64(*commit_lsn).u64(*end_lsn).i64(*commit_time).u32(*xid).string(gid);
+            }
+            Message::RollbackPrepared {
+                flags,
+                prepare_end_lsn,
+                rollback_end_lsn,
+                prepare_time,
+                rollback_time,
+                xid,
+                gid,
+            } => {
+                w = Writer::new(b'r');
+                w.u8(*flags).u64(*prepare_end_lsn).u64(*rollback_end_lsn).i64(*prepare_time);
+                w.i64(*rollback_time).u32(*xid).string(gid);
+            }
+        }
+        w.finish()
+    }
+}
+
+impl Reader {
+    /// A reader that starts inside a streamed block (its messages carry XIDs).
+    pub fn in_stream() -> Reader {
+        Reader { in_stream: true }
     }
 }
 
