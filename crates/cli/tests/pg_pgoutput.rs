@@ -269,8 +269,11 @@ fn unframed(lines: &[String]) -> (Vec<String>, Vec<usize>) {
             pending.push((top.clone(), l.clone()));
             continue;
         }
-        let end =
-            l.strip_prefix("STREAM COMMIT ").map(|r| (r, false)).or(l.strip_prefix("STREAM ABORT ").map(|r| (r, true)));
+        let end = l
+            .strip_prefix("STREAM COMMIT ")
+            .or(l.strip_prefix("STREAM PREPARE "))
+            .map(|r| (r, false))
+            .or(l.strip_prefix("STREAM ABORT ").map(|r| (r, true)));
         if let Some((rest, aborted)) = end {
             let top = rest.split(' ').next().unwrap_or_default().to_string();
             let (mine, others): (Vec<_>, Vec<_>) = pending.drain(..).partition(|(t, _)| *t == top);
@@ -372,5 +375,47 @@ fn two_phase_pgoutput_is_what_postgresql_15_sends() {
     for what in ["BEGIN PREPARE", "PREPARE", "COMMIT PREPARED", "ROLLBACK PREPARED", "MESSAGE"] {
         assert!(pg[0].iter().any(|l| l.starts_with(what)), "the comparison covers {what}: {:?}", pg[0]);
     }
+    db.close().unwrap();
+}
+
+/// A large prepared transaction streamed before its PREPARE (protocol 3, `streaming` and
+/// `two_phase`): its blocks, a stream prepare, then the commit prepared.
+const STREAM_PREPARE_SQL: [(usize, &str); 7] = [
+    (0, "CREATE TABLE t (id integer PRIMARY KEY, val text)"),
+    (0, "CREATE PUBLICATION p_t FOR TABLE t"),
+    (0, "SELECT 'init' FROM pg_create_logical_replication_slot('s', 'pgoutput', false, true)"),
+    (0, "BEGIN; INSERT INTO t SELECT g, 'row ' || g FROM generate_series(1, 5000) g; PREPARE TRANSACTION 'big'"),
+    (0, "COMMIT PREPARED 'big'"),
+    (0, "CHECKPOINT"),
+    (0, "SET logical_decoding_work_mem = '64kB'"),
+];
+
+#[test]
+fn a_streamed_prepared_transaction_is_what_postgresql_15_sends() {
+    let runs = [options("3", &[("two_phase", "on"), ("streaming", "on"), ("publication_names", "p_t")])];
+    if !pg15_installed() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (_peer, url) = Peer::start(&tmp.path().join("pg"), &["wal_level=logical", "max_prepared_transactions=4"]);
+    let Some(pg) = postgres_runs_at(&url, &STREAM_PREPARE_SQL, &runs) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), Config { max_prepared_transactions: 4, ..config() }).unwrap();
+    let t = db.create_table("t", two_columns(), pk()).unwrap();
+    db.create_publication("p_t", PublicationTarget::Tables(&["t"]), PublishActions::default()).unwrap();
+    db.create_logical_replication_slot("s", "pgoutput", true).unwrap();
+    let mut tx = db.begin().unwrap();
+    for g in 1..=5000 {
+        tx.insert(&t, &[Value::Int4(g), Value::Text(format!("row {g}"))]).unwrap();
+    }
+    tx.prepare("big").unwrap();
+    drop(tx);
+    db.commit_prepared("big").unwrap();
+    let ours = settledb_run(&db, &runs[0]);
+    let (ours_u, ours_n) = unframed(&ours);
+    let (pg_u, pg_n) = unframed(&pg[0]);
+    assert_eq!((ours_n, pg_n.clone()), (vec![1], pg_n), "streamed transactions");
+    assert_eq!(ours_u, pg_u, "settledb's messages, then PostgreSQL 15's, framing taken out");
+    assert!(pg_u.iter().any(|l| l.starts_with("STREAM PREPARE")), "{:?}", &pg_u[pg_u.len().saturating_sub(3)..]);
     db.close().unwrap();
 }
