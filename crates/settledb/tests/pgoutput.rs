@@ -7,7 +7,9 @@
 //! relation goes out once per session, transactions that publish nothing send nothing,
 //! messages need `messages true`; publications are read as of each change's position in the
 //! WAL (an ALTER applies to later changes only, a publication dropped or not yet created at a
-//! change is PostgreSQL 15's error); and publications survive a clean restart and a crash.
+//! change is PostgreSQL 15's error, VACUUM of `pg_publication` keeps the versions a slot still
+//! reads, a later restart point sees earlier publications); and publications survive a clean
+//! restart and a crash.
 
 use settledb::catalog::publication::PublishActions;
 use settledb::db::{DecodeLimits, PublicationTarget};
@@ -243,5 +245,58 @@ fn publications_survive_a_restart_and_a_crash() {
     let db = Database::open(dir.path(), config()).unwrap();
     assert_eq!(db.publications().unwrap(), before, "after a crash");
     assert_eq!(peek(&db, "p_t,p_full", &[("messages", "on")]).unwrap(), decoded);
+    db.close().unwrap();
+}
+
+/// VACUUM of `pg_publication` keeps the row versions a slot's historic snapshots still need
+/// (its `catalog_xmin`), and a later session, from a later restart point, sees what was
+/// committed before that point through CLOG.
+#[test]
+fn vacuum_keeps_what_a_slot_reads_and_a_later_restart_point_sees_earlier_publications() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config()).unwrap();
+    let t = create(&db, "t");
+    db.create_publication("p", PublicationTarget::Tables(&["t"]), actions("insert")).unwrap();
+    db.create_logical_replication_slot("s", "pgoutput", false).unwrap();
+    let insert = |id: i32| {
+        let mut tx = db.begin().unwrap();
+        tx.insert(&t, &row(id, None)).unwrap();
+        tx.commit().unwrap();
+    };
+    insert(1);
+    db.alter_publication_set_publish("p", actions("delete")).unwrap();
+    insert(2); // not published: p publishes only deletes now
+    db.alter_publication_set_publish("p", actions("insert,delete")).unwrap();
+    insert(3);
+    let report = db.vacuum(Some("pg_publication"), &settledb::VacuumParams::default()).unwrap();
+    assert!(!report.is_empty());
+    let want = "
+        BEGIN T0
+        RELATION public.t d (id*:23:-1 val:25:-1)
+        INSERT public.t N(t'1' n)
+        COMMIT flags 0
+        BEGIN T1
+        INSERT public.t N(t'3' n)
+        COMMIT flags 0
+    ";
+    assert_eq!(peek(&db, "p", &[]).unwrap(), lines(want), "after VACUUM of pg_publication");
+
+    // Consume, checkpoint (a new running-transactions record), advance: the slot restarts
+    // after every publication change, which the next session sees as committed.
+    let o: Vec<(String, Option<String>)> = [("proto_version", "1"), ("publication_names", "p")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+        .collect();
+    db.logical_slot_get_changes("s", DecodeLimits::default(), &o).unwrap();
+    db.checkpoint().unwrap();
+    db.replication_slot_advance("s", settledb::Lsn(u64::MAX)).unwrap();
+    insert(4);
+    let want = "
+        BEGIN T0
+        RELATION public.t d (id*:23:-1 val:25:-1)
+        INSERT public.t N(t'4' n)
+        COMMIT flags 0
+    ";
+    assert_eq!(peek(&db, "p", &[]).unwrap(), lines(want), "from a later restart point");
     db.close().unwrap();
 }
