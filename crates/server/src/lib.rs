@@ -26,6 +26,7 @@
 //! See `docs/server.md` for what is supported and what is not.
 
 pub mod catalog;
+pub mod conn;
 pub mod copy;
 pub mod ddl;
 pub mod dml;

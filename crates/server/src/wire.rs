@@ -101,7 +101,7 @@ pub fn serve_connection(
         let conn = async move {
             // `handler`, and with it every sender of jobs, drops when this ends.
             tokio::select! {
-                r = pgwire::tokio::process_socket(sock, None, handler) => r,
+                r = crate::conn::serve_socket(sock, handler) => r,
                 _ = stop.wait_for(|stopped| *stopped) => Ok(()),
             }
         };
