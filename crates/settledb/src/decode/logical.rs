@@ -19,7 +19,14 @@
 //! change is decoded with the schema it was written under as long as the decoder can find
 //! the relation by OID. It looks first at the `pg_class` rows it has read from the WAL (a table
 //! created, written and dropped while decoding lagged is still known), then at the catalog it
-//! was given. Catalog relations' own changes are not decoded.
+//! was given. Catalog relations' own changes are not decoded. A relation's replica identity
+//! and primary key (what pgoutput's Relation message says) are learned the same way, from its
+//! new `pg_class` row and its key's index row.
+//!
+//! Catalog rows that do change under their identity (publications) are read by the plugin as
+//! of each change's LSN: the decoder keeps the start point and the commits of the transactions
+//! that wrote them ([`super::historic::CatalogHistory`]) and hands that to the plugin
+//! ([`OutputPlugin::catalog_history`]) before anything later.
 //!
 //! # Records
 //!
