@@ -300,3 +300,36 @@ fn vacuum_keeps_what_a_slot_reads_and_a_later_restart_point_sees_earlier_publica
     assert_eq!(peek(&db, "p", &[]).unwrap(), lines(want), "from a later restart point");
     db.close().unwrap();
 }
+
+/// A relation's Relation message goes out again when what it says changes: here its replica
+/// identity (PostgreSQL resends after the relcache invalidation). The table is created after
+/// the slot, so the decoder learns it, and then its new replica identity, from the WAL (a
+/// table older than the slot's restart point is described as the catalog has it now; see
+/// docs/logical-decoding.md).
+#[test]
+fn a_changed_replica_identity_sends_the_relation_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config()).unwrap();
+    db.create_publication("p", PublicationTarget::AllTables, PublishActions::default()).unwrap();
+    db.create_logical_replication_slot("s", "pgoutput", false).unwrap();
+    let t = create(&db, "t");
+    let mut tx = db.begin().unwrap();
+    let a = tx.insert(&t, &row(1, Some("a"))).unwrap();
+    tx.commit().unwrap();
+    db.alter_table_replica_identity("t", ReplicaIdentity::Full).unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.delete(&t, a).unwrap();
+    tx.commit().unwrap();
+    let want = "
+        BEGIN T0
+        RELATION public.t d (id*:23:-1 val:25:-1)
+        INSERT public.t N(t'1' t'a')
+        COMMIT flags 0
+        BEGIN T1
+        RELATION public.t f (id*:23:-1 val*:25:-1)
+        DELETE public.t O(t'1' t'a')
+        COMMIT flags 0
+    ";
+    assert_eq!(peek(&db, "p", &[]).unwrap(), lines(want));
+    db.close().unwrap();
+}

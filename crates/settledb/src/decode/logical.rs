@@ -112,13 +112,17 @@ pub enum RowData {
     Insert {
         new: Vec<Value>,
     },
-    /// `old` is the logged old key (non-key columns NULL) or whole old row, if any.
+    /// `old` is the logged old key (non-key columns NULL) or whole old row, if any;
+    /// `old_whole` says which (the table's replica identity when the change was logged:
+    /// FULL logs the whole row).
     Update {
         old: Option<Vec<Value>>,
+        old_whole: bool,
         new: Vec<Value>,
     },
     Delete {
         old: Option<Vec<Value>>,
+        old_whole: bool,
     },
 }
 
@@ -828,9 +832,10 @@ fn row_data(rel: &RelInfo, kind: ChangeKind, c: &Change<'_>) -> Result<RowData> 
             .map_err(|e| Error::invalid(format!("logical decoding: a row of \"{}\" at {}: {e}", rel.name, c.lsn)))
     };
     let old = if c.old.is_empty() { None } else { Some(deform(&c.old[1..])?) };
+    let old_whole = c.old.first() == Some(&crate::heap::OLD_TUPLE);
     Ok(match kind {
         ChangeKind::Insert => RowData::Insert { new: deform(c.new)? },
-        ChangeKind::Update => RowData::Update { old, new: deform(c.new)? },
-        _ => RowData::Delete { old },
+        ChangeKind::Update => RowData::Update { old, old_whole, new: deform(c.new)? },
+        _ => RowData::Delete { old, old_whole },
     })
 }

@@ -321,7 +321,7 @@ impl PgOutput {
         Ok(match row {
             RowData::Insert { .. } => a.insert,
             RowData::Update { .. } => a.update,
-            RowData::Delete { old } => a.delete && old.is_some(),
+            RowData::Delete { old, .. } => a.delete && old.is_some(),
         })
     }
 
@@ -354,7 +354,9 @@ impl PgOutput {
 
     /// The I, U or D message.
     fn change_message(&self, rel: &RelInfo, row: &RowData, xid: Option<Xid>) -> Vec<u8> {
-        let old_kind = if rel.replica_identity == ReplicaIdentity::Full { b'O' } else { b'K' };
+        // What the WAL logged decides K or O (PostgreSQL decides by the relation's
+        // relreplident as of the change, which is what the logging followed).
+        let old_kind = |whole: bool| if whole { b'O' } else { b'K' };
         let tag = match row {
             RowData::Insert { .. } => b'I',
             RowData::Update { .. } => b'U',
@@ -374,16 +376,16 @@ impl PgOutput {
                 w.u8(b'N');
                 tuple(&mut w, new);
             }
-            RowData::Update { old, new } => {
+            RowData::Update { old, old_whole, new } => {
                 if let Some(old) = old {
-                    w.u8(old_kind);
+                    w.u8(old_kind(*old_whole));
                     tuple(&mut w, old);
                 }
                 w.u8(b'N');
                 tuple(&mut w, new);
             }
-            RowData::Delete { old } => {
-                w.u8(old_kind);
+            RowData::Delete { old, old_whole } => {
+                w.u8(old_kind(*old_whole));
                 tuple(&mut w, old.as_deref().unwrap_or_default());
             }
         }

@@ -137,8 +137,15 @@ fn a_transaction_is_begin_relation_changes_commit() {
     let one = vec![Value::Int4(1), Value::Text("one".into())];
     p.change(&mut out, &t, Lsn(0x110), &r, &RowData::Insert { new: one.clone() }).unwrap();
     let key = vec![Value::Int4(1), Value::Null];
-    p.change(&mut out, &t, Lsn(0x120), &r, &RowData::Update { old: Some(key.clone()), new: one.clone() }).unwrap();
-    p.change(&mut out, &t, Lsn(0x130), &r, &RowData::Delete { old: Some(key) }).unwrap();
+    p.change(
+        &mut out,
+        &t,
+        Lsn(0x120),
+        &r,
+        &RowData::Update { old: Some(key.clone()), old_whole: false, new: one.clone() },
+    )
+    .unwrap();
+    p.change(&mut out, &t, Lsn(0x130), &r, &RowData::Delete { old: Some(key), old_whole: false }).unwrap();
     p.commit(&mut out, &t).unwrap();
 
     // Byte for byte, the documented layouts.
@@ -187,7 +194,14 @@ fn unpublished_actions_and_empty_transactions_send_nothing() {
     let mut out = Output::default();
     let (t, r) = (txn(), rel(ReplicaIdentity::Default));
     p.begin(&mut out, &t).unwrap();
-    p.change(&mut out, &t, Lsn(0x130), &r, &RowData::Delete { old: Some(vec![Value::Int4(1), Value::Null]) }).unwrap();
+    p.change(
+        &mut out,
+        &t,
+        Lsn(0x130),
+        &r,
+        &RowData::Delete { old: Some(vec![Value::Int4(1), Value::Null]), old_whole: false },
+    )
+    .unwrap();
     p.message(&mut out, Some(&t), Lsn(0x140), true, "pfx", b"x").unwrap();
     p.commit(&mut out, &t).unwrap();
     assert!(out.rows.is_empty(), "no published change, messages off: nothing at all");
@@ -262,7 +276,7 @@ fn streamed_blocks_carry_xids_and_binary_values_their_send_format() {
         t.xid,
         Lsn(0x120),
         &r,
-        &RowData::Delete { old: Some(vec![Value::Int4(7), Value::Null]) },
+        &RowData::Delete { old: Some(vec![Value::Int4(7), Value::Null]), old_whole: true },
     )
     .unwrap();
     p.stream_stop(&mut out, t.xid, Lsn(0x120)).unwrap();
