@@ -79,9 +79,10 @@ impl Database {
         let class_tid = match &created {
             None => None,
             Some(class) => {
-                let xid = tx.ensure_xid()?;
+                tx.ensure_xid()?;
                 startup::log_create(&inner.wal, inner.pool.smgr(), PG_PUBLICATION_OID, Fork::Main)?;
-                let class = ClassRow { relfrozenxid: xid, ..class.clone() };
+                // As CREATE TABLE's: no XID older than the oldest running one can be in it.
+                let class = ClassRow { relfrozenxid: inner.xact.oldest_xmin(), ..class.clone() };
                 let pg_class = inner.catalog.get("pg_class").ok_or_else(|| Error::NotFound("pg_class".into()))?;
                 Some((tx.insert_raw(&pg_class.rel, &class.to_values())?, class))
             }

@@ -527,11 +527,7 @@ impl OutputPlugin for PgOutput {
         Ok(())
     }
 
-    fn stream_change(&mut self, out: &mut Output, top: Xid, lsn: Lsn, rel: &RelInfo, row: &RowData) -> Result<()> {
-        self.stream_change_by(out, top, top, lsn, rel, row)
-    }
-
-    fn stream_change_by(
+    fn stream_change(
         &mut self,
         out: &mut Output,
         top: Xid,
@@ -549,10 +545,13 @@ impl OutputPlugin for PgOutput {
         Ok(())
     }
 
+    /// A streamed message names the top-level transaction, not the subtransaction that wrote
+    /// it: PostgreSQL hands `stream_message` the transaction being streamed.
     fn stream_message(
         &mut self,
         out: &mut Output,
         top: Xid,
+        _xid: Xid,
         lsn: Lsn,
         transactional: bool,
         prefix: &str,

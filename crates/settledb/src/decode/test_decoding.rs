@@ -243,7 +243,15 @@ impl OutputPlugin for TestDecoding {
         Ok(())
     }
 
-    fn stream_change(&mut self, out: &mut Output, top: Xid, lsn: Lsn, _rel: &RelInfo, _row: &RowData) -> Result<()> {
+    fn stream_change(
+        &mut self,
+        out: &mut Output,
+        top: Xid,
+        _xid: Xid,
+        lsn: Lsn,
+        _rel: &RelInfo,
+        _row: &RowData,
+    ) -> Result<()> {
         if self.skip_empty_xacts && !self.stream_wrote_changes {
             self.write_stream_start(out, top, lsn);
         }
@@ -257,6 +265,7 @@ impl OutputPlugin for TestDecoding {
         &mut self,
         out: &mut Output,
         top: Xid,
+        _xid: Xid,
         lsn: Lsn,
         transactional: bool,
         prefix: &str,

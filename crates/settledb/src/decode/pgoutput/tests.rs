@@ -258,7 +258,7 @@ fn streamed_blocks_carry_xids_and_binary_values_their_send_format() {
     let (t, r) = (txn(), rel(ReplicaIdentity::Full));
     assert!(p.streaming());
     p.stream_start(&mut out, t.xid, Lsn(0x110)).unwrap();
-    p.stream_change_by(
+    p.stream_change(
         &mut out,
         t.xid,
         Xid(728),
@@ -267,10 +267,10 @@ fn streamed_blocks_carry_xids_and_binary_values_their_send_format() {
         &RowData::Insert { new: vec![Value::Int4(7), Value::Null] },
     )
     .unwrap();
-    p.stream_message(&mut out, t.xid, Lsn(0x118), true, "pfx", b"hi").unwrap();
+    p.stream_message(&mut out, t.xid, Xid(728), Lsn(0x118), true, "pfx", b"hi").unwrap();
     p.stream_stop(&mut out, t.xid, Lsn(0x118)).unwrap();
     p.stream_start(&mut out, t.xid, Lsn(0x120)).unwrap();
-    p.stream_change_by(
+    p.stream_change(
         &mut out,
         t.xid,
         t.xid,
