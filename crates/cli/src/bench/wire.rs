@@ -132,7 +132,7 @@ fn idle_run(engine: &'static str, url: &str, n: u32, seconds: u32, pss: &dyn Fn(
             }
         }
         next += 1;
-        if next % 100 == 0 {
+        if next.is_multiple_of(100) {
             pss_open_kb = pss_open_kb.max(pss());
         }
     }
