@@ -1,9 +1,12 @@
 //! `pg_logical_slot_get_changes` and `pg_logical_slot_peek_changes` on the [`Database`]: a
-//! decoding session over a slot (see [`crate::decode::logical`]).
+//! decoding session over a slot (see [`crate::decode::logical`]). Both collect the session's
+//! rows; [`Database::decode_slot_into`] hands them to a sink one by one instead, so that a
+//! consumer (`settle decode`) never holds more than one row of output.
 
 use super::Database;
 use crate::catalog::Catalog;
 use crate::decode::logical::{LogicalDecoder, Output, OutputPlugin, OutputRow, RelInfo, RelationLookup};
+use crate::decode::null::NullOutput;
 use crate::decode::reorderbuffer::{ReorderBuffer, ReorderBufferConfig, ReorderStats};
 use crate::decode::slot;
 use crate::decode::test_decoding::TestDecoding;
@@ -24,6 +27,16 @@ pub struct DecodeLimits {
 #[derive(Debug)]
 pub struct DecodeResult {
     pub rows: Vec<OutputRow>,
+    /// The end of the last record read.
+    pub end_lsn: Lsn,
+    pub stats: ReorderStats,
+}
+
+/// What a session that handed its rows to a sink produced and how far it read.
+#[derive(Debug)]
+pub struct DecodeSummary {
+    /// Rows handed to the sink.
+    pub rows: u64,
     /// The end of the last record read.
     pub end_lsn: Lsn,
     pub stats: ReorderStats,
@@ -62,6 +75,23 @@ impl Database {
         self.decode_slot(slot_name, limits, options, false)
     }
 
+    /// A decoding session over slot `slot_name` that hands each output row to `sink` as the
+    /// plugin writes it (a streaming `pg_logical_slot_get_changes` when `confirm`, `peek`
+    /// otherwise). `upto_nchanges` counts rows handed over. A sink's error stops the session:
+    /// nothing is confirmed and its counters are not added to the slot's.
+    pub fn decode_slot_into(
+        &self,
+        slot_name: &str,
+        limits: DecodeLimits,
+        options: &[(String, Option<String>)],
+        confirm: bool,
+        sink: &mut dyn FnMut(OutputRow) -> Result<()>,
+    ) -> Result<DecodeSummary> {
+        let mut out = Output::to_sink(sink);
+        let (end_lsn, stats) = self.decode_session(slot_name, limits, options, confirm, &mut out)?;
+        Ok(DecodeSummary { rows: out.written, end_lsn, stats })
+    }
+
     fn decode_slot(
         &self,
         slot_name: &str,
@@ -69,6 +99,20 @@ impl Database {
         options: &[(String, Option<String>)],
         confirm: bool,
     ) -> Result<DecodeResult> {
+        let mut out = Output::default();
+        let (end_lsn, stats) = self.decode_session(slot_name, limits, options, confirm, &mut out)?;
+        Ok(DecodeResult { rows: out.rows, end_lsn, stats })
+    }
+
+    /// One session: reads the WAL from the slot's `restart_lsn`, the plugin writing to `out`.
+    fn decode_session(
+        &self,
+        slot_name: &str,
+        limits: DecodeLimits,
+        options: &[(String, Option<String>)],
+        confirm: bool,
+        out: &mut Output<'_>,
+    ) -> Result<(Lsn, ReorderStats)> {
         let inner = &self.inner;
         let d = self
             .replication_slot(slot_name)
@@ -81,9 +125,11 @@ impl Database {
         }
         let mut plugin: Box<dyn OutputPlugin> = match d.plugin.as_str() {
             "test_decoding" => Box::new(TestDecoding::new(options)?),
+            "null" => Box::new(NullOutput::new(options)?),
             other => {
                 return Err(Error::invalid(format!(
-                    "could not access file \"{other}\": No such file or directory (output plugins: test_decoding)"
+                    "could not access file \"{other}\": No such file or directory (output plugins: test_decoding, \
+                     null)"
                 )))
             }
         };
@@ -98,16 +144,18 @@ impl Database {
         let lookup = CatalogLookup(&inner.catalog);
         let mut decoder = LogicalDecoder::new(rb, d.confirmed_flush, &lookup);
         let mut reader = WalReader::new(inner.fs.clone(), inner.wal.dir(), d.restart_lsn, inner.wal.segment_size());
-        let mut out = Output::default();
         let mut end_lsn = d.confirmed_flush;
         while let Some(rec) = reader.next()? {
             if rec.lsn >= end_of_wal {
                 break;
             }
-            decoder.process(&rec, &mut *plugin, &mut out)?;
+            decoder.process(&rec, &mut *plugin, out)?;
+            if let Some(e) = out.take_error() {
+                return Err(e);
+            }
             end_lsn = end_lsn.max(rec.end_lsn);
             if limits.upto_lsn.is_some_and(|u| u <= rec.end_lsn)
-                || limits.upto_nchanges.is_some_and(|n| n > 0 && out.rows.len() >= n)
+                || limits.upto_nchanges.is_some_and(|n| n > 0 && out.written >= n as u64)
             {
                 break;
             }
@@ -119,6 +167,6 @@ impl Database {
         if confirm && end_lsn > d.confirmed_flush {
             self.replication_slot_advance(slot_name, end_lsn)?;
         }
-        Ok(DecodeResult { rows: out.rows, end_lsn, stats })
+        Ok((end_lsn, stats))
     }
 }

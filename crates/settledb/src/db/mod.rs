@@ -72,7 +72,7 @@ use crate::wal::control::{ControlFile, DbState};
 use crate::wal::{RecordBuilder, Rmgr, Wal, WalStats};
 use crate::xact::{TransactionManager, XactOptions};
 pub use ddl::Index;
-pub use decoding::{DecodeLimits, DecodeResult};
+pub use decoding::{DecodeLimits, DecodeResult, DecodeSummary};
 pub use startup::RecoveryReport;
 pub use transaction::{Scan, Transaction};
 

@@ -167,6 +167,45 @@ impl Database {
         Ok(SlotInfo::of(&d, &inner.wal_position()))
     }
 
+    /// Copies logical slot `src` to a new slot `dst` (`pg_copy_logical_replication_slot(src,
+    /// dst)`, not temporary, same plugin): the copy has `src`'s plugin, `two_phase`,
+    /// `restart_lsn`, `confirmed_flush_lsn` and `catalog_xmin`, so it decodes exactly what
+    /// `src` would from here, and from then on moves on its own. It is written to its state
+    /// file before this returns, as [`Database::create_logical_replication_slot`] does, and
+    /// keeps what it needs from that moment (the source holds the same WAL and catalog rows
+    /// while both exist under the one lock). Its counters start from zero. Errors, with
+    /// nothing changed: no slot `src`, an invalidated `src` ("cannot copy invalidated
+    /// replication slot"), an invalid or used name `dst`, `max_replication_slots` reached.
+    pub fn copy_logical_replication_slot(&self, src: &str, dst: &str) -> Result<SlotInfo> {
+        let inner = &self.inner;
+        slot::validate_name(dst)?;
+        inner.wal.check_poisoned()?;
+        let mut g = inner.slots.lock();
+        let Some(from) = g.get(src).cloned() else {
+            return Err(Error::NotFound(format!("replication slot \"{src}\" does not exist")));
+        };
+        if from.invalidated {
+            return Err(Error::invalid(format!(
+                "cannot copy invalidated replication slot \"{src}\"; DETAIL: This slot has been invalidated \
+                 because it exceeded the maximum reserved size."
+            )));
+        }
+        if g.get(dst).is_some() {
+            return Err(Error::AlreadyExists(format!("replication slot \"{dst}\" already exists")));
+        }
+        if g.len() >= inner.config.max_replication_slots as usize {
+            return Err(Error::invalid(
+                "all replication slots are in use; HINT: Free one or increase max_replication_slots.",
+            ));
+        }
+        let d = SlotData { name: dst.to_string(), ..from };
+        let created = g.create(d.clone());
+        inner.push_slot_minima(g.minima());
+        created?;
+        super::pgstat::reset_slot_stats(inner, dst, true);
+        Ok(SlotInfo::of(&d, &inner.wal_position()))
+    }
+
     /// Drops a replication slot (`pg_drop_replication_slot`): its WAL and catalog rows are
     /// released (removed by the next checkpoint and VACUUM).
     pub fn drop_replication_slot(&self, name: &str) -> Result<()> {

@@ -16,6 +16,7 @@
 
 pub mod logical;
 pub mod message;
+pub mod null;
 pub mod reorderbuffer;
 pub mod slot;
 pub mod test_decoding;
