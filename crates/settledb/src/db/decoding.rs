@@ -3,16 +3,22 @@
 //! rows; [`Database::decode_slot_into`] hands them to a sink one by one instead, so that a
 //! consumer (`settle decode`) never holds more than one row of output.
 
-use super::Database;
+use std::sync::Arc;
+
+use super::{Database, Inner};
 use crate::catalog::Catalog;
 use crate::decode::logical::{LogicalDecoder, Output, OutputPlugin, OutputRow, RelInfo, RelationLookup};
 use crate::decode::null::NullOutput;
-use crate::decode::reorderbuffer::{ReorderBuffer, ReorderBufferConfig, ReorderStats};
+use crate::decode::reorderbuffer::{ReorderBuffer, ReorderBufferConfig, ReorderStats, XidStatus};
 use crate::decode::slot;
+use crate::decode::slot::RunningXactsAt;
 use crate::decode::test_decoding::TestDecoding;
 use crate::error::{Error, Result};
-use crate::types::{Lsn, Oid};
-use crate::wal::WalReader;
+use crate::types::{Lsn, Oid, Xid};
+use crate::wal::{Rmgr, WalReader};
+use crate::xact::standby::{RunningXacts, XLOG_RUNNING_XACTS};
+
+use super::slots::RunningXactsSeen;
 
 /// Where a session stops: at the first record ending at or past `upto_lsn`, or once
 /// `upto_nchanges` rows were produced (after the record that produced them), or at the end
@@ -40,6 +46,19 @@ pub struct DecodeSummary {
     /// The end of the last record read.
     pub end_lsn: Lsn,
     pub stats: ReorderStats,
+}
+
+/// The CLOG, for the reorder buffer: a transaction it holds that the CLOG already says rolled
+/// back (the decoder lags the writers, so it often knows before reading the abort record) is
+/// dropped instead of spilled or streamed, as PostgreSQL 16's
+/// `ReorderBufferCheckAndTruncateAbortedTXN` does. Only an aborted verdict counts: a running
+/// or committed transaction is kept, and an error reading the CLOG keeps it too.
+struct ClogStatus(Arc<Inner>);
+
+impl XidStatus for ClogStatus {
+    fn is_aborted(&self, xid: Xid) -> bool {
+        matches!(self.0.xact.status(xid), Ok(crate::xact::XidStatus::Aborted))
+    }
 }
 
 struct CatalogLookup<'a>(&'a Catalog);
@@ -140,15 +159,22 @@ impl Database {
             ..ReorderBufferConfig::default()
         };
         let spill_dir = slot::slot_dir(&inner.dir).join(slot_name);
-        let rb = ReorderBuffer::new(cfg, inner.fs.clone(), &spill_dir)?;
+        let mut rb = ReorderBuffer::new(cfg, inner.fs.clone(), &spill_dir)?;
+        rb.set_xid_status(Arc::new(ClogStatus(self.inner.clone())));
         let lookup = CatalogLookup(&inner.catalog);
         let mut decoder = LogicalDecoder::new(rb, d.confirmed_flush, &lookup);
         let mut reader = WalReader::new(inner.fs.clone(), inner.wal.dir(), d.restart_lsn, inner.wal.segment_size());
         let mut end_lsn = d.confirmed_flush;
+        let mut seen = RunningXactsSeen { from: d.restart_lsn, to: d.restart_lsn, records: Vec::new() };
         while let Some(rec) = reader.next()? {
             if rec.lsn >= end_of_wal {
                 break;
             }
+            if rec.rmgr == Rmgr::Standby && rec.info == XLOG_RUNNING_XACTS {
+                let running = RunningXacts::decode(&rec.main_data, rec.lsn)?;
+                seen.records.push(RunningXactsAt { lsn: rec.lsn, end: rec.end_lsn, running });
+            }
+            seen.to = rec.end_lsn;
             decoder.process(&rec, &mut *plugin, out)?;
             if let Some(e) = out.take_error() {
                 return Err(e);
@@ -162,6 +188,7 @@ impl Database {
         }
         let stats = decoder.stats();
         drop(decoder);
+        *inner.running_xacts_seen.lock() = Some(seen);
         // Peeking counts too, as in PostgreSQL: the work was done.
         super::pgstat::add_slot_stats(inner, slot_name, &stats);
         if confirm && end_lsn > d.confirmed_flush {

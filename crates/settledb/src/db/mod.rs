@@ -171,6 +171,9 @@ pub(crate) struct Inner {
     pub(crate) slots: crate::decode::slot::ReplicationSlots,
     /// Their cumulative counters (`pg_stat_replication_slots`), by name.
     pub(crate) slot_stats: Mutex<std::collections::BTreeMap<String, crate::stats::SlotStats>>,
+    /// The running-transactions records the last decoding session read, so that confirming
+    /// what it decoded does not read the same WAL again (see `slots::RunningXactsSeen`).
+    pub(crate) running_xacts_seen: Mutex<Option<slots::RunningXactsSeen>>,
 }
 
 type PreparedCounts = Vec<(Arc<TableEntry>, crate::stats::TableCounts)>;
@@ -474,6 +477,7 @@ impl Database {
             prepared_counts: Mutex::new(Default::default()),
             slots,
             slot_stats,
+            running_xacts_seen: Mutex::new(None),
         });
         startup::note_wal_level(&inner.wal, &mut inner.control.lock(), inner.config.wal_level, fresh)?;
         if fresh {

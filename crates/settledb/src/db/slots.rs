@@ -47,6 +47,17 @@ pub(crate) fn open_slots(
     Ok(slots)
 }
 
+/// Every running-transactions record starting in `[from, to)`, in order, as a decoding session
+/// read them ([`Database::decode_slot_into`] reads every record from a slot's `restart_lsn`).
+/// WAL below the flushed position never changes, so they stay true; advancing a slot over
+/// what a session decoded uses them instead of reading that WAL a second time.
+#[derive(Debug, Default)]
+pub(crate) struct RunningXactsSeen {
+    pub from: Lsn,
+    pub to: Lsn,
+    pub records: Vec<RunningXactsAt>,
+}
+
 impl Inner {
     fn push_slot_minima(&self, m: SlotMinima) {
         self.xact.set_replication_slot_xmin(m.xmin, m.catalog_xmin);
@@ -90,8 +101,14 @@ impl Inner {
         Ok(keep)
     }
 
-    /// The running-transactions records from `from` to `to` (records starting before `to`).
+    /// The running-transactions records from `from` to `to` (records starting before `to`):
+    /// those a decoding session just read if it read that range, else read from the WAL.
     fn running_xacts_between(&self, from: Lsn, to: Lsn) -> Result<Vec<RunningXactsAt>> {
+        if let Some(seen) = self.running_xacts_seen.lock().as_ref() {
+            if seen.from == from && to <= seen.to {
+                return Ok(seen.records.iter().filter(|r| r.lsn < to).cloned().collect());
+            }
+        }
         let mut reader = WalReader::new(self.fs.clone(), self.wal.dir(), from, self.wal.segment_size());
         let mut out = Vec::new();
         while let Some(rec) = reader.next()? {
