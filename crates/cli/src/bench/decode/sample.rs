@@ -72,11 +72,8 @@ pub fn sample_until(
     mut done: impl FnMut() -> bool,
 ) -> (Sampled, bool) {
     let mut s = Sampled::default();
-    loop {
-        match sample(pid) {
-            Some(x) => s.add(x),
-            None => break,
-        }
+    while let Some(x) = sample(pid) {
+        s.add(x);
         if done() {
             break;
         }
