@@ -50,9 +50,12 @@ pub struct DecodeSummary {
 
 /// The CLOG, for the reorder buffer: a transaction it holds that the CLOG already says rolled
 /// back (the decoder lags the writers, so it often knows before reading the abort record) is
-/// dropped instead of spilled or streamed, as PostgreSQL 16's
-/// `ReorderBufferCheckAndTruncateAbortedTXN` does. Only an aborted verdict counts: a running
-/// or committed transaction is kept, and an error reading the CLOG keeps it too.
+/// dropped instead of spilled, as PostgreSQL 16's `ReorderBufferCheckAndTruncateAbortedTXN`
+/// does. Only an aborted verdict counts: a running or committed transaction is kept, and an
+/// error reading the CLOG keeps it too. Given to the buffer only when the plugin does not
+/// stream: with streaming, a transaction that rolls back is streamed and then stream-aborted
+/// as PostgreSQL 15 does (and as `tests/decoding.rs` specifies); dropping it there too would
+/// be PostgreSQL 16's behaviour, a change of what consumers see.
 struct ClogStatus(Arc<Inner>);
 
 impl XidStatus for ClogStatus {
@@ -160,7 +163,11 @@ impl Database {
         };
         let spill_dir = slot::slot_dir(&inner.dir).join(slot_name);
         let mut rb = ReorderBuffer::new(cfg, inner.fs.clone(), &spill_dir)?;
-        rb.set_xid_status(Arc::new(ClogStatus(self.inner.clone())));
+        if !plugin.streaming() {
+            // Streaming plugins still get PostgreSQL 15's stream of an aborted transaction
+            // and its stream abort (see `ClogStatus`).
+            rb.set_xid_status(Arc::new(ClogStatus(self.inner.clone())));
+        }
         let lookup = CatalogLookup(&inner.catalog);
         let mut decoder = LogicalDecoder::new(rb, d.confirmed_flush, &lookup);
         let mut reader = WalReader::new(inner.fs.clone(), inner.wal.dir(), d.restart_lsn, inner.wal.segment_size());
