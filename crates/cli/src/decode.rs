@@ -9,11 +9,20 @@
 //! `--create-slot` and `--start` may be given together (the slot is created, then read).
 //! `--start` writes each decoded row's data as one line to FILE (`-`, the default, is
 //! standard output; a file is appended to, as `pg_recvlogical` does) and confirms what it
-//! wrote as it goes: each round decodes from the slot (as `pg_logical_slot_peek_changes`, at
-//! most [`BATCH_ROWS`] rows), writes and flushes the lines (and fsyncs a file), then advances
-//! the slot's `confirmed_flush_lsn` over them; when there is nothing new it sleeps
-//! [`IDLE_SLEEP`]. It stops on SIGINT or SIGTERM, or once `--endpos` is reached, and prints
-//! the position the slot was confirmed up to on standard error.
+//! wrote as it goes: each round decodes from the slot to the end of the WAL (as
+//! `pg_logical_slot_peek_changes`, but streaming: each row goes through a buffered writer as
+//! the plugin writes it, [`settledb::Database::decode_slot_into`], so no round holds its rows
+//! in memory), flushes the lines (and fsyncs a file), then advances the slot's
+//! `confirmed_flush_lsn` over them; when there is nothing new it sleeps [`IDLE_SLEEP`]. It
+//! stops on SIGINT or SIGTERM, or once `--endpos` is reached, and prints the position the slot
+//! was confirmed up to on standard error.
+//!
+//! `--stats` also prints, on standard error, one line `settle decode stats: {…}` of JSON: the
+//! process's `RssAnon` right after opening the directory (kB), the rows written, and the
+//! sessions' reorder-buffer counters summed (`pg_stat_replication_slots`' and the buffer's own:
+//! evictions, spill files, peak accounted memory). `settle bench decode` reads it. The memory
+//! limit is `--set logical_decoding_work_mem=…` (PostgreSQL's `PGOPTIONS='-c
+//! logical_decoding_work_mem=…'`).
 //!
 //! `--endpos` is `pg_recvlogical`'s: rows up to and including that LSN are written, and it is
 //! not aware of transaction boundaries. A transaction cut short there is confirmed only up to
@@ -40,8 +49,6 @@ use clap::Args;
 use settledb::db::DecodeLimits;
 use settledb::{Database, Error, Lsn};
 
-/// Rows decoded per round at most (bounds the memory a backlog takes).
-pub const BATCH_ROWS: usize = 10_000;
 /// The pause between rounds that found nothing new.
 pub const IDLE_SLEEP: Duration = Duration::from_millis(100);
 
@@ -79,6 +86,9 @@ pub struct DecodeArgs {
     /// Configuration parameters, `name=value` (PostgreSQL names and units).
     #[arg(long = "set", value_name = "NAME=VALUE")]
     pub set: Vec<String>,
+    /// With --start: print the session counters as one JSON line on standard error at the end.
+    #[arg(long)]
+    pub stats: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -132,8 +142,14 @@ pub fn run(a: DecodeArgs) -> Result<ExitCode> {
     crate::require_data_dir(&a.dir)?;
     let set: Vec<String> = ["wal_level=logical", "autovacuum=off"].iter().map(|s| s.to_string()).chain(a.set).collect();
     let db = Database::open(&a.dir, crate::config_from(&set)?)?;
+    let rss_after_open_kb = rss_anon_kb();
     let result = actions(&db, &a.slot, a.create_slot, a.if_not_exists, &a.plugin, a.drop_slot, a.start, || {
-        follow(&db, &a.slot, endpos, &plugin_options(&a.options), &a.file)
+        let mut stats = FollowStats { rss_anon_after_open_kb: rss_after_open_kb, ..FollowStats::default() };
+        let at = follow(&db, &a.slot, endpos, &plugin_options(&a.options), &a.file, &mut stats)?;
+        if a.stats {
+            eprintln!("settle decode stats: {}", serde_json::to_string(&stats)?);
+        }
+        Ok(at)
     });
     let closed = db.close();
     result?;
@@ -170,38 +186,88 @@ fn actions(
     Ok(())
 }
 
-/// Where rows are written: standard output or a file opened for appending.
-enum Sink {
-    Stdout(std::io::Stdout),
-    File(std::fs::File),
+/// `RssAnon` of this process in kB, from `/proc/self/status` (0 where there is none).
+pub fn rss_anon_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What `--stats` prints: the sessions' counters summed.
+#[derive(serde::Serialize, serde::Deserialize, Default, Debug, Clone)]
+pub struct FollowStats {
+    pub rss_anon_after_open_kb: u64,
+    pub rounds: u64,
+    pub rows: u64,
+    pub total_txns: u64,
+    pub total_bytes: u64,
+    pub spill_txns: u64,
+    pub spill_count: u64,
+    pub spill_bytes: u64,
+    pub spill_files: u64,
+    pub stream_txns: u64,
+    pub stream_count: u64,
+    pub stream_bytes: u64,
+    pub evictions: u64,
+    pub peak_memory: u64,
+}
+
+impl FollowStats {
+    fn add(&mut self, s: &settledb::decode::reorderbuffer::ReorderStats) {
+        self.rounds += 1;
+        self.total_txns += s.total_txns;
+        self.total_bytes += s.total_bytes;
+        self.spill_txns += s.spill_txns;
+        self.spill_count += s.spill_count;
+        self.spill_bytes += s.spill_bytes;
+        self.spill_files += s.spill_files;
+        self.stream_txns += s.stream_txns;
+        self.stream_count += s.stream_count;
+        self.stream_bytes += s.stream_bytes;
+        self.evictions += s.evictions;
+        self.peak_memory = self.peak_memory.max(s.peak_memory);
+    }
+}
+
+/// Where rows are written: standard output or a file opened for appending, buffered.
+struct Sink {
+    out: std::io::BufWriter<Box<dyn Write>>,
+    file: Option<std::fs::File>,
+    path: String,
 }
 
 impl Sink {
     fn open(path: &str) -> Result<Sink> {
         if path == "-" {
-            return Ok(Sink::Stdout(std::io::stdout()));
+            let out: Box<dyn Write> = Box::new(std::io::stdout());
+            return Ok(Sink { out: std::io::BufWriter::with_capacity(1 << 16, out), file: None, path: path.into() });
         }
         let f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
             .with_context(|| format!("could not open log file \"{path}\""))?;
-        Ok(Sink::File(f))
+        let out: Box<dyn Write> = Box::new(f.try_clone()?);
+        // Only a regular file is fsynced (a device such as /dev/null refuses it).
+        let file = f.metadata()?.is_file().then_some(f);
+        Ok(Sink { out: std::io::BufWriter::with_capacity(1 << 16, out), file, path: path.into() })
     }
 
-    /// Writes the lines and makes them durable (a file is fsynced) before the slot moves past
-    /// them.
-    fn write_lines(&mut self, lines: &[u8]) -> Result<()> {
-        match self {
-            Sink::Stdout(o) => {
-                let mut o = o.lock();
-                o.write_all(lines)?;
-                o.flush()?;
-            }
-            Sink::File(f) => {
-                f.write_all(lines)?;
-                f.sync_data()?;
-            }
+    /// One row's line, buffered (a hot path: once per row).
+    fn write_line(&mut self, data: &[u8]) -> std::io::Result<()> {
+        self.out.write_all(data)?;
+        self.out.write_all(b"\n")
+    }
+
+    /// Flushes the lines and makes them durable (a file is fsynced) before the slot moves
+    /// past them.
+    fn flush_durable(&mut self) -> Result<()> {
+        self.out.flush()?;
+        if let Some(f) = &self.file {
+            f.sync_data().with_context(|| format!("could not fsync file \"{}\"", self.path))?;
         }
         Ok(())
     }
@@ -214,6 +280,7 @@ fn follow(
     endpos: Option<Lsn>,
     options: &[(String, Option<String>)],
     file: &str,
+    stats: &mut FollowStats,
 ) -> Result<Lsn> {
     let mut sink = Sink::open(file)?;
     install_stop_handlers();
@@ -225,21 +292,20 @@ fn follow(
         // Not `upto_lsn: endpos`: a transaction running across --endpos must be read up to its
         // commit for its rows before --endpos to be written (the walsender, too, decodes
         // past it; pg_recvlogical cuts).
-        let limits = DecodeLimits { upto_lsn: None, upto_nchanges: Some(BATCH_ROWS) };
-        let r = db.logical_slot_peek_changes(slot, limits, options)?;
-        let mut lines = Vec::new();
-        let mut last_written = None;
-        let mut cut = false;
-        for row in &r.rows {
-            if endpos.is_some_and(|e| row.lsn > e) {
+        let (mut written, mut last_written, mut cut) = (0u64, None, false);
+        let r = db.decode_slot_into(slot, DecodeLimits::default(), options, false, &mut |row| {
+            if cut || endpos.is_some_and(|e| row.lsn > e) {
                 cut = true;
-                break;
+                return Ok(());
             }
-            lines.extend_from_slice(&row.data);
-            lines.push(b'\n');
+            sink.write_line(&row.data).map_err(|e| Error::io("write", file, e))?;
             last_written = Some(row.lsn);
-        }
-        sink.write_lines(&lines)?;
+            written += 1;
+            Ok(())
+        })?;
+        sink.flush_durable()?;
+        stats.add(&r.stats);
+        stats.rows += written;
         // A transaction cut at --endpos is confirmed only up to its last row written (it is
         // decoded again next time); otherwise everything read is consumed.
         let reached = cut || endpos.is_some_and(|e| r.end_lsn >= e);
@@ -254,7 +320,7 @@ fn follow(
         if reached {
             break;
         }
-        if r.rows.is_empty() {
+        if r.rows == 0 {
             std::thread::sleep(IDLE_SLEEP);
         }
     }

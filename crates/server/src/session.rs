@@ -104,6 +104,10 @@ impl Env for Cx<'_, '_> {
                 Some(Datum::Null) => Ok(Datum::Null),
                 _ => Err(SqlError::new("42883", "function age() takes an xid")),
             },
+            // The WAL written so far, flushed on demand (pg_lsn shown as text).
+            "pg_current_wal_lsn" | "pg_current_wal_insert_lsn" => {
+                Ok(Datum::Text(self.db.current_wal_insert_lsn().to_string()))
+            }
             "current_setting" => match args.first().and_then(Datum::to_text) {
                 Some(n) => settings::show(self.db, self.settings, &n).map(Datum::Text),
                 None => Ok(Datum::Null),

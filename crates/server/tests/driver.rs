@@ -284,6 +284,13 @@ async fn replication_slots_over_sql() {
     let advanced: String =
         c.query_one("select pg_replication_slot_advance('s1', 'FFFFFFFF/0')", &[]).await.unwrap().get(0);
     assert!(advanced > created, "{advanced} after {created}");
+    // The WAL position, as pg_current_wal_lsn() prints it: past what the slot was advanced to.
+    let lsn: String = c.query_one("select pg_current_wal_lsn()", &[]).await.unwrap().get(0);
+    let parse = |s: &str| {
+        let (hi, lo) = s.trim_matches(|c| c == '(' || c == ')').rsplit(',').next().unwrap().split_once('/').unwrap();
+        (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+    };
+    assert!(parse(&lsn) >= parse(&advanced), "{lsn} before {advanced}");
     let e = c.query_one("select pg_replication_slot_advance('s1', '0/1')", &[]).await.unwrap_err();
     assert_eq!(code(&e), "22023");
     c.query_one("select pg_drop_replication_slot('s1')", &[]).await.unwrap();

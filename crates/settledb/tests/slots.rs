@@ -419,3 +419,68 @@ fn creation_waits_for_running_transactions() {
     assert!(lines[1].starts_with("table public.t: INSERT: id[integer]:2 "), "{lines:?}");
     db.close().unwrap();
 }
+
+/// `pg_copy_logical_replication_slot`: the copy has the source's plugin, positions and
+/// catalog_xmin, is on disk before the call returns (it survives a crash that keeps only what
+/// was fsynced), decodes exactly what the source decodes, and then moves on its own: consuming
+/// the copy leaves the source where it was, and dropping the source leaves the copy's WAL kept.
+#[test]
+fn a_copied_slot_decodes_what_its_source_would() {
+    let fs = FaultFs::new();
+    let db = open_with(&fs, &[("max_replication_slots", "3")]);
+    let t = db.create_table("t", schema(), TableOptions::default()).unwrap();
+    db.create_logical_replication_slot("src", "test_decoding", false).unwrap();
+    write_rows(&db, &t, 0, 20);
+    db.checkpoint().unwrap();
+    write_rows(&db, &t, 20, 5);
+    let copied = db.copy_logical_replication_slot("src", "dst").unwrap();
+    let src = slot(&db.replication_slots(), "src").clone();
+    assert_eq!(copied.plugin, "test_decoding");
+    assert_eq!(
+        (copied.restart_lsn, copied.confirmed_flush_lsn, copied.catalog_xmin, copied.two_phase),
+        (src.restart_lsn, src.confirmed_flush_lsn, src.catalog_xmin, src.two_phase)
+    );
+    // Durable at once: a crash keeping only fsynced data still has both.
+    db.abandon();
+    let fs = fs.crash(CrashMode::LoseUnsynced);
+    let db = open_with(&fs, &[("max_replication_slots", "3")]);
+    let t = db.table("t").unwrap();
+    let slots = db.replication_slots();
+    assert_eq!(slot(&slots, "dst").restart_lsn, src.restart_lsn);
+    assert_eq!(slot(&slots, "dst").confirmed_flush_lsn, src.confirmed_flush_lsn);
+    let no_limits = settledb::db::DecodeLimits::default();
+    let peeked = db.logical_slot_peek_changes("src", no_limits, &[]).unwrap();
+    assert_eq!(peeked.rows.len(), 2 * 2 + 25, "two transactions: BEGIN, rows, COMMIT each");
+    // The copy, read through a sink, gives the same rows, then is consumed.
+    let mut streamed = Vec::new();
+    let s = db
+        .decode_slot_into("dst", no_limits, &[], true, &mut |row| {
+            streamed.push(row);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(streamed, peeked.rows);
+    assert_eq!((s.rows, s.stats.total_txns), (streamed.len() as u64, 2));
+    assert_eq!(slot(&db.replication_slots(), "src").confirmed_flush_lsn, src.confirmed_flush_lsn, "src unmoved");
+    assert!(db.logical_slot_peek_changes("dst", no_limits, &[]).unwrap().rows.is_empty());
+    // A sink's error stops the session and confirms nothing.
+    db.copy_logical_replication_slot("src", "failing").unwrap();
+    let e = db.decode_slot_into("failing", no_limits, &[], true, &mut |_| Err(settledb::Error::invalid("disk full")));
+    assert!(e.unwrap_err().to_string().contains("disk full"));
+    assert_eq!(slot(&db.replication_slots(), "failing").confirmed_flush_lsn, src.confirmed_flush_lsn);
+    // Errors: no source, a used name, a bad name, no room.
+    assert!(matches!(db.copy_logical_replication_slot("nope", "x"), Err(settledb::Error::NotFound(_))));
+    assert!(matches!(db.copy_logical_replication_slot("src", "dst"), Err(settledb::Error::AlreadyExists(_))));
+    assert!(db.copy_logical_replication_slot("src", "Bad-Name").is_err());
+    let full = db.copy_logical_replication_slot("src", "fourth").unwrap_err();
+    assert!(full.to_string().contains("all replication slots are in use"), "{full}");
+    // Dropping the source leaves the copy's WAL kept.
+    db.drop_replication_slot("src").unwrap();
+    db.drop_replication_slot("failing").unwrap();
+    write_rows(&db, &t, 25, 3);
+    db.checkpoint().unwrap();
+    let rows = db.logical_slot_get_changes("dst", no_limits, &[]).unwrap().rows;
+    assert_eq!(rows.len(), 2 + 3);
+    assert_check_clean(&db, "after copying slots");
+    db.close().unwrap();
+}

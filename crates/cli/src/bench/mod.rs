@@ -3,6 +3,7 @@
 //! work on the same machine in the same run so that the two can be compared as a ratio.
 
 pub mod aging;
+pub mod decode;
 pub mod pgbench;
 pub mod relations;
 pub mod reorder;
@@ -111,6 +112,9 @@ pub enum BenchCmd {
     /// The logical-decoding reorder buffer alone on synthetic changes (PostgreSQL's worst
     /// cases' shapes), each victim index side by side.
     Reorder(crate::bench::reorder::ReorderArgs),
+    /// Logical decoding end to end (WAL to output) on the engine and, with --peer, on
+    /// PostgreSQL 15's walsender: the same workloads, decoder processes sampled alike.
+    Decode(crate::bench::decode::DecodeBenchArgs),
 }
 
 #[derive(Serialize, Default, Clone)]
@@ -190,6 +194,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Wire(args) => crate::bench::wire::run(args),
         BenchCmd::WalLevel(args) => crate::bench::wal_level::run(args),
         BenchCmd::Reorder(args) => crate::bench::reorder::run(args),
+        BenchCmd::Decode(args) => crate::bench::decode::run(args),
     }
 }
 

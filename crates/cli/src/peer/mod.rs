@@ -166,6 +166,30 @@ impl Postgres {
         out.with_context(|| format!("could not run {}", path.display()))
     }
 
+    /// A command running one of PostgreSQL's programs (as `postgres` when we are root), with
+    /// `env` set for it, to be spawned by the caller (`settle bench decode` samples what it
+    /// starts). Files it writes must be in a directory `postgres` may write, e.g. [`Self::dir`].
+    pub fn command(&self, program: &str, env: &[(&str, &str)]) -> Command {
+        let path = self.bindir.join(program);
+        let c = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--", "env"]);
+            c.args(env.iter().map(|(k, v)| format!("{k}={v}")));
+            c.arg(&path);
+            c
+        } else {
+            let mut c = Command::new(&path);
+            c.envs(env.iter().copied());
+            c
+        };
+        c
+    }
+
+    /// The server's directory (its data directory is `data/` inside); owned by the server's user.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Runs a query with psql and returns its unaligned, tuples-only output.
     pub fn query(&self, sql: &str) -> Result<String> {
         let port = self.port.to_string();

@@ -43,7 +43,8 @@
 //! open, and after ROLLBACK PREPARED the VACUUM must.
 //!
 //! **The lagging replication slot** (with the held prepared transaction): a logical slot
-//! (`soak_lagging`) is created just after it, so its `catalog_xmin` is the prepared
+//! (`soak_lagging`) is created just before it (a slot created while a transaction runs waits
+//! for it, as PostgreSQL's does), so its `catalog_xmin` is at or before the prepared
 //! transaction's XID, and nothing decodes from it: it keeps the WAL from its `restart_lsn` and
 //! holds back the catalog's horizon, so `pg_class`'s relfrozenxid (and with it the database's
 //! frozen XID) cannot pass it. The warnings must name it too (PostgreSQL's hint: "or drop stale
@@ -301,12 +302,12 @@ struct Held {
 impl Held {
     /// PREPARE TRANSACTION of a transaction that wrote nothing (it gets its XID then).
     fn prepare(db: &Database, args: &SoakArgs) -> Result<Held> {
+        db.create_logical_replication_slot(LAGGING_SLOT, "test_decoding", false)?;
+        let d = db.replication_slot(LAGGING_SLOT).context("the lagging slot")?;
         let mut tx = db.begin()?;
         tx.prepare(HELD_GID).context("preparing the held transaction")?;
         let xid = db.prepared_xacts().iter().find(|p| p.gid == HELD_GID).context("the held transaction")?.xid;
         let hold = args.prepared_hold.unwrap_or((2 * args.freeze_max_age).min((1 << 31) - 200_000_000));
-        db.create_logical_replication_slot(LAGGING_SLOT, "test_decoding", false)?;
-        let d = db.replication_slot(LAGGING_SLOT).context("the lagging slot")?;
         let slot = LaggingSlotReport {
             name: LAGGING_SLOT.into(),
             catalog_xmin: d.catalog_xmin.0,
@@ -356,7 +357,7 @@ impl Held {
     /// Advances the lagging slot to the end of the WAL. Its restart point must be a
     /// running-transactions record whose transactions a later one shows finished, so
     /// checkpoints (which log them) alternate with advances until its catalog_xmin moves past
-    /// the finished prepared transaction (the workers' short transactions are running at
+    /// the finished prepared transaction (it starts at or before it) (the workers' short transactions are running at
     /// each checkpoint, so one pair may not do).
     fn release_slot(&mut self, db: &Database) -> Result<()> {
         let Some(slot) = self.report.slot.as_mut() else { return Ok(()) };
@@ -369,7 +370,7 @@ impl Held {
             }
             db.replication_slot_advance(LAGGING_SLOT, settledb::Lsn(u64::MAX))?;
             let d = db.replication_slot(LAGGING_SLOT).context("the lagging slot")?;
-            if d.catalog_xmin != held {
+            if held.precedes(d.catalog_xmin) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -1,17 +1,26 @@
 //! `pg_logical_slot_get_changes` and `pg_logical_slot_peek_changes` on the [`Database`]: a
-//! decoding session over a slot (see [`crate::decode::logical`]).
+//! decoding session over a slot (see [`crate::decode::logical`]). Both collect the session's
+//! rows; [`Database::decode_slot_into`] hands them to a sink one by one instead, so that a
+//! consumer (`settle decode`) never holds more than one row of output.
 
-use super::Database;
+use std::sync::Arc;
+
+use super::{Database, Inner};
 use crate::catalog::Catalog;
 use crate::decode::logical::{LogicalDecoder, Output, OutputPlugin, OutputRow, RelInfo, RelationLookup};
+use crate::decode::null::NullOutput;
 use crate::decode::pgoutput::PgOutput;
-use crate::decode::reorderbuffer::{ReorderBuffer, ReorderBufferConfig, ReorderStats};
+use crate::decode::reorderbuffer::{ReorderBuffer, ReorderBufferConfig, ReorderStats, XidStatus};
 use crate::decode::slot;
+use crate::decode::slot::RunningXactsAt;
 use crate::decode::test_decoding::TestDecoding;
 use crate::error::{Error, Result};
 use crate::heap::HeapEnv;
-use crate::types::{Lsn, Oid};
-use crate::wal::WalReader;
+use crate::types::{Lsn, Oid, Xid};
+use crate::wal::{Rmgr, WalReader};
+use crate::xact::standby::{RunningXacts, XLOG_RUNNING_XACTS};
+
+use super::slots::RunningXactsSeen;
 
 /// Where a session stops: at the first record ending at or past `upto_lsn`, or once
 /// `upto_nchanges` rows were produced (after the record that produced them), or at the end
@@ -29,6 +38,34 @@ pub struct DecodeResult {
     /// The end of the last record read.
     pub end_lsn: Lsn,
     pub stats: ReorderStats,
+}
+
+/// What a session that handed its rows to a sink produced and how far it read.
+#[derive(Debug)]
+pub struct DecodeSummary {
+    /// Rows handed to the sink.
+    pub rows: u64,
+    /// The end of the last record read.
+    pub end_lsn: Lsn,
+    pub stats: ReorderStats,
+}
+
+/// The CLOG, for the reorder buffer: a transaction it holds that the CLOG already says rolled
+/// back (the decoder lags the writers, so it often knows before reading the abort record) is
+/// dropped instead of spilled, as PostgreSQL 16's `ReorderBufferCheckAndTruncateAbortedTXN`
+/// does. Only an aborted verdict counts: a running or committed transaction is kept, and an
+/// error reading the CLOG keeps it too. Given to the buffer only when the plugin does not
+/// stream and prepared transactions are not decoded at PREPARE: with streaming, a transaction
+/// that rolls back is streamed and then stream-aborted as PostgreSQL 15 does (and as
+/// `tests/decoding.rs` specifies); dropping it there too would be PostgreSQL 16's behaviour, a
+/// change of what consumers see; and a prepared transaction rolled back later is still handed
+/// over at its PREPARE.
+struct ClogStatus(Arc<Inner>);
+
+impl XidStatus for ClogStatus {
+    fn is_aborted(&self, xid: Xid) -> bool {
+        matches!(self.0.xact.status(xid), Ok(crate::xact::XidStatus::Aborted))
+    }
 }
 
 /// The current catalog, then the versions of `pg_class` rows still on disk (a table dropped
@@ -86,33 +123,29 @@ impl Database {
         self.decode_slot(slot_name, limits, options, false)
     }
 
-    fn decode_slot(
+    /// A decoding session over slot `slot_name` that hands each output row to `sink` as the
+    /// plugin writes it (a streaming `pg_logical_slot_get_changes` when `confirm`, `peek`
+    /// otherwise). `upto_nchanges` counts rows handed over. A sink's error stops the session:
+    /// nothing is confirmed and its counters are not added to the slot's.
+    pub fn decode_slot_into(
         &self,
         slot_name: &str,
         limits: DecodeLimits,
         options: &[(String, Option<String>)],
         confirm: bool,
-    ) -> Result<DecodeResult> {
+        sink: &mut dyn FnMut(OutputRow) -> Result<()>,
+    ) -> Result<DecodeSummary> {
         let d = self.decodable_slot(slot_name)?;
-        let mut plugin: Box<dyn OutputPlugin> = match d.plugin.as_str() {
-            "test_decoding" => Box::new(TestDecoding::new(options)?),
-            "pgoutput" => {
-                Box::new(PgOutput::new(options, Box::new(super::publication::DbPublications(self.inner.clone())))?)
-            }
-            other => {
-                return Err(Error::invalid(format!(
-                    "could not access file \"{other}\": No such file or directory (output plugins: test_decoding, \
-                     pgoutput)"
-                )))
-            }
-        };
-        self.decode_slot_with(slot_name, limits, &mut *plugin, confirm)
+        let mut plugin = self.output_plugin(&d, options)?;
+        let mut out = Output::to_sink(sink);
+        let (end_lsn, stats) = self.decode_session(slot_name, limits, &mut *plugin, confirm, &mut out)?;
+        Ok(DecodeSummary { rows: out.written, end_lsn, stats })
     }
 
     /// A decoding session over `slot_name` into `plugin` (whatever plugin the slot names):
     /// for tests and embedders that consume structured changes rather than a plugin's rows.
-    /// `limits.upto_nchanges` counts the rows the plugin writes to its [`crate::decode::logical::Output`];
-    /// with `confirm` the slot advances to the end of the last record read, as
+    /// `limits.upto_nchanges` counts the rows the plugin writes to its [`Output`]; with
+    /// `confirm` the slot advances to the end of the last record read, as
     /// [`Database::logical_slot_get_changes`] does.
     pub fn decode_slot_with(
         &self,
@@ -121,6 +154,49 @@ impl Database {
         plugin: &mut dyn OutputPlugin,
         confirm: bool,
     ) -> Result<DecodeResult> {
+        let mut out = Output::default();
+        let (end_lsn, stats) = self.decode_session(slot_name, limits, plugin, confirm, &mut out)?;
+        Ok(DecodeResult { rows: out.rows, end_lsn, stats })
+    }
+
+    fn decode_slot(
+        &self,
+        slot_name: &str,
+        limits: DecodeLimits,
+        options: &[(String, Option<String>)],
+        confirm: bool,
+    ) -> Result<DecodeResult> {
+        let d = self.decodable_slot(slot_name)?;
+        let mut plugin = self.output_plugin(&d, options)?;
+        self.decode_slot_with(slot_name, limits, &mut *plugin, confirm)
+    }
+
+    /// The plugin slot `d` names, with `options`.
+    fn output_plugin(&self, d: &slot::SlotData, options: &[(String, Option<String>)]) -> Result<Box<dyn OutputPlugin>> {
+        Ok(match d.plugin.as_str() {
+            "test_decoding" => Box::new(TestDecoding::new(options)?),
+            "pgoutput" => {
+                Box::new(PgOutput::new(options, Box::new(super::publication::DbPublications(self.inner.clone())))?)
+            }
+            "null" => Box::new(NullOutput::new(options)?),
+            other => {
+                return Err(Error::invalid(format!(
+                    "could not access file \"{other}\": No such file or directory (output plugins: test_decoding, \
+                     pgoutput, null)"
+                )))
+            }
+        })
+    }
+
+    /// One session: reads the WAL from the slot's `restart_lsn`, `plugin` writing to `out`.
+    fn decode_session(
+        &self,
+        slot_name: &str,
+        limits: DecodeLimits,
+        plugin: &mut dyn OutputPlugin,
+        confirm: bool,
+        out: &mut Output<'_>,
+    ) -> Result<(Lsn, ReorderStats)> {
         let inner = &self.inner;
         let d = self.decodable_slot(slot_name)?;
         let two_phase = plugin.two_phase() && (d.two_phase || plugin.two_phase_requested());
@@ -132,35 +208,51 @@ impl Database {
             ..ReorderBufferConfig::default()
         };
         let spill_dir = slot::slot_dir(&inner.dir).join(slot_name);
-        let rb = ReorderBuffer::new(cfg, inner.fs.clone(), &spill_dir)?;
+        let mut rb = ReorderBuffer::new(cfg, inner.fs.clone(), &spill_dir)?;
+        if !plugin.streaming() && !two_phase {
+            // Streaming plugins still get PostgreSQL 15's stream of an aborted transaction
+            // and its stream abort (see `ClogStatus`); decoding two-phase, a transaction the
+            // CLOG says rolled back may be one prepared and then rolled back, which is handed
+            // over at its PREPARE all the same.
+            rb.set_xid_status(Arc::new(ClogStatus(self.inner.clone())));
+        }
         let lookup = CatalogLookup(&inner.catalog, inner.env());
         let mut decoder = LogicalDecoder::new(rb, d.confirmed_flush, &lookup);
         if two_phase {
             decoder.set_two_phase(d.two_phase_at);
         }
         let mut reader = WalReader::new(inner.fs.clone(), inner.wal.dir(), d.restart_lsn, inner.wal.segment_size());
-        let mut out = Output::default();
         let mut end_lsn = d.confirmed_flush;
+        let mut seen = RunningXactsSeen { from: d.restart_lsn, to: d.restart_lsn, records: Vec::new() };
         while let Some(rec) = reader.next()? {
             if rec.lsn >= end_of_wal {
                 break;
             }
-            decoder.process(&rec, plugin, &mut out)?;
+            if rec.rmgr == Rmgr::Standby && rec.info == XLOG_RUNNING_XACTS {
+                let running = RunningXacts::decode(&rec.main_data, rec.lsn)?;
+                seen.records.push(RunningXactsAt { lsn: rec.lsn, end: rec.end_lsn, running });
+            }
+            seen.to = rec.end_lsn;
+            decoder.process(&rec, plugin, out)?;
+            if let Some(e) = out.take_error() {
+                return Err(e);
+            }
             end_lsn = end_lsn.max(rec.end_lsn);
             if limits.upto_lsn.is_some_and(|u| u <= rec.end_lsn)
-                || limits.upto_nchanges.is_some_and(|n| n > 0 && out.rows.len() >= n)
+                || limits.upto_nchanges.is_some_and(|n| n > 0 && out.written >= n as u64)
             {
                 break;
             }
         }
         let stats = decoder.stats();
         drop(decoder);
+        *inner.running_xacts_seen.lock() = Some(seen);
         // Peeking counts too, as in PostgreSQL: the work was done.
         super::pgstat::add_slot_stats(inner, slot_name, &stats);
         if confirm && end_lsn > d.confirmed_flush {
             self.replication_slot_advance(slot_name, end_lsn)?;
         }
-        Ok(DecodeResult { rows: out.rows, end_lsn, stats })
+        Ok((end_lsn, stats))
     }
 
     /// The slot, if it exists and is not invalidated.

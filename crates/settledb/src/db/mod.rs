@@ -73,7 +73,7 @@ use crate::wal::control::{ControlFile, DbState};
 use crate::wal::{RecordBuilder, Rmgr, Wal, WalStats};
 use crate::xact::{TransactionManager, XactOptions};
 pub use ddl::Index;
-pub use decoding::{DecodeLimits, DecodeResult};
+pub use decoding::{DecodeLimits, DecodeResult, DecodeSummary};
 pub use publication::PublicationTarget;
 pub use startup::RecoveryReport;
 pub use transaction::{Scan, Transaction};
@@ -173,6 +173,9 @@ pub(crate) struct Inner {
     pub(crate) slots: crate::decode::slot::ReplicationSlots,
     /// Their cumulative counters (`pg_stat_replication_slots`), by name.
     pub(crate) slot_stats: Mutex<std::collections::BTreeMap<String, crate::stats::SlotStats>>,
+    /// The running-transactions records the last decoding session read, so that confirming
+    /// what it decoded does not read the same WAL again (see `slots::RunningXactsSeen`).
+    pub(crate) running_xacts_seen: Mutex<Option<slots::RunningXactsSeen>>,
 }
 
 type PreparedCounts = Vec<(Arc<TableEntry>, crate::stats::TableCounts)>;
@@ -476,6 +479,7 @@ impl Database {
             prepared_counts: Mutex::new(Default::default()),
             slots,
             slot_stats,
+            running_xacts_seen: Mutex::new(None),
         });
         startup::note_wal_level(&inner.wal, &mut inner.control.lock(), inner.config.wal_level, fresh)?;
         if fresh {

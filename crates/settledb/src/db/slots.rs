@@ -47,6 +47,17 @@ pub(crate) fn open_slots(
     Ok(slots)
 }
 
+/// Every running-transactions record starting in `[from, to)`, in order, as a decoding session
+/// read them ([`Database::decode_slot_into`] reads every record from a slot's `restart_lsn`).
+/// WAL below the flushed position never changes, so they stay true; advancing a slot over
+/// what a session decoded uses them instead of reading that WAL a second time.
+#[derive(Debug, Default)]
+pub(crate) struct RunningXactsSeen {
+    pub from: Lsn,
+    pub to: Lsn,
+    pub records: Vec<RunningXactsAt>,
+}
+
 impl Inner {
     fn push_slot_minima(&self, m: SlotMinima) {
         self.xact.set_replication_slot_xmin(m.xmin, m.catalog_xmin);
@@ -90,8 +101,14 @@ impl Inner {
         Ok(keep)
     }
 
-    /// The running-transactions records from `from` to `to` (records starting before `to`).
+    /// The running-transactions records from `from` to `to` (records starting before `to`):
+    /// those a decoding session just read if it read that range, else read from the WAL.
     fn running_xacts_between(&self, from: Lsn, to: Lsn) -> Result<Vec<RunningXactsAt>> {
+        if let Some(seen) = self.running_xacts_seen.lock().as_ref() {
+            if seen.from == from && to <= seen.to {
+                return Ok(seen.records.iter().filter(|r| r.lsn < to).cloned().collect());
+            }
+        }
         let mut reader = WalReader::new(self.fs.clone(), self.wal.dir(), from, self.wal.segment_size());
         let mut out = Vec::new();
         while let Some(rec) = reader.next()? {
@@ -210,6 +227,45 @@ impl Database {
         let mut g = self.inner.slots.lock();
         let _ = g.drop_slot(name);
         self.inner.push_slot_minima(g.minima());
+    }
+
+    /// Copies logical slot `src` to a new slot `dst` (`pg_copy_logical_replication_slot(src,
+    /// dst)`, not temporary, same plugin): the copy has `src`'s plugin, `two_phase`,
+    /// `restart_lsn`, `confirmed_flush_lsn` and `catalog_xmin`, so it decodes exactly what
+    /// `src` would from here, and from then on moves on its own. It is written to its state
+    /// file before this returns, as [`Database::create_logical_replication_slot`] does, and
+    /// keeps what it needs from that moment (the source holds the same WAL and catalog rows
+    /// while both exist under the one lock). Its counters start from zero. Errors, with
+    /// nothing changed: no slot `src`, an invalidated `src` ("cannot copy invalidated
+    /// replication slot"), an invalid or used name `dst`, `max_replication_slots` reached.
+    pub fn copy_logical_replication_slot(&self, src: &str, dst: &str) -> Result<SlotInfo> {
+        let inner = &self.inner;
+        slot::validate_name(dst)?;
+        inner.wal.check_poisoned()?;
+        let mut g = inner.slots.lock();
+        let Some(from) = g.get(src).cloned() else {
+            return Err(Error::NotFound(format!("replication slot \"{src}\" does not exist")));
+        };
+        if from.invalidated {
+            return Err(Error::invalid(format!(
+                "cannot copy invalidated replication slot \"{src}\"; DETAIL: This slot has been invalidated \
+                 because it exceeded the maximum reserved size."
+            )));
+        }
+        if g.get(dst).is_some() {
+            return Err(Error::AlreadyExists(format!("replication slot \"{dst}\" already exists")));
+        }
+        if g.len() >= inner.config.max_replication_slots as usize {
+            return Err(Error::invalid(
+                "all replication slots are in use; HINT: Free one or increase max_replication_slots.",
+            ));
+        }
+        let d = SlotData { name: dst.to_string(), ..from };
+        let created = g.create(d.clone());
+        inner.push_slot_minima(g.minima());
+        created?;
+        super::pgstat::reset_slot_stats(inner, dst, true);
+        Ok(SlotInfo::of(&d, &inner.wal_position()))
     }
 
     /// Drops a replication slot (`pg_drop_replication_slot`): its WAL and catalog rows are

@@ -282,15 +282,44 @@ pub struct OutputRow {
     pub data: Vec<u8>,
 }
 
-/// Where a plugin's rows go.
+/// Where a plugin's rows go: collected in `rows`, or handed one by one to a sink
+/// ([`Output::to_sink`]) so that a session's rows need not all sit in memory at once (one
+/// transaction of 8,000,000 rows is 8,000,000 rows at its commit).
 #[derive(Default)]
-pub struct Output {
+pub struct Output<'s> {
     pub rows: Vec<OutputRow>,
+    sink: Option<&'s mut dyn FnMut(OutputRow) -> Result<()>>,
+    /// The sink's first error; later rows are dropped until the caller takes it.
+    error: Option<Error>,
+    /// Rows written (to `rows` or to the sink).
+    pub written: u64,
 }
 
-impl Output {
+impl<'s> Output<'s> {
+    /// An output that hands every row to `sink` instead of collecting it.
+    pub fn to_sink(sink: &'s mut dyn FnMut(OutputRow) -> Result<()>) -> Output<'s> {
+        Output { rows: Vec::new(), sink: Some(sink), error: None, written: 0 }
+    }
+
     pub fn write(&mut self, lsn: Lsn, xid: Xid, data: Vec<u8>) {
-        self.rows.push(OutputRow { lsn, xid, data });
+        if self.error.is_some() {
+            return;
+        }
+        self.written += 1;
+        let row = OutputRow { lsn, xid, data };
+        match &mut self.sink {
+            Some(sink) => {
+                if let Err(e) = sink(row) {
+                    self.error = Some(e);
+                }
+            }
+            None => self.rows.push(row),
+        }
+    }
+
+    /// The sink's error, if it failed (the caller stops decoding).
+    pub fn take_error(&mut self) -> Option<Error> {
+        self.error.take()
     }
 }
 
@@ -365,10 +394,10 @@ fn emit(
 /// no change is not told at all). The (sub)transactions whose changes went out are noted per
 /// top-level transaction: PostgreSQL marks a subtransaction streamed only when it had changes
 /// in a streamed block, and only those hear a stream abort.
-struct PluginSink<'s, 'a> {
+struct PluginSink<'s, 'a, 'o> {
     rels: &'s mut Relations<'a>,
     plugin: &'s mut dyn OutputPlugin,
-    out: &'s mut Output,
+    out: &'s mut Output<'o>,
     streamed: &'s mut FxHashMap<Xid, FxHashSet<Xid>>,
     /// The end of the record being decoded (a stream abort's LSN), and its time if it is a
     /// transaction's end.
@@ -378,7 +407,7 @@ struct PluginSink<'s, 'a> {
     last_lsn: Lsn,
 }
 
-impl StreamSink for PluginSink<'_, '_> {
+impl StreamSink for PluginSink<'_, '_, '_> {
     fn stream_start(&mut self, _top: Xid, _first_lsn: Lsn) -> Result<()> {
         self.opened = false;
         Ok(())
@@ -548,12 +577,12 @@ impl<'a> LogicalDecoder<'a> {
     }
 
     /// The buffer, and a sink streaming into `plugin` (borrowing the decoder's other parts).
-    fn sink<'s>(
+    fn sink<'s, 'o>(
         &'s mut self,
         plugin: &'s mut dyn OutputPlugin,
-        out: &'s mut Output,
+        out: &'s mut Output<'o>,
         rec_end: Lsn,
-    ) -> (&'s mut ReorderBuffer, PluginSink<'s, 'a>) {
+    ) -> (&'s mut ReorderBuffer, PluginSink<'s, 'a, 'o>) {
         let sink = PluginSink {
             rels: &mut self.rels,
             plugin,

@@ -20,6 +20,7 @@
 pub mod historic;
 pub mod logical;
 pub mod message;
+pub mod null;
 pub mod pgoutput;
 pub mod reorderbuffer;
 pub mod slot;
