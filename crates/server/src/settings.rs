@@ -280,6 +280,7 @@ fn engine_value(c: &Config, name: &str) -> Option<String> {
             }
         }
         "lock_timeout" => ms(c.lock_timeout_ms),
+        "deadlock_timeout" => ms(c.deadlock_timeout_ms),
         _ => return None,
     })
 }
