@@ -38,8 +38,16 @@
 //! meets a row changed by a transaction still running waits for it, then, if it committed,
 //! follows the row to its newest version and re-applies the change there (the closure of
 //! [`Transaction::update_with`] is re-run on the new values). REPEATABLE READ keeps the first
-//! snapshot and fails such an update with [`Error::SerializationFailure`]. Two transactions
-//! waiting for each other's rows are a deadlock: the second waiter gets [`Error::Deadlock`].
+//! snapshot and fails such an update with [`Error::SerializationFailure`].
+//!
+//! # Locks
+//!
+//! Every read takes the table's AccessShare lock and every write its RowExclusive lock, held
+//! to the transaction's end; DDL and VACUUM take stronger modes (see [`crate::lmgr`] and
+//! `docs/locking.md`). Waits for table locks and for other transactions' rows form one graph:
+//! a wait that would close a cycle fails at once with [`Error::Deadlock`] (the waiter that
+//! closes it is the victim), and `lock_timeout` bounds every wait
+//! ([`Error::LockNotAvailable`]). [`Database::locks`] is `pg_locks`.
 
 pub mod autovacuum;
 pub(crate) mod ddl;

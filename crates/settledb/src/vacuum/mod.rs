@@ -9,7 +9,7 @@
 //!  phase II  bulk-delete every index (store answers "is this TID dead?")
 //!  phase III LP_DEAD -> LP_UNUSED, set VM, FSM      |  then back to phase I
 //!     |  <-----------------------------------------+
-//!  index cleanup, truncate empty tail pages (table lock, giving way after 20 ms)
+//!  index cleanup, truncate empty tail pages (conditional AccessExclusive, giving way to waiters)
 //!  pg_class: relpages, reltuples, relfrozenxid (in place, WAL-logged)
 //!  database frozen XID -> XID limits, CLOG truncation
 //! ```
