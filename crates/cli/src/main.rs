@@ -55,6 +55,7 @@ mod decode;
 mod inspect;
 mod peer;
 mod pgbench;
+mod procstat;
 mod serve;
 mod stats;
 mod stress;

@@ -381,7 +381,8 @@ fn postgres_two_phase_lines() -> Option<[Vec<String>; 2]> {
             continue;
         }
         for (k, slot) in ["plain", "twophase"].into_iter().enumerate() {
-            let sql = format!("SELECT data FROM pg_logical_slot_get_changes('{slot}', NULL, NULL, 'include-xids', '0')");
+            let sql =
+                format!("SELECT data FROM pg_logical_slot_get_changes('{slot}', NULL, NULL, 'include-xids', '0')");
             let rows = c.query(sql.as_str(), &[]).expect("get changes");
             out[k].extend(rows.iter().map(|r| r.get::<_, String>(0)));
             out[k].push("---".into());
@@ -480,7 +481,8 @@ fn postgres_streamed_prepare_lines() -> Option<Vec<String>> {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (_peer, url) = Peer::start(&tmp.path().join("pg"), &["wal_level=logical", "max_prepared_transactions=4"]);
     let mut c = workload::pg::connect(&url).expect("connect");
-    let get = "SELECT data FROM pg_logical_slot_get_changes('s', NULL, NULL, 'include-xids', '0', 'stream-changes', '1')";
+    let get =
+        "SELECT data FROM pg_logical_slot_get_changes('s', NULL, NULL, 'include-xids', '0', 'stream-changes', '1')";
     let mut out = Vec::new();
     for q in [
         "CREATE TABLE t (id integer PRIMARY KEY, val text)",
@@ -540,7 +542,6 @@ fn settledb_streamed_prepare_lines() -> Vec<String> {
     get();
     db.commit_prepared("big").unwrap();
     get();
-    drop(get);
     db.close().unwrap();
     out
 }

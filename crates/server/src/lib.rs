@@ -26,6 +26,7 @@
 //! See `docs/server.md` for what is supported and what is not.
 
 pub mod catalog;
+pub mod conn;
 pub mod copy;
 pub mod ddl;
 pub mod dml;
@@ -65,6 +66,43 @@ pub fn version_string() -> String {
         std::env::consts::ARCH,
         std::env::consts::OS
     )
+}
+
+/// Starts the thread that serves one accepted connection ([`wire::serve_connection`]) and
+/// registers it for the join at shutdown.
+fn spawn_connection(
+    sh: &Arc<Shared>,
+    handler: &Arc<wire::Handler>,
+    sock: tokio::net::TcpStream,
+    peer: SocketAddr,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let sock = sock.into_std()?;
+    let (sh2, handler) = (sh.clone(), handler.clone());
+    let thread = std::thread::Builder::new().name(wire::next_session_thread_name()).spawn(move || {
+        sh2.log.line("LOG", &format!("connection received: host={} port={}", peer.ip(), peer.port()));
+        let start = std::time::Instant::now();
+        if let Err(e) = wire::serve_connection(sh2.clone(), &handler, sock, stop) {
+            sh2.log.line("LOG", &format!("could not receive data from client: {e}"));
+        }
+        let t = start.elapsed();
+        sh2.log.line(
+            "LOG",
+            &format!(
+                "disconnection: session time: {}:{:02}:{:06.3} host={} port={}",
+                t.as_secs() / 3600,
+                t.as_secs() / 60 % 60,
+                t.as_secs_f64() % 60.0,
+                peer.ip(),
+                peer.port()
+            ),
+        );
+    })?;
+    let mut sessions = sh.sessions.lock();
+    // Threads of closed connections are done; only live ones need joining at shutdown.
+    sessions.retain(|h| !h.is_finished());
+    sessions.push(thread);
+    Ok(())
 }
 
 /// State every session shares.
@@ -159,7 +197,7 @@ impl Server {
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServeError> {
         let Server { sh, listener } = self;
         let handler = Arc::new(wire::Handler::new(sh.clone()));
-        let mut conns = tokio::task::JoinSet::new();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         sh.log.line("LOG", "database system is ready to accept connections");
         let pump = tokio::spawn(log_pump(sh.clone()));
         tokio::pin!(shutdown);
@@ -175,33 +213,21 @@ impl Server {
                         }
                     };
                     let _ = sock.set_nodelay(true);
-                    let h = handler.clone();
-                    let sh2 = sh.clone();
-                    conns.spawn(async move {
-                        sh2.log.line("LOG", &format!("connection received: host={} port={}", peer.ip(), peer.port()));
-                        let start = std::time::Instant::now();
-                        if let Err(e) = pgwire::tokio::process_socket(sock, None, h).await {
-                            sh2.log.line("LOG", &format!("could not receive data from client: {e}"));
-                        }
-                        let t = start.elapsed();
-                        sh2.log.line("LOG", &format!(
-                            "disconnection: session time: {}:{:02}:{:06.3} host={} port={}",
-                            t.as_secs() / 3600, t.as_secs() / 60 % 60, t.as_secs_f64() % 60.0, peer.ip(), peer.port()
-                        ));
-                    });
+                    if let Err(e) = spawn_connection(&sh, &handler, sock, peer, stop_rx.clone()) {
+                        sh.log.line("LOG", &format!("could not fork new process for connection: {e}"));
+                    }
                 }
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
             }
         }
         sh.log.line("LOG", "received fast shutdown request");
         sh.log.line("LOG", "aborting any active transactions");
         drop(listener);
-        conns.shutdown().await;
+        let _ = stop_tx.send(true);
         drop(handler);
         pump.abort();
         let _ = pump.await;
-        // Session threads end once their connections are gone (a statement running finishes
-        // first); then the database is ours alone.
+        // Connection threads end once told to stop (a statement running finishes first);
+        // then the database is ours alone.
         let sessions: Vec<_> = std::mem::take(&mut *sh.sessions.lock());
         let sh = tokio::task::spawn_blocking(move || {
             for s in sessions {

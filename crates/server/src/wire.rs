@@ -1,19 +1,26 @@
 //! The PostgreSQL protocol side: pgwire's handler traits, bridged to the session threads.
 //!
 //! ```text
-//!  tokio task per connection (pgwire)             thread per session (engine, blocking)
-//!  ----------------------------------            -------------------------------------
+//!  one thread per connection, running a single-threaded tokio runtime:
+//!
+//!  pgwire's task                                   the session's task
+//!  -------------                                   ------------------
 //!  Query / Parse / Bind / Execute ...  --job-->   Session::execute(stmt, params)
 //!        <-- Reply (notices, rows, tag) --        (owns the engine Transaction)
 //!  CopyData / CopyDone / CopyFail      --job-->   Session::copy_data / copy_done
 //! ```
 //!
-//! The session's thread is created at the connection's first statement and kept in the
-//! connection's extension store; when pgwire drops the connection (the client went away, or a
-//! protocol error closed it) the store is dropped, the job channel closes, and the thread
-//! drops the session, which rolls back any transaction in progress. A panic while running a
-//! job is caught and reported to that client as an internal error (XX000); other sessions
-//! never share its state.
+//! Both tasks run on the connection's own thread ([`serve_connection`]), as a PostgreSQL
+//! backend serves its connection in a process of its own: a job is handed over and its reply
+//! returned without waking another thread. (An earlier design ran pgwire on a shared runtime
+//! and the session on a thread of its own; those two hand-offs per statement, futex wake-ups
+//! and context switches, were most of the server's CPU under `pgbench -S`.) The engine is
+//! synchronous: while a statement runs, or waits for a lock, the connection's thread does
+//! nothing else, which is all it has to do. When pgwire drops the connection (the client went
+//! away, or a protocol error closed it) the job channel closes and the session task ends;
+//! the session then drops, which rolls back any transaction in progress. A panic while
+//! running a job is caught and reported to that client as an internal error (XX000); other
+//! sessions never share its state.
 //!
 //! Authentication ([`Startup`]): trust, or SCRAM-SHA-256 (pgwire's implementation) against the
 //! one password `settle serve --password-file` reads.
@@ -64,36 +71,55 @@ use crate::Shared;
 
 type Job = Box<dyn for<'a> FnOnce(&mut Session<'a>) + Send>;
 
-/// A connection's session thread, reached through a channel of jobs.
+/// A connection's session task, reached through a channel of jobs.
 pub struct SessionHandle {
-    jobs: parking_lot::Mutex<std::sync::mpsc::Sender<Job>>,
+    jobs: tokio::sync::mpsc::UnboundedSender<Job>,
 }
 
 static SESSION_IDS: AtomicU64 = AtomicU64::new(1);
 
-impl SessionHandle {
-    fn spawn(sh: Arc<Shared>) -> Result<SessionHandle, SqlError> {
-        let (tx, rx) = std::sync::mpsc::channel::<Job>();
-        let id = SESSION_IDS.fetch_add(1, Ordering::Relaxed);
-        let sh2 = sh.clone();
-        let h = std::thread::Builder::new()
-            .name(format!("settle-session-{id}"))
-            .spawn(move || {
-                let mut s = Session::new(&sh2);
-                while let Ok(job) = rx.recv() {
-                    job(&mut s);
-                }
-                // `s` drops here: a transaction still open rolls back.
-            })
-            .map_err(|e| SqlError::new("53000", format!("could not start a session thread: {e}")))?;
-        let mut sessions = sh.sessions.lock();
-        // Threads of closed connections are done; only live ones need joining at shutdown.
-        sessions.retain(|h| !h.is_finished());
-        sessions.push(h);
-        Ok(SessionHandle { jobs: parking_lot::Mutex::new(tx) })
-    }
+/// A name for a connection's thread.
+pub fn next_session_thread_name() -> String {
+    format!("settle-session-{}", SESSION_IDS.fetch_add(1, Ordering::Relaxed))
+}
 
-    /// Runs `f` on the session's thread.
+/// Serves one connection on the calling thread until the client goes or `stop` turns true:
+/// pgwire on `sock` and the session's jobs, both on one single-threaded runtime. Returns
+/// pgwire's error, if any.
+pub fn serve_connection(
+    sh: Arc<Shared>,
+    template: &Handler,
+    sock: std::net::TcpStream,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
+    let handler = template.for_connection(SessionHandle { jobs: tx });
+    let mut session = Session::new(&sh);
+    let served = rt.block_on(async {
+        let sock = tokio::net::TcpStream::from_std(sock)?;
+        let conn = async move {
+            // `handler`, and with it every sender of jobs, drops when this ends.
+            tokio::select! {
+                r = crate::conn::serve_socket(sock, handler) => r,
+                _ = stop.wait_for(|stopped| *stopped) => Ok(()),
+            }
+        };
+        let jobs = async {
+            while let Some(job) = rx.recv().await {
+                job(&mut session);
+            }
+        };
+        let (r, ()) = tokio::join!(conn, jobs);
+        r
+    });
+    // A transaction still open rolls back here.
+    drop(session);
+    served
+}
+
+impl SessionHandle {
+    /// Runs `f` on the session task.
     async fn call<R: Send + 'static>(
         &self,
         f: impl for<'a> FnOnce(&mut Session<'a>) -> R + Send + 'static,
@@ -103,7 +129,7 @@ impl SessionHandle {
             let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(s)));
             let _ = otx.send(r);
         });
-        self.jobs.lock().send(job).map_err(|_| SqlError::new("57P01", "the session has ended"))?;
+        self.jobs.send(job).map_err(|_| SqlError::new("57P01", "the session has ended"))?;
         match orx.await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(p)) => {
@@ -128,27 +154,28 @@ pub struct Prepared {
     pub fields: Option<Vec<Field>>,
 }
 
-/// The handlers pgwire calls; one per server, shared by every connection.
+/// The handlers pgwire calls: a template per server, and from it one set per connection,
+/// which reaches that connection's session.
 pub struct Handler {
     sh: Arc<Shared>,
     parser: Arc<SqlParser>,
     startup: Arc<Startup>,
+    session: Option<Arc<SessionHandle>>,
 }
 
 impl Handler {
     pub fn new(sh: Arc<Shared>) -> Handler {
         let startup = Arc::new(Startup::new(sh.clone()));
-        Handler { parser: Arc::new(SqlParser { sh: sh.clone() }), sh, startup }
+        Handler { parser: Arc::new(SqlParser { sh: sh.clone() }), sh, startup, session: None }
     }
 
-    fn session<C: ClientInfo>(&self, client: &C) -> Result<Arc<SessionHandle>, SqlError> {
-        let ext = client.session_extensions();
-        if let Some(h) = ext.get::<SessionHandle>() {
-            return Ok(h);
-        }
-        let h = SessionHandle::spawn(self.sh.clone())?;
-        ext.insert(h);
-        ext.get::<SessionHandle>().ok_or_else(|| SqlError::new("XX000", "session store lost the session"))
+    /// The handlers of one connection, whose statements go to `session`.
+    fn for_connection(&self, session: SessionHandle) -> Handler {
+        Handler { session: Some(Arc::new(session)), ..self.clone_parts_inner() }
+    }
+
+    fn session<C: ClientInfo>(&self, _client: &C) -> Result<Arc<SessionHandle>, SqlError> {
+        self.session.clone().ok_or_else(|| SqlError::new("XX000", "no session for this connection"))
     }
 }
 
@@ -171,8 +198,17 @@ impl PgWireServerHandlers for Handler {
 }
 
 impl Handler {
+    fn clone_parts_inner(&self) -> Handler {
+        Handler {
+            sh: self.sh.clone(),
+            parser: self.parser.clone(),
+            startup: self.startup.clone(),
+            session: self.session.clone(),
+        }
+    }
+
     fn clone_parts(&self) -> Arc<Handler> {
-        Arc::new(Handler { sh: self.sh.clone(), parser: self.parser.clone(), startup: self.startup.clone() })
+        Arc::new(self.clone_parts_inner())
     }
 }
 

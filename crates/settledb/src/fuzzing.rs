@@ -34,6 +34,8 @@
 //! | `slot_state`    | a `pg_replslot/<name>/state` file as startup reads it (`load_all`,       |
 //! |                 | `SlotData::decode`), re-encoded to the same bytes; the loaded slots'     |
 //! |                 | minima and `pg_replication_slots` row                                    |
+//! | `spill_file`    | a reorder buffer spill segment read back at commit and by a ROLLBACK TO  |
+//! |                 | cut (`SpillLog::read`: header, length, CRC; the change decoder)          |
 //!
 //! `pg_subtrans` has no target: it is never read from disk (see `xact::subtrans`).
 //!
@@ -90,6 +92,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("relsize_file", relsize_file),
     ("twophase_state", twophase_state),
     ("slot_state", slot_state),
+    ("spill_file", spill_file),
 ];
 
 /// The relation every page target pretends to read.
@@ -865,5 +868,124 @@ pub fn slot_state(data: &[u8]) {
             assert!(decoded.is_none(), "startup refused a state decode accepts: {e}");
             assert!(matches!(e, Error::CorruptFile { .. }), "a bad state file is a corrupt-file error: {e}");
         }
+    }
+}
+
+/// The transaction [`spill_file`] spills: top-level XID 1000, its changes (LSN, writing XID,
+/// kind, old, new; the second half by subtransaction 1001) and where the subtransaction
+/// begins.
+fn spill_transaction() -> (Xid, Vec<SpillChange>, Lsn) {
+    use crate::decode::reorderbuffer::ChangeKind;
+    let kinds = [ChangeKind::Insert, ChangeKind::Update, ChangeKind::Delete, ChangeKind::Message];
+    let changes = (0..300u32)
+        .map(|i| {
+            let kind = kinds[i as usize % 4];
+            let old = match kind {
+                ChangeKind::Update | ChangeKind::Delete => vec![b'k', i as u8, (i >> 8) as u8],
+                ChangeKind::Message => b"prefix".to_vec(),
+                _ => Vec::new(),
+            };
+            let new = if kind == ChangeKind::Delete { Vec::new() } else { vec![i as u8; 8 + i as usize % 40] };
+            (Lsn(0x1000 + u64::from(i) * 64), Xid(if i < 150 { 1000 } else { 1001 }), kind, old, new)
+        })
+        .collect();
+    (Xid(1000), changes, Lsn(0x1000 + 150 * 64))
+}
+
+type SpillChange = (Lsn, Xid, crate::decode::reorderbuffer::ChangeKind, Vec<u8>, Vec<u8>);
+
+/// A reorder buffer under a 16 kB limit holding [`spill_transaction`], most of it spilled and
+/// flushed to one segment file; that file's path and bytes.
+fn spilled_buffer(
+    fs: &Arc<FaultFs>,
+) -> crate::Result<(crate::decode::reorderbuffer::ReorderBuffer, std::path::PathBuf, Vec<u8>)> {
+    use crate::decode::reorderbuffer::{Change, NoStreaming, ReorderBuffer, ReorderBufferConfig};
+    let dir = Path::new("/fuzz/pg_replslot/s");
+    let cfg = ReorderBufferConfig { memory_limit: 16 << 10, ..ReorderBufferConfig::default() };
+    let mut rb = ReorderBuffer::new(cfg, fs.clone(), dir)?;
+    let (top, changes, _) = spill_transaction();
+    for (lsn, xid, kind, old, new) in &changes {
+        let c = Change { lsn: *lsn, xid: *xid, kind: *kind, rel: REL, old, new };
+        rb.queue_change(top, &c, &mut NoStreaming)?;
+    }
+    rb.flush_spill()?;
+    let mut names = fs.list(dir)?;
+    names.sort();
+    let path = dir.join(names.first().ok_or_else(|| Error::invalid("nothing spilled"))?);
+    let f = fs.open(&path, false)?;
+    let mut bytes = vec![0; f.len()? as usize];
+    f.read_exact_at(&mut bytes, 0)?;
+    Ok((rb, path, bytes))
+}
+
+/// The spill segment bytes [`spill_file`] starts from (its seeds).
+pub fn spill_file_original() -> Vec<u8> {
+    spilled_buffer(&FaultFs::new()).expect("the spill fuzz target's buffer").2
+}
+
+/// The reorder buffer's spill log read back (`decode/reorderbuffer/spill.rs`): a transaction
+/// of 300 changes of every kind, the second half by a subtransaction, is queued under a 16 kB
+/// `logical_decoding_work_mem` until most of it is spilled to one segment file, whose bytes
+/// are then replaced, and the transaction is committed (its runs read back, checked and
+/// decoded, the in-memory tail after them). Input: control byte, bytes. With [`REPAIR`] the
+/// run headers the buffer wrote stay and the input fills their bodies (cycled), with CRCs
+/// repaired, so that the change decoder behind the CRC is fuzzed; without it the input is the
+/// whole file. Control bit 1: a ROLLBACK TO first cuts the subtransaction off at its first
+/// change, inside the spilled part (the cut reads a run too).
+///
+/// Whatever the bytes, the buffer hands back changes or a corrupt-file error naming the
+/// segment file; bytes equal to those written give back the changes queued.
+pub fn spill_file(data: &[u8]) {
+    use crate::decode::reorderbuffer::{NoStreaming, SPILL_RUN_HEADER};
+    let mut input = Input(data);
+    let ctl = input.u8();
+    let bytes = input.rest();
+    let fs = FaultFs::new();
+    let (mut rb, path, original) = spilled_buffer(&fs).expect("the spill fuzz target's buffer");
+    let mut file = bytes.to_vec();
+    if ctl & REPAIR != 0 {
+        file = original.clone();
+        let mut filler = bytes.iter().copied().cycle();
+        let mut at = 0;
+        while at + SPILL_RUN_HEADER <= file.len() {
+            let len = u32::from_le_bytes(file[at + 8..at + 12].try_into().expect("4 bytes")) as usize;
+            let body = at + SPILL_RUN_HEADER..at + SPILL_RUN_HEADER + len;
+            if !bytes.is_empty() {
+                file[body.clone()].iter_mut().for_each(|b| *b = filler.next().expect("cycled"));
+            }
+            let crc = crc32c::crc32c(&file[body.clone()]);
+            file[at + 12..at + 16].copy_from_slice(&crc.to_le_bytes());
+            at = body.end;
+        }
+    }
+    let f = fs.open(&path, true).expect("FaultFs opens");
+    f.set_len(0).expect("FaultFs truncates");
+    f.write_at(&file, 0).expect("FaultFs writes");
+    let (top, changes, sub_lsn) = spill_transaction();
+    let cut = ctl & 0x02 != 0;
+    let mut got: Vec<SpillChange> = Vec::new();
+    let result = (|| {
+        if cut {
+            rb.abort_subxacts(top, &[Xid(1001)], Some(sub_lsn), &mut NoStreaming)?;
+        }
+        rb.commit(top, &mut |c| {
+            got.push((c.lsn, c.xid, c.kind, c.old.to_vec(), c.new.to_vec()));
+            Ok(())
+        })
+    })();
+    match result {
+        Ok(streamed) => {
+            assert!(!streamed);
+            if file == original {
+                let want = if cut { &changes[..150] } else { &changes[..] };
+                assert_eq!(got, want, "the changes spilled come back");
+            }
+        }
+        Err(Error::CorruptFile { path: p, detail }) => {
+            assert_eq!(p, path, "the error names the spill file");
+            assert!(detail.starts_with("spill run at offset "), "and the offset: {detail}");
+            assert!(file != original, "the bytes written are read back: {detail}");
+        }
+        Err(e) => panic!("a corrupt spill file is a corrupt-file error: {e}"),
     }
 }

@@ -29,7 +29,7 @@ fn all_seeds() -> &'static BTreeMap<&'static str, Vec<Vec<u8>>> {
 }
 
 /// Targets whose control bit 0 repairs the integrity check in front of the decoder.
-const REPAIRS: [&str; 9] = [
+const REPAIRS: [&str; 10] = [
     "page",
     "wal_record",
     "control_file",
@@ -39,6 +39,7 @@ const REPAIRS: [&str; 9] = [
     "stats_file",
     "relsize_file",
     "slot_state",
+    "spill_file",
 ];
 
 const INTERESTING: [u8; 9] = [0x00, 0x01, 0x7F, 0x80, 0xFF, 0x18, 0x20, 0xF0, 0x1F];
@@ -164,5 +165,6 @@ smoke_tests!(
     stats_file,
     relsize_file,
     twophase_state,
-    slot_state
+    slot_state,
+    spill_file
 );

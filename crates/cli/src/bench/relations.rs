@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 use settledb::{Column, Config, Database, Schema, TableOptions, Type, VacuumParams};
 
@@ -336,42 +336,13 @@ fn pg_time_vacuums(pg: &Postgres, runs: usize) -> Result<f64> {
     Ok(ms[ms.len() / 2])
 }
 
-/// CPU seconds of a process and its reaped children, from `/proc/<pid>/stat`, with its parent.
-fn proc_cpu(pid: u32, ticks: f64) -> Option<(u32, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
-    // After the command: state, ppid, ... utime (14), stime, cutime, cstime (17).
-    let cpu = num(11)? + num(12)? + num(13)? + num(14)?;
-    Some((num(1)? as u32, cpu / ticks))
-}
-
 /// The whole server's CPU (postmaster, its children, the children it reaped) per naptime over
 /// `naptimes` idle naptimes.
 fn pg_idle_cpu(pg: &Postgres, naptimes: u32) -> Result<Option<f64>> {
     let data = pg.query("show data_directory")?;
-    let pidfile = std::fs::read_to_string(Path::new(&data).join("postmaster.pid")).context("postmaster.pid")?;
-    let Some(postmaster) = pidfile.lines().next().and_then(|l| l.trim().parse::<u32>().ok()) else {
-        return Ok(None);
-    };
-    let ticks = std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok())
-        .unwrap_or(100.0);
-    let server_cpu = || -> f64 {
-        let mut total = proc_cpu(postmaster, ticks).map_or(0.0, |(_, c)| c);
-        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            if let Some((ppid, cpu)) = proc_cpu(pid, ticks) {
-                if ppid == postmaster {
-                    total += cpu;
-                }
-            }
-        }
-        total
-    };
+    let Ok(postmaster) = crate::procstat::postmaster_pid(Path::new(&data)) else { return Ok(None) };
+    let ticks = crate::procstat::clock_ticks();
+    let server_cpu = || crate::procstat::server_cpu(postmaster, ticks);
     std::thread::sleep(NAPTIME * 2);
     let c0 = server_cpu();
     std::thread::sleep(NAPTIME * naptimes.max(1));

@@ -11,8 +11,17 @@
 //! of the machine falls on both engines alike. pgbench shares the machine with the server, so
 //! the figures are those of client and server together.
 //!
-//! Not measured yet (issue 20): server CPU per transaction, and 200 idle connections held open
-//! with their memory per connection.
+//! Beside the tps, each engine's server CPU per transaction: settledb's is this process's own
+//! CPU time over the slice (the server runs in it; pgbench is a child, not counted),
+//! PostgreSQL's that of its postmaster and every process it started, from `/proc`. pgbench
+//! shares the two cores, so server CPU per transaction is the figure that says what each
+//! server costs.
+//!
+//! Then `--idle-connections` connections (200 by default) are opened to each server and held
+//! for `--idle-seconds` with a trickle of queries (one `SELECT 1` every 50 ms, round robin):
+//! errors are counted, and the server's proportional memory (`Pss`, so PostgreSQL's shared
+//! buffers are counted once across its backends) before and with them open gives the memory
+//! per idle connection.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -40,6 +49,12 @@ pub struct WireArgs {
     peer: bool,
     #[arg(long, default_value_t = 54331)]
     peer_port: u16,
+    /// Connections held open in the idle-connections run (0: skip it).
+    #[arg(long, default_value_t = 200)]
+    idle_connections: u32,
+    /// How long they are held.
+    #[arg(long, default_value_t = 60)]
+    idle_seconds: u32,
     /// Configuration parameters for both engines, `name=value`.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     set: Vec<String>,
@@ -52,6 +67,8 @@ struct Totals {
     transactions: u64,
     seconds: f64,
     failed: u64,
+    /// The server's CPU seconds over the slices.
+    server_cpu: f64,
 }
 
 impl Totals {
@@ -61,6 +78,76 @@ impl Totals {
         } else {
             0.0
         }
+    }
+
+    fn cpu_us_per_txn(&self) -> f64 {
+        if self.transactions > 0 {
+            self.server_cpu * 1e6 / self.transactions as f64
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The idle-connections run on one server.
+#[derive(Serialize)]
+struct IdleFigures {
+    engine: &'static str,
+    connections: u32,
+    seconds: u32,
+    queries: u64,
+    errors: u64,
+    pss_before_kb: u64,
+    pss_open_kb: u64,
+    kb_per_connection: f64,
+}
+
+/// Opens `n` connections to `url`, holds them `seconds` with one `SELECT 1` every 50 ms
+/// (round robin), and measures `pss` (the server's memory, kB) before and while they are open.
+fn idle_run(engine: &'static str, url: &str, n: u32, seconds: u32, pss: &dyn Fn() -> u64) -> IdleFigures {
+    let pss_before_kb = pss();
+    let mut errors = 0u64;
+    let mut clients = Vec::new();
+    for _ in 0..n {
+        match workload::pg::connect(url) {
+            Ok(c) => clients.push(c),
+            Err(e) => {
+                errors += 1;
+                eprintln!("{engine}: connection {} failed: {e:#}", clients.len() + 1);
+            }
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(u64::from(seconds));
+    let mut queries = 0u64;
+    let mut pss_open_kb = pss();
+    let mut next = 0usize;
+    while std::time::Instant::now() < deadline && !clients.is_empty() {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let k = next % clients.len();
+        match clients[k].simple_query("SELECT 1") {
+            Ok(_) => queries += 1,
+            Err(e) => {
+                errors += 1;
+                eprintln!("{engine}: a query on an idle connection failed: {e}");
+            }
+        }
+        next += 1;
+        if next.is_multiple_of(100) {
+            pss_open_kb = pss_open_kb.max(pss());
+        }
+    }
+    pss_open_kb = pss_open_kb.max(pss());
+    let opened = clients.len().max(1) as f64;
+    drop(clients);
+    IdleFigures {
+        engine,
+        connections: n,
+        seconds,
+        queries,
+        errors,
+        pss_before_kb,
+        pss_open_kb,
+        kb_per_connection: pss_open_kb.saturating_sub(pss_before_kb) as f64 / opened,
     }
 }
 
@@ -72,6 +159,7 @@ struct Row {
     transactions: u64,
     seconds: f64,
     failed: u64,
+    server_cpu_us_per_txn: f64,
 }
 
 /// A `settle serve` server on its own runtime thread; dropping it shuts it down.
@@ -189,6 +277,16 @@ pub fn run(a: WireArgs) -> Result<ExitCode> {
     let t = a.slice_seconds.to_string();
     let workloads: [(&'static str, bool); 2] = [("tpcb-like", false), ("select-only", true)];
     let mut totals = [[Totals::default(); 2]; 2]; // [engine][workload]
+    let ticks = crate::procstat::clock_ticks();
+    let postmaster = match &peer {
+        Some(pg) => Some(crate::procstat::postmaster_pid(&pg.data_dir())?),
+        None => None,
+    };
+    let server_cpu = |e: usize| match (e, postmaster) {
+        (0, _) => crate::procstat::self_cpu(ticks),
+        (_, Some(pm)) => crate::procstat::server_cpu(pm, ticks),
+        (_, None) => 0.0,
+    };
     for slice in 0..a.slices {
         for (w, (name, select_only)) in workloads.iter().enumerate() {
             let mut args = vec!["-n", "-M", "prepared", "-c", &c, "-j", &c, "-T", &t];
@@ -198,13 +296,24 @@ pub fn run(a: WireArgs) -> Result<ExitCode> {
             // Alternate which engine goes first, so neither always runs on a warmer machine.
             let order: Vec<usize> = if slice % 2 == 0 { vec![0, 1] } else { vec![1, 0] };
             for e in order {
+                let children = postmaster.map(crate::procstat::server_children);
+                let cpu0 = server_cpu(e);
                 let out = match (e, &peer) {
                     (0, _) => pgbench_settle(&bin, server.port, &args)?,
                     (_, Some(pg)) => pg.pgbench(&args)?.0,
                     (_, None) => continue,
                 };
+                if let (1, Some(pm), Some(n)) = (e, postmaster, children) {
+                    // The run's backends count once the postmaster has reaped them.
+                    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                    while crate::procstat::server_children(pm) > n && std::time::Instant::now() < until {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                }
+                let cpu = server_cpu(e) - cpu0;
                 let (done, failed) = parse_report(&out)?;
                 let tot = &mut totals[e][w];
+                tot.server_cpu += cpu;
                 tot.transactions += done;
                 tot.failed += failed;
                 tot.seconds += f64::from(a.slice_seconds);
@@ -231,7 +340,19 @@ pub fn run(a: WireArgs) -> Result<ExitCode> {
                 transactions: t.transactions,
                 seconds: t.seconds,
                 failed: t.failed,
+                server_cpu_us_per_txn: t.cpu_us_per_txn(),
             });
+        }
+    }
+    let mut idle = Vec::new();
+    if a.idle_connections > 0 {
+        let (n, secs) = (a.idle_connections, a.idle_seconds);
+        eprintln!("settle serve: {n} connections held for {secs} s ...");
+        let url = format!("postgres://postgres@127.0.0.1:{}/postgres", server.port);
+        idle.push(idle_run("settle serve", &url, n, secs, &|| crate::procstat::pss_kb("self").unwrap_or(0)));
+        if let (Some(pg), Some(pm)) = (&peer, postmaster) {
+            eprintln!("PostgreSQL 15: {n} connections held for {secs} s ...");
+            idle.push(idle_run("PostgreSQL 15", &pg.url(), n, secs, &|| crate::procstat::server_pss_kb(pm)));
         }
     }
     if a.json {
@@ -239,7 +360,7 @@ pub fn run(a: WireArgs) -> Result<ExitCode> {
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "scale": a.scale, "clients": a.clients, "mode": "prepared", "slices": a.slices,
-                "slice_seconds": a.slice_seconds, "rows": rows,
+                "slice_seconds": a.slice_seconds, "rows": rows, "idle_connections": idle,
             }))?
         );
     } else {
@@ -247,17 +368,35 @@ pub fn run(a: WireArgs) -> Result<ExitCode> {
             "pgbench -M prepared -c {c} -j {c}, scale {}, {} slices of {t} s per engine and workload (alternating)",
             a.scale, a.slices
         );
-        println!("{:<16} {:<12} {:>10} {:>14} {:>8}", "engine", "workload", "tps", "transactions", "failed");
+        println!(
+            "{:<16} {:<12} {:>10} {:>14} {:>8} {:>18}",
+            "engine", "workload", "tps", "transactions", "failed", "server CPU us/txn"
+        );
         for r in &rows {
-            println!("{:<16} {:<12} {:>10.1} {:>14} {:>8}", r.engine, r.workload, r.tps, r.transactions, r.failed);
+            println!(
+                "{:<16} {:<12} {:>10.1} {:>14} {:>8} {:>18.1}",
+                r.engine, r.workload, r.tps, r.transactions, r.failed, r.server_cpu_us_per_txn
+            );
         }
         if peer.is_some() {
             for (w, (workload, _)) in workloads.iter().enumerate() {
-                let (s, p) = (totals[0][w].tps(), totals[1][w].tps());
-                if p > 0.0 {
-                    println!("{workload}: settle serve / PostgreSQL 15 = {:.2}x", s / p);
+                let (s, p) = (&totals[0][w], &totals[1][w]);
+                if p.tps() > 0.0 && s.cpu_us_per_txn() > 0.0 {
+                    println!(
+                        "{workload}: settle serve / PostgreSQL 15 = {:.2}x tps (target >= 1.5x: {}); server CPU per \
+                         transaction {:.2}x PostgreSQL's",
+                        s.tps() / p.tps(),
+                        if s.tps() / p.tps() >= 1.5 { "met" } else { "MISSED" },
+                        s.cpu_us_per_txn() / p.cpu_us_per_txn()
+                    );
                 }
             }
+        }
+        for f in &idle {
+            println!(
+                "{}: {} connections held {} s, {} queries, {} errors; server memory (Pss) {} kB -> {} kB, {:.0} kB per connection",
+                f.engine, f.connections, f.seconds, f.queries, f.errors, f.pss_before_kb, f.pss_open_kb, f.kb_per_connection
+            );
         }
     }
     drop(peer);

@@ -8,6 +8,7 @@ use crate::decode::reorderbuffer::{ReorderBuffer, ReorderBufferConfig, ReorderSt
 use crate::decode::slot;
 use crate::decode::test_decoding::TestDecoding;
 use crate::error::{Error, Result};
+use crate::heap::HeapEnv;
 use crate::types::{Lsn, Oid};
 use crate::wal::WalReader;
 
@@ -29,12 +30,23 @@ pub struct DecodeResult {
     pub stats: ReorderStats,
 }
 
-struct CatalogLookup<'a>(&'a Catalog);
+/// The current catalog, then the versions of `pg_class` rows still on disk (a table dropped
+/// since: its row stays while the slot's `catalog_xmin` holds VACUUM back).
+struct CatalogLookup<'a>(&'a Catalog, HeapEnv<'a>);
 
 impl RelationLookup for CatalogLookup<'_> {
     fn relation(&self, oid: Oid) -> Option<RelInfo> {
-        let e = self.0.get_by_oid(oid)?;
-        Some(RelInfo { oid, namespace: "public".into(), name: e.rel.name.clone(), schema: e.rel.schema.clone() })
+        if let Some(e) = self.0.get_by_oid(oid) {
+            return Some(RelInfo {
+                oid,
+                namespace: "public".into(),
+                name: e.rel.name.clone(),
+                schema: e.rel.schema.clone(),
+            });
+        }
+        // An error reading pg_class leaves the relation unknown, which the decoder reports.
+        let row = super::startup::find_table_row_any_version(&self.1, oid).ok()??;
+        Some(RelInfo { oid, namespace: "public".into(), name: row.relname, schema: row.schema })
     }
 }
 
@@ -69,16 +81,7 @@ impl Database {
         options: &[(String, Option<String>)],
         confirm: bool,
     ) -> Result<DecodeResult> {
-        let inner = &self.inner;
-        let d = self
-            .replication_slot(slot_name)
-            .ok_or_else(|| Error::NotFound(format!("replication slot \"{slot_name}\" does not exist")))?;
-        if d.invalidated {
-            return Err(Error::invalid(format!(
-                "can no longer get changes from replication slot \"{slot_name}\"; DETAIL: This slot has been \
-                 invalidated because it exceeded the maximum reserved size."
-            )));
-        }
+        let d = self.decodable_slot(slot_name)?;
         let mut plugin: Box<dyn OutputPlugin> = match d.plugin.as_str() {
             "test_decoding" => Box::new(TestDecoding::new(options)?),
             other => {
@@ -87,6 +90,23 @@ impl Database {
                 )))
             }
         };
+        self.decode_slot_with(slot_name, limits, &mut *plugin, confirm)
+    }
+
+    /// A decoding session over `slot_name` into `plugin` (whatever plugin the slot names):
+    /// for tests and embedders that consume structured changes rather than a plugin's rows.
+    /// `limits.upto_nchanges` counts the rows the plugin writes to its [`crate::decode::logical::Output`];
+    /// with `confirm` the slot advances to the end of the last record read, as
+    /// [`Database::logical_slot_get_changes`] does.
+    pub fn decode_slot_with(
+        &self,
+        slot_name: &str,
+        limits: DecodeLimits,
+        plugin: &mut dyn OutputPlugin,
+        confirm: bool,
+    ) -> Result<DecodeResult> {
+        let inner = &self.inner;
+        let d = self.decodable_slot(slot_name)?;
         let two_phase = plugin.two_phase() && (d.two_phase || plugin.two_phase_requested());
         let d = if two_phase && !d.two_phase { self.enable_slot_two_phase(slot_name)? } else { d };
         inner.wal.flush(inner.wal.insert_lsn())?;
@@ -97,7 +117,7 @@ impl Database {
         };
         let spill_dir = slot::slot_dir(&inner.dir).join(slot_name);
         let rb = ReorderBuffer::new(cfg, inner.fs.clone(), &spill_dir)?;
-        let lookup = CatalogLookup(&inner.catalog);
+        let lookup = CatalogLookup(&inner.catalog, inner.env());
         let mut decoder = LogicalDecoder::new(rb, d.confirmed_flush, &lookup);
         if two_phase {
             decoder.set_two_phase(d.two_phase_at);
@@ -109,7 +129,7 @@ impl Database {
             if rec.lsn >= end_of_wal {
                 break;
             }
-            decoder.process(&rec, &mut *plugin, &mut out)?;
+            decoder.process(&rec, plugin, &mut out)?;
             end_lsn = end_lsn.max(rec.end_lsn);
             if limits.upto_lsn.is_some_and(|u| u <= rec.end_lsn)
                 || limits.upto_nchanges.is_some_and(|n| n > 0 && out.rows.len() >= n)
@@ -125,5 +145,19 @@ impl Database {
             self.replication_slot_advance(slot_name, end_lsn)?;
         }
         Ok(DecodeResult { rows: out.rows, end_lsn, stats })
+    }
+
+    /// The slot, if it exists and is not invalidated.
+    fn decodable_slot(&self, slot_name: &str) -> Result<slot::SlotData> {
+        let d = self
+            .replication_slot(slot_name)
+            .ok_or_else(|| Error::NotFound(format!("replication slot \"{slot_name}\" does not exist")))?;
+        if d.invalidated {
+            return Err(Error::invalid(format!(
+                "can no longer get changes from replication slot \"{slot_name}\"; DETAIL: This slot has been \
+                 invalidated because it exceeded the maximum reserved size."
+            )));
+        }
+        Ok(d)
     }
 }

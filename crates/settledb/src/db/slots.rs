@@ -130,7 +130,7 @@ impl Database {
             return Err(Error::invalid(format!("invalid output plugin name \"{plugin}\"")));
         }
         inner.wal.check_poisoned()?;
-        let (d, listed) = {
+        let listed = {
             let mut g = inner.slots.lock();
             if g.get(name).is_some() {
                 return Err(Error::AlreadyExists(format!("replication slot \"{name}\" already exists")));
@@ -166,9 +166,9 @@ impl Database {
                 invalidated_at: Lsn::INVALID,
                 invalidated: false,
             };
-            g.create_ephemeral(d.clone());
+            g.create_ephemeral(d);
             inner.push_slot_minima(g.minima());
-            (d, running.xids)
+            running.xids
         };
         // The consistent point: every transaction the record lists began before the decoder's
         // start and cannot be decoded, so the slot must begin after all of them finished
@@ -178,11 +178,9 @@ impl Database {
         for &x in &listed {
             inner.xact.wait_for(x);
         }
-        let mut g = inner.slots.lock();
-        let Some(mut d) = g.get(name).cloned() else {
+        let Some(mut d) = inner.slots.lock().get(name).cloned() else {
             return Err(Error::NotFound(format!("replication slot \"{name}\" was dropped while being created")));
         };
-        drop(g);
         if !listed.is_empty() {
             let consistent = inner.wal.insert_lsn();
             let flushed = inner.wal.flush(consistent);

@@ -414,6 +414,25 @@ pub fn for_each_class_row(env: &HeapEnv<'_>, mut f: impl FnMut(ClassRow, Tid) ->
     Ok(nblocks)
 }
 
+/// A version of the `pg_class` row of table `oid` still on disk, live or dead: the logical
+/// decoder's lookup of a table dropped before decoding reached its changes. A dropped table's
+/// row stays in `pg_class` while a logical slot needs it (the slot's `catalog_xmin` holds
+/// VACUUM and pruning of `pg_class` back), and a table's name and columns never change under
+/// its OID, so any version of its row describes it.
+pub fn find_table_row_any_version(env: &HeapEnv<'_>, oid: Oid) -> Result<Option<ClassRow>> {
+    let rel = Relation::new(PG_CLASS_OID, "pg_class", PG_CLASS_OID, catalog::pg_class_schema(), 100);
+    let nblocks = env.pool.smgr().nblocks(PG_CLASS_OID, Fork::Main)?;
+    for b in 0..nblocks {
+        for (tid, vals) in heap::scan_page_any(env, &rel, crate::types::BlockNumber(b))? {
+            let row = ClassRow::from_values(&vals, tid)?;
+            if row.oid == oid && row.kind == catalog::RelKind::Table {
+                return Ok(Some(row));
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// Reads every committed `pg_class` row into the catalog cache (which also rebuilds the
 /// ordered relfrozenxid index, after a crash as after a clean shutdown).
 pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {

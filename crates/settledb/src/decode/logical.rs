@@ -145,14 +145,26 @@ pub trait OutputPlugin {
     fn stream_stop(&mut self, _out: &mut Output, _top: Xid, _lsn: Lsn) -> Result<()> {
         Err(missing_stream_callback("stream_stop_cb"))
     }
-    fn stream_change(&mut self, _out: &mut Output, _top: Xid, _lsn: Lsn, _rel: &RelInfo, _row: &RowData) -> Result<()> {
+    /// A change of `top` written by `xid` (`top` or one of its subtransactions: pgoutput sends
+    /// it, so that a subscriber can drop that subtransaction's changes at its stream abort).
+    fn stream_change(
+        &mut self,
+        _out: &mut Output,
+        _top: Xid,
+        _xid: Xid,
+        _lsn: Lsn,
+        _rel: &RelInfo,
+        _row: &RowData,
+    ) -> Result<()> {
         Err(missing_stream_callback("stream_change_cb"))
     }
-    /// A transactional logical message inside a streamed block.
+    /// A transactional logical message inside a streamed block, written by `xid`.
+    #[expect(clippy::too_many_arguments, reason = "PostgreSQL's callback and the change's XID")]
     fn stream_message(
         &mut self,
         _out: &mut Output,
         _top: Xid,
+        _xid: Xid,
         _lsn: Lsn,
         _transactional: bool,
         _prefix: &str,
@@ -301,7 +313,7 @@ fn emit(
             let prefix = String::from_utf8_lossy(c.old);
             match txn {
                 Some(txn) => plugin.message(out, Some(txn), c.lsn, true, &prefix, c.new),
-                None => plugin.stream_message(out, top, c.lsn, true, &prefix, c.new),
+                None => plugin.stream_message(out, top, c.xid, c.lsn, true, &prefix, c.new),
             }
         }
         ChangeKind::Truncate => Ok(()),
@@ -310,7 +322,7 @@ fn emit(
             let row = row_data(&rel, kind, c)?;
             match txn {
                 Some(txn) => plugin.change(out, txn, c.lsn, &rel, &row),
-                None => plugin.stream_change(out, top, c.lsn, &rel, &row),
+                None => plugin.stream_change(out, top, c.xid, c.lsn, &rel, &row),
             }
         }
     }

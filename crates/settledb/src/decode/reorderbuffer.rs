@@ -52,6 +52,9 @@ use crate::io::FileSystem;
 use crate::types::{Lsn, Oid, Xid};
 use spill::{RunLoc, SpillLog};
 
+/// A spill run's header bytes (magic, XID, length, CRC-32C; see [`spill`]).
+pub(crate) const SPILL_RUN_HEADER: usize = spill::RUN_HEADER;
+
 /// What a change does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -316,6 +319,12 @@ impl ReorderBuffer {
 
     pub fn stats(&self) -> ReorderStats {
         self.stats
+    }
+
+    /// Writes the spill log's buffered runs to their segment file (the fuzz target
+    /// `spill_file` replaces a segment's bytes once everything is on disk).
+    pub(crate) fn flush_spill(&mut self) -> Result<()> {
+        self.spill.flush()
     }
 
     /// Accounted bytes now.
@@ -702,10 +711,12 @@ impl ReorderBuffer {
                 self.fixed_bytes += buf.capacity() - counted;
                 counted = buf.capacity();
                 self.note_peak();
-                decode_changes(&buf[..r.live as usize], top, base, f)?;
+                let spill = &self.spill;
+                let bad = |at: usize| spill.corrupt(r.loc, Some(at), "a malformed change");
+                decode_changes(&buf[..r.live as usize], top, base, &bad, f)?;
             }
             for c in &self.txn(i).chunks {
-                decode_changes(c, top, base, f)?;
+                decode_changes(c, top, base, &|at| malformed(top, at), f)?;
             }
             Ok(())
         })();
@@ -773,7 +784,7 @@ impl ReorderBuffer {
             if k > 0 {
                 let prev = &t.chunks[k - 1];
                 let from = pos - prev.len() as u64;
-                if let Some(off) = first_at_or_after(prev, top, base, lsn)? {
+                if let Some(off) = first_at_or_after(prev, base, lsn, &|at| malformed(top, at))? {
                     pos = from + off as u64;
                 }
             }
@@ -796,7 +807,8 @@ impl ReorderBuffer {
                 self.fixed_bytes += buf.capacity();
                 self.note_peak();
                 self.fixed_bytes -= buf.capacity();
-                match first_at_or_after(&buf[..run.live as usize], top, base, lsn)? {
+                let bad = |at: usize| self.spill.corrupt(run.loc, Some(at), "a malformed change");
+                match first_at_or_after(&buf[..run.live as usize], base, lsn, &bad)? {
                     Some(off) => run.start + off as u64,
                     None => run.start + u64::from(run.live),
                 }
@@ -1024,10 +1036,20 @@ fn chunk_needed(t: &Txn, c: &Change<'_>, max_chunk: usize) -> usize {
     }
 }
 
-/// Decodes the changes in `d` (whole changes, as [`encode_change`] wrote them).
-fn decode_changes(d: &[u8], top: Xid, base: Lsn, f: &mut dyn FnMut(&Change<'_>) -> Result<()>) -> Result<()> {
-    let bad =
-        |at: usize| Error::invalid(format!("reorder buffer: malformed change at byte {at} of transaction {top:?}"));
+/// The error for a malformed change `at` bytes into `top`'s in-memory stream.
+fn malformed(top: Xid, at: usize) -> Error {
+    Error::invalid(format!("reorder buffer: malformed change at byte {at} of transaction {top:?}"))
+}
+
+/// Decodes the changes in `d` (whole changes, as [`encode_change`] wrote them); a change that
+/// does not parse is `bad(its offset in d)`.
+fn decode_changes(
+    d: &[u8],
+    top: Xid,
+    base: Lsn,
+    bad: &dyn Fn(usize) -> Error,
+    f: &mut dyn FnMut(&Change<'_>) -> Result<()>,
+) -> Result<()> {
     let mut at = 0;
     while at < d.len() {
         let start = at;
@@ -1055,12 +1077,13 @@ fn decode_changes(d: &[u8], top: Xid, base: Lsn, f: &mut dyn FnMut(&Change<'_>) 
     Ok(())
 }
 
-/// The offset in `d` of its first change at or after `lsn`, if any.
-fn first_at_or_after(d: &[u8], top: Xid, base: Lsn, lsn: Lsn) -> Result<Option<usize>> {
+/// The offset in `d` of its first change at or after `lsn`, if any (a change that does not
+/// parse is `bad(its offset)`).
+fn first_at_or_after(d: &[u8], base: Lsn, lsn: Lsn, bad: &dyn Fn(usize) -> Error) -> Result<Option<usize>> {
     let mut at = 0;
     while at < d.len() {
         let start = at;
-        let bad = || Error::invalid(format!("reorder buffer: malformed change at byte {start} of transaction {top:?}"));
+        let bad = || bad(start);
         let body = get_varint(d, &mut at).ok_or_else(bad)? as usize;
         let end = at.checked_add(body).filter(|&e| e <= d.len()).ok_or_else(bad)?;
         let off = get_varint(&d[..end], &mut at).ok_or_else(bad)?;

@@ -422,7 +422,8 @@ impl ReplicationSlots {
     /// Loads the slots of `data_dir` ([`load_all`]).
     pub fn open(fs: Arc<dyn FileSystem>, data_dir: &Path) -> Result<ReplicationSlots> {
         let loaded = load_all(&*fs, data_dir)?;
-        let slots = loaded.into_iter().map(|d| (d.name.clone(), Slot { data: d, dirty: false, ephemeral: false })).collect();
+        let slots =
+            loaded.into_iter().map(|d| (d.name.clone(), Slot { data: d, dirty: false, ephemeral: false })).collect();
         Ok(ReplicationSlots { fs, dir: slot_dir(data_dir), slots: Mutex::new(slots) })
     }
 

@@ -243,7 +243,15 @@ impl OutputPlugin for TestDecoding {
         Ok(())
     }
 
-    fn stream_change(&mut self, out: &mut Output, top: Xid, lsn: Lsn, _rel: &RelInfo, _row: &RowData) -> Result<()> {
+    fn stream_change(
+        &mut self,
+        out: &mut Output,
+        top: Xid,
+        _xid: Xid,
+        lsn: Lsn,
+        _rel: &RelInfo,
+        _row: &RowData,
+    ) -> Result<()> {
         if self.skip_empty_xacts && !self.stream_wrote_changes {
             self.write_stream_start(out, top, lsn);
         }
@@ -257,6 +265,7 @@ impl OutputPlugin for TestDecoding {
         &mut self,
         out: &mut Output,
         top: Xid,
+        _xid: Xid,
         lsn: Lsn,
         transactional: bool,
         prefix: &str,
@@ -344,11 +353,8 @@ impl OutputPlugin for TestDecoding {
         if self.skip_empty_xacts && !wrote {
             return Ok(());
         }
-        let what = if self.include_xids {
-            "preparing streamed transaction TXN"
-        } else {
-            "preparing streamed transaction"
-        };
+        let what =
+            if self.include_xids { "preparing streamed transaction TXN" } else { "preparing streamed transaction" };
         out.write(txn.end_lsn, txn.xid, self.two_phase_line(what, gid, txn.xid, txn.commit_time_us));
         Ok(())
     }

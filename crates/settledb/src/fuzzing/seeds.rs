@@ -62,6 +62,11 @@ pub fn all() -> BTreeMap<&'static str, Vec<Vec<u8>>> {
         .collect();
     out.insert("twophase_state", twophase);
     out.insert("slot_state", slot_seeds());
+    let spill = super::spill_file_original();
+    out.insert(
+        "spill_file",
+        vec![prefixed(0, &spill), prefixed(2, &spill), prefixed(REPAIR, &spill), prefixed(REPAIR | 2, &spill[..200])],
+    );
     let stats = read("pg_stat/stats.bin");
     out.insert("stats_file", vec![prefixed(0, &stats), prefixed(REPAIR, &stats[..stats.len().min(200)])]);
     let sizes = read("global/pg_relsize");

@@ -676,6 +676,25 @@ pub fn scan_page(
     Ok(out)
 }
 
+/// Every tuple version on `block`, visible or not (PostgreSQL's `SnapshotAny`), with its
+/// values: for readers of history that the catalog's snapshot rules keep on disk (the logical
+/// decoder's lookup of a dropped table's `pg_class` row). Neither prunes nor sets hints.
+pub fn scan_page_any(env: &HeapEnv<'_>, rel: &Relation, block: BlockNumber) -> Result<Vec<(Tid, Vec<Value>)>> {
+    let buf = read_page(env, rel, block, None)?;
+    let g = buf.read();
+    let mut out = Vec::new();
+    if page::is_new(&g.0) {
+        return Ok(out);
+    }
+    for o in 1..=page::max_offset(&g.0) {
+        let tid = Tid { block, offset: OffsetNumber(o) };
+        let Some(t) = normal_item(rel, &g.0, tid)? else { continue };
+        let vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
+        out.push((tid, vals));
+    }
+    Ok(out)
+}
+
 /// Sets what hint bits can be set on a page the caller holds exclusively (see [`hint`]).
 fn set_hints_locked(env: &HeapEnv<'_>, buf: &Buffer<'_>, page_bytes: &mut [u8]) -> Result<()> {
     if page::is_new(page_bytes) {

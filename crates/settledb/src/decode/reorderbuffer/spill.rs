@@ -9,13 +9,18 @@
 //!  magic u32 "SRUN" | top-level XID u32 | length u32 | CRC-32C of the bytes u32 | bytes
 //! ```
 //!
-//! Runs are appended to a write buffer flushed when it passes [`WRITE_BUFFER`] bytes or when
-//! an eviction ends, so that one eviction of many small transactions is a few large writes
+//! Runs are appended to a write buffer flushed when it holds a run's worth of bytes (the
+//! buffer's `run_target`), before a run still in it is read back, and before the log moves to
+//! a new segment, so that one eviction of many small transactions is a few large writes
 //! rather than one per change (PostgreSQL writes each change with its own `write()`, into a
 //! file per transaction and WAL segment). A segment file is removed as soon as no
 //! transaction refers to a run in it. The log is a cache, not durable state: nothing is
 //! fsynced, and a new buffer removes whatever an earlier process left in its directory
 //! (decoding restarts from the slot's `restart_lsn`, as PostgreSQL's does).
+//!
+//! Bytes read back are checked, never trusted: a run whose header, length or CRC is wrong, or
+//! whose changes do not parse, is [`Error::CorruptFile`] naming the segment file and the
+//! offset (fuzz target `spill_file`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -176,18 +181,18 @@ impl SpillLog {
         }) {
             self.flush()?;
         }
-        let path = self.path(loc.segment);
-        let bad = |what: String| {
-            Error::invalid(format!("spill file \"{}\" at offset {}: {what}", path.display(), loc.offset))
-        };
+        let bad = |what: String| self.corrupt(loc, None, &what);
         let file = match &self.current {
             Some(c) if c.segment == loc.segment => c.file.clone(),
-            _ => self.fs.open(&path, false)?,
+            _ => self.fs.open(&self.path(loc.segment), false)?,
         };
         out.clear();
         out.reserve_exact(RUN_HEADER + loc.len as usize);
         out.resize(RUN_HEADER + loc.len as usize, 0);
-        file.read_exact_at(out, loc.offset)?;
+        let n = file.read_at(out, loc.offset)?;
+        if n < out.len() {
+            return Err(bad(format!("the file ends {n} bytes into a run of {}", out.len())));
+        }
         let word = |at: usize| u32::from_le_bytes(out[at..at + 4].try_into().expect("4 bytes"));
         if word(0) != RUN_MAGIC {
             return Err(bad(format!("bad magic {:#010x}", word(0))));
@@ -206,6 +211,12 @@ impl SpillLog {
             return Err(bad("CRC mismatch".into()));
         }
         Ok(())
+    }
+
+    /// The error for bad bytes in run `loc`: in its header, or `at` bytes into its changes.
+    pub fn corrupt(&self, loc: RunLoc, at: Option<usize>, what: &str) -> Error {
+        let offset = at.map_or(loc.offset, |at| loc.offset + (RUN_HEADER + at) as u64);
+        Error::CorruptFile { path: self.path(loc.segment), detail: format!("spill run at offset {offset}: {what}") }
     }
 
     /// Forgets run `loc`; removes its segment when no other live run is in it.

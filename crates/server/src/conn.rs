@@ -1,0 +1,164 @@
+//! One connection's message loop: pgwire's per-message dispatch (`process_message`) over a
+//! socket whose replies go out when the server is about to wait for the client, not at every
+//! message.
+//!
+//! pgwire flushes after most replies it sends (ParseComplete, BindComplete, CommandComplete,
+//! ReadyForQuery), so a `pgbench -M prepared` transaction (Bind, Execute, Sync) cost four
+//! `send` calls, each one able to wake the client for a partial answer. A PostgreSQL backend
+//! buffers its replies and flushes before it blocks reading the next command. [`Deferred`]
+//! does the same below pgwire: writes collect in a buffer (passed on once it holds
+//! [`WRITE_THROUGH`] bytes, so a large COPY TO or result streams), a flush is a no-op, and the
+//! buffer goes out whenever the connection reads from the socket, which it does only when the
+//! messages already received are all handled. Every reply a client can be waiting for
+//! (ReadyForQuery, an authentication request, CopyInResponse, the answer to a Flush message)
+//! is therefore on the wire before the server waits for anything else. A connection that
+//! closes (FATAL error, shutdown) drains the buffer first.
+//!
+//! The loop is the one pgwire's `process_socket` runs (startup timeout, Terminate,
+//! CancelRequest and FATAL errors end the connection), with the socket wrapped.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use futures::StreamExt;
+use pgwire::api::{ClientInfo, ErrorHandler, PgWireConnectionState, PgWireServerHandlers};
+use pgwire::messages::PgWireFrontendMessage;
+use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_util::codec::{Framed, FramedParts};
+
+/// How long a client has to finish its startup and authentication (pgwire's own limit).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Buffered replies beyond this go out at once.
+pub const WRITE_THROUGH: usize = 64 * 1024;
+
+/// A stream whose writes wait in a buffer until the next read (or its shutdown).
+pub struct Deferred<S> {
+    io: S,
+    pending: Vec<u8>,
+    /// Bytes of `pending` already written.
+    sent: usize,
+}
+
+impl<S: AsyncWrite + Unpin> Deferred<S> {
+    pub fn new(io: S) -> Deferred<S> {
+        Deferred { io, pending: Vec::with_capacity(8192), sent: 0 }
+    }
+
+    /// Writes out everything buffered.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.sent < self.pending.len() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.pending[self.sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        self.pending.clear();
+        self.sent = 0;
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Deferred<S> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        // What the client may be waiting for goes out before we wait for the client.
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Deferred<S> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.pending.len() >= WRITE_THROUGH {
+            ready!(this.poll_drain(cx))?;
+        }
+        this.pending.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
+
+/// Serves one connection with `handlers` until the client leaves, a FATAL error, or the
+/// startup timeout.
+pub async fn serve_socket<H: PgWireServerHandlers>(tcp: TcpStream, handlers: H) -> io::Result<()> {
+    let startup_timeout = tokio::time::sleep(STARTUP_TIMEOUT);
+    tokio::pin!(startup_timeout);
+    let negotiated = tokio::select! {
+        _ = &mut startup_timeout => return Ok(()),
+        s = negotiate_tls(tcp, None) => s?,
+    };
+    let Some(plain) = negotiated else { return Ok(()) };
+    let old = plain.into_parts();
+    let mut parts = FramedParts::new(Deferred::new(old.io), old.codec);
+    parts.read_buf = old.read_buf;
+    parts.write_buf = old.write_buf;
+    let mut socket = Framed::from_parts(parts);
+
+    let startup = handlers.startup_handler();
+    let simple = handlers.simple_query_handler();
+    let extended = handlers.extended_query_handler();
+    let copy = handlers.copy_handler();
+    let cancel = handlers.cancel_handler();
+    let errors = handlers.error_handler();
+    loop {
+        let starting = matches!(
+            socket.state(),
+            PgWireConnectionState::AwaitingStartup | PgWireConnectionState::AuthenticationInProgress
+        );
+        let msg = if starting {
+            tokio::select! {
+                _ = &mut startup_timeout => None,
+                msg = socket.next() => msg,
+            }
+        } else {
+            socket.next().await
+        };
+        let Some(Ok(msg)) = msg else { break };
+        if matches!(msg, PgWireFrontendMessage::Terminate(_)) {
+            break;
+        }
+        let extended_query = match socket.state() {
+            PgWireConnectionState::CopyInProgress(extended) => extended,
+            _ => msg.is_extended_query(),
+        };
+        let cancel_request = matches!(msg, PgWireFrontendMessage::CancelRequest(_));
+        let handled = process_message(
+            msg,
+            &mut socket,
+            startup.clone(),
+            simple.clone(),
+            extended.clone(),
+            copy.clone(),
+            cancel.clone(),
+        )
+        .await;
+        if let Err(mut e) = handled {
+            errors.on_error(&socket, &mut e);
+            let fatal = e.is_fatal();
+            process_error(&mut socket, e, extended_query).await?;
+            if fatal {
+                break;
+            }
+        }
+        if cancel_request {
+            break;
+        }
+    }
+    Ok(())
+}
