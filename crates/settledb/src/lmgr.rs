@@ -81,6 +81,9 @@
 //! (fast-path ones included) and, per owner with an XID, its `transactionid` ExclusiveLock and
 //! the ShareLock it waits for on another transaction.
 //!
+//! Latch order: the shared table's mutex, then an owner's slot, then a registry stripe (held
+//! only to add, remove or copy out entries: nothing locks a slot while holding a stripe).
+//!
 //! Layering: this module knows owners, relation OIDs and XIDs, nothing of the catalog or of
 //! transactions; `db` calls it.
 
@@ -547,16 +550,13 @@ impl LockManager {
     /// Moves every owner's fast-path entries for `rel` into the shared table (the strong
     /// counter for `rel` is already raised, so no new ones appear).
     fn transfer_fast_path(&self, st: &mut State, rel: Oid) {
-        for stripe in &self.registry {
-            let slots: Vec<Arc<Slot>> = stripe.lock().values().cloned().collect();
-            for s in slots {
-                let mut ss = s.fast.lock();
-                if let Some(i) = ss.fast.iter().position(|e| e.0 == rel) {
-                    let (_, mask) = ss.fast.swap_remove(i);
-                    st.locks.entry(rel).or_default().grant(s.id, mask);
-                    if !ss.in_main.contains(&rel) {
-                        ss.in_main.push(rel);
-                    }
+        for s in self.all_slots() {
+            let mut ss = s.fast.lock();
+            if let Some(i) = ss.fast.iter().position(|e| e.0 == rel) {
+                let (_, mask) = ss.fast.swap_remove(i);
+                st.locks.entry(rel).or_default().grant(s.id, mask);
+                if !ss.in_main.contains(&rel) {
+                    ss.in_main.push(rel);
                 }
             }
         }
@@ -680,14 +680,17 @@ impl LockManager {
     }
 
     fn owner_of_xid(&self, xid: Xid) -> Option<OwnerId> {
+        self.all_slots().into_iter().find(|s| s.fast.lock().xid == xid).map(|s| s.id)
+    }
+
+    /// Every registered owner's slot. The stripes' guards are dropped before any slot is
+    /// locked: registration locks a stripe while holding its slot's mutex.
+    fn all_slots(&self) -> Vec<Arc<Slot>> {
+        let mut v = Vec::new();
         for stripe in &self.registry {
-            for s in stripe.lock().values() {
-                if s.fast.lock().xid == xid {
-                    return Some(s.id);
-                }
-            }
+            v.extend(stripe.lock().values().cloned());
         }
-        None
+        v
     }
 
     /// The owners `o` waits for now.
@@ -738,14 +741,12 @@ impl LockManager {
         let st = self.state.lock();
         let mut out = Vec::new();
         let mut xids: HashMap<OwnerId, (Xid, &'static str)> = HashMap::new();
-        for stripe in &self.registry {
-            for s in stripe.lock().values() {
-                let ss = s.fast.lock();
-                xids.insert(s.id, (ss.xid, s.kind));
-                for &(rel, mask) in &ss.fast {
-                    for m in modes_of(mask) {
-                        out.push((s.id, rel, m, true, true));
-                    }
+        for s in self.all_slots() {
+            let ss = s.fast.lock();
+            xids.insert(s.id, (ss.xid, s.kind));
+            for &(rel, mask) in &ss.fast {
+                for m in modes_of(mask) {
+                    out.push((s.id, rel, m, true, true));
                 }
             }
         }
