@@ -43,6 +43,7 @@
 //! million tables as with ten.
 
 mod frozen;
+pub mod publication;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -604,6 +605,12 @@ impl Catalog {
     pub fn table_count(&self) -> usize {
         self.by_oid.read().len()
     }
+}
+
+/// Whether `name` is one of the catalog's own relations (`pg_class`, `pg_publication`), which
+/// DDL refuses to drop or alter.
+pub fn is_system_catalog(name: &str) -> bool {
+    matches!(name, "pg_class" | "pg_publication")
 }
 
 /// Validates a table name the way an identifier must look.

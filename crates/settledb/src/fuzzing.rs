@@ -36,6 +36,8 @@
 //! |                 | minima and `pg_replication_slots` row                                    |
 //! | `spill_file`    | a reorder buffer spill segment read back at commit and by a ROLLBACK TO  |
 //! |                 | cut (`SpillLog::read`: header, length, CRC; the change decoder)          |
+//! | `pgoutput_message` | one pgoutput message as `pgoutput::proto::Reader` parses it (what a   |
+//! |                 | subscriber reads); re-encoded to the same bytes, rendered               |
 //!
 //! `pg_subtrans` has no target: it is never read from disk (see `xact::subtrans`).
 //!
@@ -93,6 +95,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("twophase_state", twophase_state),
     ("slot_state", slot_state),
     ("spill_file", spill_file),
+    ("pgoutput_message", pgoutput_message),
 ];
 
 /// The relation every page target pretends to read.
@@ -868,6 +871,21 @@ pub fn slot_state(data: &[u8]) {
             assert!(decoded.is_none(), "startup refused a state decode accepts: {e}");
             assert!(matches!(e, Error::CorruptFile { .. }), "a bad state file is a corrupt-file error: {e}");
         }
+    }
+}
+
+/// One pgoutput message (`decode::pgoutput::proto`). Input: control byte (bit 1: the reader
+/// is inside a streamed block, so row messages carry an XID), the message's bytes. A message
+/// the reader accepts encodes back to the same bytes and renders.
+pub fn pgoutput_message(data: &[u8]) {
+    use crate::decode::pgoutput::proto::{Normalizer, Reader};
+    let mut input = Input(data);
+    let ctl = input.u8();
+    let bytes = input.rest();
+    let mut reader = if ctl & 0x02 != 0 { Reader::in_stream() } else { Reader::default() };
+    if let Ok(m) = reader.parse(bytes) {
+        assert_eq!(m.encode(), bytes, "pgoutput message round trip");
+        let _ = Normalizer::default().render(&m);
     }
 }
 

@@ -166,5 +166,6 @@ smoke_tests!(
     relsize_file,
     twophase_state,
     slot_state,
-    spill_file
+    spill_file,
+    pgoutput_message
 );

@@ -126,6 +126,13 @@ enum Cmd {
     Release(String),
     RollbackTo(String),
     Prepare(String),
+    /// Creates a logical slot from the session's thread (creation waits for the transactions
+    /// running when it starts, so a script runs it in the background).
+    CreateSlot {
+        name: String,
+        plugin: String,
+        two_phase: bool,
+    },
     Op(Op),
     /// End the session thread: roll its transaction back, or at a crash leave it in progress.
     Exit {
@@ -213,6 +220,9 @@ fn run_cmd<'db>(db: &'db Database, txn: &mut Option<Txn<'db>>, cmd: Cmd) -> Step
             None => Err("there is no transaction in progress".into()),
             Some(t) => t.tx.rollback().map(|()| Out::Ok).map_err(err),
         },
+        Cmd::CreateSlot { name, plugin, two_phase } => {
+            db.create_logical_replication_slot(&name, &plugin, two_phase).map(|_| Out::Ok).map_err(err)
+        }
         Cmd::Savepoint(name) | Cmd::Release(name) if txn.as_ref().is_some_and(|t| t.failed) => {
             let _ = name;
             Err("current transaction is aborted, commands ignored until end of transaction block".into())
@@ -789,6 +799,11 @@ impl Runner {
     fn start_background(&mut self, who: &str, cmd: Cmd, bind: Option<String>) -> Result<Vec<String>, String> {
         let db = self.db().clone();
         let waiting_before: HashSet<u32> = db.lock_waits().iter().map(|(w, _)| w.0).collect();
+        // A slot being created shows (in memory) while it waits for its consistent point.
+        let creating = match &cmd {
+            Cmd::CreateSlot { name, .. } if db.replication_slot(name).is_none() => Some(name.clone()),
+            _ => None,
+        };
         let s = self.session(who);
         s.cmds.send(cmd).map_err(|_| format!("{who}: session thread is gone"))?;
         let start = Instant::now();
@@ -798,12 +813,14 @@ impl Runner {
                 Err(TryRecvError::Disconnected) => return Err(format!("{who}: session thread died")),
                 Err(TryRecvError::Empty) => {}
             }
-            if db.lock_waits().iter().any(|(w, _)| !waiting_before.contains(&w.0)) {
+            if db.lock_waits().iter().any(|(w, _)| !waiting_before.contains(&w.0))
+                || creating.as_ref().is_some_and(|n| db.replication_slot(n).is_some())
+            {
                 s.pending = Some(bind);
                 return Ok(vec!["blocked".into()]);
             }
             if start.elapsed() > STEP_TIMEOUT {
-                return Err(format!("{who}: step neither finished nor blocked on a row lock in {STEP_TIMEOUT:?}"));
+                return Err(format!("{who}: step neither finished nor blocked in {STEP_TIMEOUT:?}"));
             }
             std::thread::yield_now();
         }
@@ -828,6 +845,11 @@ impl Runner {
             ["release", name] | ["release", "savepoint", name] => Cmd::Release(name.to_string()),
             ["rollback", "to", name] | ["rollback", "to", "savepoint", name] => Cmd::RollbackTo(name.to_string()),
             ["prepare", gid] => Cmd::Prepare(gid.to_string()),
+            ["slot", "create", name, plugin, opts @ ..] => Cmd::CreateSlot {
+                name: name.to_string(),
+                plugin: plugin.to_string(),
+                two_phase: opts == ["two_phase"],
+            },
             ["insert", table, ..] => {
                 let values = head.split_once(table).map(|(_, v)| v).unwrap_or_default();
                 Cmd::Op(Op::Insert { table: table.to_string(), values: parse_values(values)? })

@@ -267,7 +267,12 @@ pub fn run(a: WireArgs) -> Result<ExitCode> {
     pgbench_settle(&bin, server.port, &["-i", "-q", "-s", &scale])?;
     let peer = if a.peer {
         eprintln!("PostgreSQL 15: pgbench -i -s {scale} ...");
-        let pg = crate::peer::Postgres::start(a.peer_port, &settings)?;
+        // Room for the idle-connections run (PostgreSQL's default is 100).
+        let mut pg_settings = settings.clone();
+        if !pg_settings.iter().any(|(k, _)| k == "max_connections") {
+            pg_settings.push(("max_connections".into(), (a.idle_connections + 20).max(100).to_string()));
+        }
+        let pg = crate::peer::Postgres::start(a.peer_port, &pg_settings)?;
         pg.pgbench(&["-i", "-q", "-s", &scale])?;
         Some(pg)
     } else {

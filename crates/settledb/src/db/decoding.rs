@@ -4,6 +4,7 @@
 use super::Database;
 use crate::catalog::Catalog;
 use crate::decode::logical::{LogicalDecoder, Output, OutputPlugin, OutputRow, RelInfo, RelationLookup};
+use crate::decode::pgoutput::PgOutput;
 use crate::decode::reorderbuffer::{ReorderBuffer, ReorderBufferConfig, ReorderStats};
 use crate::decode::slot;
 use crate::decode::test_decoding::TestDecoding;
@@ -37,16 +38,27 @@ struct CatalogLookup<'a>(&'a Catalog, HeapEnv<'a>);
 impl RelationLookup for CatalogLookup<'_> {
     fn relation(&self, oid: Oid) -> Option<RelInfo> {
         if let Some(e) = self.0.get_by_oid(oid) {
+            let (replica_identity, key_columns) = e.rel.replica_identity.read().clone();
             return Some(RelInfo {
                 oid,
                 namespace: "public".into(),
                 name: e.rel.name.clone(),
                 schema: e.rel.schema.clone(),
+                replica_identity,
+                key_columns,
             });
         }
         // An error reading pg_class leaves the relation unknown, which the decoder reports.
+        // (Its primary key's index row is not looked for: the key is left unknown.)
         let row = super::startup::find_table_row_any_version(&self.1, oid).ok()??;
-        Some(RelInfo { oid, namespace: "public".into(), name: row.relname, schema: row.schema })
+        Some(RelInfo {
+            oid,
+            namespace: "public".into(),
+            name: row.relname,
+            schema: row.schema,
+            replica_identity: row.replica_identity,
+            key_columns: Vec::new(),
+        })
     }
 }
 
@@ -84,9 +96,13 @@ impl Database {
         let d = self.decodable_slot(slot_name)?;
         let mut plugin: Box<dyn OutputPlugin> = match d.plugin.as_str() {
             "test_decoding" => Box::new(TestDecoding::new(options)?),
+            "pgoutput" => {
+                Box::new(PgOutput::new(options, Box::new(super::publication::DbPublications(self.inner.clone())))?)
+            }
             other => {
                 return Err(Error::invalid(format!(
-                    "could not access file \"{other}\": No such file or directory (output plugins: test_decoding)"
+                    "could not access file \"{other}\": No such file or directory (output plugins: test_decoding, \
+                     pgoutput)"
                 )))
             }
         };

@@ -53,6 +53,7 @@ pub mod autovacuum;
 pub(crate) mod ddl;
 mod decoding;
 mod pgstat;
+mod publication;
 mod slots;
 pub mod startup;
 mod transaction;
@@ -81,6 +82,7 @@ use crate::wal::{RecordBuilder, Rmgr, Wal, WalStats};
 use crate::xact::{TransactionManager, XactOptions};
 pub use ddl::Index;
 pub use decoding::{DecodeLimits, DecodeResult};
+pub use publication::PublicationTarget;
 pub use startup::RecoveryReport;
 pub use transaction::{Scan, Transaction};
 

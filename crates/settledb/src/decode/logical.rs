@@ -19,7 +19,14 @@
 //! change is decoded with the schema it was written under as long as the decoder can find
 //! the relation by OID. It looks first at the `pg_class` rows it has read from the WAL (a table
 //! created, written and dropped while decoding lagged is still known), then at the catalog it
-//! was given. Catalog relations' own changes are not decoded.
+//! was given. Catalog relations' own changes are not decoded. A relation's replica identity
+//! and primary key (what pgoutput's Relation message says) are learned the same way, from its
+//! new `pg_class` row and its key's index row.
+//!
+//! Catalog rows that do change under their identity (publications) are read by the plugin as
+//! of each change's LSN: the decoder keeps the start point and the commits of the transactions
+//! that wrote them ([`super::historic::CatalogHistory`]) and hands that to the plugin
+//! ([`OutputPlugin::catalog_history`]) before anything later.
 //!
 //! # Records
 //!
@@ -49,12 +56,14 @@ use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use super::historic::CatalogHistory;
 use super::message::LogicalMessage;
 use super::reorderbuffer::{Change, ChangeKind, ReorderBuffer, StreamSink};
 use crate::catalog::{self, ClassRow, RelKind};
 use crate::error::{Error, Result};
 use crate::heap::tuple::{deform_tuple, Schema, Value};
 use crate::heap::wal::{decode_row_change, RowChange};
+use crate::heap::ReplicaIdentity;
 use crate::types::{Lsn, Oid, Tid, Xid};
 use crate::wal::{DecodedRecord, Rmgr};
 use crate::xact::records::decode_end_record;
@@ -74,6 +83,10 @@ pub struct RelInfo {
     pub namespace: String,
     pub name: String,
     pub schema: Schema,
+    /// `relreplident`, and the primary key's columns (positions in `schema`; empty without
+    /// one): what an update's or delete's old row holds.
+    pub replica_identity: ReplicaIdentity,
+    pub key_columns: Vec<u16>,
 }
 
 /// Finds a relation by OID in the current catalog (the decoder's fallback).
@@ -99,13 +112,17 @@ pub enum RowData {
     Insert {
         new: Vec<Value>,
     },
-    /// `old` is the logged old key (non-key columns NULL) or whole old row, if any.
+    /// `old` is the logged old key (non-key columns NULL) or whole old row, if any;
+    /// `old_whole` says which (the table's replica identity when the change was logged:
+    /// FULL logs the whole row).
     Update {
         old: Option<Vec<Value>>,
+        old_whole: bool,
         new: Vec<Value>,
     },
     Delete {
         old: Option<Vec<Value>>,
+        old_whole: bool,
     },
 }
 
@@ -177,10 +194,23 @@ pub trait OutputPlugin {
     fn stream_abort(&mut self, _out: &mut Output, _top: Xid, _xid: Xid, _lsn: Lsn) -> Result<()> {
         Err(missing_stream_callback("stream_abort_cb"))
     }
+    /// [`OutputPlugin::stream_abort`] with the abort record's time (µs since the Unix epoch),
+    /// which pgoutput's protocol 4 sends. The decoder calls this one.
+    fn stream_abort_at(&mut self, out: &mut Output, top: Xid, xid: Xid, lsn: Lsn, _abort_time_us: i64) -> Result<()> {
+        self.stream_abort(out, top, xid, lsn)
+    }
     /// A streamed transaction committed (its last changes went out in one more block just
     /// before).
     fn stream_commit(&mut self, _out: &mut Output, _txn: &TxnInfo) -> Result<()> {
         Err(missing_stream_callback("stream_commit_cb"))
+    }
+
+    /// The decoder's historic catalog moved (see [`super::historic`]): at the start point, and
+    /// after the commit of each transaction that wrote a catalog relation other than
+    /// `pg_class` or was running at the start point, before anything later is handed over. A
+    /// plugin that reads catalog rows (pgoutput's publications) keeps it.
+    fn catalog_history(&mut self, _history: &CatalogHistory) -> Result<()> {
+        Ok(())
     }
 
     /// Whether the plugin can decode prepared transactions at PREPARE (PostgreSQL: it has the
@@ -340,8 +370,10 @@ struct PluginSink<'s, 'a> {
     plugin: &'s mut dyn OutputPlugin,
     out: &'s mut Output,
     streamed: &'s mut FxHashMap<Xid, FxHashSet<Xid>>,
-    /// The end of the record being decoded (a stream abort's LSN).
+    /// The end of the record being decoded (a stream abort's LSN), and its time if it is a
+    /// transaction's end.
     rec_end: Lsn,
+    rec_time_us: i64,
     opened: bool,
     last_lsn: Lsn,
 }
@@ -371,7 +403,7 @@ impl StreamSink for PluginSink<'_, '_> {
 
     fn stream_abort(&mut self, top: Xid, sub: Xid) -> Result<()> {
         if self.streamed.get_mut(&top).is_some_and(|s| s.remove(&sub)) {
-            self.plugin.stream_abort(self.out, top, sub, self.rec_end)?;
+            self.plugin.stream_abort_at(self.out, top, sub, self.rec_end, self.rec_time_us)?;
         }
         Ok(())
     }
@@ -401,6 +433,10 @@ pub struct LogicalDecoder<'a> {
     /// (sub)transactions whose changes were streamed.
     streaming: bool,
     streamed: FxHashMap<Xid, FxHashSet<Xid>>,
+    /// What a historic catalog snapshot needs, and the open top-level transactions that wrote
+    /// catalog rows it covers (every catalog relation but `pg_class`).
+    history: CatalogHistory,
+    catalog_writers: FxHashSet<Xid>,
     /// `Some(two_phase_at)` when prepared transactions are decoded at PREPARE (see "Two-phase
     /// decoding" above), and the PREPAREs read of transactions decoded that way.
     two_phase_at: Option<Lsn>,
@@ -428,6 +464,8 @@ impl<'a> LogicalDecoder<'a> {
             prepared: FxHashMap::default(),
             streaming: false,
             streamed: FxHashMap::default(),
+            history: CatalogHistory::default(),
+            catalog_writers: FxHashSet::default(),
             transactions: 0,
         }
     }
@@ -449,6 +487,8 @@ impl<'a> LogicalDecoder<'a> {
         if rec.rmgr == Rmgr::Standby && rec.info == XLOG_RUNNING_XACTS {
             if matches!(self.start, Start::Waiting) {
                 let rx = RunningXacts::decode(&rec.main_data, rec.lsn)?;
+                self.history.start(&rx);
+                plugin.catalog_history(&self.history)?;
                 self.start = Start::Decoding { skip: rx.xids.into_iter().collect() };
             }
             return Ok(());
@@ -466,6 +506,14 @@ impl<'a> LogicalDecoder<'a> {
             Rmgr::Heap | Rmgr::Heap2 => {
                 let Some(change) = decode_row_change(rec)? else { return Ok(()) };
                 self.learn_catalog(&change)?;
+                let rel = match &change {
+                    RowChange::Insert { rel, .. } | RowChange::Update { rel, .. } | RowChange::Delete { rel, .. } => {
+                        *rel
+                    }
+                };
+                if rel.0 < FIRST_USER_OID && rel != catalog::PG_CLASS_OID {
+                    self.catalog_writers.insert(top);
+                }
                 if skipped {
                     return Ok(());
                 }
@@ -512,13 +560,17 @@ impl<'a> LogicalDecoder<'a> {
             out,
             streamed: &mut self.streamed,
             rec_end,
+            rec_time_us: 0,
             opened: false,
             last_lsn: Lsn::INVALID,
         };
         (&mut self.rb, sink)
     }
 
-    /// Learns relations from `pg_class` rows written in the WAL.
+    /// Learns relations from `pg_class` rows written in the WAL: a table's row (its name,
+    /// columns and replica identity; an ALTER … REPLICA IDENTITY writes a new one), and its
+    /// primary key's index row (the key columns). What a row does not say is kept from what
+    /// was known of the relation before.
     fn learn_catalog(&mut self, change: &RowChange) -> Result<()> {
         let (rel, tuples): (Oid, Vec<&Vec<u8>>) = match change {
             RowChange::Insert { rel, tuples } => (*rel, tuples.iter().collect()),
@@ -532,10 +584,31 @@ impl<'a> LogicalDecoder<'a> {
             let values = deform_tuple(&catalog::pg_class_schema(), t)
                 .map_err(|e| Error::invalid(format!("logical decoding: a pg_class row in the WAL: {e}")))?;
             let row = ClassRow::from_values(&values, Tid::default())?;
-            if row.kind == RelKind::Table && row.oid.0 >= FIRST_USER_OID {
-                let info = RelInfo { oid: row.oid, namespace: "public".into(), name: row.relname, schema: row.schema };
-                self.rels.learned.insert(row.oid, Arc::new(info));
+            let (oid, key) = match (&row.kind, &row.index) {
+                (RelKind::Table, _) => (row.oid, None),
+                (RelKind::Index, Some(ix)) if ix.primary => (ix.table, Some(ix.columns.clone())),
+                _ => continue,
+            };
+            if oid.0 < FIRST_USER_OID {
+                continue;
             }
+            let before = self.rels.learned.get(&oid).cloned().or_else(|| self.rels.catalog.relation(oid).map(Arc::new));
+            let info = match key {
+                Some(key_columns) => match before {
+                    Some(b) => RelInfo { key_columns, ..(*b).clone() },
+                    None => continue,
+                },
+                None => RelInfo {
+                    oid,
+                    namespace: "public".into(),
+                    name: row.relname,
+                    schema: row.schema,
+                    replica_identity: row.replica_identity,
+                    key_columns: before.map(|b| b.key_columns.clone()).unwrap_or_default(),
+                },
+            };
+            self.rels.learned.insert(oid, Arc::new(info));
+            self.rels.known.remove(&oid);
         }
         Ok(())
     }
@@ -604,9 +677,16 @@ impl<'a> LogicalDecoder<'a> {
             // list goes first, as PostgreSQL's DecodeAbort takes them.
             let subs: Vec<Xid> = end.subxids.iter().copied().chain(std::iter::once(rec.xid)).collect();
             let (rb, mut sink) = self.sink(plugin, out, rec.end_lsn);
+            sink.rec_time_us = end.time_us;
             return rb.abort_subxacts(rec.toplevel_xid, &subs, end.savepoint_lsn, &mut sink);
         }
         let top = rec.xid;
+        let wrote_catalog = self.catalog_writers.remove(&top);
+        if matches!(info, INFO_XACT_COMMIT | INFO_XACT_COMMIT_PREPARED) && (wrote_catalog || skipped) {
+            let xids = std::iter::once(top).chain(end.subxids.iter().copied()).collect();
+            self.history.commit(rec.lsn, xids);
+            plugin.catalog_history(&self.history)?;
+        }
         let first = self.first_lsn.remove(&top);
         let streamed_xids = self.streamed.remove(&top);
         // Decoded at its PREPARE (or to be, for one prepared before two_phase_at)?
@@ -620,9 +700,9 @@ impl<'a> LogicalDecoder<'a> {
             if self.rb.abort(top)? {
                 let streamed_xids = streamed_xids.unwrap_or_default();
                 for &sub in end.subxids.iter().filter(|x| streamed_xids.contains(x)) {
-                    plugin.stream_abort(out, top, sub, rec.end_lsn)?;
+                    plugin.stream_abort_at(out, top, sub, rec.end_lsn, end.time_us)?;
                 }
-                plugin.stream_abort(out, top, top, rec.end_lsn)?;
+                plugin.stream_abort_at(out, top, top, rec.end_lsn, end.time_us)?;
             }
             if let Start::Decoding { skip } = &mut self.start {
                 skip.remove(&top);
@@ -750,9 +830,10 @@ fn row_data(rel: &RelInfo, kind: ChangeKind, c: &Change<'_>) -> Result<RowData> 
             .map_err(|e| Error::invalid(format!("logical decoding: a row of \"{}\" at {}: {e}", rel.name, c.lsn)))
     };
     let old = if c.old.is_empty() { None } else { Some(deform(&c.old[1..])?) };
+    let old_whole = c.old.first() == Some(&crate::heap::OLD_TUPLE);
     Ok(match kind {
         ChangeKind::Insert => RowData::Insert { new: deform(c.new)? },
-        ChangeKind::Update => RowData::Update { old, new: deform(c.new)? },
-        _ => RowData::Delete { old },
+        ChangeKind::Update => RowData::Update { old, old_whole, new: deform(c.new)? },
+        _ => RowData::Delete { old, old_whole },
     })
 }

@@ -9,13 +9,18 @@
 //! Built so far: [`message`] (logical messages in the WAL), [`reorderbuffer`] (changes held
 //! per transaction until it commits, spilled or streamed past `logical_decoding_work_mem`),
 //! [`logical`] (the decoder: WAL records in, committed or streamed transactions out to an
-//! `OutputPlugin`), [`test_decoding`] (PostgreSQL 15's test_decoding lines) and [`slot`]
+//! `OutputPlugin`), [`historic`] (what the decoder knows to read catalog rows as of a change's
+//! LSN), [`test_decoding`] (PostgreSQL 15's test_decoding lines), [`pgoutput`] (PostgreSQL's
+//! logical replication protocol, filtered by publications that `db` keeps in
+//! `pg_publication` and hands over through [`pgoutput::PublicationLookup`]) and [`slot`]
 //! (logical replication slots: durable positions, the WAL and catalog rows they keep; the
 //! `Database` API is in `db/slots.rs`, the decoding sessions in `db/decoding.rs`, their
 //! counters, `pg_stat_replication_slots`, in `db/pgstat.rs`). See docs/logical-decoding.md.
 
+pub mod historic;
 pub mod logical;
 pub mod message;
+pub mod pgoutput;
 pub mod reorderbuffer;
 pub mod slot;
 pub mod test_decoding;

@@ -170,7 +170,7 @@ impl OutputPlugin for TestDecoding {
                 s.push_str(" INSERT:");
                 tuple(&mut s, &rel.schema, new, false);
             }
-            RowData::Update { old, new } => {
+            RowData::Update { old, new, .. } => {
                 s.push_str(" UPDATE:");
                 if let Some(old) = old {
                     s.push_str(" old-key:");
@@ -179,7 +179,7 @@ impl OutputPlugin for TestDecoding {
                 }
                 tuple(&mut s, &rel.schema, new, false);
             }
-            RowData::Delete { old } => {
+            RowData::Delete { old, .. } => {
                 s.push_str(" DELETE:");
                 match old {
                     Some(old) => tuple(&mut s, &rel.schema, old, true),

@@ -67,6 +67,7 @@ pub fn all() -> BTreeMap<&'static str, Vec<Vec<u8>>> {
         "spill_file",
         vec![prefixed(0, &spill), prefixed(2, &spill), prefixed(REPAIR, &spill), prefixed(REPAIR | 2, &spill[..200])],
     );
+    out.insert("pgoutput_message", pgoutput_seeds());
     let stats = read("pg_stat/stats.bin");
     out.insert("stats_file", vec![prefixed(0, &stats), prefixed(REPAIR, &stats[..stats.len().min(200)])]);
     let sizes = read("global/pg_relsize");
@@ -117,6 +118,111 @@ fn slot_seeds() -> Vec<Vec<u8>> {
         out.push(prefixed(REPAIR, &b[..b.len().min(50)]));
     }
     out
+}
+
+/// Every message of a pgoutput session (protocol 4, binary, messages, streaming parallel,
+/// two-phase) over a small workload: each kind of row change, a message, a streamed
+/// transaction, a rolled-back one, a prepared one. Messages inside a streamed block get
+/// control bit 1.
+fn pgoutput_seeds() -> Vec<Vec<u8>> {
+    use crate::catalog::publication::PublishActions;
+    use crate::db::{DecodeLimits, PublicationTarget};
+    let fs = FaultFs::new();
+    let config = Config::from_pairs([
+        ("autovacuum", "off"),
+        ("shared_buffers", "1MB"),
+        ("wal_level", "logical"),
+        ("logical_decoding_work_mem", "64kB"),
+        ("max_prepared_transactions", "2"),
+    ])
+    .expect("pgoutput seed configuration");
+    let make = || -> crate::Result<Vec<Vec<u8>>> {
+        let db = Database::open_with_fs(fs.clone(), Path::new("/pgoutput"), config)?;
+        let col = |name: &str, ty: Type| Column { name: name.into(), ty, nullable: true };
+        let schema = Schema {
+            columns: vec![
+                col("id", Type::Int4),
+                col("n", Type::Int8),
+                col("f", Type::Float8),
+                col("b", Type::Bool),
+                col("s", Type::Text),
+                col("ts", Type::Timestamp),
+                col("bin", Type::Bytea),
+            ],
+        };
+        let pk = TableOptions { primary_key: Some(vec!["id".into()]), ..TableOptions::default() };
+        let t = db.create_table("t", schema, pk)?;
+        db.alter_table_replica_identity("t", crate::ReplicaIdentity::Full)?;
+        db.create_publication("p", PublicationTarget::AllTables, PublishActions::default())?;
+        db.create_logical_replication_slot("s", "pgoutput", true)?;
+        let row = |i: i32| {
+            [
+                Value::Int4(i),
+                Value::Int8(-7),
+                Value::Float8(0.5),
+                Value::Bool(true),
+                Value::Text(format!("row {i}")),
+                Value::Timestamp(1_000_000),
+                Value::Bytea(vec![0, 255]),
+            ]
+        };
+        let mut tx = db.begin()?;
+        let a = tx.insert(&t, &row(1))?;
+        let a = tx.update(&t, a, &row(2))?.unwrap_or(a);
+        tx.delete(&t, a)?;
+        tx.emit_logical_message(true, "pfx", b"seed")?;
+        tx.commit()?;
+        let mut tx = db.begin()?;
+        for i in 10..3000 {
+            tx.insert(&t, &row(i))?;
+        }
+        tx.rollback()?;
+        let mut tx = db.begin()?;
+        for i in 10..3000 {
+            tx.insert(&t, &row(i))?;
+        }
+        tx.commit()?;
+        let mut tx = db.begin()?;
+        tx.insert(&t, &row(5000))?;
+        tx.prepare("g")?;
+        drop(tx);
+        db.commit_prepared("g")?;
+        let opts: Vec<(String, Option<String>)> = [
+            ("proto_version", "4"),
+            ("publication_names", "p"),
+            ("binary", "on"),
+            ("messages", "on"),
+            ("streaming", "parallel"),
+            ("two_phase", "on"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+        .collect();
+        let rows = db.logical_slot_peek_changes("s", DecodeLimits::default(), &opts)?.rows;
+        db.close()?;
+        let mut in_stream = false;
+        let mut seeds = Vec::new();
+        let mut kinds = std::collections::HashSet::new();
+        for r in rows {
+            let tag = r.data.first().copied().unwrap_or(0);
+            if tag == b'E' {
+                in_stream = false;
+            }
+            // One seed per message kind and context (thousands of inserts add nothing).
+            if kinds.insert((tag, in_stream)) {
+                seeds.push(prefixed(if in_stream { 0x02 } else { 0 }, &r.data));
+            }
+            if tag == b'S' {
+                in_stream = true;
+            }
+        }
+        let tags: std::collections::HashSet<u8> = kinds.iter().map(|(t, _)| *t).collect();
+        for t in *b"BRIUDMCSEAcbPK" {
+            assert!(tags.contains(&t), "the pgoutput seed session sends {:?}", t as char);
+        }
+        Ok(seeds)
+    };
+    make().expect("pgoutput seed workload")
 }
 
 fn prefixed(ctl: u8, bytes: &[u8]) -> Vec<u8> {

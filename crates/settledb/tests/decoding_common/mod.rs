@@ -62,8 +62,8 @@ impl Recorder {
 fn change_item(rel: &RelInfo, row: &RowData) -> Item {
     let (kind, old, new) = match row {
         RowData::Insert { new } => ("insert", None, Some(new.clone())),
-        RowData::Update { old, new } => ("update", old.clone(), Some(new.clone())),
-        RowData::Delete { old } => ("delete", old.clone(), None),
+        RowData::Update { old, new, .. } => ("update", old.clone(), Some(new.clone())),
+        RowData::Delete { old, .. } => ("delete", old.clone(), None),
     };
     Item::Change { table: rel.name.clone(), kind, old, new }
 }
