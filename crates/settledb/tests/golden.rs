@@ -845,11 +845,9 @@ impl Runner {
             ["release", name] | ["release", "savepoint", name] => Cmd::Release(name.to_string()),
             ["rollback", "to", name] | ["rollback", "to", "savepoint", name] => Cmd::RollbackTo(name.to_string()),
             ["prepare", gid] => Cmd::Prepare(gid.to_string()),
-            ["slot", "create", name, plugin, opts @ ..] => Cmd::CreateSlot {
-                name: name.to_string(),
-                plugin: plugin.to_string(),
-                two_phase: opts == ["two_phase"],
-            },
+            ["slot", "create", name, plugin, opts @ ..] => {
+                Cmd::CreateSlot { name: name.to_string(), plugin: plugin.to_string(), two_phase: opts == ["two_phase"] }
+            }
             ["insert", table, ..] => {
                 let values = head.split_once(table).map(|(_, v)| v).unwrap_or_default();
                 Cmd::Op(Op::Insert { table: table.to_string(), values: parse_values(values)? })
