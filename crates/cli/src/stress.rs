@@ -51,6 +51,8 @@ use settledb::{Database, Error, Index, IsolationLevel, KeyBound, ScanDirection, 
 use workload::pgbench::{Draw, Embedded, PgbenchConn, PgbenchTarget, Script};
 use workload::tpcc::Outcome;
 
+mod ddl_churn;
+
 #[derive(Args)]
 pub struct StressArgs {
     /// Data directory (created; pgbench's tables in it are dropped and recreated).
@@ -77,6 +79,13 @@ pub struct StressArgs {
     /// Engine settings over the stress defaults (NAME=VALUE).
     #[arg(long = "set", value_name = "NAME=VALUE")]
     set: Vec<String>,
+    /// Instead: churn DDL (CREATE/DROP INDEX, ALTER TABLE SET, VACUUM) against row-locking
+    /// writers, with a watchdog and a lost-update check (see `stress/ddl_churn.rs`).
+    #[arg(long)]
+    ddl_churn: bool,
+    /// --ddl-churn: fail when a thread makes no progress for this long.
+    #[arg(long, default_value_t = 60)]
+    stall_seconds: u64,
 }
 
 /// Settings that make every background activity happen often: autovacuum with a short
@@ -198,6 +207,9 @@ impl StressReport {
 
 pub fn run(a: StressArgs) -> Result<ExitCode> {
     anyhow::ensure!(a.threads >= 1 && a.readers >= 1, "--threads and --readers must be at least 1");
+    if a.ddl_churn {
+        return ddl_churn::run(&a);
+    }
     let mut set: Vec<String> = STRESS_SETTINGS.iter().map(|(k, v)| format!("{k}={v}")).collect();
     set.extend(a.set.iter().cloned());
     let config = crate::config_from(&set)?;

@@ -122,6 +122,7 @@ impl From<settledb::Error> for SqlError {
             }
             E::SerializationFailure => SqlError::new("40001", msg),
             E::Deadlock { .. } => SqlError::new("40P01", msg),
+            E::LockNotAvailable(_) => SqlError::new("55P03", msg),
             E::NotFound(m) if m.starts_with("relation") || m.starts_with("table") => SqlError::new("42P01", m),
             E::NotFound(m) => SqlError::new("42704", m),
             E::AlreadyExists(m) => SqlError::new("42P07", m),

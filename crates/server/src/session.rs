@@ -277,6 +277,8 @@ impl<'db> Session<'db> {
             Some(t) => t,
             None => self.db.begin_with(self.isolation())?,
         };
+        // SET lock_timeout applies from the next statement on, inside a block too.
+        tx.set_lock_timeout(self.lock_timeout());
         let r = {
             let mut cx = Cx { db: self.db, sh: self.sh, tx: &mut tx, params, settings: &self.settings, notices };
             f(&mut cx)
@@ -299,6 +301,16 @@ impl<'db> Session<'db> {
                 }
             }
         }
+    }
+
+    /// The session's `lock_timeout` (SET), else the engine's.
+    fn lock_timeout(&self) -> Option<std::time::Duration> {
+        let mut c = self.db.config().clone();
+        if let Some(v) = self.settings.get("lock_timeout") {
+            // Validated by SET already.
+            let _ = c.set("lock_timeout", v);
+        }
+        c.lock_timeout()
     }
 
     fn isolation(&self) -> IsolationLevel {

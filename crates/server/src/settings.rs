@@ -11,7 +11,8 @@
 //!   (no timeout), which is all that is enforced.
 //! - **Engine parameters that apply per statement**: `default_transaction_isolation`, and for
 //!   VACUUM `vacuum_freeze_policy`, `vacuum_cost_delay`, `vacuum_cost_limit`,
-//!   `vacuum_truncate`. SET validates the value with the engine's own parser and the session uses it.
+//!   `vacuum_truncate`, and `lock_timeout` for the session's lock waits (DML and reads; DDL
+//!   uses the engine's). SET validates the value with the engine's own parser and the session uses it.
 //! - **Other engine parameters** (`shared_buffers`, `vacuum_freeze_min_age`, ...) are read by
 //!   the engine when the data directory is opened: SHOW reports them, SET fails with 55P02 and
 //!   a hint to pass `--set name=value` to `settle serve`.
@@ -60,6 +61,7 @@ const SESSION_ENGINE: &[&str] = &[
     "vacuum_cost_delay",
     "vacuum_cost_limit",
     "vacuum_truncate",
+    "lock_timeout",
 ];
 
 pub fn initial() -> BTreeMap<String, String> {
@@ -280,6 +282,7 @@ fn engine_value(c: &Config, name: &str) -> Option<String> {
             }
         }
         "lock_timeout" => ms(c.lock_timeout_ms),
+        "deadlock_timeout" => ms(c.deadlock_timeout_ms),
         _ => return None,
     })
 }

@@ -2,7 +2,10 @@
 //! `pg_stat_database`, with PostgreSQL 15's column names (a subset of the columns: those the
 //! engine counts), and `pg_replication_slots` (all of PostgreSQL 15's columns; LSNs as text
 //! `X/Y`, XIDs as int8, as there is no `pg_lsn` or `xid` type), and
-//! `pg_stat_replication_slots` (PostgreSQL 15's columns). They are materialized when a query
+//! `pg_stat_replication_slots` (PostgreSQL 15's columns), and `pg_locks` (the engine's table
+//! and transaction locks, `Database::locks`: PostgreSQL's columns locktype, database,
+//! relation, transactionid, pid (the lock owner's number), mode, granted, fastpath, plus
+//! `holder`: what owns the lock, "transaction", "ddl", "vacuum" or "autovacuum"). They are materialized when a query
 //! reads them; a SELECT may filter, sort and aggregate them like a table.
 
 use settledb::Database;
@@ -96,6 +99,21 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             c.push(col("stats_reset", SqlType::Timestamp));
             Some(c)
         }
+        "pg_locks" => {
+            use SqlType::{Bool, Int8, Text};
+            let cols = [
+                ("locktype", Text),
+                ("database", Int8),
+                ("relation", Int8),
+                ("transactionid", Int8),
+                ("pid", Int8),
+                ("mode", Text),
+                ("granted", Bool),
+                ("fastpath", Bool),
+                ("holder", Text),
+            ];
+            Some(cols.into_iter().map(|(n, t)| col(n, t)).collect())
+        }
         _ => None,
     }
 }
@@ -184,6 +202,24 @@ pub fn rows(db: &Database, name: &str) -> Vec<Vec<Datum>> {
                     text(s.wal_status.map(|w| w.as_str().to_string())),
                     opt(s.safe_wal_size),
                     Datum::Bool(s.two_phase),
+                ]
+            })
+            .collect(),
+        "pg_locks" => db
+            .locks()
+            .into_iter()
+            .map(|l| {
+                let opt = |x: Option<u32>| x.map_or(Datum::Null, |v| Datum::Int(i64::from(v)));
+                vec![
+                    Datum::Text(l.locktype.into()),
+                    Datum::Int(1),
+                    opt(l.relation.map(|o| o.0)),
+                    opt(l.transactionid.map(|x| x.0)),
+                    Datum::Int(l.owner.0 as i64),
+                    Datum::Text(l.mode.name().into()),
+                    Datum::Bool(l.granted),
+                    Datum::Bool(l.fastpath),
+                    Datum::Text(l.owner_kind.into()),
                 ]
             })
             .collect(),

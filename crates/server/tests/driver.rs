@@ -305,3 +305,60 @@ async fn replication_slots_over_sql() {
     drop(c);
     s.stop();
 }
+
+/// Waits until `pg_locks` shows `n` lock requests not granted (a session blocked).
+async fn until_waiting(c: &Client, n: i64) {
+    let start = std::time::Instant::now();
+    loop {
+        let w: i64 = c.query_one("select count(*) from pg_locks where not granted", &[]).await.unwrap().get(0);
+        if w >= n {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "no session blocked");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Lock failures over the wire: a row-lock cycle is 40P01 to the session that closes it,
+/// `SET lock_timeout` ends a wait with 55P03, and `pg_locks` shows who holds and waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlock_and_lock_timeout_have_their_sqlstates() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let a = connect(&s).await;
+    let b = connect(&s).await;
+    let watch = connect(&s).await;
+    a.batch_execute("create table acct (id int primary key, bal int)").await.unwrap();
+    a.batch_execute("insert into acct values (1, 100), (2, 100)").await.unwrap();
+
+    a.batch_execute("begin; update acct set bal = bal + 1 where id = 1").await.unwrap();
+    b.batch_execute("begin; update acct set bal = bal + 1 where id = 2").await.unwrap();
+    let modes: Vec<String> = watch
+        .query("select mode from pg_locks where locktype = 'relation' order by pid", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(modes, ["RowExclusiveLock", "RowExclusiveLock"]);
+    let a_waits = tokio::spawn(async move {
+        let r = a.execute("update acct set bal = bal + 1 where id = 2", &[]).await;
+        (a, r)
+    });
+    until_waiting(&watch, 1).await;
+    let e = b.execute("update acct set bal = bal + 1 where id = 1", &[]).await.unwrap_err();
+    assert_eq!(e.code(), Some(&SqlState::T_R_DEADLOCK_DETECTED), "{e}");
+    b.batch_execute("rollback").await.unwrap();
+    let (a, r) = a_waits.await.unwrap();
+    r.unwrap();
+    a.batch_execute("commit").await.unwrap();
+
+    a.batch_execute("begin; update acct set bal = 0 where id = 1").await.unwrap();
+    b.batch_execute("set lock_timeout = '50ms'").await.unwrap();
+    let e = b.execute("update acct set bal = 5 where id = 1", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "55P03");
+    assert_eq!(e.as_db_error().unwrap().message(), "canceling statement due to lock timeout");
+    a.batch_execute("commit").await.unwrap();
+    let total: i64 = watch.query_one("select sum(bal) from acct", &[]).await.unwrap().get(0);
+    assert_eq!(total, 101);
+}

@@ -234,8 +234,10 @@ pub struct TableEntry {
     pub reltuples: Mutex<f64>,
     /// Storage parameters (CREATE TABLE ... WITH, ALTER TABLE ... SET).
     pub options: RwLock<RelOptions>,
-    /// Held by VACUUM for its whole run, and by DROP TABLE and CREATE INDEX (PostgreSQL's
-    /// ShareUpdateExclusiveLock): one maintenance operation per table at a time.
+    /// Held by VACUUM for its whole run, and by DDL while it changes the table: one
+    /// maintenance operation per table at a time. Always taken after the table lock
+    /// ([`crate::lmgr`]) that already orders them (VACUUM's ShareUpdateExclusive conflicts
+    /// with every DDL mode), so it is never waited for long; kept as a second guard.
     pub maintenance_lock: Mutex<()>,
     /// Cumulative statistics (`pg_stat_user_tables`).
     pub stats: TableStats,

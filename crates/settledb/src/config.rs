@@ -209,9 +209,14 @@ pub struct Config {
     /// refused); up to 262143. The proc array has no fixed slots, so the value only caps how
     /// many prepared transactions may exist at once.
     pub max_prepared_transactions: u32,
-    /// `deadlock_timeout`, milliseconds: how long a row-lock wait lasts before we give up
-    /// waiting politely and report a lock timeout (no deadlock detector yet).
+    /// `lock_timeout`, milliseconds (default 0: none): the longest a statement waits for a
+    /// table lock or for another transaction's row (then 55P03, "canceling statement due to
+    /// lock timeout"). See [`crate::lmgr`].
     pub lock_timeout_ms: u64,
+    /// `deadlock_timeout`, milliseconds (default 1s): how often a waiting lock request runs
+    /// the deadlock check again (it also runs it at once when the wait begins; see
+    /// [`crate::lmgr`]).
+    pub deadlock_timeout_ms: u64,
     /// `wal_level` (default `replica`; `logical` for logical decoding and slots).
     pub wal_level: WalLevel,
     /// `max_replication_slots` (default 10, as in PostgreSQL).
@@ -264,6 +269,7 @@ impl Default for Config {
             autovacuum_vacuum_cost_limit: -1,
             log_autovacuum_min_duration_ms: 600_000,
             lock_timeout_ms: 0,
+            deadlock_timeout_ms: 1000,
             max_prepared_transactions: 0,
             wal_level: WalLevel::Replica,
             max_replication_slots: 10,
@@ -314,6 +320,7 @@ pub const PARAMETERS: &[&str] = &[
     "autovacuum_vacuum_cost_limit",
     "log_autovacuum_min_duration",
     "lock_timeout",
+    "deadlock_timeout",
     "max_prepared_transactions",
     "wal_level",
     "max_replication_slots",
@@ -432,6 +439,7 @@ impl Config {
                     bytes(name, v, 1 << 10, 64 << 10, i32::MAX as u64 * 1024)? as usize
             }
             "lock_timeout" => self.lock_timeout_ms = millis(name, v, 1, 0, i32::MAX as u64)?,
+            "deadlock_timeout" => self.deadlock_timeout_ms = millis(name, v, 1, 1, i32::MAX as u64)?,
             _ => {
                 return Err(Error::Config(format!("unrecognized configuration parameter \"{name}\"")));
             }
@@ -446,6 +454,11 @@ impl Config {
     }
 
     /// The cost limit autovacuum workers share.
+    /// `lock_timeout` as a duration, `None` when 0 (no timeout).
+    pub fn lock_timeout(&self) -> Option<std::time::Duration> {
+        (self.lock_timeout_ms > 0).then(|| std::time::Duration::from_millis(self.lock_timeout_ms))
+    }
+
     pub fn autovacuum_cost_limit(&self) -> u32 {
         if self.autovacuum_vacuum_cost_limit > 0 {
             self.autovacuum_vacuum_cost_limit as u32

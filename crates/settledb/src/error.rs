@@ -81,11 +81,15 @@ pub enum Error {
     #[error("database is shut down after an unrecoverable error: {0}; reopen it to run crash recovery")]
     Poisoned(String),
 
-    /// Two transactions wait for each other's rows; this one was chosen to fail.
-    #[error(
-        "deadlock detected: transaction {xid} waits for transaction {waits_for}, whose chain of waits leads back to {xid}"
-    )]
-    Deadlock { xid: Xid, waits_for: Xid },
+    /// A wait (for a row, a unique key or a table lock) would have closed a cycle of waits;
+    /// this waiter was chosen to fail (SQLSTATE 40P01). `detail` names the waits.
+    #[error("deadlock detected: {detail}")]
+    Deadlock { detail: String },
+
+    /// A lock could not be had: `lock_timeout` passed ("canceling statement due to lock
+    /// timeout") or a conditional request found it taken (SQLSTATE 55P03).
+    #[error("{0}")]
+    LockNotAvailable(String),
 
     /// An earlier command of this transaction failed after changing something: it can only be
     /// rolled back (PostgreSQL's aborted transaction state).

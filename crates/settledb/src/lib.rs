@@ -21,6 +21,7 @@ pub mod fuzzing;
 pub mod heap;
 pub mod index;
 pub mod io;
+pub mod lmgr;
 pub mod page;
 pub mod pgtext;
 pub mod smgr;

@@ -75,6 +75,8 @@ pub(crate) struct AutovacuumState {
     pub(crate) running: AtomicU32,
     pub(crate) vacuums: AtomicU64,
     pub(crate) wraparound_vacuums: AtomicU64,
+    /// Tables skipped because their lock was taken (a user's LOCK TABLE, DDL, a manual VACUUM).
+    pub(crate) skipped_locked: AtomicU64,
     cycles: AtomicU64,
     cycle_cpu_ns: AtomicU64,
     last_cycle_cpu_ns: AtomicU64,
@@ -302,6 +304,11 @@ impl Inner {
                 }
             }
             Err(Error::NotFound(_)) => {} // dropped meanwhile
+            // Someone holds a conflicting lock: skip the table, the launcher will queue it again
+            // (PostgreSQL's autovacuum takes its lock conditionally too, and says nothing).
+            Err(Error::LockNotAvailable(_)) => {
+                av.skipped_locked.fetch_add(1, Ordering::Relaxed);
+            }
             Err(e) if self.shutdown.load(Ordering::Acquire) => drop(e),
             Err(e) => self.log_line(&format!(
                 "ERROR:  autovacuum of table \"{}.public.{}\" failed: {e}\n",
@@ -353,6 +360,8 @@ pub struct AutovacuumStats {
     /// Autovacuums finished, and how many of them were anti-wraparound.
     pub vacuums: u64,
     pub wraparound_vacuums: u64,
+    /// Tables skipped because a conflicting lock was held.
+    pub skipped_locked: u64,
     /// Launcher cycles run (each naptime, each kick), their total thread CPU time and tables
     /// looked at, and the last cycle's CPU time and number of tables it looked at.
     pub launcher_cycles: u64,
@@ -374,6 +383,7 @@ impl Database {
             running: av.running.load(Ordering::Relaxed),
             vacuums: av.vacuums.load(Ordering::Relaxed),
             wraparound_vacuums: av.wraparound_vacuums.load(Ordering::Relaxed),
+            skipped_locked: av.skipped_locked.load(Ordering::Relaxed),
             launcher_cycles: av.cycles.load(Ordering::Relaxed),
             launcher_cpu_ns: av.cycle_cpu_ns.load(Ordering::Relaxed),
             launcher_tables: av.cycle_tables.load(Ordering::Relaxed),

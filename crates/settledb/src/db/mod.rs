@@ -38,8 +38,16 @@
 //! meets a row changed by a transaction still running waits for it, then, if it committed,
 //! follows the row to its newest version and re-applies the change there (the closure of
 //! [`Transaction::update_with`] is re-run on the new values). REPEATABLE READ keeps the first
-//! snapshot and fails such an update with [`Error::SerializationFailure`]. Two transactions
-//! waiting for each other's rows are a deadlock: the second waiter gets [`Error::Deadlock`].
+//! snapshot and fails such an update with [`Error::SerializationFailure`].
+//!
+//! # Locks
+//!
+//! Every read takes the table's AccessShare lock and every write its RowExclusive lock, held
+//! to the transaction's end; DDL and VACUUM take stronger modes (see [`crate::lmgr`] and
+//! `docs/locking.md`). Waits for table locks and for other transactions' rows form one graph:
+//! a wait that would close a cycle fails at once with [`Error::Deadlock`] (the waiter that
+//! closes it is the victim), and `lock_timeout` bounds every wait
+//! ([`Error::LockNotAvailable`]). [`Database::locks`] is `pg_locks`.
 
 pub mod autovacuum;
 pub(crate) mod ddl;
@@ -157,8 +165,11 @@ pub(crate) struct Inner {
     control: Mutex<ControlFile>,
     checkpoint_lock: Mutex<()>,
     checkpoints: AtomicU64,
-    /// Who waits for whom, for deadlock detection.
-    waits: Mutex<std::collections::HashMap<Xid, Xid>>,
+    /// Table locks and the wait-for graph of every lock and XID wait ([`crate::lmgr`]).
+    pub(crate) lmgr: crate::lmgr::LockManager,
+    /// The lock owners of prepared transactions, whose locks last until COMMIT/ROLLBACK
+    /// PREPARED (in this run only: a restart brings prepared transactions back without them).
+    pub(crate) prepared_locks: Mutex<std::collections::HashMap<crate::types::FullXid, crate::lmgr::LockOwner>>,
     pub(crate) shutdown: AtomicBool,
     bg_wake: Condvar,
     bg_mutex: Mutex<()>,
@@ -185,30 +196,22 @@ impl Inner {
         HeapEnv { pool: &self.pool, wal: &self.wal, xact: &self.xact }
     }
 
-    /// Waits for `other` to finish on behalf of `me`, failing instead when that would close a
-    /// cycle of waiters. Either may be a subtransaction's XID: the graph of waiters is kept
-    /// between top-level XIDs (a transaction waits as a whole), while the wait itself ends as
-    /// soon as `other` does, which for a subtransaction may be at its ROLLBACK TO.
-    pub(crate) fn wait_for_xid(&self, me: Xid, other: Xid) -> Result<()> {
+    /// Waits for `other` to finish on behalf of `owner` (whose rows carry `me`), failing
+    /// instead when that would close a cycle of waits (table locks included, see
+    /// [`crate::lmgr`]) or after `timeout` (`lock_timeout`). Either may be a subtransaction's
+    /// XID: the graph of waiters is kept between top-level transactions (a transaction waits as
+    /// a whole), while the wait itself ends as soon as `other` does, which for a
+    /// subtransaction may be at its ROLLBACK TO.
+    pub(crate) fn wait_for_xid(
+        &self,
+        owner: &crate::lmgr::LockOwner,
+        me: Xid,
+        other: Xid,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
         let wait_on = other;
         let (me, other) = (self.xact.top_level_of(me), self.xact.top_level_of(other));
-        {
-            let mut w = self.waits.lock();
-            let mut cur = other;
-            for _ in 0..=w.len() {
-                if cur == me {
-                    return Err(Error::Deadlock { xid: me, waits_for: other });
-                }
-                match w.get(&cur) {
-                    Some(&n) => cur = n,
-                    None => break,
-                }
-            }
-            w.insert(me, other);
-        }
-        self.xact.wait_for(wait_on);
-        self.waits.lock().remove(&me);
-        Ok(())
+        self.lmgr.wait_for_xid(owner, me, other, timeout, &|d| self.xact.wait_for_timeout(wait_on, d))
     }
 
     /// Takes a checkpoint (see [`startup`]). `shutdown` marks the control file cleanly shut down.
@@ -456,6 +459,7 @@ impl Database {
         pool.set_wal(Arc::new(WalFlusher(wal.clone())));
         let catalog = Catalog::new(config.autovacuum_freeze_max_age);
         let slot_stats = Mutex::new(pgstat::slot_stats_from(saved_stats.as_ref(), &slots));
+        let deadlock_timeout = Duration::from_millis(config.deadlock_timeout_ms);
         let inner = Arc::new(Inner {
             config,
             dir: dir.to_path_buf(),
@@ -469,7 +473,8 @@ impl Database {
             control: Mutex::new(control),
             checkpoint_lock: Mutex::new(()),
             checkpoints: AtomicU64::new(0),
-            waits: Mutex::new(Default::default()),
+            lmgr: crate::lmgr::LockManager::new(deadlock_timeout),
+            prepared_locks: Mutex::new(Default::default()),
             shutdown: AtomicBool::new(false),
             bg_wake: Condvar::new(),
             bg_mutex: Mutex::new(()),
@@ -661,9 +666,17 @@ impl Database {
     /// transaction is blocked on which (the part of PostgreSQL's `pg_locks` that the isolation
     /// tester polls to know that a step is blocked).
     pub fn lock_waits(&self) -> Vec<(Xid, Xid)> {
-        let mut v: Vec<(Xid, Xid)> = self.inner.waits.lock().iter().map(|(&a, &b)| (a, b)).collect();
-        v.sort_by_key(|&(a, _)| a.0);
-        v
+        self.inner.lmgr.xid_waits()
+    }
+
+    /// Every lock held or awaited, `pg_locks`-style (see [`crate::lmgr`]).
+    pub fn locks(&self) -> Vec<crate::lmgr::LockInfo> {
+        self.inner.lmgr.locks()
+    }
+
+    /// Deadlocks reported and lock timeouts since open.
+    pub fn lock_failures(&self) -> (u64, u64) {
+        (self.inner.lmgr.deadlocks.load(Ordering::Relaxed), self.inner.lmgr.lock_timeouts.load(Ordering::Relaxed))
     }
 
     /// The next XID to be assigned.
@@ -701,6 +714,9 @@ impl Database {
     fn finish_prepared(&self, gid: &str, commit: bool) -> Result<()> {
         self.check_healthy()?;
         let xid = self.inner.xact.finish_prepared(gid, commit, &*self.inner.wal)?;
+        if let Some(owner) = self.inner.prepared_locks.lock().remove(&xid) {
+            self.inner.lmgr.release_all(&owner);
+        }
         if let Some(counts) = self.inner.prepared_counts.lock().remove(&xid) {
             transaction::apply_counts(&self.inner, counts, commit);
         }

@@ -52,8 +52,9 @@ use crate::heap::hot;
 use crate::heap::tuple::Value;
 use crate::heap::{self, ModifyResult, Relation};
 use crate::index::{compare_prefix, in_range, HeapTupleState, IndexEntry, KeyBound, ScanDirection, UniqueCheck};
+use crate::lmgr::{LockMode, LockOwner, WaitPolicy};
 use crate::stats::TableCounts;
-use crate::types::{BlockNumber, Fork, FullXid, Tid, Xid};
+use crate::types::{BlockNumber, Fork, FullXid, Oid, Tid, Xid};
 use crate::xact::{BackendId, Snapshot};
 
 mod message;
@@ -86,6 +87,13 @@ pub struct Transaction<'db> {
     bulk_ring: Option<Ring>,
     /// Statistics counted per table, applied to the tables when the transaction ends.
     table_counts: Vec<(Arc<TableEntry>, TableCounts)>,
+    /// Who holds this transaction's table locks ([`crate::lmgr`]).
+    owner: LockOwner,
+    /// The table locks it took: (table, mode, savepoint depth when first taken). Hot path: a
+    /// linear search, and the lock manager is asked only for a new (table, mode).
+    held: Vec<(Oid, LockMode, usize)>,
+    /// `lock_timeout` for this transaction's waits.
+    lock_timeout: Option<std::time::Duration>,
 }
 
 impl<'db> Transaction<'db> {
@@ -107,6 +115,60 @@ impl<'db> Transaction<'db> {
             failed: None,
             bulk_ring: None,
             table_counts: Vec::new(),
+            owner: inner.lmgr.new_owner("transaction"),
+            held: Vec::new(),
+            lock_timeout: inner.config.lock_timeout(),
+        }
+    }
+
+    /// Sets `lock_timeout` for the rest of the transaction (`None`: wait without limit).
+    pub fn set_lock_timeout(&mut self, timeout: Option<std::time::Duration>) {
+        self.lock_timeout = timeout;
+    }
+
+    /// `LOCK TABLE table IN mode MODE`: takes a table lock, held until the transaction ends.
+    /// A deadlock or lock timeout fails the transaction, as any lock wait does.
+    pub fn lock_table(&mut self, table: &Table, mode: LockMode) -> Result<()> {
+        self.active()?;
+        self.lock_rel(&table.entry, mode)
+    }
+
+    /// Takes `mode` on the table for the rest of the transaction, unless already held.
+    /// Hot path: a search of the (short) list of locks held.
+    fn lock_rel(&mut self, entry: &TableEntry, mode: LockMode) -> Result<()> {
+        let oid = entry.rel.oid;
+        if self.held.iter().any(|&(o, m, _)| o == oid && m == mode) {
+            return Ok(());
+        }
+        let r = self.inner.lmgr.lock(&self.owner, oid, mode, WaitPolicy::Wait, self.lock_timeout);
+        if let Err(e) = r {
+            // A failed lock wait ends the statement with an error that aborts the transaction.
+            self.failed = Some(e.to_string());
+            return Err(e);
+        }
+        self.held.push((oid, mode, self.subxacts.len()));
+        // The table may have been dropped while we waited (PostgreSQL rechecks the catalog
+        // after locking too).
+        if self.inner.catalog.get_by_oid(oid).is_none() {
+            return Err(Error::NotFound(format!("relation \"{}\" does not exist", entry.rel.name)));
+        }
+        Ok(())
+    }
+
+    /// Releases the table locks taken at savepoint depth `depth` or deeper (ROLLBACK TO),
+    /// as PostgreSQL releases those of a rolled-back subtransaction.
+    fn release_locks_from(&mut self, depth: usize) {
+        let (gone, kept): (Vec<_>, Vec<_>) = self.held.iter().partition(|h| h.2 >= depth);
+        for (oid, mode, _) in gone {
+            self.inner.lmgr.release(&self.owner, oid, mode);
+        }
+        self.held = kept;
+    }
+
+    /// RELEASE merges savepoints deeper than `depth` into it: their locks now belong to it.
+    fn merge_locks_into(&mut self, depth: usize) {
+        for h in &mut self.held {
+            h.2 = h.2.min(depth);
         }
     }
 
@@ -228,6 +290,7 @@ impl<'db> Transaction<'db> {
         }
         let full = self.inner.xact.assign_xid(&*self.inner.wal)?;
         self.xid = Some(full);
+        self.inner.lmgr.set_xid(&self.owner, full.xid());
         self.refresh_snapshot_xids();
         Ok(full)
     }
@@ -302,6 +365,8 @@ impl<'db> Transaction<'db> {
 
     /// Inserts a row; returns its TID.
     pub fn insert(&mut self, table: &Table, values: &[Value]) -> Result<Tid> {
+        self.active()?;
+        self.lock_rel(&table.entry, LockMode::RowExclusive)?;
         let tid = self.command(|tx| tx.insert_into(&table.entry.rel, Some(&table.entry), values))?;
         self.inner.counters.tup_inserted.add(1);
         Ok(tid)
@@ -341,7 +406,16 @@ impl<'db> Transaction<'db> {
         let env = self.inner.env();
         for def in defs {
             let key = def.key_of(values);
-            let check = UniqueProbe { inner: self.inner, rel: &entry.rel, def: &def, key: &key, me: xid, snap };
+            let check = UniqueProbe {
+                inner: self.inner,
+                rel: &entry.rel,
+                def: &def,
+                key: &key,
+                me: xid,
+                snap,
+                owner: &self.owner,
+                timeout: self.lock_timeout,
+            };
             let unique: Option<&dyn UniqueCheck> = if def.meta.unique { Some(&check) } else { None };
             def.btree.insert(&env, &key, tid, unique)?;
         }
@@ -350,6 +424,8 @@ impl<'db> Transaction<'db> {
 
     /// Inserts many rows at once, a page per WAL record (COPY's path). Returns their TIDs.
     pub fn insert_many(&mut self, table: &Table, rows: &[Vec<Value>]) -> Result<Vec<Tid>> {
+        self.active()?;
+        self.lock_rel(&table.entry, LockMode::RowExclusive)?;
         self.command(|tx| tx.insert_many_raw(table, rows))
     }
 
@@ -374,6 +450,8 @@ impl<'db> Transaction<'db> {
 
     /// The row at `tid` if this transaction's snapshot sees it.
     pub fn fetch(&mut self, table: &Table, tid: Tid) -> Result<Option<Vec<Value>>> {
+        self.active()?;
+        self.lock_rel(&table.entry, LockMode::AccessShare)?;
         let snap = self.command_snapshot()?;
         let r = heap::fetch(&self.inner.env(), &table.entry.rel, &snap, self.cid, tid)?;
         self.end_command();
@@ -412,6 +490,8 @@ impl<'db> Transaction<'db> {
         tid: Tid,
         f: impl FnMut(&[Value]) -> Result<Vec<Value>>,
     ) -> Result<Option<Tid>> {
+        self.active()?;
+        self.lock_rel(&table.entry, LockMode::RowExclusive)?;
         self.command(|tx| tx.update_raw(table, tid, f))
     }
 
@@ -439,8 +519,8 @@ impl<'db> Transaction<'db> {
         f: &mut dyn FnMut(&[Value]) -> Result<Vec<Value>>,
     ) -> Result<Option<Tid>> {
         let tx = tx_context((xid, self.xid().unwrap_or(xid)), self.cid, snap, self.rr(), self.horizon);
-        let inner = self.inner.clone();
-        let wait = move |other: Xid| inner.wait_for_xid(xid, other);
+        let (inner, owner, timeout) = (&**self.inner, &self.owner, self.lock_timeout);
+        let wait = move |other: Xid| inner.wait_for_xid(owner, xid, other, timeout);
         let _writers = table.entry.rel.write_lock.read();
         let r = heap::update(&self.inner.env(), &table.entry.rel, &tx, tid, f, &wait)?;
         let out = match r {
@@ -465,6 +545,8 @@ impl<'db> Transaction<'db> {
 
     /// Deletes the row at `tid`. Returns whether a row was deleted.
     pub fn delete(&mut self, table: &Table, tid: Tid) -> Result<bool> {
+        self.active()?;
+        self.lock_rel(&table.entry, LockMode::RowExclusive)?;
         let ok = self.command(|tx| tx.delete_raw(&table.entry.rel, tid))?;
         if ok {
             self.counts(&table.entry).deleted += 1;
@@ -485,8 +567,8 @@ impl<'db> Transaction<'db> {
     /// The delete itself, within a command whose snapshot `snap` is taken (and advertised).
     fn delete_in_command(&mut self, rel: &Relation, xid: Xid, snap: &Snapshot, tid: Tid) -> Result<bool> {
         let tx = tx_context((xid, self.xid().unwrap_or(xid)), self.cid, snap, self.rr(), self.horizon);
-        let inner = self.inner.clone();
-        let wait = move |other: Xid| inner.wait_for_xid(xid, other);
+        let (inner, owner, timeout) = (&**self.inner, &self.owner, self.lock_timeout);
+        let wait = move |other: Xid| inner.wait_for_xid(owner, xid, other, timeout);
         let _writers = rel.write_lock.read();
         let r = heap::delete(&self.inner.env(), rel, &tx, tid, &wait)?;
         Ok(matches!(r, ModifyResult::Done(_)))
@@ -494,6 +576,8 @@ impl<'db> Transaction<'db> {
 
     /// A sequential scan of the rows this transaction sees, in physical order.
     pub fn scan(&mut self, table: &Table) -> Result<Scan<'_, 'db>> {
+        self.active()?;
+        self.lock_rel(&table.entry, LockMode::AccessShare)?;
         let snap = self.command_snapshot()?;
         let nblocks = self.inner.pool.smgr().nblocks(table.entry.rel.relfilenode, Fork::Main)?;
         let oldest_xmin = self.horizon;
@@ -553,8 +637,11 @@ impl<'db> Transaction<'db> {
         r
     }
 
+    /// Leaves the proc array and releases every table lock (in bulk), as the transaction ends.
     fn unregister(&mut self) {
         self.inner.xact.unregister_backend(self.backend);
+        self.inner.lmgr.release_all(&self.owner);
+        self.held.clear();
     }
 
     /// The database this transaction belongs to.
@@ -580,6 +667,8 @@ impl Transaction<'_> {
         dir: ScanDirection,
         limit: Option<usize>,
     ) -> Result<Vec<(Tid, Vec<Value>)>> {
+        self.active()?;
+        self.lock_rel(&index.table, LockMode::AccessShare)?;
         let snap = self.command_snapshot()?;
         let r = self.index_rows(index, &snap, &lo, &hi, dir, limit.unwrap_or(usize::MAX));
         self.end_command();
@@ -598,6 +687,8 @@ impl Transaction<'_> {
         dir: ScanDirection,
         limit: Option<usize>,
     ) -> Result<Vec<Vec<Value>>> {
+        self.active()?;
+        self.lock_rel(&index.table, LockMode::AccessShare)?;
         let snap = self.command_snapshot()?;
         let r = self.index_only_rows(index, &snap, &lo, &hi, dir, limit.unwrap_or(usize::MAX));
         self.end_command();
@@ -658,6 +749,8 @@ impl Transaction<'_> {
         none: T,
         act: impl FnOnce(&mut Self, Xid, &Snapshot, Tid) -> Result<T>,
     ) -> Result<T> {
+        self.active()?;
+        self.lock_rel(&index.table, LockMode::RowExclusive)?;
         self.command(|tx| {
             let xid = tx.ensure_xid()?;
             let snap = tx.command_snapshot()?;
@@ -873,6 +966,9 @@ struct UniqueProbe<'a> {
     me: Xid,
     /// The writer's command snapshot: which XIDs are its own.
     snap: &'a Snapshot,
+    /// The writer's lock owner and `lock_timeout`, for its waits.
+    owner: &'a LockOwner,
+    timeout: Option<std::time::Duration>,
 }
 
 impl UniqueCheck for UniqueProbe<'_> {
@@ -886,7 +982,7 @@ impl UniqueCheck for UniqueProbe<'_> {
     }
 
     fn wait(&self, xid: Xid) -> Result<()> {
-        self.inner.wait_for_xid(self.me, xid)
+        self.inner.wait_for_xid(self.owner, self.me, xid, self.timeout)
     }
 }
 

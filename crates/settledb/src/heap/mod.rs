@@ -137,8 +137,11 @@ pub struct Relation {
     /// What updates and deletes log of the old row under `wal_level = logical`, and the
     /// primary key's columns `Default` logs (empty: no primary key, nothing logged).
     pub replica_identity: parking_lot::RwLock<(ReplicaIdentity, Vec<u16>)>,
-    /// Writers (insert, update, delete) hold it shared; CREATE INDEX holds it exclusively so
-    /// that no row changes while the index is built (PostgreSQL's ShareLock).
+    /// Writers (insert, update, delete, the catalog's own included) hold it shared for one
+    /// change; VACUUM's truncation takes it exclusively, conditionally, beside its
+    /// AccessExclusive table lock, because the catalog's writers take no table lock. It is
+    /// never waited for while a transaction waits for another (DDL relies on table locks,
+    /// [`crate::lmgr`]).
     pub write_lock: parking_lot::RwLock<()>,
     /// The block the last insert went to (`rd_targblock`).
     target_block: AtomicU32,

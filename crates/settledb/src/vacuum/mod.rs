@@ -9,7 +9,7 @@
 //!  phase II  bulk-delete every index (store answers "is this TID dead?")
 //!  phase III LP_DEAD -> LP_UNUSED, set VM, FSM      |  then back to phase I
 //!     |  <-----------------------------------------+
-//!  index cleanup, truncate empty tail pages (table lock, giving way after 20 ms)
+//!  index cleanup, truncate empty tail pages (conditional AccessExclusive, giving way to waiters)
 //!  pg_class: relpages, reltuples, relfrozenxid (in place, WAL-logged)
 //!  database frozen XID -> XID limits, CLOG truncation
 //! ```
@@ -82,6 +82,7 @@ use crate::error::{Error, Result};
 use crate::heap::tuple::{self, TupleHeader};
 use crate::heap::{self, HeapEnv, Relation};
 use crate::index::{BulkDeleteStats, IndexAm};
+use crate::lmgr::{LockMode, LockOwner, WaitPolicy};
 use crate::page::{self, LpFlags, BLCKSZ};
 use crate::types::{BlockNumber, Fork, Xid};
 use crate::wal::{BlockRef, RecordBuilder, Rmgr};
@@ -370,6 +371,8 @@ impl Drop for ProgressGuard<'_> {
 /// The state of one lazy vacuum of one table (PostgreSQL's `LVRelState`).
 struct LazyVacuum<'a> {
     inner: &'a Inner,
+    /// This VACUUM's lock owner (ShareUpdateExclusive; truncation adds AccessExclusive).
+    locks: &'a LockOwner,
     env: HeapEnv<'a>,
     entry: &'a TableEntry,
     rel: &'a Relation,
@@ -409,13 +412,34 @@ struct LazyVacuum<'a> {
     min_parallel_index_pages: u32,
 }
 
+/// A VACUUM's lock owner; dropping it releases its locks.
+struct VacuumLock<'a> {
+    inner: &'a Inner,
+    owner: LockOwner,
+}
+
+impl Drop for VacuumLock<'_> {
+    fn drop(&mut self) {
+        self.inner.lmgr.release_all(&self.owner);
+    }
+}
+
+fn config_lock_timeout(inner: &Inner) -> Option<Duration> {
+    inner.config.lock_timeout()
+}
+
 /// Vacuums one table.
 pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &VacuumParams) -> Result<VacuumReport> {
     let start = Instant::now();
     let usage0 = Usage::now();
     let buf0 = usage0.buffers;
-    // One VACUUM per table at a time; DROP TABLE and CREATE INDEX wait for it (PostgreSQL's
-    // ShareUpdateExclusiveLock).
+    // One VACUUM per table at a time; DROP TABLE, ALTER TABLE and CREATE INDEX wait for it:
+    // ShareUpdateExclusive, held to the end. Autovacuum only takes it if it is free now, and
+    // otherwise skips the table (PostgreSQL's autovacuum does not wait behind a user's lock).
+    let locks =
+        VacuumLock { inner, owner: inner.lmgr.new_owner(if params.is_autovacuum { "autovacuum" } else { "vacuum" }) };
+    let wait = if params.is_autovacuum { WaitPolicy::NoWait } else { WaitPolicy::Wait };
+    inner.lmgr.lock(&locks.owner, entry.rel.oid, LockMode::ShareUpdateExclusive, wait, config_lock_timeout(inner))?;
     let _maint = entry.maintenance_lock.lock();
     if inner.catalog.get_by_oid(entry.rel.oid).is_none() {
         return Err(Error::NotFound(format!("relation \"{}\" was dropped", entry.rel.name)));
@@ -475,6 +499,7 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     let indexes = entry.indexes.read().clone();
     let mut lv = LazyVacuum {
         inner,
+        locks: &locks.owner,
         env: inner.env(),
         entry,
         rel,

@@ -1,16 +1,21 @@
 //! Truncation of empty pages at the end of a table after VACUUM (`lazy_truncate_heap`).
 //!
 //! Worth it when at least [`REL_TRUNCATE_MINIMUM`] pages, or 1/[`REL_TRUNCATE_FRACTION`] of
-//! the table, are free at the end. The table's write lock is taken only conditionally
-//! (retrying for [`TRUNCATE_LOCK_TIMEOUT`]) and held at most [`TRUNCATE_LOCK_HOLD`] at a time
-//! while walking back over empty pages, so writers are never kept waiting long. The maps are
-//! truncated before the heap: their bits for the removed pages are cleared by records that
-//! precede the heap's truncation record.
+//! the table, are free at the end. As in PostgreSQL, the table's AccessExclusive lock is
+//! taken only conditionally (retrying every 50 ms for [`TRUNCATE_LOCK_TIMEOUT`]; readers and
+//! writers hold weaker modes to their transaction's end, so any of them makes it wait), and
+//! while walking back over empty pages VACUUM checks every [`TRUNCATE_LOCK_HOLD`] whether
+//! anyone waits for the table and then gives the lock back (`lazy_truncate_heap`'s
+//! `LockHasWaitersRelation`), so no one waits behind it long. The relation's write lock is
+//! taken conditionally beside it, for the catalog's own writers, which take no table lock.
+//! The maps are truncated before the heap: their bits for the removed pages are cleared by
+//! records that precede the heap's truncation record.
 
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::heap;
+use crate::lmgr::{LockMode, WaitPolicy};
 use crate::page::{self, LpFlags};
 use crate::types::{BlockNumber, Fork, Xid};
 use crate::wal::{RecordBuilder, Rmgr};
@@ -22,8 +27,21 @@ const REL_TRUNCATE_MINIMUM: u32 = 1000;
 const REL_TRUNCATE_FRACTION: u32 = 16;
 /// Truncation waits for the table lock this long, retrying every 50 ms, then gives up.
 const TRUNCATE_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
-/// ... and holds it at most this long before giving way to writers.
+/// ... and checks this often whether anyone waits for the table, to give way.
 const TRUNCATE_LOCK_HOLD: Duration = Duration::from_millis(20);
+
+/// Gives the AccessExclusive lock back (VACUUM keeps its ShareUpdateExclusive).
+struct ReleaseOnDrop<'a> {
+    lmgr: &'a crate::lmgr::LockManager,
+    owner: &'a crate::lmgr::LockOwner,
+    oid: crate::types::Oid,
+}
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.lmgr.release(self.owner, self.oid, LockMode::AccessExclusive);
+    }
+}
 
 impl LazyVacuum<'_> {
     /// Truncates empty pages at the end of the table; returns the new page count.
@@ -36,9 +54,14 @@ impl LazyVacuum<'_> {
         let mut current = rel_pages;
         loop {
             let deadline = Instant::now() + TRUNCATE_LOCK_TIMEOUT;
+            let lmgr = &self.inner.lmgr;
+            let oid = self.rel.oid;
             let lock = loop {
-                if let Some(l) = self.rel.write_lock.try_write() {
-                    break Some(l);
+                if lmgr.lock(self.locks, oid, LockMode::AccessExclusive, WaitPolicy::NoWait, None).is_ok() {
+                    if let Some(l) = self.rel.write_lock.try_write() {
+                        break Some(l);
+                    }
+                    lmgr.release(self.locks, oid, LockMode::AccessExclusive);
                 }
                 if Instant::now() >= deadline {
                     break None;
@@ -46,6 +69,7 @@ impl LazyVacuum<'_> {
                 std::thread::sleep(Duration::from_millis(50));
             };
             let Some(_lock) = lock else { return Ok(current) };
+            let _release = ReleaseOnDrop { lmgr, owner: self.locks, oid };
             let env = &self.inner.env();
             let nblocks = env.pool.smgr().nblocks(self.rel.relfilenode, Fork::Main)?;
             if nblocks != current {
@@ -57,7 +81,10 @@ impl LazyVacuum<'_> {
             let mut new_end = current;
             let mut gave_way = false;
             while new_end > self.counts.nonempty_pages {
-                if (current - new_end).is_multiple_of(32) && started.elapsed() > TRUNCATE_LOCK_HOLD {
+                if (current - new_end).is_multiple_of(32)
+                    && started.elapsed() > TRUNCATE_LOCK_HOLD
+                    && lmgr.has_waiters(oid)
+                {
                     gave_way = true;
                     break;
                 }

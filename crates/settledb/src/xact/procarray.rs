@@ -710,6 +710,22 @@ impl TransactionManager {
         }
     }
 
+    /// [`Self::wait_for`], but for at most `d`: whether `xid` is no longer running.
+    pub fn wait_for_timeout(&self, xid: Xid, d: std::time::Duration) -> bool {
+        if !xid.is_normal() {
+            return true;
+        }
+        let deadline = std::time::Instant::now() + d;
+        let mut procs = self.procs.lock();
+        let full = procs.next.widen(xid);
+        while procs.is_running(full) {
+            if self.finished.wait_until(&mut procs, deadline).timed_out() {
+                return !procs.is_running(full);
+            }
+        }
+        true
+    }
+
     /// Takes a snapshot (`GetSnapshotData`). `my_xid` is left out of `xip` and `xmin`.
     pub fn get_snapshot(&self, my_xid: Option<Xid>) -> Snapshot {
         let procs = self.procs.lock();

@@ -58,6 +58,7 @@ impl Transaction<'_> {
             xids.extend(s.xid);
             xids.extend(s.children);
         }
+        self.merge_locks_into(i);
         // Into the top level: they stay current and commit with it (the proc array lists them).
         if let Some(parent) = self.subxacts.last_mut() {
             parent.children.extend(xids);
@@ -88,6 +89,9 @@ impl Transaction<'_> {
                 self.remove_current_subxids(&xids);
             }
             if self.subxacts.len() == i + 1 {
+                // Table locks taken since the savepoint go too (PostgreSQL releases a rolled
+                // back subtransaction's locks).
+                self.release_locks_from(i + 1);
                 // The savepoint stays, reopened: its next records come after this point.
                 self.subxacts[i].start_lsn = self.inner.wal.insert_lsn();
                 break;
@@ -134,6 +138,10 @@ impl Transaction<'_> {
         let top = self.ensure_top_xid()?;
         self.inner.xact.prepare(top, gid, max, &*self.inner.wal)?;
         self.done = true;
+        // The locks stay with the prepared transaction until COMMIT/ROLLBACK PREPARED.
+        let owner = std::mem::replace(&mut self.owner, self.inner.lmgr.new_owner("transaction"));
+        self.inner.prepared_locks.lock().insert(top, owner);
+        self.held.clear();
         self.subxacts.clear();
         let counts = std::mem::take(&mut self.table_counts);
         self.inner.prepared_counts.lock().insert(top, counts);
