@@ -474,6 +474,14 @@ impl<'db> Session<'db> {
         }
     }
 
+    /// A statement that failed before reaching the session (it did not parse, or is not
+    /// supported): inside a transaction block that fails the block, as any error does.
+    pub fn statement_failed(&mut self) {
+        if self.in_block {
+            self.failed = true;
+        }
+    }
+
     /// CopyFail or an error in the data: the COPY's rows go with its transaction.
     pub fn copy_failed(&mut self) {
         self.copy = None;

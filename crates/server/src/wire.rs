@@ -166,12 +166,14 @@ pub struct Handler {
 impl Handler {
     pub fn new(sh: Arc<Shared>) -> Handler {
         let startup = Arc::new(Startup::new(sh.clone()));
-        Handler { parser: Arc::new(SqlParser { sh: sh.clone() }), sh, startup, session: None }
+        Handler { parser: Arc::new(SqlParser { sh: sh.clone(), session: None }), sh, startup, session: None }
     }
 
     /// The handlers of one connection, whose statements go to `session`.
     fn for_connection(&self, session: SessionHandle) -> Handler {
-        Handler { session: Some(Arc::new(session)), ..self.clone_parts_inner() }
+        let session = Arc::new(session);
+        let parser = Arc::new(SqlParser { sh: self.sh.clone(), session: Some(session.clone()) });
+        Handler { session: Some(session), parser, ..self.clone_parts_inner() }
     }
 
     fn session<C: ClientInfo>(&self, _client: &C) -> Result<Arc<SessionHandle>, SqlError> {
@@ -316,6 +318,7 @@ impl SimpleQueryHandler for QueryHandler {
         let mut out = Vec::new();
         if let Err(e) = check_utf8(query) {
             self.h.sh.log.statement_error(&e, query);
+            let _ = session.call(|s| s.statement_failed()).await;
             return Ok(vec![error_response(&e)]);
         }
         for piece in split_statements(query) {
@@ -323,6 +326,7 @@ impl SimpleQueryHandler for QueryHandler {
                 Ok(s) => s,
                 Err(e) => {
                     self.h.sh.log.statement_error(&e, piece);
+                    let _ = session.call(|s| s.statement_failed()).await;
                     out.push(error_response(&e));
                     break;
                 }
@@ -369,6 +373,8 @@ async fn run(session: &SessionHandle, stmt: Stmt, params: Vec<Datum>) -> Reply {
 /// Parses and describes statements for the extended protocol.
 pub struct SqlParser {
     sh: Arc<Shared>,
+    /// The connection's session (a Parse that fails inside a transaction block fails it).
+    session: Option<Arc<SessionHandle>>,
 }
 
 #[async_trait]
@@ -384,16 +390,19 @@ impl QueryParser for SqlParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        check_utf8(sql).map_err(SqlError::into_pgwire)?;
-        let pieces = split_statements(sql);
-        let stmt = match pieces.as_slice() {
-            [] => return Ok(None),
-            [one] => parse_one(one).map_err(|e| {
-                self.sh.log.statement_error(&e, sql);
-                e.into_pgwire()
-            })?,
-            _ => {
-                return Err(SqlError::syntax("cannot insert multiple commands into a prepared statement").into_pgwire())
+        let parsed = check_utf8(sql).and_then(|()| match split_statements(sql).as_slice() {
+            [] => Ok(None),
+            [one] => parse_one(one).map(Some).inspect_err(|e| self.sh.log.statement_error(e, sql)),
+            _ => Err(SqlError::syntax("cannot insert multiple commands into a prepared statement")),
+        });
+        let stmt = match parsed {
+            Ok(Some(stmt)) => stmt,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                if let Some(s) = &self.session {
+                    let _ = s.call(|s| s.statement_failed()).await;
+                }
+                return Err(e.into_pgwire());
             }
         };
         let client_types: Vec<Option<SqlType>> =

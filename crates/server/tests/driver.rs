@@ -142,6 +142,24 @@ async fn transactions_isolate_and_disconnects_roll_back() {
     let e = a.execute("update acct set bal = bal - 1 where id = 2", &[]).await.unwrap_err();
     assert_eq!(e.code(), Some(&SqlState::T_R_SERIALIZATION_FAILURE));
     a.batch_execute("rollback").await.unwrap();
+
+    // A statement that does not parse fails the block like any error, in the simple protocol
+    // and at Parse in the extended one: nothing after it runs, and COMMIT rolls back.
+    for extended in [false, true] {
+        a.batch_execute("begin").await.unwrap();
+        a.execute("insert into acct values (4, 4)", &[]).await.unwrap();
+        let e = if extended {
+            a.prepare("selec 1").await.map(|_| ()).unwrap_err()
+        } else {
+            a.batch_execute("selec 1").await.unwrap_err()
+        };
+        assert_eq!(code(&e), "42601", "{e}");
+        let e = a.execute("insert into acct values (5, 5)", &[]).await.unwrap_err();
+        assert_eq!(code(&e), "25P02", "{e}");
+        a.batch_execute("commit").await.unwrap();
+        let n: i64 = a.query_one("select count(*) from acct where id >= 4", &[]).await.unwrap().get(0);
+        assert_eq!(n, 0, "extended protocol: {extended}");
+    }
 }
 
 /// Sends raw bytes on a fresh connection; returns what the server answered (it may close).
