@@ -7,7 +7,7 @@
 //! most a piece of the batch that was being written (pg_recvlogical's at-least-once window).
 //!
 //! The same with `-o stream-changes=1`, the killed run having streamed blocks of a transaction
-//! still in progress: ignored for now (its doc comment says why it fails).
+//! still in progress.
 //!
 //! The reference is a second slot created with the first and peeked at the end in one call.
 
@@ -191,18 +191,12 @@ fn apply_lines(text: &str) -> Vec<(u32, usize)> {
     out
 }
 
-/// Fails today, and not because of the kill: `settle decode --start` runs one decoding
-/// session per round (at most `BATCH_ROWS` rows) and writes them all to one stream. When a
-/// round stops inside a streamed transaction, it confirms past the changes it streamed; the
-/// next round reads the transaction again from the slot's `restart_lsn` and, as soon as a
-/// change at or past `confirmed_flush` makes it evict, streams it again from its first change.
-/// Within one output (one "connection" to its reader) the transaction's first changes then
-/// appear twice before its stream commit (here 15,239 streamed changes for 10,000 rows). A
-/// PostgreSQL subscriber drops a partial stream only when it reconnects; pg_recvlogical never
-/// repeats one within a run. A long-lived session across rounds, or rounds that never stop
-/// inside a streamed transaction, would fix it.
+/// A transaction streams its blocks to a `settle decode` that is then killed; the rerun
+/// starts from the slot and, applied as a subscriber applies a stream, every change arrives
+/// once. Each round of `settle decode --start` decodes to the end of the WAL, and nothing else
+/// writes while it runs, so a round never stops inside a transaction that a later round
+/// streams again.
 #[test]
-#[ignore = "settle decode re-streams a transaction cut by a round's BATCH_ROWS; see the doc comment"]
 fn sigkill_after_a_transaction_streamed_its_blocks_applies_it_once_after_the_restart() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
