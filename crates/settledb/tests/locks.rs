@@ -292,6 +292,80 @@ fn prepared_transaction_keeps_its_locks_until_commit_prepared() {
     tx.commit().unwrap();
 }
 
+/// A prepared transaction's table locks come back after a restart, from its state file
+/// (written by the shutdown checkpoint) and after a crash from its PREPARE record alone: a
+/// writer and DDL still wait for it, and COMMIT PREPARED frees them.
+#[test]
+fn prepared_transaction_locks_survive_restart_and_crash() {
+    use settledb::io::fault::{CrashMode, FaultFs};
+    let cfg = Config { max_prepared_transactions: 2, ..config() };
+    let dir = std::path::Path::new("/db");
+    let fs = FaultFs::new();
+    let db = Database::open_with_fs(fs.clone(), dir, cfg.clone()).unwrap();
+    let t = table(&db, "t", 3);
+    let u = table(&db, "u", 3);
+    let (t_oid, u_oid) = (t.oid(), u.oid());
+    let mut tx = db.begin().unwrap();
+    update(&mut tx, &db, "t", 1).unwrap();
+    tx.lock_table(&u, LockMode::AccessExclusive).unwrap();
+    tx.prepare("before-restart").unwrap();
+    drop(tx);
+    db.close().unwrap();
+
+    let expect_held = |db: &Database, what: &str| {
+        let mut held: Vec<(u32, &str, bool)> = db
+            .locks()
+            .iter()
+            .filter(|l| l.locktype == "relation")
+            .map(|l| (l.relation.unwrap().0, l.mode.name(), l.granted))
+            .collect();
+        held.sort();
+        let mut want = vec![(t_oid.0, "RowExclusiveLock", true), (u_oid.0, "AccessExclusiveLock", true)];
+        want.sort();
+        assert_eq!(held, want, "{what}");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let u = db.table("u").unwrap();
+                let mut tx = db.begin().unwrap();
+                tx.set_lock_timeout(Some(Duration::from_millis(20)));
+                let e = tx.scan(&u).map(|_| ()).unwrap_err();
+                assert!(matches!(e, Error::LockNotAvailable(_)), "{what}: reading u: {e}");
+                let t = db.table("t").unwrap();
+                let mut tx = db.begin().unwrap();
+                tx.set_lock_timeout(Some(Duration::from_millis(20)));
+                let e = tx.lock_table(&t, LockMode::Share).unwrap_err();
+                assert!(matches!(e, Error::LockNotAvailable(_)), "{what}: Share on t: {e}");
+            });
+        });
+    };
+
+    // Clean restart: the shutdown checkpoint wrote the state file.
+    let db = Database::open_with_fs(fs.clone(), dir, cfg.clone()).unwrap();
+    expect_held(&db, "after a clean restart");
+    db.commit_prepared("before-restart").unwrap();
+    assert!(db.locks().is_empty(), "{:?}", db.locks());
+    assert_eq!(value(&db, "t", 1), 1);
+
+    // Crash with the PREPARE only in WAL (no checkpoint after it).
+    let mut tx = db.begin().unwrap();
+    update(&mut tx, &db, "t", 1).unwrap();
+    let u = db.table("u").unwrap();
+    tx.lock_table(&u, LockMode::AccessExclusive).unwrap();
+    tx.prepare("before-crash").unwrap();
+    drop(tx);
+    let crashed = fs.crash(CrashMode::LoseUnsynced);
+    db.abandon();
+    let db = Database::open_with_fs(crashed, dir, cfg).unwrap();
+    assert!(db.recovery_report().performed);
+    expect_held(&db, "after a crash");
+    db.rollback_prepared("before-crash").unwrap();
+    assert!(db.locks().is_empty(), "{:?}", db.locks());
+    let mut tx = db.begin().unwrap();
+    tx.lock_table(&db.table("u").unwrap(), LockMode::AccessExclusive).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(value(&db, "t", 1), 1);
+}
+
 #[test]
 fn autovacuum_skips_a_locked_table_and_vacuums_it_later() {
     let dir = tempfile::tempdir().unwrap();

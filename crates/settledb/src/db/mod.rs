@@ -513,6 +513,7 @@ impl Database {
                 }
             }
         }
+        restore_prepared_locks(&inner)?;
         let oldest = inner.catalog.database_frozen_xid().unwrap_or(Xid::FIRST_NORMAL);
         inner.xact.set_oldest_xid(oldest, inner.config.autovacuum_freeze_max_age);
         // A fresh cluster and the end of recovery both start from a checkpoint.
@@ -796,4 +797,25 @@ pub(crate) fn tx_context<'a>(
     horizon: Xid,
 ) -> TxContext<'a> {
     TxContext { xid, top_xid, cid, snapshot, serializable_updates: rr, horizon }
+}
+
+/// After recovery, before any session: each prepared transaction takes its table locks again
+/// (PostgreSQL's `lock_twophase_recover`), under an owner that [`Database::commit_prepared`]
+/// and [`Database::rollback_prepared`] release. Nothing else holds a lock yet, so none waits;
+/// a lock on a relation that no longer exists is still taken (its OID is never reused while
+/// the transaction runs).
+fn restore_prepared_locks(inner: &Inner) -> Result<()> {
+    use crate::lmgr::{LockMode, WaitPolicy};
+    let mut restored = inner.prepared_locks.lock();
+    for (xid, locks) in inner.xact.prepared_table_locks() {
+        let owner = inner.lmgr.new_owner("prepared");
+        inner.lmgr.set_xid(&owner, xid.xid());
+        for (rel, modes) in locks {
+            for mode in LockMode::ALL.into_iter().filter(|m| modes & m.mask() != 0) {
+                inner.lmgr.lock(&owner, rel, mode, WaitPolicy::NoWait, None)?;
+            }
+        }
+        restored.insert(xid, owner);
+    }
+    Ok(())
 }

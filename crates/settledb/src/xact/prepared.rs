@@ -66,7 +66,15 @@ impl TransactionManager {
     /// flushes `XACT PREPARE`; the transaction then leaves its session and stays in the proc
     /// array as prepared. Errors, with nothing changed: prepared transactions disabled
     /// (`max_prepared == 0`), an identifier too long or in use, `max_prepared` reached.
-    pub fn prepare(&self, top: FullXid, gid: &str, max_prepared: u32, log: &dyn XactLog) -> Result<Lsn> {
+    /// `locks` are its table locks, kept in the state so recovery can take them again.
+    pub fn prepare(
+        &self,
+        top: FullXid,
+        gid: &str,
+        locks: Vec<(crate::types::Oid, u16)>,
+        max_prepared: u32,
+        log: &dyn XactLog,
+    ) -> Result<Lsn> {
         twophase::validate_gid(gid)?;
         let subxids = {
             let mut procs = self.procs.lock();
@@ -91,7 +99,7 @@ impl TransactionManager {
             procs.gids.insert(gid.to_string(), top);
             subxids
         };
-        let state = TwoPhaseState { xid: top, gid: gid.to_string(), prepared_at_us: now_micros(), subxids };
+        let state = TwoPhaseState { xid: top, gid: gid.to_string(), prepared_at_us: now_micros(), subxids, locks };
         let _delay_checkpoint = self.commits_in_flight.read();
         let rec = RecordBuilder {
             toplevel_xid: crate::types::Xid::INVALID,
@@ -266,6 +274,12 @@ impl TransactionManager {
         install(procs, state, Lsn::INVALID, true);
         self.publish(procs);
         Ok(())
+    }
+
+    /// The table locks of every prepared transaction, as their states record them.
+    pub fn prepared_table_locks(&self) -> Vec<(FullXid, Vec<(crate::types::Oid, u16)>)> {
+        let procs = self.procs.lock();
+        procs.prepared.iter().map(|(&x, e)| (x, e.state.locks.clone())).collect()
     }
 
     /// Recovery, after replay: the state files set aside as ahead of the start's next XID are

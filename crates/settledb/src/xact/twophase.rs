@@ -27,19 +27,24 @@
 //! checkpoint comes, and then never touch a file.
 //!
 //! Row locks need nothing more: a row lock here is the locker's XID in the row's `xmax`,
-//! on a page the WAL restores, and the XID is running again after recovery.
+//! on a page the WAL restores, and the XID is running again after recovery. Table locks
+//! are in the state (version 2): recovery takes them again for the prepared transaction
+//! before any session can connect, as PostgreSQL's `lock_twophase_recover` does, so a
+//! `DROP TABLE` or `CREATE INDEX` still waits for a transaction prepared before a crash.
 //!
 //! # State layout (state file and PREPARE main data), little-endian
 //!
 //! ```text
 //!   0  magic       u32  0x53325043 ("CP2S")
-//!   4  version     u16  1
+//!   4  version     u16  2 (1: no lock list; still read)
 //!   6  gid_len     u16  at most 199 bytes (PostgreSQL's GIDSIZE is 200 with its NUL)
 //!   8  xid         u64  FullXid of the prepared transaction
 //!  16  prepared_at i64  microseconds since the Unix epoch
 //!  24  nsubxacts   u32
 //!  28  gid         gid_len bytes of UTF-8
 //!      subxids     nsubxacts x u32 (committed subtransactions, each after xid)
+//!      nlocks      u32  (version 2)
+//!      locks       nlocks x (relation OID u32, modes u16: bit n for `lmgr::LockMode` n)
 //!      crc         u32  CRC-32C of everything before it
 //! ```
 
@@ -47,7 +52,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::io::FileSystem;
-use crate::types::{FullXid, Xid};
+use crate::types::{FullXid, Oid, Xid};
 
 /// Directory of the state files inside the data directory.
 pub const TWOPHASE_DIR: &str = "pg_twophase";
@@ -57,7 +62,7 @@ pub const MAX_GID_LEN: usize = 199;
 pub const MAX_PREPARED_TRANSACTIONS_LIMIT: u32 = 262_143;
 
 const MAGIC: u32 = 0x5332_5043;
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 const HEADER_LEN: usize = 28;
 
 /// A prepared transaction's durable state.
@@ -69,6 +74,9 @@ pub struct TwoPhaseState {
     pub prepared_at_us: i64,
     /// Its committed (released or still open at PREPARE) subtransactions' XIDs.
     pub subxids: Vec<Xid>,
+    /// The table locks it holds: (relation, modes as `lmgr::LockMask` bits), one entry per
+    /// relation, ascending.
+    pub locks: Vec<(Oid, u16)>,
 }
 
 /// Checks a transaction identifier as `PREPARE TRANSACTION` does.
@@ -87,7 +95,8 @@ pub fn validate_gid(gid: &str) -> Result<()> {
 impl TwoPhaseState {
     /// The bytes of a state file and of a PREPARE record's main data.
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(HEADER_LEN + self.gid.len() + 4 * self.subxids.len() + 4);
+        let mut v =
+            Vec::with_capacity(HEADER_LEN + self.gid.len() + 4 * self.subxids.len() + 4 + 6 * self.locks.len() + 4);
         v.extend_from_slice(&MAGIC.to_le_bytes());
         v.extend_from_slice(&VERSION.to_le_bytes());
         // validate_gid keeps it far below u16::MAX.
@@ -98,6 +107,11 @@ impl TwoPhaseState {
         v.extend_from_slice(self.gid.as_bytes());
         for x in &self.subxids {
             v.extend_from_slice(&x.0.to_le_bytes());
+        }
+        v.extend_from_slice(&(self.locks.len() as u32).to_le_bytes());
+        for (rel, modes) in &self.locks {
+            v.extend_from_slice(&rel.0.to_le_bytes());
+            v.extend_from_slice(&modes.to_le_bytes());
         }
         let crc = crc32c::crc32c(&v);
         v.extend_from_slice(&crc.to_le_bytes());
@@ -121,8 +135,9 @@ impl TwoPhaseState {
         if u32_at(0) != MAGIC {
             return Err(format!("bad magic {:08X}", u32_at(0)));
         }
-        if u16_at(4) != VERSION {
-            return Err(format!("unknown version {}", u16_at(4)));
+        let version = u16_at(4);
+        if version != 1 && version != VERSION {
+            return Err(format!("unknown version {version}"));
         }
         let gid_len = usize::from(u16_at(6));
         if gid_len > MAX_GID_LEN {
@@ -134,10 +149,17 @@ impl TwoPhaseState {
         }
         let prepared_at_us = u64_at(16) as i64;
         let nsub = u32_at(24) as usize;
-        let expected = HEADER_LEN.checked_add(gid_len).and_then(|n| nsub.checked_mul(4).and_then(|s| n.checked_add(s)));
+        let subs_end = HEADER_LEN.checked_add(gid_len).and_then(|n| nsub.checked_mul(4).and_then(|s| n.checked_add(s)));
+        let nlocks = match subs_end {
+            Some(end) if version >= 2 && end + 4 <= body.len() => u32_at(end) as usize,
+            _ => 0,
+        };
+        let lock_bytes = if version >= 2 { nlocks.checked_mul(6).and_then(|n| n.checked_add(4)) } else { Some(0) };
+        let expected = subs_end.and_then(|e| lock_bytes.and_then(|l| e.checked_add(l)));
         if expected != Some(body.len()) {
             return Err(format!(
-                "{} bytes before the CRC, but a {gid_len}-byte identifier and {nsub} subtransactions need {}",
+                "{} bytes before the CRC, but a {gid_len}-byte identifier, {nsub} subtransactions and {nlocks} locks \
+                 need {}",
                 body.len(),
                 expected.map_or_else(|| "more than fits".to_string(), |n| n.to_string())
             ));
@@ -153,7 +175,21 @@ impl TwoPhaseState {
             }
             subxids.push(x);
         }
-        Ok(TwoPhaseState { xid, gid, prepared_at_us, subxids })
+        let mut locks: Vec<(Oid, u16)> = Vec::with_capacity(nlocks);
+        let first_lock = HEADER_LEN + gid_len + 4 * nsub + 4;
+        for i in 0..nlocks {
+            let at = first_lock + 6 * i;
+            let (rel, modes) = (Oid(u32_at(at)), u16_at(at + 4));
+            // Bits 1..=8 are the eight lock modes.
+            if modes == 0 || modes & !0x1FE != 0 {
+                return Err(format!("lock on relation {} has modes {modes:#06x}", rel.0));
+            }
+            if locks.last().is_some_and(|&(prev, _)| prev >= rel) {
+                return Err(format!("lock list not in ascending relation order at relation {}", rel.0));
+            }
+            locks.push((rel, modes));
+        }
+        Ok(TwoPhaseState { xid, gid, prepared_at_us, subxids, locks })
     }
 }
 
@@ -211,13 +247,18 @@ pub fn read_state_files(fs: &dyn FileSystem, dir: &Path) -> Result<Vec<TwoPhaseS
 /// One line describing a state (waldump, `settle inspect`).
 pub fn describe(state: &TwoPhaseState) -> String {
     let subs: Vec<String> = state.subxids.iter().map(|x| x.0.to_string()).collect();
-    format!(
+    let mut s = format!(
         "gid \"{}\" xid {} prepared_at_us {} subxacts [{}]",
         state.gid,
         state.xid.xid(),
         state.prepared_at_us,
         subs.join(" ")
-    )
+    );
+    if !state.locks.is_empty() {
+        let locks: Vec<String> = state.locks.iter().map(|(r, m)| format!("{}:{m:#x}", r.0)).collect();
+        s.push_str(&format!(" locks [{}]", locks.join(" ")));
+    }
+    s
 }
 
 #[cfg(test)]
@@ -230,6 +271,7 @@ mod tests {
             gid: "order-17".into(),
             prepared_at_us: 1_700_000_000_000_000,
             subxids: vec![Xid(1001), Xid(1005)],
+            locks: vec![(Oid(16384), 1 << 3), (Oid(16390), (1 << 1) | (1 << 8))],
         }
     }
 
@@ -246,7 +288,28 @@ mod tests {
         for n in 0..bytes.len() {
             assert!(TwoPhaseState::decode(&bytes[..n]).is_err(), "prefix of {n} bytes accepted");
         }
-        assert_eq!(describe(&s), "gid \"order-17\" xid 1000 prepared_at_us 1700000000000000 subxacts [1001 1005]");
+        assert_eq!(
+            describe(&s),
+            "gid \"order-17\" xid 1000 prepared_at_us 1700000000000000 subxacts [1001 1005] locks [16384:0x8 16390:0x102]"
+        );
+    }
+
+    #[test]
+    fn version_1_states_still_load_without_locks() {
+        // A version 1 state is a version 2 one without the lock list.
+        let s = TwoPhaseState { locks: vec![], ..sample() };
+        let v2 = s.encode();
+        let mut v1 = v2[..v2.len() - 8].to_vec();
+        v1[4..6].copy_from_slice(&1u16.to_le_bytes());
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(TwoPhaseState::decode(&v1), Ok(s));
+        // A lock list with a bad mode is refused even under a good CRC.
+        let bad = TwoPhaseState { locks: vec![(Oid(16384), 1)], ..sample() }.encode();
+        let mut body = bad[..bad.len() - 4].to_vec();
+        let crc = crc32c::crc32c(&body);
+        body.extend_from_slice(&crc.to_le_bytes());
+        assert!(TwoPhaseState::decode(&body).unwrap_err().contains("modes"));
     }
 
     #[test]

@@ -136,7 +136,15 @@ impl Transaction<'_> {
             ));
         }
         let top = self.ensure_top_xid()?;
-        self.inner.xact.prepare(top, gid, max, &*self.inner.wal)?;
+        let mut locks: Vec<(crate::types::Oid, u16)> = Vec::new();
+        for &(oid, mode, _) in &self.held {
+            match locks.iter_mut().find(|l| l.0 == oid) {
+                Some(l) => l.1 |= mode.mask(),
+                None => locks.push((oid, mode.mask())),
+            }
+        }
+        locks.sort_unstable_by_key(|l| l.0);
+        self.inner.xact.prepare(top, gid, locks, max, &*self.inner.wal)?;
         self.done = true;
         // The locks stay with the prepared transaction until COMMIT/ROLLBACK PREPARED.
         let owner = std::mem::replace(&mut self.owner, self.inner.lmgr.new_owner("transaction"));
