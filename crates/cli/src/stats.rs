@@ -5,14 +5,16 @@
 //!
 //! * `pg_stat_user_tables`: per user table, the counters of `settledb::stats` (PostgreSQL's
 //!   columns, then ours: `anti_wraparound_count`, `pages_frozen`, `vm_bits_cleared`);
-//! * `pg_stat_database`: transactions, blocks read and hit, tuples, and when the counters
-//!   last started from zero;
+//! * `pg_stat_database`: transactions, blocks read and hit, tuples, deadlocks, and when the
+//!   counters last started from zero;
 //! * `pg_stat_wal`: WAL records, full-page images and bytes;
 //! * `relfrozenxid`: every table's relfrozenxid and its age (next XID - relfrozenxid), what
 //!   anti-wraparound VACUUM is driven by (PostgreSQL's `age(relfrozenxid)`);
 //! * `pg_prepared_xacts`: the prepared transactions waiting for COMMIT or ROLLBACK PREPARED
 //!   (`transaction`, `gid`, `prepared`, `database`; there are no roles, so no `owner`), with
 //!   their XID's age, since each holds back VACUUM's removable cutoff;
+//! * `pg_locks`: the locks held, with `settle serve`'s columns; offline these are the table
+//!   locks prepared transactions hold (taken again at startup) and their XIDs;
 //! * `pg_replication_slots`: the replication slots with PostgreSQL 15's columns (`slot_name`,
 //!   `plugin`, `slot_type`, `datoid`, `database`, `temporary`, `active`, `active_pid`, `xmin`,
 //!   `catalog_xmin`, `restart_lsn`, `confirmed_flush_lsn`, `wal_status`, `safe_wal_size`,
@@ -211,6 +213,7 @@ fn database(s: &settledb::DbStats) -> View {
         "tup_inserted",
         "tup_updated",
         "tup_deleted",
+        "deadlocks",
         "stats_reset",
     ];
     let counts = [
@@ -223,6 +226,7 @@ fn database(s: &settledb::DbStats) -> View {
         s.tup_inserted,
         s.tup_updated,
         s.tup_deleted,
+        s.deadlocks,
     ];
     let mut row: Vec<Cell> = counts.map(Cell::Num).into();
     row.push(timestamp(s.stats_reset));
@@ -269,6 +273,44 @@ fn prepared_xacts(list: &[PreparedXact], next: settledb::Xid) -> View {
     View {
         name: "pg_prepared_xacts",
         columns: vec!["transaction", "gid", "prepared", "database", "age"],
+        rows,
+        one_row: false,
+    }
+}
+
+/// The locks held (`pg_locks`, the columns of `settle serve`'s view). Offline, the only
+/// holders are prepared transactions, which take their table locks again at startup.
+fn locks(list: &[settledb::lmgr::LockInfo]) -> View {
+    let opt = |x: Option<u32>| x.map_or(Cell::Null, |v| Cell::Num(u64::from(v)));
+    let rows = list
+        .iter()
+        .map(|l| {
+            vec![
+                Cell::Text(l.locktype.to_string()),
+                Cell::Num(1),
+                opt(l.relation.map(|o| o.0)),
+                opt(l.transactionid.map(|x| x.0)),
+                Cell::Num(l.owner.0),
+                Cell::Text(l.mode.name().to_string()),
+                Cell::Bool(l.granted),
+                Cell::Bool(l.fastpath),
+                Cell::Text(l.owner_kind.to_string()),
+            ]
+        })
+        .collect();
+    View {
+        name: "pg_locks",
+        columns: vec![
+            "locktype",
+            "database",
+            "relation",
+            "transactionid",
+            "pid",
+            "mode",
+            "granted",
+            "fastpath",
+            "holder",
+        ],
         rows,
         one_row: false,
     }
@@ -372,6 +414,7 @@ pub fn run(dir: PathBuf, json: bool, config: Config) -> Result<ExitCode> {
         wal(&db_stats),
         frozen_xids(&db),
         prepared_xacts(&db.prepared_xacts(), next_xid),
+        locks(&db.locks()),
         replication_slots(&db.replication_slots()),
         replication_slot_stats(&db.replication_slot_stats()),
     ];

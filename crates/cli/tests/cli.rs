@@ -242,6 +242,8 @@ fn stats_shows_the_views_and_keeps_them_across_runs() {
         "blks_hit",
         "pg_replication_slots",
         "confirmed_flush_lsn",
+        "pg_locks",
+        "deadlocks",
     ] {
         assert!(out.contains(header), "{header} missing from:\n{out}");
     }
@@ -265,6 +267,8 @@ fn stats_shows_the_views_and_keeps_them_across_runs() {
     assert!(db["stats_reset"].is_string());
     assert!(v["pg_stat_wal"]["wal_bytes"].as_u64().unwrap() > 3000 * 100);
     assert_eq!(v["pg_replication_slots"], serde_json::json!([]), "no slots");
+    assert_eq!(v["pg_locks"], serde_json::json!([]), "no prepared transaction holds a lock");
+    assert_eq!(db["deadlocks"], 0);
     let next_xid = v["next_xid"].as_u64().unwrap();
     let frozen = v["relfrozenxid"].as_array().unwrap();
     assert_eq!(frozen.len(), 2, "pg_class and the table");

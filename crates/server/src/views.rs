@@ -5,7 +5,8 @@
 //! `pg_stat_replication_slots` (PostgreSQL 15's columns), and `pg_locks` (the engine's table
 //! and transaction locks, `Database::locks`: PostgreSQL's columns locktype, database,
 //! relation, transactionid, pid (the lock owner's number), mode, granted, fastpath, plus
-//! `holder`: what owns the lock, "transaction", "ddl", "vacuum" or "autovacuum"). They are materialized when a query
+//! `holder`: what owns the lock, "transaction", "ddl", "vacuum", "autovacuum", or "prepared" for a
+//! prepared transaction recovered at startup). They are materialized when a query
 //! reads them; a SELECT may filter, sort and aggregate them like a table.
 
 use settledb::Database;
@@ -32,7 +33,7 @@ const USER_TABLES_COUNTS: [&str; 12] = [
     "autovacuum_count",
 ];
 
-const DATABASE_COUNTS: [&str; 9] = [
+const DATABASE_COUNTS: [&str; 10] = [
     "xact_commit",
     "xact_rollback",
     "blks_read",
@@ -42,6 +43,7 @@ const DATABASE_COUNTS: [&str; 9] = [
     "tup_inserted",
     "tup_updated",
     "tup_deleted",
+    "deadlocks",
 ];
 
 const SLOT_COUNTS: [&str; 8] = [
@@ -174,6 +176,7 @@ pub fn rows(db: &Database, name: &str) -> Vec<Vec<Datum>> {
                 s.tup_inserted,
                 s.tup_updated,
                 s.tup_deleted,
+                s.deadlocks,
             ] {
                 r.push(n(v));
             }

@@ -406,10 +406,14 @@ pub struct DbTotals {
     /// When these counters started from zero (the database's creation, or the open that
     /// followed a crash), microseconds since the Unix epoch.
     pub stats_reset: u64,
+    /// Deadlocks detected (each reported to one victim as 40P01).
+    pub deadlocks: u64,
 }
 
 /// Database counters in the stats file.
-pub(crate) const DB_FIELDS: usize = 19;
+pub(crate) const DB_FIELDS: usize = 20;
+/// Database counters in files written before `deadlocks` was kept (read with it as 0).
+const DB_FIELDS_BEFORE_DEADLOCKS: usize = 19;
 
 impl DbTotals {
     pub fn to_fields(&self) -> [u64; DB_FIELDS] {
@@ -433,6 +437,7 @@ impl DbTotals {
             self.wal_fpi,
             self.wal_bytes,
             self.stats_reset,
+            self.deadlocks,
         ]
     }
 
@@ -457,6 +462,7 @@ impl DbTotals {
             wal_fpi: f[16],
             wal_bytes: f[17],
             stats_reset: f[18],
+            deadlocks: f[19],
         }
     }
 }
@@ -595,14 +601,17 @@ impl StatsFile {
         let (Some(db_fields), Some(table_fields), Some(ntables)) = (u32_at(8), u32_at(12), u32_at(16)) else {
             return Err(corrupt("truncated header".into()));
         };
-        if db_fields as usize != DB_FIELDS || table_fields as usize != TABLE_FIELDS {
+        let db_fields = db_fields as usize;
+        if !(db_fields == DB_FIELDS || db_fields == DB_FIELDS_BEFORE_DEADLOCKS) || table_fields as usize != TABLE_FIELDS
+        {
             return Err(corrupt(format!(
-                "{db_fields} database and {table_fields} table counters, expected {DB_FIELDS} and {TABLE_FIELDS}"
+                "{db_fields} database and {table_fields} table counters, expected {DB_FIELDS} (or \
+                 {DB_FIELDS_BEFORE_DEADLOCKS}) and {TABLE_FIELDS}"
             )));
         }
         let tables_end = (ntables as usize)
             .checked_mul(TABLE_RECORD_SIZE)
-            .and_then(|n| n.checked_add(HEADER_SIZE + 8 * DB_FIELDS))
+            .and_then(|n| n.checked_add(HEADER_SIZE + 8 * db_fields))
             .ok_or_else(|| corrupt(format!("impossible table count {ntables}")))?;
         let nslots = if version == 2 { 0 } else { u32_at(tables_end).unwrap_or(0) as usize };
         let slots_at = if version == 2 { tables_end } else { tables_end + 4 };
@@ -631,9 +640,9 @@ impl StatsFile {
             }
         };
         let mut db = [0u64; DB_FIELDS];
-        u64s(HEADER_SIZE, &mut db);
+        u64s(HEADER_SIZE, &mut db[..db_fields]);
         let mut tables = Vec::with_capacity(ntables as usize);
-        let mut at = HEADER_SIZE + 8 * DB_FIELDS;
+        let mut at = HEADER_SIZE + 8 * db_fields;
         for _ in 0..ntables {
             let oid = Oid(u32_at(at).unwrap_or(0));
             let mut f = [0u64; TABLE_FIELDS];
@@ -819,6 +828,7 @@ mod tests {
         let mut db = DbTotals::from_fields([0; DB_FIELDS]);
         db.xact_commit = 42;
         db.wal_bytes = u64::MAX;
+        db.deadlocks = 3;
         let t =
             |n: u64| TableStatsSnapshot { n_tup_ins: n, n_live_tup: n / 2, last_vacuum: n << 20, ..Default::default() };
         let slot =
@@ -840,6 +850,21 @@ mod tests {
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         assert_eq!(StatsFile::decode(&b, Path::new("stats.bin")).unwrap(), f);
+    }
+
+    /// A file written before `deadlocks` was kept (19 database counters) is read, as 0.
+    #[test]
+    fn files_without_deadlocks_are_read() {
+        let f = sample();
+        let b = f.encode();
+        let mut old = b[..HEADER_SIZE].to_vec();
+        old[8..12].copy_from_slice(&19u32.to_le_bytes());
+        old.extend_from_slice(&b[HEADER_SIZE..HEADER_SIZE + 8 * 19]);
+        old.extend_from_slice(&b[HEADER_SIZE + 8 * DB_FIELDS..b.len() - 4]);
+        let crc = crc32c::crc32c(&old);
+        old.extend_from_slice(&crc.to_le_bytes());
+        let read = StatsFile::decode(&old, Path::new("stats.bin")).unwrap();
+        assert_eq!(read, StatsFile { db: DbTotals { deadlocks: 0, ..f.db }, ..f });
     }
 
     #[test]

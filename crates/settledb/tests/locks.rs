@@ -366,6 +366,42 @@ fn prepared_transaction_locks_survive_restart_and_crash() {
     assert_eq!(value(&db, "t", 1), 1);
 }
 
+/// `pg_stat_database.deadlocks` counts each deadlock once and keeps the count across a clean
+/// restart, as PostgreSQL's cumulative statistics do.
+#[test]
+fn deadlocks_are_counted_and_kept_across_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config()).unwrap();
+    table(&db, "t", 2);
+    let dbr = &db;
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let (go, rx) = std::sync::mpsc::channel::<()>();
+        let a = s.spawn(move || {
+            let mut tx = dbr.begin().unwrap();
+            update(&mut tx, dbr, "t", 1).unwrap();
+            rx.recv().unwrap();
+            let r = update(&mut tx, dbr, "t", 2);
+            drop(tx);
+            r.err().map(|e| e.to_string())
+        });
+        let mut tx = dbr.begin().unwrap();
+        update(&mut tx, dbr, "t", 2).unwrap();
+        until(dbr, "A holds row 1", |l| l.iter().filter(|x| x.mode == LockMode::RowExclusive).count() == 2);
+        go.send(()).unwrap();
+        until(dbr, "A waits for row 2", |l| l.iter().any(|x| x.locktype == "transactionid" && !x.granted));
+        let r = update(&mut tx, dbr, "t", 1);
+        drop(tx);
+        [r.err().map(|e| e.to_string()), a.join().unwrap()].into_iter().flatten().collect()
+    });
+    assert_eq!(errors.len(), 1, "one victim: {errors:?}");
+    assert!(errors[0].starts_with("deadlock detected"), "{errors:?}");
+    assert_eq!(db.stats().deadlocks, 1);
+    db.close().unwrap();
+    let db = Database::open(dir.path(), config()).unwrap();
+    assert_eq!(db.stats().deadlocks, 1, "kept across a clean restart");
+    assert_eq!(db.lock_failures().0, 0, "lock_failures counts this run only");
+}
+
 #[test]
 fn autovacuum_skips_a_locked_table_and_vacuums_it_later() {
     let dir = tempfile::tempdir().unwrap();

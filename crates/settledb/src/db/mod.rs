@@ -137,6 +137,8 @@ pub struct DbStats {
     pub wal_records: u64,
     pub wal_fpi: u64,
     pub wal_bytes: u64,
+    /// Deadlocks detected, kept across a clean shutdown (`pg_stat_database.deadlocks`).
+    pub deadlocks: u64,
     /// When the counters kept across clean shutdowns started from zero: the database's
     /// creation or the open after a crash (microseconds since the Unix epoch).
     pub stats_reset: u64,
@@ -633,6 +635,7 @@ impl Database {
             wal_fpi: base.wal_fpi + wal.fpi,
             wal_bytes: base.wal_bytes + wal.bytes,
             stats_reset: base.stats_reset,
+            deadlocks: base.deadlocks + self.inner.lmgr.deadlocks.load(Ordering::Relaxed),
         }
     }
 
@@ -675,7 +678,8 @@ impl Database {
         self.inner.lmgr.locks()
     }
 
-    /// Deadlocks reported and lock timeouts since open.
+    /// Deadlocks reported and lock timeouts since open (`stats().deadlocks` adds those of
+    /// earlier runs).
     pub fn lock_failures(&self) -> (u64, u64) {
         (self.inner.lmgr.deadlocks.load(Ordering::Relaxed), self.inner.lmgr.lock_timeouts.load(Ordering::Relaxed))
     }

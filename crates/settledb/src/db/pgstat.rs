@@ -164,6 +164,7 @@ pub(super) fn totals_of(s: &DbStats) -> DbTotals {
         wal_fpi: s.wal_fpi,
         wal_bytes: s.wal_bytes,
         stats_reset: s.stats_reset,
+        deadlocks: s.deadlocks,
     }
 }
 
