@@ -84,7 +84,7 @@ pub use ddl::Index;
 pub use decoding::{DecodeLimits, DecodeResult, DecodeSummary};
 pub use publication::PublicationTarget;
 pub use startup::RecoveryReport;
-pub use transaction::{Scan, Transaction};
+pub use transaction::{Scan, Transaction, TruncateOptions};
 
 /// pg_stat_database-style counters.
 #[derive(Debug, Default)]
