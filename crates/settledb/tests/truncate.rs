@@ -340,3 +340,47 @@ fn a_second_session_waits_for_the_lock() {
     assert_eq!(ids(db), vec![1, 2]);
     assert_check_clean(db, "after the waits");
 }
+
+/// test_decoding's lines of a spilled transaction (no streaming, `logical_decoding_work_mem`
+/// 64kB) that truncates between its inserts, decoded after a restart and two more truncates:
+/// the TRUNCATE line sits between the rows before and after it, and rows written to each new
+/// file node decode as the table's.
+#[test]
+fn truncate_decodes_in_place_through_a_spill_and_a_restart() {
+    use settledb::db::DecodeLimits;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg =
+        || Config { wal_level: settledb::WalLevel::Logical, logical_decoding_work_mem_bytes: 64 << 10, ..config() };
+    let db = Database::open(dir.path(), cfg()).unwrap();
+    setup(&db, 0);
+    db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+    let t = db.table("t").unwrap();
+    let mut tx = db.begin().unwrap();
+    for id in 0..2000 {
+        tx.insert(&t, &row(id)).unwrap();
+    }
+    tx.truncate(&["t"], TruncateOptions::default()).unwrap();
+    tx.insert(&t, &row(-1)).unwrap();
+    tx.commit().unwrap();
+    db.truncate(&["t"], TruncateOptions { restart_seqs: true, cascade: false }).unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.insert(&t, &row(-2)).unwrap();
+    tx.commit().unwrap();
+    db.truncate(&["t"], TruncateOptions::default()).unwrap();
+    db.close().unwrap();
+
+    let db = Database::open(dir.path(), cfg()).unwrap();
+    let opts = vec![("include-xids".to_string(), Some("0".to_string()))];
+    let r = db.logical_slot_get_changes("s", DecodeLimits::default(), &opts).unwrap();
+    assert!(r.stats.spill_txns > 0, "the big transaction was spilled: {:?}", r.stats);
+    let lines: Vec<String> = r.rows.into_iter().map(|r| String::from_utf8(r.data).unwrap()).collect();
+    let truncates: Vec<(usize, &String)> = lines.iter().enumerate().filter(|(_, l)| l.contains("TRUNCATE")).collect();
+    let at: Vec<usize> = truncates.iter().map(|(i, _)| *i).collect();
+    assert_eq!(at, vec![2001, 2005, 2011], "{truncates:?}");
+    assert_eq!(truncates[0].1, "table public.t: TRUNCATE: (no-flags)");
+    assert_eq!(truncates[1].1, "table public.t: TRUNCATE: restart_seqs");
+    assert!(lines[2000].starts_with("table public.t: INSERT: id[integer]:1999 "), "{}", lines[2000]);
+    assert!(lines[2002].starts_with("table public.t: INSERT: id[integer]:-1 "), "{}", lines[2002]);
+    assert!(lines[2008].starts_with("table public.t: INSERT: id[integer]:-2 "), "{}", lines[2008]);
+    assert_eq!(lines.len(), 2013, "{:#?}", &lines[2000..]);
+}
