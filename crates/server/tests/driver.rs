@@ -381,6 +381,10 @@ async fn deadlock_and_lock_timeout_have_their_sqlstates() {
     assert_eq!(total, 101);
 }
 
+async fn count(c: &Client, t: &str) -> i64 {
+    c.query_one(format!("select count(*) from {t}").as_str(), &[]).await.unwrap().get(0)
+}
+
 /// TRUNCATE over SQL is the engine's: rows and index entries go (the primary key holds on the
 /// empty table), ROLLBACK and ROLLBACK TO bring them back, the options parse, a system
 /// catalog is refused, and a session reading the table makes TRUNCATE wait (55P03 under
@@ -391,10 +395,6 @@ async fn truncate_over_sql() {
     let s = TestServer::start(dir.path());
     let a = connect(&s).await;
     let b = connect(&s).await;
-    let count = |c: &Client, t: &'static str| {
-        let q = format!("select count(*) from {t}");
-        async move { c.query_one(q.as_str(), &[]).await.unwrap().get::<_, i64>(0) }
-    };
     a.batch_execute("create table x (id int primary key, v text); create table y (id int primary key)").await.unwrap();
     a.batch_execute("insert into x select g, 'v' from generate_series(1, 500) g; insert into y values (1), (2)")
         .await

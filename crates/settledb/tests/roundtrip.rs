@@ -143,6 +143,7 @@ fn u16s(v: &[u16]) -> Vec<u8> {
 
 /// Main data and block data a record of each kind carries, well formed, random contents.
 fn kinds(rng: &mut StdRng) -> Vec<(Rmgr, u8, Vec<u8>, Vec<u8>)> {
+    let truncate = truncate_record(rng);
     let mut r = |n: usize| -> Vec<u8> { (0..n).map(|_| rng.gen()).collect() };
     let ckpt = [r(8), 8u64.to_le_bytes().to_vec(), r(8)].concat();
     let tuple = [vec![3, 0, 0x02, 0x09], vec![24], r(40)].concat(); // infomask2, infomask, hoff, body
@@ -180,7 +181,7 @@ fn kinds(rng: &mut StdRng) -> Vec<(Rmgr, u8, Vec<u8>, Vec<u8>)> {
         (Rmgr::Heap, 0x20, [vec![1, 0], r(8), vec![2, 0, 0, 0, 0]].concat(), tuple.clone()),
         (Rmgr::Heap, 0x40, [vec![1, 0], r(8), vec![2, 0, 0, 0, 0]].concat(), tuple.clone()),
         (Rmgr::Heap, 0x70, vec![1, 0], r(16)),
-        (Rmgr::Heap, 0x30, truncate_record(rng), vec![]),
+        (Rmgr::Heap, 0x30, truncate, vec![]),
         (Rmgr::Heap2, 0x10, prune.encode(), vec![]),
         (Rmgr::Heap2, 0x20, [vec![0x04, 0x03], u16s(&[2, 1, 4])].concat(), vec![]),
         (Rmgr::Heap2, 0x30, freeze, vec![]),

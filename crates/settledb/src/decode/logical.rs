@@ -224,7 +224,6 @@ pub trait OutputPlugin {
         Ok(())
     }
     /// A TRUNCATE inside a streamed block, written by `xid` (`stream_truncate_cb`, optional).
-    #[expect(clippy::too_many_arguments, reason = "PostgreSQL's callback and the change's XID")]
     fn stream_truncate(
         &mut self,
         _out: &mut Output,
