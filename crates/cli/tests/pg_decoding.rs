@@ -270,7 +270,7 @@ fn stream_shape(lines: &[String]) -> (StreamShape, BTreeMap<String, usize>) {
                 }
             } else if head.starts_with("closing a streamed block") {
                 assert_eq!(block.take().as_ref(), Some(&n), "a block closed that was not open: {l}");
-            } else if head.starts_with("streaming change") {
+            } else if head.starts_with("streaming change") || head.starts_with("streaming truncate") {
                 assert_eq!(block.as_ref(), Some(&n), "a streamed change outside its block: {l}");
                 push(&mut shape.per_txn, &n, renamed(&n));
             } else {
@@ -556,4 +556,175 @@ fn a_streamed_transaction_prepares_as_on_postgresql_15() {
     let pg = unframed_runs(&pg);
     assert_eq!(unframed_runs(&ours), pg, "settledb's lines, then PostgreSQL 15's");
     assert_eq!(pg[0], ("streaming change for transaction".to_string(), 5000), "PostgreSQL streamed every row");
+}
+
+/// The TRUNCATE workload: single-table and two-table truncates with each set of flags, one
+/// followed by inserts (and one of the rows before it) in the same transaction, one rolled
+/// back, and one rolled back to a savepoint.
+const TRUNCATE_SQL: [&str; 11] = [
+    "CREATE TABLE a (id integer PRIMARY KEY, val text)",
+    "CREATE TABLE b (id integer PRIMARY KEY, val text)",
+    "SELECT 'init' FROM pg_create_logical_replication_slot('s', 'test_decoding')",
+    "INSERT INTO a VALUES (1, 'one')",
+    "TRUNCATE a",
+    "TRUNCATE TABLE a, b RESTART IDENTITY CASCADE",
+    "BEGIN; INSERT INTO a VALUES (2, 'before'); TRUNCATE b; INSERT INTO a VALUES (3, 'x'); TRUNCATE a;
+     INSERT INTO a VALUES (4, 'after'); INSERT INTO b VALUES (5, 'b after'); UPDATE a SET val = 'later' WHERE id = 4;
+     COMMIT",
+    "BEGIN; TRUNCATE a; ROLLBACK",
+    "BEGIN; INSERT INTO b VALUES (6, 'kept'); SAVEPOINT s; TRUNCATE b; ROLLBACK TO s; COMMIT",
+    "TRUNCATE ONLY a CASCADE",
+    "TRUNCATE b RESTART IDENTITY",
+];
+
+fn postgres_truncate_lines() -> Option<Vec<String>> {
+    if !pg15_installed() {
+        return None;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (_peer, url) = Peer::start(&tmp.path().join("pg"), &["wal_level=logical"]);
+    let mut c = workload::pg::connect(&url).expect("connect");
+    for q in TRUNCATE_SQL {
+        c.batch_execute(q).unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    let rows = c
+        .query("SELECT data FROM pg_logical_slot_get_changes('s', NULL, NULL, 'include-xids', '0')", &[])
+        .expect("get changes");
+    Some(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+}
+
+fn settledb_truncate_lines() -> Vec<String> {
+    use settledb::TruncateOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config { autovacuum: false, wal_level: WalLevel::Logical, ..Config::default() };
+    let db = Database::open(dir.path(), cfg).unwrap();
+    let schema = || Schema {
+        columns: vec![
+            Column { name: "id".into(), ty: Type::Int4, nullable: false },
+            Column { name: "val".into(), ty: Type::Text, nullable: true },
+        ],
+    };
+    let opts = || TableOptions { primary_key: Some(vec!["id".into()]), ..TableOptions::default() };
+    let a = db.create_table("a", schema(), opts()).unwrap();
+    let b = db.create_table("b", schema(), opts()).unwrap();
+    db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+    let row = |i: i32, v: &str| [Value::Int4(i), Value::Text(v.into())];
+    let none = TruncateOptions::default();
+
+    let mut tx = db.begin().unwrap();
+    tx.insert(&a, &row(1, "one")).unwrap();
+    tx.commit().unwrap();
+    db.truncate(&["a"], none).unwrap();
+    db.truncate(&["a", "b"], TruncateOptions { restart_seqs: true, cascade: true }).unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.insert(&a, &row(2, "before")).unwrap();
+    tx.truncate(&["b"], none).unwrap();
+    tx.insert(&a, &row(3, "x")).unwrap();
+    tx.truncate(&["a"], none).unwrap();
+    let four = tx.insert(&a, &row(4, "after")).unwrap();
+    tx.insert(&b, &row(5, "b after")).unwrap();
+    tx.update(&a, four, &row(4, "later")).unwrap();
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.truncate(&["a"], none).unwrap();
+    tx.rollback().unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.insert(&b, &row(6, "kept")).unwrap();
+    tx.savepoint("s").unwrap();
+    tx.truncate(&["b"], none).unwrap();
+    tx.rollback_to("s").unwrap();
+    tx.commit().unwrap();
+    db.truncate(&["a"], TruncateOptions { restart_seqs: false, cascade: true }).unwrap();
+    db.truncate(&["b"], TruncateOptions { restart_seqs: true, cascade: false }).unwrap();
+
+    let opts = vec![("include-xids".to_string(), Some("0".to_string()))];
+    let r = db.logical_slot_get_changes("s", DecodeLimits::default(), &opts).unwrap();
+    db.close().unwrap();
+    r.rows.into_iter().map(|r| String::from_utf8(r.data).unwrap()).collect()
+}
+
+/// `table public.a, public.b: TRUNCATE: restart_seqs cascade` and the rest, line for line.
+#[test]
+fn truncates_decode_as_postgresql_15_decodes_them() {
+    let Some(pg) = postgres_truncate_lines() else { return };
+    let ours = settledb_truncate_lines();
+    assert_eq!(ours, pg, "settledb's lines, then PostgreSQL 15's");
+    assert!(pg.iter().any(|l| l == "table public.a, public.b: TRUNCATE: restart_seqs cascade"), "{pg:#?}");
+    assert!(pg.iter().any(|l| l == "table public.a: TRUNCATE: (no-flags)"), "{pg:#?}");
+}
+
+/// A large transaction that truncates between its inserts, streamed: `streaming truncate
+/// for TXN …` in its place among the streamed changes.
+const STREAM_TRUNCATE_SQL: [&str; 5] = [
+    "CREATE TABLE t (id integer PRIMARY KEY, val text)",
+    "SELECT 'init' FROM pg_create_logical_replication_slot('s', 'test_decoding')",
+    "BEGIN; INSERT INTO t SELECT g, 'row ' || g FROM generate_series(0, 2999) g; TRUNCATE t;
+     INSERT INTO t SELECT g, 'again ' || g FROM generate_series(0, 2999) g; COMMIT",
+    "INSERT INTO t VALUES (-7, 'tail')",
+    "SET logical_decoding_work_mem = '64kB'",
+];
+
+fn postgres_stream_truncate_lines() -> Option<Vec<String>> {
+    if !pg15_installed() {
+        return None;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (_peer, url) = Peer::start(&tmp.path().join("pg"), &["wal_level=logical"]);
+    let mut c = workload::pg::connect(&url).expect("connect");
+    for q in STREAM_TRUNCATE_SQL {
+        c.batch_execute(q).unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    let rows = c
+        .query("SELECT data FROM pg_logical_slot_get_changes('s', NULL, NULL, 'stream-changes', '1')", &[])
+        .expect("get changes");
+    Some(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+}
+
+fn settledb_stream_truncate_lines() -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        autovacuum: false,
+        wal_level: WalLevel::Logical,
+        logical_decoding_work_mem_bytes: 64 << 10,
+        ..Config::default()
+    };
+    let db = Database::open(dir.path(), cfg).unwrap();
+    let schema = Schema {
+        columns: vec![
+            Column { name: "id".into(), ty: Type::Int4, nullable: false },
+            Column { name: "val".into(), ty: Type::Text, nullable: true },
+        ],
+    };
+    let t = db
+        .create_table("t", schema, TableOptions { primary_key: Some(vec!["id".into()]), ..TableOptions::default() })
+        .unwrap();
+    db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+    let row = |i: i32, v: String| [Value::Int4(i), Value::Text(v)];
+    let mut tx = db.begin().unwrap();
+    for g in 0..3000 {
+        tx.insert(&t, &row(g, format!("row {g}"))).unwrap();
+    }
+    tx.truncate(&["t"], settledb::TruncateOptions::default()).unwrap();
+    for g in 0..3000 {
+        tx.insert(&t, &row(g, format!("again {g}"))).unwrap();
+    }
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.insert(&t, &row(-7, "tail".into())).unwrap();
+    tx.commit().unwrap();
+    let opts = vec![("stream-changes".to_string(), Some("1".to_string()))];
+    let r = db.logical_slot_get_changes("s", DecodeLimits::default(), &opts).unwrap();
+    db.close().unwrap();
+    r.rows.into_iter().map(|r| String::from_utf8(r.data).unwrap()).collect()
+}
+
+#[test]
+fn a_streamed_truncate_is_what_postgresql_15_streams() {
+    let Some(pg) = postgres_stream_truncate_lines() else { return };
+    let ours = settledb_stream_truncate_lines();
+    let (pg_shape, _) = stream_shape(&pg);
+    let (our_shape, _) = stream_shape(&ours);
+    assert_eq!(our_shape, pg_shape, "settledb's streamed output, then PostgreSQL 15's");
+    let t0 = &pg_shape.per_txn["T0"];
+    assert!(t0.iter().any(|(l, n)| l == "streaming truncate for TXN T0" && *n == 1), "{t0:?}");
 }

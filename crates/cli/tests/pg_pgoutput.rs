@@ -419,3 +419,109 @@ fn a_streamed_prepared_transaction_is_what_postgresql_15_sends() {
     assert!(pg_u.iter().any(|l| l.starts_with("STREAM PREPARE")), "{:?}", &pg_u[pg_u.len().saturating_sub(3)..]);
     db.close().unwrap();
 }
+
+/// The TRUNCATE workload as PostgreSQL runs it: a two-table truncate with both flags where one
+/// table's publication does not publish truncates, a truncate between inserts of one
+/// transaction, one rolled back, and one of a table whose publication leaves truncates out.
+const TRUNCATE_SQL: [(usize, &str); 9] = [
+    (0, "CREATE TABLE a (id integer PRIMARY KEY, val text); CREATE TABLE b (id integer PRIMARY KEY, val text)"),
+    (0, "CREATE PUBLICATION p_a FOR TABLE a; CREATE PUBLICATION p_b FOR TABLE b WITH (publish = 'insert')"),
+    (0, "SELECT 'init' FROM pg_create_logical_replication_slot('s', 'pgoutput')"),
+    (0, "TRUNCATE a, b RESTART IDENTITY CASCADE"),
+    (0, "BEGIN; INSERT INTO a VALUES (1, 'one'); INSERT INTO b VALUES (1, 'b'); TRUNCATE a; INSERT INTO a VALUES (2, 'two'); COMMIT"),
+    (0, "BEGIN; TRUNCATE a; ROLLBACK"),
+    (0, "TRUNCATE b"),
+    (0, "TRUNCATE a CASCADE"),
+    (0, "INSERT INTO a VALUES (3, 'three'); INSERT INTO b VALUES (3, 'b3'); CHECKPOINT"),
+];
+
+fn settledb_truncate_workload(db: &Database) {
+    use settledb::TruncateOptions;
+    let a = db.create_table("a", two_columns(), pk()).unwrap();
+    let b = db.create_table("b", two_columns(), pk()).unwrap();
+    db.create_publication("p_a", PublicationTarget::Tables(&["a"]), PublishActions::default()).unwrap();
+    let ins = PublishActions::parse("insert").unwrap();
+    db.create_publication("p_b", PublicationTarget::Tables(&["b"]), ins).unwrap();
+    db.create_logical_replication_slot("s", "pgoutput", false).unwrap();
+    let row = |i: i32, v: &str| [Value::Int4(i), Value::Text(v.into())];
+    let none = TruncateOptions::default();
+    db.truncate(&["a", "b"], TruncateOptions { restart_seqs: true, cascade: true }).unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.insert(&a, &row(1, "one")).unwrap();
+    tx.insert(&b, &row(1, "b")).unwrap();
+    tx.truncate(&["a"], none).unwrap();
+    tx.insert(&a, &row(2, "two")).unwrap();
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.truncate(&["a"], none).unwrap();
+    tx.rollback().unwrap();
+    db.truncate(&["b"], none).unwrap();
+    db.truncate(&["a"], TruncateOptions { restart_seqs: false, cascade: true }).unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.insert(&a, &row(3, "three")).unwrap();
+    tx.insert(&b, &row(3, "b3")).unwrap();
+    tx.commit().unwrap();
+}
+
+/// The `T` message: relations, flags, Relation messages first, the publication's `publish`.
+#[test]
+fn truncate_is_what_postgresql_15_sends() {
+    let runs = [options("1", &[("publication_names", "p_a,p_b")]), options("2", &[("publication_names", "p_a,p_b")])];
+    let Some(pg) = postgres_runs(&TRUNCATE_SQL, &runs) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config()).unwrap();
+    settledb_truncate_workload(&db);
+    for (o, pg) in runs.iter().zip(&pg) {
+        let ours = settledb_run(&db, o);
+        assert_eq!(&ours, pg, "with {o:?}: settledb's messages, then PostgreSQL 15's");
+    }
+    assert!(pg[0].iter().any(|l| l == "TRUNCATE flags 3 (public.a)"), "{:#?}", pg[0]);
+    db.close().unwrap();
+}
+
+/// A streamed transaction that truncates between its inserts: `T` with the XID.
+const STREAM_TRUNCATE_SQL: [(usize, &str); 5] = [
+    (0, "CREATE TABLE t (id integer PRIMARY KEY, val text)"),
+    (0, "CREATE PUBLICATION p_t FOR TABLE t"),
+    (0, "SELECT 'init' FROM pg_create_logical_replication_slot('s', 'pgoutput')"),
+    (
+        0,
+        "BEGIN; INSERT INTO t SELECT g, 'row ' || g FROM generate_series(0, 2999) g; TRUNCATE t;
+         INSERT INTO t SELECT g, 'again ' || g FROM generate_series(0, 2999) g; COMMIT; CHECKPOINT",
+    ),
+    (0, "SET logical_decoding_work_mem = '64kB'"),
+];
+
+#[test]
+fn a_streamed_truncate_is_what_postgresql_15_streams() {
+    let runs = [options("2", &[("streaming", "on"), ("publication_names", "p_t")])];
+    let Some(pg) = postgres_runs(&STREAM_TRUNCATE_SQL, &runs) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config()).unwrap();
+    let t = db.create_table("t", two_columns(), pk()).unwrap();
+    db.create_publication("p_t", PublicationTarget::Tables(&["t"]), PublishActions::default()).unwrap();
+    db.create_logical_replication_slot("s", "pgoutput", false).unwrap();
+    let mut tx = db.begin().unwrap();
+    for g in 0..3000 {
+        tx.insert(&t, &[Value::Int4(g), Value::Text(format!("row {g}"))]).unwrap();
+    }
+    tx.truncate(&["t"], settledb::TruncateOptions::default()).unwrap();
+    for g in 0..3000 {
+        tx.insert(&t, &[Value::Int4(g), Value::Text(format!("again {g}"))]).unwrap();
+    }
+    tx.commit().unwrap();
+    let ours = settledb_run(&db, &runs[0]);
+    let (ours_u, ours_n) = unframed(&ours);
+    let (pg_u, pg_n) = unframed(&pg[0]);
+    assert_eq!(ours_n, pg_n, "streamed transactions");
+    // After a TRUNCATE, PostgreSQL sends the Relation message again before it, and again in
+    // every later block (the transaction's invalidations run after each block): where those
+    // fall follows each engine's block boundaries, so Relation messages are compared apart.
+    for u in [&ours_u, &pg_u] {
+        let at = u.iter().position(|l| l == "TRUNCATE T0 flags 0 (public.t)").expect("a T message");
+        assert!(u[0].starts_with("RELATION T0 public.t") && u[at - 1].starts_with("RELATION T0 public.t"), "{u:?}");
+    }
+    let no_rel = |u: &[String]| u.iter().filter(|l| !l.starts_with("RELATION")).cloned().collect::<Vec<_>>();
+    assert_eq!(no_rel(&ours_u), no_rel(&pg_u), "settledb's messages, then PostgreSQL 15's, framing taken out");
+    db.close().unwrap();
+}

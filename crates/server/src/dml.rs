@@ -9,15 +9,15 @@
 //! on the newest version of a row a concurrent transaction updated, and the WHERE clause is
 //! re-checked there (PostgreSQL's EvalPlanQual), so `balance = balance + 1` loses no update.
 //!
-//! TRUNCATE deletes every row in the session's transaction (MVCC-safe, rolled back with it);
-//! the space comes back with VACUUM rather than at once as PostgreSQL's file swap gives it.
+//! TRUNCATE is the engine's: each table and its indexes get new, empty files in the session's
+//! transaction (AccessExclusive until it ends; rolled back with it), as PostgreSQL's file swap.
 
 use std::cell::RefCell;
 
 use settledb::{Error as EngineError, Value};
 use sqlparser::ast::{
-    AssignmentTarget, Delete, Expr, FromTable, Insert, SelectItem, SetExpr, Statement, TableFactor, TableObject,
-    Truncate, Update,
+    AssignmentTarget, CascadeOption, Delete, Expr, FromTable, Insert, SelectItem, SetExpr, Statement, TableFactor,
+    TableObject, Truncate, TruncateIdentityOption, Update,
 };
 
 use crate::error::SqlError;
@@ -303,19 +303,23 @@ pub fn delete(cx: &mut Cx<'_, '_>, d: &Delete) -> Result<Outcome, SqlError> {
     returning(cx, &t, d.returning.as_deref(), deleted, tag)
 }
 
+/// `TRUNCATE [TABLE] [ONLY] a [, b …] [RESTART IDENTITY | CONTINUE IDENTITY] [CASCADE |
+/// RESTRICT]`: the engine's TRUNCATE ([`settledb::Transaction::truncate`]), in the session's
+/// transaction. ONLY changes nothing (no inheritance); RESTART IDENTITY and CASCADE are passed
+/// on for logical decoding (no sequences, no foreign keys).
 pub fn truncate(cx: &mut Cx<'_, '_>, tr: &Truncate) -> Result<Outcome, SqlError> {
-    let mut targets = Vec::new();
+    let mut names = Vec::new();
     for n in &tr.table_names {
         let t = Target::open(cx.sh, &crate::ddl::object_name(&n.name), None)?;
         writable(&t)?;
-        targets.push(t);
+        names.push(t.table.name().to_string());
     }
-    for t in &targets {
-        let rows = fetch(cx, t, &crate::plan::Access::Seq)?;
-        for (tid, _) in rows {
-            cx.tx.delete(&t.table, tid)?;
-        }
-    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let options = settledb::TruncateOptions {
+        restart_seqs: matches!(tr.identity, Some(TruncateIdentityOption::Restart)),
+        cascade: matches!(tr.cascade, Some(CascadeOption::Cascade)),
+    };
+    cx.tx.truncate(&refs, options)?;
     Ok(Outcome::Command("TRUNCATE TABLE".into()))
 }
 

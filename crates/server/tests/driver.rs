@@ -380,3 +380,56 @@ async fn deadlock_and_lock_timeout_have_their_sqlstates() {
     let total: i64 = watch.query_one("select sum(bal) from acct", &[]).await.unwrap().get(0);
     assert_eq!(total, 101);
 }
+
+async fn count(c: &Client, t: &str) -> i64 {
+    c.query_one(format!("select count(*) from {t}").as_str(), &[]).await.unwrap().get(0)
+}
+
+/// TRUNCATE over SQL is the engine's: rows and index entries go (the primary key holds on the
+/// empty table), ROLLBACK brings them back, the options parse, a system
+/// catalog is refused, and a session reading the table makes TRUNCATE wait (55P03 under
+/// `lock_timeout`; seen in `pg_locks` otherwise) while the reader keeps its rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncate_over_sql() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let a = connect(&s).await;
+    let b = connect(&s).await;
+    a.batch_execute("create table x (id int primary key, v text); create table y (id int primary key)").await.unwrap();
+    let rows: Vec<String> = (1..=500).map(|i| format!("({i}, 'v')")).collect();
+    a.batch_execute(&format!("insert into x values {}; insert into y values (1), (2)", rows.join(", "))).await.unwrap();
+
+    a.batch_execute("begin; truncate x; insert into x values (1, 'new')").await.unwrap();
+    assert_eq!(count(&a, "x").await, 1, "the transaction sees its own rows after the TRUNCATE");
+    a.batch_execute("rollback").await.unwrap();
+    assert_eq!(count(&a, "x").await, 500);
+    a.batch_execute("begin; truncate table only x, y restart identity cascade; rollback").await.unwrap();
+    assert_eq!((count(&a, "x").await, count(&a, "y").await), (500, 2));
+
+    a.batch_execute("truncate x, y continue identity restrict").await.unwrap();
+    assert_eq!((count(&a, "x").await, count(&a, "y").await), (0, 0));
+    a.batch_execute("insert into x values (7, 'seven')").await.unwrap();
+    let e = a.execute("insert into x values (7, 'again')", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "23505", "{e}");
+    let v: String = a.query_one("select v from x where id = 7", &[]).await.unwrap().get(0);
+    assert_eq!(v, "seven");
+    let e = a.batch_execute("truncate pg_class").await.unwrap_err();
+    assert_eq!(code(&e), "42501", "{e}");
+    let e = a.batch_execute("truncate nosuch").await.unwrap_err();
+    assert_eq!(code(&e), "42P01", "{e}");
+
+    // A reader holds its lock to its end: TRUNCATE waits, or fails under lock_timeout.
+    b.batch_execute("begin").await.unwrap();
+    assert_eq!(count(&b, "x").await, 1);
+    a.batch_execute("set lock_timeout = '50ms'").await.unwrap();
+    let e = a.batch_execute("truncate x").await.unwrap_err();
+    assert_eq!(code(&e), "55P03", "{e}");
+    a.batch_execute("set lock_timeout = 0").await.unwrap();
+    let watch = connect(&s).await;
+    let waits = tokio::spawn(async move { a.batch_execute("truncate x").await });
+    until_waiting(&watch, 1).await;
+    assert_eq!(count(&b, "x").await, 1, "the reader still reads");
+    b.batch_execute("commit").await.unwrap();
+    waits.await.unwrap().unwrap();
+    assert_eq!(count(&watch, "x").await, 0);
+}

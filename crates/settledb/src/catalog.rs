@@ -239,14 +239,47 @@ pub struct TableEntry {
     /// ([`crate::lmgr`]) that already orders them (VACUUM's ShareUpdateExclusive conflicts
     /// with every DDL mode), so it is never waited for long; kept as a second guard.
     pub maintenance_lock: Mutex<()>,
-    /// Cumulative statistics (`pg_stat_user_tables`).
-    pub stats: TableStats,
+    /// Cumulative statistics (`pg_stat_user_tables`), shared with the entries a TRUNCATE
+    /// replaces this one with (the counters belong to the table, not to its storage).
+    pub stats: Arc<TableStats>,
     /// Statistics or options changed since the autovacuum launcher last looked at the table
     /// (set by `db::autovacuum::note_changed`, cleared by the launcher).
     pub stats_changed: std::sync::atomic::AtomicBool,
+    /// Set when a TRUNCATE published another entry (new storage) for the table in its place,
+    /// cleared if that TRUNCATE rolls back and this entry is published again: a handle that
+    /// finds it set looks the table up again ([`Catalog::get_by_oid`]).
+    pub superseded: std::sync::atomic::AtomicBool,
 }
 
 impl TableEntry {
+    /// The entry a TRUNCATE publishes in place of `self`: the same table (OID, name, columns,
+    /// options, statistics) on new storage `rel`, with new `indexes` (the same index OIDs on
+    /// new storage), its new `pg_class` row at `row`, no pages and an unknown tuple count.
+    pub fn with_new_storage(
+        &self,
+        rel: Arc<Relation>,
+        indexes: Vec<Arc<IndexDef>>,
+        row: Tid,
+        relfrozenxid: Xid,
+    ) -> TableEntry {
+        assert_eq!(rel.oid, self.rel.oid, "new storage of the same table");
+        rel.replica_identity.write().0 = self.rel.replica_identity.read().0;
+        TableEntry {
+            rel,
+            indexes: RwLock::new(indexes),
+            row: Mutex::new(row),
+            relfrozenxid: AtomicU32::new(relfrozenxid.0),
+            relminmxid: AtomicU32::new(self.relminmxid.load(Ordering::Acquire)),
+            relpages: AtomicU32::new(0),
+            reltuples: Mutex::new(-1.0),
+            options: RwLock::new(self.options()),
+            maintenance_lock: Mutex::new(()),
+            stats: self.stats.clone(),
+            stats_changed: std::sync::atomic::AtomicBool::new(true),
+            superseded: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
     /// A copy of the table's storage parameters.
     pub fn options(&self) -> RelOptions {
         self.options.read().clone()
@@ -458,8 +491,9 @@ impl Catalog {
             reltuples: Mutex::new(row.reltuples),
             options: RwLock::new(row.options.clone()),
             maintenance_lock: Mutex::new(()),
-            stats: TableStats::new(),
+            stats: Arc::new(TableStats::new()),
             stats_changed: std::sync::atomic::AtomicBool::new(false),
+            superseded: std::sync::atomic::AtomicBool::new(false),
         });
         self.by_name.write().insert(row.relname.clone(), e.clone());
         {
@@ -509,6 +543,33 @@ impl Catalog {
         table.indexes.write().push(def);
         self.refresh_indexed_columns(&table);
         Some(table)
+    }
+
+    /// Publishes `new` in place of `old`, the entry of the same table (TRUNCATE gives a table
+    /// and its indexes new storage; its ROLLBACK publishes the old entry again). Indexes are
+    /// replaced by name; `old` is marked superseded and `new` current.
+    pub fn replace(&self, old: &Arc<TableEntry>, new: &Arc<TableEntry>, next: FullXid) {
+        assert_eq!(old.rel.oid, new.rel.oid, "an entry is replaced by one of the same table");
+        {
+            let mut indexes = self.indexes.write();
+            for d in old.indexes.read().iter() {
+                indexes.remove(&d.name);
+            }
+            for d in new.indexes.read().iter() {
+                indexes.insert(d.name.clone(), d.clone());
+                self.next_oid.fetch_max(d.btree.relfilenode().0.saturating_add(1), Ordering::AcqRel);
+            }
+        }
+        self.refresh_indexed_columns(new);
+        self.by_name.write().insert(new.rel.name.clone(), new.clone());
+        {
+            let mut by_oid = self.by_oid.write();
+            by_oid.insert(new.rel.oid, new.clone());
+            self.frozen.lock().set(new.rel.oid, new.relfrozenxid(), self.freeze_max_age_of(new), next);
+        }
+        self.next_oid.fetch_max(new.rel.relfilenode.0.saturating_add(1), Ordering::AcqRel);
+        old.superseded.store(true, Ordering::Release);
+        new.superseded.store(false, Ordering::Release);
     }
 
     /// Forgets an index.

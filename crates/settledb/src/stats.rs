@@ -131,6 +131,9 @@ pub struct TableCounts {
     pub deleted: u64,
     pub seq_scan: u64,
     pub idx_scan: u64,
+    /// The transaction TRUNCATEd the table before these changes (PostgreSQL's
+    /// `truncdropped`): at commit its live and dead tuple estimates start again from zero.
+    pub truncated: bool,
 }
 
 /// Subtracts without going below zero (a concurrent VACUUM may have just lowered the value).
@@ -243,6 +246,11 @@ impl TableStats {
         add(&self.n_tup_hot_upd, c.hot_updated);
         add(&self.n_tup_del, c.deleted);
         if committed {
+            if c.truncated {
+                self.n_live_tup.store(0, Ordering::Relaxed);
+                self.n_dead_tup.store(0, Ordering::Relaxed);
+                self.n_ins_since_vacuum.store(0, Ordering::Relaxed);
+            }
             if c.inserted >= c.deleted {
                 add(&self.n_live_tup, c.inserted - c.deleted);
             } else {
@@ -724,7 +732,7 @@ mod tests {
     use super::*;
 
     fn counts(inserted: u64, updated: u64, hot_updated: u64, deleted: u64) -> TableCounts {
-        TableCounts { inserted, updated, hot_updated, deleted, seq_scan: 0, idx_scan: 0 }
+        TableCounts { inserted, updated, hot_updated, deleted, ..TableCounts::default() }
     }
 
     #[test]

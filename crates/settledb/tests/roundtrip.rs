@@ -7,7 +7,8 @@
 //! | heap tuple      | `deform_tuple(form_tuple(v)) == v`, every type, NULLs, short/long   |
 //! |                 | varlena, and a row read with a wider schema gets NULLs             |
 //! | page            | items added come back byte for byte after checksum + validation    |
-//! | WAL record      | every kind, with images, data and main data, through `Wal::insert` |
+//! | WAL record      | every kind (TRUNCATE included), with images, data and main data,   |
+//! |                 | through `Wal::insert`                                              |
 //! |                 | and `WalReader` on an in-memory file system; rendering decodes it  |
 //! | control file    | `decode(encode(c)) == c`                                           |
 //! | CLOG page       | statuses survive a checkpoint and a reopen                         |
@@ -142,6 +143,7 @@ fn u16s(v: &[u16]) -> Vec<u8> {
 
 /// Main data and block data a record of each kind carries, well formed, random contents.
 fn kinds(rng: &mut StdRng) -> Vec<(Rmgr, u8, Vec<u8>, Vec<u8>)> {
+    let truncate = truncate_record(rng);
     let mut r = |n: usize| -> Vec<u8> { (0..n).map(|_| rng.gen()).collect() };
     let ckpt = [r(8), 8u64.to_le_bytes().to_vec(), r(8)].concat();
     let tuple = [vec![3, 0, 0x02, 0x09], vec![24], r(40)].concat(); // infomask2, infomask, hoff, body
@@ -179,6 +181,7 @@ fn kinds(rng: &mut StdRng) -> Vec<(Rmgr, u8, Vec<u8>, Vec<u8>)> {
         (Rmgr::Heap, 0x20, [vec![1, 0], r(8), vec![2, 0, 0, 0, 0]].concat(), tuple.clone()),
         (Rmgr::Heap, 0x40, [vec![1, 0], r(8), vec![2, 0, 0, 0, 0]].concat(), tuple.clone()),
         (Rmgr::Heap, 0x70, vec![1, 0], r(16)),
+        (Rmgr::Heap, 0x30, truncate, vec![]),
         (Rmgr::Heap2, 0x10, prune.encode(), vec![]),
         (Rmgr::Heap2, 0x20, [vec![0x04, 0x03], u16s(&[2, 1, 4])].concat(), vec![]),
         (Rmgr::Heap2, 0x30, freeze, vec![]),
@@ -199,6 +202,16 @@ fn kinds(rng: &mut StdRng) -> Vec<(Rmgr, u8, Vec<u8>, Vec<u8>)> {
         (Rmgr::Btree, 0x60, vec![], u16s(&[1, 2])),
         (Rmgr::Catalog, 0x00, r(20), vec![]),
     ]
+}
+
+/// A TRUNCATE record of 1..5 random relations and random flags; it decodes to what it encodes.
+fn truncate_record(rng: &mut StdRng) -> Vec<u8> {
+    use settledb::heap::truncate::TruncateRecord;
+    let rels = (0..rng.gen_range(1..5)).map(|_| Oid(rng.gen())).collect();
+    let t = TruncateRecord { flags: rng.gen_range(0..4), rels };
+    let bytes = t.encode();
+    assert_eq!(TruncateRecord::decode(&bytes, Lsn(1)).unwrap(), t);
+    bytes
 }
 
 #[test]

@@ -97,6 +97,13 @@ impl RelationLookup for CatalogLookup<'_> {
             key_columns: Vec::new(),
         })
     }
+
+    fn table_of_filenode(&self, relfilenode: Oid) -> Option<Oid> {
+        if let Some(e) = self.0.tables().into_iter().find(|e| e.rel.relfilenode == relfilenode) {
+            return Some(e.rel.oid);
+        }
+        super::startup::find_table_by_filenode_any_version(&self.1, relfilenode).ok().flatten()
+    }
 }
 
 impl Database {

@@ -84,7 +84,7 @@ pub use ddl::Index;
 pub use decoding::{DecodeLimits, DecodeResult, DecodeSummary};
 pub use publication::PublicationTarget;
 pub use startup::RecoveryReport;
-pub use transaction::{Scan, Transaction};
+pub use transaction::{Scan, Transaction, TruncateOptions};
 
 /// pg_stat_database-style counters.
 #[derive(Debug, Default)]
@@ -639,14 +639,26 @@ impl Database {
         }
     }
 
+    /// The table's entry now: a TRUNCATE publishes a new one (new storage), and a handle may
+    /// be older than it.
+    pub(crate) fn current_entry(&self, table: &Table) -> Arc<TableEntry> {
+        if table.entry.superseded.load(std::sync::atomic::Ordering::Acquire) {
+            if let Some(e) = self.inner.catalog.get_by_oid(table.entry.rel.oid) {
+                return e;
+            }
+        }
+        table.entry.clone()
+    }
+
     /// Pages in a table's main fork.
     pub fn table_pages(&self, table: &Table) -> Result<u32> {
-        self.inner.pool.smgr().nblocks(table.entry.rel.relfilenode, Fork::Main)
+        self.inner.pool.smgr().nblocks(self.current_entry(table).rel.relfilenode, Fork::Main)
     }
 
     /// A pageinspect-style rendering of one page of a table (see [`crate::heap::describe_page`]).
     pub fn describe_page(&self, table: &Table, block: u32, with_lsn: bool) -> Result<String> {
-        let rel = &table.entry.rel;
+        let entry = self.current_entry(table);
+        let rel = &entry.rel;
         if block >= self.table_pages(table)? {
             return Err(Error::NotFound(format!("block number {block} is out of range for relation \"{}\"", rel.name)));
         }
@@ -658,7 +670,8 @@ impl Database {
     /// Runs opportunistic pruning on one page now (as a reader would), waiting for nothing.
     /// Returns whether the page changed. For tests and `settle` tools.
     pub fn prune_page(&self, table: &Table, block: u32) -> Result<bool> {
-        let rel = &table.entry.rel;
+        let entry = self.current_entry(table);
+        let rel = &entry.rel;
         let env = self.inner.env();
         let buf = crate::heap::read_page(&env, rel, crate::types::BlockNumber(block), None)?;
         let oldest = self.inner.xact.oldest_xmin();

@@ -433,6 +433,23 @@ pub fn find_table_row_any_version(env: &HeapEnv<'_>, oid: Oid) -> Result<Option<
     Ok(None)
 }
 
+/// The table whose storage is file node `relfilenode`, by any version of its `pg_class` row
+/// still on disk (the logical decoder's lookup of a heap record's relation, which TRUNCATE may
+/// since have moved to other storage).
+pub fn find_table_by_filenode_any_version(env: &HeapEnv<'_>, relfilenode: Oid) -> Result<Option<Oid>> {
+    let rel = Relation::new(PG_CLASS_OID, "pg_class", PG_CLASS_OID, catalog::pg_class_schema(), 100);
+    let nblocks = env.pool.smgr().nblocks(PG_CLASS_OID, Fork::Main)?;
+    for b in 0..nblocks {
+        for (tid, vals) in heap::scan_page_any(env, &rel, crate::types::BlockNumber(b))? {
+            let row = ClassRow::from_values(&vals, tid)?;
+            if row.relfilenode == relfilenode && row.kind == catalog::RelKind::Table {
+                return Ok(Some(row.oid));
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// Reads every committed `pg_class` row into the catalog cache (which also rebuilds the
 /// ordered relfrozenxid index, after a crash as after a clean shutdown).
 pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {

@@ -59,7 +59,9 @@ use crate::xact::{BackendId, Snapshot};
 
 mod message;
 mod savepoint;
+mod truncate;
 use savepoint::SubXact;
+pub use truncate::TruncateOptions;
 
 /// An open transaction. Dropping it without [`Transaction::commit`] rolls it back.
 pub struct Transaction<'db> {
@@ -94,6 +96,8 @@ pub struct Transaction<'db> {
     held: Vec<(Oid, LockMode, usize)>,
     /// `lock_timeout` for this transaction's waits.
     lock_timeout: Option<std::time::Duration>,
+    /// Tables TRUNCATE gave new storage, oldest first (see `truncate`).
+    swaps: Vec<truncate::StorageSwap>,
 }
 
 impl<'db> Transaction<'db> {
@@ -118,6 +122,7 @@ impl<'db> Transaction<'db> {
             owner: inner.lmgr.new_owner("transaction"),
             held: Vec::new(),
             lock_timeout: inner.config.lock_timeout(),
+            swaps: Vec::new(),
         }
     }
 
@@ -367,6 +372,7 @@ impl<'db> Transaction<'db> {
     pub fn insert(&mut self, table: &Table, values: &[Value]) -> Result<Tid> {
         self.active()?;
         self.lock_rel(&table.entry, LockMode::RowExclusive)?;
+        let table = &self.current_table(table)?;
         let tid = self.command(|tx| tx.insert_into(&table.entry.rel, Some(&table.entry), values))?;
         self.inner.counters.tup_inserted.add(1);
         Ok(tid)
@@ -426,6 +432,7 @@ impl<'db> Transaction<'db> {
     pub fn insert_many(&mut self, table: &Table, rows: &[Vec<Value>]) -> Result<Vec<Tid>> {
         self.active()?;
         self.lock_rel(&table.entry, LockMode::RowExclusive)?;
+        let table = &self.current_table(table)?;
         self.command(|tx| tx.insert_many_raw(table, rows))
     }
 
@@ -452,6 +459,7 @@ impl<'db> Transaction<'db> {
     pub fn fetch(&mut self, table: &Table, tid: Tid) -> Result<Option<Vec<Value>>> {
         self.active()?;
         self.lock_rel(&table.entry, LockMode::AccessShare)?;
+        let table = &self.current_table(table)?;
         let snap = self.command_snapshot()?;
         let r = heap::fetch(&self.inner.env(), &table.entry.rel, &snap, self.cid, tid)?;
         self.end_command();
@@ -492,6 +500,7 @@ impl<'db> Transaction<'db> {
     ) -> Result<Option<Tid>> {
         self.active()?;
         self.lock_rel(&table.entry, LockMode::RowExclusive)?;
+        let table = &self.current_table(table)?;
         self.command(|tx| tx.update_raw(table, tid, f))
     }
 
@@ -547,6 +556,7 @@ impl<'db> Transaction<'db> {
     pub fn delete(&mut self, table: &Table, tid: Tid) -> Result<bool> {
         self.active()?;
         self.lock_rel(&table.entry, LockMode::RowExclusive)?;
+        let table = &self.current_table(table)?;
         let ok = self.command(|tx| tx.delete_raw(&table.entry.rel, tid))?;
         if ok {
             self.counts(&table.entry).deleted += 1;
@@ -578,6 +588,7 @@ impl<'db> Transaction<'db> {
     pub fn scan(&mut self, table: &Table) -> Result<Scan<'_, 'db>> {
         self.active()?;
         self.lock_rel(&table.entry, LockMode::AccessShare)?;
+        let table = &self.current_table(table)?;
         let snap = self.command_snapshot()?;
         let nblocks = self.inner.pool.smgr().nblocks(table.entry.rel.relfilenode, Fork::Main)?;
         let oldest_xmin = self.horizon;
@@ -607,6 +618,9 @@ impl<'db> Transaction<'db> {
             None => Ok(()),
         };
         self.apply_table_counts(r.is_ok());
+        if r.is_ok() {
+            self.finish_swaps_committed();
+        }
         self.unregister();
         match r {
             Ok(()) => {
@@ -632,6 +646,7 @@ impl<'db> Transaction<'db> {
             None => Ok(()),
         };
         self.apply_table_counts(false);
+        self.undo_swaps_from(0);
         self.unregister();
         self.inner.counters.xact_rollback.add(1);
         r
@@ -669,6 +684,7 @@ impl Transaction<'_> {
     ) -> Result<Vec<(Tid, Vec<Value>)>> {
         self.active()?;
         self.lock_rel(&index.table, LockMode::AccessShare)?;
+        let index = &self.current_index(index)?;
         let snap = self.command_snapshot()?;
         let r = self.index_rows(index, &snap, &lo, &hi, dir, limit.unwrap_or(usize::MAX));
         self.end_command();
@@ -689,6 +705,7 @@ impl Transaction<'_> {
     ) -> Result<Vec<Vec<Value>>> {
         self.active()?;
         self.lock_rel(&index.table, LockMode::AccessShare)?;
+        let index = &self.current_index(index)?;
         let snap = self.command_snapshot()?;
         let r = self.index_only_rows(index, &snap, &lo, &hi, dir, limit.unwrap_or(usize::MAX));
         self.end_command();
@@ -709,6 +726,9 @@ impl Transaction<'_> {
         key: &[Value],
         mut f: impl FnMut(&[Value]) -> Result<Vec<Value>>,
     ) -> Result<Option<Tid>> {
+        self.active()?;
+        self.lock_rel(&index.table, LockMode::RowExclusive)?;
+        let index = &self.current_index(index)?;
         let def = index.def.clone();
         let wanted = key.to_vec();
         let table = index.table();
@@ -729,6 +749,9 @@ impl Transaction<'_> {
     /// Deletes the row whose key in `index` is `key` (found and deleted in one command, as
     /// [`Transaction::update_by_key`]); whether one was deleted.
     pub fn delete_by_key(&mut self, index: &Index, key: &[Value]) -> Result<bool> {
+        self.active()?;
+        self.lock_rel(&index.table, LockMode::RowExclusive)?;
+        let index = &self.current_index(index)?;
         let table = index.table();
         let done = self
             .by_key(index, key, false, |tx, xid, snap, tid| tx.delete_in_command(&table.entry.rel, xid, snap, tid))?;

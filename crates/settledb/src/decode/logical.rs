@@ -19,7 +19,10 @@
 //! change is decoded with the schema it was written under as long as the decoder can find
 //! the relation by OID. It looks first at the `pg_class` rows it has read from the WAL (a table
 //! created, written and dropped while decoding lagged is still known), then at the catalog it
-//! was given. Catalog relations' own changes are not decoded. A relation's replica identity
+//! was given. A heap record names its relation by file node, which TRUNCATE changes: the
+//! decoder maps file nodes to tables from the same `pg_class` rows, in WAL order, so the
+//! changes a transaction makes after its TRUNCATE (in the new storage) find their table
+//! before that transaction commits. Catalog relations' own changes are not decoded. A relation's replica identity
 //! and primary key (what pgoutput's Relation message says) are learned the same way, from its
 //! new `pg_class` row and its key's index row.
 //!
@@ -32,7 +35,9 @@
 //!
 //! Heap INSERT / MULTI_INSERT / UPDATE / HOT_UPDATE / DELETE of user relations become changes
 //! of their top-level transaction (the record names it when written in a subtransaction);
-//! transactional logical messages are changes too, non-transactional ones go out at once.
+//! transactional logical messages are changes too, non-transactional ones go out at once; a
+//! TRUNCATE record (`heap::truncate`) is one change listing its tables, handed to the plugin's
+//! `truncate` (or `stream_truncate`) callback with every table still known.
 //! COMMIT (and COMMIT PREPARED) hands the transaction over; ABORT (and ABORT PREPARED) drops
 //! it; a ROLLBACK TO's abort record cuts it at its savepoint LSN.
 //!
@@ -61,6 +66,7 @@ use super::message::LogicalMessage;
 use super::reorderbuffer::{Change, ChangeKind, ReorderBuffer, StreamSink};
 use crate::catalog::{self, ClassRow, RelKind};
 use crate::error::{Error, Result};
+use crate::heap::truncate::{TruncateRecord, XLOG_HEAP_TRUNCATE};
 use crate::heap::tuple::{deform_tuple, Schema, Value};
 use crate::heap::wal::{decode_row_change, RowChange};
 use crate::heap::ReplicaIdentity;
@@ -92,6 +98,12 @@ pub struct RelInfo {
 /// Finds a relation by OID in the current catalog (the decoder's fallback).
 pub trait RelationLookup {
     fn relation(&self, oid: Oid) -> Option<RelInfo>;
+    /// The table stored under file node `relfilenode` (a heap record names its relation by
+    /// file node; TRUNCATE gives a table a new one). By default the OID itself, which a table
+    /// never truncated keeps as its file node.
+    fn table_of_filenode(&self, relfilenode: Oid) -> Option<Oid> {
+        Some(relfilenode)
+    }
 }
 
 /// A committed (or streamed) transaction, as plugins see it.
@@ -198,6 +210,30 @@ pub trait OutputPlugin {
     /// which pgoutput's protocol 4 sends. The decoder calls this one.
     fn stream_abort_at(&mut self, out: &mut Output, top: Xid, xid: Xid, lsn: Lsn, _abort_time_us: i64) -> Result<()> {
         self.stream_abort(out, top, xid, lsn)
+    }
+    /// A TRUNCATE of `rels` in one statement (PostgreSQL's `truncate_cb`, optional: a plugin
+    /// without it hears nothing of truncates). `flags` says CASCADE and RESTART IDENTITY.
+    fn truncate(
+        &mut self,
+        _out: &mut Output,
+        _txn: &TxnInfo,
+        _lsn: Lsn,
+        _rels: &[Arc<RelInfo>],
+        _flags: &TruncateRecord,
+    ) -> Result<()> {
+        Ok(())
+    }
+    /// A TRUNCATE inside a streamed block, written by `xid` (`stream_truncate_cb`, optional).
+    fn stream_truncate(
+        &mut self,
+        _out: &mut Output,
+        _top: Xid,
+        _xid: Xid,
+        _lsn: Lsn,
+        _rels: &[Arc<RelInfo>],
+        _flags: &TruncateRecord,
+    ) -> Result<()> {
+        Ok(())
     }
     /// A streamed transaction committed (its last changes went out in one more block just
     /// before).
@@ -337,9 +373,22 @@ struct Relations<'a> {
     catalog: &'a dyn RelationLookup,
     learned: FxHashMap<Oid, Arc<RelInfo>>,
     known: FxHashMap<Oid, Arc<RelInfo>>,
+    /// Tables by file node: learned from `pg_class` rows in WAL order (so the changes after a
+    /// TRUNCATE, in its new storage, find their table), then asked of the catalog.
+    by_filenode: FxHashMap<Oid, Oid>,
 }
 
 impl Relations<'_> {
+    /// The table a heap record's file node belongs to.
+    fn table_of(&mut self, relfilenode: Oid) -> Oid {
+        if let Some(&oid) = self.by_filenode.get(&relfilenode) {
+            return oid;
+        }
+        let oid = self.catalog.table_of_filenode(relfilenode).unwrap_or(relfilenode);
+        self.by_filenode.insert(relfilenode, oid);
+        oid
+    }
+
     fn get(&mut self, oid: Oid, lsn: Lsn) -> Result<Arc<RelInfo>> {
         if let Some(r) = self.known.get(&oid) {
             return Ok(r.clone());
@@ -375,7 +424,25 @@ fn emit(
                 None => plugin.stream_message(out, top, c.xid, c.lsn, true, &prefix, c.new),
             }
         }
-        ChangeKind::Truncate => Ok(()),
+        ChangeKind::Truncate => {
+            let flags = TruncateRecord { flags: c.old.first().copied().unwrap_or(0), rels: Vec::new() };
+            // Relations no longer known are left out, as PostgreSQL leaves out those it
+            // cannot open; nothing goes out when none is left.
+            let mut list = Vec::new();
+            for b in c.new.chunks_exact(4) {
+                let oid = Oid(u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                if let Ok(r) = rels.get(oid, c.lsn) {
+                    list.push(r);
+                }
+            }
+            if list.is_empty() {
+                return Ok(());
+            }
+            match txn {
+                Some(txn) => plugin.truncate(out, txn, c.lsn, &list, &flags),
+                None => plugin.stream_truncate(out, top, c.xid, c.lsn, &list, &flags),
+            }
+        }
         kind => {
             let rel = rels.get(c.rel, c.lsn)?;
             let row = row_data(&rel, kind, c)?;
@@ -487,7 +554,12 @@ impl<'a> LogicalDecoder<'a> {
             rb,
             start: Start::Waiting,
             confirmed_flush,
-            rels: Relations { catalog, learned: FxHashMap::default(), known: FxHashMap::default() },
+            rels: Relations {
+                catalog,
+                learned: FxHashMap::default(),
+                known: FxHashMap::default(),
+                by_filenode: FxHashMap::default(),
+            },
             first_lsn: FxHashMap::default(),
             two_phase_at: None,
             prepared: FxHashMap::default(),
@@ -532,6 +604,12 @@ impl<'a> LogicalDecoder<'a> {
         let top = if rec.toplevel_xid != Xid::INVALID { rec.toplevel_xid } else { rec.xid };
         let skipped = skip.contains(&top);
         match rec.rmgr {
+            Rmgr::Heap if rec.info & 0xF0 == XLOG_HEAP_TRUNCATE => {
+                if skipped {
+                    return Ok(());
+                }
+                self.queue_truncate(top, rec, plugin, out)
+            }
             Rmgr::Heap | Rmgr::Heap2 => {
                 let Some(change) = decode_row_change(rec)? else { return Ok(()) };
                 self.learn_catalog(&change)?;
@@ -614,7 +692,12 @@ impl<'a> LogicalDecoder<'a> {
                 .map_err(|e| Error::invalid(format!("logical decoding: a pg_class row in the WAL: {e}")))?;
             let row = ClassRow::from_values(&values, Tid::default())?;
             let (oid, key) = match (&row.kind, &row.index) {
-                (RelKind::Table, _) => (row.oid, None),
+                (RelKind::Table, _) => {
+                    if row.oid.0 >= FIRST_USER_OID {
+                        self.rels.by_filenode.insert(row.relfilenode, row.oid);
+                    }
+                    (row.oid, None)
+                }
                 (RelKind::Index, Some(ix)) if ix.primary => (ix.table, Some(ix.columns.clone())),
                 _ => continue,
             };
@@ -656,6 +739,7 @@ impl<'a> LogicalDecoder<'a> {
         if rel.0 < FIRST_USER_OID {
             return Ok(());
         }
+        let rel = self.rels.table_of(rel);
         self.first_lsn.entry(top).or_insert(rec.lsn);
         let mut old_buf = Vec::new();
         let mut put_old = |old: &Option<(u8, Vec<u8>)>| {
@@ -684,6 +768,23 @@ impl<'a> LogicalDecoder<'a> {
                 rb.queue_change(top, &c, &mut sink)
             }
         }
+    }
+
+    /// A TRUNCATE record becomes one change of its transaction, in its place among the others.
+    fn queue_truncate(
+        &mut self,
+        top: Xid,
+        rec: &DecodedRecord,
+        plugin: &mut dyn OutputPlugin,
+        out: &mut Output,
+    ) -> Result<()> {
+        let t = TruncateRecord::decode(&rec.main_data, rec.lsn)?;
+        let rels: Vec<u8> = t.rels.iter().flat_map(|r| r.0.to_le_bytes()).collect();
+        self.first_lsn.entry(top).or_insert(rec.lsn);
+        let c =
+            Change { lsn: rec.lsn, xid: rec.xid, kind: ChangeKind::Truncate, rel: Oid(0), old: &[t.flags], new: &rels };
+        let (rb, mut sink) = self.sink(plugin, out, rec.end_lsn);
+        rb.queue_change(top, &c, &mut sink)
     }
 
     fn end_of_xact(

@@ -52,10 +52,12 @@
 //!
 //! # Not sent, and why
 //!
-//! `T` (truncate): the engine has no TRUNCATE. `Y` (type): every engine type is a built-in
+//! `Y` (type): every engine type is a built-in
 //! PostgreSQL type. `O` (origin): no replication origins. `u` (unchanged TOAST): no TOAST.
 //! Without two-phase decoding a prepared transaction is sent at its COMMIT PREPARED as
 //! `B` … `C`, as PostgreSQL does.
+
+use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -64,6 +66,7 @@ use super::logical::{Output, OutputPlugin, RelInfo, RowData, TxnInfo};
 use super::test_decoding::parse_bool;
 use crate::catalog::publication::{PublicationRow, PublishActions};
 use crate::error::{Error, Result};
+use crate::heap::truncate::TruncateRecord;
 use crate::heap::tuple::Value;
 use crate::heap::ReplicaIdentity;
 use crate::pgtext;
@@ -274,6 +277,9 @@ pub struct PgOutput {
     stream_rel_sent: FxHashMap<Xid, FxHashMap<Oid, Vec<u8>>>,
     /// Top-level transactions that had a streamed block.
     streamed: FxHashSet<Xid>,
+    /// Tables truncated by each transaction being sent (by top-level XID): their Relation
+    /// messages are forgotten again at its end and after each of its streamed blocks.
+    truncated: Vec<(Xid, Oid)>,
 }
 
 impl PgOutput {
@@ -287,6 +293,7 @@ impl PgOutput {
             rel_sent: FxHashMap::default(),
             stream_rel_sent: FxHashMap::default(),
             streamed: FxHashSet::default(),
+            truncated: Vec::new(),
         })
     }
 
@@ -350,6 +357,73 @@ impl PgOutput {
         w.0.extend_from_slice(&body);
         out.write(lsn, owner, w.finish());
         sent.insert(rel.oid, body);
+    }
+
+    /// `pgoutput_truncate` (also its stream callback, `stream` then `(top, xid)`): the
+    /// relations whose publications publish truncates, each after its Relation message if
+    /// not sent yet (and BEGIN first, outside a stream), then one T message naming them all.
+    fn send_truncate(
+        &mut self,
+        out: &mut Output,
+        txn: Option<&TxnInfo>,
+        lsn: Lsn,
+        rels: &[Arc<RelInfo>],
+        flags: &TruncateRecord,
+        stream: Option<(Xid, Xid)>,
+    ) -> Result<()> {
+        let owner = stream.map_or_else(|| txn.map_or(Xid::INVALID, |t| t.xid), |(top, _)| top);
+        // The new relfilenode invalidates each table's relcache entry (PostgreSQL's decoder
+        // runs the invalidation before it hands the TRUNCATE over), and
+        // `rel_sync_cache_relation_cb` then forgets that its schema was sent: each table's
+        // Relation message goes again before the T, published for truncates or not. The
+        // decoder runs the transaction's invalidations again at its end and after each
+        // streamed block ([`PgOutput::forget_truncated`]).
+        for rel in rels {
+            self.forget_relation(rel.oid);
+            self.truncated.push((owner, rel.oid));
+        }
+        let mut relids = Vec::with_capacity(rels.len());
+        for rel in rels {
+            if !self.actions(rel.oid, lsn)?.truncate {
+                continue;
+            }
+            relids.push(rel.oid);
+            if let (Some(txn), false) = (txn, self.sent_begin) {
+                self.write_begin(out, txn, lsn);
+            }
+            self.maybe_send_relation(out, lsn, owner, rel, stream);
+        }
+        if !relids.is_empty() {
+            let mut w = Writer::new(b'T');
+            if let Some((_, xid)) = stream {
+                w.u32(xid.0);
+            }
+            w.u32(relids.len() as u32).u8(flags.flags);
+            for r in &relids {
+                w.u32(r.0);
+            }
+            out.write(lsn, owner, w.finish());
+        }
+        Ok(())
+    }
+
+    fn forget_relation(&mut self, rel: Oid) {
+        self.rel_sent.remove(&rel);
+        for sent in self.stream_rel_sent.values_mut() {
+            sent.remove(&rel);
+        }
+    }
+
+    /// Forgets the Relation messages of the tables `top` truncated; `end`: it is over
+    /// (commit, prepare, their streamed forms, a stream abort), else a streamed block of it is.
+    fn forget_truncated(&mut self, top: Xid, end: bool) {
+        let rels: Vec<Oid> = self.truncated.iter().filter(|(x, _)| *x == top).map(|(_, r)| *r).collect();
+        for rel in rels {
+            self.forget_relation(rel);
+        }
+        if end {
+            self.truncated.retain(|(x, _)| *x != top);
+        }
     }
 
     /// The I, U or D message.
@@ -478,6 +552,29 @@ impl OutputPlugin for PgOutput {
         Ok(())
     }
 
+    fn truncate(
+        &mut self,
+        out: &mut Output,
+        txn: &TxnInfo,
+        lsn: Lsn,
+        rels: &[Arc<RelInfo>],
+        flags: &TruncateRecord,
+    ) -> Result<()> {
+        self.send_truncate(out, Some(txn), lsn, rels, flags, None)
+    }
+
+    fn stream_truncate(
+        &mut self,
+        out: &mut Output,
+        top: Xid,
+        xid: Xid,
+        lsn: Lsn,
+        rels: &[Arc<RelInfo>],
+        flags: &TruncateRecord,
+    ) -> Result<()> {
+        self.send_truncate(out, None, lsn, rels, flags, Some((top, xid)))
+    }
+
     fn message(
         &mut self,
         out: &mut Output,
@@ -501,6 +598,7 @@ impl OutputPlugin for PgOutput {
     }
 
     fn commit(&mut self, out: &mut Output, txn: &TxnInfo) -> Result<()> {
+        self.forget_truncated(txn.xid, true);
         if !std::mem::take(&mut self.sent_begin) {
             return Ok(());
         }
@@ -523,6 +621,7 @@ impl OutputPlugin for PgOutput {
     }
 
     fn stream_stop(&mut self, out: &mut Output, top: Xid, lsn: Lsn) -> Result<()> {
+        self.forget_truncated(top, false);
         out.write(lsn, top, vec![b'E']);
         Ok(())
     }
@@ -569,6 +668,9 @@ impl OutputPlugin for PgOutput {
     }
 
     fn stream_abort_at(&mut self, out: &mut Output, top: Xid, xid: Xid, lsn: Lsn, abort_time_us: i64) -> Result<()> {
+        if xid == top {
+            self.truncated.retain(|(x, _)| *x != top);
+        }
         let mut w = Writer::new(b'A');
         w.u32(top.0).u32(xid.0);
         if self.opts.streaming == Streaming::Parallel {
@@ -583,6 +685,7 @@ impl OutputPlugin for PgOutput {
     }
 
     fn stream_commit(&mut self, out: &mut Output, txn: &TxnInfo) -> Result<()> {
+        self.forget_truncated(txn.xid, true);
         let mut w = Writer::new(b'c');
         w.u32(txn.xid.0).u8(0).u64(txn.commit_lsn.0).u64(txn.end_lsn.0).i64(pg_time(txn.commit_time_us));
         out.write(txn.end_lsn, txn.xid, w.finish());
@@ -611,6 +714,7 @@ impl OutputPlugin for PgOutput {
     }
 
     fn prepare(&mut self, out: &mut Output, txn: &TxnInfo, gid: &str) -> Result<()> {
+        self.forget_truncated(txn.xid, true);
         self.sent_begin = false;
         out.write(txn.end_lsn, txn.xid, Self::two_phase_message(b'P', txn, gid));
         Ok(())
@@ -637,6 +741,7 @@ impl OutputPlugin for PgOutput {
     }
 
     fn stream_prepare(&mut self, out: &mut Output, txn: &TxnInfo, gid: &str) -> Result<()> {
+        self.forget_truncated(txn.xid, true);
         out.write(txn.end_lsn, txn.xid, Self::two_phase_message(b'p', txn, gid));
         self.streamed.remove(&txn.xid);
         if let Some(sent) = self.stream_rel_sent.remove(&txn.xid) {

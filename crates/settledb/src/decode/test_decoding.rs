@@ -6,6 +6,7 @@
 //! table public.t: UPDATE: old-key: a[integer]:1 new-tuple: a[integer]:2 b[text]:'uno'
 //! table public.t: DELETE: a[integer]:2
 //! message: transactional: 1 prefix: pfx, sz: 5 content:hello
+//! table public.t, public.u: TRUNCATE: restart_seqs cascade
 //! COMMIT 727 (at 2026-11-21 04:24:28.320101+00)
 //! ```
 //!
@@ -23,6 +24,7 @@
 //! opening a streamed block for transaction TXN 727
 //! streaming change for TXN 727
 //! streaming message: transactional: 1 prefix: pfx, sz: 5
+//! streaming truncate for TXN 727
 //! closing a streamed block for transaction TXN 727
 //! committing streamed transaction TXN 727
 //! aborting streamed (sub)transaction TXN 728
@@ -37,10 +39,13 @@
 //! everything else single-quoted with quotes doubled; NULLs as `null`, skipped in an old key
 //! or old row. Column names go through `quote_identifier`, type names as `format_type_be`.
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap;
 
 use super::logical::{Output, OutputPlugin, RelInfo, RowData, TxnInfo};
 use crate::error::{Error, Result};
+use crate::heap::truncate::TruncateRecord;
 use crate::heap::tuple::{Schema, Type, Value};
 use crate::pgtext;
 use crate::types::{Lsn, Xid};
@@ -191,6 +196,34 @@ impl OutputPlugin for TestDecoding {
         Ok(())
     }
 
+    /// PostgreSQL's `pg_decode_truncate`: one line naming every table of the statement.
+    fn truncate(
+        &mut self,
+        out: &mut Output,
+        txn: &TxnInfo,
+        lsn: Lsn,
+        rels: &[Arc<RelInfo>],
+        flags: &TruncateRecord,
+    ) -> Result<()> {
+        if !self.wrote_begin {
+            self.write_begin(out, txn, lsn);
+        }
+        let names: Vec<String> =
+            rels.iter().map(|r| format!("{}.{}", quote_identifier(&r.namespace), quote_identifier(&r.name))).collect();
+        let mut s = format!("table {}: TRUNCATE:", names.join(", "));
+        if flags.restart_seqs() {
+            s.push_str(" restart_seqs");
+        }
+        if flags.cascade() {
+            s.push_str(" cascade");
+        }
+        if !flags.restart_seqs() && !flags.cascade() {
+            s.push_str(" (no-flags)");
+        }
+        out.write(lsn, txn.xid, s.into_bytes());
+        Ok(())
+    }
+
     fn message(
         &mut self,
         out: &mut Output,
@@ -258,6 +291,25 @@ impl OutputPlugin for TestDecoding {
         self.stream_wrote_changes = true;
         self.streamed_wrote.insert(top, true);
         out.write(lsn, top, self.stream_line("streaming change for", top, " transaction"));
+        Ok(())
+    }
+
+    /// `pg_decode_stream_truncate`: like a streamed change, no detail.
+    fn stream_truncate(
+        &mut self,
+        out: &mut Output,
+        top: Xid,
+        _xid: Xid,
+        lsn: Lsn,
+        _rels: &[Arc<RelInfo>],
+        _flags: &TruncateRecord,
+    ) -> Result<()> {
+        if self.skip_empty_xacts && !self.stream_wrote_changes {
+            self.write_stream_start(out, top, lsn);
+        }
+        self.stream_wrote_changes = true;
+        self.streamed_wrote.insert(top, true);
+        out.write(lsn, top, self.stream_line("streaming truncate for", top, " transaction"));
         Ok(())
     }
 

@@ -182,6 +182,7 @@ fn pgoutput_seeds() -> Vec<Vec<u8>> {
             tx.insert(&t, &row(i))?;
         }
         tx.commit()?;
+        db.truncate(&["t"], crate::TruncateOptions { restart_seqs: true, cascade: false })?;
         let mut tx = db.begin()?;
         tx.insert(&t, &row(5000))?;
         tx.prepare("g")?;
@@ -217,7 +218,7 @@ fn pgoutput_seeds() -> Vec<Vec<u8>> {
             }
         }
         let tags: std::collections::HashSet<u8> = kinds.iter().map(|(t, _)| *t).collect();
-        for t in *b"BRIUDMCSEAcbPK" {
+        for t in *b"BRIUDMCSEAcbPKT" {
             assert!(tags.contains(&t), "the pgoutput seed session sends {:?}", t as char);
         }
         Ok(seeds)

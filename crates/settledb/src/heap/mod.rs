@@ -55,6 +55,7 @@ pub mod hint;
 pub mod hot;
 mod modify;
 pub mod prune;
+pub mod truncate;
 pub mod tuple;
 pub mod usage;
 pub mod visibility;

@@ -437,6 +437,9 @@ pub fn describe(rec: &DecodedRecord) -> String {
                 format!("{name} old_xmax: {xmax}, old_off: {old}, new_off: {new}{}", describe_old_row(&mut m)?)
             }
             (Rmgr::Heap, XLOG_HEAP_INPLACE) => format!("INPLACE off: {}", m.u16()?),
+            (Rmgr::Heap, super::truncate::XLOG_HEAP_TRUNCATE) => {
+                super::truncate::TruncateRecord::decode(&rec.main_data, rec.lsn)?.describe()
+            }
             (Rmgr::Heap2, XLOG_HEAP2_PRUNE) => {
                 let p = PrunePlan::decode(&mut m)?;
                 format!(

@@ -440,10 +440,12 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
         VacuumLock { inner, owner: inner.lmgr.new_owner(if params.is_autovacuum { "autovacuum" } else { "vacuum" }) };
     let wait = if params.is_autovacuum { WaitPolicy::NoWait } else { WaitPolicy::Wait };
     inner.lmgr.lock(&locks.owner, entry.rel.oid, LockMode::ShareUpdateExclusive, wait, config_lock_timeout(inner))?;
-    let _maint = entry.maintenance_lock.lock();
-    if inner.catalog.get_by_oid(entry.rel.oid).is_none() {
+    // Dropped, or TRUNCATEd (new storage, a new entry), while we waited?
+    let Some(current) = inner.catalog.get_by_oid(entry.rel.oid) else {
         return Err(Error::NotFound(format!("relation \"{}\" was dropped", entry.rel.name)));
-    }
+    };
+    let entry = &current;
+    let _maint = entry.maintenance_lock.lock();
     let config = &inner.config;
     let rel = &*entry.rel;
     let opts = &entry.options();

@@ -59,6 +59,7 @@ impl Transaction<'_> {
             xids.extend(s.children);
         }
         self.merge_locks_into(i);
+        self.merge_swaps_into(i);
         // Into the top level: they stay current and commit with it (the proc array lists them).
         if let Some(parent) = self.subxacts.last_mut() {
             parent.children.extend(xids);
@@ -91,6 +92,7 @@ impl Transaction<'_> {
             if self.subxacts.len() == i + 1 {
                 // Table locks taken since the savepoint go too (PostgreSQL releases a rolled
                 // back subtransaction's locks).
+                self.undo_swaps_from(i + 1);
                 self.release_locks_from(i + 1);
                 // The savepoint stays, reopened: its next records come after this point.
                 self.subxacts[i].start_lsn = self.inner.wal.insert_lsn();
@@ -129,6 +131,9 @@ impl Transaction<'_> {
         }
         self.active()?;
         crate::xact::twophase::validate_gid(gid)?;
+        if !self.swaps.is_empty() {
+            return Err(Error::invalid("cannot PREPARE a transaction that has truncated a table"));
+        }
         let max = self.inner.config.max_prepared_transactions;
         if max == 0 {
             return Err(Error::invalid(
@@ -173,6 +178,7 @@ fn counts_since(
                 deleted: c.deleted.saturating_sub(b.deleted),
                 seq_scan: c.seq_scan.saturating_sub(b.seq_scan),
                 idx_scan: c.idx_scan.saturating_sub(b.idx_scan),
+                truncated: c.truncated && !b.truncated,
             };
             (e, d)
         })

@@ -92,6 +92,12 @@ pub enum Message {
         relid: u32,
         old: (u8, Vec<Datum>),
     },
+    /// `flags`: 1 CASCADE, 2 RESTART IDENTITY.
+    Truncate {
+        xid: Option<u32>,
+        flags: u8,
+        relids: Vec<u32>,
+    },
     Message {
         xid: Option<u32>,
         transactional: bool,
@@ -337,6 +343,19 @@ impl Reader {
                 }
                 Message::Delete { xid, relid, old: (k, c.tuple()?) }
             }
+            b'T' => {
+                let xid = xid(&mut c, s)?;
+                let n = c.u32()? as usize;
+                if n > bytes.len() / 4 {
+                    return Err(Error::invalid(format!("pgoutput truncate of {n} relations")));
+                }
+                let flags = c.u8()?;
+                let mut relids = Vec::with_capacity(n);
+                for _ in 0..n {
+                    relids.push(c.u32()?);
+                }
+                Message::Truncate { xid, flags, relids }
+            }
             b'M' => Message::Message {
                 xid: xid(&mut c, s)?,
                 transactional: flag(c.u8()?)?,
@@ -465,6 +484,14 @@ impl Message {
                 xid(&mut w, x);
                 w.u32(*relid).u8(*k).tuple(t);
             }
+            Message::Truncate { xid: x, flags, relids } => {
+                w = Writer::new(b'T');
+                xid(&mut w, x);
+                w.u32(relids.len() as u32).u8(*flags);
+                for r in relids {
+                    w.u32(*r);
+                }
+            }
             Message::Message { xid: x, transactional, lsn, prefix, content } => {
                 w = Writer::new(b'M');
                 xid(&mut w, x);
@@ -582,6 +609,10 @@ impl Normalizer {
             }
             Message::Delete { xid, relid, old: (k, t) } => {
                 format!("DELETE{} {} {}{}", self.in_xid(*xid), self.rel(*relid), *k as char, tuple(t))
+            }
+            Message::Truncate { xid, flags, relids } => {
+                let rels: Vec<String> = relids.iter().map(|r| self.rel(*r)).collect();
+                format!("TRUNCATE{} flags {flags} ({})", self.in_xid(*xid), rels.join(" "))
             }
             Message::Message { xid, transactional, prefix, content, .. } => format!(
                 "MESSAGE{} transactional {} prefix {prefix} content {}",
