@@ -68,7 +68,7 @@ use crate::catalog::{self, ClassRow, RelKind};
 use crate::error::{Error, Result};
 use crate::heap::truncate::{TruncateRecord, XLOG_HEAP_TRUNCATE};
 use crate::heap::tuple::{deform_tuple, Schema, Value};
-use crate::heap::wal::{decode_row_change, RowChange};
+use crate::heap::wal::{decode_row_change, for_each_inserted_tuple, insert_rel, RowChange};
 use crate::heap::ReplicaIdentity;
 use crate::types::{Lsn, Oid, Tid, Xid};
 use crate::wal::{DecodedRecord, Rmgr};
@@ -118,6 +118,14 @@ pub struct TxnInfo {
     pub commit_time_us: i64,
 }
 
+/// What a row change does (what [`OutputPlugin::wants_change`] is told before deforming).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowKind {
+    Insert,
+    Update,
+    Delete,
+}
+
 /// One decoded row change.
 #[derive(Clone, Debug)]
 pub enum RowData {
@@ -148,6 +156,14 @@ pub enum RowData {
 /// defaults are PostgreSQL's error for a missing one.
 pub trait OutputPlugin {
     fn begin(&mut self, out: &mut Output, txn: &TxnInfo) -> Result<()>;
+    /// Whether the plugin wants a `kind` change of `rel` at `lsn` (`has_old`: an old row or
+    /// key was logged), asked before its tuples are deformed: a change declined here costs
+    /// neither deforming nor a [`OutputPlugin::change`] / [`OutputPlugin::stream_change`] call.
+    /// PostgreSQL's pgoutput decides by its publications before it touches the tuple
+    /// (`pgoutput_change`), and so does the engine's; the null plugin declines everything.
+    fn wants_change(&mut self, _rel: &RelInfo, _lsn: Lsn, _kind: RowKind, _has_old: bool) -> Result<bool> {
+        Ok(true)
+    }
     fn change(&mut self, out: &mut Output, txn: &TxnInfo, lsn: Lsn, rel: &RelInfo, row: &RowData) -> Result<()>;
     /// A logical message: `txn` is `None` for a non-transactional one.
     fn message(
@@ -248,6 +264,12 @@ pub trait OutputPlugin {
     fn catalog_history(&mut self, _history: &CatalogHistory) -> Result<()> {
         Ok(())
     }
+
+    /// What the decoder knows of relation `oid` changed (a new `pg_class` or key row read from
+    /// the WAL): changes handed over from now on come with the new [`RelInfo`]. A plugin that
+    /// caches what it derives from a relation drops that here (PostgreSQL's pgoutput registers
+    /// a relcache invalidation callback, `rel_sync_cache_relation_cb`, for its cache).
+    fn relation_changed(&mut self, _oid: Oid) {}
 
     /// Whether the plugin can decode prepared transactions at PREPARE (PostgreSQL: it has the
     /// two-phase callbacks). Decoding does so when this holds and the slot has `two_phase`
@@ -389,9 +411,10 @@ impl Relations<'_> {
         oid
     }
 
-    fn get(&mut self, oid: Oid, lsn: Lsn) -> Result<Arc<RelInfo>> {
-        if let Some(r) = self.known.get(&oid) {
-            return Ok(r.clone());
+    /// A hot path: once per change handed over.
+    fn get(&mut self, oid: Oid, lsn: Lsn) -> Result<&Arc<RelInfo>> {
+        if self.known.contains_key(&oid) {
+            return Ok(&self.known[&oid]);
         }
         let r =
             self.learned.get(&oid).cloned().or_else(|| self.catalog.relation(oid).map(Arc::new)).ok_or_else(|| {
@@ -401,8 +424,7 @@ impl Relations<'_> {
                 oid.0
             ))
             })?;
-        self.known.insert(oid, r.clone());
-        Ok(r)
+        Ok(self.known.entry(oid).or_insert(r))
     }
 }
 
@@ -432,7 +454,7 @@ fn emit(
             for b in c.new.chunks_exact(4) {
                 let oid = Oid(u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
                 if let Ok(r) = rels.get(oid, c.lsn) {
-                    list.push(r);
+                    list.push(r.clone());
                 }
             }
             if list.is_empty() {
@@ -445,10 +467,18 @@ fn emit(
         }
         kind => {
             let rel = rels.get(c.rel, c.lsn)?;
-            let row = row_data(&rel, kind, c)?;
+            let row_kind = match kind {
+                ChangeKind::Insert => RowKind::Insert,
+                ChangeKind::Update => RowKind::Update,
+                _ => RowKind::Delete,
+            };
+            if !plugin.wants_change(rel, c.lsn, row_kind, !c.old.is_empty())? {
+                return Ok(());
+            }
+            let row = row_data(rel, kind, c)?;
             match txn {
-                Some(txn) => plugin.change(out, txn, c.lsn, &rel, &row),
-                None => plugin.stream_change(out, top, c.xid, c.lsn, &rel, &row),
+                Some(txn) => plugin.change(out, txn, c.lsn, rel, &row),
+                None => plugin.stream_change(out, top, c.xid, c.lsn, rel, &row),
             }
         }
     }
@@ -539,6 +569,8 @@ pub struct LogicalDecoder<'a> {
     prepared: FxHashMap<Xid, Prepared>,
     /// Committed (or, decoding two-phase, prepared) transactions handed over.
     pub transactions: u64,
+    /// The buffer inserted tuples are rebuilt in.
+    scratch: Vec<u8>,
 }
 
 /// A PREPARE the decoder read, kept until its COMMIT or ROLLBACK PREPARED.
@@ -568,6 +600,7 @@ impl<'a> LogicalDecoder<'a> {
             history: CatalogHistory::default(),
             catalog_writers: FxHashSet::default(),
             transactions: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -611,8 +644,19 @@ impl<'a> LogicalDecoder<'a> {
                 self.queue_truncate(top, rec, plugin, out)
             }
             Rmgr::Heap | Rmgr::Heap2 => {
+                if let Some(rel) = insert_rel(rec).filter(|r| r.0 >= FIRST_USER_OID) {
+                    // Rows inserted into a user relation: the hot path, queued without
+                    // allocating per row.
+                    if skipped {
+                        return Ok(());
+                    }
+                    let rel = self.rels.table_of(rel);
+                    return self.queue_inserts(top, rec, rel, plugin, out);
+                }
                 let Some(change) = decode_row_change(rec)? else { return Ok(()) };
-                self.learn_catalog(&change)?;
+                for oid in self.learn_catalog(&change)? {
+                    plugin.relation_changed(oid);
+                }
                 let rel = match &change {
                     RowChange::Insert { rel, .. } | RowChange::Update { rel, .. } | RowChange::Delete { rel, .. } => {
                         *rel
@@ -678,14 +722,16 @@ impl<'a> LogicalDecoder<'a> {
     /// columns and replica identity; an ALTER … REPLICA IDENTITY writes a new one), and its
     /// primary key's index row (the key columns). What a row does not say is kept from what
     /// was known of the relation before.
-    fn learn_catalog(&mut self, change: &RowChange) -> Result<()> {
+    /// Returns the relations whose description changed.
+    fn learn_catalog(&mut self, change: &RowChange) -> Result<Vec<Oid>> {
+        let mut changed = Vec::new();
         let (rel, tuples): (Oid, Vec<&Vec<u8>>) = match change {
             RowChange::Insert { rel, tuples } => (*rel, tuples.iter().collect()),
             RowChange::Update { rel, new, .. } => (*rel, vec![new]),
-            RowChange::Delete { .. } => return Ok(()),
+            RowChange::Delete { .. } => return Ok(changed),
         };
         if rel != catalog::PG_CLASS_OID {
-            return Ok(());
+            return Ok(changed);
         }
         for t in tuples {
             let values = deform_tuple(&catalog::pg_class_schema(), t)
@@ -721,8 +767,30 @@ impl<'a> LogicalDecoder<'a> {
             };
             self.rels.learned.insert(oid, Arc::new(info));
             self.rels.known.remove(&oid);
+            changed.push(oid);
         }
-        Ok(())
+        Ok(changed)
+    }
+
+    /// Queues the rows an INSERT or MULTI_INSERT record of user relation `rel` inserts, each
+    /// rebuilt in one reused buffer (a hot path: once per row).
+    fn queue_inserts(
+        &mut self,
+        top: Xid,
+        rec: &DecodedRecord,
+        rel: Oid,
+        plugin: &mut dyn OutputPlugin,
+        out: &mut Output,
+    ) -> Result<()> {
+        self.first_lsn.entry(top).or_insert(rec.lsn);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let (rb, mut sink) = self.sink(plugin, out, rec.end_lsn);
+        let result = for_each_inserted_tuple(rec, &mut scratch, &mut |t| {
+            let c = Change { lsn: rec.lsn, xid: rec.xid, kind: ChangeKind::Insert, rel, old: &[], new: t };
+            rb.queue_change(top, &c, &mut sink)
+        });
+        self.scratch = scratch;
+        result
     }
 
     fn queue_row(

@@ -62,7 +62,7 @@ use std::sync::Arc;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::historic::CatalogHistory;
-use super::logical::{Output, OutputPlugin, RelInfo, RowData, TxnInfo};
+use super::logical::{Output, OutputPlugin, RelInfo, RowData, RowKind, TxnInfo};
 use super::test_decoding::parse_bool;
 use crate::catalog::publication::{PublicationRow, PublishActions};
 use crate::error::{Error, Result};
@@ -324,11 +324,21 @@ impl PgOutput {
 
     /// Whether `row` is to be sent: its kind is published, and a delete has an old row.
     fn publishes(&mut self, rel: &RelInfo, lsn: Lsn, row: &RowData) -> Result<bool> {
+        let (kind, has_old) = match row {
+            RowData::Insert { .. } => (RowKind::Insert, false),
+            RowData::Update { old, .. } => (RowKind::Update, old.is_some()),
+            RowData::Delete { old, .. } => (RowKind::Delete, old.is_some()),
+        };
+        self.publishes_kind(rel, lsn, kind, has_old)
+    }
+
+    /// [`PgOutput::publishes`] from what is known before the tuples are deformed.
+    fn publishes_kind(&mut self, rel: &RelInfo, lsn: Lsn, kind: RowKind, has_old: bool) -> Result<bool> {
         let a = self.actions(rel.oid, lsn)?;
-        Ok(match row {
-            RowData::Insert { .. } => a.insert,
-            RowData::Update { .. } => a.update,
-            RowData::Delete { old, .. } => a.delete && old.is_some(),
+        Ok(match kind {
+            RowKind::Insert => a.insert,
+            RowKind::Update => a.update,
+            RowKind::Delete => a.delete && has_old,
         })
     }
 
@@ -537,6 +547,11 @@ impl OutputPlugin for PgOutput {
         // BEGIN waits for the first change or message sent (PostgreSQL 15).
         self.sent_begin = false;
         Ok(())
+    }
+
+    /// Publications first, before the tuple is deformed (PostgreSQL's `pgoutput_change`).
+    fn wants_change(&mut self, rel: &RelInfo, lsn: Lsn, kind: RowKind, has_old: bool) -> Result<bool> {
+        self.publishes_kind(rel, lsn, kind, has_old)
     }
 
     fn change(&mut self, out: &mut Output, txn: &TxnInfo, lsn: Lsn, rel: &RelInfo, row: &RowData) -> Result<()> {

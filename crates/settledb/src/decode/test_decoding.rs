@@ -37,7 +37,10 @@
 //!
 //! Values print as `print_literal` does: integers and floats bare, booleans `true`/`false`,
 //! everything else single-quoted with quotes doubled; NULLs as `null`, skipped in an old key
-//! or old row. Column names go through `quote_identifier`, type names as `format_type_be`.
+//! or old row. Column names go through `quote_identifier`, type names as `format_type_be`,
+//! once per relation: the plugin keeps each relation's printed names until the decoder says
+//! the relation changed (`OutputPlugin::relation_changed`), and writes each row's values
+//! straight into its line.
 
 use std::sync::Arc;
 
@@ -46,9 +49,9 @@ use rustc_hash::FxHashMap;
 use super::logical::{Output, OutputPlugin, RelInfo, RowData, TxnInfo};
 use crate::error::{Error, Result};
 use crate::heap::truncate::TruncateRecord;
-use crate::heap::tuple::{Schema, Type, Value};
+use crate::heap::tuple::{Type, Value};
 use crate::pgtext;
-use crate::types::{Lsn, Xid};
+use crate::types::{Lsn, Oid, Xid};
 
 #[derive(Clone, Debug)]
 pub struct TestDecoding {
@@ -63,6 +66,30 @@ pub struct TestDecoding {
     /// `xact_wrote_changes`).
     stream_wrote_changes: bool,
     streamed_wrote: FxHashMap<Xid, bool>,
+    /// Each relation's names as printed, made once per relation (and again after the decoder
+    /// says it changed, [`OutputPlugin::relation_changed`]).
+    rel_text: FxHashMap<Oid, RelText>,
+}
+
+/// A relation's fixed text: `table ns.name:` and each column's ` name[type]:`, names quoted
+/// by `quote_identifier` (which scans the keywords: once per relation, not per row).
+#[derive(Clone, Debug)]
+struct RelText {
+    table: String,
+    columns: Vec<String>,
+}
+
+impl RelText {
+    fn new(rel: &RelInfo) -> RelText {
+        let table = format!("table {}.{}:", quote_identifier(&rel.namespace), quote_identifier(&rel.name));
+        let columns = rel
+            .schema
+            .columns
+            .iter()
+            .map(|c| format!(" {}[{}]:", quote_identifier(&c.name), pgtext::type_name(c.ty)))
+            .collect();
+        RelText { table, columns }
+    }
 }
 
 /// PostgreSQL's `parse_bool`: on/off, true/false, yes/no, 1/0 and unique prefixes.
@@ -89,6 +116,7 @@ impl TestDecoding {
             wrote_begin: false,
             stream_wrote_changes: false,
             streamed_wrote: FxHashMap::default(),
+            rel_text: FxHashMap::default(),
         };
         for (name, value) in options {
             let flag = || -> Result<bool> {
@@ -169,30 +197,33 @@ impl OutputPlugin for TestDecoding {
         if !self.wrote_begin {
             self.write_begin(out, txn, lsn);
         }
-        let mut s = format!("table {}.{}:", quote_identifier(&rel.namespace), quote_identifier(&rel.name));
+        let names = self.rel_text(rel);
+        let mut s =
+            Vec::with_capacity(names.table.len() + 16 + names.columns.iter().map(|c| c.len() + 12).sum::<usize>());
+        s.extend_from_slice(names.table.as_bytes());
         match row {
             RowData::Insert { new } => {
-                s.push_str(" INSERT:");
-                tuple(&mut s, &rel.schema, new, false);
+                s.extend_from_slice(b" INSERT:");
+                tuple(&mut s, rel, names, new, false);
             }
             RowData::Update { old, new, .. } => {
-                s.push_str(" UPDATE:");
+                s.extend_from_slice(b" UPDATE:");
                 if let Some(old) = old {
-                    s.push_str(" old-key:");
-                    tuple(&mut s, &rel.schema, old, true);
-                    s.push_str(" new-tuple:");
+                    s.extend_from_slice(b" old-key:");
+                    tuple(&mut s, rel, names, old, true);
+                    s.extend_from_slice(b" new-tuple:");
                 }
-                tuple(&mut s, &rel.schema, new, false);
+                tuple(&mut s, rel, names, new, false);
             }
             RowData::Delete { old, .. } => {
-                s.push_str(" DELETE:");
+                s.extend_from_slice(b" DELETE:");
                 match old {
-                    Some(old) => tuple(&mut s, &rel.schema, old, true),
-                    None => s.push_str(" (no-tuple-data)"),
+                    Some(old) => tuple(&mut s, rel, names, old, true),
+                    None => s.extend_from_slice(b" (no-tuple-data)"),
                 }
             }
         }
-        out.write(lsn, txn.xid, s.into_bytes());
+        out.write(lsn, txn.xid, s);
         Ok(())
     }
 
@@ -257,6 +288,10 @@ impl OutputPlugin for TestDecoding {
 
     fn streaming(&self) -> bool {
         self.stream_changes
+    }
+
+    fn relation_changed(&mut self, oid: Oid) {
+        self.rel_text.remove(&oid);
     }
 
     fn stream_start(&mut self, out: &mut Output, top: Xid, lsn: Lsn) -> Result<()> {
@@ -413,6 +448,15 @@ impl OutputPlugin for TestDecoding {
 }
 
 impl TestDecoding {
+    /// `rel`'s printed names, made when first needed or when `rel` changed (a hot path: once
+    /// per row).
+    fn rel_text(&mut self, rel: &RelInfo) -> &RelText {
+        if self.rel_text.get(&rel.oid).is_none_or(|t| t.columns.len() != rel.schema.columns.len()) {
+            self.rel_text.insert(rel.oid, RelText::new(rel));
+        }
+        &self.rel_text[&rel.oid]
+    }
+
     /// A two-phase line: `what 'gid'`, then `, txid N` and ` (at …)` as the options say.
     fn two_phase_line(&self, what: &str, gid: &str, xid: Xid, time_us: i64) -> Vec<u8> {
         let mut s = format!("{what} {}", pgtext::quote_literal(gid));
@@ -431,38 +475,60 @@ fn timestamptz(us: i64) -> String {
     pgtext::timestamp_out(us)
 }
 
-/// Appends ` name[type]:value` per column; `skip_nulls` for old keys and rows.
-fn tuple(s: &mut String, schema: &Schema, values: &[Value], skip_nulls: bool) {
-    for (c, v) in schema.columns.iter().zip(values) {
+/// Appends ` name[type]:value` per column; `skip_nulls` for old keys and rows. Values are
+/// written straight into the line (a hot path: once per column of every row).
+fn tuple(s: &mut Vec<u8>, rel: &RelInfo, names: &RelText, values: &[Value], skip_nulls: bool) {
+    for ((c, name), v) in rel.schema.columns.iter().zip(&names.columns).zip(values) {
         if skip_nulls && matches!(v, Value::Null) {
             continue;
         }
-        s.push(' ');
-        s.push_str(&quote_identifier(&c.name));
-        s.push('[');
-        s.push_str(pgtext::type_name(c.ty));
-        s.push_str("]:");
-        match pgtext::value_text(v) {
-            None => s.push_str("null"),
-            Some(text) => literal(s, c.ty, &text),
+        s.extend_from_slice(name.as_bytes());
+        match v {
+            Value::Null => s.extend_from_slice(b"null"),
+            Value::Int4(x) => push_int(s, i64::from(*x)),
+            Value::Int8(x) => push_int(s, *x),
+            Value::Text(t) => literal(s, c.ty, t),
+            v => match pgtext::value_text(v) {
+                None => s.extend_from_slice(b"null"),
+                Some(text) => literal(s, c.ty, &text),
+            },
         }
     }
 }
 
+/// An integer in decimal, as `int4out` and `int8out` write it.
+fn push_int(s: &mut Vec<u8>, v: i64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = v.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if v < 0 {
+        s.push(b'-');
+    }
+    s.extend_from_slice(&digits[at..]);
+}
+
 /// `print_literal`: numbers bare, booleans as words, the rest quoted.
-fn literal(s: &mut String, ty: Type, text: &str) {
+fn literal(s: &mut Vec<u8>, ty: Type, text: &str) {
     match ty {
-        Type::Int4 | Type::Int8 | Type::Float8 => s.push_str(text),
-        Type::Bool => s.push_str(if text == "t" { "true" } else { "false" }),
+        Type::Int4 | Type::Int8 | Type::Float8 => s.extend_from_slice(text.as_bytes()),
+        Type::Bool => s.extend_from_slice(if text == "t" { b"true" } else { b"false" }),
         _ => {
-            s.push('\'');
-            for ch in text.chars() {
-                if ch == '\'' {
-                    s.push('\'');
+            s.push(b'\'');
+            for &b in text.as_bytes() {
+                if b == b'\'' {
+                    s.push(b'\'');
                 }
-                s.push(ch);
+                s.push(b);
             }
-            s.push('\'');
+            s.push(b'\'');
         }
     }
 }
@@ -472,7 +538,7 @@ fn literal(s: &mut String, ty: Type, text: &str) {
 pub fn quote_identifier(name: &str) -> String {
     let safe = name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-        && !RESERVED.contains(&name);
+        && RESERVED.binary_search(&name).is_err();
     if safe {
         name.to_string()
     } else {
@@ -481,31 +547,8 @@ pub fn quote_identifier(name: &str) -> String {
 }
 
 /// PostgreSQL's keywords that `quote_identifier` quotes (every category but unreserved:
-/// reserved, type/function-name and column-name keywords).
+/// reserved, type/function-name and column-name keywords), sorted for a binary search.
 const RESERVED: &[&str] = &[
-    "authorization",
-    "binary",
-    "collation",
-    "concurrently",
-    "cross",
-    "current_catalog",
-    "current_schema",
-    "freeze",
-    "full",
-    "grouping",
-    "ilike",
-    "inner",
-    "is",
-    "isnull",
-    "json",
-    "natural",
-    "notnull",
-    "outer",
-    "overlaps",
-    "like",
-    "similar",
-    "tablesample",
-    "verbose",
     "all",
     "analyse",
     "analyze",
@@ -515,8 +558,10 @@ const RESERVED: &[&str] = &[
     "as",
     "asc",
     "asymmetric",
+    "authorization",
     "between",
     "bigint",
+    "binary",
     "bit",
     "boolean",
     "both",
@@ -527,11 +572,16 @@ const RESERVED: &[&str] = &[
     "check",
     "coalesce",
     "collate",
+    "collation",
     "column",
+    "concurrently",
     "constraint",
     "create",
+    "cross",
+    "current_catalog",
     "current_date",
     "current_role",
+    "current_schema",
     "current_time",
     "current_timestamp",
     "current_user",
@@ -552,32 +602,43 @@ const RESERVED: &[&str] = &[
     "float",
     "for",
     "foreign",
+    "freeze",
     "from",
+    "full",
     "grant",
     "greatest",
     "group",
+    "grouping",
     "having",
+    "ilike",
     "in",
     "initially",
+    "inner",
     "inout",
     "int",
     "integer",
     "intersect",
     "interval",
     "into",
+    "is",
+    "isnull",
     "join",
+    "json",
     "lateral",
     "leading",
     "least",
     "left",
+    "like",
     "limit",
     "localtime",
     "localtimestamp",
     "national",
+    "natural",
     "nchar",
     "none",
     "normalize",
     "not",
+    "notnull",
     "null",
     "nullif",
     "numeric",
@@ -587,6 +648,8 @@ const RESERVED: &[&str] = &[
     "or",
     "order",
     "out",
+    "outer",
+    "overlaps",
     "overlay",
     "placing",
     "position",
@@ -600,11 +663,13 @@ const RESERVED: &[&str] = &[
     "select",
     "session_user",
     "setof",
+    "similar",
     "smallint",
     "some",
     "substring",
     "symmetric",
     "table",
+    "tablesample",
     "then",
     "time",
     "timestamp",
@@ -620,6 +685,7 @@ const RESERVED: &[&str] = &[
     "values",
     "varchar",
     "variadic",
+    "verbose",
     "when",
     "where",
     "window",
@@ -642,16 +708,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn keywords_are_sorted_for_binary_search() {
+        assert!(RESERVED.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
     fn identifiers_and_literals() {
         assert_eq!(quote_identifier("abc_1"), "abc_1");
         assert_eq!(quote_identifier("Abc"), "\"Abc\"");
         assert_eq!(quote_identifier("user"), "\"user\"");
         assert_eq!(quote_identifier("a\"b"), "\"a\"\"b\"");
-        let mut s = String::new();
+        let mut s = Vec::new();
         literal(&mut s, Type::Text, "it's");
         literal(&mut s, Type::Bool, "f");
         literal(&mut s, Type::Float8, "1.5");
-        assert_eq!(s, "'it''s'false1.5");
+        push_int(&mut s, i64::MIN);
+        push_int(&mut s, 0);
+        push_int(&mut s, -7);
+        assert_eq!(s, b"'it''s'false1.5-92233720368547758080-7");
         assert_eq!(parse_bool("of"), Some(false));
         assert_eq!(parse_bool("o"), None);
         assert_eq!(parse_bool("Y"), Some(true));
