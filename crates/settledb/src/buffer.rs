@@ -114,7 +114,6 @@ struct Frame {
     /// Held across a write-out, from taking the copy to the write: one write of a frame at a
     /// time (PostgreSQL's BM_IO_IN_PROGRESS for writes; see "Write-out").
     write_io: Mutex<()>,
-    page: RwLock<PageBuf>,
 }
 
 /// Counters of buffer accesses, as PostgreSQL's `BufferUsage`.
@@ -179,6 +178,9 @@ impl BufferUsage {
 
 pub struct BufferPool {
     frames: Box<[Frame]>,
+    /// Frame `i`'s page, apart from the frames' small headers so that a new pool's pages are
+    /// memory the kernel has not yet handed over: see [`zeroed_pages`].
+    pages: Box<[RwLock<PageBuf>]>,
     /// Tag → frame. Read-locked by hits (which only pin), write-locked by anything that
     /// changes the mapping: a pin is raised from zero only under this lock, and a victim is
     /// claimed only under its write lock, so no hit can pin a frame being claimed.
@@ -241,12 +243,12 @@ impl BufferPool {
                 valid: AtomicBool::new(false),
                 io: Mutex::new(()),
                 write_io: Mutex::new(()),
-                page: RwLock::new(PageBuf([0; BLCKSZ])),
             })
             .collect::<Vec<_>>()
             .into_boxed_slice();
         BufferPool {
             frames,
+            pages: zeroed_pages(nframes),
             map: RwLock::new(FxHashMap::with_capacity_and_hasher(nframes, Default::default())),
             hand: AtomicUsize::new(0),
             smgr,
@@ -405,7 +407,7 @@ impl BufferPool {
             f.usage.store(1, Ordering::Relaxed);
             map.insert(tag, id);
             drop(map);
-            let loaded = self.load(f, tag, zero, validate);
+            let loaded = self.load(id, tag, zero, validate);
             match loaded {
                 Ok(()) => {
                     f.valid.store(true, Ordering::Release);
@@ -445,8 +447,8 @@ impl BufferPool {
         Some(Buffer { pool: self, id, tag })
     }
 
-    fn load(&self, f: &Frame, tag: BufferTag, zero: bool, validate: Option<PageValidator>) -> Result<()> {
-        let mut page = f.page.write();
+    fn load(&self, id: usize, tag: BufferTag, zero: bool, validate: Option<PageValidator>) -> Result<()> {
+        let mut page = self.pages[id].write();
         if zero {
             page.0.fill(0);
             return Ok(());
@@ -532,7 +534,7 @@ impl BufferPool {
         let Some(tag) = *f.tag.lock() else { return Ok(()) };
         let mut copy = PageBuf([0; BLCKSZ]);
         {
-            let page = f.page.read();
+            let page = self.pages[id].read();
             if !f.dirty.swap(false, Ordering::AcqRel) {
                 return Ok(());
             }
@@ -644,6 +646,41 @@ impl BufferPool {
     }
 }
 
+/// `n` unlocked, zeroed pages. Filling 128 MB of `shared_buffers` with zeros by hand makes the
+/// kernel hand over and clear every page of it at open (a third of a second of CPU, paid by
+/// every short-lived `settle` command); a zeroed allocation of that size is mapped memory the
+/// kernel clears only when a page is first touched. That is sound only if an unlocked lock
+/// around a zero page is all zero bytes, which `parking_lot`'s is (its state word starts at
+/// 0); this is checked on a real value, and any other lock (shuttle's) is built one by one.
+fn zeroed_pages(n: usize) -> Box<[RwLock<PageBuf>]> {
+    let fresh = Box::new(RwLock::new(PageBuf([0; BLCKSZ])));
+    // SAFETY: reads the bytes of an initialized value; a lock word and a byte array
+    // (`size_of` equal to their sum, as asserted) leave no padding to read.
+    let all_zero = std::mem::size_of::<RwLock<PageBuf>>() == BLCKSZ + std::mem::size_of::<usize>()
+        && unsafe {
+            std::slice::from_raw_parts(
+                (&*fresh as *const RwLock<PageBuf>).cast::<u8>(),
+                std::mem::size_of::<RwLock<PageBuf>>(),
+            )
+        }
+        .iter()
+        .all(|&b| b == 0);
+    if !all_zero || n == 0 {
+        return (0..n).map(|_| RwLock::new(PageBuf([0; BLCKSZ]))).collect();
+    }
+    let layout = std::alloc::Layout::array::<RwLock<PageBuf>>(n).expect("buffer pool size fits in memory");
+    // SAFETY: `layout` is non-zero-sized; all-zero bytes are a valid unlocked lock around a
+    // zero page (checked above), so every element is initialized; the box frees with the
+    // same layout, that of a slice of `n` such elements.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<RwLock<PageBuf>>();
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n))
+    }
+}
+
 fn bump_usage(f: &Frame) {
     let u = f.usage.load(Ordering::Relaxed);
     if u < MAX_USAGE {
@@ -664,24 +701,28 @@ impl<'a> Buffer<'a> {
         &self.pool.frames[self.id]
     }
 
+    fn page(&self) -> &'a RwLock<PageBuf> {
+        &self.pool.pages[self.id]
+    }
+
     /// Shared content lock.
     pub fn read(&self) -> RwLockReadGuard<'a, PageBuf> {
-        self.frame().page.read()
+        self.page().read()
     }
 
     /// Exclusive content lock.
     pub fn write(&self) -> RwLockWriteGuard<'a, PageBuf> {
-        self.frame().page.write()
+        self.page().write()
     }
 
     /// The exclusive content lock if it can be had right now.
     pub fn try_write(&self) -> Option<RwLockWriteGuard<'a, PageBuf>> {
-        self.frame().page.try_write()
+        self.page().try_write()
     }
 
     /// The cleanup lock if it can be had right now: exclusive lock and ours is the only pin.
     pub fn try_cleanup_lock(&self) -> Option<RwLockWriteGuard<'a, PageBuf>> {
-        let g = self.frame().page.try_write()?;
+        let g = self.page().try_write()?;
         if self.frame().pins.load(Ordering::Acquire) == 1 {
             Some(g)
         } else {
@@ -692,7 +733,7 @@ impl<'a> Buffer<'a> {
     /// Waits for the cleanup lock (LockBufferForCleanup).
     pub fn cleanup_lock(&self) -> RwLockWriteGuard<'a, PageBuf> {
         loop {
-            let g = self.frame().page.write();
+            let g = self.page().write();
             if self.frame().pins.load(Ordering::Acquire) == 1 {
                 return g;
             }
