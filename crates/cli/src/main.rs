@@ -195,10 +195,27 @@ fn main() -> ExitCode {
     match r {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("settle: error: {e:#}");
+            eprintln!("settle: error: {}", error_chain(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// An error and its causes, `: `-separated, as anyhow's `{:#}` prints them, leaving out a
+/// cause the message before it already says (the engine's I/O errors name their OS error
+/// in their own text: "could not extend file …: No space left on device").
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.ends_with(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
 }
 
 pub fn require_data_dir(dir: &std::path::Path) -> Result<()> {
@@ -260,4 +277,20 @@ fn waldump(dir: PathBuf, limit: Option<u64>, stats: bool) -> Result<ExitCode> {
         eprintln!("settle waldump: end of WAL at {}: {why}", reader.end_lsn());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::error_chain;
+
+    #[test]
+    fn an_os_error_the_message_already_names_is_printed_once() {
+        let os = std::io::Error::from_raw_os_error(28);
+        let e = anyhow::Error::from(settledb::Error::io("extend", "/d/base/16385", os));
+        let text = error_chain(&e);
+        assert_eq!(text.matches("No space left on device").count(), 1, "{text}");
+        assert!(text.starts_with("could not extend file \"/d/base/16385\": No space left on device"), "{text}");
+        let wrapped = e.context("loading pgbench_accounts");
+        assert_eq!(error_chain(&wrapped), format!("loading pgbench_accounts: {text}"));
+    }
 }
