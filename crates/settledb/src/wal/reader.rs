@@ -207,6 +207,14 @@ impl WalReader {
     /// Fills `buf` with stream bytes from `lsn`, crossing segments; `Ok(Err(..))` when the
     /// WAL ends first.
     fn read_stream(&mut self, lsn: Lsn, buf: &mut [u8]) -> Result<std::result::Result<(), Stop>> {
+        // Hot path (twice per record): the bytes are all in the read-ahead window.
+        let (wseg, woff, window) = &self.ahead;
+        let (segno, off) = (lsn.0 / self.segment_size, lsn.0 % self.segment_size);
+        if *wseg == segno && off >= *woff && off + buf.len() as u64 <= *woff + window.len() as u64 {
+            let start = (off - woff) as usize;
+            buf.copy_from_slice(&window[start..start + buf.len()]);
+            return Ok(Ok(()));
+        }
         let mut pos = lsn.0;
         let mut done = 0;
         while done < buf.len() {
