@@ -265,7 +265,7 @@ impl<'db> Model<'db> {
         let names: Vec<String> = self.tables.keys().cloned().collect();
         let name = names[self.rng.gen_range(0..names.len())].clone();
         let table = self.tables[&name].table.clone();
-        let n = self.rng.gen_range(300..900);
+        let n = self.rng.gen_range(400..1200);
         for i in 0..n {
             if i == n / 2 {
                 self.savepoint(s);

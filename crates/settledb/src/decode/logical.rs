@@ -67,8 +67,8 @@ use super::reorderbuffer::{Change, ChangeKind, ReorderBuffer, StreamSink};
 use crate::catalog::{self, ClassRow, RelKind};
 use crate::error::{Error, Result};
 use crate::heap::truncate::{TruncateRecord, XLOG_HEAP_TRUNCATE};
-use crate::heap::tuple::{deform_tuple, Schema, Value};
-use crate::heap::wal::{decode_row_change, for_each_inserted_tuple, insert_rel, RowChange};
+use crate::heap::tuple::{deform_logged_tuple, deform_tuple, Schema, Value};
+use crate::heap::wal::{decode_row_change, encode_tuple, for_each_inserted_tuple, insert_rel, RowChange};
 use crate::heap::ReplicaIdentity;
 use crate::types::{Lsn, Oid, Tid, Xid};
 use crate::wal::{DecodedRecord, Rmgr};
@@ -569,7 +569,7 @@ pub struct LogicalDecoder<'a> {
     prepared: FxHashMap<Xid, Prepared>,
     /// Committed (or, decoding two-phase, prepared) transactions handed over.
     pub transactions: u64,
-    /// The buffer inserted tuples are rebuilt in.
+    /// The buffer updated and catalog-decoded rows are put in their logged form in.
     scratch: Vec<u8>,
 }
 
@@ -783,14 +783,11 @@ impl<'a> LogicalDecoder<'a> {
         out: &mut Output,
     ) -> Result<()> {
         self.first_lsn.entry(top).or_insert(rec.lsn);
-        let mut scratch = std::mem::take(&mut self.scratch);
         let (rb, mut sink) = self.sink(plugin, out, rec.end_lsn);
-        let result = for_each_inserted_tuple(rec, &mut scratch, &mut |t| {
+        for_each_inserted_tuple(rec, &mut |t| {
             let c = Change { lsn: rec.lsn, xid: rec.xid, kind: ChangeKind::Insert, rel, old: &[], new: t };
             rb.queue_change(top, &c, &mut sink)
-        });
-        self.scratch = scratch;
-        result
+        })
     }
 
     fn queue_row(
@@ -809,33 +806,30 @@ impl<'a> LogicalDecoder<'a> {
         }
         let rel = self.rels.table_of(rel);
         self.first_lsn.entry(top).or_insert(rec.lsn);
+        // Tuples are queued in their logged form; an old row or key after its kind byte.
         let mut old_buf = Vec::new();
-        let mut put_old = |old: &Option<(u8, Vec<u8>)>| {
-            if let Some((kind, t)) = old {
-                old_buf.push(*kind);
-                old_buf.extend_from_slice(t);
-            }
-        };
-        let (rb, mut sink) = self.sink(plugin, out, rec.end_lsn);
-        match &change {
-            RowChange::Insert { tuples, .. } => {
-                for t in tuples {
-                    let c = Change { lsn: rec.lsn, xid: rec.xid, kind: ChangeKind::Insert, rel, old: &[], new: t };
-                    rb.queue_change(top, &c, &mut sink)?;
-                }
-                Ok(())
-            }
-            RowChange::Update { old, new, .. } => {
-                put_old(old);
-                let c = Change { lsn: rec.lsn, xid: rec.xid, kind: ChangeKind::Update, rel, old: &old_buf, new };
-                rb.queue_change(top, &c, &mut sink)
-            }
-            RowChange::Delete { old, .. } => {
-                put_old(old);
-                let c = Change { lsn: rec.lsn, xid: rec.xid, kind: ChangeKind::Delete, rel, old: &old_buf, new: &[] };
-                rb.queue_change(top, &c, &mut sink)
-            }
+        if let RowChange::Update { old: Some((kind, t)), .. } | RowChange::Delete { old: Some((kind, t)), .. } = &change
+        {
+            old_buf.push(*kind);
+            encode_tuple(&mut old_buf, t);
         }
+        let mut new_buf = std::mem::take(&mut self.scratch);
+        let (rb, mut sink) = self.sink(plugin, out, rec.end_lsn);
+        let mut queue = |kind: ChangeKind, new: Option<&Vec<u8>>| {
+            new_buf.clear();
+            if let Some(t) = new {
+                encode_tuple(&mut new_buf, t);
+            }
+            let c = Change { lsn: rec.lsn, xid: rec.xid, kind, rel, old: &old_buf, new: &new_buf };
+            rb.queue_change(top, &c, &mut sink)
+        };
+        let result = match &change {
+            RowChange::Insert { tuples, .. } => tuples.iter().try_for_each(|t| queue(ChangeKind::Insert, Some(t))),
+            RowChange::Update { new, .. } => queue(ChangeKind::Update, Some(new)),
+            RowChange::Delete { .. } => queue(ChangeKind::Delete, None),
+        };
+        self.scratch = new_buf;
+        result
     }
 
     /// A TRUNCATE record becomes one change of its transaction, in its place among the others.
@@ -1024,7 +1018,7 @@ impl<'a> LogicalDecoder<'a> {
 /// Decodes a queued change's tuples with its relation's schema.
 fn row_data(rel: &RelInfo, kind: ChangeKind, c: &Change<'_>) -> Result<RowData> {
     let deform = |t: &[u8]| {
-        deform_tuple(&rel.schema, t)
+        deform_logged_tuple(&rel.schema, t)
             .map_err(|e| Error::invalid(format!("logical decoding: a row of \"{}\" at {}: {e}", rel.name, c.lsn)))
     };
     let old = if c.old.is_empty() { None } else { Some(deform(&c.old[1..])?) };

@@ -91,9 +91,11 @@ pub struct Change<'a> {
     pub kind: ChangeKind,
     /// The relation changed (0 for messages and TRUNCATE).
     pub rel: Oid,
-    /// The old row or key (UPDATE, DELETE), a message's prefix, TRUNCATE's flags.
+    /// The old row or key (UPDATE, DELETE: a kind byte, then the tuple in its logged form,
+    /// `heap::wal::encode_tuple`), a message's prefix, TRUNCATE's flags.
     pub old: &'a [u8],
-    /// The new row (INSERT, UPDATE), a message's content, TRUNCATE's relations.
+    /// The new row (INSERT, UPDATE: the tuple in its logged form, as the heap record carries
+    /// it), a message's content, TRUNCATE's relations.
     pub new: &'a [u8],
 }
 

@@ -576,11 +576,23 @@ pub fn deform_tuple(schema: &Schema, tuple: &[u8]) -> std::result::Result<Vec<Va
         return Err(p);
     }
     let h = TupleHeader(tuple);
-    let natts = h.natts() as usize;
-    let mut r = Reader { data: h.data(), pos: 0 };
+    let nulls = (h.infomask() & HEAP_HASNULL != 0).then(|| &tuple[HEAP_TUPLE_HEADER_SIZE..]);
+    deform_data(schema, h.natts() as usize, nulls, h.data())
+}
+
+/// The attributes of a tuple given as its attribute count, its null bitmap (when it has one)
+/// and its data area.
+fn deform_data(
+    schema: &Schema,
+    natts: usize,
+    nulls: Option<&[u8]>,
+    data: &[u8],
+) -> std::result::Result<Vec<Value>, String> {
+    let mut r = Reader { data, pos: 0 };
     let mut out = Vec::with_capacity(schema.columns.len());
     for (i, c) in schema.columns.iter().enumerate() {
-        if h.is_null(i) {
+        let null = i >= natts || nulls.is_some_and(|b| b[i / 8] & (1 << (i % 8)) == 0);
+        if null {
             out.push(Value::Null);
             continue;
         }
@@ -590,6 +602,35 @@ pub fn deform_tuple(schema: &Schema, tuple: &[u8]) -> std::result::Result<Vec<Va
         return Err(format!("{} trailing bytes after the last attribute", r.data.len().saturating_sub(r.pos)));
     }
     Ok(out)
+}
+
+/// Bytes of a logged tuple's header ([`deform_logged_tuple`]): `t_infomask2` u16,
+/// `t_infomask` u16, `t_hoff` u8.
+pub const LOGGED_TUPLE_HEADER: usize = 5;
+
+/// [`deform_tuple`] for a tuple in its *logged form*, as a heap WAL record carries a row
+/// (`heap::wal::encode_tuple`; PostgreSQL's `xl_heap_header` and the bytes after the fixed
+/// header): `t_infomask2`, `t_infomask`, `t_hoff`, then null bitmap, padding and data, 18
+/// bytes shorter than the tuple. The header is checked as a whole tuple's would be.
+pub fn deform_logged_tuple(schema: &Schema, logged: &[u8]) -> std::result::Result<Vec<Value>, String> {
+    let Some((head, body)) = logged.split_first_chunk::<LOGGED_TUPLE_HEADER>() else {
+        return Err(format!("logged tuple of {} bytes is shorter than its 5-byte header", logged.len()));
+    };
+    let infomask2 = u16::from_le_bytes([head[0], head[1]]);
+    let infomask = u16::from_le_bytes([head[2], head[3]]);
+    let hoff = usize::from(head[4]);
+    let natts = usize::from(infomask2 & HEAP_NATTS_MASK);
+    let bitmap = if infomask & HEAP_HASNULL != 0 { null_bitmap_len(natts) } else { 0 };
+    let len = HEAP_TUPLE_HEADER_SIZE + body.len();
+    if hoff < HEAP_TUPLE_HEADER_SIZE || hoff != maxalign(hoff) {
+        return Err(format!("t_hoff {hoff} is not a MAXALIGNed offset >= 23"));
+    } else if hoff > len {
+        return Err(format!("t_hoff {hoff} exceeds tuple length {len}"));
+    } else if HEAP_TUPLE_HEADER_SIZE + bitmap > hoff {
+        return Err(format!("null bitmap of {natts} attributes does not fit before t_hoff {hoff}"));
+    }
+    let nulls = (bitmap > 0).then_some(body);
+    deform_data(schema, natts, nulls, &body[hoff - HEAP_TUPLE_HEADER_SIZE..])
 }
 
 const SCHEMA_FORMAT_VERSION: u8 = 1;
