@@ -187,7 +187,12 @@ pub struct ReorderStats {
     pub aborted_dropped: u64,
     pub spill_files: u64,
     pub peak_memory: u64,
+    /// Short spill runs merged into longer ones ([`ReorderBuffer::compact_runs`]).
+    pub runs_merged: u64,
 }
+
+/// Short runs a transaction gathers before they are merged ([`ReorderBuffer::compact_runs`]).
+const MERGE_AT: usize = 8;
 
 const MIN_CHUNK: usize = 256;
 const MAX_CHUNK: usize = 64 << 10;
@@ -228,6 +233,11 @@ struct Txn {
     /// are skipped at replay instead of cut.
     aborted_subs: Vec<Xid>,
     heap: Option<Handle>,
+    /// `runs.capacity()` when last accounted (the buffer's `run_slots` sums them).
+    runs_counted: usize,
+    /// The LSN, XID and relation of the last change in the last chunk (what the next change
+    /// may share; `None` when the next change starts a chunk or follows a cut).
+    prev: Option<(Lsn, Xid, Oid)>,
     /// Its accounted structure bytes (the struct and its vectors, but not chunks).
     fixed: usize,
     spilled: bool,
@@ -273,6 +283,9 @@ pub struct ReorderBuffer {
     fixed_bytes: usize,
     /// The sum of the live transactions' `fixed`.
     txn_fixed: usize,
+    /// Run entries allocated over all transactions (what [`ReorderBuffer::compact_runs`]
+    /// keeps within an eighth of the limit).
+    run_slots: usize,
     spill: SpillLog,
     run_target: usize,
     status: Option<Arc<dyn XidStatus>>,
@@ -298,6 +311,7 @@ impl ReorderBuffer {
             chunk_bytes: 0,
             fixed_bytes: 0,
             txn_fixed: 0,
+            run_slots: 0,
             spill,
             run_target,
             status: None,
@@ -387,9 +401,12 @@ impl ReorderBuffer {
     fn refix(&mut self, i: u32) {
         let t = self.txn_mut(i);
         let (old, new) = (t.fixed, t.fixed_bytes());
+        let (old_runs, new_runs) = (t.runs_counted, t.runs.capacity());
         t.fixed = new;
+        t.runs_counted = new_runs;
         self.fixed_bytes = self.fixed_bytes + new - old;
         self.txn_fixed = self.txn_fixed + new - old;
+        self.run_slots = self.run_slots + new_runs - old_runs;
     }
 
     fn index_of(&mut self, top: Xid, lsn: Lsn) -> u32 {
@@ -409,6 +426,8 @@ impl ReorderBuffer {
             runs: Vec::new(),
             aborted_subs: Vec::new(),
             heap: None,
+            runs_counted: 0,
+            prev: None,
             fixed: 0,
             spilled: false,
             streamed_lsn: Lsn::INVALID,
@@ -577,8 +596,13 @@ impl ReorderBuffer {
     /// Frees memory down to the low-water mark: the largest transactions first, each streamed
     /// (when streaming is on) or spilled, known-aborted ones dropped.
     fn evict(&mut self, sink: &mut dyn StreamSink) -> Result<()> {
-        self.stats.evictions += 1;
+        if self.victim().is_some() {
+            // Counted when something is evicted: with more transactions open than their
+            // structures leave room for, a new one finds nothing to evict.
+            self.stats.evictions += 1;
+        }
         let target = (self.cfg.memory_limit as f64 * self.cfg.low_water) as usize;
+        let mut spilled = Vec::new();
         while self.memory() > target {
             let Some(i) = self.victim() else { break };
             let top = self.txn(i).top;
@@ -595,6 +619,7 @@ impl ReorderBuffer {
                 self.stream(i, sink)?;
             } else {
                 self.spill_txn(i)?;
+                spilled.push(i);
             }
         }
         if let VictimIndex::Adaptive { threshold } = self.cfg.victim_index {
@@ -604,7 +629,87 @@ impl ReorderBuffer {
             }
         }
         self.recount_fixed();
+        self.compact_runs(&spilled)
+    }
+
+    /// Keeps the run entries within an eighth of the limit. Each spill of a transaction adds
+    /// a run, and a long transaction spilled many times in small pieces (many open at once
+    /// under a small limit) would otherwise fill the limit with entries that cannot be
+    /// evicted. A transaction just spilled that has [`MERGE_AT`] short runs (under a quarter
+    /// of a run's target size) has them rewritten, in order, as runs of up to half the target
+    /// size. A merged run that is still short holds at least `MERGE_AT` runs' bytes, so a
+    /// byte is rewritten only a few times before it sits in a long run, which stays. The two
+    /// buffers this takes (a short run read back, a merged run) fit beside the spill write
+    /// buffer and a replay buffer.
+    fn compact_runs(&mut self, spilled: &[u32]) -> Result<()> {
+        let budget = self.cfg.memory_limit / 8;
+        let short = self.run_target / 4;
+        for &i in spilled {
+            if self.run_slots * std::mem::size_of::<Run>() <= budget {
+                break;
+            }
+            // Only those spilled just now are looked at: a scan of every transaction at each
+            // eviction would cost O(n) with many open (100,000 prepared ones, say).
+            if self.txn(i).runs.iter().filter(|r| (r.loc.len as usize) < short).nth(MERGE_AT - 1).is_some() {
+                self.merge_short_runs(i)?;
+            }
+        }
         Ok(())
+    }
+
+    /// Rewrites transaction `i`'s consecutive short runs as runs of about `run_target / 2` bytes,
+    /// through a read buffer and a merge buffer accounted while they live.
+    fn merge_short_runs(&mut self, i: u32) -> Result<()> {
+        let (short, target) = (self.run_target / 4, self.run_target / 2);
+        let (top, runs) = {
+            let t = self.txn_mut(i);
+            (t.top, std::mem::take(&mut t.runs))
+        };
+        let mut merged: Vec<Run> = Vec::new();
+        let mut read = Vec::with_capacity(short + spill::RUN_HEADER);
+        let mut acc: Vec<u8> = Vec::with_capacity(target);
+        let mut acc_head: Option<(u64, Lsn)> = None;
+        let counted = read.capacity() + acc.capacity();
+        self.fixed_bytes += counted;
+        self.note_peak();
+        let result = (|| {
+            let mut released = Vec::new();
+            for r in runs.iter().copied() {
+                // Short by its length on disk, which is what the read buffer must hold.
+                let long = r.loc.len as usize >= short;
+                if long || acc.len() + r.live as usize > target {
+                    if let Some((start, first_lsn)) = acc_head.take() {
+                        let loc = self.spill.append(top, std::iter::once(acc.as_slice()), acc.len())?;
+                        merged.push(Run { start, first_lsn, loc, live: loc.len });
+                        acc.clear();
+                    }
+                }
+                if long {
+                    merged.push(r);
+                    continue;
+                }
+                self.spill.read(top, r.loc, &mut read)?;
+                acc.extend_from_slice(&read[..r.live as usize]);
+                acc_head.get_or_insert((r.start, r.first_lsn));
+                released.push(r.loc);
+                self.stats.runs_merged += 1;
+            }
+            if let Some((start, first_lsn)) = acc_head.take() {
+                let loc = self.spill.append(top, std::iter::once(acc.as_slice()), acc.len())?;
+                merged.push(Run { start, first_lsn, loc, live: loc.len });
+            }
+            // The old runs go only once the merged ones are in the log (a segment is removed
+            // when nothing refers to it).
+            for loc in released {
+                self.spill.release(loc)?;
+            }
+            Ok(())
+        })();
+        self.fixed_bytes -= counted;
+        merged.shrink_to_fit();
+        self.txn_mut(i).runs = merged;
+        self.refix(i);
+        result
     }
 
     /// Moves transaction `i`'s in-memory changes to the spill log, in runs of whole chunks.
@@ -701,14 +806,15 @@ impl ReorderBuffer {
             let longest = self.txn(i).runs.iter().map(|r| r.loc.len as usize).max().unwrap_or(0);
             self.make_room(longest.max(self.run_target) + spill::RUN_HEADER)?;
         }
-        let (top, base, runs) = {
+        let (top, base) = {
             let t = self.txn(i);
-            (t.top, t.first_lsn, t.runs.clone())
+            (t.top, t.first_lsn)
         };
         let mut buf = Vec::new();
         let mut counted = 0;
         let result = (|| {
-            for r in &runs {
+            for k in 0..self.txn(i).runs.len() {
+                let r = self.txn(i).runs[k];
                 self.spill.read(top, r.loc, &mut buf)?;
                 self.fixed_bytes += buf.capacity() - counted;
                 counted = buf.capacity();
@@ -864,6 +970,8 @@ impl ReorderBuffer {
             }
             t.len = p;
             t.chunk_bytes -= freed;
+            // The change before the cut may not be the one the next change was compared with.
+            t.prev = None;
         }
         self.chunk_bytes -= freed;
         for loc in released {
@@ -974,46 +1082,90 @@ fn get_varint(d: &[u8], at: &mut usize) -> Option<u64> {
     None
 }
 
-/// Appends `c` to the stream of `t`: `varint body length`, then the body: `varint LSN offset
-/// from the transaction's first LSN`, `varint XID offset from the top-level XID`, `kind u8`,
-/// `varint relation`, `varint old length`, old bytes, new bytes. Returns the chunk capacity
-/// it allocated (0 when the change fit the last chunk).
+/// A change's flags byte: its kind in the low bits, and which fields it shares with the change
+/// before it in the same chunk (the rows of one multi-insert record share all three).
+const KIND_MASK: u8 = 0x07;
+const SAME_LSN: u8 = 0x08;
+const SAME_XID: u8 = 0x10;
+const SAME_REL: u8 = 0x20;
+const HAS_OLD: u8 = 0x40;
+
+/// Appends `c` to the stream of `t`: `varint body length`, then the body: `flags u8` (the
+/// kind and the `SAME_*`/`HAS_OLD` bits), `varint LSN offset from the transaction's first
+/// LSN` unless `SAME_LSN`, `varint XID offset from the top-level XID` unless `SAME_XID`,
+/// `varint relation` unless `SAME_REL`, `varint old length` and the old bytes if `HAS_OLD`,
+/// then the new bytes. A chunk's first change shares nothing, so any run of whole chunks
+/// decodes on its own. Returns the chunk capacity it allocated (0 when the change fit the
+/// last chunk).
 fn encode_change(t: &mut Txn, c: &Change<'_>, max_chunk: usize) -> usize {
-    let (lsn_off, xid_off, body, total) = encoded_len(t, c);
     let mut grew = 0;
-    let fits = t.chunks.last().is_some_and(|c| c.capacity() - c.len() >= total);
+    let mut e = encoded_len(t, t.prev, c);
+    let fits = t.chunks.last().is_some_and(|ch| ch.capacity() - ch.len() >= e.total);
     if !fits {
-        let cap = next_chunk(t, total, max_chunk);
+        e = encoded_len(t, None, c);
+        let cap = next_chunk(t, e.total, max_chunk);
         t.chunks.push(Vec::with_capacity(cap));
         t.chunk_lsns.push(c.lsn);
         grew = t.chunks.last().expect("just pushed").capacity();
         t.chunk_bytes += grew;
     }
     let out = t.chunks.last_mut().expect("a chunk");
-    put_varint(out, body as u64);
-    put_varint(out, lsn_off);
-    put_varint(out, xid_off);
-    out.push(c.kind as u8);
-    put_varint(out, u64::from(c.rel.0));
-    put_varint(out, c.old.len() as u64);
-    out.extend_from_slice(c.old);
+    put_varint(out, e.body as u64);
+    out.push(e.flags);
+    if e.flags & SAME_LSN == 0 {
+        put_varint(out, e.lsn_off);
+    }
+    if e.flags & SAME_XID == 0 {
+        put_varint(out, e.xid_off);
+    }
+    if e.flags & SAME_REL == 0 {
+        put_varint(out, u64::from(c.rel.0));
+    }
+    if e.flags & HAS_OLD != 0 {
+        put_varint(out, c.old.len() as u64);
+        out.extend_from_slice(c.old);
+    }
     out.extend_from_slice(c.new);
-    t.len += total as u64;
+    t.len += e.total as u64;
+    t.prev = Some((c.lsn, c.xid, c.rel));
     grew
 }
 
-/// The LSN offset, XID offset, body length and total length of `c` in `t`'s stream.
-fn encoded_len(t: &Txn, c: &Change<'_>) -> (u64, u64, usize, usize) {
+/// How [`encode_change`] writes a change after one with `prev`'s LSN, XID and relation.
+struct Encoded {
+    flags: u8,
+    lsn_off: u64,
+    xid_off: u64,
+    body: usize,
+    total: usize,
+}
+
+fn encoded_len(t: &Txn, prev: Option<(Lsn, Xid, Oid)>, c: &Change<'_>) -> Encoded {
     let lsn_off = c.lsn.0.saturating_sub(t.first_lsn.0);
     let xid_off = u64::from(c.xid.0.wrapping_sub(t.top.0));
-    let body = varint_len(lsn_off)
-        + varint_len(xid_off)
-        + 1
-        + varint_len(u64::from(c.rel.0))
-        + varint_len(c.old.len() as u64)
-        + c.old.len()
-        + c.new.len();
-    (lsn_off, xid_off, body, varint_len(body as u64) + body)
+    let mut flags = c.kind as u8;
+    if let Some((lsn, xid, rel)) = prev {
+        flags |= if lsn == c.lsn { SAME_LSN } else { 0 }
+            | if xid == c.xid { SAME_XID } else { 0 }
+            | if rel == c.rel { SAME_REL } else { 0 };
+    }
+    if !c.old.is_empty() {
+        flags |= HAS_OLD;
+    }
+    let mut body = 1 + c.new.len();
+    if flags & SAME_LSN == 0 {
+        body += varint_len(lsn_off);
+    }
+    if flags & SAME_XID == 0 {
+        body += varint_len(xid_off);
+    }
+    if flags & SAME_REL == 0 {
+        body += varint_len(u64::from(c.rel.0));
+    }
+    if flags & HAS_OLD != 0 {
+        body += varint_len(c.old.len() as u64) + c.old.len();
+    }
+    Encoded { flags, lsn_off, xid_off, body, total: varint_len(body as u64) + body }
 }
 
 /// The capacity of the chunk `t` would allocate next for `total` bytes: double the last.
@@ -1024,7 +1176,7 @@ fn next_chunk(t: &Txn, total: usize, max_chunk: usize) -> usize {
 
 /// The chunk bytes queuing `c` would allocate (0 when it fits the last chunk).
 fn chunk_needed(t: &Txn, c: &Change<'_>, max_chunk: usize) -> usize {
-    let total = encoded_len(t, c).3;
+    let total = encoded_len(t, t.prev, c).total;
     if t.chunks.last().is_some_and(|c| c.capacity() - c.len() >= total) {
         0
     } else {
@@ -1034,7 +1186,7 @@ fn chunk_needed(t: &Txn, c: &Change<'_>, max_chunk: usize) -> usize {
         } else {
             0
         };
-        next_chunk(t, total, max_chunk) + grow
+        next_chunk(t, encoded_len(t, None, c).total, max_chunk) + grow
     }
 }
 
@@ -1043,8 +1195,8 @@ fn malformed(top: Xid, at: usize) -> Error {
     Error::invalid(format!("reorder buffer: malformed change at byte {at} of transaction {top:?}"))
 }
 
-/// Decodes the changes in `d` (whole changes, as [`encode_change`] wrote them); a change that
-/// does not parse is `bad(its offset in d)`.
+/// Decodes the changes in `d` (whole changes, as [`encode_change`] wrote them, from a chunk's
+/// start); a change that does not parse is `bad(its offset in d)`.
 fn decode_changes(
     d: &[u8],
     top: Xid,
@@ -1053,46 +1205,64 @@ fn decode_changes(
     f: &mut dyn FnMut(&Change<'_>) -> Result<()>,
 ) -> Result<()> {
     let mut at = 0;
+    let mut prev = None;
     while at < d.len() {
-        let start = at;
-        let body = get_varint(d, &mut at).ok_or_else(|| bad(start))? as usize;
-        let end = at.checked_add(body).filter(|&e| e <= d.len()).ok_or_else(|| bad(start))?;
-        let b = &d[..end];
-        let lsn_off = get_varint(b, &mut at).ok_or_else(|| bad(start))?;
-        let xid_off = get_varint(b, &mut at).ok_or_else(|| bad(start))?;
-        let kind = b.get(at).copied().and_then(ChangeKind::from_u8).ok_or_else(|| bad(start))?;
-        at += 1;
-        let rel = get_varint(b, &mut at).ok_or_else(|| bad(start))?;
-        let old_len = get_varint(b, &mut at).ok_or_else(|| bad(start))? as usize;
-        let old_end = at.checked_add(old_len).filter(|&e| e <= end).ok_or_else(|| bad(start))?;
-        let change = Change {
-            lsn: Lsn(base.0.wrapping_add(lsn_off)),
-            xid: Xid(top.0.wrapping_add(xid_off as u32)),
-            kind,
-            rel: Oid(rel as u32),
-            old: &b[at..old_end],
-            new: &b[old_end..end],
-        };
+        let change = decode_one(d, &mut at, top, base, &mut prev).ok_or_else(|| bad(at))?;
         f(&change)?;
-        at = end;
     }
     Ok(())
 }
 
-/// The offset in `d` of its first change at or after `lsn`, if any (a change that does not
-/// parse is `bad(its offset)`).
+/// Decodes the change at `*at` in `d`, `prev` the LSN, XID and relation of the one before it
+/// (`None` at a chunk's start); moves `at` past it. `None` when it does not parse.
+fn decode_one<'d>(
+    d: &'d [u8],
+    at: &mut usize,
+    top: Xid,
+    base: Lsn,
+    prev: &mut Option<(Lsn, Xid, Oid)>,
+) -> Option<Change<'d>> {
+    let mut p = *at;
+    let body = get_varint(d, &mut p)? as usize;
+    let end = p.checked_add(body).filter(|&e| e <= d.len())?;
+    let b = &d[..end];
+    let flags = *b.get(p)?;
+    p += 1;
+    let kind = ChangeKind::from_u8(flags & KIND_MASK)?;
+    let shared = flags & (SAME_LSN | SAME_XID | SAME_REL) != 0;
+    let (plsn, pxid, prel) = match prev {
+        Some(v) => *v,
+        None if shared => return None,
+        None => (Lsn::INVALID, Xid::INVALID, Oid(0)),
+    };
+    let lsn = if flags & SAME_LSN != 0 { plsn } else { Lsn(base.0.wrapping_add(get_varint(b, &mut p)?)) };
+    let xid = if flags & SAME_XID != 0 { pxid } else { Xid(top.0.wrapping_add(get_varint(b, &mut p)? as u32)) };
+    let rel = if flags & SAME_REL != 0 { prel } else { Oid(u32::try_from(get_varint(b, &mut p)?).ok()?) };
+    let old = if flags & HAS_OLD != 0 {
+        let n = get_varint(b, &mut p)? as usize;
+        let old_end = p.checked_add(n).filter(|&e| e <= end)?;
+        let old = &b[p..old_end];
+        p = old_end;
+        old
+    } else {
+        &[]
+    };
+    *prev = Some((lsn, xid, rel));
+    *at = end;
+    Some(Change { lsn, xid, kind, rel, old, new: &b[p..end] })
+}
+
+/// The offset in `d` (whole changes from a chunk's start) of its first change at or after
+/// `lsn`, if any (a change that does not parse is `bad(its offset)`).
 fn first_at_or_after(d: &[u8], base: Lsn, lsn: Lsn, bad: &dyn Fn(usize) -> Error) -> Result<Option<usize>> {
     let mut at = 0;
+    let mut prev = None;
     while at < d.len() {
         let start = at;
-        let bad = || bad(start);
-        let body = get_varint(d, &mut at).ok_or_else(bad)? as usize;
-        let end = at.checked_add(body).filter(|&e| e <= d.len()).ok_or_else(bad)?;
-        let off = get_varint(&d[..end], &mut at).ok_or_else(bad)?;
-        if base.0.wrapping_add(off) >= lsn.0 {
+        let c = decode_one(d, &mut at, Xid::INVALID, base, &mut prev).ok_or_else(|| bad(start))?;
+        if c.lsn >= lsn {
             return Ok(Some(start));
         }
-        at = end;
     }
     Ok(None)
 }
