@@ -34,10 +34,8 @@ fn bench_decode_reports_consistent_engine_counters() {
         assert!(m["wall_seconds"].as_f64().unwrap() > 0.0);
         assert!(m["rss_anon_after_open_kb"].as_u64().is_some());
         assert_eq!(m["transactions"], c["expected_transactions"], "transactions decoded in {c}");
-        assert_eq!(
-            m["eviction_events"].as_u64(),
-            Some(m["spill_count"].as_u64().unwrap() + m["stream_count"].as_u64().unwrap())
-        );
+        // The engine's eviction events are its evictions (each may evict many transactions).
+        assert_eq!(m["eviction_events"], m["buffer_evictions"], "{c}");
         assert!(c["postgres"].is_null());
         assert_eq!(c["postgres_note"], "not run (no --peer)");
     }
@@ -49,6 +47,8 @@ fn bench_decode_reports_consistent_engine_counters() {
     // 100 prepared transactions open at once cannot fit in 64 kB: evicted (spilled or streamed).
     let w4 = &case(cases, "W4", "64kB", "null")["engine"]["median"];
     assert!(w4["spill_count"].as_u64().unwrap() > 0 && w4["spill_bytes"].as_u64().unwrap() > 0, "{w4}");
+    let events = w4["eviction_events"].as_u64().unwrap();
+    assert!(events > 0 && events <= w4["spill_count"].as_u64().unwrap(), "{w4}");
     assert_eq!(w4["transactions"], 100);
     let w4s = &case(cases, "W4", "64kB", "td+stream")["engine"]["median"];
     assert!(w4s["stream_count"].as_u64().unwrap() > 0 && w4s["spill_bytes"] == 0, "{w4s}");

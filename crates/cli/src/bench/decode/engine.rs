@@ -313,7 +313,8 @@ fn figures(s: Sampled, st: &FollowStats) -> RunFigures {
         stream_txns: st.stream_txns,
         stream_count: st.stream_count,
         stream_bytes: st.stream_bytes,
-        eviction_events: st.spill_count + st.stream_count,
+        // One eviction spills or streams many transactions down to the low-water mark.
+        eviction_events: st.evictions,
         buffer_evictions: Some(st.evictions),
         peak_accounted_bytes: Some(st.peak_memory),
         transactions: st.total_txns,

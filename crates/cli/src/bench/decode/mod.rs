@@ -188,7 +188,10 @@ pub struct RunFigures {
     pub stream_txns: u64,
     pub stream_count: u64,
     pub stream_bytes: u64,
-    /// spill_count + stream_count.
+    /// Times the decoder stopped to free memory (the research's "spill+stream invocations"):
+    /// the engine's evictions, each spilling or streaming transactions down to the low-water
+    /// mark; PostgreSQL's spill_count + stream_count, as PostgreSQL 15 serializes or streams
+    /// one transaction per invocation.
     pub eviction_events: u64,
     /// The engine's reorder-buffer evictions (each frees memory to its low-water mark).
     pub buffer_evictions: Option<u64>,
