@@ -35,7 +35,10 @@
 //! lock is granted.
 //!
 //! A cancel that arrives while the session is between statements is forgotten when the next
-//! statement starts (PostgreSQL ignores a cancel that arrives while it reads a command).
+//! statement starts (PostgreSQL ignores a cancel that arrives while it reads a command). At
+//! server shutdown [`Registry::terminate_all`] sets every session's terminate flag, which ends
+//! a running statement with 57P01 at its next interruption point, so that a long statement
+//! (`pg_sleep(3600)`) does not hold the shutdown up.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -64,6 +67,8 @@ pub enum TxStatus {
 #[derive(Debug, Default)]
 pub struct Control {
     cancel: AtomicBool,
+    /// Server shutdown: every interruption point from now on ends the statement.
+    terminate: AtomicBool,
     status: AtomicU8,
     idle_in_transaction_timeout_ms: AtomicU64,
 }
@@ -73,6 +78,12 @@ impl Control {
     /// interruption point.
     pub fn request_cancel(&self) {
         self.cancel.store(true, Ordering::SeqCst);
+    }
+
+    /// The server is shutting down: the running statement, if any, stops at its next
+    /// interruption point, and so does every later one.
+    pub fn request_terminate(&self) {
+        self.terminate.store(true, Ordering::SeqCst);
     }
 
     pub fn status(&self) -> TxStatus {
@@ -152,6 +163,14 @@ impl Registry {
         slot.key = Some((pid, key));
     }
 
+    /// Fast shutdown: every registered session's statement stops at its next interruption
+    /// point (PostgreSQL's postmaster sends its backends SIGTERM).
+    pub fn terminate_all(&self) {
+        for c in self.sessions.lock().values() {
+            c.request_terminate();
+        }
+    }
+
     /// A CancelRequest: cancels the matching session's statement; `false` when none matches.
     pub fn cancel(&self, pid: i32, key: &[u8]) -> bool {
         let found = self.sessions.lock().get(&(pid, key.to_vec())).cloned();
@@ -221,6 +240,9 @@ impl Interrupts {
 
     /// An interruption point: the statement ends here if it was cancelled or ran out of time.
     pub fn check(&self) -> Result<(), SqlError> {
+        if self.control.terminate.load(Ordering::Relaxed) {
+            return Err(SqlError::new("57P01", "terminating connection due to administrator command"));
+        }
         if self.control.cancel.swap(false, Ordering::SeqCst) {
             return Err(canceled_by_user());
         }

@@ -233,10 +233,13 @@ impl Server {
         sh.log.line("LOG", "aborting any active transactions");
         drop(listener);
         let _ = stop_tx.send(true);
+        // A running statement stops at its next interruption point.
+        sh.registry.terminate_all();
         drop(handler);
         pump.abort();
         let _ = pump.await;
-        // Connection threads end once told to stop (a statement running finishes first);
+        // Connection threads end once told to stop (a running statement stops at its next
+        // interruption point; one inside a single engine call, VACUUM say, finishes first);
         // then the database is ours alone.
         let sessions: Vec<_> = std::mem::take(&mut *sh.sessions.lock());
         let sh = tokio::task::spawn_blocking(move || {

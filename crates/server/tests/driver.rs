@@ -849,3 +849,21 @@ async fn idle_in_transaction_timeout_ends_the_session_and_rolls_back() {
     let e = conn.await.unwrap().unwrap_err();
     assert_eq!(code(&e), "25P03", "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_a_running_statement() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute("create table keep (id int primary key); insert into keep values (1)").await.unwrap();
+    let running =
+        tokio::spawn(async move { c.batch_execute("begin; insert into keep values (2); select pg_sleep(3600)").await });
+    // Give the statement time to start (if it has not, shutdown never runs it: fine too).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::task::spawn_blocking(move || s.stop()).await.unwrap();
+    assert!(running.await.unwrap().is_err());
+    // The open transaction rolled back.
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    assert_eq!(ids(&c, "keep").await, [1]);
+}
