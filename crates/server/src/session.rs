@@ -43,7 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use settledb::{Database, IsolationLevel, Transaction, Value};
-use sqlparser::ast::{Set, Statement, TransactionIsolationLevel, TransactionMode};
+use sqlparser::ast::{Expr, Set, Statement, TransactionIsolationLevel, TransactionMode};
 
 use crate::error::SqlError;
 use crate::expr::{ident_name, Env};
@@ -564,6 +564,13 @@ impl<'db> Session<'db> {
         match set {
             Set::SingleAssignment { variable, values, .. } => {
                 let name = variable.to_string().to_ascii_lowercase();
+                if let [Expr::Identifier(i)] = values.as_slice() {
+                    if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default") {
+                        // SET name TO DEFAULT is RESET name.
+                        settings::reset_name(&mut self.settings, &name);
+                        return Ok(Outcome::Command("SET".into()));
+                    }
+                }
                 let value = values.iter().map(settings::value_text).collect::<Vec<_>>().join(", ");
                 settings::set(self.db, &mut self.settings, &name, &value)?;
                 Ok(Outcome::Command("SET".into()))
@@ -572,16 +579,17 @@ impl<'db> Session<'db> {
                 if !self.in_block {
                     return Err(SqlError::new("25P01", "SET TRANSACTION can only be used in transaction blocks"));
                 }
-                if self.tx.as_ref().is_some_and(|t| !t.savepoints().is_empty()) || !self.pending_savepoints.is_empty() {
-                    return Err(SqlError::new(
-                        "25001",
-                        "SET TRANSACTION ISOLATION LEVEL must not be called in a subtransaction",
-                    ));
-                }
+                // PostgreSQL checks in this order: a snapshot taken, then a savepoint open.
                 if self.tx.is_some() {
                     return Err(SqlError::new(
                         "25001",
                         "SET TRANSACTION ISOLATION LEVEL must be called before any query",
+                    ));
+                }
+                if !self.pending_savepoints.is_empty() {
+                    return Err(SqlError::new(
+                        "25001",
+                        "SET TRANSACTION ISOLATION LEVEL must not be called in a subtransaction",
                     ));
                 }
                 self.block_isolation = isolation_of(modes)?.or(self.block_isolation);

@@ -175,18 +175,23 @@ pub fn reset(s: &mut BTreeMap<String, String>, r: &Reset) -> Result<(), SqlError
             Ok(())
         }
         Reset::ConfigurationParameter(n) => {
-            let name = n.to_string().to_ascii_lowercase();
-            match CLIENT.iter().find(|(k, _)| *k == name) {
-                Some((k, v)) => {
-                    s.insert(k.to_string(), v.to_string());
-                }
-                None => {
-                    s.remove(&name);
-                }
-            }
+            reset_name(s, &n.to_string().to_ascii_lowercase());
             Ok(())
         }
         Reset::SessionAuthorization => Ok(()),
+    }
+}
+
+/// RESET `name` (and `SET name TO DEFAULT`): a client setting back to its value at connect
+/// time, an engine parameter back to the engine's.
+pub fn reset_name(s: &mut BTreeMap<String, String>, name: &str) {
+    match CLIENT.iter().find(|(k, _)| *k == name) {
+        Some((k, v)) => {
+            s.insert(k.to_string(), v.to_string());
+        }
+        None => {
+            s.remove(name);
+        }
     }
 }
 

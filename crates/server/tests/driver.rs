@@ -621,6 +621,8 @@ async fn statement_timeout_cancels_a_long_statement() {
     }
     c.batch_execute("reset statement_timeout").await.unwrap();
     assert_eq!(show("statement_timeout").await, "0");
+    c.batch_execute("set statement_timeout to '2h'; set statement_timeout to default").await.unwrap();
+    assert_eq!(show("statement_timeout").await, "0");
     let e = c.batch_execute("set statement_timeout = 'soon'").await.unwrap_err();
     assert_eq!(code(&e), "22023");
     let e = c.batch_execute("set idle_in_transaction_session_timeout = -1").await.unwrap_err();
