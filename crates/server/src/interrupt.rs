@@ -46,7 +46,12 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize,
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use parking_lot::Mutex;
+use pgwire::api::cancel::CancelHandler;
+use pgwire::api::{ClientInfo, PidSecretKeyGenerator, RandomPidSecretKeyGenerator};
+use pgwire::messages::cancel::CancelRequest;
+use pgwire::messages::startup::SecretKey;
 
 use crate::error::SqlError;
 
@@ -197,6 +202,44 @@ impl Drop for Slot {
             self.registry.sessions.lock().remove(&k);
         }
         self.registry.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// CancelRequest: the session whose BackendKeyData matches stops its running statement with
+/// 57014; a key that matches no session does nothing (and the requester learns nothing).
+pub struct Cancel {
+    registry: Arc<Registry>,
+}
+
+impl Cancel {
+    pub fn new(registry: Arc<Registry>) -> Cancel {
+        Cancel { registry }
+    }
+}
+
+#[async_trait]
+impl CancelHandler for Cancel {
+    async fn on_cancel_request(&self, req: CancelRequest) {
+        self.registry.cancel(req.pid, &req.secret_key.to_bytes());
+    }
+}
+
+/// BackendKeyData for a new connection: a process ID no live session shares, and a random
+/// secret key (pgwire's generator, whose own process IDs restart at every instance).
+pub struct KeyGenerator {
+    registry: Arc<Registry>,
+}
+
+impl KeyGenerator {
+    pub fn new(registry: Arc<Registry>) -> KeyGenerator {
+        KeyGenerator { registry }
+    }
+}
+
+impl PidSecretKeyGenerator for KeyGenerator {
+    fn generate(&self, client: &dyn ClientInfo) -> (i32, SecretKey) {
+        let (_, key) = RandomPidSecretKeyGenerator::default().generate(client);
+        (self.registry.next_pid(), key)
     }
 }
 

@@ -24,8 +24,9 @@
 //!
 //! Authentication ([`Startup`]): trust, or SCRAM-SHA-256 (pgwire's implementation) against the
 //! one password `settle serve --password-file` reads. Either way the connection gets
-//! BackendKeyData from [`KeyGenerator`] (a process ID unique to the server, a random secret
-//! key), under which [`crate::conn`] registers its session for CancelRequests ([`Cancel`]).
+//! BackendKeyData from [`crate::interrupt::KeyGenerator`] (a process ID unique to the server,
+//! a random secret key), under which [`crate::conn`] registers its session for CancelRequests
+//! ([`crate::interrupt::Cancel`]).
 //!
 //! ReadyForQuery reports the session's own transaction status ([`Control::status`]), not
 //! pgwire's guess from the responses: ROLLBACK TO in a failed block makes it "in transaction"
@@ -65,21 +66,18 @@ use pgwire::api::results::{
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{
-    ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, PidSecretKeyGenerator,
-    RandomPidSecretKeyGenerator, Type,
+    ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, PidSecretKeyGenerator, Type,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::data::DataRow;
 use pgwire::messages::extendedquery::Sync as PgSync;
 use pgwire::messages::response::{EmptyQueryResponse, NoticeResponse, ReadyForQuery, TransactionStatus};
 use pgwire::messages::simplequery::Query;
-use pgwire::messages::startup::SecretKey;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 
 use crate::error::SqlError;
-use crate::interrupt::{Control, Registry, TxStatus};
+use crate::interrupt::{Cancel, Control, KeyGenerator, TxStatus};
 use crate::parse::{parse_one, split_statements, Stmt};
 use crate::session::{Field, Notice, Outcome, Reply, Session};
 use crate::types::{parse_text, Datum, SqlType};
@@ -232,33 +230,7 @@ impl PgWireServerHandlers for Handler {
     }
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
-        Arc::new(Cancel { registry: self.sh.registry.clone() })
-    }
-}
-
-/// CancelRequest: the session whose BackendKeyData matches stops its running statement with
-/// 57014; a key that matches no session does nothing (and the requester learns nothing).
-pub struct Cancel {
-    registry: Arc<Registry>,
-}
-
-#[async_trait]
-impl CancelHandler for Cancel {
-    async fn on_cancel_request(&self, req: CancelRequest) {
-        self.registry.cancel(req.pid, &req.secret_key.to_bytes());
-    }
-}
-
-/// BackendKeyData for a new connection: a process ID no live session shares, and a random
-/// secret key (pgwire's generator, whose own process IDs restart at every instance).
-pub struct KeyGenerator {
-    registry: Arc<Registry>,
-}
-
-impl PidSecretKeyGenerator for KeyGenerator {
-    fn generate(&self, client: &dyn ClientInfo) -> (i32, SecretKey) {
-        let (_, key) = RandomPidSecretKeyGenerator::default().generate(client);
-        (self.registry.next_pid(), key)
+        Arc::new(Cancel::new(self.sh.registry.clone()))
     }
 }
 
@@ -756,7 +728,7 @@ impl Startup {
         p.interval_style = "postgres".into();
         p.scram_iterations = SCRAM_ITERATIONS;
         let params = Arc::new(p);
-        let keys = Arc::new(KeyGenerator { registry: sh.registry.clone() });
+        let keys = Arc::new(KeyGenerator::new(sh.registry.clone()));
         let scram = sh.password.clone().map(|pw| {
             let mut auth = ScramAuth::new(Arc::new(PasswordSource(pw)));
             auth.set_iterations(SCRAM_ITERATIONS);
