@@ -869,3 +869,22 @@ async fn shutdown_stops_a_running_statement() {
     let c = connect(&s).await;
     assert_eq!(ids(&c, "keep").await, [1]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_from_stdin_honours_statement_timeout() {
+    use futures::SinkExt;
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute("create table cp (id int primary key)").await.unwrap();
+    c.batch_execute("set statement_timeout = '50ms'").await.unwrap();
+    let sink = c.copy_in("copy cp from stdin").await.unwrap();
+    futures::pin_mut!(sink);
+    // The COPY statement's clock runs while the client is slow to send its rows.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sink.send(bytes::Bytes::from_static(b"1\n2\n")).await.unwrap();
+    let e = sink.finish().await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().message(), "canceling statement due to statement timeout");
+    c.batch_execute("set statement_timeout = 0").await.unwrap();
+    assert!(ids(&c, "cp").await.is_empty());
+}
