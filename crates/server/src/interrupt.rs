@@ -24,15 +24,16 @@
 //!   in PostgreSQL (the client learns nothing either way).
 //! * [`Interrupts`] is the session thread's side: the control block plus the running
 //!   statement's deadline. Interruption points are the loops of the executor (sequential
-//!   scans, WHERE filtering, grouping and aggregation, projection, UPDATE/DELETE/INSERT row
-//!   loops, COPY rows in and out) and `pg_sleep`.
+//!   scans, WHERE filtering, grouping and aggregation, projection, the UPDATE and DELETE row
+//!   loops, INSERT's row conversion, COPY TO's rows), every CopyData message of COPY FROM,
+//!   and `pg_sleep`.
 //!
 //! Non-goals, said plainly: an engine call is not interrupted inside. An index range scan
-//! returns its rows in one call, VACUUM and CHECKPOINT run to their end, and a sort runs to
-//! its end once started (its input was read under interrupt checks). A wait for a lock
-//! honours `statement_timeout` (the session caps the engine's lock timeout at the time left)
-//! but not a cancel request, which takes effect at the next interruption point after the
-//! lock is granted.
+//! returns its rows in one call, INSERT's rows go in one call, VACUUM, CHECKPOINT, TRUNCATE
+//! and DDL run to their end, and a sort runs to its end once started (its input was read
+//! under interrupt checks). A wait for a lock honours `statement_timeout` (the session caps
+//! the engine's lock timeout at the time left) but not a cancel request, which takes effect
+//! at the next interruption point after the lock is granted.
 //!
 //! A cancel that arrives while the session is between statements is forgotten when the next
 //! statement starts (PostgreSQL ignores a cancel that arrives while it reads a command). At
