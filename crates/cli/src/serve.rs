@@ -11,6 +11,9 @@
 //! refuses to listen on anything but a loopback address unless `--trust` says so. With it,
 //! every client must prove it knows the file's first line by SCRAM-SHA-256 (the password never
 //! crosses the connection). There is no TLS yet.
+//!
+//! `--set max_connections=N` (default 100) is the server's, not the engine's: connection
+//! N + 1 is refused with FATAL 53300 `sorry, too many clients already`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,7 +44,18 @@ pub struct ServeArgs {
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode> {
-    let config = crate::config_from(&a.set)?;
+    // max_connections belongs to the server; every other parameter to the engine.
+    let (limit, engine): (Vec<String>, Vec<String>) =
+        a.set.iter().cloned().partition(|kv| kv.split_once('=').is_some_and(|(k, _)| k.trim() == "max_connections"));
+    let config = crate::config_from(&engine)?;
+    let mut max_connections = 100;
+    for kv in &limit {
+        let v = kv.split_once('=').map_or("", |(_, v)| v.trim());
+        max_connections = match v.parse::<usize>() {
+            Ok(n) if (1..=262_143).contains(&n) => n,
+            _ => bail!("max_connections must be an integer from 1 to 262143, got {v:?}"),
+        };
+    }
     let password = match &a.password_file {
         Some(p) => {
             let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
@@ -67,6 +81,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         config,
         password,
         log_to_stderr: true,
+        max_connections,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {

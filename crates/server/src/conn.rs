@@ -15,20 +15,39 @@
 //! closes (FATAL error, shutdown) drains the buffer first.
 //!
 //! The loop is the one pgwire's `process_socket` runs (startup timeout, Terminate,
-//! CancelRequest and FATAL errors end the connection), with the socket wrapped.
+//! CancelRequest and FATAL errors end the connection), with the socket wrapped, and three
+//! duties of a PostgreSQL backend's main loop added:
+//!
+//! - **max_connections**: a StartupMessage takes a connection slot ([`Registry::admit`]);
+//!   when none is free the client gets FATAL 53300 `sorry, too many clients already` and the
+//!   connection closes, as PostgreSQL refuses the backend before authentication. A
+//!   CancelRequest takes no slot, so a full server can still be asked to cancel.
+//! - **BackendKeyData**: once startup is done, the session is registered under the process
+//!   ID and key the client was given, for CancelRequests from other connections.
+//! - **idle_in_transaction_session_timeout**: waiting for the next message while the session
+//!   is in a transaction block (failed or not) is bounded by the session's timeout; past it
+//!   the client gets FATAL 25P03 and the connection closes, which ends the session and rolls
+//!   its transaction back.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use futures::StreamExt;
+use std::sync::Arc;
+
+use futures::{SinkExt, StreamExt};
 use pgwire::api::{ClientInfo, ErrorHandler, PgWireConnectionState, PgWireServerHandlers};
-use pgwire::messages::PgWireFrontendMessage;
+use pgwire::error::ErrorInfo;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_util::codec::{Framed, FramedParts};
+
+use crate::error::SqlError;
+use crate::interrupt::{Control, Registry, TxStatus};
+use crate::Shared;
 
 /// How long a client has to finish its startup and authentication (pgwire's own limit).
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -94,9 +113,26 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Deferred<S> {
     }
 }
 
+/// Sends `e` as a FATAL error, logs it, and closes the connection (the buffer drains first).
+async fn fatal<S>(socket: &mut S, sh: &Shared, e: SqlError) -> io::Result<()>
+where
+    S: futures::Sink<PgWireBackendMessage> + Unpin,
+{
+    sh.log.line("FATAL", &e.message);
+    let info = ErrorInfo::new("FATAL".into(), e.code.into(), e.message);
+    let _ = socket.send(PgWireBackendMessage::ErrorResponse(info.into())).await;
+    let _ = socket.close().await;
+    Ok(())
+}
+
 /// Serves one connection with `handlers` until the client leaves, a FATAL error, or the
-/// startup timeout.
-pub async fn serve_socket<H: PgWireServerHandlers>(tcp: TcpStream, handlers: H) -> io::Result<()> {
+/// startup timeout. `control` is the connection's session's control block.
+pub async fn serve_socket<H: PgWireServerHandlers>(
+    tcp: TcpStream,
+    handlers: H,
+    sh: &Shared,
+    control: Arc<Control>,
+) -> io::Result<()> {
     let startup_timeout = tokio::time::sleep(STARTUP_TIMEOUT);
     tokio::pin!(startup_timeout);
     let negotiated = tokio::select! {
@@ -116,6 +152,9 @@ pub async fn serve_socket<H: PgWireServerHandlers>(tcp: TcpStream, handlers: H) 
     let copy = handlers.copy_handler();
     let cancel = handlers.cancel_handler();
     let errors = handlers.error_handler();
+    // The connection slot, and the session's entry for CancelRequests once registered.
+    let mut slot = None;
+    let mut registered = false;
     loop {
         let starting = matches!(
             socket.state(),
@@ -127,11 +166,27 @@ pub async fn serve_socket<H: PgWireServerHandlers>(tcp: TcpStream, handlers: H) 
                 msg = socket.next() => msg,
             }
         } else {
-            socket.next().await
+            if !registered {
+                registered = true;
+                register(&sh.registry, &mut slot, &socket, &control);
+            }
+            match idle_limit(&socket, &control) {
+                Some(limit) => match tokio::time::timeout(limit, socket.next()).await {
+                    Ok(msg) => msg,
+                    Err(_) => return fatal(&mut socket, sh, crate::interrupt::idle_in_transaction_timeout()).await,
+                },
+                None => socket.next().await,
+            }
         };
         let Some(Ok(msg)) = msg else { break };
         if matches!(msg, PgWireFrontendMessage::Terminate(_)) {
             break;
+        }
+        if matches!(msg, PgWireFrontendMessage::Startup(_)) && slot.is_none() {
+            match sh.registry.admit() {
+                Some(s) => slot = Some(s),
+                None => return fatal(&mut socket, sh, crate::interrupt::too_many_clients()).await,
+            }
         }
         let extended_query = match socket.state() {
             PgWireConnectionState::CopyInProgress(extended) => extended,
@@ -161,4 +216,26 @@ pub async fn serve_socket<H: PgWireServerHandlers>(tcp: TcpStream, handlers: H) 
         }
     }
     Ok(())
+}
+
+/// Registers the session under the BackendKeyData its client was given at startup.
+fn register<C: ClientInfo>(
+    registry: &Registry,
+    slot: &mut Option<crate::interrupt::Slot>,
+    client: &C,
+    control: &Arc<Control>,
+) {
+    if let Some(slot) = slot.as_mut() {
+        let (pid, key) = client.pid_and_secret_key();
+        registry.register(slot, pid, key.to_bytes().to_vec(), control.clone());
+    }
+}
+
+/// How long the connection may wait for the client: the session's
+/// `idle_in_transaction_session_timeout` when it is in a block and ready for a query.
+fn idle_limit<C: ClientInfo>(client: &C, control: &Control) -> Option<Duration> {
+    if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) || control.status() == TxStatus::Idle {
+        return None;
+    }
+    control.idle_in_transaction_timeout()
 }

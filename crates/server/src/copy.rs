@@ -17,6 +17,7 @@ use settledb::{Transaction, Value};
 
 use crate::catalog::ColumnDef;
 use crate::error::SqlError;
+use crate::interrupt::Interrupts;
 use crate::parse::{CopyCmd, CopyFormat};
 use crate::plan::Target;
 use crate::session::{datums, Cx, Outcome};
@@ -78,7 +79,10 @@ impl CopyIn {
         self.positions.len()
     }
 
-    pub fn feed(&mut self, tx: &mut Transaction<'_>, data: &[u8]) -> Result<(), SqlError> {
+    /// A CopyData message's bytes; complete lines are parsed and inserted in batches. Each
+    /// message is an interruption point (cancel, `statement_timeout`).
+    pub fn feed(&mut self, tx: &mut Transaction<'_>, data: &[u8], interrupts: &Interrupts) -> Result<(), SqlError> {
+        interrupts.check()?;
         self.pending.extend_from_slice(data);
         if self.cmd.format == CopyFormat::Csv {
             return Ok(());
@@ -90,7 +94,8 @@ impl CopyIn {
         self.flush(tx, false)
     }
 
-    pub fn finish(&mut self, tx: &mut Transaction<'_>) -> Result<u64, SqlError> {
+    pub fn finish(&mut self, tx: &mut Transaction<'_>, interrupts: &Interrupts) -> Result<u64, SqlError> {
+        interrupts.check()?;
         let rest = std::mem::take(&mut self.pending);
         match self.cmd.format {
             CopyFormat::Text => self.text_lines(&rest)?,
@@ -340,6 +345,7 @@ pub fn copy_out(cx: &mut Cx<'_, '_>, c: &CopyCmd) -> Result<Outcome, SqlError> {
         chunks.push(format!("{}\n", names.join(&c.delimiter.to_string())).into_bytes());
     }
     for (_, v) in rows {
+        cx.interrupts.tick()?;
         let d = datums(&v, &t.cols);
         let fields: Vec<String> = pos
             .iter()

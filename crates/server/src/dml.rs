@@ -90,6 +90,7 @@ pub fn insert(cx: &mut Cx<'_, '_>, i: &Insert) -> Result<Outcome, SqlError> {
     };
     let mut stored = Vec::with_capacity(input.len());
     for r in &input {
+        cx.interrupts.tick()?;
         if r.len() > positions.len() {
             return Err(SqlError::syntax("INSERT has more expressions than target columns"));
         }
@@ -247,6 +248,7 @@ pub fn update(cx: &mut Cx<'_, '_>, u: &Update) -> Result<Outcome, SqlError> {
         let found = fetch(cx, &t, &acc)?;
         let mut change = change;
         for (tid, _) in found {
+            cx.interrupts.tick()?;
             let r = cx.tx.update_with(&t.table, tid, &mut change);
             let n = settle(r, &failure)?;
             count += n;
@@ -289,6 +291,7 @@ pub fn delete(cx: &mut Cx<'_, '_>, d: &Delete) -> Result<Outcome, SqlError> {
     let scope = t.scope();
     let mut deleted = Vec::new();
     for (tid, row) in found {
+        cx.interrupts.tick()?;
         let old = datums(&row, &t.cols);
         if let Some(w) = &d.selection {
             if truth(&eval(w, &scope, &old, cx, None)?)? != Some(true) {

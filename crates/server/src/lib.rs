@@ -13,6 +13,8 @@
 //!   expr      expression evaluation and type inference;  types  SQL types, text/binary I/O
 //!   catalog   the SQL column types the engine does not keep (DIR/server_catalog)
 //!   copy      COPY FROM STDIN / TO STDOUT;  utility  VACUUM;  settings  GUCs;  log  server log
+//!   interrupt cancel requests, statement_timeout, idle_in_transaction_session_timeout,
+//!             max_connections: the flags and registry that reach a session from outside
 //!   views     pg_stat_user_tables, pg_stat_database from the engine's counters,
 //!             pg_replication_slots, pg_stat_replication_slots;  slotfuncs  pg_create_logical_
 //!             replication_slot & co.
@@ -32,6 +34,7 @@ pub mod ddl;
 pub mod dml;
 pub mod error;
 pub mod expr;
+pub mod interrupt;
 pub mod log;
 pub mod parse;
 pub mod plan;
@@ -114,6 +117,8 @@ pub struct Shared {
     pub password: Option<String>,
     /// Session threads, joined at shutdown.
     pub sessions: parking_lot::Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Connection slots (`max_connections`) and the BackendKeyData of live sessions.
+    pub registry: Arc<interrupt::Registry>,
 }
 
 /// How to run a server.
@@ -125,6 +130,9 @@ pub struct ServeOptions {
     pub password: Option<String>,
     /// Print the log to stderr too.
     pub log_to_stderr: bool,
+    /// Client connections served at once; one more is refused with FATAL 53300
+    /// (PostgreSQL's `max_connections`, default 100; no slots are reserved for superusers).
+    pub max_connections: usize,
 }
 
 impl ServeOptions {
@@ -136,6 +144,7 @@ impl ServeOptions {
             config: Config::default(),
             password: None,
             log_to_stderr: true,
+            max_connections: 100,
         }
     }
 }
@@ -184,7 +193,8 @@ impl Server {
                 local.port()
             ),
         );
-        let sh = Arc::new(Shared { db, catalog, log, password: opts.password, sessions: Default::default() });
+        let registry = Arc::new(interrupt::Registry::new(opts.max_connections));
+        let sh = Arc::new(Shared { db, catalog, log, password: opts.password, sessions: Default::default(), registry });
         Ok(Server { sh, listener })
     }
 
@@ -223,10 +233,13 @@ impl Server {
         sh.log.line("LOG", "aborting any active transactions");
         drop(listener);
         let _ = stop_tx.send(true);
+        // A running statement stops at its next interruption point.
+        sh.registry.terminate_all();
         drop(handler);
         pump.abort();
         let _ = pump.await;
-        // Connection threads end once told to stop (a statement running finishes first);
+        // Connection threads end once told to stop (a running statement stops at its next
+        // interruption point; one inside a single engine call, VACUUM say, finishes first);
         // then the database is ours alone.
         let sessions: Vec<_> = std::mem::take(&mut *sh.sessions.lock());
         let sh = tokio::task::spawn_blocking(move || {

@@ -263,13 +263,17 @@ pub fn fetch(cx: &mut Cx<'_, '_>, t: &Target, a: &Access) -> Result<Vec<(Tid, Ve
         Access::Seq => {
             let mut rows = Vec::new();
             for r in cx.tx.scan(&t.table)? {
+                cx.interrupts.tick()?;
                 rows.push(r?);
             }
             rows
         }
         Access::Index { index, lo, hi, exact_unique, .. } => {
             let limit = exact_unique.as_ref().map(|_| 1);
-            cx.tx.range(index, lo.clone(), hi.clone(), ScanDirection::Forward, limit)?
+            // One engine call: interruptible before and after, not inside.
+            let rows = cx.tx.range(index, lo.clone(), hi.clone(), ScanDirection::Forward, limit)?;
+            cx.interrupts.check()?;
+            rows
         }
     })
 }
@@ -286,6 +290,7 @@ pub fn fetch_index_only(
     let Access::Index { index, lo, hi, exact_unique, .. } = a else { return Ok(Vec::new()) };
     let limit = exact_unique.as_ref().map(|_| 1);
     let found = cx.tx.index_only(index, lo.clone(), hi.clone(), ScanDirection::Forward, limit)?;
+    cx.interrupts.check()?;
     Ok(found
         .into_iter()
         .map(|key| {

@@ -158,6 +158,7 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
     if let Some(w) = &sel.selection {
         let mut kept = Vec::with_capacity(input.len());
         for r in input {
+            cx.interrupts.tick()?;
             if truth(&eval(w, &scope, &r, cx, None)?)? == Some(true) {
                 kept.push(r);
             }
@@ -218,6 +219,7 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
         let mut index: HashMap<Vec<String>, usize> = HashMap::new();
         let mut groups: Vec<Vec<usize>> = Vec::new();
         for (i, r) in input.iter().enumerate() {
+            cx.interrupts.tick()?;
             let mut key = Vec::with_capacity(group_exprs.len());
             for g in &group_exprs {
                 key.push(format!("{:?}", eval(g, &scope, r, cx, None)?.to_text()));
@@ -233,6 +235,7 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
         }
         let nulls = vec![Datum::Null; scope.cols.len()];
         for g in groups {
+            cx.interrupts.tick()?;
             let rows: Vec<&Vec<Datum>> = g.iter().map(|&i| &input[i]).collect();
             let mut aggs = HashMap::new();
             for call in &agg_calls {
@@ -248,10 +251,13 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
         }
     } else {
         for r in &input {
+            cx.interrupts.tick()?;
             emit(cx, r, None)?;
         }
     }
 
+    // The sort below runs to its end once started; its input was read under interrupt checks.
+    cx.interrupts.check()?;
     if !order.is_empty() {
         produced.sort_by(|a, b| {
             for (i, (_, desc, nulls_first)) in order.iter().enumerate() {
@@ -505,6 +511,7 @@ fn aggregate(call: &Expr, rows: &[&Vec<Datum>], scope: &Scope<'_>, cx: &mut Cx<'
     };
     let mut vals = Vec::with_capacity(rows.len());
     for r in rows {
+        cx.interrupts.tick()?;
         let v = eval(arg, scope, r, cx, None)?;
         if !v.is_null() {
             vals.push(v);

@@ -16,16 +16,38 @@
 //!
 //! Outside BEGIN every statement runs in a transaction of its own (autocommit). Inside, the
 //! session keeps one engine [`Transaction`] until COMMIT or ROLLBACK; after an error only
-//! those are accepted (25P02). Dropping the session (the client went away) drops the
-//! transaction, which rolls it back.
+//! those are accepted (25P02), and ROLLBACK TO a savepoint, which makes the block usable
+//! again. Dropping the session (the client went away) drops the transaction, which rolls it
+//! back.
+//!
+//! # Savepoints
+//!
+//! `SAVEPOINT name`, `RELEASE [SAVEPOINT] name` and `ROLLBACK TO [SAVEPOINT] name` map onto
+//! the engine's subtransactions ([`Transaction::savepoint`], [`Transaction::release`],
+//! [`Transaction::rollback_to`]) and are refused outside a block (25P01), as in PostgreSQL.
+//! A name that is not open is 3B001. The engine transaction starts lazily (at the first
+//! statement that reads or writes, where the snapshot is taken), so savepoints set before it
+//! wait in `pending_savepoints` and are opened, in order, when it starts.
+//!
+//! # Interrupts
+//!
+//! Every statement starts [`Interrupts::start_statement`] with the session's
+//! `statement_timeout`; executor loops check it and the cancel flag (see
+//! [`crate::interrupt`]). A cancelled or timed-out statement is an error like any other: it
+//! rolls back an autocommit transaction and fails a block. After each statement the session
+//! publishes its transaction status and `idle_in_transaction_session_timeout` to its
+//! [`Control`], where the protocol side reads them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use settledb::{Database, IsolationLevel, Transaction, Value};
-use sqlparser::ast::{Set, Statement, TransactionIsolationLevel, TransactionMode};
+use sqlparser::ast::{Expr, Set, Statement, TransactionIsolationLevel, TransactionMode};
 
 use crate::error::SqlError;
 use crate::expr::{ident_name, Env};
+use crate::interrupt::{Control, Interrupts, TxStatus};
 use crate::parse::{CopyCmd, Stmt};
 use crate::types::Datum;
 use crate::{copy, ddl, query, settings, utility, Shared};
@@ -85,6 +107,8 @@ pub struct Cx<'a, 'db> {
     pub params: &'a [Datum],
     pub settings: &'a BTreeMap<String, String>,
     pub notices: &'a mut Vec<Notice>,
+    /// Checked by executor loops: cancel requests and `statement_timeout`.
+    pub interrupts: &'a Interrupts,
 }
 
 impl Env for Cx<'_, '_> {
@@ -95,6 +119,18 @@ impl Env for Cx<'_, '_> {
     fn session_function(&mut self, name: &str, args: &[Datum]) -> Option<Result<Datum, SqlError>> {
         let r = match name {
             "version" => Ok(Datum::Text(crate::version_string())),
+            "pg_sleep" => match args.first() {
+                Some(Datum::Null) | None => Ok(Datum::Null),
+                Some(d) => match crate::expr::as_f64(d) {
+                    Ok(secs) if secs.is_finite() => {
+                        // Negative sleeps return at once; longer than a day is capped there.
+                        let secs = secs.clamp(0.0, 86_400.0);
+                        self.interrupts.sleep(Duration::from_secs_f64(secs)).map(|()| Datum::Null)
+                    }
+                    Ok(_) => Err(SqlError::new("22023", "pg_sleep takes a finite number of seconds")),
+                    Err(e) => Err(e),
+                },
+            },
             "txid_current" => self.tx.assign_xid().map(|x| Datum::Int(x.0 as i64)).map_err(SqlError::from),
             "age" => match args.first() {
                 Some(Datum::Int(x)) => {
@@ -146,11 +182,16 @@ pub struct Session<'db> {
     pub settings: BTreeMap<String, String>,
     pub copy: Option<copy::CopyIn>,
     copy_error: Option<SqlError>,
+    /// Savepoints set in the block before its engine transaction started, outermost first.
+    pending_savepoints: Vec<String>,
+    /// The session's `statement_timeout` (`None`: off), read from `settings` when they change.
+    statement_timeout: Option<Duration>,
+    pub interrupts: Interrupts,
 }
 
 impl<'db> Session<'db> {
-    pub fn new(sh: &'db Shared) -> Session<'db> {
-        Session {
+    pub fn new(sh: &'db Shared, control: Arc<Control>) -> Session<'db> {
+        let mut s = Session {
             db: &sh.db,
             sh,
             tx: None,
@@ -160,7 +201,35 @@ impl<'db> Session<'db> {
             settings: settings::initial(),
             copy: None,
             copy_error: None,
+            pending_savepoints: Vec::new(),
+            statement_timeout: None,
+            interrupts: Interrupts::new(control),
+        };
+        s.settings_changed();
+        s
+    }
+
+    /// After SET or RESET: the timeouts the session enforces, and the connection limit SHOW
+    /// reports (a server-start setting, kept in the map so RESET ALL cannot lose it).
+    fn settings_changed(&mut self) {
+        self.settings.insert("max_connections".into(), self.sh.registry.max_connections().to_string());
+        self.statement_timeout = settings::duration_of(&self.settings, "statement_timeout");
+        let idle = settings::duration_of(&self.settings, "idle_in_transaction_session_timeout");
+        self.interrupts.control.set_idle_in_transaction_timeout(idle);
+    }
+
+    /// What ReadyForQuery reports now.
+    pub fn status(&self) -> TxStatus {
+        match (self.in_block, self.failed) {
+            (false, _) => TxStatus::Idle,
+            (true, false) => TxStatus::InBlock,
+            (true, true) => TxStatus::Failed,
         }
+    }
+
+    /// Makes the session's transaction status visible to the protocol side (after every job).
+    pub fn publish_status(&self) {
+        self.interrupts.control.set_status(self.status());
     }
 
     pub fn in_block(&self) -> bool {
@@ -174,8 +243,14 @@ impl<'db> Session<'db> {
             // already answered the stray message with an error). Its rows go with it.
             self.copy_failed();
         }
+        self.interrupts.start_statement(self.statement_timeout);
         let mut notices = Vec::new();
         let result = self.dispatch(stmt, params, &mut notices);
+        if result.is_err() && self.in_block {
+            // Any error inside a block fails it, as PostgreSQL aborts the transaction.
+            self.failed = true;
+        }
+        self.publish_status();
         Reply { notices, result }
     }
 
@@ -185,6 +260,7 @@ impl<'db> Session<'db> {
                 Statement::StartTransaction { modes, .. } => return self.begin(modes, notices),
                 Statement::Commit { .. } => return Ok(self.commit(notices)),
                 Statement::Rollback { savepoint: None, .. } => return Ok(self.rollback(notices)),
+                Statement::Rollback { savepoint: Some(name), .. } => return self.rollback_to(&ident_name(name)),
                 _ => {}
             }
         }
@@ -227,7 +303,13 @@ impl<'db> Session<'db> {
 
     fn sql(&mut self, s: &Statement, params: &[Datum], notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
         match s {
-            Statement::Set(set) => self.set(set),
+            Statement::Set(set) => {
+                let r = self.set(set);
+                self.settings_changed();
+                r
+            }
+            Statement::Savepoint { name } => self.savepoint(&ident_name(name)),
+            Statement::ReleaseSavepoint { name } => self.release(&ident_name(name)),
             Statement::ShowVariable { variable } if variable.len() == 1 && ident_name(&variable[0]) == "all" => {
                 let text = crate::types::SqlType::Text;
                 let fields = vec![Field { name: "name".into(), ty: text }, Field { name: "setting".into(), ty: text }];
@@ -245,8 +327,9 @@ impl<'db> Session<'db> {
                 Ok(Outcome::Rows { fields: vec![field], rows: vec![vec![Datum::Text(v)]], tag: "SHOW".into() })
             }
             Statement::Reset(r) => {
-                settings::reset(&mut self.settings, &r.reset)?;
-                Ok(Outcome::Command("RESET".into()))
+                let r = settings::reset(&mut self.settings, &r.reset);
+                self.settings_changed();
+                r.map(|()| Outcome::Command("RESET".into()))
             }
             Statement::CreateTable(_)
             | Statement::Drop { .. }
@@ -275,13 +358,29 @@ impl<'db> Session<'db> {
     ) -> Result<Outcome, SqlError> {
         let mut tx = match self.tx.take() {
             Some(t) => t,
-            None => self.db.begin_with(self.isolation())?,
+            None => self.start_transaction()?,
         };
-        // SET lock_timeout applies from the next statement on, inside a block too.
-        tx.set_lock_timeout(self.lock_timeout());
+        // SET lock_timeout applies from the next statement on, inside a block too. A lock
+        // wait also ends when the statement's time is up: the engine's wait is capped at it.
+        let lock_timeout = self.lock_timeout();
+        let left = self.interrupts.remaining();
+        let capped = left.is_some_and(|l| lock_timeout.is_none_or(|t| l < t));
+        tx.set_lock_timeout(if capped { left } else { lock_timeout });
         let r = {
-            let mut cx = Cx { db: self.db, sh: self.sh, tx: &mut tx, params, settings: &self.settings, notices };
+            let mut cx = Cx {
+                db: self.db,
+                sh: self.sh,
+                tx: &mut tx,
+                params,
+                settings: &self.settings,
+                notices,
+                interrupts: &self.interrupts,
+            };
             f(&mut cx)
+        };
+        let r = match r {
+            Err(e) if capped && e.code == "55P03" => Err(crate::interrupt::statement_timeout()),
+            r => r,
         };
         if self.in_block {
             if r.is_err() {
@@ -345,6 +444,78 @@ impl<'db> Session<'db> {
         self.in_block = false;
         self.failed = false;
         self.block_isolation = None;
+        self.pending_savepoints.clear();
+    }
+
+    /// Begins the engine transaction of an autocommit statement or of the block, opening
+    /// the savepoints the block set before it.
+    fn start_transaction(&mut self) -> Result<Transaction<'db>, SqlError> {
+        let mut tx = self.db.begin_with(self.isolation())?;
+        if self.in_block {
+            for name in &self.pending_savepoints {
+                tx.savepoint(name)?;
+            }
+            self.pending_savepoints.clear();
+        }
+        Ok(tx)
+    }
+
+    /// 25P01 for a savepoint command outside a block.
+    fn require_block(&self, what: &str) -> Result<(), SqlError> {
+        if !self.in_block {
+            return Err(SqlError::new("25P01", format!("{what} can only be used in transaction blocks")));
+        }
+        Ok(())
+    }
+
+    fn savepoint(&mut self, name: &str) -> Result<Outcome, SqlError> {
+        self.require_block("SAVEPOINT")?;
+        match self.tx.as_mut() {
+            Some(tx) => tx.savepoint(name)?,
+            None => self.pending_savepoints.push(name.to_string()),
+        }
+        Ok(Outcome::Command("SAVEPOINT".into()))
+    }
+
+    fn release(&mut self, name: &str) -> Result<Outcome, SqlError> {
+        self.require_block("RELEASE SAVEPOINT")?;
+        self.savepoint_exists(name)?;
+        match self.tx.as_mut() {
+            Some(tx) => tx.release(name)?,
+            None => {
+                let i = self.pending_savepoints.iter().rposition(|n| n == name).unwrap_or(0);
+                self.pending_savepoints.truncate(i);
+            }
+        }
+        Ok(Outcome::Command("RELEASE".into()))
+    }
+
+    /// ROLLBACK TO: allowed in a failed block, which it makes usable again.
+    fn rollback_to(&mut self, name: &str) -> Result<Outcome, SqlError> {
+        self.require_block("ROLLBACK TO SAVEPOINT")?;
+        self.savepoint_exists(name)?;
+        match self.tx.as_mut() {
+            Some(tx) => tx.rollback_to(name)?,
+            None => {
+                // Nothing ran since: the savepoint stays, the ones after it go.
+                let i = self.pending_savepoints.iter().rposition(|n| n == name).unwrap_or(0);
+                self.pending_savepoints.truncate(i + 1);
+            }
+        }
+        self.failed = false;
+        Ok(Outcome::Command("ROLLBACK".into()))
+    }
+
+    /// 3B001 when no open savepoint has this name (which fails the block, as any error).
+    fn savepoint_exists(&self, name: &str) -> Result<(), SqlError> {
+        let open = match &self.tx {
+            Some(tx) => tx.savepoints().contains(&name),
+            None => self.pending_savepoints.iter().any(|n| n == name),
+        };
+        if open {
+            return Ok(());
+        }
+        Err(SqlError::new("3B001", format!("savepoint \"{name}\" does not exist")))
     }
 
     fn commit(&mut self, notices: &mut Vec<Notice>) -> Outcome {
@@ -393,6 +564,13 @@ impl<'db> Session<'db> {
         match set {
             Set::SingleAssignment { variable, values, .. } => {
                 let name = variable.to_string().to_ascii_lowercase();
+                if let [Expr::Identifier(i)] = values.as_slice() {
+                    if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default") {
+                        // SET name TO DEFAULT is RESET name.
+                        settings::reset_name(&mut self.settings, &name);
+                        return Ok(Outcome::Command("SET".into()));
+                    }
+                }
                 let value = values.iter().map(settings::value_text).collect::<Vec<_>>().join(", ");
                 settings::set(self.db, &mut self.settings, &name, &value)?;
                 Ok(Outcome::Command("SET".into()))
@@ -401,10 +579,17 @@ impl<'db> Session<'db> {
                 if !self.in_block {
                     return Err(SqlError::new("25P01", "SET TRANSACTION can only be used in transaction blocks"));
                 }
+                // PostgreSQL checks in this order: a snapshot taken, then a savepoint open.
                 if self.tx.is_some() {
                     return Err(SqlError::new(
                         "25001",
                         "SET TRANSACTION ISOLATION LEVEL must be called before any query",
+                    ));
+                }
+                if !self.pending_savepoints.is_empty() {
+                    return Err(SqlError::new(
+                        "25001",
+                        "SET TRANSACTION ISOLATION LEVEL must not be called in a subtransaction",
                     ));
                 }
                 self.block_isolation = isolation_of(modes)?.or(self.block_isolation);
@@ -427,7 +612,7 @@ impl<'db> Session<'db> {
         self.copy_error = None;
         let columns = state.columns();
         if self.tx.is_none() {
-            self.tx = Some(self.db.begin_with(self.isolation())?);
+            self.tx = Some(self.start_transaction()?);
         }
         self.copy = Some(state);
         Ok(Outcome::CopyIn { columns })
@@ -440,7 +625,7 @@ impl<'db> Session<'db> {
             return;
         }
         let r = match (self.copy.as_mut(), self.tx.as_mut()) {
-            (Some(state), Some(tx)) => state.feed(tx, data),
+            (Some(state), Some(tx)) => state.feed(tx, data, &self.interrupts),
             _ => Err(SqlError::new("08P01", "unexpected COPY data")),
         };
         if let Err(e) = r {
@@ -458,7 +643,7 @@ impl<'db> Session<'db> {
         let (Some(mut state), Some(tx)) = (self.copy.take(), self.tx.as_mut()) else {
             return Err(SqlError::new("08P01", "unexpected end of COPY data"));
         };
-        match state.finish(tx) {
+        match state.finish(tx, &self.interrupts) {
             Ok(n) => {
                 if !self.in_block {
                     if let Some(tx) = self.tx.take() {

@@ -7,8 +7,9 @@
 //!   its output already satisfies (UTF8, ISO dates, standard-conforming strings) and refuses the
 //!   others with 0A000 instead of silently ignoring them. `extra_float_digits` is stored; float8
 //!   output is always the shortest exact form (what PostgreSQL 12+ prints for values >= 1).
-//!   `statement_timeout` and `idle_in_transaction_session_timeout` accept only 0
-//!   (no timeout), which is all that is enforced.
+//!   `statement_timeout` and `idle_in_transaction_session_timeout` take PostgreSQL's time
+//!   syntax (`100`, `'5s'`, `'1min'`; stored as SHOW prints them) and are enforced by the
+//!   session (see [`crate::interrupt`]).
 //! - **Engine parameters that apply per statement**: `default_transaction_isolation`, and for
 //!   VACUUM `vacuum_freeze_policy`, `vacuum_cost_delay`, `vacuum_cost_limit`,
 //!   `vacuum_truncate`, and `lock_timeout` for the session's lock waits (DML and reads; DDL
@@ -51,6 +52,7 @@ const FIXED: &[(&str, &str)] = &[
     ("is_superuser", "on"),
     ("lc_collate", "C"),
     ("lc_ctype", "C"),
+    // The server's value, which the session keeps in its map (`settle serve --set`).
     ("max_connections", "100"),
 ];
 
@@ -117,10 +119,11 @@ pub fn set(db: &Database, s: &mut BTreeMap<String, String>, name: &str, value: &
         "timezone" if !matches!(lower.as_str(), "utc" | "gmt" | "etc/utc" | "z" | "0" | "+0" | "+00" | "00:00") => {
             return refuse("timestamps carry no zone; the session zone is UTC")
         }
-        "statement_timeout" | "idle_in_transaction_session_timeout"
-            if !matches!(lower.as_str(), "0" | "0ms" | "0s") =>
-        {
-            return refuse("timeouts are not enforced by this server yet")
+        "statement_timeout" | "idle_in_transaction_session_timeout" => {
+            // Stored as SHOW prints it, so the session reads one spelling.
+            let v = parse_ms(name, value)?;
+            s.insert(name.to_string(), if v == 0 { "0".into() } else { ms(v) });
+            return Ok(());
         }
         "extra_float_digits" => {
             let n: i32 = value.trim().parse().map_err(|_| {
@@ -135,13 +138,20 @@ pub fn set(db: &Database, s: &mut BTreeMap<String, String>, name: &str, value: &
         }
         _ => {}
     }
+    if name == "max_connections" {
+        return Err(SqlError::new(
+            "55P02",
+            "parameter \"max_connections\" cannot be changed without restarting the server",
+        )
+        .with_hint("Restart with `settle serve --set max_connections=N`."));
+    }
+    if FIXED.iter().any(|(k, _)| *k == name) {
+        return Err(SqlError::new("55P02", format!("parameter \"{name}\" cannot be changed")));
+    }
     if s.contains_key(name) {
         let v = if name == "client_encoding" { "UTF8".to_string() } else { value.to_string() };
         s.insert(name.to_string(), v);
         return Ok(());
-    }
-    if FIXED.iter().any(|(k, _)| *k == name) {
-        return Err(SqlError::new("55P02", format!("parameter \"{name}\" cannot be changed")));
     }
     if settledb::config::PARAMETERS.contains(&name) {
         // Validate with the engine's parser, as PostgreSQL validates before storing.
@@ -165,18 +175,23 @@ pub fn reset(s: &mut BTreeMap<String, String>, r: &Reset) -> Result<(), SqlError
             Ok(())
         }
         Reset::ConfigurationParameter(n) => {
-            let name = n.to_string().to_ascii_lowercase();
-            match CLIENT.iter().find(|(k, _)| *k == name) {
-                Some((k, v)) => {
-                    s.insert(k.to_string(), v.to_string());
-                }
-                None => {
-                    s.remove(&name);
-                }
-            }
+            reset_name(s, &n.to_string().to_ascii_lowercase());
             Ok(())
         }
         Reset::SessionAuthorization => Ok(()),
+    }
+}
+
+/// RESET `name` (and `SET name TO DEFAULT`): a client setting back to its value at connect
+/// time, an engine parameter back to the engine's.
+pub fn reset_name(s: &mut BTreeMap<String, String>, name: &str) {
+    match CLIENT.iter().find(|(k, _)| *k == name) {
+        Some((k, v)) => {
+            s.insert(k.to_string(), v.to_string());
+        }
+        None => {
+            s.remove(name);
+        }
     }
 }
 
@@ -206,6 +221,47 @@ pub fn show(db: &Database, s: &BTreeMap<String, String>, name: &str) -> Result<S
     }
     engine_value(db.config(), name)
         .ok_or_else(|| SqlError::new("42704", format!("unrecognized configuration parameter \"{name}\"")))
+}
+
+/// The largest value a millisecond setting takes (PostgreSQL's `INT_MAX`).
+const MS_MAX: f64 = 2_147_483_647.0;
+
+/// A time setting whose unit is the millisecond, in PostgreSQL's syntax: a number (`100`,
+/// milliseconds) or a number and a unit (`'5s'`, `'1.5min'`, `'250ms'`, `'10us'`; units `us`,
+/// `ms`, `s`, `min`, `h`, `d`), rounded to the nearest millisecond. 22023 for anything else
+/// or a value outside 0 .. 2147483647 ms.
+pub fn parse_ms(name: &str, value: &str) -> Result<u64, SqlError> {
+    let invalid = || {
+        SqlError::new("22023", format!("invalid value for parameter \"{name}\": \"{value}\""))
+            .with_hint("Valid units for this parameter are \"us\", \"ms\", \"s\", \"min\", \"h\", and \"d\".")
+    };
+    let t = value.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| invalid())?;
+    let per_unit = match unit.trim() {
+        "" | "ms" => 1.0,
+        "us" => 0.001,
+        "s" => 1000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => return Err(invalid()),
+    };
+    let v = (n * per_unit).round();
+    if !v.is_finite() || !(0.0..=MS_MAX).contains(&v) {
+        return Err(SqlError::new(
+            "22023",
+            format!("{v} ms is outside the valid range for parameter \"{name}\" (0 .. 2147483647)"),
+        ));
+    }
+    Ok(v as u64)
+}
+
+/// A millisecond setting of the session as a duration (`None`: 0, off).
+pub fn duration_of(s: &BTreeMap<String, String>, name: &str) -> Option<std::time::Duration> {
+    let v = s.get(name).and_then(|v| parse_ms(name, v).ok()).unwrap_or(0);
+    (v > 0).then(|| std::time::Duration::from_millis(v))
 }
 
 fn on(b: bool) -> String {
@@ -295,5 +351,23 @@ mod tests {
         assert_eq!(super::size(8192), "8kB");
         assert_eq!(super::ms(300_000), "5min");
         assert_eq!(super::ms(200), "200ms");
+    }
+
+    #[test]
+    fn timeouts_take_postgresql_units() {
+        use super::parse_ms;
+        let t = "statement_timeout";
+        assert_eq!(parse_ms(t, "100").unwrap(), 100);
+        assert_eq!(parse_ms(t, "5s").unwrap(), 5000);
+        assert_eq!(parse_ms(t, "1min").unwrap(), 60_000);
+        assert_eq!(parse_ms(t, "1.5s").unwrap(), 1500);
+        assert_eq!(parse_ms(t, " 2 h ").unwrap(), 7_200_000);
+        assert_eq!(parse_ms(t, "1d").unwrap(), 86_400_000);
+        assert_eq!(parse_ms(t, "1500us").unwrap(), 2);
+        assert_eq!(parse_ms(t, "0").unwrap(), 0);
+        assert_eq!(parse_ms(t, "5 parsecs").unwrap_err().code, "22023");
+        assert_eq!(parse_ms(t, "").unwrap_err().code, "22023");
+        assert_eq!(parse_ms(t, "-1").unwrap_err().code, "22023");
+        assert_eq!(parse_ms(t, "30d").unwrap_err().code, "22023");
     }
 }

@@ -23,7 +23,15 @@
 //! sessions never share its state.
 //!
 //! Authentication ([`Startup`]): trust, or SCRAM-SHA-256 (pgwire's implementation) against the
-//! one password `settle serve --password-file` reads.
+//! one password `settle serve --password-file` reads. Either way the connection gets
+//! BackendKeyData from [`crate::interrupt::KeyGenerator`] (a process ID unique to the server,
+//! a random secret key), under which [`crate::conn`] registers its session for CancelRequests
+//! ([`crate::interrupt::Cancel`]).
+//!
+//! ReadyForQuery reports the session's own transaction status ([`Control::status`]), not
+//! pgwire's guess from the responses: ROLLBACK TO in a failed block makes it "in transaction"
+//! again, which no response type of pgwire's says. The simple-query loop is therefore ours
+//! ([`QueryHandler`]'s `on_query`, pgwire's loop with that one change), and so is Sync's.
 //!
 //! Extended protocol: Parse runs the SQL front end and Describe's type inference once and
 //! stores the result as the prepared statement ([`Prepared`]); Bind's parameters are decoded
@@ -45,9 +53,12 @@ use pgwire::api::auth::{
     finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
     DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
 };
-use pgwire::api::copy::CopyHandler;
+use pgwire::api::cancel::CancelHandler;
+use pgwire::api::copy::{send_copy_both_response, send_copy_in_response, send_copy_out_response, CopyHandler};
 use pgwire::api::portal::{Format, Portal};
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::query::{
+    send_execution_response, send_query_response, send_ready_for_query, ExtendedQueryHandler, SimpleQueryHandler,
+};
 use pgwire::api::results::{
     CopyResponse, DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo, QueryResponse, Response,
     Tag,
@@ -55,15 +66,18 @@ use pgwire::api::results::{
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{
-    ClientInfo, ClientPortalStore, PgWireServerHandlers, PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type,
+    ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, PidSecretKeyGenerator, Type,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::data::DataRow;
-use pgwire::messages::response::NoticeResponse;
+use pgwire::messages::extendedquery::Sync as PgSync;
+use pgwire::messages::response::{EmptyQueryResponse, NoticeResponse, ReadyForQuery, TransactionStatus};
+use pgwire::messages::simplequery::Query;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 
 use crate::error::SqlError;
+use crate::interrupt::{Cancel, Control, KeyGenerator, TxStatus};
 use crate::parse::{parse_one, split_statements, Stmt};
 use crate::session::{Field, Notice, Outcome, Reply, Session};
 use crate::types::{parse_text, Datum, SqlType};
@@ -74,6 +88,19 @@ type Job = Box<dyn for<'a> FnOnce(&mut Session<'a>) + Send>;
 /// A connection's session task, reached through a channel of jobs.
 pub struct SessionHandle {
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
+    /// What the session publishes between statements (its transaction status).
+    control: Arc<Control>,
+}
+
+impl SessionHandle {
+    /// The status ReadyForQuery reports.
+    fn tx_status(&self) -> TransactionStatus {
+        match self.control.status() {
+            TxStatus::Idle => TransactionStatus::Idle,
+            TxStatus::InBlock => TransactionStatus::Transaction,
+            TxStatus::Failed => TransactionStatus::Error,
+        }
+    }
 }
 
 static SESSION_IDS: AtomicU64 = AtomicU64::new(1);
@@ -94,14 +121,16 @@ pub fn serve_connection(
 ) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
-    let handler = template.for_connection(SessionHandle { jobs: tx });
-    let mut session = Session::new(&sh);
+    let control: Arc<Control> = Arc::default();
+    let handler = template.for_connection(SessionHandle { jobs: tx, control: control.clone() });
+    let mut session = Session::new(&sh, control.clone());
     let served = rt.block_on(async {
         let sock = tokio::net::TcpStream::from_std(sock)?;
+        let sh = sh.clone();
         let conn = async move {
             // `handler`, and with it every sender of jobs, drops when this ends.
             tokio::select! {
-                r = crate::conn::serve_socket(sock, handler) => r,
+                r = crate::conn::serve_socket(sock, handler, &sh, control) => r,
                 _ = stop.wait_for(|stopped| *stopped) => Ok(()),
             }
         };
@@ -127,6 +156,8 @@ impl SessionHandle {
         let (otx, orx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move |s| {
             let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(s)));
+            // A parse error or a COPY failure can fail the block outside `execute` too.
+            s.publish_status();
             let _ = otx.send(r);
         });
         self.jobs.send(job).map_err(|_| SqlError::new("57P01", "the session has ended"))?;
@@ -196,6 +227,10 @@ impl PgWireServerHandlers for Handler {
 
     fn copy_handler(&self) -> Arc<impl CopyHandler> {
         Arc::new(QueryHandler { h: self.clone_parts() })
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        Arc::new(Cancel::new(self.sh.registry.clone()))
     }
 }
 
@@ -304,6 +339,53 @@ fn error_response(e: &SqlError) -> Response {
 
 #[async_trait]
 impl SimpleQueryHandler for QueryHandler {
+    /// pgwire's simple-query loop, except that ReadyForQuery carries the session's status.
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        if query.query.chars().all(|c| c == ';' || c.is_whitespace()) {
+            client.feed(PgWireBackendMessage::EmptyQueryResponse(EmptyQueryResponse::new())).await?;
+        } else {
+            for r in SimpleQueryHandler::do_query(self, client, &query.query).await? {
+                match r {
+                    Response::EmptyQuery => {
+                        client.feed(PgWireBackendMessage::EmptyQueryResponse(EmptyQueryResponse::new())).await?;
+                    }
+                    Response::Query(results) => send_query_response(client, results, true).await?,
+                    Response::Execution(tag) | Response::TransactionStart(tag) | Response::TransactionEnd(tag) => {
+                        send_execution_response(client, tag).await?
+                    }
+                    Response::Error(e) => client.feed(PgWireBackendMessage::ErrorResponse((*e).into())).await?,
+                    Response::CopyIn(r) => {
+                        send_copy_in_response(client, r).await?;
+                        client.set_state(PgWireConnectionState::CopyInProgress(false));
+                    }
+                    Response::CopyOut(r) => send_copy_out_response(client, r).await?,
+                    Response::CopyBoth(r) => {
+                        send_copy_both_response(client, r).await?;
+                        client.set_state(PgWireConnectionState::CopyInProgress(false));
+                    }
+                }
+            }
+        }
+        let status = self.h.session(client).map_or(TransactionStatus::Idle, |s| s.tx_status());
+        client.set_transaction_status(status);
+        // During COPY FROM STDIN, ReadyForQuery waits for CopyDone or CopyFail.
+        if !matches!(client.state(), PgWireConnectionState::CopyInProgress(_)) {
+            client.set_state(PgWireConnectionState::ReadyForQuery);
+            send_ready_for_query(client, status).await?;
+        }
+        Ok(())
+    }
+
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -458,6 +540,21 @@ impl ExtendedQueryHandler for QueryHandler {
         self.h.parser.clone()
     }
 
+    /// Sync: ReadyForQuery with the session's status.
+    async fn on_sync<C>(&self, client: &mut C, _message: PgSync) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        client.portal_store().rm_portal(pgwire::api::DEFAULT_NAME);
+        let status = self.h.session(client).map_or(client.transaction_status(), |s| s.tx_status());
+        client.set_transaction_status(status);
+        client.send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(status))).await?;
+        Ok(())
+    }
+
     async fn do_query<C>(
         &self,
         client: &mut C,
@@ -589,6 +686,7 @@ pub struct Startup {
     scram: Option<Arc<SASLAuthStartupHandler<DefaultServerParameterProvider>>>,
     params: Arc<DefaultServerParameterProvider>,
     sh: Arc<Shared>,
+    keys: Arc<KeyGenerator>,
 }
 
 /// SCRAM's iteration count (PostgreSQL's default `scram_iterations`).
@@ -630,12 +728,17 @@ impl Startup {
         p.interval_style = "postgres".into();
         p.scram_iterations = SCRAM_ITERATIONS;
         let params = Arc::new(p);
+        let keys = Arc::new(KeyGenerator::new(sh.registry.clone()));
         let scram = sh.password.clone().map(|pw| {
             let mut auth = ScramAuth::new(Arc::new(PasswordSource(pw)));
             auth.set_iterations(SCRAM_ITERATIONS);
-            Arc::new(SASLAuthStartupHandler::new(params.clone()).with_scram(auth))
+            Arc::new(
+                SASLAuthStartupHandler::new(params.clone())
+                    .with_scram(auth)
+                    .with_pid_secret_key_generator(keys.clone()),
+            )
         });
-        Startup { scram, params, sh }
+        Startup { scram, params, sh, keys }
     }
 }
 
@@ -659,7 +762,7 @@ impl StartupHandler for Startup {
         if let PgWireFrontendMessage::Startup(ref startup) = message {
             protocol_negotiation(client, startup).await?;
             save_startup_parameters_to_metadata(client, startup);
-            let (pid, key) = RandomPidSecretKeyGenerator::default().generate(client);
+            let (pid, key) = self.keys.generate(client);
             client.set_pid_and_secret_key(pid, key);
             finish_authentication(client, self.params.as_ref()).await?;
         }

@@ -1,7 +1,10 @@
 //! A Rust driver (tokio-postgres, binary parameters and results in the extended protocol)
 //! against the server: types round-trip, errors carry PostgreSQL's SQLSTATEs, a client that
 //! disconnects mid-transaction is rolled back, REPEATABLE READ conflicts fail with 40001, and
-//! malformed protocol bytes never take the server down or disturb other sessions.
+//! malformed protocol bytes never take the server down or disturb other sessions. The session
+//! features: savepoints (and ROLLBACK TO out of a failed block, with ReadyForQuery's status),
+//! `max_connections` (53300), `statement_timeout` and cancel requests (57014),
+//! `idle_in_transaction_session_timeout` (FATAL 25P03, the transaction rolled back).
 
 mod common;
 
@@ -432,4 +435,456 @@ async fn truncate_over_sql() {
     b.batch_execute("commit").await.unwrap();
     waits.await.unwrap().unwrap();
     assert_eq!(count(&watch, "x").await, 0);
+}
+
+// ---- Session features: savepoints, max_connections, timeouts, cancel requests ----
+
+/// A client whose connection task's result the test can await (a FATAL error from the
+/// server ends that task with the error).
+async fn connect_watched(s: &TestServer) -> (Client, tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>) {
+    let (client, conn) = tokio_postgres::connect(&s.conn_string(), NoTls).await.expect("connect");
+    (client, tokio::spawn(conn))
+}
+
+async fn ids(c: &Client, table: &str) -> Vec<i32> {
+    let rows = c.query(&format!("select id from {table} order by id"), &[]).await.unwrap();
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn savepoints_keep_earlier_rows_and_drop_later_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let mut c = connect(&s).await;
+    c.batch_execute("create table sp (id int primary key)").await.unwrap();
+
+    // A savepoint set before the block's first statement, one after; RELEASE keeps the rows.
+    c.batch_execute(
+        "begin; savepoint a; insert into sp values (1); savepoint b; insert into sp values (2);
+         rollback to savepoint b; insert into sp values (3); release a; commit",
+    )
+    .await
+    .unwrap();
+    assert_eq!(ids(&c, "sp").await, [1, 3]);
+
+    // The extended protocol, and ROLLBACK TO keeps the savepoint open for another round.
+    c.batch_execute("begin").await.unwrap();
+    c.execute("insert into sp values (4)", &[]).await.unwrap();
+    c.execute("savepoint s1", &[]).await.unwrap();
+    c.execute("insert into sp values (5)", &[]).await.unwrap();
+    c.execute("rollback to s1", &[]).await.unwrap();
+    c.execute("insert into sp values (6)", &[]).await.unwrap();
+    c.execute("rollback transaction to savepoint s1", &[]).await.unwrap();
+    c.execute("release savepoint s1", &[]).await.unwrap();
+    c.batch_execute("commit").await.unwrap();
+    assert_eq!(ids(&c, "sp").await, [1, 3, 4]);
+
+    // tokio-postgres's nested transactions are savepoints.
+    let mut tx = c.transaction().await.unwrap();
+    tx.execute("insert into sp values (7)", &[]).await.unwrap();
+    {
+        let inner = tx.savepoint("inner").await.unwrap();
+        inner.execute("insert into sp values (8)", &[]).await.unwrap();
+        inner.rollback().await.unwrap();
+    }
+    {
+        let inner = tx.savepoint("kept").await.unwrap();
+        inner.execute("insert into sp values (9)", &[]).await.unwrap();
+        inner.commit().await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    assert_eq!(ids(&c, "sp").await, [1, 3, 4, 7, 9]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_to_savepoint_recovers_a_failed_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute("create table r (id int primary key); insert into r values (1)").await.unwrap();
+    for extended in [false, true] {
+        c.batch_execute("begin; insert into r values (10); savepoint s; insert into r values (11)").await.unwrap();
+        let e = c.batch_execute("insert into r values (1)").await.unwrap_err();
+        assert_eq!(code(&e), "23505");
+        let e = c.batch_execute("select 1").await.unwrap_err();
+        assert_eq!(code(&e), "25P02");
+        // RELEASE is not a way out of a failed block.
+        let e = c.batch_execute("release s").await.unwrap_err();
+        assert_eq!(code(&e), "25P02");
+        if extended {
+            c.execute("rollback to savepoint s", &[]).await.unwrap();
+        } else {
+            c.batch_execute("rollback to savepoint s").await.unwrap();
+        }
+        c.batch_execute("insert into r values (12); commit").await.unwrap();
+        assert_eq!(ids(&c, "r").await, [1, 10, 12], "extended protocol: {extended}");
+        c.batch_execute("delete from r where id > 1").await.unwrap();
+    }
+    // A savepoint set before the error that is not the one named stays failed (3B001).
+    c.batch_execute("begin; savepoint s").await.unwrap();
+    assert!(c.batch_execute("insert into r values (1)").await.is_err());
+    let e = c.batch_execute("rollback to savepoint nosuch").await.unwrap_err();
+    assert_eq!(code(&e), "3B001");
+    let e = c.batch_execute("select 1").await.unwrap_err();
+    assert_eq!(code(&e), "25P02");
+    c.batch_execute("rollback to s; rollback").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn savepoint_errors_have_postgresql_sqlstates() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    for (sql, msg) in [
+        ("savepoint a", "SAVEPOINT can only be used in transaction blocks"),
+        ("release savepoint a", "RELEASE SAVEPOINT can only be used in transaction blocks"),
+        ("rollback to savepoint a", "ROLLBACK TO SAVEPOINT can only be used in transaction blocks"),
+    ] {
+        let e = c.batch_execute(sql).await.unwrap_err();
+        assert_eq!(code(&e), "25P01", "{sql}");
+        assert_eq!(e.as_db_error().unwrap().message(), msg);
+    }
+    c.batch_execute("begin").await.unwrap();
+    let e = c.batch_execute("release x").await.unwrap_err();
+    assert_eq!(code(&e), "3B001");
+    assert_eq!(e.as_db_error().unwrap().message(), "savepoint \"x\" does not exist");
+    c.batch_execute("rollback").await.unwrap();
+    // Released savepoints and those after a ROLLBACK TO target are gone.
+    c.batch_execute("begin; savepoint a; savepoint b; release a").await.unwrap();
+    let e = c.batch_execute("rollback to b").await.unwrap_err();
+    assert_eq!(code(&e), "3B001");
+    c.batch_execute("rollback").await.unwrap();
+    c.batch_execute("begin; select 1; savepoint a; savepoint b; rollback work to savepoint a").await.unwrap();
+    let e = c.batch_execute("release b").await.unwrap_err();
+    assert_eq!(code(&e), "3B001");
+    c.batch_execute("rollback").await.unwrap();
+    // Isolation is chosen before any savepoint.
+    c.batch_execute("begin; savepoint a").await.unwrap();
+    let e = c.batch_execute("set transaction isolation level repeatable read").await.unwrap_err();
+    assert_eq!(code(&e), "25001");
+    c.batch_execute("rollback").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_refuses_one_more_with_53300() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start_with_max_connections(dir.path(), 3);
+    let a = connect(&s).await;
+    let b = connect(&s).await;
+    let c = connect(&s).await;
+    let e = tokio_postgres::connect(&s.conn_string(), NoTls).await.map(|_| ()).unwrap_err();
+    assert_eq!(code(&e), "53300", "{e}");
+    assert_eq!(e.as_db_error().unwrap().message(), "sorry, too many clients already");
+    assert_eq!(e.as_db_error().unwrap().severity(), "FATAL");
+    for x in [&a, &b, &c] {
+        assert_eq!(x.query_one("select 1 + 1", &[]).await.unwrap().get::<_, i32>(0), 2);
+    }
+    let shown: String = a.query_one("show max_connections", &[]).await.unwrap().get(0);
+    assert_eq!(shown, "3");
+    let e = a.batch_execute("set max_connections = 5").await.unwrap_err();
+    assert_eq!(code(&e), "55P02");
+    a.batch_execute("reset all").await.unwrap();
+    let shown: String = a.query_one("show max_connections", &[]).await.unwrap().get(0);
+    assert_eq!(shown, "3", "RESET ALL keeps the server's value");
+    // A full server still takes cancel requests (they use no slot).
+    c.cancel_token().cancel_query(NoTls).await.unwrap();
+    // A closed connection gives its slot back (once its session has ended).
+    drop(c);
+    let d = loop {
+        match tokio_postgres::connect(&s.conn_string(), NoTls).await {
+            Ok((client, conn)) => {
+                tokio::spawn(conn);
+                break client;
+            }
+            Err(e) => {
+                assert_eq!(code(&e), "53300", "{e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    assert_eq!(d.query_one("select 3", &[]).await.unwrap().get::<_, i32>(0), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_cancels_a_long_statement() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    let show = |v: &'static str| {
+        let c = &c;
+        async move { c.query_one(&format!("show {v}"), &[]).await.unwrap().get::<_, String>(0) }
+    };
+    assert_eq!(show("statement_timeout").await, "0");
+    for (set, shown) in [("'5s'", "5s"), ("100", "100ms"), ("'1min'", "1min"), ("'1.5s'", "1500ms")] {
+        c.batch_execute(&format!("set statement_timeout = {set}")).await.unwrap();
+        assert_eq!(show("statement_timeout").await, shown);
+    }
+    c.batch_execute("reset statement_timeout").await.unwrap();
+    assert_eq!(show("statement_timeout").await, "0");
+    c.batch_execute("set statement_timeout to '2h'; set statement_timeout to default").await.unwrap();
+    assert_eq!(show("statement_timeout").await, "0");
+    let e = c.batch_execute("set statement_timeout = 'soon'").await.unwrap_err();
+    assert_eq!(code(&e), "22023");
+    let e = c.batch_execute("set idle_in_transaction_session_timeout = -1").await.unwrap_err();
+    assert_eq!(code(&e), "22023");
+
+    c.batch_execute("set statement_timeout = '200ms'").await.unwrap();
+    let e = c.batch_execute("select pg_sleep(60)").await.unwrap_err();
+    assert_eq!(code(&e), "57014");
+    assert_eq!(e.as_db_error().unwrap().message(), "canceling statement due to statement timeout");
+    // Inside a block the timeout fails the block, as any error does.
+    c.batch_execute("begin").await.unwrap();
+    let e = c.query("select pg_sleep(60)", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "57014");
+    let e = c.batch_execute("select 1").await.unwrap_err();
+    assert_eq!(code(&e), "25P02");
+    c.batch_execute("rollback").await.unwrap();
+
+    // The executor's own loops check the clock too: a scan of 2^17 rows cannot finish in 1 ms.
+    c.batch_execute("set statement_timeout = 0; create table big (a int); insert into big values (1)").await.unwrap();
+    for _ in 0..17 {
+        c.batch_execute("insert into big select a + 1 from big").await.unwrap();
+    }
+    c.batch_execute("set statement_timeout = '1ms'").await.unwrap();
+    let e = c.query("select count(*) from big where a > 0", &[]).await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().message(), "canceling statement due to statement timeout");
+    let e = c.batch_execute("update big set a = a + 1").await.unwrap_err();
+    assert_eq!(code(&e), "57014");
+    c.batch_execute("set statement_timeout = 0").await.unwrap();
+    let n: i64 = c.query_one("select count(*) from big where a > 1", &[]).await.unwrap().get(0);
+    assert_eq!(n, (1 << 17) - 1, "the timed-out UPDATE rolled back");
+
+    // A wait for a row lock ends when the statement's time is up, with the same error.
+    let other = connect(&s).await;
+    other.batch_execute("create table lk (id int primary key, v int); insert into lk values (1, 0)").await.unwrap();
+    other.batch_execute("begin; update lk set v = 1 where id = 1").await.unwrap();
+    c.batch_execute("set statement_timeout = '200ms'").await.unwrap();
+    let e = c.batch_execute("update lk set v = 2 where id = 1").await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().message(), "canceling statement due to statement timeout");
+    other.batch_execute("commit").await.unwrap();
+    c.batch_execute("update lk set v = v + 10 where id = 1").await.unwrap();
+    assert_eq!(c.query_one("select v from lk", &[]).await.unwrap().get::<_, i32>(0), 11);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_request_stops_a_running_statement() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    let token = c.cancel_token();
+    let running = tokio::spawn(async move {
+        let r = c.batch_execute("select pg_sleep(120)").await;
+        (c, r)
+    });
+    // A cancel that arrives before the statement starts is forgotten, so ask until it lands.
+    while !running.is_finished() {
+        token.cancel_query(NoTls).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (c, r) = running.await.unwrap();
+    let e = r.unwrap_err();
+    assert_eq!(code(&e), "57014");
+    assert_eq!(e.as_db_error().unwrap().message(), "canceling statement due to user request");
+    // The session goes on.
+    assert_eq!(c.query_one("select 5", &[]).await.unwrap().get::<_, i32>(0), 5);
+}
+
+/// Reads one backend message: its tag and body.
+fn read_message(sock: &mut std::net::TcpStream) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 5];
+    sock.read_exact(&mut head).unwrap();
+    let len = i32::from_be_bytes(head[1..5].try_into().unwrap()) as usize;
+    let mut body = vec![0u8; len - 4];
+    sock.read_exact(&mut body).unwrap();
+    (head[0], body)
+}
+
+/// Reads messages up to ReadyForQuery; returns the SQLSTATE of an ErrorResponse, if any.
+fn until_ready(sock: &mut std::net::TcpStream) -> Option<String> {
+    until_ready_status(sock).0
+}
+
+/// Reads messages up to ReadyForQuery: the SQLSTATE of an ErrorResponse, if any, and the
+/// transaction status ReadyForQuery reports (`I`, `T` or `E`).
+fn until_ready_status(sock: &mut std::net::TcpStream) -> (Option<String>, char) {
+    let mut code = None;
+    loop {
+        match read_message(sock) {
+            (b'Z', body) => return (code, body[0] as char),
+            (b'E', body) => {
+                let field = body.split(|&b| b == 0).find(|f| f.first() == Some(&b'C'));
+                code = field.map(|f| String::from_utf8_lossy(&f[1..]).into_owned());
+            }
+            _ => {}
+        }
+    }
+}
+
+fn cancel_request(s: &TestServer, pid: i32, key: i32) {
+    let mut m = 16i32.to_be_bytes().to_vec();
+    m.extend_from_slice(&80877102i32.to_be_bytes());
+    m.extend_from_slice(&pid.to_be_bytes());
+    m.extend_from_slice(&key.to_be_bytes());
+    let _ = raw_exchange(s, &m);
+}
+
+/// A raw connection past startup, with the BackendKeyData it was given.
+fn raw_session(s: &TestServer) -> (std::net::TcpStream, i32, i32) {
+    let mut sock = std::net::TcpStream::connect(s.addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    sock.write_all(&startup()).unwrap();
+    let mut keys = None;
+    loop {
+        match read_message(&mut sock) {
+            (b'K', body) => {
+                let pid = i32::from_be_bytes(body[0..4].try_into().unwrap());
+                let key = i32::from_be_bytes(body[4..8].try_into().unwrap());
+                keys = Some((pid, key));
+            }
+            (b'Z', _) => break,
+            _ => {}
+        }
+    }
+    let (pid, key) = keys.expect("BackendKeyData");
+    (sock, pid, key)
+}
+
+fn query_message(sql: &str) -> Vec<u8> {
+    message(b'Q', format!("{sql}\0").as_bytes())
+}
+
+#[test]
+fn ready_for_query_reports_the_session_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let (mut sock, _, _) = raw_session(&s);
+    let ask = |sock: &mut std::net::TcpStream, sql: &str| {
+        sock.write_all(&query_message(sql)).unwrap();
+        until_ready_status(sock)
+    };
+    let mut ask = |sql: &str| ask(&mut sock, sql);
+    assert_eq!(ask("begin; savepoint s"), (None, 'T'));
+    assert_eq!(ask("select nosuch"), (Some("42703".into()), 'E'));
+    // ROLLBACK TO makes the failed block usable again: "in transaction", not "failed".
+    assert_eq!(ask("rollback to savepoint s"), (None, 'T'));
+    assert_eq!(ask("selec 1"), (Some("42601".into()), 'E'));
+    assert_eq!(ask("rollback to s; select 1"), (None, 'T'));
+    assert_eq!(ask("commit"), (None, 'I'));
+    assert_eq!(ask("select nosuch"), (Some("42703".into()), 'I'));
+    // The extended protocol: a Parse that fails inside a block, then Sync.
+    assert_eq!(ask("begin"), (None, 'T'));
+    let mut parse = vec![0u8];
+    parse.extend_from_slice(b"selec 1\0");
+    parse.extend_from_slice(&0i16.to_be_bytes());
+    let mut m = message(b'P', &parse);
+    m.extend(message(b'S', &[]));
+    sock.write_all(&m).unwrap();
+    assert_eq!(until_ready_status(&mut sock), (Some("42601".into()), 'E'));
+    sock.write_all(&query_message("rollback")).unwrap();
+    assert_eq!(until_ready_status(&mut sock), (None, 'I'));
+}
+
+#[test]
+fn a_cancel_request_with_the_wrong_key_does_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let (mut sock, pid, key) = raw_session(&s);
+    let query = query_message;
+    // The right process ID with a wrong key, and a wrong process ID with the right key.
+    sock.write_all(&query("select pg_sleep(1)")).unwrap();
+    for _ in 0..5 {
+        cancel_request(&s, pid, key.wrapping_add(1));
+        cancel_request(&s, pid.wrapping_add(1), key);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(until_ready(&mut sock), None, "a wrong key cancelled the statement");
+    // The right key cancels.
+    sock.write_all(&query("select pg_sleep(120)")).unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let mut peek = [0u8; 1];
+    while sock.peek(&mut peek).is_err() {
+        cancel_request(&s, pid, key);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    sock.set_nonblocking(false).unwrap();
+    assert_eq!(until_ready(&mut sock).as_deref(), Some("57014"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_in_transaction_timeout_ends_the_session_and_rolls_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let other = connect(&s).await;
+    other.batch_execute("create table idle (id int primary key, v int)").await.unwrap();
+    other.batch_execute("insert into idle values (1, 0)").await.unwrap();
+
+    let (c, conn) = connect_watched(&s).await;
+    c.batch_execute("set idle_in_transaction_session_timeout = '300ms'").await.unwrap();
+    assert_eq!(
+        c.query_one("show idle_in_transaction_session_timeout", &[]).await.unwrap().get::<_, String>(0),
+        "300ms"
+    );
+    // Idle outside a block is not limited.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    c.batch_execute("select 1").await.unwrap();
+    // Idle inside one is: the session is closed with FATAL 25P03.
+    c.batch_execute("begin; insert into idle values (2, 2); update idle set v = 1 where id = 1").await.unwrap();
+    let e = conn.await.unwrap().unwrap_err();
+    assert_eq!(code(&e), "25P03", "{e}");
+    assert_eq!(e.as_db_error().unwrap().message(), "terminating connection due to idle-in-transaction timeout");
+    assert!(c.batch_execute("select 1").await.is_err(), "the connection is closed");
+    // Its writes are gone and its row lock released: the same key inserts, the row updates.
+    other.batch_execute("insert into idle values (2, 20); update idle set v = 10 where id = 1").await.unwrap();
+    let rows: Vec<(i32, i32)> = other
+        .query("select id, v from idle order by id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(rows, [(1, 10), (2, 20)]);
+
+    // A failed block is idle in transaction too.
+    let (c, conn) = connect_watched(&s).await;
+    c.batch_execute("set idle_in_transaction_session_timeout = 200; begin").await.unwrap();
+    assert!(c.batch_execute("select nosuch").await.is_err());
+    let e = conn.await.unwrap().unwrap_err();
+    assert_eq!(code(&e), "25P03", "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_a_running_statement() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute("create table keep (id int primary key); insert into keep values (1)").await.unwrap();
+    let running =
+        tokio::spawn(async move { c.batch_execute("begin; insert into keep values (2); select pg_sleep(3600)").await });
+    // Give the statement time to start (if it has not, shutdown never runs it: fine too).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::task::spawn_blocking(move || s.stop()).await.unwrap();
+    assert!(running.await.unwrap().is_err());
+    // The open transaction rolled back.
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    assert_eq!(ids(&c, "keep").await, [1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_from_stdin_honours_statement_timeout() {
+    use futures::SinkExt;
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute("create table cp (id int primary key)").await.unwrap();
+    c.batch_execute("set statement_timeout = '50ms'").await.unwrap();
+    let sink = c.copy_in("copy cp from stdin").await.unwrap();
+    futures::pin_mut!(sink);
+    // The COPY statement's clock runs while the client is slow to send its rows.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sink.send(bytes::Bytes::from_static(b"1\n2\n")).await.unwrap();
+    let e = sink.finish().await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().message(), "canceling statement due to statement timeout");
+    c.batch_execute("set statement_timeout = 0").await.unwrap();
+    assert!(ids(&c, "cp").await.is_empty());
 }

@@ -114,3 +114,46 @@ fn pg_isready_sees_the_server() {
     assert!(o.status.success(), "{:?}", text(&o));
     assert!(text(&o).0.contains("accepting connections"));
 }
+
+/// psql's ON_ERROR_ROLLBACK wraps each statement of a block in a savepoint and rolls back to it
+/// after an error, deciding by the transaction status ReadyForQuery reports: the block goes on
+/// after the failed statement and commits the rest. `\echo` of `:LAST_ERROR_SQLSTATE` shows the
+/// savepoint errors' codes.
+#[test]
+fn psql_on_error_rollback_uses_savepoints() {
+    let Some(psql) = require("psql") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let script = r#"
+\set ON_ERROR_ROLLBACK on
+create table oer (id int primary key);
+begin;
+insert into oer values (1);
+insert into oer values (1);
+insert into oer values (2);
+commit;
+select 'rows: ' || count(*) from oer;
+savepoint outside;
+\echo outside :LAST_ERROR_SQLSTATE
+begin;
+rollback to savepoint nosuch;
+\echo unknown :LAST_ERROR_SQLSTATE
+rollback;
+set statement_timeout = '100ms';
+select pg_sleep(30);
+\echo timeout :LAST_ERROR_SQLSTATE
+"#;
+    let file = dir.path().join("oer.sql");
+    std::fs::write(&file, script).unwrap();
+    let o =
+        run(&psql, &["-X", "-At", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-f", file.to_str().unwrap()]);
+    let (out, err) = text(&o);
+    eprintln!("{out}\n{err}");
+    assert!(err.contains("duplicate key value violates unique constraint \"oer_pkey\""), "{err}");
+    assert!(out.contains("rows: 2"), "{out}");
+    assert!(err.contains("SAVEPOINT can only be used in transaction blocks"), "{err}");
+    assert!(out.contains("outside 25P01"), "{out}");
+    assert!(out.contains("unknown 3B001"), "{out}");
+    assert!(err.contains("canceling statement due to statement timeout"), "{err}");
+    assert!(out.contains("timeout 57014"), "{out}");
+}

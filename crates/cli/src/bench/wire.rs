@@ -171,12 +171,13 @@ struct InProcess {
 }
 
 impl InProcess {
-    fn start(config: settledb::Config) -> Result<InProcess> {
+    fn start(config: settledb::Config, max_connections: usize) -> Result<InProcess> {
         let dir = tempfile::tempdir()?;
         let mut opts = settledb_server::ServeOptions::new(dir.path().join("data"));
         opts.port = 0;
         opts.config = config;
         opts.log_to_stderr = false;
+        opts.max_connections = max_connections;
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || -> Result<()> {
@@ -263,7 +264,8 @@ pub fn run(a: WireArgs) -> Result<ExitCode> {
         .collect();
     let scale = a.scale.to_string();
     eprintln!("settle serve: pgbench -i -s {scale} ...");
-    let server = InProcess::start(config)?;
+    // Room for the idle-connections run, as PostgreSQL gets below.
+    let server = InProcess::start(config, (a.idle_connections as usize + 20).max(100))?;
     pgbench_settle(&bin, server.port, &["-i", "-q", "-s", &scale])?;
     let peer = if a.peer {
         eprintln!("PostgreSQL 15: pgbench -i -s {scale} ...");

@@ -32,8 +32,18 @@ impl TestServer {
         TestServer::start_with(dir, None, settings)
     }
 
+    /// A server that serves at most `n` connections at once.
+    pub fn start_with_max_connections(dir: &Path, n: usize) -> TestServer {
+        TestServer::start_opts(dir, None, &[], n)
+    }
+
     fn start_with(dir: &Path, password: Option<&str>, settings: &[(&str, &str)]) -> TestServer {
+        TestServer::start_opts(dir, password, settings, 100)
+    }
+
+    fn start_opts(dir: &Path, password: Option<&str>, settings: &[(&str, &str)], max: usize) -> TestServer {
         let mut opts = ServeOptions::new(dir);
+        opts.max_connections = max;
         opts.password = password.map(str::to_string);
         opts.port = 0;
         opts.log_to_stderr = false;
