@@ -137,7 +137,7 @@ const STREAM_SQL: [(usize, &str); 10] = [
     ),
     (
         0,
-        "BEGIN; SAVEPOINT b; INSERT INTO t SELECT g, NULL FROM generate_series(10000, 13999) g; RELEASE b;
+        "BEGIN; SAVEPOINT b; INSERT INTO t SELECT g, NULL FROM generate_series(10000, 17999) g; RELEASE b;
          ROLLBACK",
     ),
     (0, "INSERT INTO t VALUES (-7, 'tail')"),
@@ -207,7 +207,7 @@ fn settledb_stream_lines() -> Vec<String> {
 
     let mut tx = db.begin().unwrap();
     tx.savepoint("b").unwrap();
-    for g in 10000..14000 {
+    for g in 10000..18000 {
         tx.insert(&t, &row(g, None)).unwrap();
     }
     tx.release("b").unwrap();

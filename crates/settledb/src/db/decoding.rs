@@ -17,7 +17,7 @@ use crate::decode::test_decoding::TestDecoding;
 use crate::error::{Error, Result};
 use crate::heap::HeapEnv;
 use crate::types::{Lsn, Oid, Xid};
-use crate::wal::{Rmgr, WalReader};
+use crate::wal::{DecodedRecord, Rmgr, WalReader};
 use crate::xact::standby::{RunningXacts, XLOG_RUNNING_XACTS};
 
 use super::slots::RunningXactsSeen;
@@ -231,7 +231,9 @@ impl Database {
         let mut reader = WalReader::new(inner.fs.clone(), inner.wal.dir(), d.restart_lsn, inner.wal.segment_size());
         let mut end_lsn = d.confirmed_flush;
         let mut seen = RunningXactsSeen { from: d.restart_lsn, to: d.restart_lsn, records: Vec::new() };
-        while let Some(rec) = reader.next()? {
+        // One record decoded into again and again: nothing allocated per record.
+        let mut rec = DecodedRecord::empty();
+        while reader.next_into(&mut rec)? {
             if rec.lsn >= end_of_wal {
                 break;
             }

@@ -16,9 +16,11 @@
 //!   stream is cut at its first change at or after that LSN, in memory or inside the spilled
 //!   part. Nothing is kept per subtransaction: a transaction with 100,000 savepoints costs
 //!   what one with none costs.
-//! - **Changes are encoded compactly** into chunks that double from 256 bytes to 64 kB
-//!   (a varint header of about 6 bytes plus the tuple bytes), and **the memory accounted is
-//!   what is allocated**: chunk capacities, each transaction's structure and vectors, the XID
+//! - **Changes are encoded compactly** into chunks that double from 256 bytes to 64 kB:
+//!   rows in their logged form (the heap record's bytes, 18 bytes shorter than a tuple), a
+//!   header of a flags byte and varints, and the LSN, XID and relation left out when they are
+//!   the previous change's in the same chunk (a multi-insert's rows: a 2-byte header). **The
+//!   memory accounted is what is allocated**: chunk capacities, each transaction's structure and vectors, the XID
 //!   map, the victim index and the spill write buffer. `logical_decoding_work_mem` bounds all
 //!   of it (PostgreSQL counts neither its transaction structures nor allocator slack, and
 //!   restores up to 4096 changes per subtransaction at once at commit).
@@ -33,6 +35,8 @@
 //!   eviction, so a buffer at its limit does not evict on every change.
 //! - **Spilled changes go to one append-only log per buffer** ([`spill`]) in large writes, and
 //!   come back at commit one run (at most about 1 MB) at a time: replay memory is bounded.
+//!   Each spill of a transaction adds a run entry; the short runs of a transaction spilled
+//!   again and again are merged, so that the entries stay within an eighth of the limit.
 //! - **Transactions known aborted are dropped**, not spilled or streamed, when an
 //!   [`XidStatus`] oracle is given: checked when a transaction is first seen and when it is
 //!   chosen as a victim.

@@ -278,6 +278,23 @@ pub struct DecodedRecord {
     pub main_data: Vec<u8>,
 }
 
+impl DecodedRecord {
+    /// A record to decode into ([`reader::WalReader::next_into`]).
+    pub fn empty() -> DecodedRecord {
+        DecodedRecord {
+            lsn: Lsn::INVALID,
+            end_lsn: Lsn::INVALID,
+            prev: Lsn::INVALID,
+            xid: Xid::INVALID,
+            toplevel_xid: Xid::INVALID,
+            rmgr: Rmgr::Xlog,
+            info: 0,
+            blocks: Vec::new(),
+            main_data: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedBlock {
     pub id: u8,

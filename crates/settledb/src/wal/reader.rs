@@ -123,24 +123,32 @@ impl WalReader {
         reason = "fallible: Result<Option<_>> lets callers use `?` and still see the end"
     )]
     pub fn next(&mut self) -> Result<Option<DecodedRecord>> {
+        let mut rec = DecodedRecord::empty();
+        Ok(self.next_into(&mut rec)?.then_some(rec))
+    }
+
+    /// [`WalReader::next`] into `rec`, reusing its vectors: `Ok(false)` at the end of valid
+    /// WAL (`rec` is then unspecified). A caller reading many records allocates nothing per
+    /// record but page images.
+    pub fn next_into(&mut self, rec: &mut DecodedRecord) -> Result<bool> {
         if self.stop_reason.is_some() {
-            return Ok(None);
+            return Ok(false);
         }
-        match self.read_record()? {
-            Ok(rec) => {
+        match self.read_record(rec)? {
+            Ok(()) => {
                 self.last_record = rec.lsn;
                 self.check_prev = true;
                 self.pos = rec.end_lsn;
-                Ok(Some(rec))
+                Ok(true)
             }
             Err(reason) => {
                 self.stop_reason = Some(reason);
-                Ok(None)
+                Ok(false)
             }
         }
     }
 
-    fn read_record(&mut self) -> Result<std::result::Result<DecodedRecord, Stop>> {
+    fn read_record(&mut self, out: &mut DecodedRecord) -> Result<std::result::Result<(), Stop>> {
         let lsn = self.pos;
         if lsn == Lsn::INVALID {
             return Ok(Err("invalid record position 0/0".to_string()));
@@ -158,7 +166,7 @@ impl WalReader {
         buf.clear();
         buf.extend_from_slice(&head);
         let result = match self.read_body(lsn, tot_len, &mut buf) {
-            Ok(Ok(())) => Ok(self.validate(lsn, &h, &buf)),
+            Ok(Ok(())) => Ok(self.validate(lsn, &h, &buf, out)),
             Ok(Err(stop)) => Ok(Err(stop)),
             Err(e) => Err(e),
         };
@@ -197,11 +205,11 @@ impl WalReader {
         Ok(())
     }
 
-    fn validate(&self, lsn: Lsn, h: &Header, rec: &[u8]) -> std::result::Result<DecodedRecord, Stop> {
+    fn validate(&self, lsn: Lsn, h: &Header, rec: &[u8], out: &mut DecodedRecord) -> std::result::Result<(), Stop> {
         if !record::crc_matches(rec, h.crc) {
             return Err(format!("incorrect resource manager data checksum in record at {lsn}"));
         }
-        record::decode(lsn, rec).map_err(|detail| format!("invalid record at {lsn}: {detail}"))
+        record::decode_into(lsn, rec, out).map_err(|detail| format!("invalid record at {lsn}: {detail}"))
     }
 
     /// Fills `buf` with stream bytes from `lsn`, crossing segments; `Ok(Err(..))` when the

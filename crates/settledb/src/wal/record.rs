@@ -356,6 +356,14 @@ fn restore_image(stored: &[u8], hole_off: usize, hole_len: usize) -> std::result
 /// Decodes a whole record (header included) found at `lsn` whose CRC already matched.
 /// Returns a description of what is wrong when the body is malformed.
 pub(crate) fn decode(lsn: Lsn, rec: &[u8]) -> std::result::Result<DecodedRecord, String> {
+    let mut out = DecodedRecord::empty();
+    decode_into(lsn, rec, &mut out)?;
+    Ok(out)
+}
+
+/// [`decode`] into `out`, reusing its vectors (a reader of many records, logical decoding's,
+/// allocates nothing per record but page images). `out` is unspecified after an error.
+pub(crate) fn decode_into(lsn: Lsn, rec: &[u8], out: &mut DecodedRecord) -> std::result::Result<(), String> {
     let head: &[u8; RECORD_HEADER_SIZE] =
         rec.get(..RECORD_HEADER_SIZE).and_then(|h| h.try_into().ok()).ok_or("record shorter than its header")?;
     let h = Header::parse(head);
@@ -370,17 +378,24 @@ pub(crate) fn decode(lsn: Lsn, rec: &[u8]) -> std::result::Result<DecodedRecord,
     if nblocks > MAX_BLOCKS_PER_RECORD {
         return Err(format!("{nblocks} block references, at most {MAX_BLOCKS_PER_RECORD}"));
     }
-    let mut raw = Vec::with_capacity(nblocks);
+    // The block headers come first, then the main data's length, then each block's payload:
+    // the headers are read (and checked) once to find where the payloads start, and again
+    // beside them.
+    let headers = c.bytes;
+    let mut ids = [0u64; 4]; // The block IDs seen, one bit per possible u8.
     for _ in 0..nblocks {
         let b = decode_block_header(&mut c)?;
-        if raw.iter().any(|o: &RawBlock| o.id == b.id) {
+        let (word, bit) = (usize::from(b.id / 64), 1u64 << (b.id % 64));
+        if ids[word] & bit != 0 {
             return Err(format!("duplicate block id {}", b.id));
         }
-        raw.push(b);
+        ids[word] |= bit;
     }
     let main_len = c.u32("main data length")? as usize;
-    let mut blocks = Vec::with_capacity(nblocks);
-    for b in raw {
+    let mut h2 = Cursor { bytes: headers };
+    out.blocks.truncate(nblocks);
+    for k in 0..nblocks {
+        let b = decode_block_header(&mut h2)?;
         let image = match b.image {
             Some((stored, hole_off, hole_len)) => {
                 let bytes = c.take(stored, "page image")?;
@@ -388,25 +403,30 @@ pub(crate) fn decode(lsn: Lsn, rec: &[u8]) -> std::result::Result<DecodedRecord,
             }
             None => None,
         };
-        let data = c.take(b.data_len, "block data")?.to_vec();
+        let data = c.take(b.data_len, "block data")?;
         let will_init = b.flags & FLAG_WILL_INIT != 0;
-        blocks.push(DecodedBlock { id: b.id, tag: b.tag, will_init, image, data });
+        match out.blocks.get_mut(k) {
+            Some(o) => {
+                (o.id, o.tag, o.will_init, o.image) = (b.id, b.tag, will_init, image);
+                o.data.clear();
+                o.data.extend_from_slice(data);
+            }
+            None => out.blocks.push(DecodedBlock { id: b.id, tag: b.tag, will_init, image, data: data.to_vec() }),
+        }
     }
-    let main_data = c.take(main_len, "main data")?.to_vec();
+    out.main_data.clear();
+    out.main_data.extend_from_slice(c.take(main_len, "main data")?);
     if !c.bytes.is_empty() {
         return Err(format!("{} unexplained bytes at the end of the record", c.bytes.len()));
     }
-    Ok(DecodedRecord {
-        lsn,
-        end_lsn: Lsn(lsn.0 + u64::from(h.tot_len)),
-        prev: h.prev,
-        xid: h.xid,
-        toplevel_xid,
-        rmgr,
-        info: h.info,
-        blocks,
-        main_data,
-    })
+    out.lsn = lsn;
+    out.end_lsn = Lsn(lsn.0 + u64::from(h.tot_len));
+    out.prev = h.prev;
+    out.xid = h.xid;
+    out.toplevel_xid = toplevel_xid;
+    out.rmgr = rmgr;
+    out.info = h.info;
+    Ok(())
 }
 
 /// Bytes a block's image occupies in its record (for `len (rec/tot)` in waldump).
