@@ -12,6 +12,10 @@
 //! * `rollback_to_a_savepoint_before_the_truncate_restores_the_rows`, and RELEASE keeps it.
 //! * `crash_before_and_after_the_commit_record`: with `FaultFs`, a crash inside the
 //!   transaction recovers the old rows and files only; one after its commit, the new.
+//! * `a_prepared_truncate_commits_or_rolls_back_in_the_same_run` and
+//!   `a_prepared_truncate_survives_a_restart_and_a_crash`: PREPARE after a TRUNCATE keeps both
+//!   sets of files and the lock (across a clean restart or a crash too); COMMIT PREPARED leaves
+//!   the new rows and files, ROLLBACK PREPARED the old, and the table takes writes after.
 //! * `a_second_session_waits_for_the_lock`: TRUNCATE waits for a reader's lock (seen in
 //!   `Database::locks`, no timing), and fails with 55P03 under `lock_timeout`; a reader
 //!   waits for the TRUNCATE and then reads the new, empty table.
@@ -275,6 +279,113 @@ fn crash_before_and_after_the_commit_record() {
         db2.abandon();
     }
     db.abandon();
+}
+
+fn prepared_config() -> Config {
+    Config { max_prepared_transactions: 4, ..config() }
+}
+
+/// TRUNCATE `t`, insert ids 1000..1010, PREPARE as `gid`; the files before and after.
+fn prepare_a_truncate(
+    db: &Database,
+    fs: &dyn FileSystem,
+    dir: &Path,
+    gid: &str,
+) -> (BTreeSet<String>, BTreeSet<String>) {
+    let before = files(fs, dir);
+    let t = db.table("t").unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.truncate(&["t"], TruncateOptions::default()).unwrap();
+    for id in 1000..1010 {
+        tx.insert(&t, &row(id)).unwrap();
+    }
+    tx.prepare(gid).unwrap();
+    drop(tx);
+    let during = files(fs, dir);
+    assert!(nodes(&during).is_superset(&nodes(&before)), "both sets while prepared");
+    assert_eq!(nodes(&during).len(), 2 * nodes(&before).len(), "{during:?}");
+    (before, during)
+}
+
+#[test]
+fn a_prepared_truncate_commits_or_rolls_back_in_the_same_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs: Arc<dyn FileSystem> = Arc::new(settledb::io::RealFs);
+    let db = Database::open(dir.path(), prepared_config()).unwrap();
+    setup(&db, 300);
+    // ROLLBACK PREPARED: every old row and index entry back, the new files gone.
+    let (before, _) = prepare_a_truncate(&db, &*fs, dir.path(), "undo");
+    assert!(db.locks().iter().any(|l| l.mode == LockMode::AccessExclusive), "the prepared truncate keeps its lock");
+    db.rollback_prepared("undo").unwrap();
+    assert_eq!(ids(&db), (0..300).collect::<Vec<_>>());
+    assert_eq!(ids_by_index(&db, 1010), ((0..300).collect(), (0..300).collect()));
+    assert_eq!(files(&*fs, dir.path()), before);
+    assert_check_clean(&db, "after ROLLBACK PREPARED");
+    // COMMIT PREPARED: only the rows written after the truncate, the old files gone.
+    let (before, during) = prepare_a_truncate(&db, &*fs, dir.path(), "keep");
+    db.commit_prepared("keep").unwrap();
+    let want: Vec<i32> = (1000..1010).collect();
+    assert_eq!(ids(&db), want);
+    assert_eq!(ids_by_index(&db, 1010), (want.clone(), want.clone()));
+    let after = nodes(&files(&*fs, dir.path()));
+    assert_eq!(after, nodes(&during).difference(&nodes(&before)).copied().collect::<BTreeSet<u32>>());
+    assert!(db.locks().is_empty(), "{:?}", db.locks());
+    assert_check_clean(&db, "after COMMIT PREPARED");
+    db.close().unwrap();
+    let db = Database::open(dir.path(), prepared_config()).unwrap();
+    assert_eq!(ids(&db), want);
+    assert_check_clean(&db, "after a restart");
+}
+
+#[test]
+fn a_prepared_truncate_survives_a_restart_and_a_crash() {
+    for crash in [false, true] {
+        for commit in [false, true] {
+            let what = format!("crash {crash}, commit {commit}");
+            let dir = tempfile::tempdir().unwrap();
+            let fs: Arc<dyn FileSystem> = Arc::new(settledb::io::RealFs);
+            let db = Database::open(dir.path(), prepared_config()).unwrap();
+            setup(&db, 200);
+            let (before, during) = prepare_a_truncate(&db, &*fs, dir.path(), "g");
+            if crash {
+                db.abandon();
+            } else {
+                db.close().unwrap();
+            }
+            let db = Database::open(dir.path(), prepared_config()).unwrap();
+            // Still prepared: both sets of files kept, the old rows visible to others, the
+            // table locked against writers.
+            assert_eq!(files(&*fs, dir.path()), during, "{what}: recovery keeps both sets");
+            assert_eq!(db.prepared_xacts().len(), 1, "{what}");
+            assert!(db.locks().iter().any(|l| l.mode == LockMode::AccessExclusive), "{what}");
+            if commit {
+                db.commit_prepared("g").unwrap();
+            } else {
+                db.rollback_prepared("g").unwrap();
+            }
+            let (want, gone): (Vec<i32>, _) =
+                if commit { ((1000..1010).collect(), &before) } else { ((0..200).collect(), &during) };
+            assert_eq!(ids(&db), want, "{what}");
+            assert_eq!(ids_by_index(&db, 1010), (want.clone(), want.clone()), "{what}");
+            let left = nodes(&files(&*fs, dir.path()));
+            let expect: BTreeSet<u32> =
+                if commit { nodes(&during).difference(&nodes(gone)).copied().collect() } else { nodes(&before) };
+            assert_eq!(left, expect, "{what}: the other set removed");
+            // The table takes writes on whichever storage it kept, its unique index included.
+            let t = db.table("t").unwrap();
+            let mut tx = db.begin().unwrap();
+            tx.insert(&t, &row(5000)).unwrap();
+            let dup = tx.insert(&t, &row(want[0])).unwrap_err();
+            assert!(matches!(dup, Error::UniqueViolation { .. }), "{what}: {dup:?}");
+            tx.rollback().unwrap();
+            assert_check_clean(&db, &what);
+            db.close().unwrap();
+            let db = Database::open(dir.path(), prepared_config()).unwrap();
+            assert_eq!(ids(&db), want, "{what}: after another restart");
+            assert_eq!(nodes(&files(&*fs, dir.path())), expect, "{what}: after another restart");
+            db.close().unwrap();
+        }
+    }
 }
 
 fn until(db: &Database, what: &str, pred: impl Fn(&[settledb::lmgr::LockInfo]) -> bool) {

@@ -172,6 +172,10 @@ pub(crate) struct Inner {
     /// The lock owners of prepared transactions, whose locks last until COMMIT/ROLLBACK
     /// PREPARED (in this run only: a restart brings prepared transactions back without them).
     pub(crate) prepared_locks: Mutex<std::collections::HashMap<crate::types::FullXid, crate::lmgr::LockOwner>>,
+    /// The storage swaps of transactions prepared after a TRUNCATE, in this run (after a
+    /// restart their states' file lists stand in for them).
+    pub(in crate::db) prepared_swaps:
+        Mutex<std::collections::HashMap<crate::types::FullXid, Vec<transaction::StorageSwap>>>,
     pub(crate) shutdown: AtomicBool,
     bg_wake: Condvar,
     bg_mutex: Mutex<()>,
@@ -477,6 +481,7 @@ impl Database {
             checkpoints: AtomicU64::new(0),
             lmgr: crate::lmgr::LockManager::new(deadlock_timeout),
             prepared_locks: Mutex::new(Default::default()),
+            prepared_swaps: Mutex::new(Default::default()),
             shutdown: AtomicBool::new(false),
             bg_wake: Condvar::new(),
             bg_mutex: Mutex::new(()),
@@ -493,7 +498,7 @@ impl Database {
             startup::bootstrap_catalog(&inner.env(), &inner.catalog)?;
         } else {
             startup::load_catalog(&inner.env(), &inner.catalog)?;
-            startup::remove_orphans(inner.pool.smgr(), &inner.catalog)?;
+            startup::remove_orphans(inner.pool.smgr(), &inner.catalog, &inner.xact.prepared_drops())?;
             if let Some(e) = &sizes_unreadable {
                 inner.log_line(&format!(
                     "WARNING:  {e}: files cut short cannot be detected until the next checkpoint\n"
@@ -731,7 +736,9 @@ impl Database {
 
     fn finish_prepared(&self, gid: &str, commit: bool) -> Result<()> {
         self.check_healthy()?;
-        let xid = self.inner.xact.finish_prepared(gid, commit, &*self.inner.wal)?;
+        let (xid, drops) = self.inner.xact.finish_prepared(gid, commit, &*self.inner.wal)?;
+        // Before the locks go: nobody may see the tables between outcome and storage.
+        transaction::finish_prepared_storage(&self.inner, xid, commit, &drops)?;
         if let Some(owner) = self.inner.prepared_locks.lock().remove(&xid) {
             self.inner.lmgr.release_all(&owner);
         }

@@ -450,6 +450,29 @@ pub fn find_table_by_filenode_any_version(env: &HeapEnv<'_>, relfilenode: Oid) -
     Ok(None)
 }
 
+/// The cache's description of the index whose committed `pg_class` row is `row` at `tid`.
+pub fn index_def(row: &ClassRow, tid: Tid) -> Result<std::sync::Arc<catalog::IndexDef>> {
+    let meta =
+        row.index.clone().ok_or_else(|| Error::corrupted(PG_CLASS_OID, tid.block, "index row without index data"))?;
+    let btree = std::sync::Arc::new(crate::db::ddl::new_btree(
+        row.oid,
+        row.relfilenode,
+        &row.relname,
+        &row.schema,
+        meta.unique,
+    ));
+    Ok(std::sync::Arc::new(catalog::IndexDef {
+        oid: row.oid,
+        name: row.relname.clone(),
+        meta,
+        row: parking_lot::Mutex::new(tid),
+        // Committed before it is read: every snapshot may use it.
+        created_by: Xid::FROZEN,
+        btree,
+        dropped: parking_lot::RwLock::new(false),
+    }))
+}
+
 /// Reads every committed `pg_class` row into the catalog cache (which also rebuilds the
 /// ordered relfrozenxid index, after a crash as after a clean shutdown).
 pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
@@ -466,27 +489,7 @@ pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
     })?;
     // Indexes after every table, whatever order the rows were found in.
     for (row, tid) in index_rows {
-        let meta = row
-            .index
-            .clone()
-            .ok_or_else(|| Error::corrupted(PG_CLASS_OID, tid.block, "index row without index data"))?;
-        let btree = std::sync::Arc::new(crate::db::ddl::new_btree(
-            row.oid,
-            row.relfilenode,
-            &row.relname,
-            &row.schema,
-            meta.unique,
-        ));
-        let def = std::sync::Arc::new(catalog::IndexDef {
-            oid: row.oid,
-            name: row.relname.clone(),
-            meta,
-            row: parking_lot::Mutex::new(tid),
-            // Committed before this startup: every snapshot may use it.
-            created_by: Xid::FROZEN,
-            btree,
-            dropped: parking_lot::RwLock::new(false),
-        });
+        let def = index_def(&row, tid)?;
         if catalog.publish_index(def).is_none() {
             return Err(Error::corrupted(
                 PG_CLASS_OID,
@@ -518,8 +521,11 @@ pub fn relation_name(catalog: &Catalog, relfilenode: Oid) -> String {
     name.map_or_else(|| relfilenode.0.to_string(), |n| format!("\"{n}\""))
 }
 
-pub fn remove_orphans(smgr: &Smgr, catalog: &Catalog) -> Result<Vec<Oid>> {
-    let known = live_relfilenodes(catalog);
+/// Files in `keep` stay too: those a prepared transaction removes only when it finishes (the
+/// storage a TRUNCATE made is named by no committed row until it commits).
+pub fn remove_orphans(smgr: &Smgr, catalog: &Catalog, keep: &[Oid]) -> Result<Vec<Oid>> {
+    let mut known = live_relfilenodes(catalog);
+    known.extend(keep.iter().copied());
     let mut removed = Vec::new();
     for rel in smgr.list_relations()? {
         catalog.bump_oid_past(rel);

@@ -62,6 +62,7 @@ mod savepoint;
 mod truncate;
 use savepoint::SubXact;
 pub use truncate::TruncateOptions;
+pub(in crate::db) use truncate::{finish_prepared_storage, StorageSwap};
 
 /// An open transaction. Dropping it without [`Transaction::commit`] rolls it back.
 pub struct Transaction<'db> {

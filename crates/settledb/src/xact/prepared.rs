@@ -19,7 +19,7 @@ use super::twophase::{self, TwoPhaseState};
 use super::{TransactionManager, XactLog, XidStatus};
 use super::{INFO_XACT_ABORT_PREPARED, INFO_XACT_COMMIT_PREPARED, INFO_XACT_PREPARE};
 use crate::error::{Error, Result};
-use crate::types::{FullXid, Lsn, Xid};
+use crate::types::{FullXid, Lsn, Oid, Xid};
 use crate::wal::{DecodedRecord, RecordBuilder, Rmgr};
 
 /// One prepared transaction as `pg_prepared_xacts` shows it.
@@ -60,18 +60,28 @@ fn uninstall(procs: &mut ProcArray, xid: FullXid) -> Option<bool> {
     Some(e.on_disk)
 }
 
+/// The relation files a prepared transaction removes when it finishes: at its commit, the
+/// storage its TRUNCATEs replaced; at its rollback, the storage they made.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PreparedDrops {
+    pub at_commit: Vec<Oid>,
+    pub at_abort: Vec<Oid>,
+}
+
 impl TransactionManager {
     /// PREPARE TRANSACTION `gid` for running top-level `top` (with every running
     /// subtransaction: open savepoints are released first, as PostgreSQL does). Logs and
     /// flushes `XACT PREPARE`; the transaction then leaves its session and stays in the proc
     /// array as prepared. Errors, with nothing changed: prepared transactions disabled
     /// (`max_prepared == 0`), an identifier too long or in use, `max_prepared` reached.
-    /// `locks` are its table locks, kept in the state so recovery can take them again.
+    /// `locks` are its table locks, kept in the state so recovery can take them again;
+    /// `drops` the relation files to remove at its commit and at its rollback.
     pub fn prepare(
         &self,
         top: FullXid,
         gid: &str,
         locks: Vec<(crate::types::Oid, u16)>,
+        drops: PreparedDrops,
         max_prepared: u32,
         log: &dyn XactLog,
     ) -> Result<Lsn> {
@@ -99,7 +109,15 @@ impl TransactionManager {
             procs.gids.insert(gid.to_string(), top);
             subxids
         };
-        let state = TwoPhaseState { xid: top, gid: gid.to_string(), prepared_at_us: now_micros(), subxids, locks };
+        let state = TwoPhaseState {
+            xid: top,
+            gid: gid.to_string(),
+            prepared_at_us: now_micros(),
+            subxids,
+            locks,
+            commit_drops: drops.at_commit,
+            abort_drops: drops.at_abort,
+        };
         let _delay_checkpoint = self.commits_in_flight.read();
         let rec = RecordBuilder {
             toplevel_xid: crate::types::Xid::INVALID,
@@ -128,9 +146,10 @@ impl TransactionManager {
     /// `XACT COMMIT_PREPARED` / `XACT ABORT_PREPARED` listing the subtransactions, sets the
     /// CLOG as a commit or abort does, then the transaction leaves the proc array, its
     /// waiters wake, and its state file (if a checkpoint wrote one) is removed. Returns the
-    /// transaction's XID.
-    pub fn finish_prepared(&self, gid: &str, commit: bool, log: &dyn XactLog) -> Result<FullXid> {
-        let (xid, subxids) = {
+    /// transaction's XID and its state's files to remove for this outcome (the caller removes
+    /// them; a crash first leaves them to recovery, as no committed catalog row names them).
+    pub fn finish_prepared(&self, gid: &str, commit: bool, log: &dyn XactLog) -> Result<(FullXid, Vec<Oid>)> {
+        let (xid, subxids, drops) = {
             let mut procs = self.procs.lock();
             let Some(&xid) = procs.gids.get(gid) else {
                 return Err(Error::NotFound(format!("prepared transaction with identifier \"{gid}\" does not exist")));
@@ -138,7 +157,8 @@ impl TransactionManager {
             match procs.prepared.get_mut(&xid) {
                 Some(e) if !e.busy => {
                     e.busy = true;
-                    (xid, e.state.subxids.clone())
+                    let drops = if commit { &e.state.commit_drops } else { &e.state.abort_drops };
+                    (xid, e.state.subxids.clone(), drops.clone())
                 }
                 _ => return Err(Error::invalid(format!("prepared transaction with identifier \"{gid}\" is busy"))),
             }
@@ -173,7 +193,14 @@ impl TransactionManager {
             // recognised as stale by the next recovery and removed then.
             let _ = self.fs.remove(&twophase::state_file_path(&self.twophase_dir, xid));
         }
-        Ok(xid)
+        Ok((xid, drops))
+    }
+
+    /// The relation files prepared transactions will remove at their commit or rollback:
+    /// recovery keeps them, though no committed catalog row may name them.
+    pub fn prepared_drops(&self) -> Vec<Oid> {
+        let procs = self.procs.lock();
+        procs.prepared.values().flat_map(|e| e.state.commit_drops.iter().chain(&e.state.abort_drops)).copied().collect()
     }
 
     /// Replays `XACT PREPARE`, `XACT COMMIT_PREPARED` and `XACT ABORT_PREPARED`.

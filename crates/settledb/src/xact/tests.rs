@@ -191,7 +191,7 @@ fn stop_limit_refuses_exactly_at_the_limit() -> Result<()> {
     assert_eq!(stop, Xid(1000 + WRAP_DISTANCE - STOP_MARGIN));
     let old = f.tm.assign_xid(&f.log)?;
     assert_eq!(old.xid(), Xid(stop.0 - 2));
-    f.tm.prepare(old, "forgotten", vec![], 1, &f.log)?;
+    f.tm.prepare(old, "forgotten", vec![], Default::default(), 1, &f.log)?;
     assert_eq!(f.tm.assign_xid(&f.log)?.xid(), Xid(stop.0 - 1), "the last XID before the limit is granted");
     let warning = f.tm.last_warning().expect("past the warn limit");
     assert!(
@@ -389,7 +389,7 @@ fn records_render_for_waldump() -> Result<()> {
     let s2 = f.tm.assign_subxid(top, s1, &f.log)?; // 6
     let s3 = f.tm.assign_subxid(top, top, &f.log)?; // 7
     f.tm.abort_subxacts(top, &[s3], Lsn::INVALID, &f.log)?;
-    f.tm.prepare(top, "g", vec![], 1, &f.log)?;
+    f.tm.prepare(top, "g", vec![], Default::default(), 1, &f.log)?;
     f.tm.finish_prepared("g", true, &f.log)?;
     let lines: Vec<String> = f.log.decoded().iter().skip(2).map(describe).collect();
     assert!(lines[0].starts_with("ABORT xid 7 time_us "), "{}", lines[0]);
@@ -572,9 +572,9 @@ fn a_prepared_transaction_keeps_running_and_holds_the_horizon() -> Result<()> {
     let f = new_cluster();
     let top = f.tm.assign_xid(&f.log)?;
     let sub = f.tm.assign_subxid(top, top, &f.log)?;
-    let e = f.tm.prepare(top, "g1", vec![], 0, &f.log).unwrap_err();
+    let e = f.tm.prepare(top, "g1", vec![], Default::default(), 0, &f.log).unwrap_err();
     assert!(e.to_string().contains("prepared transactions are disabled"), "{e}");
-    f.tm.prepare(top, "g1", vec![], 2, &f.log)?;
+    f.tm.prepare(top, "g1", vec![], Default::default(), 2, &f.log)?;
     assert_eq!(f.log.flushed(), f.log.records().last().expect("record").end, "PREPARE is flushed");
     assert!(f.tm.is_running(top.xid()) && f.tm.is_running(sub.xid()));
     let later = f.tm.assign_xid(&f.log)?;
@@ -588,11 +588,11 @@ fn a_prepared_transaction_keeps_running_and_holds_the_horizon() -> Result<()> {
     assert_eq!(s.xmin, top.xid());
 
     let other = f.tm.assign_xid(&f.log)?;
-    let e = f.tm.prepare(other, "g1", vec![], 2, &f.log).unwrap_err();
+    let e = f.tm.prepare(other, "g1", vec![], Default::default(), 2, &f.log).unwrap_err();
     assert!(e.to_string().contains("transaction identifier \"g1\" is already in use"), "{e}");
-    f.tm.prepare(other, "g2", vec![], 2, &f.log)?;
+    f.tm.prepare(other, "g2", vec![], Default::default(), 2, &f.log)?;
     let third = f.tm.assign_xid(&f.log)?;
-    let e = f.tm.prepare(third, "g3", vec![], 2, &f.log).unwrap_err();
+    let e = f.tm.prepare(third, "g3", vec![], Default::default(), 2, &f.log).unwrap_err();
     assert!(e.to_string().contains("maximum number of prepared transactions reached"), "{e}");
     assert!(f.tm.is_running(third.xid()), "a refused PREPARE leaves the transaction running");
 
@@ -614,14 +614,14 @@ fn prepared_state_survives_through_wal_or_state_files() -> Result<()> {
     let f = new_cluster();
     let a = f.tm.assign_xid(&f.log)?;
     let a_sub = f.tm.assign_subxid(a, a, &f.log)?;
-    f.tm.prepare(a, "in-file", vec![], 10, &f.log)?;
+    f.tm.prepare(a, "in-file", vec![], Default::default(), 10, &f.log)?;
     let redo = f.log.records().last().expect("record").end;
     assert_eq!(f.tm.checkpoint_twophase(redo)?, 1, "its PREPARE is before the redo pointer");
     assert_eq!(f.tm.checkpoint_twophase(redo)?, 0, "written once");
     let b = f.tm.assign_xid(&f.log)?;
-    f.tm.prepare(b, "in-wal", vec![], 10, &f.log)?;
+    f.tm.prepare(b, "in-wal", vec![], Default::default(), 10, &f.log)?;
     let c = f.tm.assign_xid(&f.log)?;
-    f.tm.prepare(c, "finished", vec![], 10, &f.log)?;
+    f.tm.prepare(c, "finished", vec![], Default::default(), 10, &f.log)?;
     f.tm.finish_prepared("finished", true, &f.log)?;
 
     // Recovery in the same directory: the state file, then the WAL after the redo pointer.
@@ -643,7 +643,15 @@ fn prepared_state_survives_through_wal_or_state_files() -> Result<()> {
     // A state file from the future (beyond the next XID even after replay) is refused, naming
     // the file.
     let early = TransactionManager::open(Arc::new(RealFs), f._dir.path(), XactOptions::default())?;
-    let state = TwoPhaseState { xid: b, gid: "x".into(), prepared_at_us: 0, subxids: vec![], locks: vec![] };
+    let state = TwoPhaseState {
+        xid: b,
+        gid: "x".into(),
+        prepared_at_us: 0,
+        subxids: vec![],
+        locks: vec![],
+        commit_drops: vec![],
+        abort_drops: vec![],
+    };
     twophase::write_state_file(&RealFs, &f._dir.path().join(twophase::TWOPHASE_DIR), &state)?;
     assert_eq!(early.load_twophase_files()?, 1, "set aside until replay has run");
     let e = early.finish_twophase_recovery().unwrap_err();
@@ -661,14 +669,21 @@ fn state_files_ahead_of_the_previous_checkpoint_are_recovered() -> Result<()> {
     let previous_checkpoint_next = f.tm.next_full_xid();
     let a = f.tm.assign_xid(&f.log)?;
     let a_sub = f.tm.assign_subxid(a, a, &f.log)?;
-    f.tm.prepare(a, "ahead", vec![], 10, &f.log)?;
+    f.tm.prepare(a, "ahead", vec![], Default::default(), 10, &f.log)?;
     let b = f.tm.assign_xid(&f.log)?;
-    f.tm.prepare(b, "ahead-then-committed", vec![], 10, &f.log)?;
+    f.tm.prepare(b, "ahead-then-committed", vec![], Default::default(), 10, &f.log)?;
     let redo = f.log.records().last().expect("record").end;
     assert_eq!(f.tm.checkpoint_twophase(redo)?, 2);
     // COMMIT PREPARED, and a kill before its state file was removed.
-    let b_state =
-        TwoPhaseState { xid: b, gid: "ahead-then-committed".into(), prepared_at_us: 0, subxids: vec![], locks: vec![] };
+    let b_state = TwoPhaseState {
+        xid: b,
+        gid: "ahead-then-committed".into(),
+        prepared_at_us: 0,
+        subxids: vec![],
+        locks: vec![],
+        commit_drops: vec![],
+        abort_drops: vec![],
+    };
     f.tm.finish_prepared("ahead-then-committed", true, &f.log)?;
     let dir = f._dir.path().join(twophase::TWOPHASE_DIR);
     twophase::write_state_file(&RealFs, &dir, &b_state)?;
@@ -698,8 +713,16 @@ fn r_log() -> RecordingLog {
 fn a_stale_state_file_is_removed_by_recovery() -> Result<()> {
     let f = new_cluster();
     let a = f.tm.assign_xid(&f.log)?;
-    f.tm.prepare(a, "g", vec![], 10, &f.log)?;
-    let state = TwoPhaseState { xid: a, gid: "g".into(), prepared_at_us: 0, subxids: vec![], locks: vec![] };
+    f.tm.prepare(a, "g", vec![], Default::default(), 10, &f.log)?;
+    let state = TwoPhaseState {
+        xid: a,
+        gid: "g".into(),
+        prepared_at_us: 0,
+        subxids: vec![],
+        locks: vec![],
+        commit_drops: vec![],
+        abort_drops: vec![],
+    };
     f.tm.finish_prepared("g", false, &f.log)?;
     // A checkpoint wrote the file just as the ROLLBACK PREPARED finished.
     twophase::write_state_file(&RealFs, &f._dir.path().join(twophase::TWOPHASE_DIR), &state)?;

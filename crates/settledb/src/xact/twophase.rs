@@ -36,17 +36,25 @@
 //!
 //! ```text
 //!   0  magic       u32  0x53325043 ("CP2S")
-//!   4  version     u16  2 (1: no lock list; still read)
+//!   4  version     u16  3 (1: no lock list, 2: no file lists; both still read)
 //!   6  gid_len     u16  at most 199 bytes (PostgreSQL's GIDSIZE is 200 with its NUL)
 //!   8  xid         u64  FullXid of the prepared transaction
 //!  16  prepared_at i64  microseconds since the Unix epoch
 //!  24  nsubxacts   u32
 //!  28  gid         gid_len bytes of UTF-8
 //!      subxids     nsubxacts x u32 (committed subtransactions, each after xid)
-//!      nlocks      u32  (version 2)
+//!      nlocks      u32  (version 2 on)
 //!      locks       nlocks x (relation OID u32, modes u16: bit n for `lmgr::LockMode` n)
+//!      ncommit     u32  (version 3)
+//!      commit_drops ncommit x file node u32: relation files COMMIT PREPARED removes
+//!      nabort      u32  (version 3)
+//!      abort_drops nabort x file node u32: relation files ROLLBACK PREPARED removes
 //!      crc         u32  CRC-32C of everything before it
 //! ```
+//!
+//! The file lists (version 3; PostgreSQL's `commitrels` and `abortrels`) are a TRUNCATE's:
+//! the storage it replaced goes at COMMIT PREPARED, the storage it made at ROLLBACK
+//! PREPARED, whenever that comes; until then recovery keeps both sets.
 
 use std::path::{Path, PathBuf};
 
@@ -62,7 +70,6 @@ pub const MAX_GID_LEN: usize = 199;
 pub const MAX_PREPARED_TRANSACTIONS_LIMIT: u32 = 262_143;
 
 const MAGIC: u32 = 0x5332_5043;
-const VERSION: u16 = 2;
 const HEADER_LEN: usize = 28;
 
 /// A prepared transaction's durable state.
@@ -77,6 +84,10 @@ pub struct TwoPhaseState {
     /// The table locks it holds: (relation, modes as `lmgr::LockMask` bits), one entry per
     /// relation, ascending.
     pub locks: Vec<(Oid, u16)>,
+    /// Relation files to remove when it commits (storage a TRUNCATE replaced).
+    pub commit_drops: Vec<Oid>,
+    /// Relation files to remove when it rolls back (storage a TRUNCATE made).
+    pub abort_drops: Vec<Oid>,
 }
 
 /// Checks a transaction identifier as `PREPARE TRANSACTION` does.
@@ -93,12 +104,15 @@ pub fn validate_gid(gid: &str) -> Result<()> {
 }
 
 impl TwoPhaseState {
+    /// The layout version written.
+    pub const VERSION: u16 = 3;
+
     /// The bytes of a state file and of a PREPARE record's main data.
     pub fn encode(&self) -> Vec<u8> {
         let mut v =
             Vec::with_capacity(HEADER_LEN + self.gid.len() + 4 * self.subxids.len() + 4 + 6 * self.locks.len() + 4);
         v.extend_from_slice(&MAGIC.to_le_bytes());
-        v.extend_from_slice(&VERSION.to_le_bytes());
+        v.extend_from_slice(&Self::VERSION.to_le_bytes());
         // validate_gid keeps it far below u16::MAX.
         v.extend_from_slice(&(self.gid.len().min(usize::from(u16::MAX)) as u16).to_le_bytes());
         v.extend_from_slice(&self.xid.0.to_le_bytes());
@@ -112,6 +126,12 @@ impl TwoPhaseState {
         for (rel, modes) in &self.locks {
             v.extend_from_slice(&rel.0.to_le_bytes());
             v.extend_from_slice(&modes.to_le_bytes());
+        }
+        for list in [&self.commit_drops, &self.abort_drops] {
+            v.extend_from_slice(&(list.len() as u32).to_le_bytes());
+            for f in list {
+                v.extend_from_slice(&f.0.to_le_bytes());
+            }
         }
         let crc = crc32c::crc32c(&v);
         v.extend_from_slice(&crc.to_le_bytes());
@@ -136,7 +156,7 @@ impl TwoPhaseState {
             return Err(format!("bad magic {:08X}", u32_at(0)));
         }
         let version = u16_at(4);
-        if version != 1 && version != VERSION {
+        if !(1..=Self::VERSION).contains(&version) {
             return Err(format!("unknown version {version}"));
         }
         let gid_len = usize::from(u16_at(6));
@@ -150,20 +170,12 @@ impl TwoPhaseState {
         let prepared_at_us = u64_at(16) as i64;
         let nsub = u32_at(24) as usize;
         let subs_end = HEADER_LEN.checked_add(gid_len).and_then(|n| nsub.checked_mul(4).and_then(|s| n.checked_add(s)));
-        let nlocks = match subs_end {
-            Some(end) if version >= 2 && end + 4 <= body.len() => u32_at(end) as usize,
-            _ => 0,
-        };
-        let lock_bytes = if version >= 2 { nlocks.checked_mul(6).and_then(|n| n.checked_add(4)) } else { Some(0) };
-        let expected = subs_end.and_then(|e| lock_bytes.and_then(|l| e.checked_add(l)));
-        if expected != Some(body.len()) {
+        let Some(subs_end) = subs_end.filter(|&e| e <= body.len()) else {
             return Err(format!(
-                "{} bytes before the CRC, but a {gid_len}-byte identifier, {nsub} subtransactions and {nlocks} locks \
-                 need {}",
-                body.len(),
-                expected.map_or_else(|| "more than fits".to_string(), |n| n.to_string())
+                "{} bytes before the CRC, too few for a {gid_len}-byte identifier and {nsub} subtransactions",
+                body.len()
             ));
-        }
+        };
         let gid = std::str::from_utf8(&body[HEADER_LEN..HEADER_LEN + gid_len])
             .map_err(|e| format!("transaction identifier is not UTF-8: {e}"))?
             .to_string();
@@ -175,10 +187,29 @@ impl TwoPhaseState {
             }
             subxids.push(x);
         }
-        let mut locks: Vec<(Oid, u16)> = Vec::with_capacity(nlocks);
-        let first_lock = HEADER_LEN + gid_len + 4 * nsub + 4;
-        for i in 0..nlocks {
-            let at = first_lock + 6 * i;
+        // What follows the subtransactions: counted lists, each checked against what is left.
+        // A counted list at `at` of `item`-byte entries: its bytes' range.
+        let list = |at: usize, what: &str, item: usize| -> std::result::Result<std::ops::Range<usize>, String> {
+            let n = (at + 4 <= body.len()).then(|| u32_at(at) as usize).ok_or_else(|| format!("no {what} count"))?;
+            let end = n.checked_mul(item).and_then(|b| b.checked_add(at + 4)).filter(|&e| e <= body.len());
+            let end = end.ok_or_else(|| {
+                format!("{n} {what} do not fit in the {} bytes left before the CRC", body.len() - at - 4)
+            })?;
+            Ok(at + 4..end)
+        };
+        let lock_range = if version >= 2 { list(subs_end, "locks", 6)? } else { subs_end..subs_end };
+        let (commit_range, abort_range) = if version >= 3 {
+            let c = list(lock_range.end, "files to remove at commit", 4)?;
+            let a = list(c.end, "files to remove at rollback", 4)?;
+            (c, a)
+        } else {
+            (lock_range.end..lock_range.end, lock_range.end..lock_range.end)
+        };
+        if abort_range.end != body.len() {
+            return Err(format!("{} bytes after the state's last list", body.len() - abort_range.end));
+        }
+        let mut locks: Vec<(Oid, u16)> = Vec::with_capacity(lock_range.len() / 6);
+        for at in lock_range.step_by(6) {
             let (rel, modes) = (Oid(u32_at(at)), u16_at(at + 4));
             // Bits 1..=8 are the eight lock modes.
             if modes == 0 || modes & !0x1FE != 0 {
@@ -189,7 +220,9 @@ impl TwoPhaseState {
             }
             locks.push((rel, modes));
         }
-        Ok(TwoPhaseState { xid, gid, prepared_at_us, subxids, locks })
+        let files = |r: std::ops::Range<usize>| r.step_by(4).map(|at| Oid(u32_at(at))).collect::<Vec<Oid>>();
+        let (commit_drops, abort_drops) = (files(commit_range), files(abort_range));
+        Ok(TwoPhaseState { xid, gid, prepared_at_us, subxids, locks, commit_drops, abort_drops })
     }
 }
 
@@ -258,6 +291,12 @@ pub fn describe(state: &TwoPhaseState) -> String {
         let locks: Vec<String> = state.locks.iter().map(|(r, m)| format!("{}:{m:#x}", r.0)).collect();
         s.push_str(&format!(" locks [{}]", locks.join(" ")));
     }
+    for (what, list) in [("drops_at_commit", &state.commit_drops), ("drops_at_abort", &state.abort_drops)] {
+        if !list.is_empty() {
+            let files: Vec<String> = list.iter().map(|f| f.0.to_string()).collect();
+            s.push_str(&format!(" {what} [{}]", files.join(" ")));
+        }
+    }
     s
 }
 
@@ -272,6 +311,8 @@ mod tests {
             prepared_at_us: 1_700_000_000_000_000,
             subxids: vec![Xid(1001), Xid(1005)],
             locks: vec![(Oid(16384), 1 << 3), (Oid(16390), (1 << 1) | (1 << 8))],
+            commit_drops: vec![Oid(16400), Oid(16401)],
+            abort_drops: vec![Oid(16410)],
         }
     }
 
@@ -290,20 +331,32 @@ mod tests {
         }
         assert_eq!(
             describe(&s),
-            "gid \"order-17\" xid 1000 prepared_at_us 1700000000000000 subxacts [1001 1005] locks [16384:0x8 16390:0x102]"
+            "gid \"order-17\" xid 1000 prepared_at_us 1700000000000000 subxacts [1001 1005] locks [16384:0x8 \
+             16390:0x102] drops_at_commit [16400 16401] drops_at_abort [16410]"
         );
     }
 
     #[test]
-    fn version_1_states_still_load_without_locks() {
-        // A version 1 state is a version 2 one without the lock list.
-        let s = TwoPhaseState { locks: vec![], ..sample() };
-        let v2 = s.encode();
-        let mut v1 = v2[..v2.len() - 8].to_vec();
+    fn version_1_and_2_states_still_load() {
+        // A version 2 state is a version 3 one without the file lists, a version 1 one
+        // without the lock list either.
+        let s = TwoPhaseState { commit_drops: vec![], abort_drops: vec![], ..sample() };
+        let v3 = s.encode();
+        let older = |cut: usize, version: u16| {
+            let mut v = v3[..v3.len() - cut].to_vec();
+            v[4..6].copy_from_slice(&version.to_le_bytes());
+            let crc = crc32c::crc32c(&v);
+            v.extend_from_slice(&crc.to_le_bytes());
+            v
+        };
+        assert_eq!(TwoPhaseState::decode(&older(12, 2)), Ok(s.clone()));
+        let s1 = TwoPhaseState { locks: vec![], ..s.clone() };
+        let v3 = s1.encode();
+        let mut v1 = v3[..v3.len() - 16].to_vec();
         v1[4..6].copy_from_slice(&1u16.to_le_bytes());
         let crc = crc32c::crc32c(&v1);
         v1.extend_from_slice(&crc.to_le_bytes());
-        assert_eq!(TwoPhaseState::decode(&v1), Ok(s));
+        assert_eq!(TwoPhaseState::decode(&v1), Ok(s1));
         // A lock list with a bad mode is refused even under a good CRC.
         let bad = TwoPhaseState { locks: vec![(Oid(16384), 1)], ..sample() }.encode();
         let mut body = bad[..bad.len() - 4].to_vec();

@@ -131,9 +131,6 @@ impl Transaction<'_> {
         }
         self.active()?;
         crate::xact::twophase::validate_gid(gid)?;
-        if !self.swaps.is_empty() {
-            return Err(Error::invalid("cannot PREPARE a transaction that has truncated a table"));
-        }
         let max = self.inner.config.max_prepared_transactions;
         if max == 0 {
             return Err(Error::invalid(
@@ -149,8 +146,14 @@ impl Transaction<'_> {
             }
         }
         locks.sort_unstable_by_key(|l| l.0);
-        self.inner.xact.prepare(top, gid, locks, max, &*self.inner.wal)?;
+        let drops = self.prepared_drops();
+        self.inner.xact.prepare(top, gid, locks, drops, max, &*self.inner.wal)?;
         self.done = true;
+        // TRUNCATEs' storage swaps wait for COMMIT/ROLLBACK PREPARED.
+        let swaps = std::mem::take(&mut self.swaps);
+        if !swaps.is_empty() {
+            self.inner.prepared_swaps.lock().insert(top, swaps);
+        }
         // The locks stay with the prepared transaction until COMMIT/ROLLBACK PREPARED.
         let owner = std::mem::replace(&mut self.owner, self.inner.lmgr.new_owner("transaction"));
         self.inner.prepared_locks.lock().insert(top, owner);

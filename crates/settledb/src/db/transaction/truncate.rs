@@ -35,12 +35,20 @@
 //! orphans; one after it, the old ones: either way exactly one set of files remains, the one
 //! the committed catalog names.
 //!
+//! # PREPARE
+//!
+//! A prepared transaction's state lists the files to remove at each outcome (the old
+//! storage at COMMIT PREPARED, the new at ROLLBACK PREPARED; `xact::twophase`), and recovery
+//! keeps both sets while it stays prepared. Finished in the same run, the swaps kept in
+//! memory are finished as a COMMIT or ROLLBACK would; finished after a restart, when the
+//! catalog cache was loaded with the old storage (the new `pg_class` rows were not
+//! committed), a commit publishes each table's entry again from its now committed rows.
+//! Either way before the prepared transaction's locks are released.
+//!
 //! # Not done
 //!
-//! A transaction that truncated a table cannot be PREPAREd (its file removal would have to
-//! outlive the process, which the two-phase state file does not record). There are no
-//! foreign keys or sequences, so CASCADE and RESTART IDENTITY change nothing but the flags the
-//! TRUNCATE record carries.
+//! There are no foreign keys or sequences, so CASCADE and RESTART IDENTITY change nothing
+//! but the flags the TRUNCATE record carries.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -273,6 +281,16 @@ impl Transaction<'_> {
         Ok(Index { def, table })
     }
 
+    /// PREPARE: the files its swaps leave to remove at each outcome.
+    pub(super) fn prepared_drops(&self) -> crate::xact::prepared::PreparedDrops {
+        let mut d = crate::xact::prepared::PreparedDrops::default();
+        for s in &self.swaps {
+            d.at_commit.extend(StorageSwap::files(&s.old));
+            d.at_abort.extend(StorageSwap::files(&s.new));
+        }
+        d
+    }
+
     /// At COMMIT (after the commit record): the replaced storage goes. A file that cannot be
     /// removed now is an orphan the next startup removes; the commit stands.
     pub(super) fn finish_swaps_committed(&mut self) {
@@ -311,6 +329,69 @@ impl crate::db::Database {
         tx.truncate(tables, options)?;
         tx.commit()
     }
+}
+
+/// COMMIT PREPARED (`commit`) or ROLLBACK PREPARED of `xid`, after its outcome is logged and
+/// before its locks are released: its TRUNCATEs' storage swaps are finished (see the module
+/// doc) and `drops`, its state's files for this outcome, removed. A file that cannot be
+/// removed now is an orphan the next startup removes.
+pub(in crate::db) fn finish_prepared_storage(
+    inner: &Inner,
+    xid: crate::types::FullXid,
+    commit: bool,
+    drops: &[Oid],
+) -> Result<()> {
+    let swaps = inner.prepared_swaps.lock().remove(&xid);
+    match swaps {
+        Some(swaps) if !commit => {
+            for s in swaps.iter().rev() {
+                inner.catalog.replace(&s.new, &s.old, inner.xact.next_full_xid());
+            }
+        }
+        Some(_) => {}
+        None if commit && !drops.is_empty() => {
+            // After a restart: the cache holds the storage being removed.
+            for e in inner.catalog.tables() {
+                if drops.contains(&e.rel.relfilenode) {
+                    republish(inner, &e)?;
+                }
+            }
+        }
+        None => {}
+    }
+    for &f in drops {
+        let _ = drop_files(inner, f);
+    }
+    Ok(())
+}
+
+/// Publishes table `old`'s entry again from its committed `pg_class` rows (its own and its
+/// indexes'): the storage a TRUNCATE, prepared before a restart and committed since, gave it.
+fn republish(inner: &Inner, old: &Arc<TableEntry>) -> Result<()> {
+    let oid = old.rel.oid;
+    let mut table = None;
+    let mut defs = Vec::new();
+    startup::for_each_class_row(&inner.env(), |row, tid| {
+        match row.kind {
+            catalog::RelKind::Table if row.oid == oid => table = Some((row, tid)),
+            catalog::RelKind::Index if row.index.as_ref().is_some_and(|m| m.table == oid) => {
+                defs.push(startup::index_def(&row, tid)?);
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    let (row, tid) = table.ok_or_else(|| {
+        Error::corrupted(
+            catalog::PG_CLASS_OID,
+            BlockNumber(0),
+            format!("no committed row for table \"{}\"", old.rel.name),
+        )
+    })?;
+    let rel = Arc::new(Relation::new(oid, &old.rel.name, row.relfilenode, old.rel.schema.clone(), old.rel.fillfactor));
+    let new = Arc::new(old.with_new_storage(rel, defs, tid, row.relfrozenxid));
+    inner.catalog.replace(old, &new, inner.xact.next_full_xid());
+    Ok(())
 }
 
 /// Drops a relation's buffers (every fork) and removes its files.
