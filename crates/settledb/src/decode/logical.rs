@@ -413,18 +413,21 @@ impl Relations<'_> {
 
     /// A hot path: once per change handed over.
     fn get(&mut self, oid: Oid, lsn: Lsn) -> Result<&Arc<RelInfo>> {
-        if self.known.contains_key(&oid) {
-            return Ok(&self.known[&oid]);
+        use std::collections::hash_map::Entry;
+        match self.known.entry(oid) {
+            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Vacant(v) => {
+                let r = self.learned.get(&oid).cloned().or_else(|| self.catalog.relation(oid).map(Arc::new));
+                let r = r.ok_or_else(|| {
+                    Error::invalid(format!(
+                        "logical decoding: relation with OID {} at {lsn} is not known (dropped before decoding \
+                         reached its creation)",
+                        oid.0
+                    ))
+                })?;
+                Ok(v.insert(r))
+            }
         }
-        let r =
-            self.learned.get(&oid).cloned().or_else(|| self.catalog.relation(oid).map(Arc::new)).ok_or_else(|| {
-                Error::invalid(format!(
-                "logical decoding: relation with OID {} at {lsn} is not known (dropped before decoding reached its \
-                 creation)",
-                oid.0
-            ))
-            })?;
-        Ok(self.known.entry(oid).or_insert(r))
     }
 }
 

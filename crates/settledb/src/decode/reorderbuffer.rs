@@ -1144,6 +1144,7 @@ struct Encoded {
     total: usize,
 }
 
+#[inline]
 fn encoded_len(t: &Txn, prev: Option<(Lsn, Xid, Oid)>, c: &Change<'_>) -> Encoded {
     let lsn_off = c.lsn.0.saturating_sub(t.first_lsn.0);
     let xid_off = u64::from(c.xid.0.wrapping_sub(t.top.0));
