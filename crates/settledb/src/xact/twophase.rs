@@ -240,20 +240,35 @@ pub fn parse_state_file_name(name: &str) -> Option<FullXid> {
 }
 
 /// Writes and fsyncs the state file of `state` (the caller fsyncs the directory).
+/// The file is written whole under a temporary name, fsynced, then renamed into place: a
+/// crash while writing leaves no state file cut short under a transaction's name (only a
+/// `.tmp` file, which [`read_state_files`] removes). The caller fsyncs the directory.
 pub fn write_state_file(fs: &dyn FileSystem, dir: &Path, state: &TwoPhaseState) -> Result<()> {
     let path = state_file_path(dir, state.xid);
+    let tmp = path.with_extension(TMP_EXTENSION);
     let bytes = state.encode();
-    let file = fs.open(&path, true)?;
+    let file = fs.open(&tmp, true)?;
     file.set_len(0)?;
     file.write_at(&bytes, 0)?;
-    file.sync()
+    file.sync()?;
+    fs.rename(&tmp, &path)
 }
+
+/// The extension of a state file being written.
+const TMP_EXTENSION: &str = "tmp";
 
 /// Reads every state file in `dir`, in XID order. A file that does not decode, or whose
 /// name disagrees with its content, is an error naming it.
 pub fn read_state_files(fs: &dyn FileSystem, dir: &Path) -> Result<Vec<TwoPhaseState>> {
     let mut out = Vec::new();
     for name in fs.list(dir)? {
+        if name.strip_suffix(".tmp").and_then(parse_state_file_name).is_some() {
+            // A state file a crash interrupted before it was renamed into place: its
+            // checkpoint did not finish, so replay brings the transaction back from its
+            // PREPARE record.
+            fs.remove(&dir.join(&name))?;
+            continue;
+        }
         let Some(xid) = parse_state_file_name(&name) else { continue };
         let path = dir.join(&name);
         let file = fs.open(&path, false)?;
@@ -371,8 +386,14 @@ mod tests {
         let fs = crate::io::RealFs;
         write_state_file(&fs, tmp.path(), &sample())?;
         std::fs::write(tmp.path().join("README"), b"not a state file").expect("write");
+        // What a crash while writing a state file leaves: its temporary, cut short. It is
+        // removed, not read.
+        let torn = tmp.path().join("00000002000003F0.tmp");
+        std::fs::write(&torn, &sample().encode()[..10]).expect("write");
         let read = read_state_files(&fs, tmp.path())?;
         assert_eq!(read, vec![sample()]);
+        assert!(!torn.exists(), "the interrupted write's file is removed");
+        assert!(tmp.path().join("README").exists(), "other files are left alone");
         assert_eq!(parse_state_file_name("00000002000003E8"), Some(FullXid::new(2, Xid(1000))));
         std::fs::rename(state_file_path(tmp.path(), sample().xid), tmp.path().join("00000002000003E9"))
             .expect("rename");
