@@ -20,27 +20,67 @@ use crate::error::SqlError;
 use crate::types::{compare, parse_text, Datum, Num, SqlType};
 
 /// The columns an expression may name.
+///
+/// One relation: `names` are its name and alias and `cols` its columns. A join: `cols` are the
+/// columns of every relation side by side (left to right) and `rels` says which relation owns
+/// which run of them, so `a.id` finds `a`'s column and a bare `id` that two relations have is
+/// ambiguous (42702).
 pub struct Scope<'a> {
     /// The table's name and its alias, either of which may qualify a column.
     pub names: Vec<&'a str>,
     pub cols: &'a [ColumnDef],
+    /// The relations of a join, in column order; empty for one relation.
+    pub rels: Vec<ScopeRel<'a>>,
+}
+
+/// One relation of a join's [`Scope`]: the names that qualify its columns and where they are.
+pub struct ScopeRel<'a> {
+    pub names: Vec<&'a str>,
+    pub first: usize,
+    pub len: usize,
 }
 
 impl Scope<'_> {
     pub fn empty() -> Scope<'static> {
-        Scope { names: Vec::new(), cols: &[] }
+        Scope { names: Vec::new(), cols: &[], rels: Vec::new() }
     }
 
     /// The position of the column an identifier chain names.
     pub fn resolve(&self, parts: &[sqlparser::ast::Ident]) -> Result<usize, SqlError> {
         let col = ident_name(parts.last().ok_or_else(|| SqlError::syntax("empty identifier"))?);
-        if parts.len() >= 2 {
-            let q = ident_name(&parts[parts.len() - 2]);
+        let qualifier = (parts.len() >= 2).then(|| ident_name(&parts[parts.len() - 2]));
+        if !self.rels.is_empty() {
+            return self.resolve_in_join(qualifier.as_deref(), &col);
+        }
+        if let Some(q) = qualifier {
             if !self.names.iter().any(|n| *n == q) {
                 return Err(SqlError::new("42P01", format!("missing FROM-clause entry for table \"{q}\"")));
             }
         }
         self.cols.iter().position(|c| c.name == col).ok_or_else(|| SqlError::undefined_column(&col))
+    }
+
+    fn resolve_in_join(&self, qualifier: Option<&str>, col: &str) -> Result<usize, SqlError> {
+        if let Some(q) = qualifier {
+            let rel = self.rel(q)?;
+            return (rel.first..rel.first + rel.len)
+                .find(|&i| self.cols[i].name == col)
+                .ok_or_else(|| SqlError::new("42703", format!("column {q}.{col} does not exist")));
+        }
+        let mut found = self.cols.iter().enumerate().filter(|(_, c)| c.name == col).map(|(i, _)| i);
+        match (found.next(), found.next()) {
+            (Some(i), None) => Ok(i),
+            (None, _) => Err(SqlError::undefined_column(col)),
+            (Some(_), Some(_)) => Err(SqlError::new("42702", format!("column reference \"{col}\" is ambiguous"))),
+        }
+    }
+
+    /// The join relation a qualifier names.
+    pub fn rel(&self, q: &str) -> Result<&ScopeRel<'_>, SqlError> {
+        self.rels
+            .iter()
+            .find(|r| r.names.contains(&q))
+            .ok_or_else(|| SqlError::new("42P01", format!("missing FROM-clause entry for table \"{q}\"")))
     }
 }
 

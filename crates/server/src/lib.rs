@@ -10,6 +10,8 @@
 //!   session   transaction state (autocommit, BEGIN/COMMIT/ROLLBACK, failed blocks), SET/SHOW
 //!   query     SELECT and Describe;  dml  INSERT/UPDATE/DELETE/TRUNCATE;  ddl  CREATE/DROP/ALTER
 //!   plan      index equality/range scan, index-only scan, or sequential scan for a WHERE clause
+//!   join      FROM lists: joins (index nested loop, hash, nested loop; inner, left, cross)
+//!             and generate_series (series)
 //!   expr      expression evaluation and type inference;  types  SQL types, text/binary I/O
 //!   catalog   the SQL column types the engine does not keep (DIR/server_catalog)
 //!   copy      COPY FROM STDIN / TO STDOUT;  utility  VACUUM;  settings  GUCs;  log  server log
@@ -35,10 +37,12 @@ pub mod dml;
 pub mod error;
 pub mod expr;
 pub mod interrupt;
+pub mod join;
 pub mod log;
 pub mod parse;
 pub mod plan;
 pub mod query;
+pub mod series;
 pub mod session;
 pub mod settings;
 pub mod slotfuncs;
