@@ -203,9 +203,9 @@ impl JoinSource {
 
     fn widen(&self, rel: usize, r: Vec<Datum>, width: usize) -> Vec<Datum> {
         let mut row = vec![Datum::Null; width];
-        let first = self.rels[rel].first;
-        for (i, d) in r.into_iter().enumerate() {
-            row[first + i] = d;
+        let Rel { first, len, .. } = self.rels[rel];
+        for (slot, d) in row[first..first + len].iter_mut().zip(r) {
+            *slot = d;
         }
         row
     }
@@ -299,8 +299,8 @@ impl JoinSource {
         let strategy = self.strategy(cx, r, &keys);
         let ctx = StepCx { js: self, r, conds: &conds, scope, left_join: step.kind == JoinKind::Left };
         match strategy {
-            Some((Strategy::IndexNestedLoop, Some(plan))) => ctx.index_nested_loop(cx, left, &plan, &keys),
-            Some((Strategy::Hash, _)) => {
+            (Strategy::IndexNestedLoop, Some(plan)) => ctx.index_nested_loop(cx, left, &plan, &keys),
+            (Strategy::Hash, _) => {
                 let inner = self.leaf_rows(cx, r, wheres, scope)?;
                 ctx.hash(cx, left, inner, &keys)
             }
@@ -337,7 +337,11 @@ impl JoinSource {
             };
             let (ot, it) = (infer_type(outer, scope, &[]), infer_type(inner, scope, &[]));
             if kind(ot) != kind(it) {
-                if is_column(outer) && is_column(inner) {
+                // Integers, numerics and floats compare with each other (PostgreSQL casts the
+                // exact side to float8), but hash apart: such a pair is left to the loop.
+                let numbers = |k| matches!(k, Kind::Exact | Kind::Float);
+                let comparable = numbers(kind(ot)) && numbers(kind(it));
+                if !comparable && is_column(outer) && is_column(inner) {
                     return Err(SqlError::new(
                         "42883",
                         format!("operator does not exist: {} = {}", ot.display(), it.display()),
@@ -358,9 +362,9 @@ impl JoinSource {
     }
 
     /// The strategy for joining relation `r`, and for an index nested loop its index and keys.
-    fn strategy(&self, cx: &Cx<'_, '_>, r: usize, keys: &[EquiKey<'_>]) -> Option<(Strategy, Option<IndexPlan>)> {
+    fn strategy(&self, cx: &Cx<'_, '_>, r: usize, keys: &[EquiKey<'_>]) -> (Strategy, Option<IndexPlan>) {
         if keys.is_empty() {
-            return Some((Strategy::NestedLoop, None));
+            return (Strategy::NestedLoop, None);
         }
         if let Leaf::Table(t) = &self.rels[r].leaf {
             let mut best: Option<IndexPlan> = None;
@@ -380,10 +384,10 @@ impl JoinSource {
                 }
             }
             if let Some(plan) = best {
-                return Some((Strategy::IndexNestedLoop, Some(plan)));
+                return (Strategy::IndexNestedLoop, Some(plan));
             }
         }
-        Some((Strategy::Hash, None))
+        (Strategy::Hash, None)
     }
 }
 

@@ -287,6 +287,22 @@ async fn three_tables_aggregates_and_errors() {
         (0..=5).map(|g| vec![s(g), if (1..=4).contains(&g) { s(format!("c{g}")) } else { None }]).collect();
     assert_eq!(got, want);
 
+    // Keys of different numeric types: numeric(6,2) and int hash alike (2.00 = 2); float8 and
+    // int compare as PostgreSQL compares them (the loop decides).
+    c.batch_execute(
+        "create table nums (n numeric(6,2), f float8); insert into nums values (2.00, 2), (2.50, 3.5), (null, null)",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rows(&c, "select c.name, x.n from customers c join nums x on x.n = c.id").await,
+        vec![vec![s("c2"), s("2.00")]]
+    );
+    assert_eq!(
+        rows(&c, "select c.name, x.f from customers c join nums x on c.id = x.f").await,
+        vec![vec![s("c2"), s(2)]]
+    );
+
     // Errors, with PostgreSQL's SQLSTATEs.
     for (sql, want) in [
         ("select id from customers c join orders o on o.customer_id = c.id", "42702"),

@@ -26,8 +26,10 @@ impl StepCx<'_, '_> {
     /// `left` with R's values put in place.
     fn combine(&self, left: &[Datum], right: &[Datum]) -> Vec<Datum> {
         let mut row = left.to_vec();
-        let first = self.js.rels[self.r].first;
-        row[first..first + right.len()].clone_from_slice(right);
+        let rel = &self.js.rels[self.r];
+        for (slot, d) in row[rel.first..rel.first + rel.len].iter_mut().zip(right) {
+            slot.clone_from(d);
+        }
         row
     }
 
