@@ -404,6 +404,12 @@ fn binary(op: &BinaryOperator, l: Datum, r: Datum) -> Result<Datum, SqlError> {
             Ok(Datum::Text(format!("{}{}", l.to_text().unwrap_or_default(), r.to_text().unwrap_or_default())))
         }
         B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo => arith(op, l, r),
+        B::PGRegexMatch | B::PGRegexIMatch | B::PGRegexNotMatch | B::PGRegexNotIMatch => {
+            let (s, p) = (l.to_text().unwrap_or_default(), r.to_text().unwrap_or_default());
+            let insensitive = matches!(op, B::PGRegexIMatch | B::PGRegexNotIMatch);
+            let hit = regex_match(&s, &p, insensitive)?;
+            Ok(Datum::Bool(hit == matches!(op, B::PGRegexMatch | B::PGRegexIMatch)))
+        }
         other => Err(SqlError::unsupported(format!("operator {other}"))),
     }
 }
@@ -503,6 +509,17 @@ pub fn as_f64(d: &Datum) -> Result<f64, SqlError> {
     }
 }
 
+/// `s ~ p`: whether the regular expression `p` matches somewhere in `s`. PostgreSQL's
+/// advanced regular expressions are read as Rust's `regex` syntax, which agrees on the common
+/// forms (anchors, classes, alternation, repetition); 2201B for a pattern it cannot compile.
+fn regex_match(s: &str, p: &str, insensitive: bool) -> Result<bool, SqlError> {
+    let re = regex_lite::RegexBuilder::new(p)
+        .case_insensitive(insensitive)
+        .build()
+        .map_err(|e| SqlError::new("2201B", format!("invalid regular expression: {e}")))?;
+    Ok(re.is_match(s))
+}
+
 /// SQL's LIKE with `%` and `_` (backslash escapes the next character).
 pub fn like(s: &str, p: &str) -> bool {
     fn go(s: &[char], p: &[char]) -> bool {
@@ -571,6 +588,15 @@ fn call(f: &Function, name: &str, args: Vec<Datum>, env: &mut dyn Env) -> Result
         "random" => {
             arity(0)?;
             Datum::Float(random_f64())
+        }
+        // psql's catalog queries: one role owns everything, every table is on the search path.
+        "pg_get_userbyid" => {
+            arity(1)?;
+            Datum::Text("postgres".into())
+        }
+        "pg_table_is_visible" => {
+            arity(1)?;
+            Datum::Bool(!args[0].is_null())
         }
         _ => {
             return Err(SqlError::new("42883", format!("function {}() does not exist", f.name))
@@ -706,6 +732,7 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
                     SqlType::Timestamp
                 }
                 "random" => SqlType::Float8,
+                "pg_table_is_visible" => SqlType::Bool,
                 _ => SqlType::Text,
             }
         }

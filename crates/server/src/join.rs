@@ -140,7 +140,10 @@ impl JoinSource {
                     (Leaf::View(n), names, cols)
                 } else {
                     let t = Target::open(sh, &n, a)?;
-                    let cols = t.cols.clone();
+                    let mut cols = t.cols.clone();
+                    if t.is_catalog() {
+                        cols.extend(crate::views::class_extra_columns());
+                    }
                     (Leaf::Table(t), names, cols)
                 }
             }
@@ -242,7 +245,17 @@ impl JoinSource {
             Leaf::Table(t) => {
                 let cond = and_all(&local);
                 let a = access(cx, t, cond.as_ref())?;
-                fetch(cx, t, &a)?.into_iter().map(|(_, v)| datums(&v, &t.cols)).collect()
+                let rows = fetch(cx, t, &a)?.into_iter().map(|(_, v)| datums(&v, &t.cols));
+                if t.is_catalog() {
+                    rows.map(|mut r| {
+                        let extra = crate::views::class_extras(&t.cols, &r);
+                        r.extend(extra);
+                        r
+                    })
+                    .collect()
+                } else {
+                    rows.collect()
+                }
             }
             Leaf::View(v) => crate::views::rows(cx.db, v),
             Leaf::Series(s) => s.rows(cx)?,
@@ -366,7 +379,10 @@ impl JoinSource {
         if keys.is_empty() {
             return (Strategy::NestedLoop, None);
         }
-        if let Leaf::Table(t) = &self.rels[r].leaf {
+        if let Some(t) = match &self.rels[r].leaf {
+            Leaf::Table(t) if !t.is_catalog() => Some(t),
+            _ => None,
+        } {
             let mut best: Option<IndexPlan> = None;
             for index in cx.db.indexes(&t.table) {
                 let mut prefix = Vec::new();

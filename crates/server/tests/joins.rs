@@ -303,6 +303,14 @@ async fn three_tables_aggregates_and_errors() {
         vec![vec![s("c2"), s(2)]]
     );
 
+    // Regular expression operators (psql's catalog queries use them).
+    assert_eq!(
+        rows(&c, "select 'pg_toast' ~ '^pg_', 'public' !~ '^pg_', 'ABC' ~* 'b', 'ABC' !~* 'b'").await,
+        vec![vec![s("t"), s("t"), s("t"), s("f")]]
+    );
+    let e = c.simple_query("select 'a' ~ '('").await.unwrap_err();
+    assert_eq!(code(&e), "2201B");
+
     // Errors, with PostgreSQL's SQLSTATEs.
     for (sql, want) in [
         ("select id from customers c join orders o on o.customer_id = c.id", "42702"),

@@ -186,4 +186,6 @@ fn psql_runs_a_join() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert_eq!(out.trim(), "empty|0\neng|2\nops|3");
+    // psql's \dt: a join of pg_class, pg_namespace and pg_am.
+    assert_eq!(psql_value(&psql, &s, "\\dt"), "public|dept|table|postgres\npublic|emp|table|postgres");
 }
