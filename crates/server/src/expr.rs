@@ -261,7 +261,7 @@ pub fn eval(
         Expr::Like { negated, expr, pattern, any: false, escape_char: None } => {
             let (v, p) = (ev(expr, env)?, ev(pattern, env)?);
             match (v.to_text(), p.to_text()) {
-                (Some(v), Some(p)) => Datum::Bool(like(&v, &p) != *negated),
+                (Some(v), Some(p)) => Datum::Bool(crate::pattern::like(&v, &p) != *negated),
                 _ => Datum::Null,
             }
         }
@@ -407,7 +407,7 @@ fn binary(op: &BinaryOperator, l: Datum, r: Datum) -> Result<Datum, SqlError> {
         B::PGRegexMatch | B::PGRegexIMatch | B::PGRegexNotMatch | B::PGRegexNotIMatch => {
             let (s, p) = (l.to_text().unwrap_or_default(), r.to_text().unwrap_or_default());
             let insensitive = matches!(op, B::PGRegexIMatch | B::PGRegexNotIMatch);
-            let hit = regex_match(&s, &p, insensitive)?;
+            let hit = crate::pattern::regex_match(&s, &p, insensitive)?;
             Ok(Datum::Bool(hit == matches!(op, B::PGRegexMatch | B::PGRegexIMatch)))
         }
         other => Err(SqlError::unsupported(format!("operator {other}"))),
@@ -507,33 +507,6 @@ pub fn as_f64(d: &Datum) -> Result<f64, SqlError> {
         },
         other => Err(SqlError::new("42883", format!("{} is not a number", tyname(other)))),
     }
-}
-
-/// `s ~ p`: whether the regular expression `p` matches somewhere in `s`. PostgreSQL's
-/// advanced regular expressions are read as Rust's `regex` syntax, which agrees on the common
-/// forms (anchors, classes, alternation, repetition); 2201B for a pattern it cannot compile.
-fn regex_match(s: &str, p: &str, insensitive: bool) -> Result<bool, SqlError> {
-    let re = regex_lite::RegexBuilder::new(p)
-        .case_insensitive(insensitive)
-        .build()
-        .map_err(|e| SqlError::new("2201B", format!("invalid regular expression: {e}")))?;
-    Ok(re.is_match(s))
-}
-
-/// SQL's LIKE with `%` and `_` (backslash escapes the next character).
-pub fn like(s: &str, p: &str) -> bool {
-    fn go(s: &[char], p: &[char]) -> bool {
-        match p.first() {
-            None => s.is_empty(),
-            Some('%') => (0..=s.len()).any(|i| go(&s[i..], &p[1..])),
-            Some('_') => !s.is_empty() && go(&s[1..], &p[1..]),
-            Some('\\') if p.len() > 1 => s.first() == Some(&p[1]) && go(&s[1..], &p[2..]),
-            Some(c) => s.first() == Some(c) && go(&s[1..], &p[1..]),
-        }
-    }
-    let s: Vec<char> = s.chars().collect();
-    let p: Vec<char> = p.chars().collect();
-    go(&s, &p)
 }
 
 /// Scalar functions that need no session.
