@@ -211,6 +211,35 @@ async fn joins_match_an_oracle() {
     // A join on the primary key of the inner table (a unique index) and a self join.
     let self_join = oracle(&l, &l, |a, b| a.0 == b.0, false);
     assert_eq!(sorted(&c, "select * from l a join l b on b.id = a.id").await, self_join);
+    // A two-column index: the index nested loop binds both columns (one range per left row)
+    // and agrees with a hash join over the same rows without the index.
+    c.batch_execute(
+        "create table m (a int, b int, v text); create table m2 (a int, b int, v text);
+         insert into m select g % 3, g % 5, 'v' || g from generate_series(1, 60) g;
+         insert into m2 select a, b, v from m;
+         create index m_ab on m (a, b);",
+    )
+    .await
+    .unwrap();
+    let before = scans(&c, "m").await;
+    let with_index = sorted(&c, "select l.id, m.v from l join m on m.a = l.k and m.b = l.id").await;
+    let after = scans(&c, "m").await;
+    assert_eq!((after.0 - before.0, after.1 - before.1), (0, 4));
+    let hashed = sorted(&c, "select l.id, m2.v from l join m2 on m2.a = l.k and m2.b = l.id").await;
+    assert_eq!(with_index, hashed);
+    assert!(!hashed.is_empty());
+
+    // A join's loops are interruption points: statement_timeout stops a long nested loop.
+    c.batch_execute("set statement_timeout = 20").await.unwrap();
+    let e = c
+        .simple_query(
+            "select count(*) from generate_series(1, 20000) a(x), generate_series(1, 20000) b(y) where x + y < 0",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "57014");
+    c.batch_execute("set statement_timeout = 0").await.unwrap();
+
     // Column names over a join; `*` keeps equal names apart.
     let st = c.prepare("select * from l a join r b on a.k = b.k").await.unwrap();
     let names: Vec<&str> = st.columns().iter().map(|c| c.name()).collect();
