@@ -569,7 +569,11 @@ fn call(f: &Function, name: &str, args: Vec<Datum>, env: &mut dyn Env) -> Result
         }
         "pg_table_is_visible" => {
             arity(1)?;
-            Datum::Bool(!args[0].is_null())
+            if args[0].is_null() {
+                Datum::Null
+            } else {
+                Datum::Bool(true)
+            }
         }
         _ => {
             return Err(SqlError::new("42883", format!("function {}() does not exist", f.name))
