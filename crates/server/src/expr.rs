@@ -20,27 +20,67 @@ use crate::error::SqlError;
 use crate::types::{compare, parse_text, Datum, Num, SqlType};
 
 /// The columns an expression may name.
+///
+/// One relation: `names` are its name and alias and `cols` its columns. A join: `cols` are the
+/// columns of every relation side by side (left to right) and `rels` says which relation owns
+/// which run of them, so `a.id` finds `a`'s column and a bare `id` that two relations have is
+/// ambiguous (42702).
 pub struct Scope<'a> {
     /// The table's name and its alias, either of which may qualify a column.
     pub names: Vec<&'a str>,
     pub cols: &'a [ColumnDef],
+    /// The relations of a join, in column order; empty for one relation.
+    pub rels: Vec<ScopeRel<'a>>,
+}
+
+/// One relation of a join's [`Scope`]: the names that qualify its columns and where they are.
+pub struct ScopeRel<'a> {
+    pub names: Vec<&'a str>,
+    pub first: usize,
+    pub len: usize,
 }
 
 impl Scope<'_> {
     pub fn empty() -> Scope<'static> {
-        Scope { names: Vec::new(), cols: &[] }
+        Scope { names: Vec::new(), cols: &[], rels: Vec::new() }
     }
 
     /// The position of the column an identifier chain names.
     pub fn resolve(&self, parts: &[sqlparser::ast::Ident]) -> Result<usize, SqlError> {
         let col = ident_name(parts.last().ok_or_else(|| SqlError::syntax("empty identifier"))?);
-        if parts.len() >= 2 {
-            let q = ident_name(&parts[parts.len() - 2]);
+        let qualifier = (parts.len() >= 2).then(|| ident_name(&parts[parts.len() - 2]));
+        if !self.rels.is_empty() {
+            return self.resolve_in_join(qualifier.as_deref(), &col);
+        }
+        if let Some(q) = qualifier {
             if !self.names.iter().any(|n| *n == q) {
                 return Err(SqlError::new("42P01", format!("missing FROM-clause entry for table \"{q}\"")));
             }
         }
         self.cols.iter().position(|c| c.name == col).ok_or_else(|| SqlError::undefined_column(&col))
+    }
+
+    fn resolve_in_join(&self, qualifier: Option<&str>, col: &str) -> Result<usize, SqlError> {
+        if let Some(q) = qualifier {
+            let rel = self.rel(q)?;
+            return (rel.first..rel.first + rel.len)
+                .find(|&i| self.cols[i].name == col)
+                .ok_or_else(|| SqlError::new("42703", format!("column {q}.{col} does not exist")));
+        }
+        let mut found = self.cols.iter().enumerate().filter(|(_, c)| c.name == col).map(|(i, _)| i);
+        match (found.next(), found.next()) {
+            (Some(i), None) => Ok(i),
+            (None, _) => Err(SqlError::undefined_column(col)),
+            (Some(_), Some(_)) => Err(SqlError::new("42702", format!("column reference \"{col}\" is ambiguous"))),
+        }
+    }
+
+    /// The join relation a qualifier names.
+    pub fn rel(&self, q: &str) -> Result<&ScopeRel<'_>, SqlError> {
+        self.rels
+            .iter()
+            .find(|r| r.names.contains(&q))
+            .ok_or_else(|| SqlError::new("42P01", format!("missing FROM-clause entry for table \"{q}\"")))
     }
 }
 
@@ -221,7 +261,7 @@ pub fn eval(
         Expr::Like { negated, expr, pattern, any: false, escape_char: None } => {
             let (v, p) = (ev(expr, env)?, ev(pattern, env)?);
             match (v.to_text(), p.to_text()) {
-                (Some(v), Some(p)) => Datum::Bool(like(&v, &p) != *negated),
+                (Some(v), Some(p)) => Datum::Bool(crate::pattern::like(&v, &p) != *negated),
                 _ => Datum::Null,
             }
         }
@@ -364,6 +404,12 @@ fn binary(op: &BinaryOperator, l: Datum, r: Datum) -> Result<Datum, SqlError> {
             Ok(Datum::Text(format!("{}{}", l.to_text().unwrap_or_default(), r.to_text().unwrap_or_default())))
         }
         B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo => arith(op, l, r),
+        B::PGRegexMatch | B::PGRegexIMatch | B::PGRegexNotMatch | B::PGRegexNotIMatch => {
+            let (s, p) = (l.to_text().unwrap_or_default(), r.to_text().unwrap_or_default());
+            let insensitive = matches!(op, B::PGRegexIMatch | B::PGRegexNotIMatch);
+            let hit = crate::pattern::regex_match(&s, &p, insensitive)?;
+            Ok(Datum::Bool(hit == matches!(op, B::PGRegexMatch | B::PGRegexIMatch)))
+        }
         other => Err(SqlError::unsupported(format!("operator {other}"))),
     }
 }
@@ -463,22 +509,6 @@ pub fn as_f64(d: &Datum) -> Result<f64, SqlError> {
     }
 }
 
-/// SQL's LIKE with `%` and `_` (backslash escapes the next character).
-pub fn like(s: &str, p: &str) -> bool {
-    fn go(s: &[char], p: &[char]) -> bool {
-        match p.first() {
-            None => s.is_empty(),
-            Some('%') => (0..=s.len()).any(|i| go(&s[i..], &p[1..])),
-            Some('_') => !s.is_empty() && go(&s[1..], &p[1..]),
-            Some('\\') if p.len() > 1 => s.first() == Some(&p[1]) && go(&s[1..], &p[2..]),
-            Some(c) => s.first() == Some(c) && go(&s[1..], &p[1..]),
-        }
-    }
-    let s: Vec<char> = s.chars().collect();
-    let p: Vec<char> = p.chars().collect();
-    go(&s, &p)
-}
-
 /// Scalar functions that need no session.
 fn call(f: &Function, name: &str, args: Vec<Datum>, env: &mut dyn Env) -> Result<Datum, SqlError> {
     if let Some(r) = env.session_function(name, &args) {
@@ -531,6 +561,19 @@ fn call(f: &Function, name: &str, args: Vec<Datum>, env: &mut dyn Env) -> Result
         "random" => {
             arity(0)?;
             Datum::Float(random_f64())
+        }
+        // psql's catalog queries: one role owns everything, every table is on the search path.
+        "pg_get_userbyid" => {
+            arity(1)?;
+            Datum::Text("postgres".into())
+        }
+        "pg_table_is_visible" => {
+            arity(1)?;
+            if args[0].is_null() {
+                Datum::Null
+            } else {
+                Datum::Bool(true)
+            }
         }
         _ => {
             return Err(SqlError::new("42883", format!("function {}() does not exist", f.name))
@@ -666,6 +709,7 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
                     SqlType::Timestamp
                 }
                 "random" => SqlType::Float8,
+                "pg_table_is_visible" => SqlType::Bool,
                 _ => SqlType::Text,
             }
         }

@@ -10,14 +10,17 @@
 //!   session   transaction state (autocommit, BEGIN/COMMIT/ROLLBACK, failed blocks), SET/SHOW
 //!   query     SELECT and Describe;  dml  INSERT/UPDATE/DELETE/TRUNCATE;  ddl  CREATE/DROP/ALTER
 //!   plan      index equality/range scan, index-only scan, or sequential scan for a WHERE clause
-//!   expr      expression evaluation and type inference;  types  SQL types, text/binary I/O
+//!   join      FROM lists: joins (index nested loop, hash, nested loop; inner, left, cross)
+//!             and generate_series (series)
+//!   expr      expression evaluation and type inference (pattern: LIKE, ~);  types  SQL types,
+//!             text/binary I/O
 //!   catalog   the SQL column types the engine does not keep (DIR/server_catalog)
 //!   copy      COPY FROM STDIN / TO STDOUT;  utility  VACUUM;  settings  GUCs;  log  server log
 //!   interrupt cancel requests, statement_timeout, idle_in_transaction_session_timeout,
 //!             max_connections: the flags and registry that reach a session from outside
 //!   views     pg_stat_user_tables, pg_stat_database from the engine's counters,
-//!             pg_replication_slots, pg_stat_replication_slots;  slotfuncs  pg_create_logical_
-//!             replication_slot & co.
+//!             pg_replication_slots, pg_stat_replication_slots, pg_locks, pg_namespace, pg_am;
+//!             slotfuncs  pg_create_logical_replication_slot & co.
 //! ```
 //!
 //! One connection is one pgwire task plus one session thread (the engine is synchronous and a
@@ -35,10 +38,13 @@ pub mod dml;
 pub mod error;
 pub mod expr;
 pub mod interrupt;
+pub mod join;
 pub mod log;
 pub mod parse;
+pub mod pattern;
 pub mod plan;
 pub mod query;
+pub mod series;
 pub mod session;
 pub mod settings;
 pub mod slotfuncs;

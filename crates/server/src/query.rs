@@ -1,17 +1,19 @@
-//! SELECT: one table (or none), WHERE, GROUP BY with count/sum/min/max/avg, HAVING, ORDER BY,
+//! SELECT: one table, a join or none; WHERE, GROUP BY with count/sum/min/max/avg, HAVING, ORDER BY,
 //! DISTINCT, LIMIT/OFFSET; and Describe's view of every statement (parameter and result types).
 //!
 //! A SELECT runs as: find rows ([`crate::plan`]), filter by WHERE, group and aggregate when
 //! the query has aggregates or GROUP BY, project, sort, de-duplicate, cut by OFFSET/LIMIT. Rows
 //! are materialized (the result is sent after the statement finished). Joins, subqueries, set
-//! operations, window functions, CTEs and `FOR UPDATE` are refused with 0A000.
+//! operations, window functions, CTEs and `FOR UPDATE` are refused with 0A000. A FROM list
+//! with joins or `generate_series` is read by [`crate::join`], whose rows (as wide as all its
+//! relations' columns) go through the same WHERE, grouping, sorting and projection.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
 use sqlparser::ast::{
     Distinct, DuplicateTreatment, Expr, FunctionArguments, GroupByExpr, LimitClause, OrderByKind, OrderBySort, Query,
-    Select, SelectItem, SetExpr, Statement, TableFactor, Value,
+    Select, SelectItem, SelectItemQualifiedWildcardKind, SetExpr, Statement, TableFactor, Value,
 };
 
 use crate::error::SqlError;
@@ -43,15 +45,24 @@ pub fn execute(cx: &mut Cx<'_, '_>, s: &Statement) -> Result<Outcome, SqlError> 
 pub enum Source {
     None,
     Table(Target),
-    View { names: Vec<String>, cols: Vec<crate::catalog::ColumnDef>, view: String },
+    View {
+        names: Vec<String>,
+        cols: Vec<crate::catalog::ColumnDef>,
+        view: String,
+    },
+    /// Several relations, or a `generate_series` ([`crate::join`]).
+    Join(crate::join::JoinSource),
 }
 
 impl Source {
     pub fn scope(&self) -> Scope<'_> {
         match self {
-            Source::None => Scope { names: Vec::new(), cols: &[] },
+            Source::None => Scope::empty(),
             Source::Table(t) => t.scope(),
-            Source::View { names, cols, .. } => Scope { names: names.iter().map(String::as_str).collect(), cols },
+            Source::View { names, cols, .. } => {
+                Scope { names: names.iter().map(String::as_str).collect(), cols, rels: Vec::new() }
+            }
+            Source::Join(j) => j.scope(),
         }
     }
 
@@ -63,12 +74,14 @@ impl Source {
     }
 }
 
-/// The single table or view a FROM clause names, if any.
+/// What a FROM clause names: nothing, one table or view, or a join ([`crate::join`]).
 pub fn from_source(sh: &Shared, sel: &Select) -> Result<Source, SqlError> {
     match sel.from.as_slice() {
         [] => Ok(Source::None),
         [twj] if twj.joins.is_empty() => match &twj.relation {
-            TableFactor::Table { name, alias, args: None, .. } => {
+            TableFactor::Table { name, alias, args: None, .. }
+                if alias.as_ref().is_none_or(|a| a.columns.is_empty()) =>
+            {
                 let n = crate::ddl::object_name(name);
                 let alias = alias.as_ref().map(|a| ident_name(&a.name));
                 if let Some(cols) = crate::views::columns(&n) {
@@ -77,9 +90,9 @@ pub fn from_source(sh: &Shared, sel: &Select) -> Result<Source, SqlError> {
                 }
                 Target::open(sh, &n, alias).map(Source::Table)
             }
-            other => Err(SqlError::unsupported(format!("FROM {other}"))),
+            _ => crate::join::JoinSource::build(sh, &sel.from).map(Source::Join),
         },
-        _ => Err(SqlError::unsupported("joins (a FROM clause with more than one table)")),
+        _ => crate::join::JoinSource::build(sh, &sel.from).map(Source::Join),
     }
 }
 
@@ -116,6 +129,9 @@ pub fn projection(items: &[SelectItem], scope: &Scope<'_>) -> Result<Vec<OutCol>
             SelectItem::ExprWithAlias { expr, alias } => {
                 out.push(OutCol { name: ident_name(alias), expr: expr.clone() })
             }
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) if !scope.rels.is_empty() => {
+                out.extend(join_star(it, scope)?)
+            }
             SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
                 if scope.names.is_empty() {
                     return Err(SqlError::syntax("SELECT * with no tables specified is not valid"));
@@ -126,6 +142,26 @@ pub fn projection(items: &[SelectItem], scope: &Scope<'_>) -> Result<Vec<OutCol>
                 }
             }
             other => return Err(SqlError::unsupported(format!("the select item {other}"))),
+        }
+    }
+    Ok(out)
+}
+
+/// `*` or `a.*` over a join: each column as `rel.col`, so equal names stay apart.
+fn join_star(it: &SelectItem, scope: &Scope<'_>) -> Result<Vec<OutCol>, SqlError> {
+    let rels: Vec<&crate::expr::ScopeRel<'_>> = match it {
+        SelectItem::QualifiedWildcard(SelectItemQualifiedWildcardKind::ObjectName(n), _) => {
+            vec![scope.rel(&crate::ddl::object_name(n))?]
+        }
+        SelectItem::QualifiedWildcard(k, _) => return Err(SqlError::unsupported(format!("the select item {k}"))),
+        _ => scope.rels.iter().collect(),
+    };
+    let mut out = Vec::new();
+    for r in rels {
+        for c in &scope.cols[r.first..r.first + r.len] {
+            let q = sqlparser::ast::Ident::with_quote('"', r.names[0]);
+            let id = sqlparser::ast::Ident::with_quote('"', c.name.clone());
+            out.push(OutCol { name: c.name.clone(), expr: Expr::CompoundIdentifier(vec![q, id]) });
         }
     }
     Ok(out)
@@ -154,6 +190,7 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
             }
         }
         Source::View { view, .. } => crate::views::rows(cx.db, view),
+        Source::Join(j) => j.rows(cx, sel.selection.as_ref())?,
     };
     if let Some(w) = &sel.selection {
         let mut kept = Vec::with_capacity(input.len());

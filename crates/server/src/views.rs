@@ -6,8 +6,10 @@
 //! and transaction locks, `Database::locks`: PostgreSQL's columns locktype, database,
 //! relation, transactionid, pid (the lock owner's number), mode, granted, fastpath, plus
 //! `holder`: what owns the lock, "transaction", "ddl", "vacuum", "autovacuum", or "prepared" for a
-//! prepared transaction recovered at startup). They are materialized when a query
-//! reads them; a SELECT may filter, sort and aggregate them like a table.
+//! prepared transaction recovered at startup), and `pg_namespace` and `pg_am` (fixed rows: the
+//! schemas and access methods there are), which with `pg_class`'s extra join columns
+//! ([`class_extras`]) answer psql's `\dt`. They are materialized when a query reads them; a
+//! SELECT may filter, sort, join and aggregate them like a table.
 
 use settledb::Database;
 
@@ -101,6 +103,10 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             c.push(col("stats_reset", SqlType::Timestamp));
             Some(c)
         }
+        "pg_namespace" => {
+            Some(vec![col("oid", SqlType::Int8), col("nspname", SqlType::Text), col("nspowner", SqlType::Int8)])
+        }
+        "pg_am" => Some(vec![col("oid", SqlType::Int8), col("amname", SqlType::Text), col("amtype", SqlType::Text)]),
         "pg_locks" => {
             use SqlType::{Bool, Int8, Text};
             let cols = [
@@ -118,6 +124,33 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
         }
         _ => None,
     }
+}
+
+/// PostgreSQL's fixed OIDs for what the catalog views name: the schemas, the only role
+/// (`postgres`, the bootstrap superuser) and the access methods.
+pub const PG_CATALOG_NAMESPACE: i64 = 11;
+pub const PUBLIC_NAMESPACE: i64 = 2200;
+pub const OWNER: i64 = 10;
+pub const HEAP_AM: i64 = 2;
+pub const BTREE_AM: i64 = 403;
+
+/// The `pg_class` columns PostgreSQL has and the engine's catalog does not keep, as a join
+/// reads them: `relnamespace` (pg_catalog for `pg_class` itself, public for the rest),
+/// `relowner`, `relam` (heap for tables, btree for indexes).
+pub fn class_extra_columns() -> Vec<ColumnDef> {
+    vec![col("relnamespace", SqlType::Int8), col("relowner", SqlType::Int8), col("relam", SqlType::Int8)]
+}
+
+/// The values of [`class_extra_columns`] for one `pg_class` row.
+pub fn class_extras(cols: &[ColumnDef], row: &[Datum]) -> Vec<Datum> {
+    let get = |n: &str| cols.iter().position(|c| c.name == n).and_then(|i| row.get(i));
+    let catalog = matches!(get("relname"), Some(Datum::Text(n)) if n == "pg_class");
+    let index = matches!(get("relkind"), Some(Datum::Text(k)) if k == "i");
+    vec![
+        Datum::Int(if catalog { PG_CATALOG_NAMESPACE } else { PUBLIC_NAMESPACE }),
+        Datum::Int(OWNER),
+        Datum::Int(if index { BTREE_AM } else { HEAP_AM }),
+    ]
 }
 
 fn when(micros: u64) -> Datum {
@@ -207,6 +240,14 @@ pub fn rows(db: &Database, name: &str) -> Vec<Vec<Datum>> {
                     Datum::Bool(s.two_phase),
                 ]
             })
+            .collect(),
+        "pg_namespace" => [(PG_CATALOG_NAMESPACE, "pg_catalog"), (99, "pg_toast"), (PUBLIC_NAMESPACE, "public")]
+            .into_iter()
+            .map(|(oid, name)| vec![Datum::Int(oid), Datum::Text(name.into()), Datum::Int(OWNER)])
+            .collect(),
+        "pg_am" => [(HEAP_AM, "heap", "t"), (BTREE_AM, "btree", "i")]
+            .into_iter()
+            .map(|(oid, name, ty)| vec![Datum::Int(oid), Datum::Text(name.into()), Datum::Text(ty.into())])
             .collect(),
         "pg_locks" => db
             .locks()

@@ -157,3 +157,35 @@ select pg_sleep(30);
     assert!(err.contains("canceling statement due to statement timeout"), "{err}");
     assert!(out.contains("timeout 57014"), "{out}");
 }
+
+/// A join and a series through psql's `-c`: the rows psql prints unaligned.
+#[test]
+fn psql_runs_a_join() {
+    let Some(psql) = require("psql") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    psql_value(&psql, &s, "create table dept (id int primary key, name text)");
+    psql_value(&psql, &s, "create table emp (id int primary key, dept_id int, name text)");
+    psql_value(&psql, &s, "insert into dept values (1, 'eng'), (2, 'ops'), (3, 'empty')");
+    psql_value(&psql, &s, "insert into emp select g, g % 2 + 1, 'e' || g from generate_series(1, 5) g");
+    let o = run(
+        &psql,
+        &[
+            "-X",
+            "-At",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &s.port(),
+            "-U",
+            "postgres",
+            "-c",
+            "select d.name, count(e.id) from dept d left join emp e on e.dept_id = d.id group by d.name order by d.name",
+        ],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim(), "empty|0\neng|2\nops|3");
+    // psql's \dt: a join of pg_class, pg_namespace and pg_am.
+    assert_eq!(psql_value(&psql, &s, "\\dt"), "public|dept|table|postgres\npublic|emp|table|postgres");
+}

@@ -1,0 +1,524 @@
+//! FROM lists with more than one relation, or with `generate_series`: the relations, their
+//! names, and the rows of their join ([`JoinSource::rows`]); the SELECT executor then filters,
+//! groups, sorts and projects those rows as it does one table's.
+//!
+//! ```text
+//!   FROM a JOIN b ON a.id = b.aid LEFT JOIN c ON c.k = b.k, d      (left-deep)
+//!
+//!        ((a ⋈ b) ⟕ c) × d        a row of the join: [a's columns | b's | c's | d's]
+//! ```
+//!
+//! `JOIN`/`INNER JOIN`, `LEFT [OUTER] JOIN` and `CROSS JOIN` with `ON`, and comma-separated
+//! lists, are joined left to right. Every joined row is as wide as the whole FROM list; the
+//! columns of relations not yet joined (and of the NULL-padded side of a LEFT JOIN that found
+//! no match) are NULL. Names: a relation is qualified by its alias if it has one, else by its
+//! table name (as in PostgreSQL, an alias hides the table name); the same name twice is 42712;
+//! a bare column two relations have is 42702 ([`crate::expr::Scope`]).
+//!
+//! Each join step chooses how to find the matches of the right-hand relation R, as
+//! PostgreSQL's planner would with no statistics (its `nodeNestloop.c`, `nodeHashjoin.c`):
+//!
+//! 1. **index nested loop** when R is a table with a B-tree index whose leading columns are
+//!    each equated (`R.col = expr of the left side`) by the step's conditions: one index range
+//!    per left row, on the longest such prefix;
+//! 2. **hash join** when some condition equates an expression of the left side with one of R of
+//!    the same kind (exact numbers, floats, text, times, ...): R is read once into a hash table
+//!    keyed by its side's values, and each left row probes it;
+//! 3. **nested loop** otherwise: every left row meets every row of R.
+//!
+//! The step's conditions are its `ON` conjuncts and, for inner and cross steps, the `WHERE`
+//! conjuncts that name R and only relations joined so far (a LEFT JOIN's `WHERE` must see the
+//! NULL-padded rows, so it waits for the end). All of them are evaluated on every pair a
+//! strategy proposes, so the hash or index only narrows the search, and NULL never equals
+//! anything: a NULL key finds no match. A LEFT JOIN emits a left row that matched nothing once,
+//! with R's columns NULL. Conjuncts that name one relation alone narrow that relation's read
+//! (an index scan through [`crate::plan`]) when that cannot drop rows a LEFT JOIN must keep.
+//! The whole `WHERE` is re-checked by the caller. Loops tick the statement's interrupts.
+
+use std::collections::BTreeSet;
+
+use sqlparser::ast::{
+    BinaryOperator, Expr, JoinConstraint, JoinOperator, TableFactor, TableFunctionArgs, TableWithJoins,
+};
+
+use crate::catalog::ColumnDef;
+use crate::error::SqlError;
+use crate::expr::{eval, ident_name, infer_type, truth, Scope, ScopeRel};
+use crate::plan::{access, conjuncts, fetch, Target};
+use crate::series::Series;
+use crate::session::{datums, Cx};
+use crate::types::{Datum, SqlType};
+use crate::Shared;
+
+/// Where a relation's rows come from.
+pub enum Leaf {
+    Table(Target),
+    View(String),
+    Series(Series),
+}
+
+/// One relation of a FROM list.
+pub struct Rel {
+    pub leaf: Leaf,
+    pub names: Vec<String>,
+    pub first: usize,
+    pub len: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum JoinKind {
+    Inner,
+    Left,
+    Cross,
+}
+
+/// How relation `i + 1` joins the relations before it.
+pub struct Step {
+    pub kind: JoinKind,
+    pub on: Option<Expr>,
+}
+
+/// A planned FROM list.
+pub struct JoinSource {
+    pub rels: Vec<Rel>,
+    pub steps: Vec<Step>,
+    pub cols: Vec<ColumnDef>,
+}
+
+/// The strategy a join step uses (visible for tests and the log).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Strategy {
+    IndexNestedLoop,
+    Hash,
+    NestedLoop,
+}
+
+impl JoinSource {
+    /// Opens every relation of `from` (tables, views, `generate_series`) and names them.
+    pub fn build(sh: &Shared, from: &[TableWithJoins]) -> Result<JoinSource, SqlError> {
+        let mut js = JoinSource { rels: Vec::new(), steps: Vec::new(), cols: Vec::new() };
+        for (i, twj) in from.iter().enumerate() {
+            js.add(sh, &twj.relation)?;
+            if i > 0 {
+                js.steps.push(Step { kind: JoinKind::Cross, on: None });
+            }
+            for j in &twj.joins {
+                js.add(sh, &j.relation)?;
+                let (kind, c) = match &j.join_operator {
+                    JoinOperator::Join(c) | JoinOperator::Inner(c) => (JoinKind::Inner, c),
+                    JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => (JoinKind::Left, c),
+                    JoinOperator::CrossJoin(c) => (JoinKind::Cross, c),
+                    JoinOperator::Right(_) | JoinOperator::RightOuter(_) => {
+                        return Err(SqlError::unsupported("RIGHT JOIN"))
+                    }
+                    JoinOperator::FullOuter(_) => return Err(SqlError::unsupported("FULL JOIN")),
+                    other => return Err(SqlError::unsupported(format!("the join {other:?}"))),
+                };
+                let on = match c {
+                    JoinConstraint::On(e) => Some(e.clone()),
+                    JoinConstraint::None if kind == JoinKind::Cross => None,
+                    JoinConstraint::None => return Err(SqlError::syntax("syntax error: JOIN needs ON")),
+                    JoinConstraint::Using(_) => return Err(SqlError::unsupported("JOIN ... USING")),
+                    JoinConstraint::Natural => return Err(SqlError::unsupported("NATURAL JOIN")),
+                };
+                js.steps.push(Step { kind, on });
+            }
+        }
+        Ok(js)
+    }
+
+    fn add(&mut self, sh: &Shared, f: &TableFactor) -> Result<(), SqlError> {
+        let (leaf, names, cols) = match f {
+            TableFactor::Table { name, alias, args: None, .. } => {
+                let n = crate::ddl::object_name(name);
+                let a = alias.as_ref().map(|a| ident_name(&a.name));
+                if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
+                    return Err(SqlError::unsupported("column aliases on a table"));
+                }
+                let names = vec![a.clone().unwrap_or_else(|| n.clone())];
+                if let Some(cols) = crate::views::columns(&n) {
+                    (Leaf::View(n), names, cols)
+                } else {
+                    let t = Target::open(sh, &n, a)?;
+                    let mut cols = t.cols.clone();
+                    if t.is_catalog() {
+                        cols.extend(crate::views::class_extra_columns());
+                    }
+                    (Leaf::Table(t), names, cols)
+                }
+            }
+            TableFactor::Table { name, alias, args: Some(TableFunctionArgs { args, .. }), .. }
+                if crate::ddl::object_name(name) == "generate_series" =>
+            {
+                let (s, names, col) = Series::plan(args, alias.as_ref())?;
+                (Leaf::Series(s), names, vec![col])
+            }
+            TableFactor::Table { name, args: Some(_), .. } => {
+                return Err(SqlError::new("42883", format!("function {name}() does not exist")))
+            }
+            other => return Err(SqlError::unsupported(format!("FROM {other}"))),
+        };
+        if let Some(n) = names.iter().find(|n| self.rels.iter().any(|r| r.names.contains(n))) {
+            return Err(SqlError::new("42712", format!("table name \"{n}\" specified more than once")));
+        }
+        self.rels.push(Rel { leaf, names, first: self.cols.len(), len: cols.len() });
+        self.cols.extend(cols);
+        Ok(())
+    }
+
+    pub fn scope(&self) -> Scope<'_> {
+        let rels = self
+            .rels
+            .iter()
+            .map(|r| ScopeRel { names: r.names.iter().map(String::as_str).collect(), first: r.first, len: r.len })
+            .collect();
+        Scope {
+            names: self.rels.iter().flat_map(|r| r.names.iter().map(String::as_str)).collect(),
+            cols: &self.cols,
+            rels,
+        }
+    }
+
+    /// The relation that owns column `c`.
+    fn rel_of(&self, c: usize) -> usize {
+        self.rels.iter().position(|r| (r.first..r.first + r.len).contains(&c)).unwrap_or(0)
+    }
+
+    /// Whether relation `i` is the NULL-padded side of a LEFT JOIN.
+    fn nullable(&self, i: usize) -> bool {
+        i > 0 && self.steps[i - 1].kind == JoinKind::Left
+    }
+
+    /// The rows of the join, each as wide as [`JoinSource::cols`]; `selection` is the WHERE
+    /// clause, used to narrow reads and steps (the caller still applies all of it).
+    pub fn rows(&self, cx: &mut Cx<'_, '_>, selection: Option<&Expr>) -> Result<Vec<Vec<Datum>>, SqlError> {
+        let scope = self.scope();
+        let wheres: Vec<(&Expr, Option<BTreeSet<usize>>)> =
+            selection.map(conjuncts).unwrap_or_default().into_iter().map(|e| (e, self.refs(e, &scope))).collect();
+        let width = self.cols.len();
+        let first = self.leaf_rows(cx, 0, &wheres, &scope)?;
+        let mut acc: Vec<Vec<Datum>> = first.into_iter().map(|r| self.widen(0, r, width)).collect();
+        for s in 0..self.steps.len() {
+            acc = self.step(cx, s, acc, &wheres, &scope)?;
+        }
+        Ok(acc)
+    }
+
+    fn widen(&self, rel: usize, r: Vec<Datum>, width: usize) -> Vec<Datum> {
+        let mut row = vec![Datum::Null; width];
+        let Rel { first, len, .. } = self.rels[rel];
+        for (slot, d) in row[first..first + len].iter_mut().zip(r) {
+            *slot = d;
+        }
+        row
+    }
+
+    /// The relations an expression names; `None` when it holds something this walk cannot
+    /// see into (then it is never moved, only evaluated where the caller evaluates WHERE).
+    fn refs(&self, e: &Expr, scope: &Scope<'_>) -> Option<BTreeSet<usize>> {
+        let mut cols = BTreeSet::new();
+        columns_read(e, scope, &mut cols).then_some(())?;
+        Some(cols.into_iter().map(|c| self.rel_of(c)).collect())
+    }
+
+    /// The rows of relation `i`, narrowed by the conjuncts (of WHERE, if it may, and of its
+    /// own ON) that name it alone.
+    fn leaf_rows(
+        &self,
+        cx: &mut Cx<'_, '_>,
+        i: usize,
+        wheres: &[(&Expr, Option<BTreeSet<usize>>)],
+        scope: &Scope<'_>,
+    ) -> Result<Vec<Vec<Datum>>, SqlError> {
+        let alone = |r: &Option<BTreeSet<usize>>| r.as_ref().is_some_and(|s| s.len() == 1 && s.contains(&i));
+        let mut local: Vec<&Expr> = Vec::new();
+        if !self.nullable(i) {
+            local.extend(wheres.iter().filter(|(_, r)| alone(r)).map(|(e, _)| *e));
+        }
+        if i > 0 {
+            if let Some(on) = &self.steps[i - 1].on {
+                local.extend(conjuncts(on).into_iter().filter(|e| alone(&self.refs(e, scope))));
+            }
+        }
+        let rel = &self.rels[i];
+        let rows = match &rel.leaf {
+            Leaf::Table(t) => {
+                let cond = and_all(&local);
+                let a = access(cx, t, cond.as_ref())?;
+                let rows = fetch(cx, t, &a)?.into_iter().map(|(_, v)| datums(&v, &t.cols));
+                if t.is_catalog() {
+                    rows.map(|mut r| {
+                        let extra = crate::views::class_extras(&t.cols, &r);
+                        r.extend(extra);
+                        r
+                    })
+                    .collect()
+                } else {
+                    rows.collect()
+                }
+            }
+            Leaf::View(v) => crate::views::rows(cx.db, v),
+            Leaf::Series(s) => s.rows(cx)?,
+        };
+        if local.is_empty() {
+            return Ok(rows);
+        }
+        let width = self.cols.len();
+        let mut kept = Vec::with_capacity(rows.len());
+        for r in rows {
+            cx.interrupts.tick()?;
+            let wide = self.widen(i, r, width);
+            if passes(cx, &local, scope, &wide)? {
+                let first = rel.first;
+                kept.push(wide[first..first + rel.len].to_vec());
+            }
+        }
+        Ok(kept)
+    }
+
+    /// Joins relation `s + 1` to the rows so far.
+    fn step(
+        &self,
+        cx: &mut Cx<'_, '_>,
+        s: usize,
+        left: Vec<Vec<Datum>>,
+        wheres: &[(&Expr, Option<BTreeSet<usize>>)],
+        scope: &Scope<'_>,
+    ) -> Result<Vec<Vec<Datum>>, SqlError> {
+        let r = s + 1;
+        let step = &self.steps[s];
+        let mut conds: Vec<&Expr> = Vec::new();
+        if let Some(on) = &step.on {
+            for c in conjuncts(on) {
+                if let Some(late) = self.refs(c, scope).and_then(|set| set.into_iter().find(|&x| x > r)) {
+                    let n = &self.rels[late].names[0];
+                    return Err(SqlError::new(
+                        "42P01",
+                        format!("invalid reference to FROM-clause entry for table \"{n}\""),
+                    ));
+                }
+                conds.push(c);
+            }
+        }
+        if step.kind != JoinKind::Left {
+            conds.extend(
+                wheres
+                    .iter()
+                    .filter(|(_, set)| set.as_ref().is_some_and(|set| set.contains(&r) && set.iter().all(|&x| x <= r)))
+                    .map(|(e, _)| *e),
+            );
+        }
+        let keys = self.equi_keys(&conds, r, scope)?;
+        let strategy = self.strategy(cx, r, &keys);
+        let ctx = StepCx { js: self, r, conds: &conds, scope, left_join: step.kind == JoinKind::Left };
+        match strategy {
+            (Strategy::IndexNestedLoop, Some(plan)) => ctx.index_nested_loop(cx, left, &plan, &keys),
+            (Strategy::Hash, _) => {
+                let inner = self.leaf_rows(cx, r, wheres, scope)?;
+                ctx.hash(cx, left, inner, &keys)
+            }
+            _ => {
+                let inner = self.leaf_rows(cx, r, wheres, scope)?;
+                ctx.nested_loop(cx, left, inner)
+            }
+        }
+    }
+
+    /// `left expr = right expr` conjuncts with each side on one side of the step and values
+    /// of one kind; a pair of plain columns of unlike kinds is 42883, as PostgreSQL has no such
+    /// operator.
+    fn equi_keys<'e>(&self, conds: &[&'e Expr], r: usize, scope: &Scope<'_>) -> Result<Vec<EquiKey<'e>>, SqlError> {
+        let mut out = Vec::new();
+        for c in conds {
+            let Expr::BinaryOp { left, op: BinaryOperator::Eq, right } = c else { continue };
+            let (Some(lr), Some(rr)) = (self.refs(left, scope), self.refs(right, scope)) else { continue };
+            let side = |set: &BTreeSet<usize>| {
+                if set.is_empty() {
+                    None
+                } else if set.iter().all(|&x| x < r) {
+                    Some(false)
+                } else if set.len() == 1 && set.contains(&r) {
+                    Some(true)
+                } else {
+                    None
+                }
+            };
+            let (outer, inner) = match (side(&lr), side(&rr)) {
+                (Some(false), Some(true)) => (left.as_ref(), right.as_ref()),
+                (Some(true), Some(false)) => (right.as_ref(), left.as_ref()),
+                _ => continue,
+            };
+            let (ot, it) = (infer_type(outer, scope, &[]), infer_type(inner, scope, &[]));
+            if kind(ot) != kind(it) {
+                // Integers, numerics and floats compare with each other (PostgreSQL casts the
+                // exact side to float8), but hash apart: such a pair is left to the loop.
+                let numbers = |k| matches!(k, Kind::Exact | Kind::Float);
+                let comparable = numbers(kind(ot)) && numbers(kind(it));
+                if !comparable && is_column(outer) && is_column(inner) {
+                    return Err(SqlError::new(
+                        "42883",
+                        format!("operator does not exist: {} = {}", ot.display(), it.display()),
+                    )
+                    .with_hint("No operator matches the given name and argument types. You might need to add explicit type casts."));
+                }
+                continue;
+            }
+            let inner_col = match inner {
+                Expr::Identifier(_) | Expr::CompoundIdentifier(_) => {
+                    column_of(inner, scope).map(|c| c - self.rels[r].first)
+                }
+                _ => None,
+            };
+            out.push(EquiKey { outer, inner, inner_col, outer_ty: ot });
+        }
+        Ok(out)
+    }
+
+    /// The strategy for joining relation `r`, and for an index nested loop its index and keys.
+    fn strategy(&self, cx: &Cx<'_, '_>, r: usize, keys: &[EquiKey<'_>]) -> (Strategy, Option<IndexPlan>) {
+        if keys.is_empty() {
+            return (Strategy::NestedLoop, None);
+        }
+        if let Some(t) = match &self.rels[r].leaf {
+            Leaf::Table(t) if !t.is_catalog() => Some(t),
+            _ => None,
+        } {
+            let mut best: Option<IndexPlan> = None;
+            for index in cx.db.indexes(&t.table) {
+                let mut prefix = Vec::new();
+                for name in index.columns() {
+                    let Some(pos) = t.cols.iter().position(|c| c.name == name) else { break };
+                    let Some(k) =
+                        keys.iter().position(|k| k.inner_col == Some(pos) && lookup_fits(k.outer_ty, t.cols[pos].ty))
+                    else {
+                        break;
+                    };
+                    prefix.push((k, pos));
+                }
+                if !prefix.is_empty() && best.as_ref().is_none_or(|b| prefix.len() > b.keys.len()) {
+                    best = Some(IndexPlan { index, keys: prefix });
+                }
+            }
+            if let Some(plan) = best {
+                return (Strategy::IndexNestedLoop, Some(plan));
+            }
+        }
+        (Strategy::Hash, None)
+    }
+}
+
+/// `outer = inner` where `outer` reads the relations joined so far and `inner` relation R.
+pub struct EquiKey<'e> {
+    outer: &'e Expr,
+    inner: &'e Expr,
+    /// The position within R when `inner` is a plain column of R.
+    inner_col: Option<usize>,
+    outer_ty: SqlType,
+}
+
+/// An index of R and, for each of its leading columns, the key that equates it.
+pub struct IndexPlan {
+    index: settledb::Index,
+    /// (equi-key position, column position within R)
+    keys: Vec<(usize, usize)>,
+}
+
+/// The kinds of value a hash key compares within: equal values of one kind hash alike.
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Kind {
+    Exact,
+    Float,
+    Text,
+    Bool,
+    Time,
+    Bytes,
+}
+
+fn kind(t: SqlType) -> Kind {
+    match t {
+        SqlType::Int2 | SqlType::Int4 | SqlType::Int8 | SqlType::Numeric { .. } => Kind::Exact,
+        SqlType::Float8 => Kind::Float,
+        SqlType::Text | SqlType::Varchar(_) | SqlType::Char(_) => Kind::Text,
+        SqlType::Bool => Kind::Bool,
+        SqlType::Timestamp | SqlType::Date => Kind::Time,
+        SqlType::Bytea => Kind::Bytes,
+    }
+}
+
+/// Whether a value of type `outer` converts to the stored form of an `inner` column without
+/// changing what it equals (integers into integer columns, text into text, a type into itself).
+fn lookup_fits(outer: SqlType, inner: SqlType) -> bool {
+    let int = |t| matches!(t, SqlType::Int2 | SqlType::Int4 | SqlType::Int8);
+    outer == inner || (int(outer) && int(inner)) || (kind(outer) == Kind::Text && kind(inner) == Kind::Text)
+}
+
+/// The column a plain column reference names.
+fn column_of(e: &Expr, scope: &Scope<'_>) -> Option<usize> {
+    match e {
+        Expr::Identifier(i) => scope.resolve(std::slice::from_ref(i)).ok(),
+        Expr::CompoundIdentifier(p) => scope.resolve(p).ok(),
+        _ => None,
+    }
+}
+
+/// Adds the columns `e` reads to `used`; false when `e` names a column that does not resolve
+/// or holds an expression this walk does not know.
+fn columns_read(e: &Expr, scope: &Scope<'_>, used: &mut BTreeSet<usize>) -> bool {
+    let all = |xs: &[&Expr], used: &mut BTreeSet<usize>| xs.iter().all(|x| columns_read(x, scope, used));
+    match e {
+        Expr::Identifier(_) | Expr::CompoundIdentifier(_) => match column_of(e, scope) {
+            Some(c) => {
+                used.insert(c);
+                true
+            }
+            None => false,
+        },
+        Expr::Value(_) | Expr::TypedString(_) => true,
+        Expr::Nested(x)
+        | Expr::UnaryOp { expr: x, .. }
+        | Expr::Cast { expr: x, .. }
+        | Expr::IsNull(x)
+        | Expr::IsNotNull(x)
+        | Expr::IsTrue(x)
+        | Expr::IsFalse(x)
+        | Expr::IsNotTrue(x)
+        | Expr::IsNotFalse(x) => columns_read(x, scope, used),
+        Expr::BinaryOp { left, right, .. }
+        | Expr::IsDistinctFrom(left, right)
+        | Expr::IsNotDistinctFrom(left, right) => all(&[left, right], used),
+        Expr::Like { expr, pattern, .. } => all(&[expr, pattern], used),
+        Expr::Between { expr, low, high, .. } => all(&[expr, low, high], used),
+        Expr::InList { expr, list, .. } => {
+            columns_read(expr, scope, used) && all(&list.iter().collect::<Vec<_>>(), used)
+        }
+        Expr::Function(f) if !crate::expr::is_aggregate(f) => match crate::expr::func_args(f) {
+            Ok(Some(args)) => all(&args, used),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+fn is_column(e: &Expr) -> bool {
+    matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
+}
+
+fn and_all(parts: &[&Expr]) -> Option<Expr> {
+    parts.iter().map(|e| (*e).clone()).reduce(|a, b| Expr::BinaryOp {
+        left: Box::new(a),
+        op: BinaryOperator::And,
+        right: Box::new(b),
+    })
+}
+
+fn passes(cx: &mut Cx<'_, '_>, conds: &[&Expr], scope: &Scope<'_>, row: &[Datum]) -> Result<bool, SqlError> {
+    for c in conds {
+        if truth(&eval(c, scope, row, cx, None)?)? != Some(true) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+mod exec;
+use exec::StepCx;

@@ -1,0 +1,200 @@
+//! The three ways a join step finds matches (see [`crate::join`]): index nested loop, hash
+//! join, nested loop. Each proposes (left row, R row) pairs, evaluates every condition of the
+//! step on the combined row, and for a LEFT JOIN emits an unmatched left row with R's columns
+//! NULL. Each left row and each proposed pair is an interruption point.
+
+use std::collections::HashMap;
+
+use settledb::{KeyBound, ScanDirection};
+
+use super::{passes, EquiKey, IndexPlan, JoinSource};
+use crate::error::SqlError;
+use crate::expr::{eval, Scope};
+use crate::session::{datums, Cx};
+use crate::types::Datum;
+
+/// One join step: R's position and the conditions every pair must meet.
+pub(super) struct StepCx<'a, 'e> {
+    pub js: &'a JoinSource,
+    pub r: usize,
+    pub conds: &'a [&'e sqlparser::ast::Expr],
+    pub scope: &'a Scope<'a>,
+    pub left_join: bool,
+}
+
+impl StepCx<'_, '_> {
+    /// `left` with R's values put in place.
+    fn combine(&self, left: &[Datum], right: &[Datum]) -> Vec<Datum> {
+        let mut row = left.to_vec();
+        let rel = &self.js.rels[self.r];
+        for (slot, d) in row[rel.first..rel.first + rel.len].iter_mut().zip(right) {
+            slot.clone_from(d);
+        }
+        row
+    }
+
+    /// Emits the matches of one left row among `candidates`, or the row itself NULL-padded
+    /// when a LEFT JOIN found none.
+    fn emit<'r>(
+        &self,
+        cx: &mut Cx<'_, '_>,
+        l: &[Datum],
+        candidates: impl Iterator<Item = &'r [Datum]>,
+        out: &mut Vec<Vec<Datum>>,
+    ) -> Result<(), SqlError> {
+        let mut matched = false;
+        for rr in candidates {
+            cx.interrupts.tick()?;
+            let row = self.combine(l, rr);
+            if passes(cx, self.conds, self.scope, &row)? {
+                matched = true;
+                out.push(row);
+            }
+        }
+        if self.left_join && !matched {
+            out.push(l.to_vec());
+        }
+        Ok(())
+    }
+
+    pub fn nested_loop(
+        &self,
+        cx: &mut Cx<'_, '_>,
+        left: Vec<Vec<Datum>>,
+        inner: Vec<Vec<Datum>>,
+    ) -> Result<Vec<Vec<Datum>>, SqlError> {
+        let mut out = Vec::new();
+        for l in &left {
+            cx.interrupts.tick()?;
+            self.emit(cx, l, inner.iter().map(Vec::as_slice), &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// Builds a hash table of R on its side of the keys, then probes it with each left row.
+    pub fn hash(
+        &self,
+        cx: &mut Cx<'_, '_>,
+        left: Vec<Vec<Datum>>,
+        inner: Vec<Vec<Datum>>,
+        keys: &[EquiKey<'_>],
+    ) -> Result<Vec<Vec<Datum>>, SqlError> {
+        let width = self.js.cols.len();
+        let blank = vec![Datum::Null; width];
+        let mut table: HashMap<Vec<HashKey>, Vec<usize>> = HashMap::new();
+        for (i, rr) in inner.iter().enumerate() {
+            cx.interrupts.tick()?;
+            let row = self.combine(&blank, rr);
+            if let Some(k) = self.key(cx, keys.iter().map(|k| k.inner), &row)? {
+                table.entry(k).or_default().push(i);
+            }
+        }
+        let mut out = Vec::new();
+        for l in &left {
+            cx.interrupts.tick()?;
+            let found = match self.key(cx, keys.iter().map(|k| k.outer), l)? {
+                Some(k) => table.get(&k).map(Vec::as_slice).unwrap_or(&[]),
+                None => &[],
+            };
+            self.emit(cx, l, found.iter().map(|&i| inner[i].as_slice()), &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// The hash key of `row` under `exprs`; `None` when a part is NULL (it matches nothing).
+    fn key<'x>(
+        &self,
+        cx: &mut Cx<'_, '_>,
+        exprs: impl Iterator<Item = &'x sqlparser::ast::Expr>,
+        row: &[Datum],
+    ) -> Result<Option<Vec<HashKey>>, SqlError> {
+        let mut k = Vec::new();
+        for e in exprs {
+            match HashKey::of(eval(e, self.scope, row, cx, None)?) {
+                Some(h) => k.push(h),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(k))
+    }
+
+    /// One index range on R per left row, bounded by the plan's prefix of equated columns.
+    pub fn index_nested_loop(
+        &self,
+        cx: &mut Cx<'_, '_>,
+        left: Vec<Vec<Datum>>,
+        plan: &IndexPlan,
+        keys: &[EquiKey<'_>],
+    ) -> Result<Vec<Vec<Datum>>, SqlError> {
+        let super::Leaf::Table(t) = &self.js.rels[self.r].leaf else {
+            return Err(SqlError::new("XX000", "index nested loop over a relation that is not a table"));
+        };
+        let mut out = Vec::new();
+        for l in &left {
+            cx.interrupts.tick()?;
+            let mut prefix = Vec::with_capacity(plan.keys.len());
+            for &(k, pos) in &plan.keys {
+                let d = eval(keys[k].outer, self.scope, l, cx, None)?;
+                if d.is_null() {
+                    break;
+                }
+                // A value the column cannot hold (an int8 beyond int4, text too long for a
+                // varchar) equals nothing in it.
+                match d.to_stored(t.cols[pos].ty, &t.cols[pos].name) {
+                    Ok(v) => prefix.push(v),
+                    Err(_) => break,
+                }
+            }
+            let found: Vec<Vec<Datum>> = if prefix.len() < plan.keys.len() {
+                Vec::new()
+            } else {
+                let rows = cx.tx.range(
+                    &plan.index,
+                    KeyBound::Included(prefix.clone()),
+                    KeyBound::Included(prefix),
+                    ScanDirection::Forward,
+                    None,
+                )?;
+                rows.into_iter().map(|(_, v)| datums(&v, &t.cols)).collect()
+            };
+            self.emit(cx, l, found.iter().map(Vec::as_slice), &mut out)?;
+        }
+        Ok(out)
+    }
+}
+
+/// A join key normalized so that values SQL calls equal hash alike: integers and numerics as
+/// exact decimals without trailing zeros, text without trailing blanks (as `char(n)`
+/// compares), dates as the timestamp of their midnight.
+#[derive(PartialEq, Eq, Hash)]
+pub(super) enum HashKey {
+    Exact(i128, u8),
+    Float(u64),
+    Text(String),
+    Bool(bool),
+    Time(i64),
+    Bytes(Vec<u8>),
+}
+
+impl HashKey {
+    fn of(d: Datum) -> Option<HashKey> {
+        Some(match d {
+            Datum::Null => return None,
+            Datum::Int(x) => HashKey::Exact(i128::from(x), 0),
+            Datum::Num(n) => {
+                let (mut m, mut s) = (n.mantissa, n.scale);
+                while s > 0 && m % 10 == 0 {
+                    m /= 10;
+                    s -= 1;
+                }
+                HashKey::Exact(m, s)
+            }
+            Datum::Float(f) => HashKey::Float(if f == 0.0 { 0 } else { f.to_bits() }),
+            Datum::Text(s) => HashKey::Text(s.trim_end_matches(' ').to_string()),
+            Datum::Bool(b) => HashKey::Bool(b),
+            Datum::Timestamp(t) => HashKey::Time(t),
+            Datum::Date(d) => HashKey::Time(i64::from(d) * 86_400_000_000),
+            Datum::Bytea(b) => HashKey::Bytes(b),
+        })
+    }
+}
