@@ -11,22 +11,10 @@ mod common;
 use std::io::{Read, Write};
 use std::time::{Duration, UNIX_EPOCH};
 
-use common::TestServer;
+use common::{code, connect, TestServer};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, NoTls};
-
-async fn connect(s: &TestServer) -> Client {
-    let (client, conn) = tokio_postgres::connect(&s.conn_string(), NoTls).await.expect("connect");
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
-}
-
-fn code(e: &tokio_postgres::Error) -> String {
-    e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no SQLSTATE: {e}"))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn types_round_trip_in_binary() {

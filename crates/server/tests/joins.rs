@@ -7,21 +7,9 @@
 
 mod common;
 
-use common::TestServer;
+use common::{code, connect, TestServer};
 use tokio_postgres::types::Type;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
-
-async fn connect(s: &TestServer) -> Client {
-    let (client, conn) = tokio_postgres::connect(&s.conn_string(), NoTls).await.expect("connect");
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
-}
-
-fn code(e: &tokio_postgres::Error) -> String {
-    e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no SQLSTATE: {e}"))
-}
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 type Row = Vec<Option<String>>;
 

@@ -146,3 +146,17 @@ pub fn psql_value(psql: &Path, s: &TestServer, sql: &str) -> String {
     assert!(o.status.success(), "psql -c {sql:?} failed: {err}");
     out.trim().to_string()
 }
+
+/// A tokio-postgres client of `s`, its connection driven on the runtime.
+pub async fn connect(s: &TestServer) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&s.conn_string(), tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+/// An error's SQLSTATE (or why it has none).
+pub fn code(e: &tokio_postgres::Error) -> String {
+    e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no SQLSTATE: {e}"))
+}
