@@ -29,8 +29,9 @@
 //! | `stats_file`    | `StatsFile::decode` (`pg_stat/stats.bin`); encode gives the same bytes   |
 //! | `relsize_file`  | `Sizes::decode` (`global/pg_relsize`); the re-encoded map decodes alike  |
 //! | `twophase_state`| a `pg_twophase` state file as recovery reads it (`read_state_files`,    |
-//! |                 | `TwoPhaseState::decode`), re-encoded to the same bytes, then loaded into |
-//! |                 | a transaction manager and recovered (`finish_twophase_recovery`)        |
+//! |                 | `TwoPhaseState::decode`), re-encoded (older versions as the current one),|
+//! |                 | then loaded into a transaction manager and recovered                     |
+//! |                 | (`finish_twophase_recovery`)                                             |
 //! | `slot_state`    | a `pg_replslot/<name>/state` file as startup reads it (`load_all`,       |
 //! |                 | `SlotData::decode`), re-encoded to the same bytes; the loaded slots'     |
 //! |                 | minima and `pg_replication_slots` row                                    |
