@@ -737,8 +737,9 @@ impl Database {
     fn finish_prepared(&self, gid: &str, commit: bool) -> Result<()> {
         self.check_healthy()?;
         let (xid, drops) = self.inner.xact.finish_prepared(gid, commit, &*self.inner.wal)?;
-        // Before the locks go: nobody may see the tables between outcome and storage.
-        transaction::finish_prepared_storage(&self.inner, xid, commit, &drops)?;
+        // Before the locks go: nobody may see the tables between outcome and storage. The
+        // outcome is durable whatever happens here: the rest is done, the error reported after.
+        let storage = transaction::finish_prepared_storage(&self.inner, xid, commit, &drops);
         if let Some(owner) = self.inner.prepared_locks.lock().remove(&xid) {
             self.inner.lmgr.release_all(&owner);
         }
@@ -750,7 +751,7 @@ impl Database {
         } else {
             self.inner.counters.xact_rollback.add(1);
         }
-        Ok(())
+        storage
     }
 
     /// The prepared transactions, by XID (`pg_prepared_xacts`).

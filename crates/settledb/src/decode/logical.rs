@@ -572,7 +572,8 @@ pub struct LogicalDecoder<'a> {
     prepared: FxHashMap<Xid, Prepared>,
     /// Committed (or, decoding two-phase, prepared) transactions handed over.
     pub transactions: u64,
-    /// The buffer updated and catalog-decoded rows are put in their logged form in.
+    /// Where rows a record carries as whole tuples (updates, deletes) are put back in their
+    /// logged form before they are queued.
     scratch: Vec<u8>,
 }
 
@@ -775,8 +776,8 @@ impl<'a> LogicalDecoder<'a> {
         Ok(changed)
     }
 
-    /// Queues the rows an INSERT or MULTI_INSERT record of user relation `rel` inserts, each
-    /// rebuilt in one reused buffer (a hot path: once per row).
+    /// Queues the rows an INSERT or MULTI_INSERT record of user relation `rel` inserts, each in
+    /// its logged form as a slice of the record (a hot path: once per row, nothing copied).
     fn queue_inserts(
         &mut self,
         top: Xid,
