@@ -37,6 +37,17 @@
 //! checkpoint's newer one while the frame was left clean, and the change between them was lost
 //! at the next eviction (found by `tests/shuttle.rs`, eviction under contention, under PCT).
 //!
+//! # Checkpoints
+//!
+//! A change is logged and marked dirty under the page's exclusive content lock, in that order
+//! (PostgreSQL marks the buffer dirty first; here the record's LSN is stamped first). A
+//! checkpoint takes its redo pointer and only then writes every dirty frame
+//! ([`BufferPool::flush_all`]); recovery replays from the redo pointer on, so a change whose
+//! record lies before it must reach the file. A frame that looks clean may belong to a change
+//! whose record is in and whose dirty mark is not yet: `flush_all` takes such a frame's content
+//! lock (shared, released at once) before it believes the frame clean. Found by
+//! `tests/shuttle.rs` (checkpoint and redo pointer).
+//!
 //! # Changes kept out of the file
 //!
 //! Two kinds of change reach memory without the usual "logged with a full-page image since the
@@ -579,7 +590,15 @@ impl BufferPool {
         let mut written = 0;
         for id in 0..self.frames.len() {
             let f = &self.frames[id];
-            if !f.dirty.load(Ordering::Acquire) {
+            // A change marks its frame dirty after its record is inserted, both under the
+            // exclusive content lock (see "Checkpoints"): a frame found clean is looked at again
+            // once that lock is free, or a change logged before the caller's redo pointer could
+            // be dirtied just after the look and be neither written nor replayed.
+            let dirty = f.dirty.load(Ordering::Acquire) || {
+                drop(self.pages[id].read());
+                f.dirty.load(Ordering::Acquire)
+            };
+            if !dirty {
                 drop(f.write_io.lock());
                 continue;
             }
