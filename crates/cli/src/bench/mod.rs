@@ -4,6 +4,7 @@
 
 pub mod aging;
 pub mod decode;
+pub mod floor;
 pub mod pgbench;
 pub mod relations;
 pub mod reorder;

@@ -54,11 +54,20 @@
 //! and the visibility map is empty when the update runs; pgbench's default client-side COPY
 //! uses `FREEZE` and would start PostgreSQL's table all-frozen.
 //!
-//! # Targets (from the issue)
+//! # Targets (from the issues)
 //!
-//! For each phase, settledb's elapsed time at most 0.5 × PostgreSQL's, and no more WAL bytes
-//! than PostgreSQL writes for the same work. With `--runs N` the medians are compared. The
-//! machine and its load average are printed with the figures.
+//! settledb's elapsed time at most 0.3 × PostgreSQL's for the first VACUUM and 0.25 × for the
+//! full scan of the clean table (the second round's targets; the first round's were 0.5 ×),
+//! and no more WAL bytes than PostgreSQL writes for the same work. With `--runs N` the medians
+//! are compared. The machine and its load average are printed with the figures.
+//!
+//! # Floors
+//!
+//! Beside each figure, the least it could be on this machine ([`crate::bench::floor`],
+//! measured at the start of the run): the pages the VACUUM scanned (heap, plus the index when
+//! it scanned the index) read at the measured memory rate, or its WAL written at the measured
+//! sequential write rate (no fsync: both engines run with `fsync=off`), whichever is longer;
+//! and how many times that floor the VACUUM took.
 //!
 //! The same work: `lazy` freezes as PostgreSQL 15 does (nothing here: no XID is older than
 //! FreezeLimit), so it is compared with PostgreSQL's default run. `eager` freezes every page it
@@ -77,6 +86,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
 use settledb::{Database, FreezePolicy, TableOptions, VacuumParams, VacuumReport, Value};
 
+use crate::bench::floor::{Floor, Rates};
 use crate::bench::{accounts_schema, load_accounts, machine, Machine, TempDir};
 use crate::peer::Postgres;
 
@@ -87,8 +97,10 @@ const PKEY: &str = "pgbench_accounts_pkey";
 const BASE_SETTINGS: &[(&str, &str)] = settledb::btree::bench::SETTINGS;
 /// settledb parameters PostgreSQL 15 does not have.
 const SETTLEDB_ONLY: &[&str] = &["vacuum_freeze_policy", "vacuum_max_eager_freeze_failure_rate", "vacuum_fsm_settled"];
-/// The issue's targets: elapsed at most this fraction of PostgreSQL's, WAL at most equal.
-const TARGET_TIME_RATIO: f64 = 0.5;
+/// The targets: elapsed at most this fraction of PostgreSQL's for the first VACUUM and for
+/// the full scan of the clean table, WAL at most equal.
+const TARGET_VACUUM_RATIO: f64 = 0.3;
+const TARGET_FULL_SCAN_RATIO: f64 = 0.25;
 const TARGET_WAL_RATIO: f64 = 1.0;
 
 #[derive(clap::Args)]
@@ -205,6 +217,12 @@ pub struct SummaryRow {
     /// settledb / postgres (the default run).
     pub seconds_ratio: Option<f64>,
     pub wal_ratio: Option<f64>,
+    /// The least this VACUUM could take on this machine: the heap pages it scanned (and the
+    /// index's, when it scanned the index) at the measured memory rate, or its WAL at the
+    /// measured write rate, whichever is longer.
+    pub floor: Floor,
+    /// `seconds / floor.seconds`.
+    pub times_floor: f64,
 }
 
 #[derive(Serialize)]
@@ -222,6 +240,8 @@ struct VacuumBenchReport {
     load_average_start: String,
     load_average_end: String,
     settings: Vec<String>,
+    /// What the floors are computed from, measured at the start of the run.
+    rates: Rates,
     /// Whether the peer's cluster has data checksums (settledb's pages always do).
     peer_data_checksums: Option<bool>,
     scale: u32,
@@ -275,6 +295,7 @@ pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
     let runs_eager = policies.iter().any(|p| p.unwrap_or(config.vacuum_freeze_policy) == FreezePolicy::Eager);
     let peer_freeze = a.peer_freeze || (a.peer && runs_eager);
     let load_average_start = load_average();
+    let rates = Rates::measure(&std::env::temp_dir())?;
     let pg = if a.peer {
         let pg_settings: Vec<(String, String)> =
             settings.iter().filter(|(k, _)| !SETTLEDB_ONLY.contains(&k.as_str())).cloned().collect();
@@ -309,7 +330,7 @@ pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
         }
     }
     drop(pg);
-    let summary = summarize(&vacuums);
+    let summary = summarize(&vacuums, &prep, &rates);
     let targets = targets(&summary);
     let report = VacuumBenchReport {
         benchmark: "vacuum",
@@ -317,6 +338,7 @@ pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
         load_average_start,
         load_average_end: load_average(),
         settings: settings.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        rates,
         peer_data_checksums: a.peer.then_some(a.peer_checksums),
         scale: a.scale,
         rows,
@@ -639,7 +661,19 @@ fn median(mut v: Vec<&VacuumFigures>) -> Option<&VacuumFigures> {
     v.get(v.len() / 2).copied()
 }
 
-fn summarize(all: &[VacuumFigures]) -> Vec<SummaryRow> {
+/// The floor of one VACUUM: its scanned heap pages, plus the index's pages when it scanned
+/// the index (`prep` of the same engine and run has their number), and its WAL.
+fn floor_of(f: &VacuumFigures, prep: &[PrepFigures], rates: &Rates) -> Floor {
+    let index_pages = prep
+        .iter()
+        .find(|p| p.engine == f.engine && p.run == f.run)
+        .filter(|_| f.index_scans > 0)
+        .map_or(0, |p| p.index_pages_before_vacuum * f.index_scans);
+    let page = settledb::page::BLCKSZ as u64;
+    Floor::new(rates, (f.scanned_pages + index_pages) * page, f.wal_bytes)
+}
+
+fn summarize(all: &[VacuumFigures], prep: &[PrepFigures], rates: &Rates) -> Vec<SummaryRow> {
     let mut engines: Vec<&str> = Vec::new();
     for f in all {
         if !engines.contains(&f.engine.as_str()) {
@@ -654,6 +688,7 @@ fn summarize(all: &[VacuumFigures]) -> Vec<SummaryRow> {
             let Some(m) = med(engine) else { continue };
             let vs = pg.filter(|_| engine != "postgres");
             let ratio = |a: f64, b: f64| (b > 0.0).then(|| a / b);
+            let floor = floor_of(m, prep, rates);
             rows.push(SummaryRow {
                 engine: engine.to_string(),
                 phase,
@@ -665,6 +700,8 @@ fn summarize(all: &[VacuumFigures]) -> Vec<SummaryRow> {
                 all_frozen_pages: m.all_frozen_pages,
                 seconds_ratio: vs.and_then(|p| ratio(m.seconds, p.seconds)),
                 wal_ratio: vs.and_then(|p| ratio(m.wal_bytes as f64, p.wal_bytes as f64)),
+                times_floor: m.seconds / floor.seconds.max(f64::MIN_POSITIVE),
+                floor,
             });
         }
     }
@@ -679,11 +716,20 @@ fn targets(summary: &[SummaryRow]) -> Vec<Target> {
     let mut out = Vec::new();
     for r in summary.iter().filter(|r| !r.engine.starts_with("postgres")) {
         let Some(p) = pg("postgres", r.phase) else { continue };
-        let time_ok = r.seconds <= TARGET_TIME_RATIO * p.seconds;
+        let limit = if r.phase == "vacuum" { TARGET_VACUUM_RATIO } else { TARGET_FULL_SCAN_RATIO };
+        let time_ok = r.seconds <= limit * p.seconds;
         out.push(Target {
-            what: format!("{} {}: elapsed <= {TARGET_TIME_RATIO}x PostgreSQL's", r.engine, r.phase),
+            what: format!("{} {}: elapsed <= {limit}x PostgreSQL's", r.engine, r.phase),
             holds: time_ok,
-            detail: format!("{:.3} s vs {:.3} s = {:.2}x", r.seconds, p.seconds, r.seconds / p.seconds),
+            detail: format!(
+                "{:.3} s vs {:.3} s = {:.2}x; floor {:.3} s, PostgreSQL {:.1}x its floor, settledb {:.1}x",
+                r.seconds,
+                p.seconds,
+                r.seconds / p.seconds,
+                r.floor.seconds,
+                p.times_floor,
+                r.times_floor
+            ),
         });
         let same_work = pg("postgres/freeze", r.phase).filter(|_| r.engine.ends_with("/eager"));
         let w = same_work.unwrap_or(p);
@@ -745,6 +791,7 @@ fn print_summary(r: &VacuumBenchReport) {
     println!("machine: {} CPUs ({}), {} GiB, {}", m.cpus, m.cpu_model, m.memory_gib, m.os);
     println!("load average: {} at start, {} at end", r.load_average_start, r.load_average_end);
     println!("settings: {}", r.settings.join(" "));
+    println!("measured: {}", r.rates.describe());
     if let Some(c) = r.peer_data_checksums {
         println!("PostgreSQL data checksums: {} (settledb's pages always carry one)", if c { "on" } else { "off" });
     }
@@ -752,13 +799,24 @@ fn print_summary(r: &VacuumBenchReport) {
     let of = if runs > 1 { format!("medians of {runs} runs") } else { "one run".to_string() };
     println!("{TABLE} at scale {} ({} rows), {of}:", r.scale, r.rows);
     println!(
-        "{:<18} {:<10} {:>9} {:>9} {:>14} {:>8} {:>10} {:>12} {:>10}",
-        "engine", "phase", "seconds", "CPU s", "WAL bytes", "FPIs", "all-frozen", "time ratio", "WAL ratio"
+        "{:<18} {:<10} {:>9} {:>9} {:>14} {:>8} {:>10} {:>12} {:>10} {:>20} {:>8}",
+        "engine",
+        "phase",
+        "seconds",
+        "CPU s",
+        "WAL bytes",
+        "FPIs",
+        "all-frozen",
+        "time ratio",
+        "WAL ratio",
+        "floor s (scan/WAL)",
+        "x floor"
     );
     let x = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.3}x"));
     for s in &r.summary {
+        let floor = format!("{:.3} ({:.3}/{:.3})", s.floor.seconds, s.floor.scan_seconds, s.floor.write_seconds);
         println!(
-            "{:<18} {:<10} {:>9.3} {:>9.2} {:>14} {:>8} {:>10} {:>12} {:>10}",
+            "{:<18} {:<10} {:>9.3} {:>9.2} {:>14} {:>8} {:>10} {:>12} {:>10} {:>20} {:>8.1}",
             s.engine,
             s.phase,
             s.seconds,
@@ -767,7 +825,9 @@ fn print_summary(r: &VacuumBenchReport) {
             s.full_page_images,
             s.all_frozen_pages.map_or_else(|| "-".to_string(), |n| n.to_string()),
             x(s.seconds_ratio),
-            x(s.wal_ratio)
+            x(s.wal_ratio),
+            floor,
+            s.times_floor
         );
     }
     if !r.targets.is_empty() {
@@ -828,9 +888,17 @@ mod tests {
             all_frozen_pages: None,
             seconds_ratio: None,
             wal_ratio: None,
+            floor: Floor {
+                scan_bytes: 0,
+                scan_seconds: 0.1,
+                write_bytes: wal_bytes,
+                write_seconds: 0.05,
+                seconds: 0.1,
+            },
+            times_floor: seconds / 0.1,
         };
         let mut summary = vec![
-            row("settledb/lazy", 0.4, 990),
+            row("settledb/lazy", 0.25, 990),
             row("settledb/eager", 0.6, 1040),
             row("postgres", 1.0, 1000),
             row("postgres/freeze", 1.3, 1100),
