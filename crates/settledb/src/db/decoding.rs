@@ -29,6 +29,10 @@ use super::slots::RunningXactsSeen;
 pub struct DecodeLimits {
     pub upto_lsn: Option<Lsn>,
     pub upto_nchanges: Option<usize>,
+    /// A consumer's start point (`START_REPLICATION SLOT s LOGICAL X/Y`): what committed
+    /// before it is skipped as if confirmed, when it lies past the slot's
+    /// `confirmed_flush_lsn` (PostgreSQL's `start_decoding_at`). The slot is not moved.
+    pub start_lsn: Option<Lsn>,
 }
 
 /// What a session produced and how far it read.
@@ -224,12 +228,13 @@ impl Database {
             rb.set_xid_status(Arc::new(ClogStatus(self.inner.clone())));
         }
         let lookup = CatalogLookup(&inner.catalog, inner.env());
-        let mut decoder = LogicalDecoder::new(rb, d.confirmed_flush, &lookup);
+        let skip_before = limits.start_lsn.map_or(d.confirmed_flush, |s| s.max(d.confirmed_flush));
+        let mut decoder = LogicalDecoder::new(rb, skip_before, &lookup);
         if two_phase {
             decoder.set_two_phase(d.two_phase_at);
         }
         let mut reader = WalReader::new(inner.fs.clone(), inner.wal.dir(), d.restart_lsn, inner.wal.segment_size());
-        let mut end_lsn = d.confirmed_flush;
+        let mut end_lsn = skip_before;
         let mut seen = RunningXactsSeen { from: d.restart_lsn, to: d.restart_lsn, records: Vec::new() };
         // One record decoded into again and again: nothing allocated per record.
         let mut rec = DecodedRecord::empty();

@@ -130,6 +130,18 @@ impl Database {
         self.inner.wal.insert_lsn()
     }
 
+    /// `pg_current_wal_flush_lsn()`: how far the WAL is durable (what a WAL sender reports as
+    /// its end of WAL).
+    pub fn current_wal_flush_lsn(&self) -> Lsn {
+        self.inner.wal.flushed_lsn()
+    }
+
+    /// The data directory's system identifier, set when it was initialized (`IDENTIFY_SYSTEM`'s
+    /// `systemid`).
+    pub fn system_identifier(&self) -> u64 {
+        self.inner.control.lock().system_id
+    }
+
     /// Creates a logical replication slot (`pg_create_logical_replication_slot(name, plugin,
     /// temporary => false, two_phase)`); see [`crate::decode::slot`], "Creating a logical
     /// slot". Errors, with nothing changed: `wal_level` is not `logical`, an invalid or used
