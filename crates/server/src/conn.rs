@@ -47,7 +47,7 @@ use tokio_util::codec::{Framed, FramedParts};
 
 use crate::error::SqlError;
 use crate::interrupt::{Control, Registry, TxStatus};
-use crate::Shared;
+use crate::{walsender, Shared};
 
 /// How long a client has to finish its startup and authentication (pgwire's own limit).
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -130,7 +130,7 @@ where
 pub async fn serve_socket<H: PgWireServerHandlers>(
     tcp: TcpStream,
     handlers: H,
-    sh: &Shared,
+    sh: &Arc<Shared>,
     control: Arc<Control>,
 ) -> io::Result<()> {
     let startup_timeout = tokio::time::sleep(STARTUP_TIMEOUT);
@@ -186,6 +186,22 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
             match sh.registry.admit() {
                 Some(s) => slot = Some(s),
                 None => return fatal(&mut socket, sh, crate::interrupt::too_many_clients()).await,
+            }
+        }
+        if let PgWireFrontendMessage::Query(q) = &msg {
+            if let Some(mode) = walsender::mode(socket.metadata().get("replication").map(String::as_str)) {
+                let cmd = match mode {
+                    walsender::Mode::Physical => Some(Err(walsender::physical_refused())),
+                    walsender::Mode::Logical => walsender::command::parse(&q.query),
+                };
+                if let Some(cmd) = cmd {
+                    let dbname = socket.metadata().get("database").cloned().unwrap_or_else(|| "postgres".into());
+                    match cmd {
+                        Ok(cmd) => walsender::run(&mut socket, sh, cmd, &dbname).await?,
+                        Err(e) => walsender::refuse(&mut socket, sh, &e).await?,
+                    }
+                    continue;
+                }
             }
         }
         let extended_query = match socket.state() {

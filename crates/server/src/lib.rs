@@ -21,6 +21,8 @@
 //!   views     pg_stat_user_tables, pg_stat_database from the engine's counters,
 //!             pg_replication_slots, pg_stat_replication_slots, pg_locks, pg_namespace, pg_am;
 //!             slotfuncs  pg_create_logical_replication_slot & co.
+//!   walsender replication connections (replication=database): IDENTIFY_SYSTEM,
+//!             CREATE/DROP_REPLICATION_SLOT, START_REPLICATION's CopyBoth stream
 //! ```
 //!
 //! One connection is one pgwire task plus one session thread (the engine is synchronous and a
@@ -51,6 +53,7 @@ pub mod slotfuncs;
 pub mod types;
 pub mod utility;
 pub mod views;
+pub mod walsender;
 pub mod wire;
 
 use std::net::SocketAddr;

@@ -109,6 +109,9 @@ pub struct Cx<'a, 'db> {
     pub notices: &'a mut Vec<Notice>,
     /// Checked by executor loops: cancel requests and `statement_timeout`.
     pub interrupts: &'a Interrupts,
+    /// Settings `set_config(name, value, false)` changed, validated: the session takes them
+    /// once the statement has succeeded.
+    pub set_config: Vec<(String, String)>,
 }
 
 impl Env for Cx<'_, '_> {
@@ -144,6 +147,25 @@ impl Env for Cx<'_, '_> {
             "pg_current_wal_lsn" | "pg_current_wal_insert_lsn" => {
                 Ok(Datum::Text(self.db.current_wal_insert_lsn().to_string()))
             }
+            "set_config" => (|| {
+                let (Some(name), Some(value)) =
+                    (args.first().and_then(Datum::to_text), args.get(1).and_then(Datum::to_text))
+                else {
+                    return Err(SqlError::new("22004", "set_config: the name and value must not be null"));
+                };
+                if matches!(args.get(2), Some(Datum::Bool(true))) {
+                    return Err(SqlError::unsupported("set_config with is_local = true"));
+                }
+                let name = name.to_ascii_lowercase();
+                let mut probe = self.settings.clone();
+                for (k, v) in &self.set_config {
+                    probe.insert(k.clone(), v.clone());
+                }
+                settings::set(self.db, &mut probe, &name, &value)?;
+                let shown = settings::show(self.db, &probe, &name)?;
+                self.set_config.push((name, value));
+                Ok(Datum::Text(shown))
+            })(),
             "current_setting" => match args.first().and_then(Datum::to_text) {
                 Some(n) => settings::show(self.db, self.settings, &n).map(Datum::Text),
                 None => Ok(Datum::Null),
@@ -366,7 +388,7 @@ impl<'db> Session<'db> {
         let left = self.interrupts.remaining();
         let capped = left.is_some_and(|l| lock_timeout.is_none_or(|t| l < t));
         tx.set_lock_timeout(if capped { left } else { lock_timeout });
-        let r = {
+        let (r, set_config) = {
             let mut cx = Cx {
                 db: self.db,
                 sh: self.sh,
@@ -375,9 +397,17 @@ impl<'db> Session<'db> {
                 settings: &self.settings,
                 notices,
                 interrupts: &self.interrupts,
+                set_config: Vec::new(),
             };
-            f(&mut cx)
+            let r = f(&mut cx);
+            (r, cx.set_config)
         };
+        if r.is_ok() && !set_config.is_empty() {
+            for (name, value) in &set_config {
+                settings::set(self.db, &mut self.settings, name, value)?;
+            }
+            self.settings_changed();
+        }
         let r = match r {
             Err(e) if capped && e.code == "55P03" => Err(crate::interrupt::statement_timeout()),
             r => r,

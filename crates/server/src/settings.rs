@@ -54,6 +54,10 @@ const FIXED: &[(&str, &str)] = &[
     ("lc_ctype", "C"),
     // The server's value, which the session keeps in its map (`settle serve --set`).
     ("max_connections", "100"),
+    // Replication clients ask (pg_recvlogical, pg_receivewal): the mode `initdb` gives a data
+    // directory, and the replication timeout the walsender applies (`crate::walsender`).
+    ("data_directory_mode", "0700"),
+    ("wal_sender_timeout", "1min"),
 ];
 
 /// Engine parameters a session may change for its own statements.

@@ -59,7 +59,7 @@ pub fn parse_lsn(s: &str) -> Option<Lsn> {
 
 /// The engine's slot error with PostgreSQL's SQLSTATE, its `HINT:` and `DETAIL:` parts split
 /// out.
-fn slot_error(e: settledb::Error) -> SqlError {
+pub(crate) fn slot_error(e: settledb::Error) -> SqlError {
     use settledb::Error as E;
     let code = match &e {
         E::AlreadyExists(_) => "42710",

@@ -1,0 +1,502 @@
+//! Replication connections: what PostgreSQL's walsender does for a client that connected with
+//! `replication=database` (`pg_recvlogical`, a subscriber's apply worker, Debezium), on the
+//! engine's logical slots.
+//!
+//! Such a connection runs SQL as any other, and besides it the replication commands of
+//! [`command`]: `IDENTIFY_SYSTEM`, `CREATE_REPLICATION_SLOT … LOGICAL`,
+//! `DROP_REPLICATION_SLOT`, `READ_REPLICATION_SLOT` and `START_REPLICATION SLOT … LOGICAL`.
+//! The connection's message loop ([`crate::conn`]) hands them here; they answer with the
+//! rows, command tags and errors PostgreSQL 15 sends.
+//!
+//! # Streaming
+//!
+//! `START_REPLICATION` switches the connection to CopyBoth. A decoder thread
+//! ([`spawn_decoder`]) runs decoding rounds over the slot (the same sessions as
+//! `pg_logical_slot_peek_changes`, [`settledb::Database::decode_slot_into`]): each round
+//! reads the WAL from the slot's `restart_lsn` to its flushed end and hands each output row
+//! over a bounded channel as it is written, skipping what committed before the round's start
+//! point, which begins at the client's requested position (or the slot's
+//! `confirmed_flush_lsn`, if later) and moves to the end of each round, so no transaction is
+//! sent twice. A round that found nothing waits [`IDLE_WAIT`] before the next. The connection's
+//! task sends each row as an XLogData message (`w`: the row's LSN, the end of the WAL decoded,
+//! the send time, the plugin's bytes) and, after a round, a keepalive (`k`) carrying the
+//! position decoded to, which is what lets `pg_recvlogical --endpos` stop when no row reaches
+//! it. The client's standby status updates (`r`) advance the slot's `confirmed_flush_lsn`
+//! (and with it `restart_lsn` and `catalog_xmin`) to the flush position they report: the
+//! slot moves only as far as the consumer has made the rows durable, so a consumer that
+//! reconnects after a crash on either side gets every row it did not confirm. A client's
+//! CopyDone ends the stream (CopyDone back, `CommandComplete`, ReadyForQuery); a client
+//! silent for longer than [`WAL_SENDER_TIMEOUT`] (PostgreSQL's default `wal_sender_timeout`)
+//! is disconnected, after a keepalive asking for a reply at half that time.
+//!
+//! # Not done
+//!
+//! Temporary slots, snapshot export and `SNAPSHOT 'use'` (a subscriber's table
+//! synchronisation needs them), `pg_stat_replication`, setting `wal_sender_timeout`, and
+//! physical replication.
+
+pub mod command;
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::{Sink, SinkExt, Stream, StreamExt};
+use pgwire::error::PgWireError;
+use pgwire::messages::copy::{CopyBothResponse, CopyData, CopyDone};
+use pgwire::messages::data::{DataRow, FieldDescription, RowDescription};
+use pgwire::messages::response::{CommandComplete, ReadyForQuery, TransactionStatus};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use settledb::db::DecodeLimits;
+use settledb::decode::logical::OutputRow;
+use settledb::Lsn;
+
+use self::command::{Command, SnapshotAction};
+use crate::error::SqlError;
+use crate::Shared;
+
+/// PostgreSQL's default `wal_sender_timeout`.
+pub const WAL_SENDER_TIMEOUT: Duration = Duration::from_secs(60);
+/// The pause after a decoding round that found nothing new.
+pub const IDLE_WAIT: Duration = Duration::from_millis(20);
+/// Rows in flight between the decoder thread and the connection.
+const CHANNEL_ROWS: usize = 1024;
+/// A keepalive goes out at least this often while streaming, even when nothing moved.
+const KEEPALIVE_EVERY: Duration = Duration::from_secs(10);
+
+/// PostgreSQL's `TEXTOID` and `INT4OID`.
+const TEXT: u32 = 25;
+const INT4: u32 = 23;
+/// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
+const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+
+/// What kind of connection the `replication` startup parameter asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// `replication=database`: SQL and the logical replication commands.
+    Logical,
+    /// `replication=true`: physical replication, which settledb does not serve.
+    Physical,
+}
+
+/// The mode the startup parameter `replication` (as the client sent it) selects; `None` for a
+/// normal connection.
+pub fn mode(replication: Option<&str>) -> Option<Mode> {
+    match replication.map(str::to_ascii_lowercase).as_deref() {
+        Some("database") => Some(Mode::Logical),
+        Some("true" | "on" | "yes" | "1") => Some(Mode::Physical),
+        _ => None,
+    }
+}
+
+/// The error a physical replication connection gets at startup.
+pub fn physical_refused() -> SqlError {
+    SqlError::unsupported("physical replication (connect with replication=database for logical replication)")
+}
+
+/// Runs one replication command on the connection `socket`, through to ReadyForQuery.
+pub async fn run<S>(socket: &mut S, sh: &Arc<Shared>, cmd: Command, dbname: &str) -> io::Result<()>
+where
+    S: Sink<PgWireBackendMessage, Error = io::Error>
+        + Stream<Item = Result<PgWireFrontendMessage, PgWireError>>
+        + Unpin,
+{
+    sh.log.line("LOG", &format!("received replication command: {cmd:?}"));
+    let done = match cmd {
+        Command::StartLogical { slot, start, options } => return stream(socket, sh, &slot, start, options).await,
+        Command::IdentifySystem => identify_system(socket, sh, dbname).await,
+        Command::CreateSlot { slot, temporary, plugin, two_phase, snapshot } => {
+            create_slot(socket, sh, &slot, temporary, &plugin, two_phase, snapshot).await
+        }
+        Command::DropSlot { slot, wait: _ } => match sh.db.drop_replication_slot(&slot) {
+            // WAIT waits for a slot in use to be released; an engine slot is in use only for
+            // the length of a decoding round, which the drop already waits for.
+            Ok(()) => Ok(complete(socket, "DROP_REPLICATION_SLOT").await),
+            Err(e) => Err(crate::slotfuncs::slot_error(e)),
+        },
+        Command::ReadSlot { slot } => read_slot(socket, sh, &slot).await,
+    };
+    match done {
+        Ok(r) => r?,
+        Err(e) => error(socket, sh, &e).await?,
+    }
+    ready(socket).await
+}
+
+/// Answers a replication command that could not be parsed, or is refused, with its error.
+pub async fn refuse<S>(socket: &mut S, sh: &Shared, e: &SqlError) -> io::Result<()>
+where
+    S: Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
+{
+    error(socket, sh, e).await?;
+    ready(socket).await
+}
+
+type Answer = Result<io::Result<()>, SqlError>;
+
+async fn identify_system<S>(socket: &mut S, sh: &Shared, dbname: &str) -> Answer
+where
+    S: Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
+{
+    let columns = [("systemid", TEXT), ("timeline", INT4), ("xlogpos", TEXT), ("dbname", TEXT)];
+    let xlogpos = sh.db.current_wal_flush_lsn().to_string();
+    let row = [Some(sh.db.system_identifier().to_string()), Some("1".to_string()), Some(xlogpos), Some(dbname.into())];
+    Ok(one_row(socket, &columns, &row, "IDENTIFY_SYSTEM").await)
+}
+
+async fn create_slot<S>(
+    socket: &mut S,
+    sh: &Shared,
+    slot: &str,
+    temporary: bool,
+    plugin: &str,
+    two_phase: bool,
+    snapshot: SnapshotAction,
+) -> Answer
+where
+    S: Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
+{
+    if temporary {
+        return Err(SqlError::new("0A000", "temporary replication slots are not supported by settledb"));
+    }
+    match snapshot {
+        SnapshotAction::Nothing => {}
+        SnapshotAction::Export => {
+            return Err(SqlError::new("0A000", "exporting a snapshot is not supported by settledb")
+                .with_hint("Create the slot with (SNAPSHOT 'nothing') or NOEXPORT_SNAPSHOT."))
+        }
+        SnapshotAction::Use => {
+            return Err(SqlError::new(
+                "0A000",
+                "CREATE_REPLICATION_SLOT with SNAPSHOT 'use' is not supported by settledb",
+            ))
+        }
+    }
+    let info = sh.db.create_logical_replication_slot(slot, plugin, two_phase).map_err(crate::slotfuncs::slot_error)?;
+    let columns = [("slot_name", TEXT), ("consistent_point", TEXT), ("snapshot_name", TEXT), ("output_plugin", TEXT)];
+    let point = info.confirmed_flush_lsn.unwrap_or(Lsn::INVALID).to_string();
+    let row = [Some(info.slot_name.clone()), Some(point), None, Some(plugin.to_string())];
+    Ok(one_row(socket, &columns, &row, "CREATE_REPLICATION_SLOT").await)
+}
+
+async fn read_slot<S>(socket: &mut S, sh: &Shared, slot: &str) -> Answer
+where
+    S: Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
+{
+    if sh.db.replication_slot(slot).is_some() {
+        // Every engine slot is logical; PostgreSQL 15 answers this for physical slots only.
+        return Err(SqlError::new("0A000", "cannot use READ_REPLICATION_SLOT with a logical replication slot"));
+    }
+    let columns = [("slot_type", TEXT), ("restart_lsn", TEXT), ("restart_tli", INT4)];
+    Ok(one_row(socket, &columns, &[None, None, None], "READ_REPLICATION_SLOT").await)
+}
+
+/// RowDescription, one DataRow of text values, CommandComplete.
+async fn one_row<S>(socket: &mut S, columns: &[(&str, u32)], row: &[Option<String>], tag: &str) -> io::Result<()>
+where
+    S: Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
+{
+    let fields = columns
+        .iter()
+        .map(|&(name, oid)| {
+            let size = if oid == INT4 { 4 } else { -1 };
+            FieldDescription::new(name.to_string(), 0, 0, oid, size, -1, 0)
+        })
+        .collect();
+    socket.feed(PgWireBackendMessage::RowDescription(RowDescription::new(fields))).await?;
+    let mut data = BytesMut::new();
+    for v in row {
+        match v {
+            Some(v) => {
+                data.put_i32(v.len() as i32);
+                data.put_slice(v.as_bytes());
+            }
+            None => data.put_i32(-1),
+        }
+    }
+    socket.feed(PgWireBackendMessage::DataRow(DataRow::new(data, row.len() as i16))).await?;
+    complete(socket, tag).await
+}
+
+async fn complete<S>(socket: &mut S, tag: &str) -> io::Result<()>
+where
+    S: Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
+{
+    socket.feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(tag.to_string()))).await
+}
+
+async fn error<S>(socket: &mut S, sh: &Shared, e: &SqlError) -> io::Result<()>
+where
+    S: Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
+{
+    sh.log.line("ERROR", &e.message);
+    socket.feed(PgWireBackendMessage::ErrorResponse(e.to_error_info().into())).await
+}
+
+async fn ready<S>(socket: &mut S) -> io::Result<()>
+where
+    S: Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
+{
+    socket.send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(TransactionStatus::Idle))).await
+}
+
+/// What the decoder thread hands the connection.
+enum Event {
+    Row(OutputRow),
+    /// A round ended; everything committed before this position has been handed over.
+    Decoded(Lsn),
+    Failed(SqlError),
+}
+
+/// The decoder thread of one `START_REPLICATION`; stops when told or when the connection's
+/// end of the channel goes.
+struct Decoder {
+    events: tokio::sync::mpsc::Receiver<Event>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Decoder {
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // Unblock a send waiting for room, then wait for the thread.
+        self.events.close();
+        while self.events.try_recv().is_ok() {}
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Decoder {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn spawn_decoder(sh: Arc<Shared>, slot: String, start: Lsn, options: Vec<(String, Option<String>)>) -> Decoder {
+    let (tx, events) = tokio::sync::mpsc::channel(CHANNEL_ROWS);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
+    let thread = std::thread::Builder::new().name(format!("walsender-{slot}")).spawn(move || {
+        let mut from = start;
+        while !stopped.load(Ordering::Acquire) {
+            let limits = DecodeLimits { start_lsn: Some(from), ..DecodeLimits::default() };
+            let mut sink = |row: OutputRow| {
+                tx.blocking_send(Event::Row(row)).map_err(|_| settledb::Error::invalid("the replication client left"))
+            };
+            match sh.db.decode_slot_into(&slot, limits, &options, false, &mut sink) {
+                Ok(summary) => {
+                    from = from.max(summary.end_lsn);
+                    if tx.blocking_send(Event::Decoded(from)).is_err() {
+                        return;
+                    }
+                    if summary.rows == 0 {
+                        std::thread::sleep(IDLE_WAIT);
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.blocking_send(Event::Failed(crate::slotfuncs::slot_error(e)));
+                    return;
+                }
+            }
+        }
+    });
+    Decoder { events, stop, thread: thread.ok() }
+}
+
+/// `START_REPLICATION SLOT slot LOGICAL start (options)`: the CopyBoth stream (see the module
+/// documentation), through to ReadyForQuery, or an error before it.
+async fn stream<S>(
+    socket: &mut S,
+    sh: &Arc<Shared>,
+    slot: &str,
+    start: Lsn,
+    options: Vec<(String, Option<String>)>,
+) -> io::Result<()>
+where
+    S: Sink<PgWireBackendMessage, Error = io::Error>
+        + Stream<Item = Result<PgWireFrontendMessage, PgWireError>>
+        + Unpin,
+{
+    let Some(d) = sh.db.replication_slot(slot) else {
+        let e = SqlError::new("42704", format!("replication slot \"{slot}\" does not exist"));
+        error(socket, sh, &e).await?;
+        return ready(socket).await;
+    };
+    let from = start.max(d.confirmed_flush);
+    sh.log.line("LOG", &format!("starting logical decoding for slot \"{slot}\" at {from}"));
+    socket.send(PgWireBackendMessage::CopyBothResponse(CopyBothResponse::new(0, 0, vec![]))).await?;
+    let mut decoder = spawn_decoder(sh.clone(), slot.to_string(), from, options);
+    let mut decoded = from;
+    let mut last_heard = Instant::now();
+    let mut last_keepalive = Instant::now();
+    let mut asked_reply = false;
+    loop {
+        // Hand what was queued to the connection's buffer, which goes out when the loop next
+        // waits (see `crate::conn`); rows queue back to back while the decoder keeps up.
+        if decoder.events.is_empty() {
+            socket.flush().await?;
+        }
+        let tick = tokio::time::sleep(Duration::from_secs(1));
+        tokio::select! {
+            ev = decoder.events.recv() => match ev {
+                Some(Event::Row(row)) => {
+                    decoded = decoded.max(row.lsn);
+                    socket.feed(copy_data(xlog_data(&row, decoded))).await?;
+                }
+                Some(Event::Decoded(lsn)) => {
+                    let moved = lsn > decoded;
+                    decoded = decoded.max(lsn);
+                    if moved || last_keepalive.elapsed() >= KEEPALIVE_EVERY {
+                        socket.feed(copy_data(keepalive(decoded, false))).await?;
+                        last_keepalive = Instant::now();
+                    }
+                }
+                Some(Event::Failed(e)) => {
+                    decoder.stop();
+                    error(socket, sh, &e).await?;
+                    return ready(socket).await;
+                }
+                None => {
+                    let e = SqlError::new("XX000", "the logical decoding thread ended");
+                    error(socket, sh, &e).await?;
+                    return ready(socket).await;
+                }
+            },
+            msg = socket.next() => {
+                last_heard = Instant::now();
+                asked_reply = false;
+                match msg {
+                    Some(Ok(PgWireFrontendMessage::CopyData(d))) => {
+                        if let Some(flush) = standby_flush(&d.data) {
+                            confirm(sh, slot, flush);
+                        }
+                    }
+                    Some(Ok(PgWireFrontendMessage::CopyDone(_))) => {
+                        decoder.stop();
+                        socket.feed(PgWireBackendMessage::CopyDone(CopyDone::new())).await?;
+                        complete(socket, "START_REPLICATION").await?;
+                        return ready(socket).await;
+                    }
+                    Some(Ok(PgWireFrontendMessage::CopyFail(f))) => {
+                        decoder.stop();
+                        let e = SqlError::new("57014", format!("COPY from the replication client failed: {}", f.message));
+                        error(socket, sh, &e).await?;
+                        return ready(socket).await;
+                    }
+                    // Terminate, a closed socket, or a message that has no place in CopyBoth.
+                    Some(Ok(PgWireFrontendMessage::Terminate(_))) | None => return Ok(()),
+                    Some(Ok(other)) => {
+                        let e = SqlError::new("08P01", format!("unexpected message during replication: {other:?}"));
+                        sh.log.line("FATAL", &e.message);
+                        return Err(io::Error::new(io::ErrorKind::InvalidData, e.message));
+                    }
+                    Some(Err(e)) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
+                }
+            },
+            _ = tick => {
+                let silent = last_heard.elapsed();
+                if silent >= WAL_SENDER_TIMEOUT {
+                    sh.log.line("LOG", "terminating walsender process due to replication timeout");
+                    return Ok(());
+                }
+                if silent >= WAL_SENDER_TIMEOUT / 2 && !asked_reply {
+                    socket.feed(copy_data(keepalive(decoded, true))).await?;
+                    asked_reply = true;
+                    last_keepalive = Instant::now();
+                } else if last_keepalive.elapsed() >= KEEPALIVE_EVERY {
+                    socket.feed(copy_data(keepalive(decoded, false))).await?;
+                    last_keepalive = Instant::now();
+                }
+            }
+        }
+    }
+}
+
+/// Moves the slot to what the client reports flushed (never backwards, never past the WAL).
+fn confirm(sh: &Shared, slot: &str, flush: Lsn) {
+    let Some(d) = sh.db.replication_slot(slot) else { return };
+    if flush <= d.confirmed_flush {
+        return;
+    }
+    if let Err(e) = sh.db.replication_slot_advance(slot, flush) {
+        sh.log.line("LOG", &format!("could not confirm {flush} for slot \"{slot}\": {e}"));
+    }
+}
+
+fn copy_data(b: Bytes) -> PgWireBackendMessage {
+    PgWireBackendMessage::CopyData(CopyData::new(b))
+}
+
+/// Now, in microseconds since 2000-01-01 (the protocol's `sendTime`).
+fn now_pg_micros() -> i64 {
+    let unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+    unix - PG_EPOCH_MICROS
+}
+
+/// XLogData: `w`, the row's LSN, the end of the WAL sent so far, the send time, the row.
+fn xlog_data(row: &OutputRow, wal_end: Lsn) -> Bytes {
+    let mut b = BytesMut::with_capacity(25 + row.data.len());
+    b.put_u8(b'w');
+    b.put_u64(row.lsn.0);
+    b.put_u64(wal_end.0);
+    b.put_i64(now_pg_micros());
+    b.put_slice(&row.data);
+    b.freeze()
+}
+
+/// Primary keepalive: `k`, the end of the WAL sent, the send time, whether a reply is wanted.
+fn keepalive(wal_end: Lsn, reply: bool) -> Bytes {
+    let mut b = BytesMut::with_capacity(18);
+    b.put_u8(b'k');
+    b.put_u64(wal_end.0);
+    b.put_i64(now_pg_micros());
+    b.put_u8(u8::from(reply));
+    b.freeze()
+}
+
+/// The flush position of a standby status update (`r`, write, flush, apply, time, reply);
+/// `None` for any other message (`h`, hot standby feedback, means nothing here) or a short one.
+fn standby_flush(d: &[u8]) -> Option<Lsn> {
+    if d.first() != Some(&b'r') || d.len() < 34 {
+        return None;
+    }
+    let flush = u64::from_be_bytes(d[9..17].try_into().ok()?);
+    (flush != 0).then_some(Lsn(flush))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_have_the_protocol_layout() {
+        let row = OutputRow { lsn: Lsn(0x1_0000_0010), xid: settledb::Xid(7), data: b"BEGIN 7".to_vec() };
+        let w = xlog_data(&row, Lsn(0x1_0000_0020));
+        assert_eq!(w[0], b'w');
+        assert_eq!(u64::from_be_bytes(w[1..9].try_into().unwrap()), 0x1_0000_0010);
+        assert_eq!(u64::from_be_bytes(w[9..17].try_into().unwrap()), 0x1_0000_0020);
+        assert_eq!(&w[25..], b"BEGIN 7");
+        let k = keepalive(Lsn(5), true);
+        assert_eq!((k[0], k.len(), k[17]), (b'k', 18, 1));
+        let mut r = vec![b'r'];
+        for v in [10u64, 9, 8, 0] {
+            r.extend_from_slice(&v.to_be_bytes());
+        }
+        r.push(0);
+        assert_eq!(standby_flush(&r), Some(Lsn(9)));
+        assert_eq!(standby_flush(&r[..20]), None);
+        assert_eq!(standby_flush(b"h"), None);
+    }
+
+    #[test]
+    fn replication_parameter() {
+        assert_eq!(mode(Some("database")), Some(Mode::Logical));
+        assert_eq!(mode(Some("true")), Some(Mode::Physical));
+        assert_eq!(mode(Some("off")), None);
+        assert_eq!(mode(None), None);
+    }
+}
