@@ -230,3 +230,62 @@ fn alter(sh: &Shared, table: &str, op: &AlterTableOperation) -> Result<(), SqlEr
         other => Err(SqlError::unsupported(format!("ALTER TABLE ... {other}"))),
     }
 }
+
+/// CREATE / ALTER / DROP PUBLICATION on the engine's `pg_publication` (see
+/// [`settledb::Database::create_publication`]).
+pub fn publication(
+    db: &settledb::Database,
+    cmd: &crate::parse::PublicationCmd,
+    notices: &mut Vec<Notice>,
+) -> Result<Outcome, SqlError> {
+    use crate::parse::PublicationCmd as P;
+    use settledb::catalog::publication::PublishActions;
+    use settledb::db::PublicationTarget;
+    let err = |e: settledb::Error| -> SqlError {
+        match e {
+            settledb::Error::AlreadyExists(m) => SqlError::new("42710", m),
+            settledb::Error::InvalidInput(m) if m.contains("FOR ALL TABLES") => SqlError::new("55000", m),
+            e => SqlError::from(e),
+        }
+        .split_detail()
+    };
+    let actions = |s: &str| PublishActions::parse(s).map_err(|e| SqlError::new("22023", e.to_string()));
+    let tag = match cmd {
+        P::Create { name, tables, publish } => {
+            let actions = publish.as_deref().map(actions).transpose()?.unwrap_or_default();
+            let names: Vec<&str> = tables.iter().flatten().map(String::as_str).collect();
+            let target =
+                if tables.is_some() { PublicationTarget::Tables(&names) } else { PublicationTarget::AllTables };
+            db.create_publication(name, target, actions).map_err(err)?;
+            "CREATE PUBLICATION"
+        }
+        P::AddTables { name, tables } => {
+            let names: Vec<&str> = tables.iter().map(String::as_str).collect();
+            db.alter_publication_add_tables(name, &names).map_err(err)?;
+            "ALTER PUBLICATION"
+        }
+        P::DropTables { name, tables } => {
+            let names: Vec<&str> = tables.iter().map(String::as_str).collect();
+            db.alter_publication_drop_tables(name, &names).map_err(err)?;
+            "ALTER PUBLICATION"
+        }
+        P::SetPublish { name, publish } => {
+            db.alter_publication_set_publish(name, actions(publish)?).map_err(err)?;
+            "ALTER PUBLICATION"
+        }
+        P::Drop { names, if_exists } => {
+            for name in names {
+                match db.drop_publication(name) {
+                    Err(settledb::Error::NotFound(_)) if *if_exists => notices.push(Notice {
+                        severity: "NOTICE",
+                        code: "00000",
+                        message: format!("publication \"{name}\" does not exist, skipping"),
+                    }),
+                    r => r.map_err(err)?,
+                }
+            }
+            "DROP PUBLICATION"
+        }
+    };
+    Ok(Outcome::Command(tag.into()))
+}

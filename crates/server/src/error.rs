@@ -91,6 +91,19 @@ impl SqlError {
         SqlError::new("25P02", "current transaction is aborted, commands ignored until end of transaction block")
     }
 
+    /// The engine's `; DETAIL: …` and `; HINT: …` message parts moved to their own fields.
+    pub fn split_detail(mut self) -> SqlError {
+        if let Some((m, h)) = self.message.split_once("; HINT: ") {
+            self.hint = Some(h.to_string());
+            self.message = m.to_string();
+        }
+        if let Some((m, d)) = self.message.split_once("; DETAIL: ") {
+            self.detail = Some(d.to_string());
+            self.message = m.to_string();
+        }
+        self
+    }
+
     pub fn to_error_info(&self) -> ErrorInfo {
         let mut e = ErrorInfo::new("ERROR".into(), self.code.into(), self.message.clone());
         e.detail = self.detail.clone();

@@ -40,8 +40,27 @@ pub enum Stmt {
     PartitionProbe {
         table: String,
     },
+    /// CREATE / ALTER / DROP PUBLICATION.
+    Publication(PublicationCmd),
     /// Only whitespace and comments.
     Empty,
+}
+
+/// The publication statements (PostgreSQL 15's forms for tables; no `TABLES IN SCHEMA`, column
+/// lists or row filters).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PublicationCmd {
+    /// `CREATE PUBLICATION name [FOR ALL TABLES | FOR TABLE t [, ...]] [WITH (publish = '...')]`;
+    /// `tables` is `None` for ALL TABLES, empty for none.
+    Create { name: String, tables: Option<Vec<String>>, publish: Option<String> },
+    /// `ALTER PUBLICATION name ADD TABLE t [, ...]`.
+    AddTables { name: String, tables: Vec<String> },
+    /// `ALTER PUBLICATION name DROP TABLE t [, ...]`.
+    DropTables { name: String, tables: Vec<String> },
+    /// `ALTER PUBLICATION name SET (publish = '...')`.
+    SetPublish { name: String, publish: String },
+    /// `DROP PUBLICATION [IF EXISTS] name [, ...] [CASCADE | RESTRICT]`.
+    Drop { names: Vec<String>, if_exists: bool },
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -164,6 +183,11 @@ pub fn parse_one(sql: &str) -> Result<Stmt, SqlError> {
         "ANALYZE" | "ANALYSE" => return Ok(Stmt::Analyze(Toks::new(&toks[1..]).analyze()?)),
         "CHECKPOINT" if toks.len() == 1 => return Ok(Stmt::Checkpoint),
         "COPY" => return Ok(Stmt::Copy(Toks::new(&toks[1..]).copy()?)),
+        "CREATE" | "ALTER" | "DROP"
+            if toks.get(1).and_then(word).is_some_and(|w| w.value.eq_ignore_ascii_case("PUBLICATION")) =>
+        {
+            return Ok(Stmt::Publication(Toks::new(&toks[2..]).publication(&kw)?));
+        }
         _ => {}
     }
     if let Some(table) = partition_probe(sql) {
@@ -287,6 +311,112 @@ impl<'a> Toks<'a> {
         };
         self.i += 1;
         Some(v)
+    }
+
+    /// The rest of `CREATE|ALTER|DROP PUBLICATION` (`verb` is the first word).
+    fn publication(&mut self, verb: &str) -> Result<PublicationCmd, SqlError> {
+        let cmd = match verb {
+            "CREATE" => {
+                let name = self.ident()?;
+                let tables = if self.eat_kw("FOR") {
+                    if self.eat_kw("ALL") {
+                        if !self.eat_kw("TABLES") {
+                            return Err(self.err());
+                        }
+                        None
+                    } else if self.eat_kw("TABLE") {
+                        Some(self.publication_tables()?)
+                    } else if self.keyword().as_deref() == Some("TABLES") {
+                        return Err(SqlError::unsupported("FOR TABLES IN SCHEMA"));
+                    } else {
+                        return Err(self.err());
+                    }
+                } else {
+                    Some(Vec::new())
+                };
+                let publish = if self.eat_kw("WITH") { Some(self.publish_option()?) } else { None };
+                PublicationCmd::Create { name, tables, publish }
+            }
+            "ALTER" => {
+                let name = self.ident()?;
+                if self.eat_kw("ADD") {
+                    if !self.eat_kw("TABLE") {
+                        return Err(self.err());
+                    }
+                    PublicationCmd::AddTables { name, tables: self.publication_tables()? }
+                } else if self.eat_kw("DROP") {
+                    if !self.eat_kw("TABLE") {
+                        return Err(self.err());
+                    }
+                    PublicationCmd::DropTables { name, tables: self.publication_tables()? }
+                } else if self.eat_kw("SET") {
+                    if self.keyword().as_deref() == Some("TABLE") {
+                        return Err(SqlError::unsupported("ALTER PUBLICATION ... SET TABLE"));
+                    }
+                    PublicationCmd::SetPublish { name, publish: self.publish_option()? }
+                } else {
+                    return Err(self.err());
+                }
+            }
+            _ => {
+                let if_exists = self.eat_kw("IF");
+                if if_exists && !self.eat_kw("EXISTS") {
+                    return Err(self.err());
+                }
+                let mut names = vec![self.ident()?];
+                while self.eat(&Token::Comma) {
+                    names.push(self.ident()?);
+                }
+                let _ = self.eat_kw("CASCADE") || self.eat_kw("RESTRICT");
+                PublicationCmd::Drop { names, if_exists }
+            }
+        };
+        if !self.done() {
+            return Err(self.err());
+        }
+        Ok(cmd)
+    }
+
+    /// `[ONLY] t [*] [, ...]` (column lists and WHERE clauses are refused).
+    fn publication_tables(&mut self) -> Result<Vec<String>, SqlError> {
+        let mut tables = Vec::new();
+        loop {
+            let _ = self.eat_kw("ONLY");
+            tables.push(self.name()?);
+            let _ = self.eat(&Token::Mul);
+            if self.peek() == Some(&Token::LParen) {
+                return Err(SqlError::unsupported("a publication column list"));
+            }
+            if self.keyword().as_deref() == Some("WHERE") {
+                return Err(SqlError::unsupported("a publication row filter"));
+            }
+            if !self.eat(&Token::Comma) {
+                return Ok(tables);
+            }
+        }
+    }
+
+    /// `( publish = '...' [, publish_via_partition_root = ...] )`: the publish list.
+    fn publish_option(&mut self) -> Result<String, SqlError> {
+        self.expect(&Token::LParen)?;
+        let mut publish = None;
+        loop {
+            let opt = self.ident()?;
+            self.expect(&Token::Eq)?;
+            let v = self.value().ok_or_else(|| self.err())?;
+            match opt.as_str() {
+                "publish" => publish = Some(v),
+                "publish_via_partition_root" => {}
+                other => {
+                    return Err(SqlError::new("42601", format!("unrecognized publication parameter: \"{other}\"")))
+                }
+            }
+            if self.eat(&Token::RParen) {
+                break;
+            }
+            self.expect(&Token::Comma)?;
+        }
+        Ok(publish.unwrap_or_else(|| "insert, update, delete, truncate".into()))
     }
 
     fn table_list(&mut self) -> Result<Vec<String>, SqlError> {
@@ -558,5 +688,36 @@ mod tests {
         let Stmt::Copy(c) = parse_one("COPY t (a, b) TO STDOUT WITH (FORMAT csv, HEADER)").unwrap() else { panic!() };
         assert!(!c.from_stdin && c.header && c.delimiter == ',' && c.columns == ["a", "b"]);
         assert!(matches!(parse_one("CHECKPOINT").unwrap(), Stmt::Checkpoint));
+        let publication = |sql: &str| match parse_one(sql).unwrap() {
+            Stmt::Publication(p) => p,
+            other => panic!("{sql}: {other:?}"),
+        };
+        assert_eq!(
+            publication("CREATE PUBLICATION p FOR ALL TABLES"),
+            PublicationCmd::Create { name: "p".into(), tables: None, publish: None }
+        );
+        assert_eq!(
+            publication("create publication \"P\" for table a, public.b with (publish = 'insert, delete')"),
+            PublicationCmd::Create {
+                name: "P".into(),
+                tables: Some(vec!["a".into(), "b".into()]),
+                publish: Some("insert, delete".into())
+            }
+        );
+        assert_eq!(
+            publication("ALTER PUBLICATION p ADD TABLE c"),
+            PublicationCmd::AddTables { name: "p".into(), tables: vec!["c".into()] }
+        );
+        assert_eq!(
+            publication("ALTER PUBLICATION p SET (publish = 'insert')"),
+            PublicationCmd::SetPublish { name: "p".into(), publish: "insert".into() }
+        );
+        assert_eq!(
+            publication("DROP PUBLICATION IF EXISTS p, q"),
+            PublicationCmd::Drop { names: vec!["p".into(), "q".into()], if_exists: true }
+        );
+        assert_eq!(parse_one("CREATE PUBLICATION p FOR TABLE a (x)").unwrap_err().code, "0A000");
+        assert_eq!(parse_one("CREATE PUBLICATION p FOR TABLES IN SCHEMA public").unwrap_err().code, "0A000");
+        assert_eq!(parse_one("CREATE PUBLICATION p WITH (nonsense = 1)").unwrap_err().code, "42601");
     }
 }

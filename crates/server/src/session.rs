@@ -303,6 +303,10 @@ impl<'db> Session<'db> {
                 Ok(Outcome::Command("CHECKPOINT".into()))
             }
             Stmt::Copy(c) => self.copy_start(c, params),
+            Stmt::Publication(c) => {
+                self.outside_block("a publication command")?;
+                crate::ddl::publication(self.db, c, notices)
+            }
             Stmt::PartitionProbe { table } => {
                 let rows = if self.db.table(table).is_ok() {
                     vec![vec![Datum::Int(1), Datum::Null, Datum::Int(0)]]

@@ -107,6 +107,29 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             Some(vec![col("oid", SqlType::Int8), col("nspname", SqlType::Text), col("nspowner", SqlType::Int8)])
         }
         "pg_am" => Some(vec![col("oid", SqlType::Int8), col("amname", SqlType::Text), col("amtype", SqlType::Text)]),
+        "pg_publication" => {
+            use SqlType::{Bool, Int8, Text};
+            let cols = [
+                ("oid", Int8),
+                ("pubname", Text),
+                ("pubowner", Int8),
+                ("puballtables", Bool),
+                ("pubinsert", Bool),
+                ("pubupdate", Bool),
+                ("pubdelete", Bool),
+                ("pubtruncate", Bool),
+                ("pubviaroot", Bool),
+            ];
+            Some(cols.into_iter().map(|(n, t)| col(n, t)).collect())
+        }
+        // `attnames` is PostgreSQL's name[] in its text form (`{a,b}`), which a subscriber's
+        // table-list query reads back as name[].
+        "pg_publication_tables" => Some(
+            ["pubname", "schemaname", "tablename", "attnames", "rowfilter"]
+                .into_iter()
+                .map(|n| col(n, SqlType::Text))
+                .collect(),
+        ),
         "pg_locks" => {
             use SqlType::{Bool, Int8, Text};
             let cols = [
@@ -245,6 +268,46 @@ pub fn rows(db: &Database, name: &str) -> Vec<Vec<Datum>> {
             .into_iter()
             .map(|(oid, name)| vec![Datum::Int(oid), Datum::Text(name.into()), Datum::Int(OWNER)])
             .collect(),
+        "pg_publication" => db
+            .publications()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                let all = matches!(p.tables, settledb::catalog::publication::PublicationTables::All);
+                let a = p.actions;
+                vec![
+                    Datum::Int(i64::from(p.oid.0)),
+                    Datum::Text(p.name),
+                    Datum::Int(OWNER),
+                    Datum::Bool(all),
+                    Datum::Bool(a.insert),
+                    Datum::Bool(a.update),
+                    Datum::Bool(a.delete),
+                    Datum::Bool(a.truncate),
+                    Datum::Bool(false),
+                ]
+            })
+            .collect(),
+        "pg_publication_tables" => {
+            let tables = db.tables();
+            let mut out = Vec::new();
+            for p in db.publications().unwrap_or_default() {
+                let published = |t: &&settledb::Table| {
+                    !settledb::xact::horizon::is_catalog_relation(t.oid()) && p.includes(t.oid())
+                };
+                for t in tables.iter().filter(published) {
+                    let names: Vec<&str> = t.schema().columns.iter().map(|c| c.name.as_str()).collect();
+                    out.push(vec![
+                        Datum::Text(p.name.clone()),
+                        Datum::Text("public".into()),
+                        Datum::Text(t.name().to_string()),
+                        Datum::Text(format!("{{{}}}", names.join(","))),
+                        Datum::Null,
+                    ]);
+                }
+            }
+            out
+        }
         "pg_am" => [(HEAP_AM, "heap", "t"), (BTREE_AM, "btree", "i")]
             .into_iter()
             .map(|(oid, name, ty)| vec![Datum::Int(oid), Datum::Text(name.into()), Datum::Text(ty.into())])

@@ -160,3 +160,85 @@ pub async fn connect(s: &TestServer) -> tokio_postgres::Client {
 pub fn code(e: &tokio_postgres::Error) -> String {
     e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no SQLSTATE: {e}"))
 }
+
+/// A throwaway PostgreSQL 15 cluster on a loopback port (its programs run as `postgres` when
+/// the tests run as root, as initdb demands); stopped and removed when dropped.
+pub struct PgCluster {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    bindir: PathBuf,
+}
+
+impl PgCluster {
+    /// initdb and start, with `settings` appended to postgresql.conf; `None` (with a printed
+    /// reason) when PostgreSQL 15's server is not installed.
+    pub fn start(settings: &[(&str, &str)]) -> Option<PgCluster> {
+        let bindir = PathBuf::from("/usr/lib/postgresql/15/bin");
+        if !bindir.join("postgres").exists() || !bindir.join("initdb").exists() {
+            eprintln!("skipping: PostgreSQL 15's server is not installed (apt-get install postgresql-15)");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let pg = PgCluster { port, dir: tempfile::tempdir().expect("tempdir"), bindir };
+        if is_root() {
+            let st = Command::new("chown").args(["-R", "postgres:postgres"]).arg(pg.dir.path()).status();
+            assert!(st.is_ok_and(|s| s.success()), "chown of the cluster directory to postgres");
+        }
+        let data = pg.dir.path().join("data");
+        let data_s = data.to_string_lossy().to_string();
+        let o = pg.run("initdb", &["-D", &data_s, "-A", "trust", "-U", "postgres", "--no-sync"]);
+        assert!(o.status.success(), "initdb: {}", String::from_utf8_lossy(&o.stderr));
+        let mut conf = String::from("\n");
+        for (k, v) in settings {
+            conf.push_str(&format!("{k} = '{v}'\n"));
+        }
+        let path = data.join("postgresql.conf");
+        let mut all = std::fs::read_to_string(&path).expect("postgresql.conf");
+        all.push_str(&conf);
+        std::fs::write(&path, all).expect("postgresql.conf");
+        let opts = format!(
+            "-c port={port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={}",
+            pg.dir.path().display()
+        );
+        let log = pg.dir.path().join("server.log").to_string_lossy().to_string();
+        let o = pg.run("pg_ctl", &["-D", &data_s, "-l", &log, "-o", &opts, "-w", "start"]);
+        assert!(o.status.success(), "pg_ctl start: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        Some(pg)
+    }
+
+    fn run(&self, program: &str, args: &[&str]) -> Output {
+        let path = self.bindir.join(program);
+        let out = if is_root() {
+            Command::new("runuser").args(["-u", "postgres", "--"]).arg(&path).args(args).output()
+        } else {
+            Command::new(&path).args(args).output()
+        };
+        out.unwrap_or_else(|e| panic!("running {program}: {e}"))
+    }
+
+    /// psql -At -c SQL against this cluster: what it printed (asserting success).
+    pub fn psql(&self, sql: &str) -> String {
+        let psql = self.bindir.join("psql");
+        let o =
+            run(&psql, &["-X", "-At", "-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "-c", sql]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "psql (PostgreSQL) -c {sql:?}: {err}");
+        out.trim().to_string()
+    }
+
+    /// The server log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        let data = self.dir.path().join("data").to_string_lossy().to_string();
+        let _ = self.run("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]);
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
