@@ -195,9 +195,9 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
                     walsender::Mode::Logical => walsender::command::parse(&q.query),
                 };
                 if let Some(cmd) = cmd {
-                    let dbname = socket.metadata().get("database").cloned().unwrap_or_else(|| "postgres".into());
+                    let client = replication_client(&socket);
                     match cmd {
-                        Ok(cmd) => walsender::run(&mut socket, sh, cmd, &dbname).await?,
+                        Ok(cmd) => walsender::run(&mut socket, sh, cmd, &client).await?,
                         Err(e) => walsender::refuse(&mut socket, sh, &e).await?,
                     }
                     continue;
@@ -232,6 +232,21 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
         }
     }
     Ok(())
+}
+
+/// Who a replication connection's client is (startup parameters, address, process ID).
+fn replication_client<C: ClientInfo>(c: &C) -> walsender::Client {
+    let m = c.metadata();
+    let get = |k: &str, default: &str| m.get(k).cloned().unwrap_or_else(|| default.to_string());
+    let addr = c.socket_addr();
+    walsender::Client {
+        pid: c.pid_and_secret_key().0,
+        user: get("user", "postgres"),
+        application_name: get("application_name", ""),
+        addr: addr.ip().to_string(),
+        port: addr.port(),
+        dbname: get("database", "postgres"),
+    }
 }
 
 /// Registers the session under the BackendKeyData its client was given at startup.

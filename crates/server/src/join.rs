@@ -257,7 +257,7 @@ impl JoinSource {
                     rows.collect()
                 }
             }
-            Leaf::View(v) => crate::views::rows(cx.db, v),
+            Leaf::View(v) => crate::views::rows(cx.sh, v),
             Leaf::Series(s) => s.rows(cx)?,
         };
         if local.is_empty() {

@@ -22,7 +22,8 @@
 //!             pg_replication_slots, pg_stat_replication_slots, pg_locks, pg_namespace, pg_am;
 //!             slotfuncs  pg_create_logical_replication_slot & co.
 //!   walsender replication connections (replication=database): IDENTIFY_SYSTEM,
-//!             CREATE/DROP_REPLICATION_SLOT, START_REPLICATION's CopyBoth stream
+//!             CREATE/DROP_REPLICATION_SLOT, START_REPLICATION's CopyBoth stream,
+//!             pg_stat_replication
 //! ```
 //!
 //! One connection is one pgwire task plus one session thread (the engine is synchronous and a
@@ -128,6 +129,8 @@ pub struct Shared {
     pub sessions: parking_lot::Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Connection slots (`max_connections`) and the BackendKeyData of live sessions.
     pub registry: Arc<interrupt::Registry>,
+    /// The replication streams running now (`pg_stat_replication`).
+    pub senders: walsender::Senders,
 }
 
 /// How to run a server.
@@ -203,7 +206,15 @@ impl Server {
             ),
         );
         let registry = Arc::new(interrupt::Registry::new(opts.max_connections));
-        let sh = Arc::new(Shared { db, catalog, log, password: opts.password, sessions: Default::default(), registry });
+        let sh = Arc::new(Shared {
+            db,
+            catalog,
+            log,
+            password: opts.password,
+            sessions: Default::default(),
+            registry,
+            senders: Default::default(),
+        });
         Ok(Server { sh, listener })
     }
 

@@ -189,7 +189,7 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
                 }
             }
         }
-        Source::View { view, .. } => crate::views::rows(cx.db, view),
+        Source::View { view, .. } => crate::views::rows(cx.sh, view),
         Source::Join(j) => j.rows(cx, sel.selection.as_ref())?,
     };
     if let Some(w) = &sel.selection {

@@ -107,6 +107,33 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             Some(vec![col("oid", SqlType::Int8), col("nspname", SqlType::Text), col("nspowner", SqlType::Int8)])
         }
         "pg_am" => Some(vec![col("oid", SqlType::Int8), col("amname", SqlType::Text), col("amtype", SqlType::Text)]),
+        // PostgreSQL 15's columns; addresses, LSNs and the (unmeasured) lags as text.
+        "pg_stat_replication" => {
+            use SqlType::{Int8, Text, Timestamp};
+            let cols = [
+                ("pid", Int8),
+                ("usesysid", Int8),
+                ("usename", Text),
+                ("application_name", Text),
+                ("client_addr", Text),
+                ("client_hostname", Text),
+                ("client_port", Int8),
+                ("backend_start", Timestamp),
+                ("backend_xmin", Int8),
+                ("state", Text),
+                ("sent_lsn", Text),
+                ("write_lsn", Text),
+                ("flush_lsn", Text),
+                ("replay_lsn", Text),
+                ("write_lag", Text),
+                ("flush_lag", Text),
+                ("replay_lag", Text),
+                ("sync_priority", Int8),
+                ("sync_state", Text),
+                ("reply_time", Timestamp),
+            ];
+            Some(cols.into_iter().map(|(n, t)| col(n, t)).collect())
+        }
         "pg_publication" => {
             use SqlType::{Bool, Int8, Text};
             let cols = [
@@ -185,9 +212,46 @@ fn when(micros: u64) -> Datum {
 }
 
 /// The view's rows now.
-pub fn rows(db: &Database, name: &str) -> Vec<Vec<Datum>> {
+pub fn rows(sh: &crate::Shared, name: &str) -> Vec<Vec<Datum>> {
+    let db: &Database = &sh.db;
     let n = |x: u64| Datum::Int(x as i64);
     match name {
+        "pg_stat_replication" => sh
+            .senders
+            .snapshot()
+            .into_iter()
+            .map(|s| {
+                let lsn = |l: settledb::Lsn| {
+                    if l == settledb::Lsn::INVALID {
+                        Datum::Null
+                    } else {
+                        Datum::Text(l.to_string())
+                    }
+                };
+                vec![
+                    Datum::Int(i64::from(s.pid)),
+                    Datum::Int(OWNER),
+                    Datum::Text(s.usename),
+                    Datum::Text(s.application_name),
+                    Datum::Text(s.client_addr),
+                    Datum::Null,
+                    Datum::Int(i64::from(s.client_port)),
+                    Datum::Timestamp(s.started_micros),
+                    Datum::Null,
+                    Datum::Text("streaming".into()),
+                    lsn(s.sent),
+                    lsn(s.write),
+                    lsn(s.flush),
+                    lsn(s.replay),
+                    Datum::Null,
+                    Datum::Null,
+                    Datum::Null,
+                    Datum::Int(0),
+                    Datum::Text("async".into()),
+                    if s.reply_micros == 0 { Datum::Null } else { Datum::Timestamp(s.reply_micros) },
+                ]
+            })
+            .collect(),
         "pg_stat_user_tables" => {
             let oids: std::collections::HashMap<String, u32> =
                 db.tables().iter().map(|t| (t.name().to_string(), t.oid().0)).collect();

@@ -78,9 +78,25 @@ fn a_postgresql_subscriber_applies_what_settledb_publishes() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
+    // The apply worker's stream, as pg_stat_replication shows it (the subscriber names its
+    // connection after the subscription).
+    assert_eq!(
+        pubq("SELECT application_name, state, sync_state, flush_lsn IS NOT NULL FROM pg_stat_replication"),
+        "s|streaming|async|t"
+    );
+    let flushed = pubq("SELECT flush_lsn FROM pg_stat_replication");
+    assert!(lsn(&flushed) >= lsn(&end), "pg_stat_replication: flush_lsn {flushed}, WAL at {end}");
+
     // DROP SUBSCRIPTION drops its slot on settledb.
     sub.psql("DROP SUBSCRIPTION s");
     assert_eq!(pubq("SELECT count(*) FROM pg_replication_slots"), "0");
+    // The stream ends when the apply worker's connection closes, which the server may see a
+    // moment after the slot was dropped.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pubq("SELECT count(*) FROM pg_stat_replication") != "0" {
+        assert!(Instant::now() < deadline, "the apply worker's stream is still listed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     pubq("DROP PUBLICATION p");
     assert_eq!(pubq("SELECT count(*) FROM pg_publication"), "0");
 }

@@ -32,8 +32,13 @@
 //! # Not done
 //!
 //! Temporary slots, snapshot export and `SNAPSHOT 'use'` (a subscriber's table
-//! synchronisation needs them), `pg_stat_replication`, setting `wal_sender_timeout`, and
-//! physical replication.
+//! synchronisation needs them), setting `wal_sender_timeout`, and physical replication.
+//!
+//! # pg_stat_replication
+//!
+//! Each stream registers itself in [`Senders`] for its length: the client (the BackendKeyData
+//! process ID it was given, user, `application_name`, address), the position sent, and what
+//! the client's last status update reported.
 
 pub mod command;
 
@@ -96,8 +101,77 @@ pub fn physical_refused() -> SqlError {
     SqlError::unsupported("physical replication (connect with replication=database for logical replication)")
 }
 
+/// What `pg_stat_replication` shows of one stream.
+#[derive(Clone, Debug, Default)]
+pub struct SenderState {
+    pub pid: i32,
+    pub usename: String,
+    pub application_name: String,
+    pub client_addr: String,
+    pub client_port: u16,
+    pub slot: String,
+    /// When the stream started (microseconds since the Unix epoch).
+    pub started_micros: i64,
+    /// The position decoded and sent up to.
+    pub sent: Lsn,
+    /// What the client's last standby status update reported (0/0 before the first).
+    pub write: Lsn,
+    pub flush: Lsn,
+    pub replay: Lsn,
+    /// When that update arrived (microseconds since the Unix epoch; 0 before the first).
+    pub reply_micros: i64,
+}
+
+/// The streams running now, by a key of their own.
+#[derive(Default)]
+pub struct Senders {
+    next: std::sync::atomic::AtomicU64,
+    live: parking_lot::Mutex<std::collections::BTreeMap<u64, SenderState>>,
+}
+
+impl Senders {
+    pub fn snapshot(&self) -> Vec<SenderState> {
+        self.live.lock().values().cloned().collect()
+    }
+
+    fn register(&self, s: SenderState) -> u64 {
+        let key = self.next.fetch_add(1, Ordering::Relaxed);
+        self.live.lock().insert(key, s);
+        key
+    }
+
+    fn update(&self, key: u64, f: impl FnOnce(&mut SenderState)) {
+        if let Some(s) = self.live.lock().get_mut(&key) {
+            f(s);
+        }
+    }
+}
+
+/// Removes a stream from [`Senders`] when it ends, however it ends.
+struct Registered<'a> {
+    senders: &'a Senders,
+    key: u64,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.senders.live.lock().remove(&self.key);
+    }
+}
+
+/// Who is on the other end of a replication connection, for `pg_stat_replication`.
+#[derive(Clone, Debug, Default)]
+pub struct Client {
+    pub pid: i32,
+    pub user: String,
+    pub application_name: String,
+    pub addr: String,
+    pub port: u16,
+    pub dbname: String,
+}
+
 /// Runs one replication command on the connection `socket`, through to ReadyForQuery.
-pub async fn run<S>(socket: &mut S, sh: &Arc<Shared>, cmd: Command, dbname: &str) -> io::Result<()>
+pub async fn run<S>(socket: &mut S, sh: &Arc<Shared>, cmd: Command, client: &Client) -> io::Result<()>
 where
     S: Sink<PgWireBackendMessage, Error = io::Error>
         + Stream<Item = Result<PgWireFrontendMessage, PgWireError>>
@@ -105,8 +179,10 @@ where
 {
     sh.log.line("LOG", &format!("received replication command: {cmd:?}"));
     let done = match cmd {
-        Command::StartLogical { slot, start, options } => return stream(socket, sh, &slot, start, options).await,
-        Command::IdentifySystem => identify_system(socket, sh, dbname).await,
+        Command::StartLogical { slot, start, options } => {
+            return stream(socket, sh, &slot, start, options, client).await
+        }
+        Command::IdentifySystem => identify_system(socket, sh, &client.dbname).await,
         Command::CreateSlot { slot, temporary, plugin, two_phase, snapshot } => {
             create_slot(socket, sh, &slot, temporary, &plugin, two_phase, snapshot).await
         }
@@ -315,6 +391,7 @@ async fn stream<S>(
     slot: &str,
     start: Lsn,
     options: Vec<(String, Option<String>)>,
+    client: &Client,
 ) -> io::Result<()>
 where
     S: Sink<PgWireBackendMessage, Error = io::Error>
@@ -329,6 +406,18 @@ where
     let from = start.max(d.confirmed_flush);
     sh.log.line("LOG", &format!("starting logical decoding for slot \"{slot}\" at {from}"));
     socket.send(PgWireBackendMessage::CopyBothResponse(CopyBothResponse::new(0, 0, vec![]))).await?;
+    let key = sh.senders.register(SenderState {
+        pid: client.pid,
+        usename: client.user.clone(),
+        application_name: client.application_name.clone(),
+        client_addr: client.addr.clone(),
+        client_port: client.port,
+        slot: slot.to_string(),
+        started_micros: now_pg_micros() + PG_EPOCH_MICROS,
+        sent: from,
+        ..SenderState::default()
+    });
+    let _registered = Registered { senders: &sh.senders, key };
     let mut decoder = spawn_decoder(sh.clone(), slot.to_string(), from, options);
     let mut decoded = from;
     let mut last_heard = Instant::now();
@@ -350,6 +439,7 @@ where
                 Some(Event::Decoded(lsn)) => {
                     let moved = lsn > decoded;
                     decoded = decoded.max(lsn);
+                    sh.senders.update(key, |s| s.sent = decoded);
                     if moved || last_keepalive.elapsed() >= KEEPALIVE_EVERY {
                         socket.feed(copy_data(keepalive(decoded, false))).await?;
                         last_keepalive = Instant::now();
@@ -371,8 +461,14 @@ where
                 asked_reply = false;
                 match msg {
                     Some(Ok(PgWireFrontendMessage::CopyData(d))) => {
-                        if let Some(flush) = standby_flush(&d.data) {
-                            confirm(sh, slot, flush);
+                        if let Some(st) = standby_status(&d.data) {
+                            sh.senders.update(key, |s| {
+                                (s.write, s.flush, s.replay) = (st.write, st.flush, st.replay);
+                                s.reply_micros = now_pg_micros() + PG_EPOCH_MICROS;
+                            });
+                            if st.flush != Lsn::INVALID {
+                                confirm(sh, slot, st.flush);
+                            }
                         }
                     }
                     Some(Ok(PgWireFrontendMessage::CopyDone(_))) => {
@@ -458,14 +554,22 @@ fn keepalive(wal_end: Lsn, reply: bool) -> Bytes {
     b.freeze()
 }
 
-/// The flush position of a standby status update (`r`, write, flush, apply, time, reply);
-/// `None` for any other message (`h`, hot standby feedback, means nothing here) or a short one.
-fn standby_flush(d: &[u8]) -> Option<Lsn> {
+/// A standby status update's positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StandbyStatus {
+    write: Lsn,
+    flush: Lsn,
+    replay: Lsn,
+}
+
+/// A standby status update (`r`, write, flush, apply, time, reply); `None` for any other
+/// message (`h`, hot standby feedback, means nothing here) or a short one.
+fn standby_status(d: &[u8]) -> Option<StandbyStatus> {
     if d.first() != Some(&b'r') || d.len() < 34 {
         return None;
     }
-    let flush = u64::from_be_bytes(d[9..17].try_into().ok()?);
-    (flush != 0).then_some(Lsn(flush))
+    let at = |i: usize| d[i..i + 8].try_into().ok().map(|b| Lsn(u64::from_be_bytes(b)));
+    Some(StandbyStatus { write: at(1)?, flush: at(9)?, replay: at(17)? })
 }
 
 #[cfg(test)]
@@ -487,9 +591,9 @@ mod tests {
             r.extend_from_slice(&v.to_be_bytes());
         }
         r.push(0);
-        assert_eq!(standby_flush(&r), Some(Lsn(9)));
-        assert_eq!(standby_flush(&r[..20]), None);
-        assert_eq!(standby_flush(b"h"), None);
+        assert_eq!(standby_status(&r), Some(StandbyStatus { write: Lsn(10), flush: Lsn(9), replay: Lsn(8) }));
+        assert_eq!(standby_status(&r[..20]), None);
+        assert_eq!(standby_status(b"h"), None);
     }
 
     #[test]
