@@ -11,17 +11,16 @@
 //! # Streaming
 //!
 //! `START_REPLICATION` switches the connection to CopyBoth. A decoder thread
-//! ([`spawn_decoder`]) runs decoding rounds over the slot (the same sessions as
-//! `pg_logical_slot_peek_changes`, [`settledb::Database::decode_slot_into`]): each round
-//! reads the WAL from the slot's `restart_lsn` to its flushed end and hands each output row
-//! over a bounded channel as it is written, skipping what committed before the round's start
-//! point, which begins at the client's requested position (or the slot's
-//! `confirmed_flush_lsn`, if later) and moves to the end of each round, so no transaction is
-//! sent twice. A round that found nothing waits [`IDLE_WAIT`] before the next. The connection's
-//! task sends each row as an XLogData message (`w`: the row's LSN, the end of the WAL decoded,
-//! the send time, the plugin's bytes) and, after a round, a keepalive (`k`) carrying the
-//! position decoded to, which is what lets `pg_recvlogical --endpos` stop when no row reaches
-//! it. The client's standby status updates (`r`) advance the slot's `confirmed_flush_lsn`
+//! ([`spawn_decoder`]) runs one decoding session that follows the WAL
+//! ([`settledb::Database::decode_slot_follow`]): it reads from the slot's `restart_lsn`,
+//! skips what committed before the client's requested position (or the slot's
+//! `confirmed_flush_lsn`, if later), and hands each output row over a bounded channel as the
+//! plugin writes it; at the flushed end of the WAL it reports the position decoded to, waits
+//! [`IDLE_WAIT`] if nothing moved, and reads on from where it stopped, its reorder buffer
+//! kept. The connection's task sends each row as an XLogData message (`w`: the row's LSN, the
+//! end of the WAL decoded, the send time, the plugin's bytes) and, when the position decoded
+//! to passes the last row sent, a keepalive (`k`) carrying it, which is what lets
+//! `pg_recvlogical --endpos` stop when no row reaches it. The client's standby status updates (`r`) advance the slot's `confirmed_flush_lsn`
 //! (and with it `restart_lsn` and `catalog_xmin`) to the flush position they report: the
 //! slot moves only as far as the consumer has made the rows durable, so a consumer that
 //! reconnects after a crash on either side gets every row it did not confirm. A client's
@@ -357,26 +356,24 @@ fn spawn_decoder(sh: Arc<Shared>, slot: String, start: Lsn, options: Vec<(String
     let stop = Arc::new(AtomicBool::new(false));
     let stopped = stop.clone();
     let thread = std::thread::Builder::new().name(format!("walsender-{slot}")).spawn(move || {
-        let mut from = start;
-        while !stopped.load(Ordering::Acquire) {
-            let limits = DecodeLimits { start_lsn: Some(from), ..DecodeLimits::default() };
-            let mut sink = |row: OutputRow| {
-                tx.blocking_send(Event::Row(row)).map_err(|_| settledb::Error::invalid("the replication client left"))
-            };
-            match sh.db.decode_slot_into(&slot, limits, &options, false, &mut sink) {
-                Ok(summary) => {
-                    from = from.max(summary.end_lsn);
-                    if tx.blocking_send(Event::Decoded(from)).is_err() {
-                        return;
-                    }
-                    if summary.rows == 0 {
-                        std::thread::sleep(IDLE_WAIT);
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.blocking_send(Event::Failed(crate::slotfuncs::slot_error(e)));
-                    return;
-                }
+        let limits = DecodeLimits { start_lsn: Some(start), ..DecodeLimits::default() };
+        let gone = || settledb::Error::invalid("the replication client left");
+        let mut sink = |row: OutputRow| tx.blocking_send(Event::Row(row)).map_err(|_| gone());
+        let mut last = Lsn::INVALID;
+        let mut follow = |pos: Lsn| -> settledb::Result<bool> {
+            if stopped.load(Ordering::Acquire) || tx.blocking_send(Event::Decoded(pos)).is_err() {
+                return Ok(false);
+            }
+            if pos == last {
+                std::thread::sleep(IDLE_WAIT);
+            }
+            last = pos;
+            Ok(!stopped.load(Ordering::Acquire))
+        };
+        let r = sh.db.decode_slot_follow(&slot, limits, &options, &mut sink, &mut follow);
+        if let Err(e) = r {
+            if !stopped.load(Ordering::Acquire) {
+                let _ = tx.blocking_send(Event::Failed(crate::slotfuncs::slot_error(e)));
             }
         }
     });
@@ -420,6 +417,8 @@ where
     let _registered = Registered { senders: &sh.senders, key };
     let mut decoder = spawn_decoder(sh.clone(), slot.to_string(), from, options);
     let mut decoded = from;
+    // The last row's position, and the position the last keepalive reported.
+    let (mut last_row, mut last_reported) = (Lsn::INVALID, Lsn::INVALID);
     let mut last_heard = Instant::now();
     let mut last_keepalive = Instant::now();
     let mut asked_reply = false;
@@ -434,15 +433,20 @@ where
             ev = decoder.events.recv() => match ev {
                 Some(Event::Row(row)) => {
                     decoded = decoded.max(row.lsn);
+                    last_row = last_row.max(row.lsn);
                     socket.feed(copy_data(xlog_data(&row, decoded))).await?;
                 }
                 Some(Event::Decoded(lsn)) => {
-                    let moved = lsn > decoded;
                     decoded = decoded.max(lsn);
                     sh.senders.update(key, |s| s.sent = decoded);
-                    if moved || last_keepalive.elapsed() >= KEEPALIVE_EVERY {
+                    // A position past the last row goes out in a keepalive (what lets
+                    // `pg_recvlogical --endpos` stop where no row reaches it); a busy stream,
+                    // whose passes end on the commit just sent, sends none.
+                    let unreported = decoded > last_row && decoded > last_reported;
+                    if unreported || last_keepalive.elapsed() >= KEEPALIVE_EVERY {
                         socket.feed(copy_data(keepalive(decoded, false))).await?;
                         last_keepalive = Instant::now();
+                        last_reported = decoded;
                     }
                 }
                 Some(Event::Failed(e)) => {

@@ -199,6 +199,29 @@ impl Database {
         })
     }
 
+    /// A decoding session that does not end at the end of the WAL but follows it, as a WAL
+    /// sender does: the same session as [`Database::decode_slot_into`] (without confirming),
+    /// reading only WAL already flushed, and after each pass to the flushed end calling
+    /// `follow` with the position decoded to; it goes on (reading what was flushed meanwhile,
+    /// with the reorder buffer and the decoder kept) while `follow` returns `true`. `follow`
+    /// is where the caller waits when nothing moved. The slot is not moved; its
+    /// `pg_stat_replication_slots` counters are added when the session ends.
+    pub fn decode_slot_follow(
+        &self,
+        slot_name: &str,
+        limits: DecodeLimits,
+        options: &[(String, Option<String>)],
+        sink: &mut dyn FnMut(OutputRow) -> Result<()>,
+        follow: &mut dyn FnMut(Lsn) -> Result<bool>,
+    ) -> Result<DecodeSummary> {
+        let d = self.decodable_slot(slot_name)?;
+        let mut plugin = self.output_plugin(&d, options)?;
+        let mut out = Output::to_sink(sink);
+        let (end_lsn, stats) =
+            self.decode_session_with(slot_name, limits, &mut *plugin, false, &mut out, Some(follow))?;
+        Ok(DecodeSummary { rows: out.written, end_lsn, stats })
+    }
+
     /// One session: reads the WAL from the slot's `restart_lsn`, `plugin` writing to `out`.
     fn decode_session(
         &self,
@@ -208,12 +231,30 @@ impl Database {
         confirm: bool,
         out: &mut Output<'_>,
     ) -> Result<(Lsn, ReorderStats)> {
+        self.decode_session_with(slot_name, limits, plugin, confirm, out, None)
+    }
+
+    /// [`Database::decode_session`], following the WAL when `follow` is given (see
+    /// [`Database::decode_slot_follow`]).
+    fn decode_session_with(
+        &self,
+        slot_name: &str,
+        limits: DecodeLimits,
+        plugin: &mut dyn OutputPlugin,
+        confirm: bool,
+        out: &mut Output<'_>,
+        mut follow: Option<&mut dyn FnMut(Lsn) -> Result<bool>>,
+    ) -> Result<(Lsn, ReorderStats)> {
         let inner = &self.inner;
         let d = self.decodable_slot(slot_name)?;
         let two_phase = plugin.two_phase() && (d.two_phase || plugin.two_phase_requested());
         let d = if two_phase && !d.two_phase { self.enable_slot_two_phase(slot_name)? } else { d };
-        inner.wal.flush(inner.wal.insert_lsn())?;
-        let end_of_wal = inner.wal.flushed_lsn();
+        // A one-off session reads all the WAL written when it began; a follower reads what is
+        // durable, pass by pass, and never forces a flush.
+        if follow.is_none() {
+            inner.wal.flush(inner.wal.insert_lsn())?;
+        }
+        let mut end_of_wal = inner.wal.flushed_lsn();
         let cfg = ReorderBufferConfig {
             memory_limit: inner.config.logical_decoding_work_mem_bytes,
             ..ReorderBufferConfig::default()
@@ -233,34 +274,50 @@ impl Database {
         if two_phase {
             decoder.set_two_phase(d.two_phase_at);
         }
-        let mut reader = WalReader::new(inner.fs.clone(), inner.wal.dir(), d.restart_lsn, inner.wal.segment_size());
         let mut end_lsn = skip_before;
         let mut seen = RunningXactsSeen { from: d.restart_lsn, to: d.restart_lsn, records: Vec::new() };
         // One record decoded into again and again: nothing allocated per record.
         let mut rec = DecodedRecord::empty();
-        while reader.next_into(&mut rec)? {
-            if rec.lsn >= end_of_wal {
+        // Where the next pass starts reading: the end of the last record decoded.
+        let mut pos = d.restart_lsn;
+        'passes: loop {
+            let mut reader = WalReader::new(inner.fs.clone(), inner.wal.dir(), pos, inner.wal.segment_size());
+            while reader.next_into(&mut rec)? {
+                // Nothing that is not durable yet: a record ending past the flushed end could
+                // be a commit a crash takes back.
+                if rec.lsn >= end_of_wal || rec.end_lsn > end_of_wal {
+                    break;
+                }
+                // A follower keeps no list (its session may last for days); an advance of the
+                // slot then reads these records from the WAL.
+                if follow.is_none() && rec.rmgr == Rmgr::Standby && rec.info == XLOG_RUNNING_XACTS {
+                    let running = RunningXacts::decode(&rec.main_data, rec.lsn)?;
+                    seen.records.push(RunningXactsAt { lsn: rec.lsn, end: rec.end_lsn, running });
+                }
+                seen.to = rec.end_lsn;
+                decoder.process(&rec, plugin, out)?;
+                if let Some(e) = out.take_error() {
+                    return Err(e);
+                }
+                pos = rec.end_lsn;
+                end_lsn = end_lsn.max(rec.end_lsn);
+                if limits.upto_lsn.is_some_and(|u| u <= rec.end_lsn)
+                    || limits.upto_nchanges.is_some_and(|n| n > 0 && out.written >= n as u64)
+                {
+                    break 'passes;
+                }
+            }
+            let Some(follow) = follow.as_mut() else { break };
+            if !follow(end_lsn)? {
                 break;
             }
-            if rec.rmgr == Rmgr::Standby && rec.info == XLOG_RUNNING_XACTS {
-                let running = RunningXacts::decode(&rec.main_data, rec.lsn)?;
-                seen.records.push(RunningXactsAt { lsn: rec.lsn, end: rec.end_lsn, running });
-            }
-            seen.to = rec.end_lsn;
-            decoder.process(&rec, plugin, out)?;
-            if let Some(e) = out.take_error() {
-                return Err(e);
-            }
-            end_lsn = end_lsn.max(rec.end_lsn);
-            if limits.upto_lsn.is_some_and(|u| u <= rec.end_lsn)
-                || limits.upto_nchanges.is_some_and(|n| n > 0 && out.written >= n as u64)
-            {
-                break;
-            }
+            end_of_wal = inner.wal.flushed_lsn();
         }
         let stats = decoder.stats();
         drop(decoder);
-        *inner.running_xacts_seen.lock() = Some(seen);
+        if follow.is_none() {
+            *inner.running_xacts_seen.lock() = Some(seen);
+        }
         // Peeking counts too, as in PostgreSQL: the work was done.
         super::pgstat::add_slot_stats(inner, slot_name, &stats);
         if confirm && end_lsn > d.confirmed_flush {
