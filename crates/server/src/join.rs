@@ -55,6 +55,7 @@ pub enum Leaf {
     Table(Target),
     View(String),
     Series(Series),
+    SlotChanges(crate::slotchanges::SlotChanges),
 }
 
 /// One relation of a FROM list.
@@ -152,6 +153,13 @@ impl JoinSource {
             {
                 let (s, names, col) = Series::plan(args, alias.as_ref())?;
                 (Leaf::Series(s), names, vec![col])
+            }
+            TableFactor::Table { name, alias, args: Some(TableFunctionArgs { args, .. }), .. }
+                if crate::slotchanges::SlotChanges::is(&crate::ddl::object_name(name)) =>
+            {
+                let (c, names, cols) =
+                    crate::slotchanges::SlotChanges::plan(&crate::ddl::object_name(name), args, alias.as_ref())?;
+                (Leaf::SlotChanges(c), names, cols)
             }
             TableFactor::Table { name, args: Some(_), .. } => {
                 return Err(SqlError::new("42883", format!("function {name}() does not exist")))
@@ -259,6 +267,7 @@ impl JoinSource {
             }
             Leaf::View(v) => crate::views::rows(cx.sh, v),
             Leaf::Series(s) => s.rows(cx)?,
+            Leaf::SlotChanges(c) => c.rows(cx)?,
         };
         if local.is_empty() {
             return Ok(rows);

@@ -20,7 +20,8 @@
 //!             max_connections: the flags and registry that reach a session from outside
 //!   views     pg_stat_user_tables, pg_stat_database from the engine's counters,
 //!             pg_replication_slots, pg_stat_replication_slots, pg_locks, pg_namespace, pg_am;
-//!             slotfuncs  pg_create_logical_replication_slot & co.
+//!             slotfuncs  pg_create_logical_replication_slot & co.;  slotchanges
+//!             pg_logical_slot_get_changes & co. in FROM
 //!   walsender replication connections (replication=database): IDENTIFY_SYSTEM,
 //!             CREATE/DROP_REPLICATION_SLOT, START_REPLICATION's CopyBoth stream,
 //!             pg_stat_replication
@@ -50,6 +51,7 @@ pub mod query;
 pub mod series;
 pub mod session;
 pub mod settings;
+pub mod slotchanges;
 pub mod slotfuncs;
 pub mod types;
 pub mod utility;

@@ -157,3 +157,45 @@ fn pg_recvlogical_streams_what_the_decoder_decodes_and_resumes_where_it_confirme
     assert!(o.status.success(), "--drop-slot: {}", text(&o).1);
     assert_eq!(sql(&server, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 's1'"), "0");
 }
+
+/// The SQL side of the same decoder: `pg_logical_slot_peek_changes` leaves the slot, `get`
+/// moves it (by whole transactions with `upto_nchanges`), the binary forms carry `pgoutput`'s
+/// messages, and the text forms refuse them.
+#[test]
+fn pg_logical_slot_functions_decode_over_sql() {
+    let Some(psql) = require("psql") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_settings(dir.path(), &[("wal_level", "logical")]);
+    let sql = |q: &str| psql_value(&psql, &server, q);
+    sql("CREATE TABLE t (id int PRIMARY KEY, v text)");
+    sql("SELECT pg_create_logical_replication_slot('s', 'test_decoding')");
+    sql("SELECT pg_create_logical_replication_slot('b', 'pgoutput')");
+    sql("CREATE PUBLICATION p FOR TABLE t");
+    sql("INSERT INTO t VALUES (1, 'a'), (2, 'b')");
+    sql("INSERT INTO t VALUES (3, 'c')");
+    let all = sql("SELECT data FROM pg_logical_slot_peek_changes('s', NULL, NULL, 'skip-empty-xacts', '1')");
+    let want: Vec<&str> = all.lines().collect();
+    assert_eq!(want.len(), 7, "{all}");
+    assert!(want[1].contains("id[integer]:1") && want[5].contains("id[integer]:3"), "{all}");
+    // Peeking again gives the same; getting one change returns its whole transaction.
+    assert_eq!(sql("SELECT data FROM pg_logical_slot_peek_changes('s', NULL, NULL, 'skip-empty-xacts', '1')"), all);
+    let first = sql("SELECT data FROM pg_logical_slot_get_changes('s', NULL, 1, 'skip-empty-xacts', '1')");
+    assert_eq!(first.lines().collect::<Vec<_>>(), want[..4]);
+    let rest = sql("SELECT data FROM pg_logical_slot_get_changes('s', NULL, NULL, 'skip-empty-xacts', '1')");
+    assert_eq!(rest.lines().collect::<Vec<_>>(), want[4..]);
+    assert_eq!(sql("SELECT count(*) FROM pg_logical_slot_get_changes('s', NULL, NULL)"), "0");
+    // pgoutput: Begin, Relation, two Inserts, Commit for the first transaction, as bytea.
+    let kinds = sql("SELECT data FROM pg_logical_slot_peek_binary_changes('b', NULL, NULL, 'proto_version', '1', \
+         'publication_names', 'p')");
+    // bytea's hex output: `\x`, then the message type byte.
+    let got: Vec<&str> = kinds.lines().map(|l| &l[2..4]).collect();
+    assert_eq!(&got[..5], ["42", "52", "49", "49", "43"], "{kinds}");
+    let o = run(
+        &psql,
+        &[
+            "-X", "-At", "-h", "127.0.0.1", "-p", &server.port(), "-U", "postgres", "-c",
+            "SELECT data FROM pg_logical_slot_peek_changes('b', NULL, NULL, 'proto_version', '1', 'publication_names', 'p')",
+        ],
+    );
+    assert!(!o.status.success() && text(&o).1.contains("binary"), "{}", text(&o).1);
+}
