@@ -306,7 +306,13 @@ pub fn rows(sh: &crate::Shared, name: &str) -> Vec<Vec<Datum>> {
         "pg_replication_slots" => db
             .replication_slots()
             .into_iter()
-            .map(|s| {
+            .map(|mut s| {
+                // A slot a replication connection is streaming is active, owned by that
+                // connection's process ID (the engine itself never holds one for long).
+                if let Some(sender) = sh.senders.snapshot().into_iter().find(|x| x.slot == s.slot_name) {
+                    s.active = true;
+                    s.active_pid = Some(sender.pid as _);
+                }
                 let opt = |x: Option<i64>| x.map_or(Datum::Null, Datum::Int);
                 let text = |x: Option<String>| x.map_or(Datum::Null, Datum::Text);
                 vec![

@@ -84,6 +84,8 @@ fn a_postgresql_subscriber_applies_what_settledb_publishes() {
         pubq("SELECT application_name, state, sync_state, flush_lsn IS NOT NULL FROM pg_stat_replication"),
         "s|streaming|async|t"
     );
+    let pid = pubq("SELECT pid FROM pg_stat_replication");
+    assert_eq!(pubq("SELECT active, active_pid FROM pg_replication_slots"), format!("t|{pid}"));
     let flushed = pubq("SELECT flush_lsn FROM pg_stat_replication");
     assert!(lsn(&flushed) >= lsn(&end), "pg_stat_replication: flush_lsn {flushed}, WAL at {end}");
 

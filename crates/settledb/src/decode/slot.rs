@@ -111,7 +111,8 @@
 //!
 //! # Non-goals (for now)
 //!
-//! Physical slots, temporary slots, an active walsender (`active` is always false), failover
+//! Physical slots, temporary slots, `active` (always false here: `settle serve` marks a slot
+//! its WAL sender streams), failover
 //! and synced slots (PostgreSQL 17), invalidation for other causes than removed WAL.
 
 use std::collections::BTreeMap;
