@@ -205,7 +205,7 @@ impl Database {
     /// `follow` with the position decoded to; it goes on (reading what was flushed meanwhile,
     /// with the reorder buffer and the decoder kept) while `follow` returns `true`. `follow`
     /// is where the caller waits when nothing moved. The slot is not moved; its
-    /// `pg_stat_replication_slots` counters are added when the session ends.
+    /// `pg_stat_replication_slots` counters are added after every pass.
     pub fn decode_slot_follow(
         &self,
         slot_name: &str,
@@ -280,6 +280,8 @@ impl Database {
         let mut rec = DecodedRecord::empty();
         // Where the next pass starts reading: the end of the last record decoded.
         let mut pos = d.restart_lsn;
+        // The counters already added to the slot's (a follower adds them pass by pass).
+        let mut reported = ReorderStats::default();
         'passes: loop {
             let mut reader = WalReader::new(inner.fs.clone(), inner.wal.dir(), pos, inner.wal.segment_size());
             while reader.next_into(&mut rec)? {
@@ -308,6 +310,9 @@ impl Database {
                 }
             }
             let Some(follow) = follow.as_mut() else { break };
+            let counted = decoder.stats();
+            super::pgstat::add_slot_stats_since(inner, slot_name, &counted, &reported);
+            reported = counted;
             if !follow(end_lsn)? {
                 break;
             }
@@ -319,7 +324,7 @@ impl Database {
             *inner.running_xacts_seen.lock() = Some(seen);
         }
         // Peeking counts too, as in PostgreSQL: the work was done.
-        super::pgstat::add_slot_stats(inner, slot_name, &stats);
+        super::pgstat::add_slot_stats_since(inner, slot_name, &stats, &reported);
         if confirm && end_lsn > d.confirmed_flush {
             self.replication_slot_advance(slot_name, end_lsn)?;
         }

@@ -78,17 +78,21 @@ impl Database {
 }
 
 /// Adds a decoding session's counters to slot `name`'s.
-pub(super) fn add_slot_stats(inner: &Inner, name: &str, r: &ReorderStats) {
+///
+/// `before` is what the session reported earlier (a session that follows the WAL reports
+/// pass by pass, as PostgreSQL's walsender does at transaction ends; a one-off session once,
+/// from zero).
+pub(super) fn add_slot_stats_since(inner: &Inner, name: &str, r: &ReorderStats, before: &ReorderStats) {
     let mut stats = inner.slot_stats.lock();
     let s = stats.entry(name.to_string()).or_default();
-    s.spill_txns += r.spill_txns;
-    s.spill_count += r.spill_count;
-    s.spill_bytes += r.spill_bytes;
-    s.stream_txns += r.stream_txns;
-    s.stream_count += r.stream_count;
-    s.stream_bytes += r.stream_bytes;
-    s.total_txns += r.total_txns;
-    s.total_bytes += r.total_bytes;
+    s.spill_txns += r.spill_txns - before.spill_txns;
+    s.spill_count += r.spill_count - before.spill_count;
+    s.spill_bytes += r.spill_bytes - before.spill_bytes;
+    s.stream_txns += r.stream_txns - before.stream_txns;
+    s.stream_count += r.stream_count - before.stream_count;
+    s.stream_bytes += r.stream_bytes - before.stream_bytes;
+    s.total_txns += r.total_txns - before.total_txns;
+    s.total_bytes += r.total_bytes - before.total_bytes;
 }
 
 /// A new slot's counters start from zero; a dropped one's are forgotten.
