@@ -13,14 +13,16 @@ use std::time::{Duration, Instant};
 
 use common::{psql_value, require, PgCluster, TestServer};
 
+/// psql and a subscriber cluster, or `None` (the reason printed) when either is missing.
+fn subscriber() -> Option<(std::path::PathBuf, PgCluster)> {
+    let psql = require("psql")?;
+    let sub = PgCluster::start(&[("max_logical_replication_workers", "4"), ("wal_receiver_status_interval", "1s")])?;
+    Some((psql, sub))
+}
+
 #[test]
 fn a_postgresql_subscriber_applies_what_settledb_publishes() {
-    let Some(psql) = require("psql") else { return };
-    let Some(sub) =
-        PgCluster::start(&[("max_logical_replication_workers", "4"), ("wal_receiver_status_interval", "1s")])
-    else {
-        return;
-    };
+    let Some((psql, sub)) = subscriber() else { return };
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_with_settings(dir.path(), &[("wal_level", "logical")]);
     let pubq = |q: &str| psql_value(&psql, &server, q);
@@ -113,12 +115,7 @@ fn lsn(s: &str) -> u64 {
 /// messages), and one that rolls back after streaming is undone there.
 #[test]
 fn a_streaming_subscriber_gets_large_transactions_in_blocks() {
-    let Some(psql) = require("psql") else { return };
-    let Some(sub) =
-        PgCluster::start(&[("max_logical_replication_workers", "4"), ("wal_receiver_status_interval", "1s")])
-    else {
-        return;
-    };
+    let Some((psql, sub)) = subscriber() else { return };
     let dir = tempfile::tempdir().unwrap();
     let server =
         TestServer::start_with_settings(dir.path(), &[("wal_level", "logical"), ("logical_decoding_work_mem", "64kB")]);

@@ -149,7 +149,7 @@ impl Database {
         let d = self.decodable_slot(slot_name)?;
         let mut plugin = self.output_plugin(&d, options)?;
         let mut out = Output::to_sink(sink);
-        let (end_lsn, stats) = self.decode_session(slot_name, limits, &mut *plugin, confirm, &mut out)?;
+        let (end_lsn, stats) = self.decode_session(slot_name, limits, &mut *plugin, confirm, &mut out, None)?;
         Ok(DecodeSummary { rows: out.written, end_lsn, stats })
     }
 
@@ -166,7 +166,7 @@ impl Database {
         confirm: bool,
     ) -> Result<DecodeResult> {
         let mut out = Output::default();
-        let (end_lsn, stats) = self.decode_session(slot_name, limits, plugin, confirm, &mut out)?;
+        let (end_lsn, stats) = self.decode_session(slot_name, limits, plugin, confirm, &mut out, None)?;
         Ok(DecodeResult { rows: out.rows, end_lsn, stats })
     }
 
@@ -217,26 +217,14 @@ impl Database {
         let d = self.decodable_slot(slot_name)?;
         let mut plugin = self.output_plugin(&d, options)?;
         let mut out = Output::to_sink(sink);
-        let (end_lsn, stats) =
-            self.decode_session_with(slot_name, limits, &mut *plugin, false, &mut out, Some(follow))?;
+        let (end_lsn, stats) = self.decode_session(slot_name, limits, &mut *plugin, false, &mut out, Some(follow))?;
         Ok(DecodeSummary { rows: out.written, end_lsn, stats })
     }
 
-    /// One session: reads the WAL from the slot's `restart_lsn`, `plugin` writing to `out`.
+    /// One session: reads the WAL from the slot's `restart_lsn`, `plugin` writing to `out`; to
+    /// the end of the WAL written when it began, or following the WAL when `follow` is given
+    /// (see [`Database::decode_slot_follow`]).
     fn decode_session(
-        &self,
-        slot_name: &str,
-        limits: DecodeLimits,
-        plugin: &mut dyn OutputPlugin,
-        confirm: bool,
-        out: &mut Output<'_>,
-    ) -> Result<(Lsn, ReorderStats)> {
-        self.decode_session_with(slot_name, limits, plugin, confirm, out, None)
-    }
-
-    /// [`Database::decode_session`], following the WAL when `follow` is given (see
-    /// [`Database::decode_slot_follow`]).
-    fn decode_session_with(
         &self,
         slot_name: &str,
         limits: DecodeLimits,
