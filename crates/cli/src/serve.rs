@@ -10,7 +10,11 @@
 //! Authentication: without `--password-file` the server trusts every connection, and then
 //! refuses to listen on anything but a loopback address unless `--trust` says so. With it,
 //! every client must prove it knows the file's first line by SCRAM-SHA-256 (the password never
-//! crosses the connection). There is no TLS yet.
+//! crosses the connection).
+//!
+//! TLS: with `--ssl-cert-file F --ssl-key-file K` (PEM, PostgreSQL's `ssl_cert_file` and
+//! `ssl_key_file`) a client that asks for TLS (`sslmode=require`, or libpq's default `prefer`)
+//! gets it; one that does not stays in plain text.
 //!
 //! `--set max_connections=N` (default 100) is the server's, not the engine's: connection
 //! N + 1 is refused with FATAL 53300 `sorry, too many clients already`.
@@ -41,6 +45,12 @@ pub struct ServeArgs {
     /// Configuration parameters, `name=value` (PostgreSQL names and units).
     #[arg(long = "set", value_name = "NAME=VALUE")]
     set: Vec<String>,
+    /// The server's certificate chain (PEM): TLS for clients that ask for it.
+    #[arg(long, value_name = "FILE", requires = "ssl_key_file")]
+    ssl_cert_file: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "ssl_cert_file")]
+    ssl_key_file: Option<PathBuf>,
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode> {
@@ -82,6 +92,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         password,
         log_to_stderr: true,
         max_connections,
+        tls_files: a.ssl_cert_file.zip(a.ssl_key_file),
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {

@@ -137,7 +137,7 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
     tokio::pin!(startup_timeout);
     let negotiated = tokio::select! {
         _ = &mut startup_timeout => return Ok(()),
-        s = negotiate_tls(tcp, None) => s?,
+        s = negotiate_tls(tcp, sh.tls.clone()) => s?,
     };
     let Some(plain) = negotiated else { return Ok(()) };
     let old = plain.into_parts();
@@ -221,6 +221,14 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
         .await;
         if let Err(mut e) = handled {
             errors.on_error(&socket, &mut e);
+            if let pgwire::error::PgWireError::InvalidPassword(_) = &e {
+                // PostgreSQL's words, naming the user the client gave (pgwire's name none).
+                let user = socket.metadata().get("user").cloned().unwrap_or_default();
+                let message = format!("password authentication failed for user \"{user}\"");
+                sh.log.line("FATAL", &message);
+                let info = ErrorInfo::new("FATAL".into(), "28P01".into(), message);
+                e = pgwire::error::PgWireError::UserError(Box::new(info));
+            }
             let fatal = e.is_fatal();
             process_error(&mut socket, e, extended_query).await?;
             if fatal {

@@ -22,7 +22,7 @@
 //!             pg_replication_slots, pg_stat_replication_slots, pg_locks, pg_namespace, pg_am;
 //!             slotfuncs  pg_create_logical_replication_slot & co.;  slotchanges
 //!             pg_logical_slot_get_changes & co. in FROM
-//!   walsender replication connections (replication=database): IDENTIFY_SYSTEM,
+//!   tls       TLS from PEM files (rustls);  walsender replication connections (replication=database): IDENTIFY_SYSTEM,
 //!             CREATE/DROP_REPLICATION_SLOT, START_REPLICATION's CopyBoth stream,
 //!             pg_stat_replication
 //! ```
@@ -53,6 +53,7 @@ pub mod session;
 pub mod settings;
 pub mod slotchanges;
 pub mod slotfuncs;
+pub mod tls;
 pub mod types;
 pub mod utility;
 pub mod views;
@@ -133,6 +134,8 @@ pub struct Shared {
     pub registry: Arc<interrupt::Registry>,
     /// The replication streams running now (`pg_stat_replication`).
     pub senders: walsender::Senders,
+    /// TLS for clients that ask for it (`--ssl-cert-file`, `--ssl-key-file`).
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// How to run a server.
@@ -147,6 +150,8 @@ pub struct ServeOptions {
     /// Client connections served at once; one more is refused with FATAL 53300
     /// (PostgreSQL's `max_connections`, default 100; no slots are reserved for superusers).
     pub max_connections: usize,
+    /// A certificate chain and its private key (PEM files): TLS for clients that ask.
+    pub tls_files: Option<(PathBuf, PathBuf)>,
 }
 
 impl ServeOptions {
@@ -159,6 +164,7 @@ impl ServeOptions {
             password: None,
             log_to_stderr: true,
             max_connections: 100,
+            tls_files: None,
         }
     }
 }
@@ -207,6 +213,10 @@ impl Server {
                 local.port()
             ),
         );
+        let tls = match &opts.tls_files {
+            Some((cert, key)) => Some(tls::acceptor(cert, key)?),
+            None => None,
+        };
         let registry = Arc::new(interrupt::Registry::new(opts.max_connections));
         let sh = Arc::new(Shared {
             db,
@@ -216,6 +226,7 @@ impl Server {
             sessions: Default::default(),
             registry,
             senders: Default::default(),
+            tls,
         });
         Ok(Server { sh, listener })
     }

@@ -42,8 +42,24 @@ impl TestServer {
     }
 
     fn start_opts(dir: &Path, password: Option<&str>, settings: &[(&str, &str)], max: usize) -> TestServer {
+        TestServer::start_tls(dir, password, settings, max, None)
+    }
+
+    /// A server with TLS from these certificate and key files (PEM).
+    pub fn start_with_tls(dir: &Path, password: Option<&str>, cert: &Path, key: &Path) -> TestServer {
+        TestServer::start_tls(dir, password, &[], 100, Some((cert.to_path_buf(), key.to_path_buf())))
+    }
+
+    fn start_tls(
+        dir: &Path,
+        password: Option<&str>,
+        settings: &[(&str, &str)],
+        max: usize,
+        tls: Option<(PathBuf, PathBuf)>,
+    ) -> TestServer {
         let mut opts = ServeOptions::new(dir);
         opts.max_connections = max;
+        opts.tls_files = tls;
         opts.password = password.map(str::to_string);
         opts.port = 0;
         opts.log_to_stderr = false;
