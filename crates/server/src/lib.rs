@@ -22,7 +22,8 @@
 //!             pg_replication_slots, pg_stat_replication_slots, pg_locks, pg_namespace, pg_am;
 //!             slotfuncs  pg_create_logical_replication_slot & co.;  slotchanges
 //!             pg_logical_slot_get_changes & co. in FROM
-//!   tls       TLS from PEM files (rustls);  walsender replication connections (replication=database): IDENTIFY_SYSTEM,
+//!   tls       TLS from PEM files (rustls)
+//!   walsender replication connections (replication=database): IDENTIFY_SYSTEM,
 //!             CREATE/DROP_REPLICATION_SLOT, START_REPLICATION's CopyBoth stream,
 //!             pg_stat_replication
 //! ```
