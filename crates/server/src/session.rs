@@ -184,6 +184,14 @@ impl Env for Cx<'_, '_> {
                 "25001",
                 "cannot create logical replication slot in transaction that has performed writes",
             )),
+            // A slot a replication connection streams is not dropped under it (55006).
+            "pg_drop_replication_slot" => match args.first().and_then(Datum::to_text) {
+                Some(slot) => match self.sh.senders.check_inactive(&slot) {
+                    Ok(()) => return crate::slotfuncs::call(self.db, name, args),
+                    Err(e) => Err(e),
+                },
+                None => return crate::slotfuncs::call(self.db, name, args),
+            },
             _ => return crate::slotfuncs::call(self.db, name, args),
         };
         Some(r)

@@ -88,6 +88,33 @@ fn a_postgresql_subscriber_applies_what_settledb_publishes() {
     );
     let pid = pubq("SELECT pid FROM pg_stat_replication");
     assert_eq!(pubq("SELECT active, active_pid FROM pg_replication_slots"), format!("t|{pid}"));
+    // A slot being streamed is not dropped, nor streamed twice.
+    let o = common::run(
+        &psql,
+        &[
+            "-X",
+            "-At",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &server.port(),
+            "-U",
+            "postgres",
+            "-c",
+            "SELECT pg_drop_replication_slot('s')",
+        ],
+    );
+    assert!(
+        common::text(&o).1.contains(&format!("replication slot \"s\" is active for PID {pid}")),
+        "{}",
+        common::text(&o).1
+    );
+    if let Some(recv) = common::pg_binary("pg_recvlogical") {
+        let port = server.port();
+        let args = ["-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-d", "postgres", "--slot", "s", "--start"];
+        let o = common::run(&recv, &[&args[..], &["--no-loop", "-f", "-"]].concat());
+        assert!(common::text(&o).1.contains("is active for PID"), "{}", common::text(&o).1);
+    }
     let flushed = pubq("SELECT flush_lsn FROM pg_stat_replication");
     assert!(lsn(&flushed) >= lsn(&end), "pg_stat_replication: flush_lsn {flushed}, WAL at {end}");
 

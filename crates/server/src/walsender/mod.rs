@@ -133,10 +133,31 @@ impl Senders {
         self.live.lock().values().cloned().collect()
     }
 
-    fn register(&self, s: SenderState) -> u64 {
+    /// The process ID of the connection streaming `slot`, if one is.
+    pub fn active_pid(&self, slot: &str) -> Option<i32> {
+        self.live.lock().values().find(|s| s.slot == slot).map(|s| s.pid)
+    }
+
+    /// PostgreSQL's error for a slot another connection is streaming (55006), if it is.
+    pub fn check_inactive(&self, slot: &str) -> Result<(), SqlError> {
+        match self.active_pid(slot) {
+            Some(pid) => Err(SqlError::new("55006", format!("replication slot \"{slot}\" is active for PID {pid}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Registers a stream of `s.slot` unless one runs already (checked and added at once).
+    fn register_inactive(&self, s: SenderState) -> Result<u64, SqlError> {
+        let mut live = self.live.lock();
+        if let Some(other) = live.values().find(|x| x.slot == s.slot) {
+            return Err(SqlError::new(
+                "55006",
+                format!("replication slot \"{}\" is active for PID {}", s.slot, other.pid),
+            ));
+        }
         let key = self.next.fetch_add(1, Ordering::Relaxed);
-        self.live.lock().insert(key, s);
-        key
+        live.insert(key, s);
+        Ok(key)
     }
 
     fn update(&self, key: u64, f: impl FnOnce(&mut SenderState)) {
@@ -185,11 +206,9 @@ where
         Command::CreateSlot { slot, temporary, plugin, two_phase, snapshot } => {
             create_slot(socket, sh, &slot, temporary, &plugin, two_phase, snapshot).await
         }
-        Command::DropSlot { slot, wait: _ } => match sh.db.drop_replication_slot(&slot) {
-            // WAIT waits for a slot in use to be released; an engine slot is in use only for
-            // the length of a decoding round, which the drop already waits for.
+        Command::DropSlot { slot, wait } => match drop_slot(sh, &slot, wait).await {
             Ok(()) => Ok(complete(socket, "DROP_REPLICATION_SLOT").await),
-            Err(e) => Err(crate::slotfuncs::slot_error(e)),
+            Err(e) => Err(e),
         },
         Command::ReadSlot { slot } => read_slot(socket, sh, &slot).await,
     };
@@ -210,6 +229,18 @@ where
 }
 
 type Answer = Result<io::Result<()>, SqlError>;
+
+/// `DROP_REPLICATION_SLOT slot [WAIT]`: a slot another connection streams is refused (55006),
+/// or with WAIT waited for, as PostgreSQL does (here for at most [`WAL_SENDER_TIMEOUT`], after
+/// which a silent client is gone anyway).
+async fn drop_slot(sh: &Shared, slot: &str, wait: bool) -> Result<(), SqlError> {
+    let deadline = Instant::now() + WAL_SENDER_TIMEOUT;
+    while wait && sh.senders.active_pid(slot).is_some() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sh.senders.check_inactive(slot)?;
+    sh.db.drop_replication_slot(slot).map_err(crate::slotfuncs::slot_error)
+}
 
 async fn identify_system<S>(socket: &mut S, sh: &Shared, dbname: &str) -> Answer
 where
@@ -401,9 +432,7 @@ where
         return ready(socket).await;
     };
     let from = start.max(d.confirmed_flush);
-    sh.log.line("LOG", &format!("starting logical decoding for slot \"{slot}\" at {from}"));
-    socket.send(PgWireBackendMessage::CopyBothResponse(CopyBothResponse::new(0, 0, vec![]))).await?;
-    let key = sh.senders.register(SenderState {
+    let registered = sh.senders.register_inactive(SenderState {
         pid: client.pid,
         usename: client.user.clone(),
         application_name: client.application_name.clone(),
@@ -414,7 +443,16 @@ where
         sent: from,
         ..SenderState::default()
     });
+    let key = match registered {
+        Ok(key) => key,
+        Err(e) => {
+            error(socket, sh, &e).await?;
+            return ready(socket).await;
+        }
+    };
     let _registered = Registered { senders: &sh.senders, key };
+    sh.log.line("LOG", &format!("starting logical decoding for slot \"{slot}\" at {from}"));
+    socket.send(PgWireBackendMessage::CopyBothResponse(CopyBothResponse::new(0, 0, vec![]))).await?;
     let mut decoder = spawn_decoder(sh.clone(), slot.to_string(), from, options);
     let mut decoded = from;
     // The last row's position, and the position the last keepalive reported.
