@@ -278,9 +278,7 @@ impl Database {
                 if rec.lsn >= end_of_wal || rec.end_lsn > end_of_wal {
                     break;
                 }
-                // A follower keeps no list (its session may last for days); an advance of the
-                // slot then reads these records from the WAL.
-                if follow.is_none() && rec.rmgr == Rmgr::Standby && rec.info == XLOG_RUNNING_XACTS {
+                if rec.rmgr == Rmgr::Standby && rec.info == XLOG_RUNNING_XACTS {
                     let running = RunningXacts::decode(&rec.main_data, rec.lsn)?;
                     seen.records.push(RunningXactsAt { lsn: rec.lsn, end: rec.end_lsn, running });
                 }
@@ -298,6 +296,15 @@ impl Database {
                 }
             }
             let Some(follow) = follow.as_mut() else { break };
+            // A follower's session may last for days: it keeps the records the slot may still
+            // restart from (at or after its restart_lsn, which confirmations move) and
+            // publishes them, so that advancing the slot over what it read reads no WAL.
+            let restart = self.replication_slot(slot_name).map_or(seen.from, |d| d.restart_lsn).min(seen.to);
+            if restart > seen.from {
+                seen.records.retain(|r| r.lsn >= restart);
+                seen.from = restart;
+            }
+            *inner.running_xacts_seen.lock() = Some(seen.clone());
             let counted = decoder.stats();
             super::pgstat::add_slot_stats_since(inner, slot_name, &counted, &reported);
             reported = counted;
@@ -308,9 +315,7 @@ impl Database {
         }
         let stats = decoder.stats();
         drop(decoder);
-        if follow.is_none() {
-            *inner.running_xacts_seen.lock() = Some(seen);
-        }
+        *inner.running_xacts_seen.lock() = Some(seen);
         // Peeking counts too, as in PostgreSQL: the work was done.
         super::pgstat::add_slot_stats_since(inner, slot_name, &stats, &reported);
         if confirm && end_lsn > d.confirmed_flush {

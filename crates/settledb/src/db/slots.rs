@@ -50,8 +50,9 @@ pub(crate) fn open_slots(
 /// Every running-transactions record starting in `[from, to)`, in order, as a decoding session
 /// read them ([`Database::decode_slot_into`] reads every record from a slot's `restart_lsn`).
 /// WAL below the flushed position never changes, so they stay true; advancing a slot over
-/// what a session decoded uses them instead of reading that WAL a second time.
-#[derive(Debug, Default)]
+/// any part of `[from, to)` uses them instead of reading that WAL a second time (a session
+/// following the WAL publishes them pass by pass, so its consumer's confirmations read none).
+#[derive(Clone, Debug, Default)]
 pub(crate) struct RunningXactsSeen {
     pub from: Lsn,
     pub to: Lsn,
@@ -105,8 +106,8 @@ impl Inner {
     /// those a decoding session just read if it read that range, else read from the WAL.
     fn running_xacts_between(&self, from: Lsn, to: Lsn) -> Result<Vec<RunningXactsAt>> {
         if let Some(seen) = self.running_xacts_seen.lock().as_ref() {
-            if seen.from == from && to <= seen.to {
-                return Ok(seen.records.iter().filter(|r| r.lsn < to).cloned().collect());
+            if seen.from <= from && to <= seen.to {
+                return Ok(seen.records.iter().filter(|r| r.lsn >= from && r.lsn < to).cloned().collect());
             }
         }
         let mut reader = WalReader::new(self.fs.clone(), self.wal.dir(), from, self.wal.segment_size());
