@@ -8,6 +8,7 @@ pub mod floor;
 pub mod pgbench;
 pub mod relations;
 pub mod reorder;
+pub mod replicate;
 pub mod vacuum;
 pub mod wal_level;
 pub mod wire;
@@ -107,6 +108,9 @@ pub enum BenchCmd {
     /// The real pgbench against `settle serve` (and, with --peer, PostgreSQL 15): tps side by
     /// side, TPC-B-like and select-only slices alternating.
     Wire(crate::bench::wire::WireArgs),
+    /// A PostgreSQL 15 subscriber fed by settle serve and (with --peer) by PostgreSQL 15:
+    /// publisher CPU per change and replication lag.
+    Replicate(crate::bench::replicate::ReplicateArgs),
     /// The WAL that wal_level=logical adds to replica on pgbench and TPC-C; `--peer` measures
     /// PostgreSQL 15 at the same two levels.
     WalLevel(crate::bench::wal_level::WalLevelArgs),
@@ -193,6 +197,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Aging(args) => crate::bench::aging::run(args),
         BenchCmd::Relations(args) => crate::bench::relations::run(args),
         BenchCmd::Wire(args) => crate::bench::wire::run(args),
+        BenchCmd::Replicate(args) => crate::bench::replicate::run(args),
         BenchCmd::WalLevel(args) => crate::bench::wal_level::run(args),
         BenchCmd::Reorder(args) => crate::bench::reorder::run(args),
         BenchCmd::Decode(args) => crate::bench::decode::run(args),

@@ -163,15 +163,15 @@ struct Row {
 }
 
 /// A `settle serve` server on its own runtime thread; dropping it shuts it down.
-struct InProcess {
-    port: u16,
+pub(crate) struct InProcess {
+    pub(crate) port: u16,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<Result<()>>>,
     _dir: tempfile::TempDir,
 }
 
 impl InProcess {
-    fn start(config: settledb::Config, max_connections: usize) -> Result<InProcess> {
+    pub(crate) fn start(config: settledb::Config, max_connections: usize) -> Result<InProcess> {
         let dir = tempfile::tempdir()?;
         let mut opts = settledb_server::ServeOptions::new(dir.path().join("data"));
         opts.port = 0;

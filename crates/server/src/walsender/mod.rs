@@ -14,16 +14,18 @@
 //! ([`spawn_decoder`]) runs one decoding session that follows the WAL
 //! ([`settledb::Database::decode_slot_follow`]): it reads from the slot's `restart_lsn`,
 //! skips what committed before the client's requested position (or the slot's
-//! `confirmed_flush_lsn`, if later), and hands each output row over a bounded channel as the
-//! plugin writes it; at the flushed end of the WAL it reports the position decoded to, waits
-//! [`IDLE_WAIT`] if nothing moved, and reads on from where it stopped, its reorder buffer
-//! kept. The connection's task sends each row as an XLogData message (`w`: the row's LSN, the
-//! end of the WAL decoded, the send time, the plugin's bytes) and, when the position decoded
-//! to passes the last row sent, a keepalive (`k`) carrying it, which is what lets
-//! `pg_recvlogical --endpos` stop when no row reaches it. The client's standby status updates (`r`) advance the slot's `confirmed_flush_lsn`
-//! (and with it `restart_lsn` and `catalog_xmin`) to the flush position they report: the
-//! slot moves only as far as the consumer has made the rows durable, so a consumer that
-//! reconnects after a crash on either side gets every row it did not confirm. A client's
+//! `confirmed_flush_lsn`, if later), and hands the output rows over a bounded channel in
+//! batches of up to [`BATCH_ROWS`]; at the flushed end of the WAL it reports the position
+//! decoded to and waits for the next WAL flush (at most [`IDLE_WAIT`]), then reads on from
+//! where it stopped, its reorder buffer kept, so a commit reaches the client as soon as it is
+//! durable. The connection's task sends each row as an XLogData message (`w`: the row's LSN,
+//! the end of the WAL decoded, the send time, the plugin's bytes) and, when the position
+//! decoded to passes the last row sent, a keepalive (`k`) carrying it, which is what lets
+//! `pg_recvlogical --endpos` stop when no row reaches it. The client's standby status
+//! updates (`r`) advance the slot's `confirmed_flush_lsn` (and with it `restart_lsn` and
+//! `catalog_xmin`) to the flush position they report: the slot moves only as far as the
+//! consumer has made the rows durable, so a consumer that reconnects after a crash on either
+//! side gets every row it did not confirm. A client's
 //! CopyDone ends the stream (CopyDone back, `CommandComplete`, ReadyForQuery); a client
 //! silent for longer than [`WAL_SENDER_TIMEOUT`] (PostgreSQL's default `wal_sender_timeout`)
 //! is disconnected, after a keepalive asking for a reply at half that time.
@@ -63,8 +65,10 @@ use crate::Shared;
 
 /// PostgreSQL's default `wal_sender_timeout`.
 pub const WAL_SENDER_TIMEOUT: Duration = Duration::from_secs(60);
-/// The pause after a decoding round that found nothing new.
-pub const IDLE_WAIT: Duration = Duration::from_millis(20);
+/// The longest wait for new WAL after a pass that found nothing new (a flush ends it at once).
+pub const IDLE_WAIT: Duration = Duration::from_millis(100);
+/// Rows handed from the decoder thread to the connection in one message, at most.
+const BATCH_ROWS: usize = 256;
 /// Rows in flight between the decoder thread and the connection.
 const CHANNEL_ROWS: usize = 1024;
 /// A keepalive goes out at least this often while streaming, even when nothing moved.
@@ -350,7 +354,7 @@ where
 
 /// What the decoder thread hands the connection.
 enum Event {
-    Row(OutputRow),
+    Rows(Vec<OutputRow>),
     /// A round ended; everything committed before this position has been handed over.
     Decoded(Lsn),
     Failed(SqlError),
@@ -389,16 +393,34 @@ fn spawn_decoder(sh: Arc<Shared>, slot: String, start: Lsn, options: Vec<(String
     let thread = std::thread::Builder::new().name(format!("walsender-{slot}")).spawn(move || {
         let limits = DecodeLimits { start_lsn: Some(start), ..DecodeLimits::default() };
         let gone = || settledb::Error::invalid("the replication client left");
-        let mut sink = |row: OutputRow| tx.blocking_send(Event::Row(row)).map_err(|_| gone());
-        let mut last = Lsn::INVALID;
+        // Rows go over in batches (one channel message and one wake-up of the connection per
+        // batch), the last of a pass before its position.
+        let batch = std::cell::RefCell::new(Vec::with_capacity(BATCH_ROWS));
+        let send_batch = || -> settledb::Result<()> {
+            let rows = std::mem::replace(&mut *batch.borrow_mut(), Vec::with_capacity(BATCH_ROWS));
+            if rows.is_empty() {
+                return Ok(());
+            }
+            tx.blocking_send(Event::Rows(rows)).map_err(|_| gone())
+        };
+        let mut sink = |row: OutputRow| {
+            batch.borrow_mut().push(row);
+            if batch.borrow().len() >= BATCH_ROWS {
+                send_batch()?;
+            }
+            Ok(())
+        };
         let mut follow = |pos: Lsn| -> settledb::Result<bool> {
-            if stopped.load(Ordering::Acquire) || tx.blocking_send(Event::Decoded(pos)).is_err() {
+            if stopped.load(Ordering::Acquire)
+                || send_batch().is_err()
+                || tx.blocking_send(Event::Decoded(pos)).is_err()
+            {
                 return Ok(false);
             }
-            if pos == last {
-                std::thread::sleep(IDLE_WAIT);
+            // Nothing new past what this pass read: wait for the next flush.
+            if sh.db.current_wal_flush_lsn() <= pos {
+                sh.db.wait_for_wal_flush(pos, IDLE_WAIT);
             }
-            last = pos;
             Ok(!stopped.load(Ordering::Acquire))
         };
         let r = sh.db.decode_slot_follow(&slot, limits, &options, &mut sink, &mut follow);
@@ -469,10 +491,12 @@ where
         let tick = tokio::time::sleep(Duration::from_secs(1));
         tokio::select! {
             ev = decoder.events.recv() => match ev {
-                Some(Event::Row(row)) => {
-                    decoded = decoded.max(row.lsn);
-                    last_row = last_row.max(row.lsn);
-                    socket.feed(copy_data(xlog_data(&row, decoded))).await?;
+                Some(Event::Rows(rows)) => {
+                    for row in rows {
+                        decoded = decoded.max(row.lsn);
+                        last_row = last_row.max(row.lsn);
+                        socket.feed(copy_data(xlog_data(&row, decoded))).await?;
+                    }
                 }
                 Some(Event::Decoded(lsn)) => {
                     decoded = decoded.max(lsn);

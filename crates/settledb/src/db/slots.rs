@@ -137,6 +137,12 @@ impl Database {
         self.inner.wal.flushed_lsn()
     }
 
+    /// Waits until the WAL is durable past `lsn` or `timeout` passes; the flushed position
+    /// then (a WAL sender that has sent everything waits here for the next commit).
+    pub fn wait_for_wal_flush(&self, lsn: Lsn, timeout: std::time::Duration) -> Lsn {
+        self.inner.wal.wait_flushed_past(lsn, timeout)
+    }
+
     /// The data directory's system identifier, set when it was initialized (`IDENTIFY_SYSTEM`'s
     /// `systemid`).
     pub fn system_identifier(&self) -> u64 {

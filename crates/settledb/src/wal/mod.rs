@@ -391,6 +391,9 @@ pub struct Wal {
     flush_lock: Mutex<()>,
     redo_ptr: AtomicU64,
     flushed: AtomicU64,
+    /// Woken at every flush ([`Wal::wait_flushed_past`]: a WAL sender waits here for new WAL).
+    flush_wait: Mutex<()>,
+    flush_cv: crate::sync::Condvar,
     poisoned: AtomicBool,
     poison_reason: Mutex<Option<String>>,
     /// Called when the unwritten WAL crosses [`WRITER_WAKE_BYTES`], so the WAL writer thread
@@ -444,6 +447,8 @@ impl Wal {
             flush_lock: Mutex::new(()),
             redo_ptr: AtomicU64::new(start.0),
             flushed: AtomicU64::new(start.0),
+            flush_wait: Mutex::new(()),
+            flush_cv: crate::sync::Condvar::new(),
             poisoned: AtomicBool::new(false),
             poison_reason: Mutex::new(None),
             writer_waker: Mutex::new(None),
@@ -569,7 +574,27 @@ impl Wal {
         }
         self.io.lock().segments.close_before(segment::segment_number(end, self.segment_size));
         self.flushed.store(end.0, Ordering::Release);
+        // Taken and released after the store: a waiter that saw the old value under the lock
+        // is waiting by now and gets the notification.
+        drop(self.flush_wait.lock());
+        self.flush_cv.notify_all();
         Ok(())
+    }
+
+    /// Waits until the WAL is durable past `lsn`, or `timeout` passes; returns the flushed
+    /// position then.
+    pub fn wait_flushed_past(&self, lsn: Lsn, timeout: std::time::Duration) -> Lsn {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut g = self.flush_wait.lock();
+        while self.flushed_lsn() <= lsn {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let _ = self.flush_cv.wait_for(&mut g, deadline - now);
+        }
+        drop(g);
+        self.flushed_lsn()
     }
 
     /// Everything before this LSN is durable.

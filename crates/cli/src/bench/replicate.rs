@@ -1,0 +1,287 @@
+//! `settle bench replicate [--transactions N] [--lag-seconds S] [--rate R] [--peer] [--json]`:
+//! a PostgreSQL 15 subscriber fed by `settle serve` and (with `--peer`) by a PostgreSQL 15
+//! publisher, the same subscriber cluster and settings for both, one publisher after the
+//! other.
+//!
+//! # The work
+//!
+//! pgbench's tables at scale 1 on the publisher and, with the same rows (`pgbench -i` is
+//! deterministic), on the subscriber; a publication of all tables and a subscription with
+//! `copy_data = false` (settle serve has no initial copy yet). The workload is pgbench's
+//! TPC-B-like transaction (three updates and an insert: four published changes), not TPC-C:
+//! `settle tpcc --target` cannot drive `settle serve` yet.
+//!
+//! 1. **Lag**: `pgbench -R R -T S` runs while a probe inserts a row `(i, now())` into table
+//!    `lag` every 100 ms; the subscriber's copy of `lag` has a third column `arrived default
+//!    clock_timestamp()`, which its apply worker fills as it applies the insert. Lag is
+//!    `arrived - t`: from the probe's statement on the publisher to the row on the
+//!    subscriber, on one machine's clock. p50 and p99 over the probes.
+//! 2. **Publisher CPU per change**: the subscription is disabled, `pgbench -t` runs N
+//!    transactions, the subscription is enabled, and the publisher's CPU is read from when it
+//!    is enabled until the subscriber holds every row: settle serve runs in this process,
+//!    which does nothing else meanwhile (it polls the subscriber through psql, a child), so
+//!    its CPU is the WAL sender's; PostgreSQL's is its WAL sender process's (from
+//!    `pg_stat_replication`), which starts with the subscription. Divided by 4N changes.
+//!    Catch-up seconds include the subscriber starting its worker (within 100 ms).
+//!
+//! Targets (issue 21): publisher CPU per change at most 0.3x PostgreSQL 15's WAL sender; p99
+//! lag no worse than PostgreSQL's. Bytes sent are not measured yet.
+
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use serde::Serialize;
+
+use crate::bench::wire::InProcess;
+use crate::peer::Postgres;
+use crate::procstat;
+
+#[derive(clap::Args)]
+pub struct ReplicateArgs {
+    /// Transactions in the CPU phase.
+    #[arg(long, default_value_t = 20_000)]
+    transactions: u32,
+    /// Seconds of the lag phase.
+    #[arg(long, default_value_t = 10)]
+    lag_seconds: u32,
+    /// pgbench's rate in the lag phase, transactions per second.
+    #[arg(long, default_value_t = 200)]
+    rate: u32,
+    /// Also run PostgreSQL 15 as the publisher.
+    #[arg(long)]
+    peer: bool,
+    #[arg(long, default_value_t = 54341)]
+    peer_port: u16,
+    #[arg(long, default_value_t = 54342)]
+    subscriber_port: u16,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Figures {
+    publisher: &'static str,
+    changes: u64,
+    publisher_cpu_seconds: f64,
+    cpu_us_per_change: f64,
+    catch_up_seconds: f64,
+    lag_probes: usize,
+    lag_p50_ms: f64,
+    lag_p99_ms: f64,
+}
+
+/// psql -At against a port and database; the output, trimmed.
+fn psql(port: u16, db: &str, sql: &str) -> Result<String> {
+    let bin = crate::peer::find_bindir().context("PostgreSQL 15 is not installed")?.join("psql");
+    let out = Command::new(bin)
+        .args(["-X", "-At", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", db, "-c", sql])
+        .output()?;
+    if !out.status.success() {
+        bail!("psql on port {port} failed on {sql:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn pgbench(port: u16, args: &[&str]) -> Result<String> {
+    let bin = crate::peer::find_bindir().context("PostgreSQL 15 is not installed")?.join("pgbench");
+    let out = Command::new(bin)
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
+        .args(args)
+        .arg("postgres")
+        .output()?;
+    if !out.status.success() {
+        bail!("pgbench {args:?} on port {port} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Polls `check` every 50 ms until it holds, for at most `limit`.
+fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    while !check()? {
+        ensure!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// One publisher's run against the subscriber on `sub`. `cpu` reads the publisher's CPU
+/// seconds (settledb: this process; PostgreSQL: its WAL sender for the subscription).
+fn run_one(
+    publisher: &'static str,
+    port: u16,
+    sub: u16,
+    a: &ReplicateArgs,
+    cpu: &dyn Fn() -> Result<f64>,
+) -> Result<Figures> {
+    eprintln!("{publisher}: loading pgbench's tables on both sides ...");
+    pgbench(port, &["-i", "-s", "1", "-q"])?;
+    pgbench(sub, &["-i", "-s", "1", "-q"])?;
+    psql(port, "postgres", "CREATE TABLE lag (id int PRIMARY KEY, t timestamp)")?;
+    psql(sub, "postgres", "DROP TABLE IF EXISTS lag")?;
+    psql(
+        sub,
+        "postgres",
+        "CREATE TABLE lag (id int PRIMARY KEY, t timestamp, arrived timestamp DEFAULT clock_timestamp())",
+    )?;
+    psql(port, "postgres", "CREATE PUBLICATION bench FOR ALL TABLES")?;
+    psql(
+        sub,
+        "postgres",
+        &format!(
+            "CREATE SUBSCRIPTION bench CONNECTION 'host=127.0.0.1 port={port} user=postgres dbname=postgres' \
+             PUBLICATION bench WITH (copy_data = false)"
+        ),
+    )?;
+
+    // The apply worker starts when the subscriber's launcher next looks (every
+    // wal_retrieve_retry_interval): measure from when it streams.
+    let streaming = || Ok(psql(port, "postgres", "SELECT count(*) FROM pg_stat_replication")? == "1");
+    wait_for("the subscription to stream", Duration::from_secs(60), streaming)?;
+
+    // 1. Lag under a steady rate.
+    eprintln!("{publisher}: lag phase, {} s at {} tps ...", a.lag_seconds, a.rate);
+    let (secs, rate) = (a.lag_seconds.to_string(), a.rate.to_string());
+    let load = std::thread::spawn(move || pgbench(port, &["-n", "-c", "1", "-R", &rate, "-T", &secs]));
+    let started = Instant::now();
+    let mut probes = 0;
+    while started.elapsed() < Duration::from_secs(u64::from(a.lag_seconds)) {
+        psql(port, "postgres", &format!("INSERT INTO lag VALUES ({probes}, now())"))?;
+        probes += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    load.join().map_err(|_| anyhow::anyhow!("pgbench thread panicked"))??;
+    wait_for("the probes on the subscriber", Duration::from_secs(120), || {
+        Ok(psql(sub, "postgres", "SELECT count(*) FROM lag")? == probes.to_string())
+    })?;
+    let lags = psql(sub, "postgres", "SELECT extract(epoch FROM arrived - t) * 1000 FROM lag")?;
+    let mut lags: Vec<f64> = lags.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    lags.sort_by(f64::total_cmp);
+
+    // 2. Publisher CPU per change while the subscriber catches up.
+    eprintln!("{publisher}: CPU phase, {} transactions while the subscription is disabled ...", a.transactions);
+    psql(sub, "postgres", "ALTER SUBSCRIPTION bench DISABLE")?;
+    wait_for("the WAL sender to stop", Duration::from_secs(60), || {
+        Ok(psql(port, "postgres", "SELECT count(*) FROM pg_stat_replication")? == "0")
+    })?;
+    let history_before: u64 = psql(sub, "postgres", "SELECT count(*) FROM pgbench_history")?.parse()?;
+    let per_client = (a.transactions / 2).max(1);
+    pgbench(port, &["-n", "-c", "2", "-j", "2", "-t", &per_client.to_string()])?;
+    let expected = history_before + 2 * u64::from(per_client);
+    let before = cpu()?;
+    let t0 = Instant::now();
+    psql(sub, "postgres", "ALTER SUBSCRIPTION bench ENABLE")?;
+    wait_for("the subscriber to catch up", Duration::from_secs(600), || {
+        Ok(psql(sub, "postgres", "SELECT count(*) FROM pgbench_history")?.parse::<u64>()? >= expected)
+    })?;
+    let catch_up_seconds = t0.elapsed().as_secs_f64();
+    let used = cpu()? - before;
+    psql(sub, "postgres", "DROP SUBSCRIPTION bench")?;
+    let changes = 4 * 2 * u64::from(per_client);
+    Ok(Figures {
+        publisher,
+        changes,
+        publisher_cpu_seconds: used,
+        cpu_us_per_change: used * 1e6 / changes as f64,
+        catch_up_seconds,
+        lag_probes: lags.len(),
+        lag_p50_ms: percentile(&lags, 0.5),
+        lag_p99_ms: percentile(&lags, 0.99),
+    })
+}
+
+pub fn run(a: ReplicateArgs) -> Result<ExitCode> {
+    ensure!(a.transactions >= 2 && a.lag_seconds >= 1 && a.rate >= 1, "arguments must be positive");
+    let ticks = procstat::clock_ticks();
+    let sub_settings: Vec<(String, String)> = [
+        ("max_logical_replication_workers", "4"),
+        ("wal_receiver_status_interval", "1s"),
+        // The launcher starts an enabled subscription's worker within this.
+        ("wal_retrieve_retry_interval", "100ms"),
+        ("timezone", "UTC"),
+        ("fsync", "off"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let sub = Postgres::start_with(a.subscriber_port, &sub_settings, &[])?;
+    let mut rows = Vec::new();
+    {
+        let mut config = settledb::Config::default();
+        config.set("wal_level", "logical")?;
+        config.set("fsync", "off")?;
+        // Nothing but the WAL sender may use this process's CPU while it is measured.
+        config.set("autovacuum", "off")?;
+        let server = InProcess::start(config, 100)?;
+        let cpu = || Ok(procstat::self_cpu(ticks));
+        rows.push(run_one("settledb", server.port, a.subscriber_port, &a, &cpu)?);
+    }
+    if a.peer {
+        // The subscriber's tables start again from pgbench -i.
+        let settings: Vec<(String, String)> = [("wal_level", "logical"), ("timezone", "UTC"), ("fsync", "off")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let pg = Postgres::start_with(a.peer_port, &settings, &[])?;
+        let port = a.peer_port;
+        // The WAL sender is a new process each time the subscription connects: read the one
+        // streaming now (0 before it exists: it starts after the first reading).
+        let cpu = || -> Result<f64> {
+            let pid = psql(port, "postgres", "SELECT pid FROM pg_stat_replication LIMIT 1")?;
+            Ok(pid.parse::<u32>().ok().and_then(|p| procstat::cpu(p, ticks)).map_or(0.0, |(_, c)| c))
+        };
+        rows.push(run_one("postgres", a.peer_port, a.subscriber_port, &a, &cpu)?);
+        drop(pg);
+    }
+    drop(sub);
+    let pg = rows.iter().find(|r| r.publisher == "postgres");
+    let ours = &rows[0];
+    let mut targets = Vec::new();
+    if let Some(p) = pg {
+        let ratio = ours.cpu_us_per_change / p.cpu_us_per_change;
+        targets
+            .push((format!("publisher CPU per change <= 0.3x PostgreSQL 15's WAL sender ({ratio:.2}x)"), ratio <= 0.3));
+        targets.push((
+            format!("p99 lag <= PostgreSQL's ({:.1} ms vs {:.1} ms)", ours.lag_p99_ms, p.lag_p99_ms),
+            ours.lag_p99_ms <= p.lag_p99_ms,
+        ));
+    }
+    if a.json {
+        let t: Vec<serde_json::Value> =
+            targets.iter().map(|(w, ok)| serde_json::json!({ "what": w, "met": ok })).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "benchmark": "replicate", "rows": rows, "targets": t }))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<10} {:>9} {:>9} {:>12} {:>10} {:>7} {:>9} {:>9}",
+        "publisher", "changes", "CPU s", "us/change", "catch-up s", "probes", "lag p50", "lag p99"
+    );
+    for r in &rows {
+        println!(
+            "{:<10} {:>9} {:>9.3} {:>12.2} {:>10.2} {:>7} {:>6.1} ms {:>6.1} ms",
+            r.publisher,
+            r.changes,
+            r.publisher_cpu_seconds,
+            r.cpu_us_per_change,
+            r.catch_up_seconds,
+            r.lag_probes,
+            r.lag_p50_ms,
+            r.lag_p99_ms
+        );
+    }
+    for (what, ok) in &targets {
+        println!("  [{}] {what}", if *ok { "met" } else { "MISSED" });
+    }
+    Ok(ExitCode::SUCCESS)
+}
