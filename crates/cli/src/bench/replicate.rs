@@ -40,7 +40,7 @@ use crate::procstat;
 #[derive(clap::Args)]
 pub struct ReplicateArgs {
     /// Transactions in the CPU phase.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 100_000)]
     transactions: u32,
     /// Seconds of the lag phase.
     #[arg(long, default_value_t = 10)]

@@ -63,6 +63,8 @@ use self::command::{Command, SnapshotAction};
 use crate::error::SqlError;
 use crate::Shared;
 
+/// How often a stream moves its slot to what the client reported, at most.
+const CONFIRM_EVERY: Duration = Duration::from_millis(100);
 /// PostgreSQL's default `wal_sender_timeout`.
 pub const WAL_SENDER_TIMEOUT: Duration = Duration::from_secs(60);
 /// The longest wait for new WAL after a pass that found nothing new (a flush ends it at once).
@@ -482,6 +484,9 @@ where
     let mut last_heard = Instant::now();
     let mut last_keepalive = Instant::now();
     let mut asked_reply = false;
+    // However the stream ends, the slot gets what the client last reported.
+    let reported = ConfirmAtEnd { sh, slot, flush: std::cell::Cell::new(Lsn::INVALID) };
+    let mut last_confirm = Instant::now();
     loop {
         // Hand what was queued to the connection's buffer, which goes out when the loop next
         // waits (see `crate::conn`); rows queue back to back while the decoder keeps up.
@@ -532,8 +537,16 @@ where
                                 (s.write, s.flush, s.replay) = (st.write, st.flush, st.replay);
                                 s.reply_micros = now_pg_micros() + PG_EPOCH_MICROS;
                             });
+                            // A subscriber reports after nearly every batch it applies; the
+                            // slot moves at most every CONFIRM_EVERY (and when the stream
+                            // ends), as PostgreSQL keeps confirmed_flush in memory and writes
+                            // it at checkpoints.
                             if st.flush != Lsn::INVALID {
-                                confirm(sh, slot, st.flush);
+                                reported.flush.set(reported.flush.get().max(st.flush));
+                                if last_confirm.elapsed() >= CONFIRM_EVERY {
+                                    confirm(sh, slot, st.flush);
+                                    last_confirm = Instant::now();
+                                }
                             }
                         }
                     }
@@ -560,6 +573,11 @@ where
                 }
             },
             _ = tick => {
+                // A report that came too soon after the last move moves the slot now.
+                if reported.flush.get() != Lsn::INVALID && last_confirm.elapsed() >= CONFIRM_EVERY {
+                    confirm(sh, slot, reported.flush.get());
+                    last_confirm = Instant::now();
+                }
                 let silent = last_heard.elapsed();
                 if silent >= WAL_SENDER_TIMEOUT {
                     sh.log.line("LOG", "terminating walsender process due to replication timeout");
@@ -574,6 +592,22 @@ where
                     last_keepalive = Instant::now();
                 }
             }
+        }
+    }
+}
+
+/// The flush position a stream's client last reported; the slot is moved to it when the
+/// stream ends, however it ends.
+struct ConfirmAtEnd<'a> {
+    sh: &'a Shared,
+    slot: &'a str,
+    flush: std::cell::Cell<Lsn>,
+}
+
+impl Drop for ConfirmAtEnd<'_> {
+    fn drop(&mut self) {
+        if self.flush.get() != Lsn::INVALID {
+            confirm(self.sh, self.slot, self.flush.get());
         }
     }
 }
