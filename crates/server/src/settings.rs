@@ -302,6 +302,9 @@ fn engine_value(c: &Config, name: &str) -> Option<String> {
         "wal_segment_size" => size(c.wal_segment_size_bytes),
         "max_wal_size" => size(c.max_wal_size_bytes),
         "min_wal_size" => size(c.min_wal_size_bytes),
+        // PostgreSQL shows 0 as "0" (no unit).
+        "wal_keep_size" if c.wal_keep_size_bytes == 0 => "0".into(),
+        "wal_keep_size" => size(c.wal_keep_size_bytes),
         "checkpoint_timeout" => ms(c.checkpoint_timeout_ms),
         "wal_writer_delay" => ms(c.wal_writer_delay_ms),
         "default_transaction_isolation" => match c.default_transaction_isolation {

@@ -134,6 +134,11 @@ pub struct Config {
     /// its redo pointer on, in segment files ready for reuse, recycling old segments rather
     /// than removing them (see `wal::segment::recycle_horizon`).
     pub min_wal_size_bytes: u64,
+    /// `wal_keep_size`, bytes (default 0): a checkpoint also keeps this much WAL behind the
+    /// insert position, whatever recovery and the slots need (for a standby in PostgreSQL;
+    /// here for reading a crash's history with `settle waldump`, as `settle torture --set`
+    /// does).
+    pub wal_keep_size_bytes: u64,
     /// `checkpoint_timeout`, milliseconds (default 5min).
     pub checkpoint_timeout_ms: u64,
     /// `wal_writer_delay`, milliseconds (default 200ms): flush interval for asynchronous commits.
@@ -237,6 +242,7 @@ impl Default for Config {
             wal_buffers_bytes: 16 << 20,
             wal_segment_size_bytes: 16 << 20,
             max_wal_size_bytes: 1 << 30,
+            wal_keep_size_bytes: 0,
             min_wal_size_bytes: 80 << 20,
             checkpoint_timeout_ms: 5 * 60 * 1000,
             wal_writer_delay_ms: 200,
@@ -289,6 +295,7 @@ pub const PARAMETERS: &[&str] = &[
     "wal_segment_size",
     "max_wal_size",
     "min_wal_size",
+    "wal_keep_size",
     "checkpoint_timeout",
     "wal_writer_delay",
     "default_transaction_isolation",
@@ -349,6 +356,7 @@ impl Config {
             }
             "max_wal_size" => self.max_wal_size_bytes = bytes(name, v, 1 << 20, 2 << 20, 1 << 50)?,
             "min_wal_size" => self.min_wal_size_bytes = bytes(name, v, 1 << 20, 2 << 20, 1 << 50)?,
+            "wal_keep_size" => self.wal_keep_size_bytes = bytes(name, v, 1 << 20, 0, 1 << 50)?,
             "checkpoint_timeout" => self.checkpoint_timeout_ms = millis(name, v, 1000, 30_000, 86_400_000)?,
             "wal_writer_delay" => self.wal_writer_delay_ms = millis(name, v, 1, 1, 10_000)?,
             "default_transaction_isolation" => {

@@ -169,3 +169,45 @@ fn lookups_kill_dead_index_entries_so_later_lookups_read_few() {
     assert!(report.is_clean(), "check after recovery:\n{report}");
     db.close().unwrap();
 }
+
+/// `wal_keep_size` keeps that much WAL behind the insert position through checkpoints, where
+/// without it the segments before the redo pointer go (min_wal_size small: removed, not
+/// recycled).
+#[test]
+fn wal_keep_size_keeps_old_segments_through_checkpoints() {
+    let first_segment_kept = |keep: &str| -> bool {
+        let dir = tempfile::tempdir().unwrap();
+        let pairs = [
+            ("wal_segment_size", "1MB"),
+            ("min_wal_size", "2MB"),
+            ("max_wal_size", "64MB"),
+            ("wal_keep_size", keep),
+            ("autovacuum", "off"),
+        ];
+        let db = Database::open(dir.path(), Config::from_pairs(pairs).unwrap()).unwrap();
+        let t = db.create_table("accounts", accounts_schema(), TableOptions::default()).unwrap();
+        let first: Vec<String> = {
+            let mut v: Vec<String> = std::fs::read_dir(dir.path().join("pg_wal"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v.truncate(1);
+            v
+        };
+        // About 8 MB of WAL, with checkpoints along the way.
+        for round in 0..8 {
+            let mut tx = db.begin().unwrap();
+            for i in 0..6000 {
+                tx.insert(&t, &row(round * 6000 + i, 0)).unwrap();
+            }
+            tx.commit().unwrap();
+            db.checkpoint().unwrap();
+        }
+        let kept = dir.path().join("pg_wal").join(&first[0]).exists();
+        db.close().unwrap();
+        kept
+    };
+    assert!(!first_segment_kept("0"), "without wal_keep_size the first segment goes");
+    assert!(first_segment_kept("64MB"), "wal_keep_size=64MB keeps it");
+}

@@ -60,6 +60,25 @@ pub struct ChildArgs {
     /// A safety net should the parent die: exit after this long.
     #[arg(long, default_value_t = 600)]
     pub max_seconds: u64,
+    /// The parent's `--set`, applied over [`config`]'s defaults.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub set: Vec<String>,
+}
+
+/// The run's `--set` parameters (the parent's, handed to each child), applied last by
+/// [`config`].
+static EXTRA: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// Records this process's `--set` parameters (once), after checking that they parse.
+pub fn set_extra(set: Vec<String>) -> Result<()> {
+    crate::config_from(&set)?;
+    let _ = EXTRA.set(set);
+    Ok(())
+}
+
+/// What [`set_extra`] recorded, to hand to a child.
+pub fn extra() -> &'static [String] {
+    EXTRA.get().map_or(&[], Vec::as_slice)
 }
 
 /// The child's configuration: durable commits, maintenance as often as the engine allows.
@@ -88,6 +107,10 @@ pub fn config() -> Result<Config> {
         c.set(k, v)?;
     }
     c.set("max_prepared_transactions", &super::twophase::MAX_PREPARED.to_string())?;
+    for kv in extra() {
+        let (k, v) = kv.split_once('=').with_context(|| format!("--set {kv:?}: expected name=value"))?;
+        c.set(k.trim(), v.trim())?;
+    }
     Ok(c)
 }
 
@@ -109,6 +132,7 @@ pub(super) fn retryable(e: &Error) -> bool {
 }
 
 pub fn run(a: ChildArgs) -> Result<ExitCode> {
+    set_extra(a.set.clone())?;
     let db = Database::open(&a.data, config()?).context("opening the data directory")?;
     let log = AckLog::open(&a.acklog)?;
     mark("ready");

@@ -142,6 +142,7 @@ pub fn kill_once(
         .args(["--workload", s.workload.name()])
         .args(["--generation", &s.generation.to_string(), "--seed", &s.seed.to_string()])
         .args(["--clients", &clients.to_string()])
+        .args(super::child::extra().iter().flat_map(|kv| ["--set", kv.as_str()]))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(stderr)

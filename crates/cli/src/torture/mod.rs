@@ -133,6 +133,11 @@ pub struct TortureArgs {
     /// The XID wraparound soak (`--wraparound`, in DIR/data) and its options.
     #[command(flatten)]
     pub soak: crate::torture::soak::SoakArgs,
+    /// Engine parameters over the child's defaults, `name=value`, for the child and for this
+    /// process's recoveries and checks alike (say `wal_keep_size=4GB`, to keep the WAL a
+    /// crash's history is read from with `settle waldump`).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub set: Vec<String>,
 }
 
 /// The figures a run prints.
@@ -199,6 +204,7 @@ struct Run {
 }
 
 pub fn run(a: TortureArgs) -> Result<ExitCode> {
+    child::set_extra(a.set.clone())?;
     if a.power_loss {
         return power::run(&a);
     }

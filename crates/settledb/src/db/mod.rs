@@ -298,8 +298,14 @@ impl Inner {
         // Only now, with the control file naming this checkpoint, is the WAL before `redo`
         // no longer needed by recovery; replication slots may need more of it (`KeepLogSeg`,
         // invalidating those past `max_slot_wal_keep_size`).
-        let keep = self.slot_keep_lsn()?;
         let cfg = &self.config;
+        let mut keep = self.slot_keep_lsn()?;
+        if cfg.wal_keep_size_bytes > 0 {
+            // `wal_keep_size` behind the end of this checkpoint's record (at least the first
+            // byte of the WAL, so that 0/0 does not read as "nothing to keep").
+            let by_size = Lsn(end.0.saturating_sub(cfg.wal_keep_size_bytes).max(1));
+            keep = if keep == Lsn::INVALID { by_size } else { keep.min(by_size) };
+        }
         self.wal.remove_old_segments_keeping(redo, keep, prior_redo, cfg.min_wal_size_bytes, cfg.max_wal_size_bytes)?;
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(end)
