@@ -478,15 +478,7 @@ where
     sh.log.line("LOG", &format!("starting logical decoding for slot \"{slot}\" at {from}"));
     socket.send(PgWireBackendMessage::CopyBothResponse(CopyBothResponse::new(0, 0, vec![]))).await?;
     let mut decoder = spawn_decoder(sh.clone(), slot.to_string(), from, options);
-    let mut decoded = from;
-    // The last row's position, and the position the last keepalive reported.
-    let (mut last_row, mut last_reported) = (Lsn::INVALID, Lsn::INVALID);
-    let mut last_heard = Instant::now();
-    let mut last_keepalive = Instant::now();
-    let mut asked_reply = false;
-    // However the stream ends, the slot gets what the client last reported.
-    let reported = ConfirmAtEnd { sh, slot, flush: std::cell::Cell::new(Lsn::INVALID) };
-    let mut last_confirm = Instant::now();
+    let mut st = StreamState::new(sh, slot, key, from);
     loop {
         // Hand what was queued to the connection's buffer, which goes out when the loop next
         // waits (see `crate::conn`); rows queue back to back while the decoder keeps up.
@@ -498,22 +490,12 @@ where
             ev = decoder.events.recv() => match ev {
                 Some(Event::Rows(rows)) => {
                     for row in rows {
-                        decoded = decoded.max(row.lsn);
-                        last_row = last_row.max(row.lsn);
-                        socket.feed(copy_data(xlog_data(&row, decoded))).await?;
+                        socket.feed(copy_data(st.row(&row))).await?;
                     }
                 }
                 Some(Event::Decoded(lsn)) => {
-                    decoded = decoded.max(lsn);
-                    sh.senders.update(key, |s| s.sent = decoded);
-                    // A position past the last row goes out in a keepalive (what lets
-                    // `pg_recvlogical --endpos` stop where no row reaches it); a busy stream,
-                    // whose passes end on the commit just sent, sends none.
-                    let unreported = decoded > last_row && decoded > last_reported;
-                    if unreported || last_keepalive.elapsed() >= KEEPALIVE_EVERY {
-                        socket.feed(copy_data(keepalive(decoded, false))).await?;
-                        last_keepalive = Instant::now();
-                        last_reported = decoded;
+                    if let Some(k) = st.decoded(lsn) {
+                        socket.feed(copy_data(k)).await?;
                     }
                 }
                 Some(Event::Failed(e)) => {
@@ -528,28 +510,9 @@ where
                 }
             },
             msg = socket.next() => {
-                last_heard = Instant::now();
-                asked_reply = false;
+                st.heard();
                 match msg {
-                    Some(Ok(PgWireFrontendMessage::CopyData(d))) => {
-                        if let Some(st) = standby_status(&d.data) {
-                            sh.senders.update(key, |s| {
-                                (s.write, s.flush, s.replay) = (st.write, st.flush, st.replay);
-                                s.reply_micros = now_pg_micros() + PG_EPOCH_MICROS;
-                            });
-                            // A subscriber reports after nearly every batch it applies; the
-                            // slot moves at most every CONFIRM_EVERY (and when the stream
-                            // ends), as PostgreSQL keeps confirmed_flush in memory and writes
-                            // it at checkpoints.
-                            if st.flush != Lsn::INVALID {
-                                reported.flush.set(reported.flush.get().max(st.flush));
-                                if last_confirm.elapsed() >= CONFIRM_EVERY {
-                                    confirm(sh, slot, st.flush);
-                                    last_confirm = Instant::now();
-                                }
-                            }
-                        }
-                    }
+                    Some(Ok(PgWireFrontendMessage::CopyData(d))) => st.client_data(&d.data),
                     Some(Ok(PgWireFrontendMessage::CopyDone(_))) => {
                         decoder.stop();
                         socket.feed(PgWireBackendMessage::CopyDone(CopyDone::new())).await?;
@@ -572,27 +535,134 @@ where
                     Some(Err(e)) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
                 }
             },
-            _ = tick => {
-                // A report that came too soon after the last move moves the slot now.
-                if reported.flush.get() != Lsn::INVALID && last_confirm.elapsed() >= CONFIRM_EVERY {
-                    confirm(sh, slot, reported.flush.get());
-                    last_confirm = Instant::now();
-                }
-                let silent = last_heard.elapsed();
-                if silent >= WAL_SENDER_TIMEOUT {
+            _ = tick => match st.tick() {
+                Tick::TimedOut => {
                     sh.log.line("LOG", "terminating walsender process due to replication timeout");
                     return Ok(());
                 }
-                if silent >= WAL_SENDER_TIMEOUT / 2 && !asked_reply {
-                    socket.feed(copy_data(keepalive(decoded, true))).await?;
-                    asked_reply = true;
-                    last_keepalive = Instant::now();
-                } else if last_keepalive.elapsed() >= KEEPALIVE_EVERY {
-                    socket.feed(copy_data(keepalive(decoded, false))).await?;
-                    last_keepalive = Instant::now();
-                }
+                Tick::Send(Some(k)) => socket.feed(copy_data(k)).await?,
+                Tick::Send(None) => {}
             }
         }
+    }
+}
+
+/// What a stream keeps between its events: positions sent and reported, and its clocks.
+struct StreamState<'a> {
+    sh: &'a Shared,
+    slot: &'a str,
+    /// Its entry in [`Senders`].
+    key: u64,
+    /// The position decoded and sent up to.
+    decoded: Lsn,
+    /// The last row's position, and the position the last keepalive reported.
+    last_row: Lsn,
+    last_reported: Lsn,
+    last_heard: Instant,
+    last_keepalive: Instant,
+    asked_reply: bool,
+    /// However the stream ends, the slot gets what the client last reported.
+    reported: ConfirmAtEnd<'a>,
+    last_confirm: Instant,
+}
+
+/// What a tick of the stream's clock asks for.
+enum Tick {
+    /// The client has been silent past `wal_sender_timeout`.
+    TimedOut,
+    /// A keepalive to send, if any.
+    Send(Option<Bytes>),
+}
+
+impl<'a> StreamState<'a> {
+    fn new(sh: &'a Shared, slot: &'a str, key: u64, from: Lsn) -> StreamState<'a> {
+        let now = Instant::now();
+        StreamState {
+            sh,
+            slot,
+            key,
+            decoded: from,
+            last_row: Lsn::INVALID,
+            last_reported: Lsn::INVALID,
+            last_heard: now,
+            last_keepalive: now,
+            asked_reply: false,
+            reported: ConfirmAtEnd { sh, slot, flush: std::cell::Cell::new(Lsn::INVALID) },
+            last_confirm: now,
+        }
+    }
+
+    /// The XLogData message of an output row.
+    fn row(&mut self, row: &OutputRow) -> Bytes {
+        self.decoded = self.decoded.max(row.lsn);
+        self.last_row = self.last_row.max(row.lsn);
+        xlog_data(row, self.decoded)
+    }
+
+    /// A pass of the decoder ended at `lsn`: a keepalive to send when that position passes
+    /// the last row sent (what lets `pg_recvlogical --endpos` stop where no row reaches it;
+    /// a busy stream, whose passes end on the commit just sent, sends none), or when none
+    /// went out for a while.
+    fn decoded(&mut self, lsn: Lsn) -> Option<Bytes> {
+        self.decoded = self.decoded.max(lsn);
+        let decoded = self.decoded;
+        self.sh.senders.update(self.key, |s| s.sent = decoded);
+        let unreported = decoded > self.last_row && decoded > self.last_reported;
+        if !unreported && self.last_keepalive.elapsed() < KEEPALIVE_EVERY {
+            return None;
+        }
+        self.last_keepalive = Instant::now();
+        self.last_reported = decoded;
+        Some(keepalive(decoded, false))
+    }
+
+    fn heard(&mut self) {
+        self.last_heard = Instant::now();
+        self.asked_reply = false;
+    }
+
+    /// CopyData from the client: a standby status update is recorded and moves the slot, at
+    /// most every [`CONFIRM_EVERY`] (a subscriber reports after nearly every batch it
+    /// applies; PostgreSQL too keeps `confirmed_flush` in memory and writes it at
+    /// checkpoints). Anything else (hot standby feedback) means nothing here.
+    fn client_data(&mut self, data: &[u8]) {
+        let Some(st) = standby_status(data) else { return };
+        self.sh.senders.update(self.key, |s| {
+            (s.write, s.flush, s.replay) = (st.write, st.flush, st.replay);
+            s.reply_micros = now_pg_micros() + PG_EPOCH_MICROS;
+        });
+        if st.flush != Lsn::INVALID {
+            self.reported.flush.set(self.reported.flush.get().max(st.flush));
+            self.confirm_due();
+        }
+    }
+
+    /// Moves the slot to the client's last report if the last move is [`CONFIRM_EVERY`] old.
+    fn confirm_due(&mut self) {
+        let flush = self.reported.flush.get();
+        if flush != Lsn::INVALID && self.last_confirm.elapsed() >= CONFIRM_EVERY {
+            confirm(self.sh, self.slot, flush);
+            self.last_confirm = Instant::now();
+        }
+    }
+
+    /// Once a second when nothing else happens: a report that came too soon after the last
+    /// move moves the slot now; a client silent for half of `wal_sender_timeout` is asked to
+    /// reply, one silent for all of it is timed out; otherwise a keepalive every
+    /// [`KEEPALIVE_EVERY`].
+    fn tick(&mut self) -> Tick {
+        self.confirm_due();
+        let silent = self.last_heard.elapsed();
+        if silent >= WAL_SENDER_TIMEOUT {
+            return Tick::TimedOut;
+        }
+        let ask = silent >= WAL_SENDER_TIMEOUT / 2 && !self.asked_reply;
+        if !ask && self.last_keepalive.elapsed() < KEEPALIVE_EVERY {
+            return Tick::Send(None);
+        }
+        self.asked_reply |= ask;
+        self.last_keepalive = Instant::now();
+        Tick::Send(Some(keepalive(self.decoded, ask)))
     }
 }
 
