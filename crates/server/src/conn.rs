@@ -15,9 +15,15 @@
 //! closes (FATAL error, shutdown) drains the buffer first.
 //!
 //! The loop is the one pgwire's `process_socket` runs (startup timeout, Terminate,
-//! CancelRequest and FATAL errors end the connection), with the socket wrapped, and three
-//! duties of a PostgreSQL backend's main loop added:
+//! CancelRequest and FATAL errors end the connection), with the socket wrapped (TLS first when
+//! the server has a certificate and the client asks), and these duties of a PostgreSQL
+//! backend's main loop added:
 //!
+//! - **replication connections**: on a connection started with `replication=database`, a
+//!   simple query that is a replication command goes to [`crate::walsender`], which answers it
+//!   on the socket itself (START_REPLICATION streams until the client ends it); other SQL
+//!   runs as on any connection;
+//! - **a wrong password** gets PostgreSQL's FATAL 28P01 naming the user;
 //! - **max_connections**: a StartupMessage takes a connection slot ([`Registry::admit`]);
 //!   when none is free the client gets FATAL 53300 `sorry, too many clients already` and the
 //!   connection closes, as PostgreSQL refuses the backend before authentication. A

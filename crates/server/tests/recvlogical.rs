@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{psql_value, require, run, text, TestServer};
+use common::{psql_run, psql_value, require, run, text, TestServer};
 use settledb::db::DecodeLimits;
 use settledb::{Database, Lsn};
 
@@ -81,29 +81,12 @@ fn pg_recvlogical_streams_what_the_decoder_decodes_and_resumes_where_it_confirme
         sql(&server, &format!("DELETE FROM t WHERE id = {}", i * 50 + 3));
     }
     // A transaction rolled back sends nothing; one with a savepoint rolled back sends the rest.
-    let o = run(
-        &psql,
-        &[
-            "-X",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-U",
-            "postgres",
-            "-c",
-            "BEGIN; INSERT INTO t VALUES (100000, 'gone', 0); ROLLBACK;",
-        ],
+    sql(&server, "BEGIN; INSERT INTO t VALUES (100000, 'gone', 0); ROLLBACK;");
+    sql(
+        &server,
+        "BEGIN; INSERT INTO t VALUES (100001, 'kept', 1); SAVEPOINT a; INSERT INTO t VALUES (100002, 'undone', 2); \
+         ROLLBACK TO a; COMMIT;",
     );
-    assert!(o.status.success(), "{}", text(&o).1);
-    let o = run(
-        &psql,
-        &[
-            "-X", "-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-c",
-            "BEGIN; INSERT INTO t VALUES (100001, 'kept', 1); SAVEPOINT a; INSERT INTO t VALUES (100002, 'undone', 2); ROLLBACK TO a; COMMIT;",
-        ],
-    );
-    assert!(o.status.success(), "{}", text(&o).1);
     sql(&server, "INSERT INTO t VALUES (999999, 'marker', 0)");
     let end = lsn(&sql(&server, "SELECT pg_current_wal_lsn()"));
 
@@ -190,12 +173,6 @@ fn pg_logical_slot_functions_decode_over_sql() {
     // bytea's hex output: `\x`, then the message type byte.
     let got: Vec<&str> = kinds.lines().map(|l| &l[2..4]).collect();
     assert_eq!(&got[..5], ["42", "52", "49", "49", "43"], "{kinds}");
-    let o = run(
-        &psql,
-        &[
-            "-X", "-At", "-h", "127.0.0.1", "-p", &server.port(), "-U", "postgres", "-c",
-            "SELECT data FROM pg_logical_slot_peek_changes('b', NULL, NULL, 'proto_version', '1', 'publication_names', 'p')",
-        ],
-    );
+    let o = psql_run(&psql, &server, "SELECT data FROM pg_logical_slot_peek_changes('b', NULL, NULL, 'proto_version', '1', 'publication_names', 'p')");
     assert!(!o.status.success() && text(&o).1.contains("binary"), "{}", text(&o).1);
 }

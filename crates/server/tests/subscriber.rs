@@ -89,21 +89,7 @@ fn a_postgresql_subscriber_applies_what_settledb_publishes() {
     let pid = pubq("SELECT pid FROM pg_stat_replication");
     assert_eq!(pubq("SELECT active, active_pid FROM pg_replication_slots"), format!("t|{pid}"));
     // A slot being streamed is not dropped, nor streamed twice.
-    let o = common::run(
-        &psql,
-        &[
-            "-X",
-            "-At",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &server.port(),
-            "-U",
-            "postgres",
-            "-c",
-            "SELECT pg_drop_replication_slot('s')",
-        ],
-    );
+    let o = common::psql_run(&psql, &server, "SELECT pg_drop_replication_slot('s')");
     assert!(
         common::text(&o).1.contains(&format!("replication slot \"s\" is active for PID {pid}")),
         "{}",
@@ -158,21 +144,7 @@ fn a_streaming_subscriber_gets_large_transactions_in_blocks() {
     ));
     // 20,000 rows of 40 bytes in one transaction: far past 64 kB.
     pubq("INSERT INTO t SELECT g, 'row ' || g || ' of the large transaction' FROM generate_series(1, 20000) g");
-    let o = common::run(
-        &psql,
-        &[
-            "-X",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &server.port(),
-            "-U",
-            "postgres",
-            "-c",
-            "BEGIN; INSERT INTO t SELECT g, 'rolled back' FROM generate_series(20001, 30000) g; ROLLBACK;",
-        ],
-    );
-    assert!(o.status.success(), "{}", common::text(&o).1);
+    pubq("BEGIN; INSERT INTO t SELECT g, 'rolled back' FROM generate_series(20001, 30000) g; ROLLBACK;");
     pubq("UPDATE t SET v = 'last' WHERE id = 1");
     let want = pubq("SELECT count(*), min(id), max(id) FROM t");
     assert_eq!(want, "20000|1|20000");

@@ -155,9 +155,14 @@ pub fn text(o: &Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
+/// psql -At -c SQL against `s`, whatever happens (for tests that expect an error).
+pub fn psql_run(psql: &Path, s: &TestServer, sql: &str) -> Output {
+    run(psql, &["-X", "-At", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-c", sql])
+}
+
 /// psql -At -c SQL: the single value printed.
 pub fn psql_value(psql: &Path, s: &TestServer, sql: &str) -> String {
-    let o = run(psql, &["-X", "-At", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-c", sql]);
+    let o = psql_run(psql, s, sql);
     let (out, err) = text(&o);
     assert!(o.status.success(), "psql -c {sql:?} failed: {err}");
     out.trim().to_string()
