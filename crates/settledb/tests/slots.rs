@@ -484,3 +484,82 @@ fn a_copied_slot_decodes_what_its_source_would() {
     assert_check_clean(&db, "after copying slots");
     db.close().unwrap();
 }
+
+/// `CREATE_REPLICATION_SLOT … (SNAPSHOT 'use')`: the transaction created with the slot sees
+/// exactly the transactions the slot will not send. Writers commit one row per transaction
+/// all through the creation (one of them open when it starts, so the creation waits); each
+/// row is then either in the snapshot or decoded from the slot, never both, never neither.
+#[test]
+fn a_slot_snapshot_sees_exactly_what_the_slot_does_not_send() {
+    use std::collections::BTreeSet;
+    use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+    let fs = FaultFs::new();
+    let db = open_with(&fs, &[("max_replication_slots", "2")]);
+    let t = db.create_table("t", schema(), TableOptions::default()).unwrap();
+    let ids = |rows: Vec<settledb::decode::logical::OutputRow>| -> BTreeSet<i32> {
+        rows.into_iter()
+            .filter_map(|r| {
+                let line = String::from_utf8(r.data).unwrap();
+                let rest = line.strip_prefix("table public.t: INSERT: id[integer]:")?;
+                Some(rest.split(' ').next().unwrap().parse().unwrap())
+            })
+            .collect()
+    };
+    let next = AtomicI32::new(0);
+    for round in 0..24 {
+        let stop = AtomicBool::new(false);
+        let mut open_tx = db.begin().unwrap();
+        let open_id = next.fetch_add(1, Ordering::Relaxed);
+        open_tx.insert(&t, &[Value::Int4(open_id), Value::Text("open".into())]).unwrap();
+        let name = format!("sync_{round}");
+        let (seen, slot_info) = std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        let mut tx = db.begin().unwrap();
+                        let id = next.fetch_add(1, Ordering::Relaxed);
+                        tx.insert(&t, &[Value::Int4(id), Value::Text("w".into())]).unwrap();
+                        tx.commit().unwrap();
+                    }
+                });
+            }
+            let creating = s.spawn(|| {
+                let (info, mut tx) =
+                    db.create_logical_replication_slot_with_snapshot(&name, "test_decoding", false).unwrap();
+                let seen: BTreeSet<i32> = tx.scan(&t).unwrap().map(|r| id_of(&r.unwrap().1)).collect();
+                tx.commit().unwrap();
+                (seen, info)
+            });
+            while db.replication_slots().is_empty() {
+                std::thread::yield_now();
+            }
+            open_tx.commit().unwrap();
+            let r = creating.join().unwrap();
+            stop.store(true, Ordering::Relaxed);
+            r
+        });
+        let all: BTreeSet<i32> = {
+            let mut tx = db.begin().unwrap();
+            let all = tx.scan(&t).unwrap().map(|r| id_of(&r.unwrap().1)).collect();
+            tx.commit().unwrap();
+            all
+        };
+        let sent = ids(db.logical_slot_get_changes(&name, Default::default(), &[]).unwrap().rows);
+        assert!(seen.contains(&open_id), "round {round}: the transaction the creation waited for is in the snapshot");
+        let both: Vec<_> = seen.intersection(&sent).collect();
+        assert!(both.is_empty(), "round {round}: rows both in the snapshot and sent: {both:?} ({slot_info:?})");
+        let union: BTreeSet<i32> = seen.union(&sent).copied().collect();
+        let lost: Vec<_> = all.difference(&union).collect();
+        assert!(lost.is_empty(), "round {round}: rows neither in the snapshot nor sent: {lost:?} ({slot_info:?})");
+        db.drop_replication_slot(&name).unwrap();
+    }
+    assert_check_clean(&db, "after the rounds");
+    db.close().unwrap();
+}
+
+fn id_of(row: &[Value]) -> i32 {
+    match row[0] {
+        Value::Int4(id) => id,
+        ref v => panic!("id {v:?}"),
+    }
+}

@@ -154,6 +154,37 @@ impl Database {
     /// slot". Errors, with nothing changed: `wal_level` is not `logical`, an invalid or used
     /// name, `max_replication_slots` reached, an invalid plugin name, or an I/O failure.
     pub fn create_logical_replication_slot(&self, name: &str, plugin: &str, two_phase: bool) -> Result<SlotInfo> {
+        self.create_slot(name, plugin, two_phase, None)
+    }
+
+    /// Creates a logical slot as [`Database::create_logical_replication_slot`] does, and
+    /// returns with it a REPEATABLE READ transaction whose snapshot sees exactly what the slot
+    /// will not send: every transaction that committed before the slot's consistent point
+    /// (`confirmed_flush_lsn`), and none after (PostgreSQL's `CREATE_REPLICATION_SLOT …
+    /// (SNAPSHOT 'use')`, which a subscriber's table synchronization reads the table with
+    /// before it streams the rest from the slot). The consistent point is chosen at a moment
+    /// no commit is between its WAL record and its CLOG update, so the two agree to the
+    /// transaction.
+    pub fn create_logical_replication_slot_with_snapshot(
+        &self,
+        name: &str,
+        plugin: &str,
+        two_phase: bool,
+    ) -> Result<(SlotInfo, super::Transaction<'_>)> {
+        let mut tx = self.begin_with(crate::config::IsolationLevel::RepeatableRead)?;
+        let info = self.create_slot(name, plugin, two_phase, Some(&mut tx))?;
+        Ok((info, tx))
+    }
+
+    /// Both creations; with `tx`, the consistent point is moved to a commit boundary whose
+    /// snapshot `tx` takes.
+    fn create_slot(
+        &self,
+        name: &str,
+        plugin: &str,
+        two_phase: bool,
+        tx: Option<&mut super::Transaction<'_>>,
+    ) -> Result<SlotInfo> {
         let inner = &self.inner;
         if inner.config.max_replication_slots == 0 {
             return Err(Error::invalid("replication slots can only be used if max_replication_slots > 0".to_string()));
@@ -217,13 +248,22 @@ impl Database {
         let Some(mut d) = inner.slots.lock().get(name).cloned() else {
             return Err(Error::NotFound(format!("replication slot \"{name}\" was dropped while being created")));
         };
-        if !listed.is_empty() {
-            let consistent = inner.wal.insert_lsn();
-            let flushed = inner.wal.flush(consistent);
-            if let Err(e) = flushed {
-                self.abandon_slot(name);
-                return Err(e);
-            }
+        if !listed.is_empty() || tx.is_some() {
+            let position = || {
+                let consistent = inner.wal.insert_lsn();
+                inner.wal.flush(consistent).map(|()| consistent)
+            };
+            let consistent = match tx {
+                Some(tx) => tx.take_boundary_snapshot(position),
+                None => position(),
+            };
+            let consistent = match consistent {
+                Ok(c) => c,
+                Err(e) => {
+                    self.abandon_slot(name);
+                    return Err(e);
+                }
+            };
             d.confirmed_flush = d.confirmed_flush.max(consistent);
             if two_phase {
                 d.two_phase_at = d.confirmed_flush;

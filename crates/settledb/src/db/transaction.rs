@@ -54,7 +54,7 @@ use crate::heap::{self, ModifyResult, Relation};
 use crate::index::{compare_prefix, in_range, HeapTupleState, IndexEntry, KeyBound, ScanDirection, UniqueCheck};
 use crate::lmgr::{LockMode, LockOwner, WaitPolicy};
 use crate::stats::TableCounts;
-use crate::types::{BlockNumber, Fork, FullXid, Oid, Tid, Xid};
+use crate::types::{BlockNumber, Fork, FullXid, Lsn, Oid, Tid, Xid};
 use crate::xact::{BackendId, Snapshot};
 
 mod message;
@@ -337,6 +337,26 @@ impl<'db> Transaction<'db> {
                 Ok(snap)
             }
         }
+    }
+
+    /// Gives this REPEATABLE READ transaction, before its first command, the snapshot of a
+    /// commit boundary (see `TransactionManager::snapshot_at_commit_boundary`): it sees
+    /// exactly the transactions whose commit record precedes the LSN `position` returns,
+    /// which is returned. For a logical slot's initial copy (`SNAPSHOT 'use'`).
+    pub(super) fn take_boundary_snapshot(&mut self, position: impl FnOnce() -> Result<Lsn>) -> Result<Lsn> {
+        self.active()?;
+        if !self.rr() {
+            return Err(Error::invalid("a slot's snapshot needs a REPEATABLE READ transaction"));
+        }
+        if self.snapshot.is_some() {
+            return Err(Error::invalid("a slot's snapshot must be taken before the transaction's first query"));
+        }
+        let my = self.xid();
+        let (snap, horizon, lsn) = self.inner.xact.snapshot_at_commit_boundary(self.backend, my, position)?;
+        self.snapshot = Some(snap);
+        self.horizon = horizon;
+        self.refresh_snapshot_xids();
+        Ok(lsn)
     }
 
     /// Ends a command: a READ COMMITTED transaction stops advertising its command snapshot, so

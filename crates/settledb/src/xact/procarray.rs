@@ -775,6 +775,46 @@ impl TransactionManager {
         (snap, procs.horizon().xid())
     }
 
+    /// A command snapshot (advertised as [`Self::command_snapshot`]'s) that sees exactly the
+    /// transactions whose commit record precedes the LSN `position` returns, taken at a moment
+    /// no commit is between its record and its CLOG update: commits are held off meanwhile
+    /// ([`Self::wait_for_commits_in_flight`]'s lock). A transaction may have marked the CLOG
+    /// and not yet left the running set (or the prepared set, for COMMIT PREPARED); its commit
+    /// record precedes the position, so it is taken out of the snapshot's running lists, and
+    /// waited for before this returns (until it leaves, visibility checks still find it
+    /// running). A logical slot created with `SNAPSHOT 'use'` starts decoding at that
+    /// position, and the snapshot reads the data the decoder will not send (PostgreSQL builds
+    /// that snapshot from the WAL in its snapshot builder; here the CLOG, at a point no commit
+    /// straddles, says the same). Returns the snapshot, the pruning horizon, and the position.
+    pub fn snapshot_at_commit_boundary(
+        &self,
+        backend: BackendId,
+        my_xid: Option<Xid>,
+        position: impl FnOnce() -> Result<Lsn>,
+    ) -> Result<(Snapshot, Xid, Lsn)> {
+        let committed = |x: &Xid| matches!(self.clog.status(*x), Ok(XidStatus::Committed));
+        // The CLOG is read under the lock too: a transaction that commits once it is
+        // released has its record after the position and must stay running here.
+        let (snap, horizon, lsn, finished) = {
+            let _no_commits = self.commits_in_flight.write();
+            let lsn = position()?;
+            let (mut snap, horizon) = self.command_snapshot(backend, my_xid);
+            let mut finished: Vec<Xid> = snap.xip.iter().copied().filter(committed).collect();
+            snap.xip.retain(|x| !finished.contains(x));
+            snap.subxip.retain(|x| !committed(x));
+            let prepared: Vec<Xid> = snap.prepared.iter().filter(committed).collect();
+            if !prepared.is_empty() {
+                snap.prepared.remove(&prepared);
+                finished.extend(prepared);
+            }
+            (snap, horizon, lsn, finished)
+        };
+        for x in finished {
+            self.wait_for(x);
+        }
+        Ok((snap, horizon, lsn))
+    }
+
     /// Advertises `xmin` (the xmin of the backend's oldest live snapshot) for the horizon.
     /// The caller must hold a snapshot with this xmin taken after the backend's previous
     /// advertisement, or use [`Self::get_registered_snapshot`], so the xmin never goes back

@@ -174,6 +174,11 @@ impl PreparedXids {
         self.len() == 0
     }
 
+    /// The XIDs held, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = Xid> + '_ {
+        self.base.iter().copied().filter(|x| find(&self.removed, *x).is_err()).chain(self.added.iter().copied())
+    }
+
     /// Adds XIDs (not present yet).
     pub fn add(&mut self, xids: &[Xid]) {
         for &x in xids {
