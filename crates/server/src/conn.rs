@@ -132,10 +132,12 @@ where
 }
 
 /// Serves one connection with `handlers` until the client leaves, a FATAL error, or the
-/// startup timeout. `control` is the connection's session's control block.
+/// startup timeout. `control` is the connection's session's control block, `session` the
+/// session itself (replication commands that act on its transaction reach it there).
 pub async fn serve_socket<H: PgWireServerHandlers>(
     tcp: TcpStream,
     handlers: H,
+    session: Option<Arc<crate::wire::SessionHandle>>,
     sh: &Arc<Shared>,
     control: Arc<Control>,
 ) -> io::Result<()> {
@@ -201,10 +203,12 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
                     walsender::Mode::Logical => walsender::command::parse(&q.query),
                 };
                 if let Some(cmd) = cmd {
+                    sh.log.line("LOG", &format!("received replication command: {}", q.query.trim()));
                     let client = replication_client(&socket);
+                    let session = session.as_deref();
                     match cmd {
-                        Ok(cmd) => walsender::run(&mut socket, sh, cmd, &client).await?,
-                        Err(e) => walsender::refuse(&mut socket, sh, &e).await?,
+                        Ok(cmd) => walsender::run(&mut socket, sh, cmd, &client, session).await?,
+                        Err(e) => walsender::refuse(&mut socket, sh, &e, session).await?,
                     }
                     continue;
                 }

@@ -238,6 +238,12 @@ pub fn eval(
             };
             r.map_or(Datum::Null, |b| Datum::Bool(b != *negated))
         }
+        Expr::AnyOp { left, compare_op, right, .. } => {
+            let v = ev(left, env)?;
+            let arr = ev(right, env)?;
+            let Some(text) = arr.to_text() else { return Ok(Datum::Null) };
+            any_of(&v, compare_op, &text)?
+        }
         Expr::InList { expr, list, negated } => {
             let v = ev(expr, env)?;
             if v.is_null() {
@@ -562,6 +568,28 @@ fn call(f: &Function, name: &str, args: Vec<Datum>, env: &mut dyn Env) -> Result
             arity(0)?;
             Datum::Float(random_f64())
         }
+        // An array in its text form: `{a,b}`, or an int2vector's `1 2`.
+        "array_length" => {
+            arity(2)?;
+            match (text(&args[0]), &args[1]) {
+                (Some(a), Datum::Int(1)) => {
+                    let n = array_elements(&a).len();
+                    if n == 0 {
+                        Datum::Null
+                    } else {
+                        Datum::Int(n as i64)
+                    }
+                }
+                _ => Datum::Null,
+            }
+        }
+        // An expression tree's text is kept as its source (row filters have none here).
+        "pg_get_expr" => {
+            if !(2..=3).contains(&args.len()) {
+                arity(2)?;
+            }
+            args.into_iter().next().unwrap_or(Datum::Null)
+        }
         // psql's catalog queries: one role owns everything, every table is on the search path.
         "pg_get_userbyid" => {
             arity(1)?;
@@ -580,6 +608,86 @@ fn call(f: &Function, name: &str, args: Vec<Datum>, env: &mut dyn Env) -> Result
                 .with_hint("settledb implements a small set of functions; see docs/server.md."))
         }
     })
+}
+
+/// The elements of an array in its text form: `{1,2}` (quoted elements unquoted, `NULL` a
+/// null), or the space-separated form of int2vector and oidvector (`1 2`).
+pub fn array_elements(text: &str) -> Vec<Option<String>> {
+    let t = text.trim();
+    let Some(inner) = t.strip_prefix('{').and_then(|x| x.strip_suffix('}')) else {
+        return t.split_whitespace().map(|x| Some(x.to_string())).collect();
+    };
+    if inner.trim().is_empty() {
+        return Vec::new();
+    }
+    let (mut out, mut cur, mut quoted, mut was_quoted, mut escape) = (Vec::new(), String::new(), false, false, false);
+    for c in inner.chars() {
+        match c {
+            _ if escape => {
+                cur.push(c);
+                escape = false;
+            }
+            '\\' if quoted => escape = true,
+            '"' => {
+                quoted = !quoted;
+                was_quoted = true;
+            }
+            ',' if !quoted => {
+                out.push(element(std::mem::take(&mut cur), was_quoted));
+                was_quoted = false;
+            }
+            _ => cur.push(c),
+        }
+    }
+    out.push(element(cur, was_quoted));
+    out
+}
+
+fn element(s: String, quoted: bool) -> Option<String> {
+    if !quoted && s.trim().eq_ignore_ascii_case("null") {
+        None
+    } else if quoted {
+        Some(s)
+    } else {
+        Some(s.trim().to_string())
+    }
+}
+
+/// `v op ANY(array)`: true when some element compares so, else NULL when `v` or an element
+/// is NULL, else false. Elements are read as `v`'s kind of value.
+fn any_of(v: &Datum, op: &BinaryOperator, array: &str) -> Result<Datum, SqlError> {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    let holds = |o: std::cmp::Ordering| match op {
+        BinaryOperator::Eq => Ok(o == Equal),
+        BinaryOperator::NotEq => Ok(o != Equal),
+        BinaryOperator::Lt => Ok(o == Less),
+        BinaryOperator::LtEq => Ok(o != Greater),
+        BinaryOperator::Gt => Ok(o == Greater),
+        BinaryOperator::GtEq => Ok(o != Less),
+        other => Err(SqlError::unsupported(format!("the operator {other} with ANY"))),
+    };
+    if v.is_null() {
+        return Ok(Datum::Null);
+    }
+    let mut saw_null = false;
+    for e in array_elements(array) {
+        let Some(e) = e else {
+            saw_null = true;
+            continue;
+        };
+        let x = match v {
+            Datum::Int(_) => parse_text(&e, SqlType::Int8)?,
+            Datum::Float(_) | Datum::Num(_) => parse_text(&e, SqlType::Float8)?,
+            Datum::Bool(_) => parse_text(&e, SqlType::Bool)?,
+            _ => Datum::Text(e),
+        };
+        match compare(v, &x) {
+            Some(o) if holds(o)? => return Ok(Datum::Bool(true)),
+            Some(_) => {}
+            None => saw_null = true,
+        }
+    }
+    Ok(if saw_null { Datum::Null } else { Datum::Bool(false) })
 }
 
 fn random_f64() -> f64 {
@@ -685,9 +793,12 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
             BinaryOperator::StringConcat => SqlType::Text,
             _ => SqlType::Bool,
         },
-        Expr::IsNull(_) | Expr::IsNotNull(_) | Expr::Between { .. } | Expr::InList { .. } | Expr::Like { .. } => {
-            SqlType::Bool
-        }
+        Expr::IsNull(_)
+        | Expr::IsNotNull(_)
+        | Expr::Between { .. }
+        | Expr::InList { .. }
+        | Expr::Like { .. }
+        | Expr::AnyOp { .. } => SqlType::Bool,
         Expr::Cast { data_type, .. } => sql_type(data_type).unwrap_or(SqlType::Text),
         Expr::TypedString(ts) => sql_type(&ts.data_type).unwrap_or(SqlType::Text),
         Expr::Function(f) => {
@@ -710,6 +821,9 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
                 }
                 "random" => SqlType::Float8,
                 "pg_table_is_visible" => SqlType::Bool,
+                "array_length" => SqlType::Int4,
+                "pg_get_replica_identity_index" => SqlType::Int8,
+                "pg_get_expr" => SqlType::Text,
                 _ => SqlType::Text,
             }
         }

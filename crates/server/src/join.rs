@@ -34,6 +34,9 @@
 //! with R's columns NULL. Conjuncts that name one relation alone narrow that relation's read
 //! (an index scan through [`crate::plan`]) when that cannot drop rows a LEFT JOIN must keep.
 //! The whole `WHERE` is re-checked by the caller. Loops tick the statement's interrupts.
+//!
+//! A set-returning catalog function ([`crate::srf`]) may read the relations before it
+//! (`LATERAL`): its step calls it once per left row and joins its rows to that row alone.
 
 use std::collections::BTreeSet;
 
@@ -56,6 +59,8 @@ pub enum Leaf {
     View(String),
     Series(Series),
     SlotChanges(crate::slotchanges::SlotChanges),
+    /// A set-returning catalog function whose arguments may read the relations before it.
+    Function(crate::srf::SetFunction),
 }
 
 /// One relation of a FROM list.
@@ -160,6 +165,20 @@ impl JoinSource {
                 let (c, names, cols) =
                     crate::slotchanges::SlotChanges::plan(&crate::ddl::object_name(name), args, alias.as_ref())?;
                 (Leaf::SlotChanges(c), names, cols)
+            }
+            TableFactor::Table { name, alias, args: Some(TableFunctionArgs { args, .. }), .. }
+                if crate::srf::SetFunction::is(&crate::ddl::object_name(name)) =>
+            {
+                let (f, names, cols) =
+                    crate::srf::SetFunction::plan(&crate::ddl::object_name(name), args, alias.as_ref())?;
+                (Leaf::Function(f), names, cols)
+            }
+            TableFactor::Function { name, alias, args, with_ordinality: false, .. }
+                if crate::srf::SetFunction::is(&crate::ddl::object_name(name)) =>
+            {
+                let (f, names, cols) =
+                    crate::srf::SetFunction::plan(&crate::ddl::object_name(name), args, alias.as_ref())?;
+                (Leaf::Function(f), names, cols)
             }
             TableFactor::Table { name, args: Some(_), .. } => {
                 return Err(SqlError::new("42883", format!("function {name}() does not exist")))
@@ -268,6 +287,7 @@ impl JoinSource {
             Leaf::View(v) => crate::views::rows(cx.sh, v),
             Leaf::Series(s) => s.rows(cx)?,
             Leaf::SlotChanges(c) => c.rows(cx)?,
+            Leaf::Function(f) => f.rows(cx, scope, &vec![Datum::Null; self.cols.len()])?,
         };
         if local.is_empty() {
             return Ok(rows);
@@ -317,9 +337,18 @@ impl JoinSource {
                     .map(|(e, _)| *e),
             );
         }
+        let ctx = StepCx { js: self, r, conds: &conds, scope, left_join: step.kind == JoinKind::Left };
+        if let Leaf::Function(f) = &self.rels[r].leaf {
+            // LATERAL: the function's rows depend on the left row.
+            let mut out = Vec::new();
+            for l in left {
+                let inner = f.rows(cx, scope, &l)?;
+                out.extend(ctx.nested_loop(cx, vec![l], inner)?);
+            }
+            return Ok(out);
+        }
         let keys = self.equi_keys(&conds, r, scope)?;
         let strategy = self.strategy(cx, r, &keys);
-        let ctx = StepCx { js: self, r, conds: &conds, scope, left_join: step.kind == JoinKind::Left };
         match strategy {
             (Strategy::IndexNestedLoop, Some(plan)) => ctx.index_nested_loop(cx, left, &plan, &keys),
             (Strategy::Hash, _) => {

@@ -166,6 +166,10 @@ impl Env for Cx<'_, '_> {
                 self.set_config.push((name, value));
                 Ok(Datum::Text(shown))
             })(),
+            "pg_get_replica_identity_index" => match args.first() {
+                Some(relid) => Ok(crate::pgcatalog::get_replica_identity_index(self.db, relid)),
+                None => Err(SqlError::new("42883", "function pg_get_replica_identity_index() does not exist")),
+            },
             "current_setting" => match args.first().and_then(Datum::to_text) {
                 Some(n) => settings::show(self.db, self.settings, &n).map(Datum::Text),
                 None => Ok(Datum::Null),
@@ -209,6 +213,8 @@ pub struct Session<'db> {
     failed: bool,
     /// Isolation level asked for by BEGIN or SET TRANSACTION, for the block's transaction.
     block_isolation: Option<IsolationLevel>,
+    /// BEGIN READ ONLY or SET TRANSACTION READ ONLY: the block may not write.
+    block_read_only: bool,
     pub settings: BTreeMap<String, String>,
     pub copy: Option<copy::CopyIn>,
     copy_error: Option<SqlError>,
@@ -228,6 +234,7 @@ impl<'db> Session<'db> {
             in_block: false,
             failed: false,
             block_isolation: None,
+            block_read_only: false,
             settings: settings::initial(),
             copy: None,
             copy_error: None,
@@ -328,6 +335,61 @@ impl<'db> Session<'db> {
         }
     }
 
+    /// `CREATE_REPLICATION_SLOT … (SNAPSHOT 'use')` on a replication connection: creates the
+    /// slot, and the block's transaction reads with the slot's snapshot from here on (it sees
+    /// what committed before the slot's consistent point, and nothing after). PostgreSQL's
+    /// conditions: inside a READ ONLY, REPEATABLE READ block, before its first query, not in
+    /// a savepoint. An error fails the block.
+    pub fn create_slot_using_snapshot(
+        &mut self,
+        slot: &str,
+        plugin: &str,
+        two_phase: bool,
+    ) -> Result<settledb::SlotInfo, SqlError> {
+        let r = self.slot_snapshot(slot, plugin, two_phase);
+        if r.is_err() {
+            self.statement_failed();
+        }
+        r
+    }
+
+    fn slot_snapshot(&mut self, slot: &str, plugin: &str, two_phase: bool) -> Result<settledb::SlotInfo, SqlError> {
+        const WHAT: &str = "CREATE_REPLICATION_SLOT ... (SNAPSHOT 'use')";
+        let refuse = |why: &str| Err(SqlError::new("25000", format!("{WHAT} {why}")));
+        if self.failed {
+            return Err(SqlError::in_failed_transaction());
+        }
+        if !self.in_block {
+            return refuse("must be called inside a transaction");
+        }
+        if self.isolation() != IsolationLevel::RepeatableRead {
+            return refuse("must be called in REPEATABLE READ isolation mode transaction");
+        }
+        if !self.block_read_only {
+            return refuse("must be called in a read-only transaction");
+        }
+        if self.tx.is_some() {
+            return refuse("must be called before any query");
+        }
+        if !self.pending_savepoints.is_empty() {
+            return refuse("must not be called in a subtransaction");
+        }
+        let (info, tx) = self
+            .db
+            .create_logical_replication_slot_with_snapshot(slot, plugin, two_phase)
+            .map_err(crate::slotfuncs::slot_error)?;
+        self.tx = Some(tx);
+        Ok(info)
+    }
+
+    /// 25006 for a write (`what`: its command) in a READ ONLY block.
+    fn writable(&self, what: &str) -> Result<(), SqlError> {
+        if self.in_block && self.block_read_only {
+            return Err(SqlError::new("25006", format!("cannot execute {what} in a read-only transaction")));
+        }
+        Ok(())
+    }
+
     fn outside_block(&self, what: &str) -> Result<(), SqlError> {
         if self.in_block {
             return Err(SqlError::new("25001", format!("{what} cannot run inside a transaction block")));
@@ -374,11 +436,12 @@ impl<'db> Session<'db> {
                 self.outside_block("DDL (CREATE, DROP, ALTER)")?;
                 ddl::execute(self.sh, s, notices)
             }
-            Statement::Query(_)
-            | Statement::Insert(_)
-            | Statement::Update(_)
-            | Statement::Delete(_)
-            | Statement::Truncate(_) => self.in_transaction(params, notices, |cx| query::execute(cx, s)),
+            Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) | Statement::Truncate(_) => {
+                let command = s.to_string().split_whitespace().next().unwrap_or_default().to_ascii_uppercase();
+                self.writable(&command)?;
+                self.in_transaction(params, notices, |cx| query::execute(cx, s))
+            }
+            Statement::Query(_) => self.in_transaction(params, notices, |cx| query::execute(cx, s)),
             other => Err(SqlError::unsupported(format!("the statement \"{}\"", statement_head(other)))),
         }
     }
@@ -474,7 +537,9 @@ impl<'db> Session<'db> {
             });
             return Ok(Outcome::Begin("BEGIN".into()));
         }
-        self.block_isolation = isolation_of(modes)?;
+        let (isolation, read_only) = isolation_of(modes)?;
+        self.block_isolation = isolation;
+        self.block_read_only = read_only.unwrap_or(false);
         self.in_block = true;
         self.failed = false;
         // The transaction itself starts lazily, at the first statement that needs it; its
@@ -486,6 +551,7 @@ impl<'db> Session<'db> {
         self.in_block = false;
         self.failed = false;
         self.block_isolation = None;
+        self.block_read_only = false;
         self.pending_savepoints.clear();
     }
 
@@ -634,7 +700,9 @@ impl<'db> Session<'db> {
                         "SET TRANSACTION ISOLATION LEVEL must not be called in a subtransaction",
                     ));
                 }
-                self.block_isolation = isolation_of(modes)?.or(self.block_isolation);
+                let (isolation, read_only) = isolation_of(modes)?;
+                self.block_isolation = isolation.or(self.block_isolation);
+                self.block_read_only = read_only.unwrap_or(self.block_read_only);
                 Ok(Outcome::Command("SET".into()))
             }
             Set::SetTimeZone { value, .. } => {
@@ -650,6 +718,7 @@ impl<'db> Session<'db> {
             let mut notices = Vec::new();
             return self.in_transaction(params, &mut notices, |cx| copy::copy_out(cx, c));
         }
+        self.writable("COPY FROM")?;
         let state = copy::CopyIn::new(self.sh, c)?;
         self.copy_error = None;
         let columns = state.columns();
@@ -720,8 +789,9 @@ impl<'db> Session<'db> {
     }
 }
 
-fn isolation_of(modes: &[TransactionMode]) -> Result<Option<IsolationLevel>, SqlError> {
-    let mut out = None;
+/// The isolation level and access mode (read only or not) `modes` ask for, if they do.
+fn isolation_of(modes: &[TransactionMode]) -> Result<(Option<IsolationLevel>, Option<bool>), SqlError> {
+    let (mut out, mut read_only) = (None, None);
     for m in modes {
         match m {
             TransactionMode::IsolationLevel(l) => {
@@ -733,14 +803,10 @@ fn isolation_of(modes: &[TransactionMode]) -> Result<Option<IsolationLevel>, Sql
                     _ => return Err(SqlError::unsupported(format!("isolation level {l}"))),
                 })
             }
-            TransactionMode::AccessMode(a) => {
-                if a.to_string().eq_ignore_ascii_case("read only") {
-                    return Err(SqlError::unsupported("READ ONLY transactions"));
-                }
-            }
+            TransactionMode::AccessMode(a) => read_only = Some(a.to_string().eq_ignore_ascii_case("read only")),
         }
     }
-    Ok(out)
+    Ok((out, read_only))
 }
 
 /// The first words of a statement, to name it in an error.

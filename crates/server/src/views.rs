@@ -172,7 +172,7 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             ];
             Some(cols.into_iter().map(|(n, t)| col(n, t)).collect())
         }
-        _ => None,
+        other => crate::pgcatalog::columns(other),
     }
 }
 
@@ -186,9 +186,14 @@ pub const BTREE_AM: i64 = 403;
 
 /// The `pg_class` columns PostgreSQL has and the engine's catalog does not keep, as a join
 /// reads them: `relnamespace` (pg_catalog for `pg_class` itself, public for the rest),
-/// `relowner`, `relam` (heap for tables, btree for indexes).
+/// `relowner`, `relam` (heap for tables, btree for indexes), `relnatts` (the columns).
 pub fn class_extra_columns() -> Vec<ColumnDef> {
-    vec![col("relnamespace", SqlType::Int8), col("relowner", SqlType::Int8), col("relam", SqlType::Int8)]
+    vec![
+        col("relnamespace", SqlType::Int8),
+        col("relowner", SqlType::Int8),
+        col("relam", SqlType::Int8),
+        col("relnatts", SqlType::Int2),
+    ]
 }
 
 /// The values of [`class_extra_columns`] for one `pg_class` row.
@@ -200,6 +205,12 @@ pub fn class_extras(cols: &[ColumnDef], row: &[Datum]) -> Vec<Datum> {
         Datum::Int(if catalog { PG_CATALOG_NAMESPACE } else { PUBLIC_NAMESPACE }),
         Datum::Int(OWNER),
         Datum::Int(if index { BTREE_AM } else { HEAP_AM }),
+        match get("relschema") {
+            Some(Datum::Bytea(b)) => {
+                settledb::Schema::decode(b).map_or(Datum::Null, |s| Datum::Int(s.columns.len() as i64))
+            }
+            _ => Datum::Null,
+        },
     ]
 }
 
@@ -421,6 +432,6 @@ pub fn rows(sh: &crate::Shared, name: &str) -> Vec<Vec<Datum>> {
                 r
             })
             .collect(),
-        _ => Vec::new(),
+        other => crate::pgcatalog::rows(sh, other),
     }
 }

@@ -94,7 +94,7 @@ pub struct SessionHandle {
 
 impl SessionHandle {
     /// The status ReadyForQuery reports.
-    fn tx_status(&self) -> TransactionStatus {
+    pub(crate) fn tx_status(&self) -> TransactionStatus {
         match self.control.status() {
             TxStatus::Idle => TransactionStatus::Idle,
             TxStatus::InBlock => TransactionStatus::Transaction,
@@ -123,6 +123,7 @@ pub fn serve_connection(
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
     let control: Arc<Control> = Arc::default();
     let handler = template.for_connection(SessionHandle { jobs: tx, control: control.clone() });
+    let session_handle = handler.session.clone();
     let mut session = Session::new(&sh, control.clone());
     let served = rt.block_on(async {
         let sock = tokio::net::TcpStream::from_std(sock)?;
@@ -130,7 +131,7 @@ pub fn serve_connection(
         let conn = async move {
             // `handler`, and with it every sender of jobs, drops when this ends.
             tokio::select! {
-                r = crate::conn::serve_socket(sock, handler, &sh, control) => r,
+                r = crate::conn::serve_socket(sock, handler, session_handle, &sh, control) => r,
                 _ = stop.wait_for(|stopped| *stopped) => Ok(()),
             }
         };
@@ -149,7 +150,7 @@ pub fn serve_connection(
 
 impl SessionHandle {
     /// Runs `f` on the session task.
-    async fn call<R: Send + 'static>(
+    pub(crate) async fn call<R: Send + 'static>(
         &self,
         f: impl for<'a> FnOnce(&mut Session<'a>) -> R + Send + 'static,
     ) -> Result<R, SqlError> {

@@ -1,11 +1,10 @@
-//! A PostgreSQL 15 subscriber (`CREATE SUBSCRIPTION … WITH (copy_data = false)`) replicating
-//! from `settle serve`: publications over SQL, the subscriber's slot and table-list query over
-//! a replication connection, and its apply worker's stream (pgoutput, protocol version 3).
-//! At the end the subscriber's rows equal settledb's. Skipped, saying why, when PostgreSQL 15
-//! is not installed.
-//!
-//! The initial copy (`copy_data = true`, the default) needs temporary slots and snapshots that
-//! settle serve does not have yet, so the tables start empty on both sides.
+//! A PostgreSQL 15 subscriber replicating from `settle serve`: publications over SQL, the
+//! subscriber's slot and table-list query over a replication connection, its apply worker's
+//! stream (pgoutput, protocol version 3), and its table synchronization: the catalog queries,
+//! a slot created with `SNAPSHOT 'use'` in a READ ONLY REPEATABLE READ transaction, `COPY …
+//! TO STDOUT` with that snapshot, then the slot's stream from its consistent point. At the
+//! end the subscriber's rows equal settledb's. Skipped, saying why, when PostgreSQL 15 is not
+//! installed.
 
 mod common;
 
@@ -163,5 +162,115 @@ fn a_streaming_subscriber_gets_large_transactions_in_blocks() {
         pubq("SELECT stream_txns >= 2, stream_count > 2, spill_txns FROM pg_stat_replication_slots WHERE slot_name = 's'"),
         "t|t|0"
     );
+    sub.psql("DROP SUBSCRIPTION s");
+}
+
+/// `copy_data = true` (the default) while a writer keeps changing the table: the subscriber's
+/// table synchronization copies the rows its slot's snapshot sees and streams the rest from
+/// the slot, and the two meet exactly (a row in both would stop the apply worker on the
+/// primary key; a row in neither would be missing at the end). The catalog queries the sync
+/// worker sends are checked first against what PostgreSQL 15 answers for the same table.
+#[test]
+fn the_initial_copy_and_the_stream_meet_exactly() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let Some((psql, sub)) = subscriber() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_settings(dir.path(), &[("wal_level", "logical")]);
+    let pubq = |q: &str| psql_value(&psql, &server, q);
+    let schema = "CREATE TABLE t (id int PRIMARY KEY, v text, n bigint)";
+    pubq(schema);
+    pubq("INSERT INTO t SELECT g, 'v' || g, g FROM generate_series(1, 5000) g");
+    pubq("CREATE PUBLICATION p FOR ALL TABLES");
+
+    // The sync worker's catalog queries, as PostgreSQL 15.18 sends them; the answers are
+    // PostgreSQL's for this table (its OID aside).
+    let oid = pubq("SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relname = 't'");
+    assert_eq!(
+        pubq(
+            "SELECT c.oid, c.relreplident, c.relkind  FROM pg_catalog.pg_class c  INNER JOIN pg_catalog.pg_namespace n \
+             ON (c.relnamespace = n.oid) WHERE n.nspname = 'public'   AND c.relname = 't'"
+        ),
+        format!("{oid}|d|r")
+    );
+    // One row, NULL (every column is published): psql -At prints an empty line for it.
+    let one_null_row = |q: String| {
+        let o = common::psql_run(&psql, &server, &q);
+        assert!(o.status.success(), "{q}: {}", common::text(&o).1);
+        assert_eq!(common::text(&o).0, "\n", "{q}");
+    };
+    one_null_row(format!(
+        "SELECT DISTINCT  (CASE WHEN (array_length(gpt.attrs, 1) = c.relnatts)   THEN NULL ELSE gpt.attrs END)  \
+         FROM pg_publication p,  LATERAL pg_get_publication_tables(p.pubname) gpt,  pg_class c \
+         WHERE gpt.relid = {oid} AND c.oid = gpt.relid   AND p.pubname IN ( 'p' )"
+    ));
+    assert_eq!(
+        pubq(&format!(
+            "SELECT a.attnum,       a.attname,       a.atttypid,       a.attnum = ANY(i.indkey)  \
+             FROM pg_catalog.pg_attribute a  LEFT JOIN pg_catalog.pg_index i \
+             ON (i.indexrelid = pg_get_replica_identity_index({oid})) WHERE a.attnum > 0::pg_catalog.int2 \
+             AND NOT a.attisdropped AND a.attgenerated = ''   AND a.attrelid = {oid} ORDER BY a.attnum"
+        )),
+        "1|id|23|t\n2|v|25|f\n3|n|20|f"
+    );
+    one_null_row(format!(
+        "SELECT DISTINCT pg_get_expr(gpt.qual, gpt.relid)  FROM pg_publication p,  \
+         LATERAL pg_get_publication_tables(p.pubname) gpt WHERE gpt.relid = {oid}   AND p.pubname IN ( 'p' )"
+    ));
+    // A READ ONLY block refuses writes, as the sync worker's transaction would.
+    let o = common::psql_run(&psql, &server, "BEGIN READ ONLY; INSERT INTO t VALUES (0, 'x', 0)");
+    assert!(common::text(&o).1.contains("cannot execute INSERT in a read-only transaction"), "{:?}", common::text(&o));
+
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let id = 5001 + i;
+                pubq(&format!(
+                    "BEGIN; INSERT INTO t VALUES ({id}, 'w{i}', {i}); UPDATE t SET n = n + 1 WHERE id = {}; \
+                     DELETE FROM t WHERE id = {}; COMMIT",
+                    1 + (i * 7) % 5000,
+                    2 + (i * 13) % 4999
+                ));
+                i += 1;
+            }
+            i
+        });
+        sub.psql(schema);
+        sub.psql(&format!(
+            "CREATE SUBSCRIPTION s CONNECTION 'host=127.0.0.1 port={} user=postgres dbname=postgres' PUBLICATION p",
+            server.port()
+        ));
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while sub.psql("SELECT srsubstate FROM pg_subscription_rel") != "r" {
+            assert!(Instant::now() < deadline, "the table never became ready; the subscriber's log:\n{}", sub.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Some writes after the sync too.
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        let writes = writer.join().unwrap();
+        assert!(writes > 0);
+    });
+    // Every row, in order, on both sides.
+    let want = pubq("SELECT id, v, n FROM t ORDER BY id");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let got = sub.psql("SELECT id, v, n FROM t ORDER BY id");
+        if got == want {
+            break;
+        }
+        let counts = (got.lines().count(), want.lines().count());
+        assert!(
+            Instant::now() < deadline,
+            "the subscriber has {} rows, settledb {}; its log:\n{}",
+            counts.0,
+            counts.1,
+            sub.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The sync slot is gone; only the subscription's remains.
+    assert_eq!(pubq("SELECT slot_name FROM pg_replication_slots"), "s");
     sub.psql("DROP SUBSCRIPTION s");
 }

@@ -26,14 +26,15 @@
 //! `catalog_xmin`) to the flush position they report: the slot moves only as far as the
 //! consumer has made the rows durable, so a consumer that reconnects after a crash on either
 //! side gets every row it did not confirm. A client's
-//! CopyDone ends the stream (CopyDone back, `CommandComplete`, ReadyForQuery); a client
+//! CopyDone ends the stream (CopyDone back, `CommandComplete` for the COPY and for the
+//! command, ReadyForQuery); a client
 //! silent for longer than [`WAL_SENDER_TIMEOUT`] (PostgreSQL's default `wal_sender_timeout`)
 //! is disconnected, after a keepalive asking for a reply at half that time.
 //!
 //! # Not done
 //!
-//! Temporary slots, snapshot export and `SNAPSHOT 'use'` (a subscriber's table
-//! synchronisation needs them), setting `wal_sender_timeout`, and physical replication.
+//! Temporary slots, snapshot export (`SNAPSHOT 'export'`; `'use'` is done), setting
+//! `wal_sender_timeout`, and physical replication.
 //!
 //! # pg_stat_replication
 //!
@@ -61,6 +62,7 @@ use settledb::Lsn;
 
 use self::command::{Command, SnapshotAction};
 use crate::error::SqlError;
+use crate::wire::SessionHandle;
 use crate::Shared;
 
 /// How often a stream moves its slot to what the client reported, at most.
@@ -197,20 +199,26 @@ pub struct Client {
 }
 
 /// Runs one replication command on the connection `socket`, through to ReadyForQuery.
-pub async fn run<S>(socket: &mut S, sh: &Arc<Shared>, cmd: Command, client: &Client) -> io::Result<()>
+pub async fn run<S>(
+    socket: &mut S,
+    sh: &Arc<Shared>,
+    cmd: Command,
+    client: &Client,
+    session: Option<&SessionHandle>,
+) -> io::Result<()>
 where
     S: Sink<PgWireBackendMessage, Error = io::Error>
         + Stream<Item = Result<PgWireFrontendMessage, PgWireError>>
         + Unpin,
 {
-    sh.log.line("LOG", &format!("received replication command: {cmd:?}"));
     let done = match cmd {
         Command::StartLogical { slot, start, options } => {
             return stream(socket, sh, &slot, start, options, client).await
         }
         Command::IdentifySystem => identify_system(socket, sh, &client.dbname).await,
         Command::CreateSlot { slot, temporary, plugin, two_phase, snapshot } => {
-            create_slot(socket, sh, &slot, temporary, &plugin, two_phase, snapshot).await
+            let how = SlotRequest { temporary, plugin, two_phase, snapshot };
+            create_slot(socket, sh, &slot, how, session).await
         }
         Command::DropSlot { slot, wait } => match drop_slot(sh, &slot, wait).await {
             Ok(()) => Ok(complete(socket, "DROP_REPLICATION_SLOT").await),
@@ -222,16 +230,20 @@ where
         Ok(r) => r?,
         Err(e) => error(socket, sh, &e).await?,
     }
-    ready(socket).await
+    ready_in(socket, session).await
 }
 
 /// Answers a replication command that could not be parsed, or is refused, with its error.
-pub async fn refuse<S>(socket: &mut S, sh: &Shared, e: &SqlError) -> io::Result<()>
+pub async fn refuse<S>(socket: &mut S, sh: &Shared, e: &SqlError, session: Option<&SessionHandle>) -> io::Result<()>
 where
     S: Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
 {
+    if let Some(s) = session {
+        // As any error inside a transaction block, it fails the block.
+        let _ = s.call(|s| s.statement_failed()).await;
+    }
     error(socket, sh, e).await?;
-    ready(socket).await
+    ready_in(socket, session).await
 }
 
 type Answer = Result<io::Result<()>, SqlError>;
@@ -258,38 +270,51 @@ where
     Ok(one_row(socket, &columns, &row, "IDENTIFY_SYSTEM").await)
 }
 
+/// What `CREATE_REPLICATION_SLOT` asks for besides the slot's name.
+struct SlotRequest {
+    temporary: bool,
+    plugin: String,
+    two_phase: bool,
+    snapshot: SnapshotAction,
+}
+
+/// `CREATE_REPLICATION_SLOT`. With `SNAPSHOT 'use'` the slot is created by the connection's
+/// session, whose transaction block (READ ONLY, REPEATABLE READ, no query yet) then reads
+/// with the slot's snapshot: a subscriber's table synchronization copies the table with it
+/// before it streams the rest from the slot.
 async fn create_slot<S>(
     socket: &mut S,
     sh: &Shared,
     slot: &str,
-    temporary: bool,
-    plugin: &str,
-    two_phase: bool,
-    snapshot: SnapshotAction,
+    how: SlotRequest,
+    session: Option<&SessionHandle>,
 ) -> Answer
 where
     S: Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
 {
+    let SlotRequest { temporary, plugin, two_phase, snapshot } = how;
     if temporary {
         return Err(SqlError::new("0A000", "temporary replication slots are not supported by settledb"));
     }
-    match snapshot {
-        SnapshotAction::Nothing => {}
+    let info = match snapshot {
+        SnapshotAction::Nothing => {
+            sh.db.create_logical_replication_slot(slot, &plugin, two_phase).map_err(crate::slotfuncs::slot_error)?
+        }
         SnapshotAction::Export => {
             return Err(SqlError::new("0A000", "exporting a snapshot is not supported by settledb")
-                .with_hint("Create the slot with (SNAPSHOT 'nothing') or NOEXPORT_SNAPSHOT."))
+                .with_hint("Create the slot with (SNAPSHOT 'nothing') or NOEXPORT_SNAPSHOT, or with (SNAPSHOT 'use') in a transaction."))
         }
         SnapshotAction::Use => {
-            return Err(SqlError::new(
-                "0A000",
-                "CREATE_REPLICATION_SLOT with SNAPSHOT 'use' is not supported by settledb",
-            ))
+            let Some(session) = session else {
+                return Err(SqlError::new("XX000", "no session for this connection"));
+            };
+            let (name, p) = (slot.to_string(), plugin.clone());
+            session.call(move |s| s.create_slot_using_snapshot(&name, &p, two_phase)).await??
         }
-    }
-    let info = sh.db.create_logical_replication_slot(slot, plugin, two_phase).map_err(crate::slotfuncs::slot_error)?;
+    };
     let columns = [("slot_name", TEXT), ("consistent_point", TEXT), ("snapshot_name", TEXT), ("output_plugin", TEXT)];
     let point = info.confirmed_flush_lsn.unwrap_or(Lsn::INVALID).to_string();
-    let row = [Some(info.slot_name.clone()), Some(point), None, Some(plugin.to_string())];
+    let row = [Some(info.slot_name.clone()), Some(point), None, Some(plugin)];
     Ok(one_row(socket, &columns, &row, "CREATE_REPLICATION_SLOT").await)
 }
 
@@ -352,6 +377,15 @@ where
     S: Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
 {
     socket.send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(TransactionStatus::Idle))).await
+}
+
+/// ReadyForQuery with the session's transaction status (a command may run inside a block).
+async fn ready_in<S>(socket: &mut S, session: Option<&SessionHandle>) -> io::Result<()>
+where
+    S: Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
+{
+    let status = session.map_or(TransactionStatus::Idle, SessionHandle::tx_status);
+    socket.send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(status))).await
 }
 
 /// What the decoder thread hands the connection.
@@ -516,6 +550,9 @@ where
                     Some(Ok(PgWireFrontendMessage::CopyDone(_))) => {
                         decoder.stop();
                         socket.feed(PgWireBackendMessage::CopyDone(CopyDone::new())).await?;
+                        // PostgreSQL ends the COPY ("COPY 0") and then the command; libpq's
+                        // walreceiver reads both (a subscriber's table sync ends its stream so).
+                        complete(socket, "COPY 0").await?;
                         complete(socket, "START_REPLICATION").await?;
                         return ready(socket).await;
                     }

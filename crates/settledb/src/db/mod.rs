@@ -409,6 +409,11 @@ impl Table {
     pub fn relfrozenxid(&self) -> Xid {
         self.entry.relfrozenxid()
     }
+
+    /// The table's replica identity (`relreplident`).
+    pub fn replica_identity(&self) -> crate::heap::ReplicaIdentity {
+        self.entry.rel.replica_identity.read().0
+    }
 }
 
 impl Database {
