@@ -1,10 +1,13 @@
-//! The server's catalog: the SQL type of every column, which the engine does not know.
+//! The server's catalog: the SQL type of every column, and its `DEFAULT`, which the engine
+//! does not know.
 //!
 //! The engine's catalog (`pg_class` rows written through its own transactions) holds each
 //! table's name, options, columns with their *storage* types and nullability, and its indexes.
 //! SQL needs a little more: `int2` vs `int4`, `numeric(p,s)`'s scale, `varchar(n)`, `char(n)`
-//! and `date` share storage types. That remainder is kept here, in the file
-//! `DIR/server_catalog` (one line per column: `table<TAB>column<TAB>type`), replaced whole
+//! and `date` share storage types; a column's `DEFAULT` expression is SQL's too. That
+//! remainder is kept here, in the file `DIR/server_catalog` (one line per column:
+//! `table<TAB>column<TAB>type`, then `<TAB>` and the default's SQL text, with backslash,
+//! tab and newline escaped, when the column has one), replaced whole
 //! with write, fsync, rename and an fsync of the directory, so a crash leaves the old or the
 //! new file.
 //!
@@ -16,6 +19,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use parking_lot::RwLock;
 use settledb::{Database, Table};
@@ -34,37 +38,90 @@ pub struct ColumnDef {
 /// The SQL column types of every table, by table name.
 pub struct SqlCatalog {
     path: PathBuf,
-    types: RwLock<HashMap<String, Vec<SqlType>>>,
+    types: Arc<RwLock<HashMap<String, TableSql>>>,
+}
+
+/// The catalog's column types as the engine's output plugins ask for them
+/// ([`SqlCatalog::column_types`]).
+#[derive(Debug)]
+pub struct PluginColumnTypes(Arc<RwLock<HashMap<String, TableSql>>>);
+
+impl settledb::decode::sqltypes::ColumnTypes for PluginColumnTypes {
+    /// The catalog's types when they describe the relation as the decoder has it (as many
+    /// columns, the same storage types); else `None`, and the plugin shows storage types.
+    fn columns(&self, rel: &settledb::decode::logical::RelInfo) -> Option<Vec<settledb::decode::sqltypes::SqlColumn>> {
+        let g = self.0.read();
+        let t = g.get(&rel.name)?;
+        let matches = t.types.len() == rel.schema.columns.len()
+            && t.types.iter().zip(&rel.schema.columns).all(|(s, c)| s.storage() == c.ty);
+        matches.then(|| t.types.iter().map(|ty| ty.sql_column()).collect())
+    }
+}
+
+/// One table's columns as SQL sees them: types, and defaults (SQL text), by position.
+#[derive(Clone, Debug, Default)]
+pub struct TableSql {
+    pub types: Vec<SqlType>,
+    pub defaults: Vec<Option<String>>,
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('\t', "\\t").replace('\n', "\\n")
+}
+
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
 }
 
 impl SqlCatalog {
     /// Reads `DIR/server_catalog` (absent: empty).
     pub fn open(dir: &Path) -> Result<SqlCatalog, SqlError> {
         let path = dir.join("server_catalog");
-        let mut types: HashMap<String, Vec<SqlType>> = HashMap::new();
+        let mut types: HashMap<String, TableSql> = HashMap::new();
         match std::fs::read_to_string(&path) {
             Ok(text) => {
                 for line in text.lines().filter(|l| !l.is_empty()) {
                     let mut f = line.split('\t');
-                    let (Some(t), Some(_col), Some(ty)) = (f.next(), f.next(), f.next()) else {
+                    let (Some(t), Some(_col), Some(ty), default) = (f.next(), f.next(), f.next(), f.next()) else {
                         return Err(SqlError::new("XX001", format!("malformed line in {}: {line:?}", path.display())));
                     };
                     let ty = SqlType::decode(ty).ok_or_else(|| {
                         SqlError::new("XX001", format!("unknown type in {}: {line:?}", path.display()))
                     })?;
-                    types.entry(t.to_string()).or_default().push(ty);
+                    let entry = types.entry(t.to_string()).or_default();
+                    entry.types.push(ty);
+                    entry.defaults.push(default.map(unescape));
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(SqlError::new("58030", format!("could not read {}: {e}", path.display()))),
         }
-        Ok(SqlCatalog { path, types: RwLock::new(types) })
+        Ok(SqlCatalog { path, types: Arc::new(RwLock::new(types)) })
+    }
+
+    /// The column types for the engine's output plugins (`Database::set_column_types`).
+    pub fn column_types(&self) -> Arc<PluginColumnTypes> {
+        Arc::new(PluginColumnTypes(self.types.clone()))
     }
 
     /// The SQL columns of `table`.
     pub fn columns(&self, table: &Table) -> Vec<ColumnDef> {
         let types = self.types.read();
-        let known = types.get(table.name()).filter(|t| {
+        let known = types.get(table.name()).map(|t| &t.types).filter(|t| {
             t.len() == table.schema().columns.len()
                 && t.iter().zip(&table.schema().columns).all(|(s, c)| s.storage() == c.ty)
         });
@@ -81,10 +138,18 @@ impl SqlCatalog {
             .collect()
     }
 
-    /// Records a new table's column types and rewrites the file.
-    pub fn set(&self, db: &Database, table: &str, types: Vec<SqlType>) -> Result<(), SqlError> {
+    /// The `DEFAULT` expressions (SQL text) of `table`'s columns, by position.
+    pub fn defaults(&self, table: &Table) -> Vec<Option<String>> {
+        let g = self.types.read();
+        let mut d = g.get(table.name()).map(|t| t.defaults.clone()).unwrap_or_default();
+        d.resize(table.schema().columns.len(), None);
+        d
+    }
+
+    /// Records a new table's column types and defaults and rewrites the file.
+    pub fn set(&self, db: &Database, table: &str, sql: TableSql) -> Result<(), SqlError> {
         let mut g = self.types.write();
-        g.insert(table.to_string(), types);
+        g.insert(table.to_string(), sql);
         self.write(db, &mut g)
     }
 
@@ -97,7 +162,7 @@ impl SqlCatalog {
         Ok(())
     }
 
-    fn write(&self, db: &Database, map: &mut HashMap<String, Vec<SqlType>>) -> Result<(), SqlError> {
+    fn write(&self, db: &Database, map: &mut HashMap<String, TableSql>) -> Result<(), SqlError> {
         let live: std::collections::HashSet<String> = db.tables().iter().map(|t| t.name().to_string()).collect();
         map.retain(|k, _| live.contains(k));
         let mut text = String::new();
@@ -105,8 +170,14 @@ impl SqlCatalog {
         names.sort();
         for name in names {
             let Ok(table) = db.table(name) else { continue };
-            for (c, ty) in table.schema().columns.iter().zip(&map[name]) {
-                text.push_str(&format!("{name}\t{}\t{}\n", c.name, ty.encode()));
+            let t = &map[name];
+            for (i, (c, ty)) in table.schema().columns.iter().zip(&t.types).enumerate() {
+                text.push_str(&format!("{name}\t{}\t{}", c.name, ty.encode()));
+                if let Some(Some(d)) = t.defaults.get(i) {
+                    text.push('\t');
+                    text.push_str(&escape(d));
+                }
+                text.push('\n');
             }
         }
         let io = |e: std::io::Error| SqlError::new("58030", format!("could not write {}: {e}", self.path.display()));

@@ -116,15 +116,13 @@ impl CopyIn {
 
     fn text_lines(&mut self, bytes: &[u8]) -> Result<(), SqlError> {
         let text = std::str::from_utf8(bytes).map_err(|_| SqlError::bad_utf8())?;
-        for line in text.split('\n') {
+        // `split_terminator`: no empty piece after a final newline, none for empty input (the
+        // rest at CopyDone is empty when the data ended with a newline).
+        for line in text.split_terminator('\n') {
             if self.ended {
                 break;
             }
             let line = line.strip_suffix('\r').unwrap_or(line);
-            if line.is_empty() && bytes.last() == Some(&b'\n') {
-                // The empty piece after the final newline.
-                continue;
-            }
             self.line_no += 1;
             if line == "\\." {
                 self.ended = true;
@@ -135,7 +133,7 @@ impl CopyIn {
                 continue;
             }
             let fields = split_text(line, self.cmd.delimiter, &self.cmd.null).map_err(|e| self.context(e))?;
-            self.add_row(fields)?;
+            self.add_row(fields).map_err(|e| with_line(e, line))?;
         }
         Ok(())
     }
@@ -206,6 +204,15 @@ impl CopyIn {
         self.rows.push(row);
         Ok(())
     }
+}
+
+/// Adds the line an error is about, as PostgreSQL's context line quotes it (cut at 100
+/// characters).
+fn with_line(mut e: SqlError, line: &str) -> SqlError {
+    let shown: String = line.chars().take(100).collect();
+    let more = if shown.len() < line.len() { "..." } else { "" };
+    e.message = format!("{}: \"{shown}{more}\"", e.message);
+    e
 }
 
 /// Splits a text-format line into fields, undoing backslash escapes.

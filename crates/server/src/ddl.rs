@@ -4,8 +4,10 @@
 //! `db/ddl.rs`); the SQL column types then go to the server's catalog ([`crate::catalog`]).
 //! Because engine DDL is not part of the session's transaction, DDL inside BEGIN is refused
 //! (see [`crate::session`]). `UNIQUE` column constraints become unique indexes named
-//! `<table>_<column>_key`, as PostgreSQL names them. Column `DEFAULT`s other than `NULL`,
-//! `CHECK` and foreign keys are refused with 0A000.
+//! `<table>_<column>_key`, as PostgreSQL names them. A column's `DEFAULT` expression is
+//! kept in the server's catalog and evaluated by INSERT for the columns it does not list (or
+//! lists as `DEFAULT`); `CHECK` and foreign keys are refused with 0A000. CREATE / DROP
+//! SEQUENCE go to [`crate::sequence`].
 
 use settledb::{Column, Schema, TableOptions};
 use sqlparser::ast::{
@@ -24,6 +26,25 @@ pub fn execute(sh: &Shared, s: &Statement, notices: &mut Vec<Notice>) -> Result<
         Statement::CreateTable(ct) => create_table(sh, ct, notices),
         Statement::Drop { object_type, if_exists, names, .. } => drop(sh, *object_type, *if_exists, names, notices),
         Statement::CreateIndex(ci) => create_index(sh, ci, notices),
+        Statement::CreateSequence {
+            if_not_exists, name, sequence_options, temporary: false, owned_by: None, ..
+        } => {
+            let name = object_name(name);
+            if sh.db.table(&name).is_ok() || sh.db.index(&name).is_ok() {
+                return Err(SqlError::new("42P07", format!("relation \"{name}\" already exists")));
+            }
+            if !sh.sequences.create(&name, sequence_options)? {
+                if !if_not_exists {
+                    return Err(SqlError::new("42P07", format!("relation \"{name}\" already exists")));
+                }
+                notices.push(Notice {
+                    severity: "NOTICE",
+                    code: "42P07",
+                    message: format!("relation \"{name}\" already exists, skipping"),
+                });
+            }
+            Ok(Outcome::Command("CREATE SEQUENCE".into()))
+        }
         Statement::AlterTable(at) => {
             let table = object_name(&at.name);
             for op in &at.operations {
@@ -56,19 +77,25 @@ fn create_table(sh: &Shared, ct: &CreateTable, notices: &mut Vec<Notice>) -> Res
         }
         return Err(SqlError::new("42P07", format!("relation \"{name}\" already exists")));
     }
+    if sh.sequences.exists(&name) {
+        return Err(SqlError::new("42P07", format!("relation \"{name}\" already exists")));
+    }
     let mut columns = Vec::new();
     let mut types = Vec::new();
+    let mut defaults = Vec::new();
     let mut pk: Option<Vec<String>> = None;
     let mut uniques: Vec<Vec<String>> = Vec::new();
     for c in &ct.columns {
         let cname = ident_name(&c.name);
         let ty = sql_type(&c.data_type)?;
         let mut nullable = true;
+        let mut default = None;
         for o in &c.options {
             match &o.option {
                 ColumnOption::Null => nullable = true,
                 ColumnOption::NotNull => nullable = false,
-                ColumnOption::Default(Expr::Value(v)) if matches!(v.value, Value::Null) => {}
+                ColumnOption::Default(Expr::Value(v)) if matches!(v.value, Value::Null) => default = None,
+                ColumnOption::Default(e) => default = Some(e.to_string()),
                 ColumnOption::PrimaryKey(_) => {
                     set_pk(&mut pk, vec![cname.clone()])?;
                     nullable = false;
@@ -79,6 +106,7 @@ fn create_table(sh: &Shared, ct: &CreateTable, notices: &mut Vec<Notice>) -> Res
         }
         columns.push(Column { name: cname, ty: ty.storage(), nullable });
         types.push(ty);
+        defaults.push(default);
     }
     for con in &ct.constraints {
         match con {
@@ -102,7 +130,7 @@ fn create_table(sh: &Shared, ct: &CreateTable, notices: &mut Vec<Notice>) -> Res
         }
     }
     sh.db.create_table(&name, Schema { columns }, options)?;
-    sh.catalog.set(&sh.db, &name, types)?;
+    sh.catalog.set(&sh.db, &name, crate::catalog::TableSql { types, defaults })?;
     for cols in uniques {
         let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
         sh.db.create_index(&format!("{name}_{}_key", cols.join("_")), &name, &refs, true)?;
@@ -146,6 +174,7 @@ fn drop(
     let (tag, what) = match kind {
         ObjectType::Table => ("DROP TABLE", "table"),
         ObjectType::Index => ("DROP INDEX", "index"),
+        ObjectType::Sequence => ("DROP SEQUENCE", "sequence"),
         other => return Err(SqlError::unsupported(format!("DROP {other}"))),
     };
     let names: Vec<String> = names.iter().map(object_name).collect();
@@ -153,6 +182,7 @@ fn drop(
     for n in &names {
         let exists = match kind {
             ObjectType::Table => sh.db.table(n).is_ok(),
+            ObjectType::Sequence => sh.sequences.exists(n),
             _ => sh.db.index(n).is_ok(),
         };
         if !exists {
@@ -163,7 +193,7 @@ fn drop(
                     message: format!("{what} \"{n}\" does not exist, skipping"),
                 });
             } else {
-                let code = if kind == ObjectType::Table { "42P01" } else { "42704" };
+                let code = if kind == ObjectType::Index { "42704" } else { "42P01" };
                 return Err(SqlError::new(code, format!("{what} \"{n}\" does not exist")));
             }
         }
@@ -175,6 +205,9 @@ fn drop(
                 sh.catalog.remove(&sh.db, n)?;
             }
             ObjectType::Index if sh.db.index(n).is_ok() => sh.db.drop_index(n)?,
+            ObjectType::Sequence => {
+                sh.sequences.drop_sequence(n)?;
+            }
             _ => {}
         }
     }

@@ -66,18 +66,26 @@ pub fn insert(cx: &mut Cx<'_, '_>, i: &Insert) -> Result<Outcome, SqlError> {
             })
             .collect::<Result<_, _>>()?
     };
+    let defaults = column_defaults(cx.sh, &t)?;
+    let default_of = |cx: &mut Cx<'_, '_>, p: usize| match &defaults[p] {
+        Some(e) => eval(e, &Scope::empty(), &[], cx, None),
+        None => Ok(Datum::Null),
+    };
     let source = i.source.as_ref().ok_or_else(|| SqlError::unsupported("INSERT without VALUES or SELECT"))?;
     let input: Vec<Vec<Datum>> = match source.body.as_ref() {
         SetExpr::Values(v) if source.order_by.is_none() && source.limit_clause.is_none() => {
             let mut rows = Vec::with_capacity(v.rows.len());
             for r in &v.rows {
                 let mut row = Vec::with_capacity(r.len());
-                for e in r.iter() {
+                for (j, e) in r.iter().enumerate() {
                     row.push(match e {
                         Expr::Identifier(id)
                             if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("default") =>
                         {
-                            Datum::Null
+                            match positions.get(j) {
+                                Some(&p) => default_of(cx, p)?,
+                                None => Datum::Null,
+                            }
                         }
                         e => eval(e, &Scope::empty(), &[], cx, None)?,
                     });
@@ -97,6 +105,9 @@ pub fn insert(cx: &mut Cx<'_, '_>, i: &Insert) -> Result<Outcome, SqlError> {
         let mut values = vec![Value::Null; t.cols.len()];
         for (d, &p) in r.iter().zip(&positions) {
             values[p] = d.to_stored(t.cols[p].ty, &t.cols[p].name)?;
+        }
+        for p in (0..t.cols.len()).filter(|p| defaults[*p].is_some() && !positions[..r.len()].contains(p)) {
+            values[p] = default_of(cx, p)?.to_stored(t.cols[p].ty, &t.cols[p].name)?;
         }
         for (c, v) in t.cols.iter().zip(&values) {
             if !c.nullable && matches!(v, Value::Null) {
@@ -118,6 +129,24 @@ pub fn insert(cx: &mut Cx<'_, '_>, i: &Insert) -> Result<Outcome, SqlError> {
     }
     let tag = format!("INSERT 0 {}", stored.len());
     returning(cx, &t, i.returning.as_deref(), stored.iter().map(|v| datums(v, &t.cols)).collect(), tag)
+}
+
+/// The `DEFAULT` expressions of `t`'s columns, by position (parsed from the server catalog's
+/// text).
+fn column_defaults(sh: &Shared, t: &Target) -> Result<Vec<Option<Expr>>, SqlError> {
+    let dialect = sqlparser::dialect::PostgreSqlDialect {};
+    sh.catalog
+        .defaults(&t.table)
+        .into_iter()
+        .map(|d| {
+            d.map(|text| {
+                sqlparser::parser::Parser::new(&dialect).try_with_sql(&text).and_then(|mut p| p.parse_expr()).map_err(
+                    |e| SqlError::new("XX000", format!("the default \"{text}\" of {} does not parse: {e}", t.name)),
+                )
+            })
+            .transpose()
+        })
+        .collect()
 }
 
 /// Evaluates RETURNING over the rows a statement wrote; a plain command tag without it.
@@ -343,6 +372,7 @@ pub fn describe(sh: &Shared, s: &Statement, params: &mut Vec<Option<SqlType>>) -
                     .collect()
             };
             if let Some(SetExpr::Values(v)) = i.source.as_ref().map(|q| q.body.as_ref()) {
+                let scope = t.scope();
                 for r in &v.rows {
                     for (e, &p) in r.iter().zip(&positions) {
                         if let Some(n) = crate::expr::placeholder(e) {
@@ -350,6 +380,9 @@ pub fn describe(sh: &Shared, s: &Statement, params: &mut Vec<Option<SqlType>>) -
                                 params.resize(n, None);
                             }
                             params[n - 1].get_or_insert(t.cols[p].ty);
+                        } else {
+                            // `$6::int8 / 100.0`: typed by the expression around it.
+                            infer_params(e, &scope, params);
                         }
                     }
                 }

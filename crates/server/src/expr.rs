@@ -99,6 +99,11 @@ pub trait Env {
     fn param(&self, n: usize) -> Result<Datum, SqlError>;
     /// A function only the session can answer, or `None` when `name` is not one.
     fn session_function(&mut self, name: &str, args: &[Datum]) -> Option<Result<Datum, SqlError>>;
+    /// The rows of an uncorrelated subquery (run once per statement), or `None` where there
+    /// is no session to run it.
+    fn subquery(&mut self, _q: &sqlparser::ast::Query) -> Option<Result<std::rc::Rc<Vec<Vec<Datum>>>, SqlError>> {
+        None
+    }
 }
 
 /// An [`Env`] with parameters and no session functions.
@@ -237,6 +242,61 @@ pub fn eval(
                 _ => None,
             };
             r.map_or(Datum::Null, |b| Datum::Bool(b != *negated))
+        }
+        Expr::Subquery(q) => {
+            let rows = run_subquery(q, env)?;
+            match rows.as_slice() {
+                [] => Datum::Null,
+                [row] if row.len() == 1 => row[0].clone(),
+                [row] => {
+                    return Err(SqlError::new(
+                        "42601",
+                        format!("subquery must return only one column, not {}", row.len()),
+                    ))
+                }
+                _ => {
+                    return Err(SqlError::new(
+                        "21000",
+                        "more than one row returned by a subquery used as an expression",
+                    ))
+                }
+            }
+        }
+        Expr::InSubquery { expr, subquery, negated } => {
+            let v = ev(expr, env)?;
+            let rows = run_subquery(subquery, env)?;
+            if v.is_null() {
+                return Ok(if rows.is_empty() { Datum::Bool(*negated) } else { Datum::Null });
+            }
+            let mut saw_null = false;
+            for r in rows.iter() {
+                if r.len() != 1 {
+                    return Err(SqlError::new("42601", "subquery has too many columns"));
+                }
+                if r[0].is_null() {
+                    saw_null = true;
+                } else if compare(&v, &r[0]) == Some(std::cmp::Ordering::Equal) {
+                    return Ok(Datum::Bool(!negated));
+                }
+            }
+            if saw_null {
+                Datum::Null
+            } else {
+                Datum::Bool(*negated)
+            }
+        }
+        Expr::Substring { expr, substring_from, substring_for, .. } => {
+            let mut args = vec![ev(expr, env)?, Datum::Int(1)];
+            if let Some(f) = substring_from {
+                args[1] = ev(f, env)?;
+            }
+            if let Some(n) = substring_for {
+                args.push(ev(n, env)?);
+            }
+            if args.iter().any(Datum::is_null) {
+                return Ok(Datum::Null);
+            }
+            substr(&args)?
         }
         Expr::AnyOp { left, compare_op, right, .. } => {
             let v = ev(left, env)?;
@@ -568,6 +628,12 @@ fn call(f: &Function, name: &str, args: Vec<Datum>, env: &mut dyn Env) -> Result
             arity(0)?;
             Datum::Float(random_f64())
         }
+        "substr" | "substring" => {
+            if !(2..=3).contains(&args.len()) {
+                arity(2)?;
+            }
+            substr(&args)?
+        }
         // An array in its text form: `{a,b}`, or an int2vector's `1 2`.
         "array_length" => {
             arity(2)?;
@@ -608,6 +674,29 @@ fn call(f: &Function, name: &str, args: Vec<Datum>, env: &mut dyn Env) -> Result
                 .with_hint("settledb implements a small set of functions; see docs/server.md."))
         }
     })
+}
+
+/// A subquery's rows through the session, or 0A000 where there is none.
+fn run_subquery(q: &sqlparser::ast::Query, env: &mut dyn Env) -> Result<std::rc::Rc<Vec<Vec<Datum>>>, SqlError> {
+    env.subquery(q).unwrap_or_else(|| Err(SqlError::unsupported("a subquery here")))
+}
+
+/// PostgreSQL's `substr(text, from [, count])` (and `substring(text FROM from FOR count)`):
+/// characters, 1-based; a start before 1 shortens the count by as much.
+fn substr(args: &[Datum]) -> Result<Datum, SqlError> {
+    let (Some(s), Some(Datum::Int(from))) = (args[0].to_text(), args.get(1)) else { return Ok(Datum::Null) };
+    let end = match args.get(2) {
+        None => i64::MAX,
+        Some(Datum::Int(n)) if *n < 0 => return Err(SqlError::new("22011", "negative substring length not allowed")),
+        Some(Datum::Int(n)) => from.saturating_add(*n),
+        Some(_) => return Ok(Datum::Null),
+    };
+    let start = (*from).max(1);
+    if end <= start {
+        return Ok(Datum::Text(String::new()));
+    }
+    let take = usize::try_from(end - start).unwrap_or(usize::MAX);
+    Ok(Datum::Text(s.chars().skip((start - 1) as usize).take(take).collect()))
 }
 
 /// The elements of an array in its text form: `{1,2}` (quoted elements unquoted, `NULL` a
@@ -822,11 +911,14 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
                 "random" => SqlType::Float8,
                 "pg_table_is_visible" => SqlType::Bool,
                 "array_length" => SqlType::Int4,
+                "substr" => SqlType::Text,
+                "nextval" | "currval" | "setval" => SqlType::Int8,
                 "pg_get_replica_identity_index" => SqlType::Int8,
                 "pg_get_expr" => SqlType::Text,
                 _ => SqlType::Text,
             }
         }
+        Expr::Substring { .. } => SqlType::Text,
         Expr::Case { conditions, .. } => {
             conditions.first().map_or(SqlType::Text, |c| infer_type(&c.result, scope, params))
         }
@@ -895,6 +987,19 @@ pub fn infer_params(e: &Expr, scope: &Scope<'_>, out: &mut Vec<Option<SqlType>>)
         Expr::Function(f) => {
             for a in func_args(f).ok().flatten().unwrap_or_default() {
                 infer_params(a, scope, out);
+            }
+        }
+        // In the order PostgreSQL meets them: the first use of `$n` types it.
+        Expr::Case { operand, conditions, else_result, .. } => {
+            for e in operand.iter().map(|o| o.as_ref()) {
+                infer_params(e, scope, out);
+            }
+            for cw in conditions {
+                infer_params(&cw.condition, scope, out);
+                infer_params(&cw.result, scope, out);
+            }
+            if let Some(e) = else_result {
+                infer_params(e, scope, out);
             }
         }
         _ => {}

@@ -61,6 +61,8 @@ pub enum Leaf {
     SlotChanges(crate::slotchanges::SlotChanges),
     /// A set-returning catalog function whose arguments may read the relations before it.
     Function(crate::srf::SetFunction),
+    /// A subquery in FROM (not LATERAL): run once, when the join reads it.
+    Derived(Box<sqlparser::ast::Query>),
 }
 
 /// One relation of a FROM list.
@@ -180,6 +182,36 @@ impl JoinSource {
                     crate::srf::SetFunction::plan(&crate::ddl::object_name(name), args, alias.as_ref())?;
                 (Leaf::Function(f), names, cols)
             }
+            TableFactor::Derived { lateral: false, subquery, alias, .. } => {
+                let Some(alias) = alias else {
+                    return Err(SqlError::syntax("subquery in FROM must have an alias"));
+                };
+                let stmt = crate::parse::Stmt::Sql(Box::new(sqlparser::ast::Statement::Query(subquery.clone())));
+                let Some(fields) = crate::query::describe(sh, &stmt, &[]).1 else {
+                    return Err(SqlError::unsupported(format!("the subquery in FROM {}", ident_name(&alias.name))));
+                };
+                if alias.columns.len() > fields.len() {
+                    return Err(SqlError::new(
+                        "42P10",
+                        format!(
+                            "table \"{}\" has {} columns available but {} columns specified",
+                            ident_name(&alias.name),
+                            fields.len(),
+                            alias.columns.len()
+                        ),
+                    ));
+                }
+                let cols = fields
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, f)| ColumnDef {
+                        name: alias.columns.get(i).map_or(f.name, |c| ident_name(&c.name)),
+                        ty: f.ty,
+                        nullable: true,
+                    })
+                    .collect();
+                (Leaf::Derived(subquery.clone()), vec![ident_name(&alias.name)], cols)
+            }
             TableFactor::Table { name, args: Some(_), .. } => {
                 return Err(SqlError::new("42883", format!("function {name}() does not exist")))
             }
@@ -288,6 +320,7 @@ impl JoinSource {
             Leaf::Series(s) => s.rows(cx)?,
             Leaf::SlotChanges(c) => c.rows(cx)?,
             Leaf::Function(f) => f.rows(cx, scope, &vec![Datum::Null; self.cols.len()])?,
+            Leaf::Derived(q) => crate::query::select(cx, q)?.1,
         };
         if local.is_empty() {
             return Ok(rows);

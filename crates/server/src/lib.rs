@@ -50,6 +50,7 @@ pub mod pattern;
 pub mod pgcatalog;
 pub mod plan;
 pub mod query;
+pub mod sequence;
 pub mod series;
 pub mod session;
 pub mod settings;
@@ -128,6 +129,8 @@ fn spawn_connection(
 pub struct Shared {
     pub db: Database,
     pub catalog: catalog::SqlCatalog,
+    /// `CREATE SEQUENCE`'s sequences.
+    pub sequences: sequence::Sequences,
     pub log: log::Log,
     /// The password `--password-file` gave; `None` means trust.
     pub password: Option<String>,
@@ -203,6 +206,9 @@ impl Server {
             log.line("LOG", &format!("redo done at {}: {} WAL records replayed", r.end_lsn, r.records_replayed));
         }
         let catalog = catalog::SqlCatalog::open(&opts.dir)?;
+        let sequences = sequence::Sequences::open(&opts.dir)?;
+        // The output plugins show the columns' SQL types (numeric, date, smallint, ...).
+        db.set_column_types(catalog.column_types());
         let addr = format!("{}:{}", opts.listen, opts.port);
         let listener =
             TcpListener::bind(&addr).await.map_err(|source| ServeError::Listen { addr: addr.clone(), source })?;
@@ -224,6 +230,7 @@ impl Server {
         let sh = Arc::new(Shared {
             db,
             catalog,
+            sequences,
             log,
             password: opts.password,
             sessions: Default::default(),

@@ -623,6 +623,48 @@ fn aggregate(call: &Expr, rows: &[&Vec<Datum>], scope: &Scope<'_>, cx: &mut Cx<'
     })
 }
 
+/// Types the `$n` of a SELECT's WHERE and select list, and of the (uncorrelated) subqueries
+/// in them, each in its own FROM's scope.
+fn select_params(sh: &Shared, sel: &Select, scope: &Scope<'_>, params: &mut Vec<Option<SqlType>>) {
+    let mut exprs: Vec<&Expr> = sel.selection.iter().collect();
+    for it in &sel.projection {
+        if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = it {
+            exprs.push(e);
+        }
+    }
+    for e in exprs {
+        infer_params(e, scope, params);
+        let mut subs = Vec::new();
+        subqueries(e, &mut subs);
+        for q in subs {
+            if let Ok(inner) = check_query(q) {
+                if let Ok(source) = from_source(sh, inner) {
+                    select_params(sh, inner, &source.scope(), params);
+                }
+            }
+            limit_params(q, params);
+        }
+    }
+}
+
+/// The subqueries directly inside `e` (not inside those).
+fn subqueries<'e>(e: &'e Expr, out: &mut Vec<&'e Query>) {
+    match e {
+        Expr::Subquery(q) | Expr::Exists { subquery: q, .. } => out.push(q),
+        Expr::InSubquery { expr, subquery, .. } => {
+            subqueries(expr, out);
+            out.push(subquery);
+        }
+        Expr::BinaryOp { left, right, .. } => {
+            subqueries(left, out);
+            subqueries(right, out);
+        }
+        Expr::Nested(x) | Expr::UnaryOp { expr: x, .. } | Expr::IsNull(x) | Expr::IsNotNull(x) => subqueries(x, out),
+        Expr::Cast { expr, .. } => subqueries(expr, out),
+        _ => {}
+    }
+}
+
 /// What Describe reports for a statement: parameter types and result columns (`None` for
 /// statements that return no rows).
 pub fn describe(sh: &Shared, stmt: &Stmt, client: &[Option<SqlType>]) -> (Vec<SqlType>, Option<Vec<Field>>) {
@@ -634,14 +676,7 @@ pub fn describe(sh: &Shared, stmt: &Stmt, client: &[Option<SqlType>]) -> (Vec<Sq
                 if let Ok(sel) = check_query(q) {
                     if let Ok(source) = from_source(sh, sel) {
                         let scope = source.scope();
-                        if let Some(w) = &sel.selection {
-                            infer_params(w, &scope, &mut params);
-                        }
-                        for it in &sel.projection {
-                            if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = it {
-                                infer_params(e, &scope, &mut params);
-                            }
-                        }
+                        select_params(sh, sel, &scope, &mut params);
                         limit_params(q, &mut params);
                         let ptypes: Vec<SqlType> = params.iter().map(|p| p.unwrap_or(SqlType::Text)).collect();
                         if let Ok(outs) = projection(&sel.projection, &scope) {

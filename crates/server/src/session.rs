@@ -38,7 +38,7 @@
 //! publishes its transaction status and `idle_in_transaction_session_timeout` to its
 //! [`Control`], where the protocol side reads them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -112,11 +112,37 @@ pub struct Cx<'a, 'db> {
     /// Settings `set_config(name, value, false)` changed, validated: the session takes them
     /// once the statement has succeeded.
     pub set_config: Vec<(String, String)>,
+    /// The session's `nextval` results, for `currval`.
+    pub sequence_values: &'a mut crate::sequence::SessionValues,
+    /// The statement's uncorrelated subqueries' rows, by the address of their syntax tree:
+    /// each runs once, however many rows the outer query evaluates it for.
+    pub subqueries: HashMap<usize, std::rc::Rc<Vec<Vec<Datum>>>>,
+}
+
+/// A sequence name as `nextval('name')` gives it: case-folded unless quoted, schema dropped.
+fn sequence_name(text: &str) -> String {
+    let last = text.rsplit('.').next().unwrap_or(text);
+    match last.strip_prefix('"').and_then(|x| x.strip_suffix('"')) {
+        Some(quoted) => quoted.to_string(),
+        None => last.to_ascii_lowercase(),
+    }
 }
 
 impl Env for Cx<'_, '_> {
     fn param(&self, n: usize) -> Result<Datum, SqlError> {
         crate::expr::param_at(self.params, n)
+    }
+
+    fn subquery(&mut self, q: &sqlparser::ast::Query) -> Option<Result<std::rc::Rc<Vec<Vec<Datum>>>, SqlError>> {
+        let key = q as *const sqlparser::ast::Query as usize;
+        if let Some(rows) = self.subqueries.get(&key) {
+            return Some(Ok(rows.clone()));
+        }
+        Some(query::select(self, q).map(|(_, rows)| {
+            let rows = std::rc::Rc::new(rows);
+            self.subqueries.insert(key, rows.clone());
+            rows
+        }))
     }
 
     fn session_function(&mut self, name: &str, args: &[Datum]) -> Option<Result<Datum, SqlError>> {
@@ -170,6 +196,30 @@ impl Env for Cx<'_, '_> {
                 Some(relid) => Ok(crate::pgcatalog::get_replica_identity_index(self.db, relid)),
                 None => Err(SqlError::new("42883", "function pg_get_replica_identity_index() does not exist")),
             },
+            "nextval" => match args.first().and_then(Datum::to_text) {
+                Some(n) => {
+                    let n = sequence_name(&n);
+                    self.sh.sequences.nextval(&n).map(|v| {
+                        self.sequence_values.note(&n, v);
+                        Datum::Int(v)
+                    })
+                }
+                None => Ok(Datum::Null),
+            },
+            "currval" => match args.first().and_then(Datum::to_text) {
+                Some(n) => self.sequence_values.currval(&sequence_name(&n)).map(Datum::Int),
+                None => Ok(Datum::Null),
+            },
+            "setval" => match (args.first().and_then(Datum::to_text), args.get(1)) {
+                (Some(n), Some(Datum::Int(v))) => {
+                    let called = !matches!(args.get(2), Some(Datum::Bool(false)));
+                    self.sh.sequences.setval(&sequence_name(&n), *v, called).map(Datum::Int)
+                }
+                (Some(_), Some(Datum::Null)) | (None, _) => Ok(Datum::Null),
+                _ => {
+                    Err(SqlError::new("42883", "function setval(regclass, bigint [, boolean]) needs an integer value"))
+                }
+            },
             "current_setting" => match args.first().and_then(Datum::to_text) {
                 Some(n) => settings::show(self.db, self.settings, &n).map(Datum::Text),
                 None => Ok(Datum::Null),
@@ -222,6 +272,8 @@ pub struct Session<'db> {
     pending_savepoints: Vec<String>,
     /// The session's `statement_timeout` (`None`: off), read from `settings` when they change.
     statement_timeout: Option<Duration>,
+    /// What `nextval` gave this session (`currval`).
+    sequence_values: crate::sequence::SessionValues,
     pub interrupts: Interrupts,
 }
 
@@ -240,6 +292,7 @@ impl<'db> Session<'db> {
             copy_error: None,
             pending_savepoints: Vec::new(),
             statement_timeout: None,
+            sequence_values: Default::default(),
             interrupts: Interrupts::new(control),
         };
         s.settings_changed();
@@ -428,6 +481,7 @@ impl<'db> Session<'db> {
                 r.map(|()| Outcome::Command("RESET".into()))
             }
             Statement::CreateTable(_)
+            | Statement::CreateSequence { .. }
             | Statement::Drop { .. }
             | Statement::CreateIndex(_)
             | Statement::AlterTable(_) => {
@@ -473,6 +527,8 @@ impl<'db> Session<'db> {
                 notices,
                 interrupts: &self.interrupts,
                 set_config: Vec::new(),
+                sequence_values: &mut self.sequence_values,
+                subqueries: HashMap::new(),
             };
             let r = f(&mut cx);
             (r, cx.set_config)

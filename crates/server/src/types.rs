@@ -140,6 +140,25 @@ impl SqlType {
         }
     }
 
+    /// The type as the engine's output plugins show it (`pgoutput`'s type OID and typmod,
+    /// `test_decoding`'s `format_type` name without modifiers, and how a stored value reads).
+    pub fn sql_column(self) -> settledb::decode::sqltypes::SqlColumn {
+        use settledb::decode::sqltypes::{SqlColumn, ValueFormat};
+        let (typmod, format, name) = match self {
+            SqlType::Int2 => (-1, ValueFormat::Int2, self.display()),
+            SqlType::Numeric { precision, scale } => (
+                ((i32::from(precision) << 16) | i32::from(scale)) + 4,
+                ValueFormat::Numeric { scale },
+                "numeric".to_string(),
+            ),
+            SqlType::Date => (-1, ValueFormat::Date, self.display()),
+            SqlType::Varchar(n) => (n.map_or(-1, |n| n as i32 + 4), ValueFormat::Stored, "character varying".into()),
+            SqlType::Char(n) => (n as i32 + 4, ValueFormat::Stored, "character".into()),
+            _ => (-1, ValueFormat::Stored, self.display()),
+        };
+        SqlColumn { type_oid: self.pg_type().oid(), typmod, type_name: name, format }
+    }
+
     /// A compact spelling for the server's catalog file, read back by [`SqlType::decode`].
     pub fn encode(self) -> String {
         match self {

@@ -876,3 +876,29 @@ async fn copy_from_stdin_honours_statement_timeout() {
     c.batch_execute("set statement_timeout = 0").await.unwrap();
     assert!(ids(&c, "cp").await.is_empty());
 }
+
+/// COPY FROM STDIN in chunks that split lines, the data ending with a newline (as libpq and
+/// tokio-postgres send it: no `\.` line): every row arrives once, none is made of the empty
+/// rest at CopyDone; a genuinely empty line is an error that quotes the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_from_stdin_in_chunks_that_split_lines() {
+    use futures::SinkExt;
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute("create table cc (id int primary key, v text)").await.unwrap();
+    let data: String = (1..=3000).map(|i| format!("{i}\tv{i}\n")).collect();
+    let sink = c.copy_in("copy cc from stdin").await.unwrap();
+    futures::pin_mut!(sink);
+    for chunk in data.as_bytes().chunks(997) {
+        sink.send(bytes::Bytes::copy_from_slice(chunk)).await.unwrap();
+    }
+    assert_eq!(sink.finish().await.unwrap(), 3000);
+    let n: i64 = c.query_one("select count(*) from cc", &[]).await.unwrap().get(0);
+    assert_eq!(n, 3000);
+    let sink = c.copy_in("copy cc from stdin").await.unwrap();
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from_static(b"5000\tx\n\n5001\ty\n")).await.unwrap();
+    let e = sink.finish().await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().message(), "missing data for a column (COPY cc, line 2): \"\"");
+}

@@ -182,13 +182,21 @@ impl Database {
         self.decode_slot_with(slot_name, limits, &mut *plugin, confirm)
     }
 
+    /// Gives the output plugins the columns' SQL types (a server that keeps them above the
+    /// engine's storage types registers them once; see [`crate::decode::sqltypes`]).
+    pub fn set_column_types(&self, types: Arc<dyn crate::decode::sqltypes::ColumnTypes>) {
+        *self.inner.column_types.write() = Some(types);
+    }
+
     /// The plugin slot `d` names, with `options`.
     fn output_plugin(&self, d: &slot::SlotData, options: &[(String, Option<String>)]) -> Result<Box<dyn OutputPlugin>> {
+        let types = self.inner.column_types.read().clone();
         Ok(match d.plugin.as_str() {
-            "test_decoding" => Box::new(TestDecoding::new(options)?),
-            "pgoutput" => {
-                Box::new(PgOutput::new(options, Box::new(super::publication::DbPublications(self.inner.clone())))?)
-            }
+            "test_decoding" => Box::new(TestDecoding::new(options)?.with_column_types(types)),
+            "pgoutput" => Box::new(
+                PgOutput::new(options, Box::new(super::publication::DbPublications(self.inner.clone())))?
+                    .with_column_types(types),
+            ),
             "null" => Box::new(NullOutput::new(options)?),
             other => {
                 return Err(Error::invalid(format!(

@@ -24,4 +24,5 @@ pub mod null;
 pub mod pgoutput;
 pub mod reorderbuffer;
 pub mod slot;
+pub mod sqltypes;
 pub mod test_decoding;

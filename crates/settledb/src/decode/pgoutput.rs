@@ -63,6 +63,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::historic::CatalogHistory;
 use super::logical::{Output, OutputPlugin, RelInfo, RowData, RowKind, TxnInfo};
+use super::sqltypes::{self, columns_of, ColumnTypes, SqlColumn, ValueFormat};
 use super::test_decoding::parse_bool;
 use crate::catalog::publication::{PublicationRow, PublishActions};
 use crate::error::{Error, Result};
@@ -280,6 +281,10 @@ pub struct PgOutput {
     /// Tables truncated by each transaction being sent (by top-level XID): their Relation
     /// messages are forgotten again at its end and after each of its streamed blocks.
     truncated: Vec<(Xid, Oid)>,
+    /// The SQL types of the columns, when a layer above the engine gives them.
+    types: Option<Arc<dyn ColumnTypes>>,
+    /// Per relation, the schema they were worked out for and the columns' SQL types.
+    sql_cols: FxHashMap<Oid, (crate::heap::tuple::Schema, Arc<Vec<SqlColumn>>)>,
 }
 
 impl PgOutput {
@@ -294,7 +299,27 @@ impl PgOutput {
             stream_rel_sent: FxHashMap::default(),
             streamed: FxHashSet::default(),
             truncated: Vec::new(),
+            types: None,
+            sql_cols: FxHashMap::default(),
         })
+    }
+
+    /// Shows the columns with the SQL types `types` gives (see [`super::sqltypes`]).
+    pub fn with_column_types(mut self, types: Option<Arc<dyn ColumnTypes>>) -> PgOutput {
+        self.types = types;
+        self
+    }
+
+    /// `rel`'s columns' SQL types, worked out once per relation and schema.
+    fn sql_columns(&mut self, rel: &RelInfo) -> Arc<Vec<SqlColumn>> {
+        if let Some((schema, cols)) = self.sql_cols.get(&rel.oid) {
+            if *schema == rel.schema {
+                return cols.clone();
+            }
+        }
+        let cols = Arc::new(columns_of(self.types.as_ref(), rel));
+        self.sql_cols.insert(rel.oid, (rel.schema.clone(), cols.clone()));
+        cols
     }
 
     /// What the named publications publish of relation `rel`, as of `lsn`.
@@ -352,7 +377,8 @@ impl PgOutput {
         rel: &RelInfo,
         stream: Option<(Xid, Xid)>,
     ) {
-        let body = relation_body(rel);
+        let cols = self.sql_columns(rel);
+        let body = relation_body(rel, &cols);
         let sent = match stream {
             None => &mut self.rel_sent,
             Some((top, _)) => self.stream_rel_sent.entry(top).or_default(),
@@ -437,7 +463,7 @@ impl PgOutput {
     }
 
     /// The I, U or D message.
-    fn change_message(&self, rel: &RelInfo, row: &RowData, xid: Option<Xid>) -> Vec<u8> {
+    fn change_message(&self, rel: &RelInfo, cols: &[SqlColumn], row: &RowData, xid: Option<Xid>) -> Vec<u8> {
         // What the WAL logged decides K or O (PostgreSQL decides by the relation's
         // relreplident as of the change, which is what the logging followed).
         let old_kind = |whole: bool| if whole { b'O' } else { b'K' };
@@ -452,8 +478,9 @@ impl PgOutput {
         }
         w.u32(rel.oid.0);
         let tuple = |w: &mut Writer, values: &[Value]| {
-            let cols: Vec<Datum> = values.iter().map(|v| datum(v, self.opts.binary)).collect();
-            w.tuple(&cols);
+            let data: Vec<Datum> =
+                values.iter().zip(cols).map(|(v, c)| datum_as(v, c.format, self.opts.binary)).collect();
+            w.tuple(&data);
         };
         match row {
             RowData::Insert { new } => {
@@ -502,19 +529,33 @@ impl PgOutput {
 }
 
 /// A Relation message after its tag and optional XID.
-fn relation_body(rel: &RelInfo) -> Vec<u8> {
+fn relation_body(rel: &RelInfo, cols: &[SqlColumn]) -> Vec<u8> {
     let mut w = Writer::default();
     w.u32(rel.oid.0).string(&rel.namespace).string(&rel.name).u8(rel.replica_identity.code() as u8);
     w.i16(i16::try_from(rel.schema.columns.len()).unwrap_or(i16::MAX));
-    for (i, c) in rel.schema.columns.iter().enumerate() {
+    for (i, (c, sql)) in rel.schema.columns.iter().zip(cols).enumerate() {
         let key = match rel.replica_identity {
             ReplicaIdentity::Full => true,
             ReplicaIdentity::Default => rel.key_columns.iter().any(|&k| usize::from(k) == i),
             ReplicaIdentity::Nothing => false,
         };
-        w.u8(u8::from(key)).string(&c.name).u32(pgtext::type_oid(c.ty)).i32(-1);
+        w.u8(u8::from(key)).string(&c.name).u32(sql.type_oid).i32(sql.typmod);
     }
     w.finish()
+}
+
+/// A value as a TupleData column, shown as its SQL type (`format`).
+pub fn datum_as(v: &Value, format: ValueFormat, binary: bool) -> Datum {
+    if format == ValueFormat::Stored || matches!(v, Value::Null) {
+        return datum(v, binary);
+    }
+    if binary {
+        if let Some(b) = sqltypes::binary(v, format) {
+            return Datum::Binary(b);
+        }
+        return datum(v, binary);
+    }
+    Datum::Text(sqltypes::text(v, format).unwrap_or_default().into_bytes())
 }
 
 /// A value as a TupleData column: its send format with `binary`, else its text output.
@@ -562,7 +603,8 @@ impl OutputPlugin for PgOutput {
             self.write_begin(out, txn, lsn);
         }
         self.maybe_send_relation(out, lsn, txn.xid, rel, None);
-        let m = self.change_message(rel, row, None);
+        let cols = self.sql_columns(rel);
+        let m = self.change_message(rel, &cols, row, None);
         out.write(lsn, txn.xid, m);
         Ok(())
     }
@@ -654,7 +696,8 @@ impl OutputPlugin for PgOutput {
             return Ok(());
         }
         self.maybe_send_relation(out, lsn, top, rel, Some((top, xid)));
-        let m = self.change_message(rel, row, Some(xid));
+        let cols = self.sql_columns(rel);
+        let m = self.change_message(rel, &cols, row, Some(xid));
         out.write(lsn, top, m);
         Ok(())
     }

@@ -47,6 +47,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use super::logical::{Output, OutputPlugin, RelInfo, RowData, TxnInfo};
+use super::sqltypes::{self, columns_of, ColumnTypes, SqlColumn, ValueFormat};
 use crate::error::{Error, Result};
 use crate::heap::truncate::TruncateRecord;
 use crate::heap::tuple::{Type, Value};
@@ -69,6 +70,8 @@ pub struct TestDecoding {
     /// Each relation's names as printed, made once per relation (and again after the decoder
     /// says it changed, [`OutputPlugin::relation_changed`]).
     rel_text: FxHashMap<Oid, RelText>,
+    /// The SQL types of the columns, when a layer above the engine gives them.
+    types: Option<std::sync::Arc<dyn ColumnTypes>>,
 }
 
 /// A relation's fixed text: `table ns.name:` and each column's ` name[type]:`, names quoted
@@ -77,18 +80,21 @@ pub struct TestDecoding {
 struct RelText {
     table: String,
     columns: Vec<String>,
+    sql: Vec<SqlColumn>,
 }
 
 impl RelText {
-    fn new(rel: &RelInfo) -> RelText {
+    fn new(rel: &RelInfo, types: Option<&std::sync::Arc<dyn ColumnTypes>>) -> RelText {
         let table = format!("table {}.{}:", quote_identifier(&rel.namespace), quote_identifier(&rel.name));
+        let sql = columns_of(types, rel);
         let columns = rel
             .schema
             .columns
             .iter()
-            .map(|c| format!(" {}[{}]:", quote_identifier(&c.name), pgtext::type_name(c.ty)))
+            .zip(&sql)
+            .map(|(c, t)| format!(" {}[{}]:", quote_identifier(&c.name), t.type_name))
             .collect();
-        RelText { table, columns }
+        RelText { table, columns, sql }
     }
 }
 
@@ -117,6 +123,7 @@ impl TestDecoding {
             stream_wrote_changes: false,
             streamed_wrote: FxHashMap::default(),
             rel_text: FxHashMap::default(),
+            types: None,
         };
         for (name, value) in options {
             let flag = || -> Result<bool> {
@@ -448,11 +455,19 @@ impl OutputPlugin for TestDecoding {
 }
 
 impl TestDecoding {
+    /// Prints the columns' SQL types and values as `types` gives them (see
+    /// [`super::sqltypes`]).
+    pub fn with_column_types(mut self, types: Option<std::sync::Arc<dyn ColumnTypes>>) -> TestDecoding {
+        self.types = types;
+        self.rel_text.clear();
+        self
+    }
+
     /// `rel`'s printed names, made when first needed or when `rel` changed (a hot path: once
     /// per row).
     fn rel_text(&mut self, rel: &RelInfo) -> &RelText {
         if self.rel_text.get(&rel.oid).is_none_or(|t| t.columns.len() != rel.schema.columns.len()) {
-            self.rel_text.insert(rel.oid, RelText::new(rel));
+            self.rel_text.insert(rel.oid, RelText::new(rel, self.types.as_ref()));
         }
         &self.rel_text[&rel.oid]
     }
@@ -478,11 +493,19 @@ fn timestamptz(us: i64) -> String {
 /// Appends ` name[type]:value` per column; `skip_nulls` for old keys and rows. Values are
 /// written straight into the line (a hot path: once per column of every row).
 fn tuple(s: &mut Vec<u8>, rel: &RelInfo, names: &RelText, values: &[Value], skip_nulls: bool) {
-    for ((c, name), v) in rel.schema.columns.iter().zip(&names.columns).zip(values) {
+    for (((c, name), sql), v) in rel.schema.columns.iter().zip(&names.columns).zip(&names.sql).zip(values) {
         if skip_nulls && matches!(v, Value::Null) {
             continue;
         }
         s.extend_from_slice(name.as_bytes());
+        if sql.format != ValueFormat::Stored {
+            match sqltypes::text(v, sql.format) {
+                None => s.extend_from_slice(b"null"),
+                Some(text) if sql.bare() => s.extend_from_slice(text.as_bytes()),
+                Some(text) => literal(s, Type::Text, &text),
+            }
+            continue;
+        }
         match v {
             Value::Null => s.extend_from_slice(b"null"),
             Value::Int4(x) => push_int(s, i64::from(*x)),
