@@ -6,42 +6,9 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, pg15_installed, Peer};
-
-const PSQL: &str = "/usr/lib/postgresql/15/bin/psql";
-
-fn psql(port: &str, sql: &str) -> Result<String, String> {
-    let o = Command::new(PSQL)
-        .args(["-X", "-At", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-d", "postgres", "-c", sql])
-        .env("PGCONNECT_TIMEOUT", "5")
-        .output()
-        .map_err(|e| e.to_string())?;
-    if o.status.success() {
-        Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&o.stderr).into_owned())
-    }
-}
-
-fn serve(dir: &Path, port: &str) -> Child {
-    let child = Command::new(env!("CARGO_BIN_EXE_settle"))
-        .args(["serve", "--port", port, "--trust", "--set", "wal_level=logical", "--dir"])
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start settle serve");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while psql(port, "SELECT 1").is_err() {
-        assert!(Instant::now() < deadline, "settle serve did not come up on port {port}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    child
-}
+use common::{free_port, pg15_installed, psql, serve, Peer};
 
 #[test]
 fn the_subscriber_resumes_after_settle_serve_is_killed() {

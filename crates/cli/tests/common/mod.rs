@@ -3,7 +3,8 @@
 #![allow(dead_code)] // each test binary uses some of these
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Runs the `settle` binary; (success, stdout, stderr).
 pub fn settle(args: &[&str]) -> (bool, String, String) {
@@ -66,4 +67,38 @@ impl Drop for Peer {
             eprintln!("settle peer stop failed: {err}");
         }
     }
+}
+
+/// PostgreSQL 15's psql.
+pub const PSQL: &str = "/usr/lib/postgresql/15/bin/psql";
+
+/// psql -At -c SQL on the loopback server at `port`: its output, or its error text.
+pub fn psql(port: &str, sql: &str) -> Result<String, String> {
+    let o = Command::new(PSQL)
+        .args(["-X", "-At", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-d", "postgres", "-c", sql])
+        .env("PGCONNECT_TIMEOUT", "5")
+        .output()
+        .map_err(|e| e.to_string())?;
+    if o.status.success() {
+        Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&o.stderr).into_owned())
+    }
+}
+
+/// `settle serve` with `wal_level=logical` and trust, on `dir` and `port`, once it answers.
+pub fn serve(dir: &Path, port: &str) -> Child {
+    let child = Command::new(env!("CARGO_BIN_EXE_settle"))
+        .args(["serve", "--port", port, "--trust", "--set", "wal_level=logical", "--dir"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start settle serve");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while psql(port, "SELECT 1").is_err() {
+        assert!(Instant::now() < deadline, "settle serve did not come up on port {port}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child
 }

@@ -105,6 +105,13 @@ pub fn load(url: &str, warehouses: i32, seed: u64) -> anyhow::Result<()> {
         .context("setting bmsql_hist_id_seq after the load")
 }
 
+/// The primary keys and extra indexes of [`create_schema`]'s empty tables, for a database the
+/// rows reach another way (a logical replication subscriber, which needs the keys to apply
+/// updates and deletes).
+pub fn create_keys(url: &str) -> anyhow::Result<()> {
+    create_indexes(&mut pg::connect(url)?)
+}
+
 /// The primary keys and extra indexes, built on the loaded tables.
 fn create_indexes(client: &mut Client) -> anyhow::Result<()> {
     for def in TABLES {
