@@ -5,29 +5,37 @@
 //!
 //! # The work
 //!
-//! pgbench's tables at scale 1 on the publisher and, with the same rows (`pgbench -i` is
-//! deterministic), on the subscriber; a publication of all tables and a subscription with
-//! `copy_data = false` (settle serve has no initial copy yet). The workload is pgbench's
-//! TPC-B-like transaction (three updates and an insert: four published changes), not TPC-C:
-//! `settle tpcc --target` cannot drive `settle serve` yet.
+//! TPC-C: BenchmarkSQL's tables with one warehouse, created and loaded through the workload
+//! crate's PostgreSQL target (what `settle tpcc --target` sends) on the publisher and, with the
+//! same seed and so the same rows, on the subscriber; a publication of all tables and a
+//! subscription with `copy_data = false` (the rows are there already), connected through a
+//! loopback relay in this process that counts the bytes the publisher sends.
 //!
-//! 1. **Lag**: `pgbench -R R -T S` runs while a probe inserts a row `(i, now())` into table
-//!    `lag` every 100 ms; the subscriber's copy of `lag` has a third column `arrived default
-//!    clock_timestamp()`, which its apply worker fills as it applies the insert. Lag is
-//!    `arrived - t`: from the probe's statement on the publisher to the row on the
-//!    subscriber, on one machine's clock. p50 and p99 over the probes.
-//! 2. **Publisher CPU per change**: the subscription is disabled, `pgbench -t` runs N
-//!    transactions, the subscription is enabled, and the publisher's CPU is read from when it
-//!    is enabled until the subscriber holds every row: settle serve runs in this process,
-//!    which does nothing else meanwhile (it polls the subscriber through psql, a child), so
-//!    its CPU is the WAL sender's; PostgreSQL's is its WAL sender process's (from
-//!    `pg_stat_replication`), which starts with the subscription. Divided by 4N changes.
+//! 1. **Lag**: four terminals run TPC-C at R transactions per second for S seconds while a
+//!    probe inserts a row `(i, now())` into table `lag` every 100 ms; the subscriber's copy of
+//!    `lag` has a third column `arrived default clock_timestamp()`, which its apply worker
+//!    fills as it applies the insert. Lag is `arrived - t`: from the probe's statement on the
+//!    publisher to the row on the subscriber, on one machine's clock. p50 and p99 over the
+//!    probes.
+//! 2. **Publisher CPU and bytes per change**: the subscription is disabled, four terminals
+//!    run N transactions unthrottled, the subscription is enabled, and the publisher's CPU is
+//!    read from when it is enabled until the subscriber holds every change (its districts'
+//!    order counters, history and new-order rows equal the publisher's): settle serve runs in
+//!    this process, which does nothing else meanwhile (it polls through psql, a child), so its
+//!    CPU is the WAL sender's; PostgreSQL's is its WAL sender process's (from
+//!    `pg_stat_replication`), which starts with the subscription. The changes are the rows
+//!    the run inserted, updated and deleted (`pg_stat_user_tables`, on each publisher); the
+//!    bytes are those the relay carried from the publisher to the subscriber meanwhile.
 //!    Catch-up seconds include the subscriber starting its worker (within 100 ms).
 //!
 //! Targets (issue 21): publisher CPU per change at most 0.3x PostgreSQL 15's WAL sender; p99
-//! lag no worse than PostgreSQL's. Bytes sent are not measured yet.
+//! lag no worse than PostgreSQL's.
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -36,17 +44,22 @@ use serde::Serialize;
 use crate::bench::wire::InProcess;
 use crate::peer::Postgres;
 use crate::procstat;
+use workload::tpcc::postgres::{self as pgtpcc, PgTarget};
+use workload::tpcc::{run as run_tpcc, RunConfig, RunProgress};
+
+/// The population's seed, the same on both sides.
+const SEED: u64 = 42;
 
 #[derive(clap::Args)]
 pub struct ReplicateArgs {
-    /// Transactions in the CPU phase.
-    #[arg(long, default_value_t = 100_000)]
+    /// TPC-C transactions in the CPU phase.
+    #[arg(long, default_value_t = 10_000)]
     transactions: u32,
     /// Seconds of the lag phase.
     #[arg(long, default_value_t = 10)]
     lag_seconds: u32,
-    /// pgbench's rate in the lag phase, transactions per second.
-    #[arg(long, default_value_t = 200)]
+    /// TPC-C transactions per second in the lag phase.
+    #[arg(long, default_value_t = 50)]
     rate: u32,
     /// Also run PostgreSQL 15 as the publisher.
     #[arg(long)]
@@ -66,6 +79,8 @@ struct Figures {
     publisher_cpu_seconds: f64,
     cpu_us_per_change: f64,
     catch_up_seconds: f64,
+    bytes_sent: u64,
+    bytes_per_change: f64,
     lag_probes: usize,
     lag_p50_ms: f64,
     lag_p99_ms: f64,
@@ -83,17 +98,91 @@ fn psql(port: u16, db: &str, sql: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-fn pgbench(port: u16, args: &[&str]) -> Result<String> {
-    let bin = crate::peer::find_bindir().context("PostgreSQL 15 is not installed")?.join("pgbench");
-    let out = Command::new(bin)
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
-        .args(args)
-        .arg("postgres")
-        .output()?;
-    if !out.status.success() {
-        bail!("pgbench {args:?} on port {port} failed: {}", String::from_utf8_lossy(&out.stderr));
+/// A loopback TCP relay to `target` that counts the bytes coming back from it (publisher to
+/// subscriber), for as long as this process runs.
+struct Relay {
+    port: u16,
+    down: Arc<AtomicU64>,
+}
+
+impl Relay {
+    fn start(target: u16) -> Result<Relay> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        let down = Arc::new(AtomicU64::new(0));
+        let counted = down.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
+                let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else { continue };
+                let counted = counted.clone();
+                std::thread::spawn(move || pump(client, server, None));
+                std::thread::spawn(move || pump(s2, c2, Some(counted)));
+            }
+        });
+        Ok(Relay { port, down })
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+
+    fn bytes_down(&self) -> u64 {
+        self.down.load(Ordering::Relaxed)
+    }
+}
+
+/// Copies `from` to `to` until either closes, counting into `count`.
+fn pump(mut from: TcpStream, mut to: TcpStream, count: Option<Arc<AtomicU64>>) {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+        if let Some(c) = &count {
+            c.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+/// Rows inserted, updated and deleted in the bmsql tables so far, once the figure has
+/// settled (PostgreSQL's backends report theirs when they end).
+fn published_changes(port: u16) -> Result<u64> {
+    let read = || -> Result<u64> {
+        let v = psql(
+            port,
+            "postgres",
+            "SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) FROM pg_stat_user_tables WHERE relname LIKE 'bmsql%'",
+        )?;
+        Ok(v.parse::<f64>().map(|x| x as u64).unwrap_or(0))
+    };
+    let mut last = read()?;
+    loop {
+        std::thread::sleep(Duration::from_millis(700));
+        let now = read()?;
+        if now == last {
+            return Ok(now);
+        }
+        last = now;
+    }
+}
+
+/// What must be equal on both sides once the subscriber has every change.
+const CAUGHT_UP: &str = "SELECT (SELECT sum(d_next_o_id) FROM bmsql_district), (SELECT count(*) FROM bmsql_history), \
+                         (SELECT count(*) FROM bmsql_new_order)";
+
+fn tpcc_config(transactions: Option<u64>, duration: Option<Duration>, rate: Option<f64>, seed: u64) -> RunConfig {
+    RunConfig {
+        warehouses: 1,
+        terminals: 4,
+        transactions,
+        duration,
+        seed,
+        mix: Default::default(),
+        delivery_workers: 1,
+        rate,
+    }
 }
 
 /// Polls `check` every 50 ms until it holds, for at most `limit`.
@@ -122,9 +211,13 @@ fn run_one(
     a: &ReplicateArgs,
     cpu: &dyn Fn() -> Result<f64>,
 ) -> Result<Figures> {
-    eprintln!("{publisher}: loading pgbench's tables on both sides ...");
-    pgbench(port, &["-i", "-s", "1", "-q"])?;
-    pgbench(sub, &["-i", "-s", "1", "-q"])?;
+    eprintln!("{publisher}: loading one TPC-C warehouse on both sides ...");
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    let sub_url = format!("postgres://postgres@127.0.0.1:{sub}/postgres");
+    for u in [&url, &sub_url] {
+        pgtpcc::create_schema(u)?;
+        pgtpcc::load(u, 1, SEED)?;
+    }
     psql(port, "postgres", "CREATE TABLE lag (id int PRIMARY KEY, t timestamp)")?;
     psql(sub, "postgres", "DROP TABLE IF EXISTS lag")?;
     psql(
@@ -133,12 +226,14 @@ fn run_one(
         "CREATE TABLE lag (id int PRIMARY KEY, t timestamp, arrived timestamp DEFAULT clock_timestamp())",
     )?;
     psql(port, "postgres", "CREATE PUBLICATION bench FOR ALL TABLES")?;
+    let relay = Relay::start(port)?;
     psql(
         sub,
         "postgres",
         &format!(
-            "CREATE SUBSCRIPTION bench CONNECTION 'host=127.0.0.1 port={port} user=postgres dbname=postgres' \
-             PUBLICATION bench WITH (copy_data = false)"
+            "CREATE SUBSCRIPTION bench CONNECTION 'host=127.0.0.1 port={} user=postgres dbname=postgres' \
+             PUBLICATION bench WITH (copy_data = false)",
+            relay.port
         ),
     )?;
 
@@ -146,19 +241,24 @@ fn run_one(
     // wal_retrieve_retry_interval): measure from when it streams.
     let streaming = || Ok(psql(port, "postgres", "SELECT count(*) FROM pg_stat_replication")? == "1");
     wait_for("the subscription to stream", Duration::from_secs(60), streaming)?;
+    let target = PgTarget::new(&url)?;
 
     // 1. Lag under a steady rate.
-    eprintln!("{publisher}: lag phase, {} s at {} tps ...", a.lag_seconds, a.rate);
-    let (secs, rate) = (a.lag_seconds.to_string(), a.rate.to_string());
-    let load = std::thread::spawn(move || pgbench(port, &["-n", "-c", "1", "-R", &rate, "-T", &secs]));
-    let started = Instant::now();
+    eprintln!("{publisher}: lag phase, {} s at {} TPC-C transactions/s ...", a.lag_seconds, a.rate);
+    let seconds = Duration::from_secs(u64::from(a.lag_seconds));
     let mut probes = 0;
-    while started.elapsed() < Duration::from_secs(u64::from(a.lag_seconds)) {
-        psql(port, "postgres", &format!("INSERT INTO lag VALUES ({probes}, now())"))?;
-        probes += 1;
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    load.join().map_err(|_| anyhow::anyhow!("pgbench thread panicked"))??;
+    let cfg = tpcc_config(None, Some(seconds), Some(f64::from(a.rate)), 1);
+    std::thread::scope(|scope| -> Result<()> {
+        let load = scope.spawn(|| run_tpcc(&target, &cfg, &RunProgress::default()));
+        let started = Instant::now();
+        while started.elapsed() < seconds {
+            psql(port, "postgres", &format!("INSERT INTO lag VALUES ({probes}, now())"))?;
+            probes += 1;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        load.join().map_err(|_| anyhow::anyhow!("the TPC-C terminals panicked"))??;
+        Ok(())
+    })?;
     wait_for("the probes on the subscriber", Duration::from_secs(120), || {
         Ok(psql(sub, "postgres", "SELECT count(*) FROM lag")? == probes.to_string())
     })?;
@@ -166,32 +266,32 @@ fn run_one(
     let mut lags: Vec<f64> = lags.lines().filter_map(|l| l.trim().parse().ok()).collect();
     lags.sort_by(f64::total_cmp);
 
-    // 2. Publisher CPU per change while the subscriber catches up.
-    eprintln!("{publisher}: CPU phase, {} transactions while the subscription is disabled ...", a.transactions);
+    // 2. Publisher CPU and bytes per change while the subscriber catches up.
+    eprintln!("{publisher}: CPU phase, {} TPC-C transactions while the subscription is disabled ...", a.transactions);
     psql(sub, "postgres", "ALTER SUBSCRIPTION bench DISABLE")?;
     wait_for("the WAL sender to stop", Duration::from_secs(60), || {
         Ok(psql(port, "postgres", "SELECT count(*) FROM pg_stat_replication")? == "0")
     })?;
-    let history_before: u64 = psql(sub, "postgres", "SELECT count(*) FROM pgbench_history")?.parse()?;
-    let per_client = (a.transactions / 2).max(1);
-    pgbench(port, &["-n", "-c", "2", "-j", "2", "-t", &per_client.to_string()])?;
-    let expected = history_before + 2 * u64::from(per_client);
-    let before = cpu()?;
+    let changes_before = published_changes(port)?;
+    run_tpcc(&target, &tpcc_config(Some(u64::from(a.transactions)), None, None, 2), &RunProgress::default())?;
+    let changes = published_changes(port)? - changes_before;
+    let want = psql(port, "postgres", CAUGHT_UP)?;
+    let (before, bytes_before) = (cpu()?, relay.bytes_down());
     let t0 = Instant::now();
     psql(sub, "postgres", "ALTER SUBSCRIPTION bench ENABLE")?;
-    wait_for("the subscriber to catch up", Duration::from_secs(600), || {
-        Ok(psql(sub, "postgres", "SELECT count(*) FROM pgbench_history")?.parse::<u64>()? >= expected)
-    })?;
+    wait_for("the subscriber to catch up", Duration::from_secs(900), || Ok(psql(sub, "postgres", CAUGHT_UP)? == want))?;
     let catch_up_seconds = t0.elapsed().as_secs_f64();
     let used = cpu()? - before;
+    let bytes_sent = relay.bytes_down() - bytes_before;
     psql(sub, "postgres", "DROP SUBSCRIPTION bench")?;
-    let changes = 4 * 2 * u64::from(per_client);
     Ok(Figures {
         publisher,
         changes,
         publisher_cpu_seconds: used,
-        cpu_us_per_change: used * 1e6 / changes as f64,
+        cpu_us_per_change: used * 1e6 / changes.max(1) as f64,
         catch_up_seconds,
+        bytes_sent,
+        bytes_per_change: bytes_sent as f64 / changes.max(1) as f64,
         lag_probes: lags.len(),
         lag_p50_ms: percentile(&lags, 0.5),
         lag_p99_ms: percentile(&lags, 0.99),
@@ -225,7 +325,7 @@ pub fn run(a: ReplicateArgs) -> Result<ExitCode> {
         rows.push(run_one("settledb", server.port, a.subscriber_port, &a, &cpu)?);
     }
     if a.peer {
-        // The subscriber's tables start again from pgbench -i.
+        // The subscriber's tables start again from the load.
         let settings: Vec<(String, String)> = [("wal_level", "logical"), ("timezone", "UTC"), ("fsync", "off")]
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -264,16 +364,27 @@ pub fn run(a: ReplicateArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<10} {:>9} {:>9} {:>12} {:>10} {:>7} {:>9} {:>9}",
-        "publisher", "changes", "CPU s", "us/change", "catch-up s", "probes", "lag p50", "lag p99"
+        "{:<10} {:>9} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7} {:>9} {:>9}",
+        "publisher",
+        "changes",
+        "CPU s",
+        "us/change",
+        "MB sent",
+        "B/change",
+        "catch-up s",
+        "probes",
+        "lag p50",
+        "lag p99"
     );
     for r in &rows {
         println!(
-            "{:<10} {:>9} {:>9.3} {:>12.2} {:>10.2} {:>7} {:>6.1} ms {:>6.1} ms",
+            "{:<10} {:>9} {:>9.3} {:>10.2} {:>10.1} {:>9.1} {:>10.2} {:>7} {:>6.1} ms {:>6.1} ms",
             r.publisher,
             r.changes,
             r.publisher_cpu_seconds,
             r.cpu_us_per_change,
+            r.bytes_sent as f64 / 1e6,
+            r.bytes_per_change,
             r.catch_up_seconds,
             r.lag_probes,
             r.lag_p50_ms,
