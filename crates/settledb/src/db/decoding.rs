@@ -81,6 +81,7 @@ impl RelationLookup for CatalogLookup<'_> {
         if let Some(e) = self.0.get_by_oid(oid) {
             let (replica_identity, key_columns) = e.rel.replica_identity.read().clone();
             return Some(RelInfo {
+                epoch: RelInfo::next_epoch(),
                 oid,
                 namespace: "public".into(),
                 name: e.rel.name.clone(),
@@ -93,6 +94,7 @@ impl RelationLookup for CatalogLookup<'_> {
         // (Its primary key's index row is not looked for: the key is left unknown.)
         let row = super::startup::find_table_row_any_version(&self.1, oid).ok()??;
         Some(RelInfo {
+            epoch: RelInfo::next_epoch(),
             oid,
             namespace: "public".into(),
             name: row.relname,

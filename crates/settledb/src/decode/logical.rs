@@ -83,8 +83,12 @@ use crate::xact::{
 const FIRST_USER_OID: u32 = 16384;
 
 /// A relation as output plugins name and read it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct RelInfo {
+    /// A number no other description of any relation made in this process has (see
+    /// [`RelInfo::next_epoch`]): a plugin caches what it derives from a description by it,
+    /// which saves comparing schemas once per row. Not part of the description's equality.
+    pub epoch: u64,
     pub oid: Oid,
     pub namespace: String,
     pub name: String,
@@ -93,6 +97,21 @@ pub struct RelInfo {
     /// one): what an update's or delete's old row holds.
     pub replica_identity: ReplicaIdentity,
     pub key_columns: Vec<u16>,
+}
+
+impl PartialEq for RelInfo {
+    fn eq(&self, o: &RelInfo) -> bool {
+        (self.oid, &self.namespace, &self.name, &self.schema, self.replica_identity, &self.key_columns)
+            == (o.oid, &o.namespace, &o.name, &o.schema, o.replica_identity, &o.key_columns)
+    }
+}
+
+impl RelInfo {
+    /// A fresh [`RelInfo::epoch`].
+    pub fn next_epoch() -> u64 {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Finds a relation by OID in the current catalog (the decoder's fallback).
@@ -757,10 +776,11 @@ impl<'a> LogicalDecoder<'a> {
             let before = self.rels.learned.get(&oid).cloned().or_else(|| self.rels.catalog.relation(oid).map(Arc::new));
             let info = match key {
                 Some(key_columns) => match before {
-                    Some(b) => RelInfo { key_columns, ..(*b).clone() },
+                    Some(b) => RelInfo { key_columns, epoch: RelInfo::next_epoch(), ..(*b).clone() },
                     None => continue,
                 },
                 None => RelInfo {
+                    epoch: RelInfo::next_epoch(),
                     oid,
                     namespace: "public".into(),
                     name: row.relname,

@@ -274,8 +274,8 @@ pub struct PgOutput {
     sent_begin: bool,
     /// The Relation message last sent outside streamed transactions, per relation, and per
     /// streamed top-level transaction the ones sent in it.
-    rel_sent: FxHashMap<Oid, Vec<u8>>,
-    stream_rel_sent: FxHashMap<Xid, FxHashMap<Oid, Vec<u8>>>,
+    rel_sent: FxHashMap<Oid, Arc<Vec<u8>>>,
+    stream_rel_sent: FxHashMap<Xid, FxHashMap<Oid, Arc<Vec<u8>>>>,
     /// Top-level transactions that had a streamed block.
     streamed: FxHashSet<Xid>,
     /// Tables truncated by each transaction being sent (by top-level XID): their Relation
@@ -283,8 +283,9 @@ pub struct PgOutput {
     truncated: Vec<(Xid, Oid)>,
     /// The SQL types of the columns, when a layer above the engine gives them.
     types: Option<Arc<dyn ColumnTypes>>,
-    /// Per relation, the schema they were worked out for and the columns' SQL types.
-    sql_cols: FxHashMap<Oid, (crate::heap::tuple::Schema, Arc<Vec<SqlColumn>>)>,
+    /// Per relation, the description's epoch they were worked out for, the columns' SQL
+    /// types and the Relation message's body.
+    rel_cache: FxHashMap<Oid, RelCache>,
 }
 
 impl PgOutput {
@@ -300,7 +301,7 @@ impl PgOutput {
             streamed: FxHashSet::default(),
             truncated: Vec::new(),
             types: None,
-            sql_cols: FxHashMap::default(),
+            rel_cache: FxHashMap::default(),
         })
     }
 
@@ -310,16 +311,20 @@ impl PgOutput {
         self
     }
 
-    /// `rel`'s columns' SQL types, worked out once per relation and schema.
-    fn sql_columns(&mut self, rel: &RelInfo) -> Arc<Vec<SqlColumn>> {
-        if let Some((schema, cols)) = self.sql_cols.get(&rel.oid) {
-            if *schema == rel.schema {
-                return cols.clone();
-            }
+    /// `rel`'s columns' SQL types and Relation message body, worked out once per
+    /// description (a hot path: once per row).
+    fn rel_cache(&mut self, rel: &RelInfo) -> &RelCache {
+        let fresh = self.rel_cache.get(&rel.oid).is_some_and(|c| c.epoch == rel.epoch);
+        if !fresh {
+            let cols = Arc::new(columns_of(self.types.as_ref(), rel));
+            let body = Arc::new(relation_body(rel, &cols));
+            self.rel_cache.insert(rel.oid, RelCache { epoch: rel.epoch, cols, body });
         }
-        let cols = Arc::new(columns_of(self.types.as_ref(), rel));
-        self.sql_cols.insert(rel.oid, (rel.schema.clone(), cols.clone()));
-        cols
+        &self.rel_cache[&rel.oid]
+    }
+
+    fn sql_columns(&mut self, rel: &RelInfo) -> Arc<Vec<SqlColumn>> {
+        self.rel_cache(rel).cols.clone()
     }
 
     /// What the named publications publish of relation `rel`, as of `lsn`.
@@ -377,13 +382,12 @@ impl PgOutput {
         rel: &RelInfo,
         stream: Option<(Xid, Xid)>,
     ) {
-        let cols = self.sql_columns(rel);
-        let body = relation_body(rel, &cols);
+        let body = self.rel_cache(rel).body.clone();
         let sent = match stream {
             None => &mut self.rel_sent,
             Some((top, _)) => self.stream_rel_sent.entry(top).or_default(),
         };
-        if sent.get(&rel.oid) == Some(&body) {
+        if sent.get(&rel.oid).is_some_and(|b| Arc::ptr_eq(b, &body) || **b == *body) {
             return;
         }
         let mut w = Writer::new(b'R');
@@ -477,10 +481,12 @@ impl PgOutput {
             w.u32(x.0);
         }
         w.u32(rel.oid.0);
+        let binary = self.opts.binary;
         let tuple = |w: &mut Writer, values: &[Value]| {
-            let data: Vec<Datum> =
-                values.iter().zip(cols).map(|(v, c)| datum_as(v, c.format, self.opts.binary)).collect();
-            w.tuple(&data);
+            w.i16(i16::try_from(values.len()).unwrap_or(i16::MAX));
+            for (v, c) in values.iter().zip(cols) {
+                write_value(w, v, c.format, binary);
+            }
         };
         match row {
             RowData::Insert { new } => {
@@ -542,6 +548,46 @@ fn relation_body(rel: &RelInfo, cols: &[SqlColumn]) -> Vec<u8> {
         w.u8(u8::from(key)).string(&c.name).u32(sql.type_oid).i32(sql.typmod);
     }
     w.finish()
+}
+
+/// What [`PgOutput`] keeps per relation description.
+struct RelCache {
+    epoch: u64,
+    cols: Arc<Vec<SqlColumn>>,
+    body: Arc<Vec<u8>>,
+}
+
+/// A TupleData column straight into the message (a hot path: once per value): integers and
+/// text in their text form without an intermediate string; the rest through [`datum_as`].
+fn write_value(w: &mut Writer, v: &Value, format: ValueFormat, binary: bool) {
+    use std::io::Write as _;
+    match (v, format, binary) {
+        (Value::Null, ..) => {
+            w.u8(b'n');
+        }
+        (Value::Text(t), ValueFormat::Stored, _) if !binary => {
+            w.u8(b't').counted(t.as_bytes());
+        }
+        (Value::Int4(x), ValueFormat::Stored | ValueFormat::Int2, false) => {
+            w.u8(b't');
+            let at = w.0.len();
+            w.i32(0);
+            let _ = write!(w.0, "{x}");
+            let n = (w.0.len() - at - 4) as i32;
+            w.0[at..at + 4].copy_from_slice(&n.to_be_bytes());
+        }
+        (Value::Int8(x), ValueFormat::Stored, false) => {
+            w.u8(b't');
+            let at = w.0.len();
+            w.i32(0);
+            let _ = write!(w.0, "{x}");
+            let n = (w.0.len() - at - 4) as i32;
+            w.0[at..at + 4].copy_from_slice(&n.to_be_bytes());
+        }
+        _ => {
+            w.tuple_datum(&datum_as(v, format, binary));
+        }
+    }
 }
 
 /// A value as a TupleData column, shown as its SQL type (`format`).

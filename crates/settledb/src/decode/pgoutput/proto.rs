@@ -208,14 +208,18 @@ impl Writer {
     pub fn tuple(&mut self, cols: &[Datum]) -> &mut Writer {
         self.i16(i16::try_from(cols.len()).unwrap_or(i16::MAX));
         for c in cols {
-            match c {
-                Datum::Null => self.u8(b'n'),
-                Datum::Unchanged => self.u8(b'u'),
-                Datum::Text(t) => self.u8(b't').counted(t),
-                Datum::Binary(b) => self.u8(b'b').counted(b),
-            };
+            self.tuple_datum(c);
         }
         self
+    }
+    /// One column of a TupleData.
+    pub fn tuple_datum(&mut self, c: &Datum) -> &mut Writer {
+        match c {
+            Datum::Null => self.u8(b'n'),
+            Datum::Unchanged => self.u8(b'u'),
+            Datum::Text(t) => self.u8(b't').counted(t),
+            Datum::Binary(b) => self.u8(b'b').counted(b),
+        }
     }
     pub fn finish(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.0)

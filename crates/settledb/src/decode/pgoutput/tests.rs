@@ -99,6 +99,7 @@ fn plugin(kv: &[(&str, &str)], actions: PublishActions) -> PgOutput {
 
 fn rel(identity: ReplicaIdentity) -> RelInfo {
     RelInfo {
+        epoch: RelInfo::next_epoch(),
         oid: Oid(16384),
         namespace: "public".into(),
         name: "t".into(),
@@ -206,7 +207,7 @@ fn unpublished_actions_and_empty_transactions_send_nothing() {
     p.commit(&mut out, &t).unwrap();
     assert!(out.rows.is_empty(), "no published change, messages off: nothing at all");
     // Another table is in no publication.
-    let other = RelInfo { oid: Oid(99999), ..rel(ReplicaIdentity::Default) };
+    let other = RelInfo { oid: Oid(99999), epoch: RelInfo::next_epoch(), ..rel(ReplicaIdentity::Default) };
     p.begin(&mut out, &t).unwrap();
     p.change(&mut out, &t, Lsn(0x150), &other, &RowData::Insert { new: vec![Value::Int4(1), Value::Null] }).unwrap();
     p.commit(&mut out, &t).unwrap();
