@@ -180,17 +180,24 @@ impl SqlCatalog {
                 text.push('\n');
             }
         }
-        let io = |e: std::io::Error| SqlError::new("58030", format!("could not write {}: {e}", self.path.display()));
-        let tmp = self.path.with_extension("tmp");
-        {
-            let mut f = std::fs::File::create(&tmp).map_err(io)?;
-            f.write_all(text.as_bytes()).map_err(io)?;
-            f.sync_all().map_err(io)?;
-        }
-        std::fs::rename(&tmp, &self.path).map_err(io)?;
-        if let Some(dir) = self.path.parent() {
-            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
-        }
-        Ok(())
+        replace_file(&self.path, &text)
     }
+}
+
+/// Replaces `path` with `text` so that a crash leaves the old file or the new one: write a
+/// sibling, fsync it, rename it over, fsync the directory. The server's own small files (this
+/// catalog, [`crate::sequence`]'s) are written so.
+pub fn replace_file(path: &Path, text: &str) -> Result<(), SqlError> {
+    let io = |e: std::io::Error| SqlError::new("58030", format!("could not write {}: {e}", path.display()));
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(io)?;
+        f.write_all(text.as_bytes()).map_err(io)?;
+        f.sync_all().map_err(io)?;
+    }
+    std::fs::rename(&tmp, path).map_err(io)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+    }
+    Ok(())
 }

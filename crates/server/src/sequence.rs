@@ -15,7 +15,6 @@
 //! twice, at the cost of a gap of up to [`LOG_AHEAD`] values, as in PostgreSQL.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
@@ -46,10 +45,6 @@ struct Seq {
 pub struct Sequences {
     path: PathBuf,
     map: Mutex<BTreeMap<String, Seq>>,
-}
-
-fn io_error(path: &Path, e: std::io::Error) -> SqlError {
-    SqlError::new("58030", format!("could not write {}: {e}", path.display()))
 }
 
 fn malformed(path: &Path, line: &str) -> SqlError {
@@ -242,18 +237,7 @@ impl Sequences {
                 u8::from(s.logged_called)
             ));
         }
-        let tmp = self.path.with_extension("tmp");
-        let io = |e| io_error(&self.path, e);
-        {
-            let mut f = std::fs::File::create(&tmp).map_err(io)?;
-            f.write_all(text.as_bytes()).map_err(io)?;
-            f.sync_all().map_err(io)?;
-        }
-        std::fs::rename(&tmp, &self.path).map_err(io)?;
-        if let Some(dir) = self.path.parent() {
-            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
-        }
-        Ok(())
+        crate::catalog::replace_file(&self.path, &text)
     }
 }
 

@@ -221,7 +221,9 @@ fn truncates_empty_tail_pages() {
     assert_eq!(reports.iter().map(|r| r.removed_pages).sum::<u32>(), pages - 10, "{text}");
     assert_eq!(db.table_pages(&t).unwrap(), 10);
     assert!(text.contains(" to 10 pages"), "{text}");
-    assert!(reports[0].truncated.is_some_and(|(from, _)| from == pages), "{text}");
+    // The first run that truncates starts from the table's end (an earlier one may have
+    // been stopped by a pinned tail page).
+    assert!(reports.iter().find_map(|r| r.truncated).is_some_and(|(from, _)| from == pages), "{text}");
     assert_eq!(sum_balances(&db, &t).0, kept);
     check(&db);
     drop(db);

@@ -560,7 +560,6 @@ struct RelCache {
 /// A TupleData column straight into the message (a hot path: once per value): integers and
 /// text in their text form without an intermediate string; the rest through [`datum_as`].
 fn write_value(w: &mut Writer, v: &Value, format: ValueFormat, binary: bool) {
-    use std::io::Write as _;
     match (v, format, binary) {
         (Value::Null, ..) => {
             w.u8(b'n');
@@ -568,26 +567,23 @@ fn write_value(w: &mut Writer, v: &Value, format: ValueFormat, binary: bool) {
         (Value::Text(t), ValueFormat::Stored, _) if !binary => {
             w.u8(b't').counted(t.as_bytes());
         }
-        (Value::Int4(x), ValueFormat::Stored | ValueFormat::Int2, false) => {
-            w.u8(b't');
-            let at = w.0.len();
-            w.i32(0);
-            let _ = write!(w.0, "{x}");
-            let n = (w.0.len() - at - 4) as i32;
-            w.0[at..at + 4].copy_from_slice(&n.to_be_bytes());
-        }
-        (Value::Int8(x), ValueFormat::Stored, false) => {
-            w.u8(b't');
-            let at = w.0.len();
-            w.i32(0);
-            let _ = write!(w.0, "{x}");
-            let n = (w.0.len() - at - 4) as i32;
-            w.0[at..at + 4].copy_from_slice(&n.to_be_bytes());
-        }
+        (Value::Int4(x), ValueFormat::Stored | ValueFormat::Int2, false) => write_text_of(w, x),
+        (Value::Int8(x), ValueFormat::Stored, false) => write_text_of(w, x),
         _ => {
             w.tuple_datum(&datum_as(v, format, binary));
         }
     }
+}
+
+/// A `t` column holding `x`'s `Display` text, its length filled in after.
+fn write_text_of(w: &mut Writer, x: &dyn std::fmt::Display) {
+    use std::io::Write as _;
+    w.u8(b't');
+    let at = w.0.len();
+    w.i32(0);
+    let _ = write!(w.0, "{x}");
+    let n = i32::try_from(w.0.len() - at - 4).unwrap_or(i32::MAX);
+    w.0[at..at + 4].copy_from_slice(&n.to_be_bytes());
 }
 
 /// A value as a TupleData column, shown as its SQL type (`format`).
