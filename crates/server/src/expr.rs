@@ -180,6 +180,8 @@ pub fn eval(
         Expr::CompoundIdentifier(parts) => row[scope.resolve(parts)?].clone(),
         Expr::Value(v) => literal(&v.value, env)?,
         Expr::Nested(x) => ev(x, env)?,
+        // One collation here (byte order, as C): `COLLATE "C"` or `pg_catalog.default` changes nothing.
+        Expr::Collate { expr, .. } => ev(expr, env)?,
         Expr::UnaryOp { op, expr } => {
             let v = ev(expr, env)?;
             match (op, v) {
@@ -476,6 +478,16 @@ fn binary(op: &BinaryOperator, l: Datum, r: Datum) -> Result<Datum, SqlError> {
             let hit = crate::pattern::regex_match(&s, &p, insensitive)?;
             Ok(Datum::Bool(hit == matches!(op, B::PGRegexMatch | B::PGRegexIMatch)))
         }
+        // `OPERATOR(pg_catalog.~)` (psql's catalog queries): the operator it names.
+        B::PGCustomBinaryOperator(parts) => match parts.last().map(String::as_str) {
+            Some("~") => binary(&B::PGRegexMatch, l, r),
+            Some("~*") => binary(&B::PGRegexIMatch, l, r),
+            Some("!~") => binary(&B::PGRegexNotMatch, l, r),
+            Some("!~*") => binary(&B::PGRegexNotIMatch, l, r),
+            Some("=") => binary(&B::Eq, l, r),
+            Some("<>") => binary(&B::NotEq, l, r),
+            _ => Err(SqlError::unsupported(format!("operator {op}"))),
+        },
         other => Err(SqlError::unsupported(format!("operator {other}"))),
     }
 }
@@ -841,7 +853,7 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
             },
         },
         Expr::CompoundIdentifier(p) => scope.resolve(p).map_or(SqlType::Text, |i| scope.cols[i].ty),
-        Expr::Nested(x) => infer_type(x, scope, params),
+        Expr::Nested(x) | Expr::Collate { expr: x, .. } => infer_type(x, scope, params),
         Expr::Value(v) => match &v.value {
             Value::Number(n, _) if n.parse::<i64>().is_ok() => {
                 if n.parse::<i32>().is_ok() {

@@ -186,18 +186,35 @@ pub const BTREE_AM: i64 = 403;
 
 /// The `pg_class` columns PostgreSQL has and the engine's catalog does not keep, as a join
 /// reads them: `relnamespace` (pg_catalog for `pg_class` itself, public for the rest),
-/// `relowner`, `relam` (heap for tables, btree for indexes), `relnatts` (the columns).
+/// `relowner`, `relam` (heap for tables, btree for indexes), `relnatts` (the columns),
+/// `relhasindex`, and what psql's `\d` reads of the features settledb does not have (no checks,
+/// rules, triggers, row security, partitions, tablespaces, typed tables or TOAST; permanent).
 pub fn class_extra_columns() -> Vec<ColumnDef> {
-    vec![
-        col("relnamespace", SqlType::Int8),
-        col("relowner", SqlType::Int8),
-        col("relam", SqlType::Int8),
-        col("relnatts", SqlType::Int2),
+    use SqlType::{Bool, Int2, Int8, Text};
+    [
+        ("relnamespace", Int8),
+        ("relowner", Int8),
+        ("relam", Int8),
+        ("relnatts", Int2),
+        ("relhasindex", Bool),
+        ("relchecks", Int2),
+        ("relhasrules", Bool),
+        ("relhastriggers", Bool),
+        ("relrowsecurity", Bool),
+        ("relforcerowsecurity", Bool),
+        ("relispartition", Bool),
+        ("reltablespace", Int8),
+        ("reloftype", Int8),
+        ("reltoastrelid", Int8),
+        ("relpersistence", Text),
     ]
+    .into_iter()
+    .map(|(n, t)| col(n, t))
+    .collect()
 }
 
 /// The values of [`class_extra_columns`] for one `pg_class` row.
-pub fn class_extras(cols: &[ColumnDef], row: &[Datum]) -> Vec<Datum> {
+pub fn class_extras(db: &Database, cols: &[ColumnDef], row: &[Datum]) -> Vec<Datum> {
     let get = |n: &str| cols.iter().position(|c| c.name == n).and_then(|i| row.get(i));
     let catalog = matches!(get("relname"), Some(Datum::Text(n)) if n == "pg_class");
     let index = matches!(get("relkind"), Some(Datum::Text(k)) if k == "i");
@@ -211,6 +228,21 @@ pub fn class_extras(cols: &[ColumnDef], row: &[Datum]) -> Vec<Datum> {
             }
             _ => Datum::Null,
         },
+        // relhasindex: a table some index is on.
+        Datum::Bool(
+            !index
+                && matches!(get("relname"), Some(Datum::Text(n)) if db.table(n).is_ok_and(|t| !db.indexes(&t).is_empty())),
+        ),
+        Datum::Int(0),
+        Datum::Bool(false),
+        Datum::Bool(false),
+        Datum::Bool(false),
+        Datum::Bool(false),
+        Datum::Bool(false),
+        Datum::Int(0),
+        Datum::Int(0),
+        Datum::Int(0),
+        Datum::Text("p".into()),
     ]
 }
 

@@ -188,4 +188,26 @@ fn psql_runs_a_join() {
     assert_eq!(out.trim(), "empty|0\neng|2\nops|3");
     // psql's \dt: a join of pg_class, pg_namespace and pg_am.
     assert_eq!(psql_value(&psql, &s, "\\dt"), "public|dept|table|postgres\npublic|emp|table|postgres");
+    // The first two of psql's `\d table` queries: a name match through `OPERATOR(pg_catalog.~)`
+    // with a COLLATE clause, then the pg_class columns it reads of the table.
+    assert_eq!(
+        psql_value(
+            &psql,
+            &s,
+            "SELECT n.nspname, c.relname FROM pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_namespace n \
+             ON n.oid = c.relnamespace WHERE c.relname OPERATOR(pg_catalog.~) '^(emp)$' COLLATE pg_catalog.default \
+             AND pg_catalog.pg_table_is_visible(c.oid) ORDER BY 1, 2"
+        ),
+        "public|emp"
+    );
+    assert_eq!(
+        psql_value(
+            &psql,
+            &s,
+            "SELECT c.relchecks, c.relkind, c.relhasindex, c.relhasrules, c.relhastriggers, c.relpersistence, \
+             c.relreplident, am.amname FROM pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_class tc \
+             ON (c.reltoastrelid = tc.oid) LEFT JOIN pg_catalog.pg_am am ON (c.relam = am.oid) WHERE c.relname = 'emp'"
+        ),
+        "0|r|t|f|f|p|d|heap"
+    );
 }
