@@ -27,7 +27,10 @@ use crate::Shared;
 const BATCH_ROWS: usize = 1000;
 
 /// A COPY FROM STDIN in progress.
-pub struct CopyIn {
+pub struct CopyIn<'a> {
+    sh: &'a Shared,
+    /// The columns the data leaves out that have a `DEFAULT`, and its expression.
+    defaults: Vec<(usize, sqlparser::ast::Expr)>,
     target: Target,
     /// Positions of the columns the data carries, in order.
     positions: Vec<usize>,
@@ -55,14 +58,22 @@ fn positions(t: &Target, cmd: &CopyCmd) -> Result<Vec<usize>, SqlError> {
         .collect()
 }
 
-impl CopyIn {
-    pub fn new(sh: &Shared, cmd: &CopyCmd) -> Result<CopyIn, SqlError> {
+impl<'a> CopyIn<'a> {
+    pub fn new(sh: &'a Shared, cmd: &CopyCmd) -> Result<CopyIn<'a>, SqlError> {
         let target = Target::open(sh, &cmd.table, None)?;
         if target.is_catalog() {
             return Err(SqlError::new("42501", "permission denied for table pg_class"));
         }
         let positions = positions(&target, cmd)?;
+        let defaults = crate::dml::column_defaults(sh, &target)?
+            .into_iter()
+            .enumerate()
+            .filter(|(p, _)| !positions.contains(p))
+            .filter_map(|(p, e)| e.map(|e| (p, e)))
+            .collect();
         Ok(CopyIn {
+            sh,
+            defaults,
             target,
             positions,
             cmd: cmd.clone(),
@@ -190,6 +201,13 @@ impl CopyIn {
                 }
             };
         }
+        for (p, e) in &self.defaults {
+            let c = &self.target.cols[*p];
+            let d = crate::expr::eval(e, &crate::expr::Scope::empty(), &[], &mut DefaultEnv(self.sh), None)
+                .and_then(|d| d.to_stored(c.ty, &c.name))
+                .map_err(|e| self.context(e))?;
+            row[*p] = d;
+        }
         for (c, v) in self.target.cols.iter().zip(&row) {
             if !c.nullable && matches!(v, Value::Null) {
                 return Err(self.context(SqlError::new(
@@ -203,6 +221,28 @@ impl CopyIn {
         }
         self.rows.push(row);
         Ok(())
+    }
+}
+
+/// What a COPY's column defaults may call: `nextval` (not `currval`: COPY does not note the
+/// values in the session, which PostgreSQL's COPY does).
+struct DefaultEnv<'a>(&'a Shared);
+
+impl crate::expr::Env for DefaultEnv<'_> {
+    fn param(&self, n: usize) -> Result<crate::types::Datum, SqlError> {
+        crate::expr::param_at(&[], n)
+    }
+
+    fn session_function(
+        &mut self,
+        name: &str,
+        args: &[crate::types::Datum],
+    ) -> Option<Result<crate::types::Datum, SqlError>> {
+        if name != "nextval" {
+            return None;
+        }
+        let seq = args.first().and_then(crate::types::Datum::to_text)?;
+        Some(self.0.sequences.nextval(&crate::sequence::name_of(&seq)).map(crate::types::Datum::Int))
     }
 }
 

@@ -85,11 +85,25 @@ fn create_table(sh: &Shared, ct: &CreateTable, notices: &mut Vec<Notice>) -> Res
     let mut defaults = Vec::new();
     let mut pk: Option<Vec<String>> = None;
     let mut uniques: Vec<Vec<String>> = Vec::new();
+    // `serial` columns: an integer column whose default is its own sequence's nextval, made
+    // after the table (as PostgreSQL's `<table>_<column>_seq`) and dropped with it.
+    let mut serials: Vec<(String, i64)> = Vec::new();
     for c in &ct.columns {
         let cname = ident_name(&c.name);
-        let ty = sql_type(&c.data_type)?;
-        let mut nullable = true;
-        let mut default = None;
+        let serial = serial_type(&c.data_type);
+        let ty = match serial {
+            Some((ty, max)) => {
+                let seq = format!("{name}_{cname}_seq");
+                if sh.sequences.exists(&seq) || sh.db.table(&seq).is_ok() {
+                    return Err(SqlError::new("42P07", format!("relation \"{seq}\" already exists")));
+                }
+                serials.push((seq, max));
+                ty
+            }
+            None => sql_type(&c.data_type)?,
+        };
+        let mut nullable = serial.is_none();
+        let mut default = serials.last().filter(|_| serial.is_some()).map(|(seq, _)| format!("nextval('{seq}')"));
         for o in &c.options {
             match &o.option {
                 ColumnOption::Null => nullable = true,
@@ -131,11 +145,27 @@ fn create_table(sh: &Shared, ct: &CreateTable, notices: &mut Vec<Notice>) -> Res
     }
     sh.db.create_table(&name, Schema { columns }, options)?;
     sh.catalog.set(&sh.db, &name, crate::catalog::TableSql { types, defaults })?;
+    for (seq, max) in serials {
+        let max = sqlparser::ast::Expr::value(sqlparser::ast::Value::Number(max.to_string(), false));
+        sh.sequences.create_owned(&seq, &[sqlparser::ast::SequenceOptions::MaxValue(Some(max))], Some(&name))?;
+    }
     for cols in uniques {
         let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
         sh.db.create_index(&format!("{name}_{}_key", cols.join("_")), &name, &refs, true)?;
     }
     Ok(Outcome::Command("CREATE TABLE".into()))
+}
+
+/// `smallserial`, `serial`, `bigserial` (and `serial2/4/8`): the column's type and its
+/// sequence's maximum.
+fn serial_type(dt: &sqlparser::ast::DataType) -> Option<(crate::types::SqlType, i64)> {
+    use crate::types::SqlType;
+    match dt.to_string().to_ascii_lowercase().as_str() {
+        "smallserial" | "serial2" => Some((SqlType::Int2, i64::from(i16::MAX))),
+        "serial" | "serial4" => Some((SqlType::Int4, i64::from(i32::MAX))),
+        "bigserial" | "serial8" => Some((SqlType::Int8, i64::MAX)),
+        _ => None,
+    }
 }
 
 fn set_pk(pk: &mut Option<Vec<String>>, cols: Vec<String>) -> Result<(), SqlError> {
@@ -203,6 +233,7 @@ fn drop(
             ObjectType::Table if sh.db.table(n).is_ok() => {
                 sh.db.drop_table(n)?;
                 sh.catalog.remove(&sh.db, n)?;
+                sh.sequences.drop_owned_by(n)?;
             }
             ObjectType::Index if sh.db.index(n).is_ok() => sh.db.drop_index(n)?,
             ObjectType::Sequence => {

@@ -133,7 +133,7 @@ pub fn insert(cx: &mut Cx<'_, '_>, i: &Insert) -> Result<Outcome, SqlError> {
 
 /// The `DEFAULT` expressions of `t`'s columns, by position (parsed from the server catalog's
 /// text).
-fn column_defaults(sh: &Shared, t: &Target) -> Result<Vec<Option<Expr>>, SqlError> {
+pub(crate) fn column_defaults(sh: &Shared, t: &Target) -> Result<Vec<Option<Expr>>, SqlError> {
     let dialect = sqlparser::dialect::PostgreSqlDialect {};
     sh.catalog
         .defaults(&t.table)

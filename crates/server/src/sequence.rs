@@ -5,7 +5,8 @@
 //! As in PostgreSQL a sequence is not transactional: a value `nextval` hands out is gone even
 //! if the transaction that asked rolls back, and CREATE and DROP take effect at once. The
 //! state is kept in `DIR/server_sequences` (one line per sequence: name, increment, minimum,
-//! maximum, cycle, a bound, and whether the bound was handed out), replaced whole with write,
+//! maximum, cycle, a bound, whether the bound was handed out, and the owning table of a
+//! `serial` column's sequence), replaced whole with write,
 //! fsync, rename and an fsync of the directory, as [`crate::catalog`]'s file is.
 //!
 //! `nextval` writes the file only every [`LOG_AHEAD`] values: the file's bound is a value
@@ -39,6 +40,8 @@ struct Seq {
     logged: i64,
     /// Whether the file says the bound itself was handed out (`setval(v, false)` says not).
     logged_called: bool,
+    /// The table whose `serial` column made it (dropped with the table), if one did.
+    owner: Option<String>,
 }
 
 /// The sequences of a server.
@@ -64,7 +67,12 @@ impl Sequences {
             Ok(text) => {
                 for line in text.lines().filter(|l| !l.is_empty()) {
                     let f: Vec<&str> = line.split('\t').collect();
-                    let [name, inc, min, max, cycle, logged, called] = f[..] else {
+                    let (fields, owner) = match f.len() {
+                        7 => (&f[..], None),
+                        8 => (&f[..7], Some(f[7].to_string())),
+                        _ => return Err(malformed(&path, line)),
+                    };
+                    let [name, inc, min, max, cycle, logged, called] = fields[..] else {
                         return Err(malformed(&path, line));
                     };
                     let num = |s: &str| s.parse::<i64>().map_err(|_| malformed(&path, line));
@@ -79,6 +87,7 @@ impl Sequences {
                         called,
                         logged,
                         logged_called: called,
+                        owner,
                     };
                     if s.increment == 0 || s.min > s.max {
                         return Err(malformed(&path, line));
@@ -101,6 +110,12 @@ impl Sequences {
     /// MAXVALUE, START [WITH], CACHE (accepted, values are always handed out one by one), [NO]
     /// CYCLE; bigint's range by default, as PostgreSQL.
     pub fn create(&self, name: &str, options: &[SequenceOptions]) -> Result<bool, SqlError> {
+        self.create_owned(name, options, None)
+    }
+
+    /// [`Sequences::create`], owned by table `owner` (a `serial` column's sequence: DROP TABLE
+    /// drops it, [`Sequences::drop_owned_by`]).
+    pub fn create_owned(&self, name: &str, options: &[SequenceOptions], owner: Option<&str>) -> Result<bool, SqlError> {
         let mut increment = 1i64;
         let (mut min, mut max, mut start, mut cycle) = (None, None, None, false);
         for o in options {
@@ -137,7 +152,9 @@ impl Sequences {
         if g.contains_key(name) {
             return Ok(false);
         }
-        let s = Seq { increment, min, max, cycle, last: start, called: false, logged: start, logged_called: false };
+        let owner = owner.map(str::to_string);
+        let s =
+            Seq { increment, min, max, cycle, last: start, called: false, logged: start, logged_called: false, owner };
         g.insert(name.to_string(), s);
         if let Err(e) = self.write(&g) {
             g.remove(name);
@@ -155,6 +172,21 @@ impl Sequences {
             return Err(e);
         }
         Ok(true)
+    }
+
+    /// Drops the sequences table `table` owns (its `serial` columns').
+    pub fn drop_owned_by(&self, table: &str) -> Result<(), SqlError> {
+        let mut g = self.map.lock();
+        let before = g.clone();
+        g.retain(|_, s| s.owner.as_deref() != Some(table));
+        if g.len() == before.len() {
+            return Ok(());
+        }
+        if let Err(e) = self.write(&g) {
+            *g = before;
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// `nextval(name)`: the next value, once a bound covering it is durable.
@@ -228,7 +260,7 @@ impl Sequences {
         let mut text = String::new();
         for (name, s) in g {
             text.push_str(&format!(
-                "{name}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                "{name}\t{}\t{}\t{}\t{}\t{}\t{}",
                 s.increment,
                 s.min,
                 s.max,
@@ -236,6 +268,11 @@ impl Sequences {
                 s.logged,
                 u8::from(s.logged_called)
             ));
+            if let Some(o) = &s.owner {
+                text.push('\t');
+                text.push_str(o);
+            }
+            text.push('\n');
         }
         crate::catalog::replace_file(&self.path, &text)
     }
@@ -245,6 +282,15 @@ impl Sequences {
 fn constant(e: &Expr) -> Result<i64, SqlError> {
     let text = e.to_string().replace(' ', "");
     text.parse().map_err(|_| SqlError::new("22023", format!("a sequence option must be an integer, not {e}")))
+}
+
+/// A sequence name as `nextval('name')` gives it: case-folded unless quoted, schema dropped.
+pub fn name_of(text: &str) -> String {
+    let last = text.rsplit('.').next().unwrap_or(text);
+    match last.strip_prefix('"').and_then(|x| x.strip_suffix('"')) {
+        Some(quoted) => quoted.to_string(),
+        None => last.to_ascii_lowercase(),
+    }
 }
 
 /// The values `nextval` gave this session, for `currval`.

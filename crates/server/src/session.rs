@@ -119,14 +119,7 @@ pub struct Cx<'a, 'db> {
     pub subqueries: HashMap<usize, std::rc::Rc<Vec<Vec<Datum>>>>,
 }
 
-/// A sequence name as `nextval('name')` gives it: case-folded unless quoted, schema dropped.
-fn sequence_name(text: &str) -> String {
-    let last = text.rsplit('.').next().unwrap_or(text);
-    match last.strip_prefix('"').and_then(|x| x.strip_suffix('"')) {
-        Some(quoted) => quoted.to_string(),
-        None => last.to_ascii_lowercase(),
-    }
-}
+use crate::sequence::name_of as sequence_name;
 
 impl Env for Cx<'_, '_> {
     fn param(&self, n: usize) -> Result<Datum, SqlError> {
@@ -266,7 +259,7 @@ pub struct Session<'db> {
     /// BEGIN READ ONLY or SET TRANSACTION READ ONLY: the block may not write.
     block_read_only: bool,
     pub settings: BTreeMap<String, String>,
-    pub copy: Option<copy::CopyIn>,
+    pub copy: Option<copy::CopyIn<'db>>,
     copy_error: Option<SqlError>,
     /// Savepoints set in the block before its engine transaction started, outermost first.
     pending_savepoints: Vec<String>,

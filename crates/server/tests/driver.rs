@@ -902,3 +902,41 @@ async fn copy_from_stdin_in_chunks_that_split_lines() {
     let e = sink.finish().await.unwrap_err();
     assert_eq!(e.as_db_error().unwrap().message(), "missing data for a column (COPY cc, line 2): \"\"");
 }
+
+/// `serial` columns: their own sequence (`<table>_<column>_seq`) feeds INSERT and COPY FROM of
+/// the other columns; after a restart the values go on past every one handed out (the
+/// sequence's file is written ahead); DROP TABLE drops the sequence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serial_columns_take_their_sequence() {
+    use futures::SinkExt;
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute("create table sr (id serial primary key, v text)").await.unwrap();
+    let ids: Vec<i32> = c
+        .query("insert into sr (v) values ('a'), ('b') returning id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids, [1, 2]);
+    let sink = c.copy_in("copy sr (v) from stdin").await.unwrap();
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from_static(b"c\nd\n")).await.unwrap();
+    assert_eq!(sink.finish().await.unwrap(), 2);
+    let got: Vec<(i32, String)> =
+        c.query("select id, v from sr order by id", &[]).await.unwrap().iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(got, [(1, "a".into()), (2, "b".into()), (3, "c".into()), (4, "d".into())]);
+    let e = c.batch_execute("insert into sr (id, v) values (null, 'x')").await.unwrap_err();
+    assert_eq!(code(&e), "23502", "serial implies NOT NULL");
+    drop(c);
+    s.stop();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    let id: i32 = c.query_one("insert into sr (v) values ('after') returning id", &[]).await.unwrap().get(0);
+    assert!(id > 4, "after a restart the sequence goes on past 4, not {id}");
+    c.batch_execute("drop table sr").await.unwrap();
+    let e = c.query_one("select nextval('sr_id_seq')", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "42P01", "the table's sequence went with it");
+}
