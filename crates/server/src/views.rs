@@ -107,7 +107,7 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             Some(vec![col("oid", SqlType::Int8), col("nspname", SqlType::Text), col("nspowner", SqlType::Int8)])
         }
         "pg_am" => Some(vec![col("oid", SqlType::Int8), col("amname", SqlType::Text), col("amtype", SqlType::Text)]),
-        // PostgreSQL 15's columns; addresses, LSNs and the (unmeasured) lags as text.
+        // PostgreSQL 15's columns; addresses, LSNs and the lags (intervals) as text.
         "pg_stat_replication" => {
             use SqlType::{Int8, Text, Timestamp};
             let cols = [
@@ -246,6 +246,13 @@ pub fn class_extras(db: &Database, cols: &[ColumnDef], row: &[Datum]) -> Vec<Dat
     ]
 }
 
+/// Microseconds as PostgreSQL prints a short interval (`00:00:00.001234`); NULL for none.
+fn interval(micros: Option<i64>) -> Datum {
+    let Some(us) = micros else { return Datum::Null };
+    let (s, frac) = (us / 1_000_000, us % 1_000_000);
+    Datum::Text(format!("{:02}:{:02}:{:02}.{frac:06}", s / 3600, s / 60 % 60, s % 60))
+}
+
 fn when(micros: u64) -> Datum {
     if micros == 0 {
         Datum::Null
@@ -286,9 +293,9 @@ pub fn rows(sh: &crate::Shared, name: &str) -> Vec<Vec<Datum>> {
                     lsn(s.write),
                     lsn(s.flush),
                     lsn(s.replay),
-                    Datum::Null,
-                    Datum::Null,
-                    Datum::Null,
+                    interval(s.lags[0]),
+                    interval(s.lags[1]),
+                    interval(s.lags[2]),
                     Datum::Int(0),
                     Datum::Text("async".into()),
                     if s.reply_micros == 0 { Datum::Null } else { Datum::Timestamp(s.reply_micros) },

@@ -85,6 +85,11 @@ fn a_postgresql_subscriber_applies_what_settledb_publishes() {
         pubq("SELECT application_name, state, sync_state, flush_lsn IS NOT NULL FROM pg_stat_replication"),
         "s|streaming|async|t"
     );
+    // The lags the subscriber's reports showed: intervals, well under a minute here.
+    let lags = pubq("SELECT write_lag, flush_lag, replay_lag FROM pg_stat_replication");
+    for lag in lags.split('|') {
+        assert!(lag.starts_with("00:00:"), "pg_stat_replication lags: {lags}");
+    }
     let pid = pubq("SELECT pid FROM pg_stat_replication");
     assert_eq!(pubq("SELECT active, active_pid FROM pg_replication_slots"), format!("t|{pid}"));
     // A slot being streamed is not dropped, nor streamed twice.

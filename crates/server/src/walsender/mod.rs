@@ -127,6 +127,66 @@ pub struct SenderState {
     pub replay: Lsn,
     /// When that update arrived (microseconds since the Unix epoch; 0 before the first).
     pub reply_micros: i64,
+    /// `write_lag`, `flush_lag`, `replay_lag` in microseconds: how long ago the newest
+    /// position the client's last report covers was sent ([`LagTracker`]); `None` before.
+    pub lags: [Option<i64>; 3],
+}
+
+/// PostgreSQL's `LagTracker`, simplified: the times positions were sent (at most one sample a
+/// millisecond, at most [`LAG_SAMPLES`] kept, the oldest dropped), and for each of the
+/// client's three positions the lag its last report showed: the age of the newest sample at
+/// or before the position. A report that covers no new sample keeps the last lag, as
+/// PostgreSQL's does while the positions stand still.
+#[derive(Default)]
+struct LagTracker {
+    samples: std::collections::VecDeque<(Lsn, Instant)>,
+    /// Per write/flush/replay: how many samples it has consumed, as an index into the
+    /// samples (adjusted when the front is dropped), and its last lag.
+    read: [usize; 3],
+    lags: [Option<i64>; 3],
+}
+
+const LAG_SAMPLES: usize = 8192;
+
+impl LagTracker {
+    fn sent(&mut self, lsn: Lsn, now: Instant) {
+        if let Some(&(last, at)) = self.samples.back() {
+            if lsn <= last || now.duration_since(at) < Duration::from_millis(1) {
+                return;
+            }
+        }
+        if self.samples.len() == LAG_SAMPLES {
+            self.samples.pop_front();
+            for r in &mut self.read {
+                *r = r.saturating_sub(1);
+            }
+        }
+        self.samples.push_back((lsn, now));
+    }
+
+    /// The client reported `positions` (write, flush, replay) at `now`; the lags then.
+    fn reported(&mut self, positions: [Lsn; 3], now: Instant) -> [Option<i64>; 3] {
+        for (k, pos) in positions.into_iter().enumerate() {
+            let mut newest = None;
+            while let Some(&(lsn, at)) = self.samples.get(self.read[k]) {
+                if lsn > pos {
+                    break;
+                }
+                newest = Some(at);
+                self.read[k] += 1;
+            }
+            if let Some(at) = newest {
+                self.lags[k] = Some(now.duration_since(at).as_micros() as i64);
+            }
+        }
+        // Samples every position has passed are not needed again.
+        let done = self.read.iter().copied().min().unwrap_or(0);
+        self.samples.drain(..done);
+        for r in &mut self.read {
+            *r -= done;
+        }
+        self.lags
+    }
 }
 
 /// The streams running now, by a key of their own.
@@ -601,6 +661,7 @@ struct StreamState<'a> {
     /// However the stream ends, the slot gets what the client last reported.
     reported: ConfirmAtEnd<'a>,
     last_confirm: Instant,
+    lag: LagTracker,
 }
 
 /// What a tick of the stream's clock asks for.
@@ -626,6 +687,7 @@ impl<'a> StreamState<'a> {
             asked_reply: false,
             reported: ConfirmAtEnd { sh, slot, flush: std::cell::Cell::new(Lsn::INVALID) },
             last_confirm: now,
+            lag: LagTracker::default(),
         }
     }
 
@@ -633,6 +695,7 @@ impl<'a> StreamState<'a> {
     fn row(&mut self, row: &OutputRow) -> Bytes {
         self.decoded = self.decoded.max(row.lsn);
         self.last_row = self.last_row.max(row.lsn);
+        self.lag.sent(self.decoded, Instant::now());
         xlog_data(row, self.decoded)
     }
 
@@ -664,9 +727,11 @@ impl<'a> StreamState<'a> {
     /// checkpoints). Anything else (hot standby feedback) means nothing here.
     fn client_data(&mut self, data: &[u8]) {
         let Some(st) = standby_status(data) else { return };
+        let lags = self.lag.reported([st.write, st.flush, st.replay], Instant::now());
         self.sh.senders.update(self.key, |s| {
             (s.write, s.flush, s.replay) = (st.write, st.flush, st.replay);
             s.reply_micros = now_pg_micros() + PG_EPOCH_MICROS;
+            s.lags = lags;
         });
         if st.flush != Lsn::INVALID {
             self.reported.flush.set(self.reported.flush.get().max(st.flush));
@@ -809,5 +874,35 @@ mod tests {
         assert_eq!(mode(Some("true")), Some(Mode::Physical));
         assert_eq!(mode(Some("off")), None);
         assert_eq!(mode(None), None);
+    }
+}
+
+#[cfg(test)]
+mod lag_tests {
+    use super::*;
+
+    #[test]
+    fn lags_are_the_age_of_the_newest_position_a_report_covers() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut l = LagTracker::default();
+        l.sent(Lsn(100), ms(0));
+        l.sent(Lsn(200), ms(10));
+        l.sent(Lsn(250), ms(10)); // within a millisecond of the last: not sampled
+        l.sent(Lsn(300), ms(20));
+        // Written to 200, flushed to 100, nothing applied: at 25 ms.
+        let lags = l.reported([Lsn(200), Lsn(100), Lsn::INVALID], ms(25));
+        assert_eq!(lags, [Some(15_000), Some(25_000), None]);
+        // A report that covers no new sample keeps the last lag.
+        let lags = l.reported([Lsn(200), Lsn(150), Lsn::INVALID], ms(40));
+        assert_eq!(lags, [Some(15_000), Some(25_000), None]);
+        let lags = l.reported([Lsn(300), Lsn(300), Lsn(300)], ms(50));
+        assert_eq!(lags, [Some(30_000), Some(30_000), Some(30_000)]);
+        assert!(l.samples.is_empty(), "every position passed them all");
+        // Bounded: the oldest samples go.
+        for i in 0..(LAG_SAMPLES as u64 + 10) {
+            l.sent(Lsn(1_000 + i), ms(100 + i * 2));
+        }
+        assert_eq!(l.samples.len(), LAG_SAMPLES);
     }
 }
