@@ -282,6 +282,7 @@ impl Database {
         let mut reported = ReorderStats::default();
         'passes: loop {
             let mut reader = WalReader::new(inner.fs.clone(), inner.wal.dir(), pos, inner.wal.segment_size());
+            reader.skip_page_images();
             while reader.next_into(&mut rec)? {
                 // Nothing that is not durable yet: a record ending past the flushed end could
                 // be a commit a crash takes back.

@@ -111,6 +111,7 @@ impl Inner {
             }
         }
         let mut reader = WalReader::new(self.fs.clone(), self.wal.dir(), from, self.wal.segment_size());
+        reader.skip_page_images();
         let mut out = Vec::new();
         while let Some(rec) = reader.next()? {
             if rec.lsn >= to {

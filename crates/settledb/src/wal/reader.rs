@@ -66,6 +66,8 @@ pub struct WalReader {
     buf: Vec<u8>,
     /// The read-ahead window: segment, offset in it, the bytes read from there.
     ahead: (u64, u64, Vec<u8>),
+    /// Whether page images are restored ([`WalReader::skip_page_images`]).
+    images: bool,
 }
 
 /// The read-ahead window's size (see the module doc).
@@ -92,7 +94,14 @@ impl WalReader {
             current: None,
             buf: Vec::new(),
             ahead: (u64::MAX, 0, Vec::new()),
+            images: true,
         }
+    }
+
+    /// Leaves full-page images out of the records read (`DecodedBlock::image` is `None`): for
+    /// a reader that never looks at them (logical decoding), which saves restoring each.
+    pub fn skip_page_images(&mut self) {
+        self.images = false;
     }
 
     /// Also checks that the first record's `xl_prev` is `prev`.
@@ -209,7 +218,7 @@ impl WalReader {
         if !record::crc_matches(rec, h.crc) {
             return Err(format!("incorrect resource manager data checksum in record at {lsn}"));
         }
-        record::decode_into(lsn, rec, out).map_err(|detail| format!("invalid record at {lsn}: {detail}"))
+        record::decode_into(lsn, rec, out, self.images).map_err(|detail| format!("invalid record at {lsn}: {detail}"))
     }
 
     /// Fills `buf` with stream bytes from `lsn`, crossing segments; `Ok(Err(..))` when the

@@ -357,13 +357,22 @@ fn restore_image(stored: &[u8], hole_off: usize, hole_len: usize) -> std::result
 /// Returns a description of what is wrong when the body is malformed.
 pub(crate) fn decode(lsn: Lsn, rec: &[u8]) -> std::result::Result<DecodedRecord, String> {
     let mut out = DecodedRecord::empty();
-    decode_into(lsn, rec, &mut out)?;
+    decode_into(lsn, rec, &mut out, true)?;
     Ok(out)
 }
 
 /// [`decode`] into `out`, reusing its vectors (a reader of many records, logical decoding's,
 /// allocates nothing per record but page images). `out` is unspecified after an error.
-pub(crate) fn decode_into(lsn: Lsn, rec: &[u8], out: &mut DecodedRecord) -> std::result::Result<(), String> {
+///
+/// Without `images` a block's full-page image is skipped (its bytes still counted and checked
+/// to fit), and the block's `image` is `None`: logical decoding reads tuples from block data
+/// and never a page image, which would cost a page's allocation and copy each.
+pub(crate) fn decode_into(
+    lsn: Lsn,
+    rec: &[u8],
+    out: &mut DecodedRecord,
+    images: bool,
+) -> std::result::Result<(), String> {
     let head: &[u8; RECORD_HEADER_SIZE] =
         rec.get(..RECORD_HEADER_SIZE).and_then(|h| h.try_into().ok()).ok_or("record shorter than its header")?;
     let h = Header::parse(head);
@@ -399,7 +408,11 @@ pub(crate) fn decode_into(lsn: Lsn, rec: &[u8], out: &mut DecodedRecord) -> std:
         let image = match b.image {
             Some((stored, hole_off, hole_len)) => {
                 let bytes = c.take(stored, "page image")?;
-                Some(restore_image(bytes, hole_off, hole_len)?)
+                if images {
+                    Some(restore_image(bytes, hole_off, hole_len)?)
+                } else {
+                    None
+                }
             }
             None => None,
         };
