@@ -33,6 +33,26 @@ pub fn self_cpu(ticks: f64) -> f64 {
     (num(11) + num(12)) / ticks
 }
 
+/// This process's own CPU seconds to the microsecond (`getrusage`), for figures too short
+/// for clock ticks.
+pub fn self_cpu_precise() -> f64 {
+    // SAFETY: getrusage fills the struct it is given; a zeroed rusage is a valid value.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0.0;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(u.ru_utime) + secs(u.ru_stime)
+}
+
+/// A single-threaded process's CPU seconds to the nanosecond (`/proc/<pid>/schedstat`'s time
+/// on CPU), for figures too short for clock ticks; `None` when it is gone.
+pub fn cpu_precise(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+    s.split_whitespace().next()?.parse::<f64>().ok().map(|ns| ns / 1e9)
+}
+
 /// A process's proportional set size in kB (`Pss` of `/proc/<pid>/smaps_rollup`): shared
 /// pages count in part, so a server's processes add up to what they really use.
 pub fn pss_kb(pid: &str) -> Option<u64> {

@@ -23,7 +23,9 @@
 //!    order counters, history and new-order rows equal the publisher's): settle serve runs in
 //!    this process, which does nothing else meanwhile (it polls through psql, a child), so its
 //!    CPU is the WAL sender's; PostgreSQL's is its WAL sender process's (from
-//!    `pg_stat_replication`), which starts with the subscription. The changes are the rows
+//!    `pg_stat_replication`), which starts with the subscription. Both to the microsecond
+//!    (`getrusage` for this process, `/proc/<pid>/schedstat` for the WAL sender), as the
+//!    catch-up takes a fraction of a second. The changes are the rows
 //!    the run inserted, updated and deleted (`pg_stat_user_tables`, on each publisher); the
 //!    bytes are those the relay carried from the publisher to the subscriber meanwhile.
 //!    Catch-up seconds include the subscriber starting its worker (within 100 ms).
@@ -300,7 +302,6 @@ fn run_one(
 
 pub fn run(a: ReplicateArgs) -> Result<ExitCode> {
     ensure!(a.transactions >= 2 && a.lag_seconds >= 1 && a.rate >= 1, "arguments must be positive");
-    let ticks = procstat::clock_ticks();
     let sub_settings: Vec<(String, String)> = [
         ("max_logical_replication_workers", "4"),
         ("wal_receiver_status_interval", "1s"),
@@ -321,7 +322,7 @@ pub fn run(a: ReplicateArgs) -> Result<ExitCode> {
         // Nothing but the WAL sender may use this process's CPU while it is measured.
         config.set("autovacuum", "off")?;
         let server = InProcess::start(config, 100)?;
-        let cpu = || Ok(procstat::self_cpu(ticks));
+        let cpu = || Ok(procstat::self_cpu_precise());
         rows.push(run_one("settledb", server.port, a.subscriber_port, &a, &cpu)?);
     }
     if a.peer {
@@ -336,7 +337,7 @@ pub fn run(a: ReplicateArgs) -> Result<ExitCode> {
         // streaming now (0 before it exists: it starts after the first reading).
         let cpu = || -> Result<f64> {
             let pid = psql(port, "postgres", "SELECT pid FROM pg_stat_replication LIMIT 1")?;
-            Ok(pid.parse::<u32>().ok().and_then(|p| procstat::cpu(p, ticks)).map_or(0.0, |(_, c)| c))
+            Ok(pid.parse::<u32>().ok().and_then(procstat::cpu_precise).unwrap_or(0.0))
         };
         rows.push(run_one("postgres", a.peer_port, a.subscriber_port, &a, &cpu)?);
         drop(pg);
