@@ -99,9 +99,15 @@ pub trait Env {
     fn param(&self, n: usize) -> Result<Datum, SqlError>;
     /// A function only the session can answer, or `None` when `name` is not one.
     fn session_function(&mut self, name: &str, args: &[Datum]) -> Option<Result<Datum, SqlError>>;
-    /// The rows of an uncorrelated subquery (run once per statement), or `None` where there
-    /// is no session to run it.
-    fn subquery(&mut self, _q: &sqlparser::ast::Query) -> Option<Result<std::rc::Rc<Vec<Vec<Datum>>>, SqlError>> {
+    /// The rows of a subquery evaluated for the outer row `row` of `outer` (see
+    /// [`crate::correlate`]; an uncorrelated one runs once per statement), or `None` where
+    /// there is no session to run it.
+    fn subquery(
+        &mut self,
+        _q: &sqlparser::ast::Query,
+        _outer: &Scope<'_>,
+        _row: &[Datum],
+    ) -> Option<Result<std::rc::Rc<Vec<Vec<Datum>>>, SqlError>> {
         None
     }
 }
@@ -246,7 +252,7 @@ pub fn eval(
             r.map_or(Datum::Null, |b| Datum::Bool(b != *negated))
         }
         Expr::Subquery(q) => {
-            let rows = run_subquery(q, env)?;
+            let rows = run_subquery(q, scope, row, env)?;
             match rows.as_slice() {
                 [] => Datum::Null,
                 [row] if row.len() == 1 => row[0].clone(),
@@ -264,9 +270,13 @@ pub fn eval(
                 }
             }
         }
+        Expr::Exists { subquery, negated } => {
+            let rows = run_subquery(subquery, scope, row, env)?;
+            Datum::Bool(rows.is_empty() == *negated)
+        }
         Expr::InSubquery { expr, subquery, negated } => {
             let v = ev(expr, env)?;
-            let rows = run_subquery(subquery, env)?;
+            let rows = run_subquery(subquery, scope, row, env)?;
             if v.is_null() {
                 return Ok(if rows.is_empty() { Datum::Bool(*negated) } else { Datum::Null });
             }
@@ -689,8 +699,13 @@ fn call(f: &Function, name: &str, args: Vec<Datum>, env: &mut dyn Env) -> Result
 }
 
 /// A subquery's rows through the session, or 0A000 where there is none.
-fn run_subquery(q: &sqlparser::ast::Query, env: &mut dyn Env) -> Result<std::rc::Rc<Vec<Vec<Datum>>>, SqlError> {
-    env.subquery(q).unwrap_or_else(|| Err(SqlError::unsupported("a subquery here")))
+fn run_subquery(
+    q: &sqlparser::ast::Query,
+    scope: &Scope<'_>,
+    row: &[Datum],
+    env: &mut dyn Env,
+) -> Result<std::rc::Rc<Vec<Vec<Datum>>>, SqlError> {
+    env.subquery(q, scope, row).unwrap_or_else(|| Err(SqlError::unsupported("a subquery here")))
 }
 
 /// PostgreSQL's `substr(text, from [, count])` (and `substring(text FROM from FOR count)`):
@@ -899,7 +914,9 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
         | Expr::Between { .. }
         | Expr::InList { .. }
         | Expr::Like { .. }
-        | Expr::AnyOp { .. } => SqlType::Bool,
+        | Expr::AnyOp { .. }
+        | Expr::Exists { .. }
+        | Expr::InSubquery { .. } => SqlType::Bool,
         Expr::Cast { data_type, .. } => sql_type(data_type).unwrap_or(SqlType::Text),
         Expr::TypedString(ts) => sql_type(&ts.data_type).unwrap_or(SqlType::Text),
         Expr::Function(f) => {

@@ -126,7 +126,16 @@ impl Env for Cx<'_, '_> {
         crate::expr::param_at(self.params, n)
     }
 
-    fn subquery(&mut self, q: &sqlparser::ast::Query) -> Option<Result<std::rc::Rc<Vec<Vec<Datum>>>, SqlError>> {
+    fn subquery(
+        &mut self,
+        q: &sqlparser::ast::Query,
+        outer: &crate::expr::Scope<'_>,
+        row: &[Datum],
+    ) -> Option<Result<std::rc::Rc<Vec<Vec<Datum>>>, SqlError>> {
+        if let Some(bound) = crate::correlate::bind_outer(q, outer, row) {
+            // Correlated: run for this outer row.
+            return Some(query::select(self, &bound).map(|(_, rows)| std::rc::Rc::new(rows)));
+        }
         let key = q as *const sqlparser::ast::Query as usize;
         if let Some(rows) = self.subqueries.get(&key) {
             return Some(Ok(rows.clone()));

@@ -211,3 +211,35 @@ fn psql_runs_a_join() {
         "0|r|t|f|f|p|d|heap"
     );
 }
+
+/// Subqueries: uncorrelated (once per statement) and correlated (once per outer row, the
+/// outer row's values standing in for its columns), scalar, `IN` and `EXISTS`.
+#[test]
+fn psql_runs_subqueries() {
+    let Some(psql) = require("psql") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    psql_value(&psql, &s, "create table dept (id int primary key, name text)");
+    psql_value(&psql, &s, "create table emp (id int primary key, dept_id int, pay int)");
+    psql_value(&psql, &s, "insert into dept values (1, 'eng'), (2, 'ops'), (3, 'empty')");
+    psql_value(&psql, &s, "insert into emp select g, g % 2 + 1, g * 10 from generate_series(1, 5) g");
+    let q = |sql: &str| psql_value(&psql, &s, sql);
+    assert_eq!(q("select (select max(pay) from emp)"), "50");
+    assert_eq!(
+        q("select d.name, (select count(*) from emp e where e.dept_id = d.id), \
+           (select max(e.pay) from emp e where e.dept_id = d.id) from dept d order by d.id"),
+        "eng|2|40\nops|3|50\nempty|0|"
+    );
+    assert_eq!(
+        q("select d.name from dept d where exists (select 1 from emp e where e.dept_id = d.id) order by 1"),
+        "eng\nops"
+    );
+    assert_eq!(q("select d.name from dept d where not exists (select 1 from emp e where e.dept_id = d.id)"), "empty");
+    assert_eq!(
+        q("select e.id from emp e where e.pay > (select avg(x.pay) from emp x where x.dept_id = e.dept_id) order by 1"),
+        "4\n5"
+    );
+    assert_eq!(q("select count(*) from emp where dept_id in (select id from dept where name <> 'ops')"), "2");
+    let o = psql_run(&psql, &s, "select (select id from emp)");
+    assert!(text(&o).1.contains("more than one row returned by a subquery used as an expression"), "{:?}", text(&o));
+}
