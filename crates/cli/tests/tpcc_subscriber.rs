@@ -1,9 +1,10 @@
 //! TPC-C through `settle serve`, replicated to a PostgreSQL 15 subscriber (issue 21): the
 //! workload crate's PostgreSQL target (the statements `settle tpcc --target` sends) creates
 //! BenchmarkSQL's schema in settledb over the wire, loads a warehouse with COPY, and runs
-//! terminals; a PostgreSQL 15 subscriber copies the tables (its table synchronization, while
-//! the terminals run) and then applies the stream. `settle serve` is SIGKILLed between two
-//! runs, while the subscriber is still applying, and restarted. At the end every table on
+//! terminals; a PostgreSQL 15 subscriber, created just before they start, copies the tables
+//! (its table synchronization, alongside the terminals as far as timing goes) and then
+//! applies the stream. `settle serve` is SIGKILLed between two runs, as soon as the first
+//! ends (the subscriber may still be copying or applying), and restarted. At the end every table on
 //! the subscriber equals settledb's, compared by a checksum of its rows in key order, and
 //! TPC-C's consistency conditions 1–4 hold on the subscriber. Skipped, saying why, without
 //! PostgreSQL 15.

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 use settledb::{Database, Table};
+use sqlparser::ast::Expr;
 
 use crate::error::SqlError;
 use crate::types::SqlType;
@@ -63,6 +64,35 @@ impl settledb::decode::sqltypes::ColumnTypes for PluginColumnTypes {
 pub struct TableSql {
     pub types: Vec<SqlType>,
     pub defaults: Vec<Option<String>>,
+    /// `defaults` parsed ([`TableSql::parse_defaults`]); `None` when there are none.
+    pub parsed: Option<Arc<Vec<Option<Expr>>>>,
+}
+
+impl TableSql {
+    /// Parses `defaults` into `parsed` (once, when the catalog is read or a table created).
+    fn parse_defaults(&mut self) -> Result<(), SqlError> {
+        if self.defaults.iter().all(Option::is_none) {
+            self.parsed = None;
+            return Ok(());
+        }
+        let dialect = sqlparser::dialect::PostgreSqlDialect {};
+        let parsed = self
+            .defaults
+            .iter()
+            .map(|d| {
+                d.as_ref()
+                    .map(|text| {
+                        sqlparser::parser::Parser::new(&dialect)
+                            .try_with_sql(text)
+                            .and_then(|mut p| p.parse_expr())
+                            .map_err(|e| SqlError::new("XX001", format!("the default \"{text}\" does not parse: {e}")))
+                    })
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.parsed = Some(Arc::new(parsed));
+        Ok(())
+    }
 }
 
 fn escape(s: &str) -> String {
@@ -110,6 +140,10 @@ impl SqlCatalog {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(SqlError::new("58030", format!("could not read {}: {e}", path.display()))),
         }
+        for (table, t) in &mut types {
+            t.parse_defaults()
+                .map_err(|e| SqlError::new("XX001", format!("{} (table {table} in {})", e.message, path.display())))?;
+        }
         Ok(SqlCatalog { path, types: Arc::new(RwLock::new(types)) })
     }
 
@@ -138,16 +172,16 @@ impl SqlCatalog {
             .collect()
     }
 
-    /// The `DEFAULT` expressions (SQL text) of `table`'s columns, by position.
-    pub fn defaults(&self, table: &Table) -> Vec<Option<String>> {
+    /// The `DEFAULT` expressions of `table`'s columns, by position, parsed once; `None` when
+    /// no column has one (INSERT asks once per statement).
+    pub fn defaults(&self, table: &Table) -> Option<Arc<Vec<Option<Expr>>>> {
         let g = self.types.read();
-        let mut d = g.get(table.name()).map(|t| t.defaults.clone()).unwrap_or_default();
-        d.resize(table.schema().columns.len(), None);
-        d
+        g.get(table.name()).and_then(|t| t.parsed.clone()).filter(|d| d.len() == table.schema().columns.len())
     }
 
     /// Records a new table's column types and defaults and rewrites the file.
-    pub fn set(&self, db: &Database, table: &str, sql: TableSql) -> Result<(), SqlError> {
+    pub fn set(&self, db: &Database, table: &str, mut sql: TableSql) -> Result<(), SqlError> {
+        sql.parse_defaults()?;
         let mut g = self.types.write();
         g.insert(table.to_string(), sql);
         self.write(db, &mut g)

@@ -65,12 +65,17 @@ impl<'a> CopyIn<'a> {
             return Err(SqlError::new("42501", "permission denied for table pg_class"));
         }
         let positions = positions(&target, cmd)?;
-        let defaults = crate::dml::column_defaults(sh, &target)?
-            .into_iter()
-            .enumerate()
-            .filter(|(p, _)| !positions.contains(p))
-            .filter_map(|(p, e)| e.map(|e| (p, e)))
-            .collect();
+        let defaults = sh
+            .catalog
+            .defaults(&target.table)
+            .map(|d| {
+                d.iter()
+                    .enumerate()
+                    .filter(|(p, _)| !positions.contains(p))
+                    .filter_map(|(p, e)| e.clone().map(|e| (p, e)))
+                    .collect()
+            })
+            .unwrap_or_default();
         Ok(CopyIn {
             sh,
             defaults,

@@ -144,7 +144,7 @@ fn create_table(sh: &Shared, ct: &CreateTable, notices: &mut Vec<Notice>) -> Res
         }
     }
     sh.db.create_table(&name, Schema { columns }, options)?;
-    sh.catalog.set(&sh.db, &name, crate::catalog::TableSql { types, defaults })?;
+    sh.catalog.set(&sh.db, &name, crate::catalog::TableSql { types, defaults, parsed: None })?;
     for (seq, max) in serials {
         let max = sqlparser::ast::Expr::value(sqlparser::ast::Value::Number(max.to_string(), false));
         sh.sequences.create_owned(&seq, &[sqlparser::ast::SequenceOptions::MaxValue(Some(max))], Some(&name))?;

@@ -66,8 +66,9 @@ pub fn insert(cx: &mut Cx<'_, '_>, i: &Insert) -> Result<Outcome, SqlError> {
             })
             .collect::<Result<_, _>>()?
     };
-    let defaults = column_defaults(cx.sh, &t)?;
-    let default_of = |cx: &mut Cx<'_, '_>, p: usize| match &defaults[p] {
+    let defaults = cx.sh.catalog.defaults(&t.table);
+    let default_at = |p: usize| defaults.as_ref().and_then(|d| d[p].as_ref());
+    let default_of = |cx: &mut Cx<'_, '_>, p: usize| match default_at(p) {
         Some(e) => eval(e, &Scope::empty(), &[], cx, None),
         None => Ok(Datum::Null),
     };
@@ -106,7 +107,7 @@ pub fn insert(cx: &mut Cx<'_, '_>, i: &Insert) -> Result<Outcome, SqlError> {
         for (d, &p) in r.iter().zip(&positions) {
             values[p] = d.to_stored(t.cols[p].ty, &t.cols[p].name)?;
         }
-        for p in (0..t.cols.len()).filter(|p| defaults[*p].is_some() && !positions[..r.len()].contains(p)) {
+        for p in (0..t.cols.len()).filter(|p| default_at(*p).is_some() && !positions[..r.len()].contains(p)) {
             values[p] = default_of(cx, p)?.to_stored(t.cols[p].ty, &t.cols[p].name)?;
         }
         for (c, v) in t.cols.iter().zip(&values) {
@@ -129,24 +130,6 @@ pub fn insert(cx: &mut Cx<'_, '_>, i: &Insert) -> Result<Outcome, SqlError> {
     }
     let tag = format!("INSERT 0 {}", stored.len());
     returning(cx, &t, i.returning.as_deref(), stored.iter().map(|v| datums(v, &t.cols)).collect(), tag)
-}
-
-/// The `DEFAULT` expressions of `t`'s columns, by position (parsed from the server catalog's
-/// text).
-pub(crate) fn column_defaults(sh: &Shared, t: &Target) -> Result<Vec<Option<Expr>>, SqlError> {
-    let dialect = sqlparser::dialect::PostgreSqlDialect {};
-    sh.catalog
-        .defaults(&t.table)
-        .into_iter()
-        .map(|d| {
-            d.map(|text| {
-                sqlparser::parser::Parser::new(&dialect).try_with_sql(&text).and_then(|mut p| p.parse_expr()).map_err(
-                    |e| SqlError::new("XX000", format!("the default \"{text}\" of {} does not parse: {e}", t.name)),
-                )
-            })
-            .transpose()
-        })
-        .collect()
 }
 
 /// Evaluates RETURNING over the rows a statement wrote; a plain command tag without it.

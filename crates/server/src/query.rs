@@ -3,10 +3,11 @@
 //!
 //! A SELECT runs as: find rows ([`crate::plan`]), filter by WHERE, group and aggregate when
 //! the query has aggregates or GROUP BY, project, sort, de-duplicate, cut by OFFSET/LIMIT. Rows
-//! are materialized (the result is sent after the statement finished). Joins, subqueries, set
-//! operations, window functions, CTEs and `FOR UPDATE` are refused with 0A000. A FROM list
-//! with joins or `generate_series` is read by [`crate::join`], whose rows (as wide as all its
-//! relations' columns) go through the same WHERE, grouping, sorting and projection.
+//! are materialized (the result is sent after the statement finished). Set operations, window
+//! functions, CTEs and `FOR UPDATE` are refused with 0A000. A FROM list with joins, functions
+//! or subqueries is read by [`crate::join`], whose rows (as wide as all its relations'
+//! columns) go through the same WHERE, grouping, sorting and projection. Subqueries in
+//! expressions run through the session ([`crate::expr::Env::subquery`], [`crate::correlate`]).
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
