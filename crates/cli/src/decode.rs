@@ -9,13 +9,14 @@
 //! `--create-slot` and `--start` may be given together (the slot is created, then read).
 //! `--start` writes each decoded row's data as one line to FILE (`-`, the default, is
 //! standard output; a file is appended to, as `pg_recvlogical` does) and confirms what it
-//! wrote as it goes: each round decodes from the slot to the end of the WAL (as
-//! `pg_logical_slot_peek_changes`, but streaming: each row goes through a buffered writer as
-//! the plugin writes it, [`settledb::Database::decode_slot_into`], so no round holds its rows
-//! in memory), flushes the lines (and fsyncs a file), then advances the slot's
-//! `confirmed_flush_lsn` over them; when there is nothing new it sleeps [`IDLE_SLEEP`]. It
-//! stops on SIGINT or SIGTERM, or once `--endpos` is reached, and prints the position the slot
-//! was confirmed up to on standard error.
+//! wrote as it goes. It runs one decoding session that follows the WAL, as `settle serve`'s
+//! WAL sender does ([`settledb::Database::decode_slot_follow`]): each pass reads the flushed
+//! WAL on from where the last one stopped, with the reorder buffer kept, each row going
+//! through a buffered writer as the plugin writes it (no pass holds its rows in memory); after
+//! a pass the lines are flushed (a file fsynced), the slot's `confirmed_flush_lsn` is advanced
+//! over them, and when nothing new was flushed it waits for the next flush, at most
+//! [`IDLE_SLEEP`]. It stops on SIGINT or SIGTERM (at the end of a pass), or once `--endpos` is
+//! reached, and prints the position the slot was confirmed up to on standard error.
 //!
 //! `--stats` also prints, on standard error, one line `settle decode stats: {…}` of JSON: the
 //! process's `RssAnon` right after opening the directory (kB), the rows written, and the
@@ -49,7 +50,7 @@ use clap::Args;
 use settledb::db::DecodeLimits;
 use settledb::{Database, Error, Lsn};
 
-/// The pause between rounds that found nothing new.
+/// The longest wait for new WAL between passes (a stop signal is noticed at least this often).
 pub const IDLE_SLEEP: Duration = Duration::from_millis(100);
 
 #[derive(Args)]
@@ -200,7 +201,8 @@ pub fn rss_anon_kb() -> u64 {
 #[derive(serde::Serialize, serde::Deserialize, Default, Debug, Clone)]
 pub struct FollowStats {
     pub rss_anon_after_open_kb: u64,
-    pub rounds: u64,
+    /// Passes of the session over the flushed WAL.
+    pub passes: u64,
     pub rows: u64,
     pub total_txns: u64,
     pub total_bytes: u64,
@@ -217,7 +219,6 @@ pub struct FollowStats {
 
 impl FollowStats {
     fn add(&mut self, s: &settledb::decode::reorderbuffer::ReorderStats) {
-        self.rounds += 1;
         self.total_txns += s.total_txns;
         self.total_bytes += s.total_bytes;
         self.spill_txns += s.spill_txns;
@@ -273,7 +274,10 @@ impl Sink {
     }
 }
 
-/// The `--start` loop; returns the slot's confirmed position at the end.
+/// The `--start` loop: one decoding session that follows the WAL
+/// ([`Database::decode_slot_follow`]), its reorder buffer kept from pass to pass; after each
+/// pass the lines are flushed (and a file fsynced) and the slot is advanced over them. Returns
+/// the slot's confirmed position at the end.
 fn follow(
     db: &Database,
     slot: &str,
@@ -282,48 +286,60 @@ fn follow(
     file: &str,
     stats: &mut FollowStats,
 ) -> Result<Lsn> {
-    let mut sink = Sink::open(file)?;
+    let sink = std::cell::RefCell::new(Sink::open(file)?);
     install_stop_handlers();
     let mut confirmed = db
         .replication_slot(slot)
         .with_context(|| format!("replication slot \"{slot}\" does not exist"))?
         .confirmed_flush;
-    while !STOP.load(Ordering::SeqCst) {
-        // Not `upto_lsn: endpos`: a transaction running across --endpos must be read up to its
-        // commit for its rows before --endpos to be written (the walsender, too, decodes
-        // past it; pg_recvlogical cuts).
-        let (mut written, mut last_written, mut cut) = (0u64, None, false);
-        let r = db.decode_slot_into(slot, DecodeLimits::default(), options, false, &mut |row| {
-            if cut || endpos.is_some_and(|e| row.lsn > e) {
-                cut = true;
-                return Ok(());
-            }
-            sink.write_line(&row.data).map_err(|e| Error::io("write", file, e))?;
-            last_written = Some(row.lsn);
-            written += 1;
-            Ok(())
-        })?;
-        sink.flush_durable()?;
-        stats.add(&r.stats);
-        stats.rows += written;
+    // Rows past --endpos are not written; `cut` says a transaction was cut there. Not
+    // `upto_lsn: endpos`: a transaction running across --endpos must be read up to its commit
+    // for its rows before --endpos to be written (the walsender, too, decodes past it;
+    // pg_recvlogical cuts).
+    let (cut, last_written) = (std::cell::Cell::new(false), std::cell::Cell::new(None::<Lsn>));
+    let mut passes = 0u64;
+    let mut write_error = None;
+    let mut on_row = |row: settledb::decode::logical::OutputRow| {
+        if cut.get() || endpos.is_some_and(|e| row.lsn > e) {
+            cut.set(true);
+            return Ok(());
+        }
+        sink.borrow_mut().write_line(&row.data).map_err(|e| Error::io("write", file, e))?;
+        last_written.set(Some(row.lsn));
+        stats.rows += 1;
+        Ok(())
+    };
+    let mut after_pass = |pos: Lsn| -> settledb::Result<bool> {
+        passes += 1;
+        if let Err(e) = sink.borrow_mut().flush_durable() {
+            write_error = Some(e);
+            return Ok(false);
+        }
         // A transaction cut at --endpos is confirmed only up to its last row written (it is
         // decoded again next time); otherwise everything read is consumed.
-        let reached = cut || endpos.is_some_and(|e| r.end_lsn >= e);
-        let upto = match (cut, endpos) {
-            (true, _) => last_written.unwrap_or(confirmed),
-            (false, Some(e)) => r.end_lsn.min(e),
-            (false, None) => r.end_lsn,
+        let reached = cut.get() || endpos.is_some_and(|e| pos >= e);
+        let upto = match (cut.get(), endpos) {
+            (true, _) => last_written.get().unwrap_or(confirmed),
+            (false, Some(e)) => pos.min(e),
+            (false, None) => pos,
         };
         if upto > confirmed {
             confirmed = db.replication_slot_advance(slot, upto)?;
         }
-        if reached {
-            break;
+        if reached || STOP.load(Ordering::SeqCst) {
+            return Ok(false);
         }
-        if r.rows == 0 {
-            std::thread::sleep(IDLE_SLEEP);
+        if db.current_wal_flush_lsn() <= pos {
+            db.wait_for_wal_flush(pos, IDLE_SLEEP);
         }
+        Ok(!STOP.load(Ordering::SeqCst))
+    };
+    let r = db.decode_slot_follow(slot, DecodeLimits::default(), options, &mut on_row, &mut after_pass)?;
+    if let Some(e) = write_error {
+        return Err(e);
     }
+    stats.add(&r.stats);
+    stats.passes = passes;
     Ok(confirmed)
 }
 

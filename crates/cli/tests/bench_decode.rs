@@ -1,7 +1,8 @@
 //! `settle bench decode --shrink 1000 --runs 1 --json` without a peer: the report has the
 //! shape consumers read, every workload and setting ran, and the engine's counters agree with
 //! the workloads (transactions decoded, the aborted insert and the streamed one spilled
-//! nothing, spilling happened where memory was short). No timing is asserted.
+//! nothing, spilling happened where memory was short, test_decoding wrote the lines each
+//! workload makes). No timing is asserted.
 
 mod common;
 
@@ -25,7 +26,7 @@ fn bench_decode_reports_consistent_engine_counters() {
     assert_eq!(r["benchmark"], "decode");
     assert_eq!((r["shrink"].as_u64(), r["runs"].as_u64(), r["peer"].as_bool()), (Some(1000), Some(1), Some(false)));
     let cases = r["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 17, "every workload's settings");
+    assert_eq!(cases.len(), 21, "every workload's settings, and a td setting for W2, W3, W4 and W6 (shrunk)");
     for c in cases {
         let e = &c["engine"];
         let m = &e["median"];
@@ -58,6 +59,13 @@ fn bench_decode_reports_consistent_engine_counters() {
     assert_eq!(w1["check"]["engine"]["lines"], 8_000 + 2);
     let w5 = case(cases, "W5", "64MB", "td");
     assert_eq!(w5["check"]["engine"]["lines"], 3 * 200);
+    // The small versions of W2, W3, W4 and W6 have their lines digested too (compared with
+    // PostgreSQL's under --peer).
+    for (name, limit, lines) in
+        [("W2", "64kB", 100 + 2), ("W3", "1MB", 1_000 + 2), ("W4", "64kB", 3 * 100), ("W6", "64kB", 2 * 1_002)]
+    {
+        assert_eq!(case(cases, name, limit, "td")["check"]["engine"]["lines"], lines, "{name}");
+    }
     // Targets are judged, or marked as needing the peer.
     let targets = r["targets"].as_array().unwrap();
     assert!(targets.iter().any(|t| t["what"].as_str().unwrap().starts_with("W9") && t["met"] == true));

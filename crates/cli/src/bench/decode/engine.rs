@@ -141,7 +141,7 @@ fn run_workload(db: &Database, t: &Table, kind: WorkloadKind) -> Result<()> {
             std::thread::scope(|s| -> Result<()> {
                 let handles: Vec<_> = (0..clients)
                     .map(|c| {
-                        let per = txns / clients + u64::from(c < txns % clients);
+                        let per = txns / clients; // as pgbench's -t
                         s.spawn(move || -> Result<()> {
                             for _ in 0..per {
                                 let mut tx = db.begin()?;
@@ -202,8 +202,8 @@ fn hex_text(state: &mut u64, width: usize) -> String {
 /// commits are staggered as pgbench's clients drift apart).
 fn w6(db: &Database, t: &Table, txns: u64, clients: u64) -> Result<()> {
     let clients = clients.min(txns).max(1) as usize;
-    let mut left: Vec<u64> =
-        (0..clients as u64).map(|k| txns / clients as u64 + u64::from(k < txns % clients as u64)).collect();
+    // As pgbench's `-t txns/clients`: every client runs the same number.
+    let mut left: Vec<u64> = vec![txns / clients as u64; clients];
     let mut delay: Vec<u64> = (0..clients as u64).map(|k| k % 10).collect();
     let mut open: Vec<Option<(settledb::Transaction<'_>, u32)>> = (0..clients).map(|_| None).collect();
     let batch =

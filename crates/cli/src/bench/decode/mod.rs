@@ -27,6 +27,9 @@
 //!   TOAST; PostgreSQL stores them TOASTed); 64MB td+stream.
 //! - W9: an 8,000,000-row insert rolled back; 64MB null.
 //!
+//! With `--shrink K` (K > 1), W2, W3, W4 and W6 also get a `td` setting at their first limit,
+//! so that the small versions of W1-W6 all have their test_decoding lines compared.
+//!
 //! PostgreSQL runs longer than `--peer-timeout` are stopped and recorded as "> N s
 //! (capped)", and that setting's later PostgreSQL runs are skipped: its targets are absolute.
 
@@ -131,8 +134,9 @@ impl Workload {
             WorkloadKind::W1 { rows } | WorkloadKind::W9 { rows } | WorkloadKind::W7 { rows, .. } => rows,
             WorkloadKind::W2 { subxacts } => subxacts,
             WorkloadKind::W3 { subxacts, rows } => subxacts * rows,
-            WorkloadKind::W4 { txns } | WorkloadKind::W5 { txns, .. } => txns,
-            WorkloadKind::W6 { txns, clients } => (txns / clients.min(txns).max(1)) * clients.min(txns).max(1) * 1000,
+            WorkloadKind::W4 { txns } => txns,
+            WorkloadKind::W5 { txns, clients } => per_client(txns, clients),
+            WorkloadKind::W6 { txns, clients } => per_client(txns, clients) * 1000,
         }
     }
 
@@ -140,11 +144,17 @@ impl Workload {
     pub fn transactions(&self) -> u64 {
         match self.kind {
             WorkloadKind::W1 { .. } | WorkloadKind::W2 { .. } | WorkloadKind::W3 { .. } | WorkloadKind::W7 { .. } => 1,
-            WorkloadKind::W4 { txns } | WorkloadKind::W5 { txns, .. } => txns,
-            WorkloadKind::W6 { txns, clients } => (txns / clients.min(txns).max(1)) * clients.min(txns).max(1),
+            WorkloadKind::W4 { txns } => txns,
+            WorkloadKind::W5 { txns, clients } | WorkloadKind::W6 { txns, clients } => per_client(txns, clients),
             WorkloadKind::W9 { .. } => 0,
         }
     }
+}
+
+/// Transactions `clients` sessions run in all when each runs `txns / clients` (pgbench's `-t`).
+fn per_client(txns: u64, clients: u64) -> u64 {
+    let c = clients.min(txns).max(1);
+    (txns / c) * c
 }
 
 pub const ALL: [&str; 11] = ["W1", "W2", "W2-25k", "W2-50k", "W2-200k", "W3", "W4", "W5", "W6", "W7", "W9"];
@@ -167,6 +177,13 @@ pub fn workload(id: &str, shrink: u64) -> Option<Workload> {
         "W9" => (WorkloadKind::W9 { rows: n(8_000_000) }, vec![("64MB", Null)], true),
         _ => return None,
     };
+    let mut settings = settings;
+    // The small versions also compare W2, W3, W4 and W6's test_decoding lines between the
+    // engines (the issue's output check covers W1-W6); at full size PostgreSQL would take
+    // minutes to hours on W2 and W4 with a second sink.
+    if shrink > 1 && peer && matches!(id, "W2" | "W3" | "W4" | "W6") {
+        settings.push((settings[0].0, Td));
+    }
     Some(Workload { id: id.to_string(), kind, settings, peer })
 }
 
