@@ -671,6 +671,32 @@ fn call(f: &Function, name: &str, args: Vec<Datum>, env: &mut dyn Env) -> Result
                 _ => Datum::Null,
             }
         }
+        "array_to_string" => {
+            if !(2..=3).contains(&args.len()) {
+                arity(2)?;
+            }
+            match (text(&args[0]), text(&args[1])) {
+                (Some(a), Some(sep)) => {
+                    let null_as = args.get(2).and_then(Datum::to_text);
+                    let parts: Vec<String> =
+                        array_elements(&a).into_iter().filter_map(|e| e.or_else(|| null_as.clone())).collect();
+                    Datum::Text(parts.join(&sep))
+                }
+                _ => Datum::Null,
+            }
+        }
+        // Arrays here are one-dimensional and 1-based.
+        "array_upper" | "array_lower" => {
+            arity(2)?;
+            match (text(&args[0]), &args[1]) {
+                (Some(a), Datum::Int(1)) => match array_elements(&a).len() {
+                    0 => Datum::Null,
+                    n if name == "array_upper" => Datum::Int(n as i64),
+                    _ => Datum::Int(1),
+                },
+                _ => Datum::Null,
+            }
+        }
         // An expression tree's text is kept as its source (row filters have none here).
         "pg_get_expr" => {
             if !(2..=3).contains(&args.len()) {
@@ -939,7 +965,8 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
                 }
                 "random" => SqlType::Float8,
                 "pg_table_is_visible" => SqlType::Bool,
-                "array_length" => SqlType::Int4,
+                "array_length" | "array_upper" | "array_lower" => SqlType::Int4,
+                "pg_relation_is_publishable" => SqlType::Bool,
                 "substr" => SqlType::Text,
                 "nextval" | "currval" | "setval" => SqlType::Int8,
                 "pg_get_replica_identity_index" => SqlType::Int8,

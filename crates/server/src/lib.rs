@@ -8,7 +8,8 @@
 //!   wire      pgwire handlers: startup/auth, simple + extended query, COPY; session threads
 //!   parse     statement splitting, our parser for VACUUM/ANALYZE/CHECKPOINT/COPY, sqlparser
 //!   session   transaction state (autocommit, BEGIN/COMMIT/ROLLBACK, failed blocks), SET/SHOW
-//!   query     SELECT and Describe;  dml  INSERT/UPDATE/DELETE/TRUNCATE;  ddl  CREATE/DROP/ALTER
+//!   query     SELECT and Describe (setop: UNION/INTERSECT/EXCEPT);  dml  INSERT/UPDATE/
+//!             DELETE/TRUNCATE;  ddl  CREATE/DROP/ALTER
 //!   plan      index equality/range scan, index-only scan, or sequential scan for a WHERE clause
 //!   join      FROM lists: joins (index nested loop, hash, nested loop; inner, left, cross)
 //!             and generate_series (series)
@@ -20,6 +21,7 @@
 //!             max_connections: the flags and registry that reach a session from outside
 //!   views     pg_stat_user_tables, pg_stat_database from the engine's counters,
 //!             pg_replication_slots, pg_stat_replication_slots, pg_locks, pg_namespace, pg_am;
+//!             pgcatalog  pg_attribute, pg_index, pg_type, pg_constraint & co. (psql's \d);
 //!             slotfuncs  pg_create_logical_replication_slot & co.;  slotchanges
 //!             pg_logical_slot_get_changes & co. in FROM
 //!   tls       TLS from PEM files (rustls)
@@ -54,6 +56,7 @@ pub mod query;
 pub mod sequence;
 pub mod series;
 pub mod session;
+pub mod setop;
 pub mod settings;
 pub mod slotchanges;
 pub mod slotfuncs;

@@ -16,11 +16,21 @@
 //! `pg_attribute` has a row per column of every table (`attnum` from 1; no system columns,
 //! none dropped or generated; `atttypid` the type's OID as pgoutput sends it); `pg_index` a
 //! row per index, its `indkey` in int2vector's text form (`1 2`), which `= ANY(...)` reads.
+//!
+//! For psql's `\d table` there are also `pg_attrdef` (a row per column default, `adbin` the
+//! default's SQL text, which `pg_get_expr` returns), `pg_type` and `pg_collation` (the types
+//! settledb has; the default, C and POSIX collations), `pg_constraint` (a primary key per
+//! table that has one, its OID the index's), and the catalogs of features settledb does not
+//! have, empty with PostgreSQL's columns: `pg_policy`, `pg_statistic_ext`, `pg_inherits`,
+//! `pg_publication_namespace`; `pg_publication_rel` lists the tables a publication names and
+//! `pg_roles` the one role. The functions: `format_type`, `pg_get_indexdef`,
+//! `pg_get_constraintdef`, `pg_relation_is_publishable`.
 
 use settledb::{Database, ReplicaIdentity, Table};
 
 use crate::catalog::ColumnDef;
 use crate::types::{Datum, SqlType};
+use crate::views::{OWNER, PG_CATALOG_NAMESPACE, PUBLIC_NAMESPACE};
 
 fn col(name: &str, ty: SqlType) -> ColumnDef {
     ColumnDef { name: name.into(), ty, nullable: true }
@@ -42,6 +52,7 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             ("attidentity", Text),
             ("attgenerated", Text),
             ("attisdropped", Bool),
+            ("attcollation", Int8),
         ],
         "pg_index" => &[
             ("indexrelid", Int8),
@@ -55,6 +66,74 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             ("indislive", Bool),
             ("indisreplident", Bool),
             ("indkey", Text),
+            ("indisclustered", Bool),
+        ],
+        "pg_attrdef" => &[("oid", Int8), ("adrelid", Int8), ("adnum", Int2), ("adbin", Text)],
+        "pg_type" => &[
+            ("oid", Int8),
+            ("typname", Text),
+            ("typnamespace", Int8),
+            ("typowner", Int8),
+            ("typlen", Int2),
+            ("typtype", Text),
+            ("typcategory", Text),
+            ("typcollation", Int8),
+        ],
+        "pg_collation" => {
+            &[("oid", Int8), ("collname", Text), ("collnamespace", Int8), ("collowner", Int8), ("collprovider", Text)]
+        }
+        "pg_constraint" => &[
+            ("oid", Int8),
+            ("conname", Text),
+            ("connamespace", Int8),
+            ("contype", Text),
+            ("condeferrable", Bool),
+            ("condeferred", Bool),
+            ("convalidated", Bool),
+            ("conrelid", Int8),
+            ("contypid", Int8),
+            ("conindid", Int8),
+            ("conparentid", Int8),
+            ("confrelid", Int8),
+            ("conislocal", Bool),
+            ("conkey", Text),
+        ],
+        "pg_policy" => &[
+            ("oid", Int8),
+            ("polname", Text),
+            ("polrelid", Int8),
+            ("polcmd", Text),
+            ("polpermissive", Bool),
+            ("polroles", Text),
+            ("polqual", Text),
+            ("polwithcheck", Text),
+        ],
+        "pg_statistic_ext" => &[
+            ("oid", Int8),
+            ("stxrelid", Int8),
+            ("stxname", Text),
+            ("stxnamespace", Int8),
+            ("stxowner", Int8),
+            ("stxstattarget", Int4),
+            ("stxkeys", Text),
+            ("stxkind", Text),
+        ],
+        "pg_inherits" => &[("inhrelid", Int8), ("inhparent", Int8), ("inhseqno", Int4), ("inhdetachpending", Bool)],
+        "pg_publication_namespace" => &[("oid", Int8), ("pnpubid", Int8), ("pnnspid", Int8)],
+        "pg_publication_rel" => {
+            &[("oid", Int8), ("prpubid", Int8), ("prrelid", Int8), ("prqual", Text), ("prattrs", Text)]
+        }
+        "pg_roles" => &[
+            ("oid", Int8),
+            ("rolname", Text),
+            ("rolsuper", Bool),
+            ("rolinherit", Bool),
+            ("rolcreaterole", Bool),
+            ("rolcreatedb", Bool),
+            ("rolcanlogin", Bool),
+            ("rolreplication", Bool),
+            ("rolconnlimit", Int4),
+            ("rolbypassrls", Bool),
         ],
         _ => return None,
     };
@@ -66,12 +145,56 @@ pub fn rows(sh: &crate::Shared, name: &str) -> Vec<Vec<Datum>> {
     match name {
         "pg_attribute" => sh.db.tables().iter().flat_map(|t| attributes(sh, t)).collect(),
         "pg_index" => sh.db.tables().iter().flat_map(|t| indexes(&sh.db, t)).collect(),
+        "pg_attrdef" => sh.db.tables().iter().flat_map(|t| defaults(sh, t)).collect(),
+        "pg_type" => TYPES
+            .iter()
+            .map(|&(ty, name, len, category)| {
+                vec![
+                    Datum::Int(i64::from(ty.pg_type().oid())),
+                    Datum::Text(name.into()),
+                    Datum::Int(PG_CATALOG_NAMESPACE),
+                    Datum::Int(OWNER),
+                    Datum::Int(len),
+                    Datum::Text("b".into()),
+                    Datum::Text(category.into()),
+                    Datum::Int(collation(ty)),
+                ]
+            })
+            .collect(),
+        "pg_collation" => [(DEFAULT_COLLATION, "default", "d"), (950, "C", "c"), (951, "POSIX", "c")]
+            .into_iter()
+            .map(|(oid, name, provider)| {
+                vec![
+                    Datum::Int(oid),
+                    Datum::Text(name.into()),
+                    Datum::Int(PG_CATALOG_NAMESPACE),
+                    Datum::Int(OWNER),
+                    Datum::Text(provider.into()),
+                ]
+            })
+            .collect(),
+        "pg_constraint" => sh.db.tables().iter().filter_map(|t| primary_key(&sh.db, t)).collect(),
+        "pg_publication_rel" => publication_rels(&sh.db),
+        "pg_roles" => vec![vec![
+            Datum::Int(OWNER),
+            Datum::Text("postgres".into()),
+            Datum::Bool(true),
+            Datum::Bool(true),
+            Datum::Bool(true),
+            Datum::Bool(true),
+            Datum::Bool(true),
+            Datum::Bool(true),
+            Datum::Int(-1),
+            Datum::Bool(true),
+        ]],
         _ => Vec::new(),
     }
 }
 
 fn attributes(sh: &crate::Shared, t: &Table) -> Vec<Vec<Datum>> {
     let nullable: Vec<bool> = t.schema().columns.iter().map(|c| c.nullable).collect();
+    let defaults = sh.catalog.defaults(t);
+    let has_default = |i: usize| defaults.as_ref().is_some_and(|d| d.get(i).is_some_and(Option::is_some));
     sh.catalog
         .columns(t)
         .into_iter()
@@ -91,19 +214,19 @@ fn attributes(sh: &crate::Shared, t: &Table) -> Vec<Vec<Datum>> {
                 Datum::Int(i64::from(ty.oid())),
                 Datum::Int(len),
                 Datum::Int(i as i64 + 1),
-                Datum::Int(-1),
+                Datum::Int(i64::from(typmod(c.ty))),
                 Datum::Bool(!nullable[i]),
-                Datum::Bool(false),
+                Datum::Bool(has_default(i)),
                 Datum::Text(String::new()),
                 Datum::Text(String::new()),
                 Datum::Bool(false),
+                Datum::Int(collation(c.ty)),
             ]
         })
         .collect()
 }
 
 fn indexes(db: &Database, t: &Table) -> Vec<Vec<Datum>> {
-    let replident = replica_identity_index(db, t);
     db.indexes(t)
         .into_iter()
         .map(|ix| {
@@ -124,8 +247,11 @@ fn indexes(db: &Database, t: &Table) -> Vec<Vec<Datum>> {
                 Datum::Bool(true),
                 Datum::Bool(true),
                 Datum::Bool(true),
-                Datum::Bool(replident == Some(ix.oid().0)),
+                // Only REPLICA IDENTITY USING INDEX marks an index (settledb has no such
+                // identity; DEFAULT uses the primary key without marking it).
+                Datum::Bool(false),
                 Datum::Text(key.join(" ")),
+                Datum::Bool(false),
             ]
         })
         .collect()
@@ -149,4 +275,198 @@ pub fn get_replica_identity_index(db: &Database, relid: &Datum) -> Datum {
         .find(|t| i64::from(t.oid().0) == *oid)
         .and_then(|t| replica_identity_index(db, t))
         .map_or(Datum::Null, |o| Datum::Int(i64::from(o)))
+}
+
+/// The types settledb has, as `pg_type` lists them: name, length, category.
+const TYPES: [(SqlType, &str, i64, &str); 12] = [
+    (SqlType::Bool, "bool", 1, "B"),
+    (SqlType::Int2, "int2", 2, "N"),
+    (SqlType::Int4, "int4", 4, "N"),
+    (SqlType::Int8, "int8", 8, "N"),
+    (SqlType::Numeric { precision: 18, scale: 0 }, "numeric", -1, "N"),
+    (SqlType::Float8, "float8", 8, "N"),
+    (SqlType::Text, "text", -1, "S"),
+    (SqlType::Varchar(None), "varchar", -1, "S"),
+    (SqlType::Char(1), "bpchar", -1, "S"),
+    (SqlType::Timestamp, "timestamp", 8, "D"),
+    (SqlType::Date, "date", 4, "D"),
+    (SqlType::Bytea, "bytea", -1, "U"),
+];
+
+/// The OID of the database's default collation, which text types use.
+const DEFAULT_COLLATION: i64 = 100;
+
+/// A type's collation: the default for the text types, none (0) for the rest.
+fn collation(ty: SqlType) -> i64 {
+    match ty {
+        SqlType::Text | SqlType::Varchar(_) | SqlType::Char(_) => DEFAULT_COLLATION,
+        _ => 0,
+    }
+}
+
+/// PostgreSQL's type modifier: `numeric(p,s)` is `(p << 16 | s) + 4`, `varchar(n)` and
+/// `char(n)` are `n + 4`, everything else -1.
+fn typmod(ty: SqlType) -> i32 {
+    match ty {
+        SqlType::Numeric { precision, scale } => ((i32::from(precision) << 16) | i32::from(scale)) + 4,
+        SqlType::Varchar(Some(n)) | SqlType::Char(n) => i32::try_from(n).map_or(-1, |n| n.saturating_add(4)),
+        _ => -1,
+    }
+}
+
+/// `format_type(type_oid, typmod)`: the type's SQL name with its modifier, as `\d` prints it
+/// (`numeric(12,2)`, `character varying(20)`); `???` for a type settledb does not have.
+pub fn format_type(oid: &Datum, typmod: &Datum) -> Datum {
+    let Datum::Int(oid) = oid else { return Datum::Null };
+    let m = match typmod {
+        Datum::Int(m) => *m,
+        _ => -1,
+    };
+    let Some(ty) = u32::try_from(*oid).ok().and_then(SqlType::from_oid) else { return Datum::Text("???".into()) };
+    let args = (m >= 4).then(|| m - 4);
+    Datum::Text(match (ty, args) {
+        (SqlType::Numeric { .. }, Some(a)) => format!("numeric({},{})", (a >> 16) & 0xffff, a & 0xffff),
+        (SqlType::Numeric { .. }, None) => "numeric".into(),
+        (SqlType::Varchar(_), a) => SqlType::Varchar(a.and_then(|n| u32::try_from(n).ok())).display(),
+        (SqlType::Char(_), Some(n)) => SqlType::Char(u32::try_from(n).unwrap_or(1)).display(),
+        (SqlType::Char(_), None) => "bpchar".into(),
+        (ty, _) => ty.display(),
+    })
+}
+
+fn defaults(sh: &crate::Shared, t: &Table) -> Vec<Vec<Datum>> {
+    let Some(defaults) = sh.catalog.defaults(t) else { return Vec::new() };
+    defaults
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| {
+            let d = d.as_ref()?;
+            // PostgreSQL's pg_attrdef rows have OIDs of their own; these are made unique
+            // from the table's OID and the column's number.
+            let oid = (i64::from(t.oid().0) << 11) | i as i64;
+            Some(vec![
+                Datum::Int(oid),
+                Datum::Int(i64::from(t.oid().0)),
+                Datum::Int(i as i64 + 1),
+                Datum::Text(d.to_string()),
+            ])
+        })
+        .collect()
+}
+
+/// `t`'s primary key as a `pg_constraint` row (its OID the index's), if it has one.
+fn primary_key(db: &Database, t: &Table) -> Option<Vec<Datum>> {
+    let ix = db.indexes(t).into_iter().find(|ix| ix.is_primary())?;
+    let names: Vec<&str> = t.schema().columns.iter().map(|c| c.name.as_str()).collect();
+    let key: Vec<String> =
+        ix.columns().iter().map(|c| names.iter().position(|n| n == c).map_or(0, |p| p + 1).to_string()).collect();
+    let oid = i64::from(ix.oid().0);
+    Some(vec![
+        Datum::Int(oid),
+        Datum::Text(ix.name().to_string()),
+        Datum::Int(PUBLIC_NAMESPACE),
+        Datum::Text("p".into()),
+        Datum::Bool(false),
+        Datum::Bool(false),
+        Datum::Bool(true),
+        Datum::Int(i64::from(t.oid().0)),
+        Datum::Int(0),
+        Datum::Int(oid),
+        Datum::Int(0),
+        Datum::Int(0),
+        Datum::Bool(true),
+        Datum::Text(format!("{{{}}}", key.join(","))),
+    ])
+}
+
+/// A row per table a `FOR TABLE` publication names (a `FOR ALL TABLES` one has none).
+fn publication_rels(db: &Database) -> Vec<Vec<Datum>> {
+    use settledb::catalog::publication::PublicationTables;
+    let mut out = Vec::new();
+    for p in db.publications().unwrap_or_default() {
+        if let PublicationTables::Some(tables) = &p.tables {
+            for t in tables {
+                let oid = (i64::from(p.oid.0) << 32) | i64::from(t.0);
+                out.push(vec![
+                    Datum::Int(oid),
+                    Datum::Int(i64::from(p.oid.0)),
+                    Datum::Int(i64::from(t.0)),
+                    Datum::Null,
+                    Datum::Null,
+                ]);
+            }
+        }
+    }
+    out
+}
+
+/// An identifier as PostgreSQL's `quote_ident` writes it in a definition: bare when it is
+/// lower case letters, digits and underscores not starting with a digit, else double-quoted.
+fn quote_ident(name: &str) -> String {
+    let plain = name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+/// The table an index with this OID is on, and the index.
+fn find_index(db: &Database, oid: &Datum) -> Option<(Table, settledb::Index)> {
+    let Datum::Int(oid) = oid else { return None };
+    db.tables().into_iter().find_map(|t| {
+        let ix = db.indexes(&t).into_iter().find(|ix| i64::from(ix.oid().0) == *oid)?;
+        Some((t, ix))
+    })
+}
+
+/// Catalog functions that read the database, or `None` for another name.
+pub fn call(db: &Database, name: &str, args: &[Datum]) -> Option<Datum> {
+    let arg = |i: usize| args.get(i).unwrap_or(&Datum::Null);
+    Some(match name {
+        "format_type" => format_type(arg(0), arg(1)),
+        // `pg_get_indexdef(index [, column, pretty])`: the CREATE INDEX statement, or with a
+        // column number above 0 that key column's name.
+        "pg_get_indexdef" => match find_index(db, arg(0)) {
+            None => Datum::Null,
+            Some((t, ix)) => match arg(1) {
+                Datum::Int(k) if *k > 0 => {
+                    ix.columns().get(*k as usize - 1).map_or(Datum::Null, |c| Datum::Text(quote_ident(c)))
+                }
+                _ => {
+                    let cols: Vec<String> = ix.columns().iter().map(|c| quote_ident(c)).collect();
+                    Datum::Text(format!(
+                        "CREATE {}INDEX {} ON public.{} USING btree ({})",
+                        if ix.is_unique() { "UNIQUE " } else { "" },
+                        quote_ident(ix.name()),
+                        quote_ident(t.name()),
+                        cols.join(", ")
+                    ))
+                }
+            },
+        },
+        // The only constraints are primary keys, whose OIDs are their indexes'.
+        "pg_get_constraintdef" => match find_index(db, arg(0)) {
+            Some((_, ix)) if ix.is_primary() => {
+                let cols: Vec<String> = ix.columns().iter().map(|c| quote_ident(c)).collect();
+                Datum::Text(format!("PRIMARY KEY ({})", cols.join(", ")))
+            }
+            _ => Datum::Null,
+        },
+        // A user table can be published; a catalog cannot.
+        "pg_relation_is_publishable" => match arg(0) {
+            Datum::Null => Datum::Null,
+            d => {
+                let oid = match d {
+                    Datum::Int(o) => Some(*o),
+                    other => other.to_text().and_then(|s| s.parse::<i64>().ok()),
+                };
+                Datum::Bool(db.tables().iter().any(|t| {
+                    Some(i64::from(t.oid().0)) == oid && !settledb::xact::horizon::is_catalog_relation(t.oid())
+                }))
+            }
+        },
+        _ => return None,
+    })
 }

@@ -3,8 +3,9 @@
 //!
 //! A SELECT runs as: find rows ([`crate::plan`]), filter by WHERE, group and aggregate when
 //! the query has aggregates or GROUP BY, project, sort, de-duplicate, cut by OFFSET/LIMIT. Rows
-//! are materialized (the result is sent after the statement finished). Set operations, window
-//! functions, CTEs and `FOR UPDATE` are refused with 0A000. A FROM list with joins, functions
+//! are materialized (the result is sent after the statement finished). UNION, INTERSECT and
+//! EXCEPT combine whole SELECTs ([`crate::setop`]). Window functions, CTEs and `FOR UPDATE`
+//! are refused with 0A000. A FROM list with joins, functions
 //! or subqueries is read by [`crate::join`], whose rows (as wide as all its relations'
 //! columns) go through the same WHERE, grouping, sorting and projection. Subqueries in
 //! expressions run through the session ([`crate::expr::Env::subquery`], [`crate::correlate`]).
@@ -111,7 +112,7 @@ fn check_query(q: &Query) -> Result<&Select, SqlError> {
             }
             Ok(s)
         }
-        SetExpr::SetOperation { .. } => Err(SqlError::unsupported("UNION / INTERSECT / EXCEPT")),
+        SetExpr::SetOperation { .. } => Err(SqlError::unsupported("UNION / INTERSECT / EXCEPT here")),
         other => Err(SqlError::unsupported(format!("the query \"{other}\""))),
     }
 }
@@ -170,6 +171,9 @@ fn join_star(it: &SelectItem, scope: &Scope<'_>) -> Result<Vec<OutCol>, SqlError
 
 /// Runs a query; returns its columns and rows.
 pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Datum>>), SqlError> {
+    if matches!(q.body.as_ref(), SetExpr::SetOperation { .. } | SetExpr::Query(_)) {
+        return crate::setop::select(cx, q);
+    }
     let sel = check_query(q)?;
     let source = from_source(cx.sh, sel)?;
     let scope = source.scope();
@@ -297,40 +301,8 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
     // The sort below runs to its end once started; its input was read under interrupt checks.
     cx.interrupts.check()?;
     if !order.is_empty() {
-        produced.sort_by(|a, b| {
-            for (i, (_, desc, nulls_first)) in order.iter().enumerate() {
-                let (x, y) = (&a.1[i], &b.1[i]);
-                let o = match (x.is_null(), y.is_null()) {
-                    (true, true) => Ordering::Equal,
-                    (true, false) => {
-                        if *nulls_first {
-                            Ordering::Less
-                        } else {
-                            Ordering::Greater
-                        }
-                    }
-                    (false, true) => {
-                        if *nulls_first {
-                            Ordering::Greater
-                        } else {
-                            Ordering::Less
-                        }
-                    }
-                    _ => {
-                        let o = compare(x, y).unwrap_or(Ordering::Equal);
-                        if *desc {
-                            o.reverse()
-                        } else {
-                            o
-                        }
-                    }
-                };
-                if o != Ordering::Equal {
-                    return o;
-                }
-            }
-            Ordering::Equal
-        });
+        let flags: Vec<(bool, bool)> = order.iter().map(|(_, desc, nulls_first)| (*desc, *nulls_first)).collect();
+        produced.sort_by(|a, b| compare_keys(&a.1, &b.1, &flags));
     }
     let mut rows: Vec<Vec<Datum>> = produced.into_iter().map(|(r, _)| r).collect();
     if matches!(sel.distinct, Some(Distinct::Distinct)) {
@@ -340,6 +312,33 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
     let (limit, offset) = limits(cx, q)?;
     let rows: Vec<Vec<Datum>> = rows.into_iter().skip(offset).take(limit.unwrap_or(usize::MAX)).collect();
     Ok((fields, rows))
+}
+
+/// Orders two rows' sort keys; `flags` holds each key's (descending, nulls first).
+/// PostgreSQL's rules: NULLs sort as if larger than every value unless NULLS FIRST says.
+pub fn compare_keys(a: &[Datum], b: &[Datum], flags: &[(bool, bool)]) -> Ordering {
+    for (i, &(desc, nulls_first)) in flags.iter().enumerate() {
+        let (x, y) = (&a[i], &b[i]);
+        let o = match (x.is_null(), y.is_null()) {
+            (true, true) => Ordering::Equal,
+            (true, false) if nulls_first => Ordering::Less,
+            (true, false) => Ordering::Greater,
+            (false, true) if nulls_first => Ordering::Greater,
+            (false, true) => Ordering::Less,
+            _ => {
+                let o = compare(x, y).unwrap_or(Ordering::Equal);
+                if desc {
+                    o.reverse()
+                } else {
+                    o
+                }
+            }
+        };
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    Ordering::Equal
 }
 
 /// The ORDER BY expressions of a query.
@@ -463,7 +462,7 @@ fn sort_key(
     eval(e, scope, rep, cx, aggs)
 }
 
-fn limits(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Option<usize>, usize), SqlError> {
+pub fn limits(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Option<usize>, usize), SqlError> {
     let mut num = |e: &Expr| -> Result<Option<usize>, SqlError> {
         match eval(e, &Scope::empty(), &[], cx, None)? {
             Datum::Null => Ok(None),
@@ -674,7 +673,12 @@ pub fn describe(sh: &Shared, stmt: &Stmt, client: &[Option<SqlType>]) -> (Vec<Sq
     if let Stmt::Sql(s) = stmt {
         match s.as_ref() {
             Statement::Query(q) => {
-                if let Ok(sel) = check_query(q) {
+                // A set operation's columns are its leftmost SELECT's.
+                let sel = match crate::setop::leftmost(q.body.as_ref()) {
+                    Some(s) if !matches!(q.body.as_ref(), SetExpr::Select(_)) => Ok(s),
+                    _ => check_query(q),
+                };
+                if let Ok(sel) = sel {
                     if let Ok(source) = from_source(sh, sel) {
                         let scope = source.scope();
                         select_params(sh, sel, &scope, &mut params);

@@ -248,7 +248,10 @@ impl Env for Cx<'_, '_> {
                 },
                 None => return crate::slotfuncs::call(self.db, name, args),
             },
-            _ => return crate::slotfuncs::call(self.db, name, args),
+            _ => match crate::pgcatalog::call(self.db, name, args) {
+                Some(d) => Ok(d),
+                None => return crate::slotfuncs::call(self.db, name, args),
+            },
         };
         Some(r)
     }

@@ -185,7 +185,7 @@ pub const HEAP_AM: i64 = 2;
 pub const BTREE_AM: i64 = 403;
 
 /// The `pg_class` columns PostgreSQL has and the engine's catalog does not keep, as a join
-/// reads them: `relnamespace` (pg_catalog for `pg_class` itself, public for the rest),
+/// reads them: `relnamespace` (pg_catalog for the engine's catalogs, public for the rest),
 /// `relowner`, `relam` (heap for tables, btree for indexes), `relnatts` (the columns),
 /// `relhasindex`, and what psql's `\d` reads of the features settledb does not have (no checks,
 /// rules, triggers, row security, partitions, tablespaces, typed tables or TOAST; permanent).
@@ -216,7 +216,14 @@ pub fn class_extra_columns() -> Vec<ColumnDef> {
 /// The values of [`class_extra_columns`] for one `pg_class` row.
 pub fn class_extras(db: &Database, cols: &[ColumnDef], row: &[Datum]) -> Vec<Datum> {
     let get = |n: &str| cols.iter().position(|c| c.name == n).and_then(|i| row.get(i));
-    let catalog = matches!(get("relname"), Some(Datum::Text(n)) if n == "pg_class");
+    // The engine's own catalogs (pg_class, pg_publication) have OIDs below the first normal
+    // one, as PostgreSQL's do, and live in pg_catalog.
+    let catalog = match get("oid") {
+        Some(Datum::Int(oid)) => {
+            u32::try_from(*oid).is_ok_and(|o| settledb::xact::horizon::is_catalog_relation(settledb::Oid(o)))
+        }
+        _ => matches!(get("relname"), Some(Datum::Text(n)) if n == "pg_class"),
+    };
     let index = matches!(get("relkind"), Some(Datum::Text(k)) if k == "i");
     vec![
         Datum::Int(if catalog { PG_CATALOG_NAMESPACE } else { PUBLIC_NAMESPACE }),

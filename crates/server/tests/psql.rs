@@ -243,3 +243,56 @@ fn psql_runs_subqueries() {
     let o = psql_run(&psql, &s, "select (select id from emp)");
     assert!(text(&o).1.contains("more than one row returned by a subquery used as an expression"), "{:?}", text(&o));
 }
+
+/// psql's `\d table` (its nine catalog queries: pg_class, pg_attribute with pg_attrdef,
+/// pg_collation and pg_type, pg_index with pg_constraint and pg_get_indexdef, pg_policy,
+/// pg_statistic_ext, the publications' UNION, pg_inherits) prints what PostgreSQL 15 prints
+/// for the same table, and `\d` lists the user's relations only.
+#[test]
+fn psql_describes_a_table_as_postgresql_does() {
+    let Some(psql) = require("psql") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    for sql in [
+        "create table emp (id int primary key, dept_id int not null default 7, name text, pay numeric(12,2))",
+        "create index emp_dept on emp(dept_id)",
+        "create publication p_emp for table emp",
+    ] {
+        psql_value(&psql, &s, sql);
+    }
+    let describe = |cmd: &str| {
+        let o = run(&psql, &["-X", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-c", cmd]);
+        let (out, err) = text(&o);
+        assert!(o.status.success() && err.is_empty(), "psql -c {cmd:?}: {err}");
+        out
+    };
+    // PostgreSQL 15.18's output for the same statements, byte for byte.
+    let want = r#"                    Table "public.emp"
+ Column  |     Type      | Collation | Nullable | Default 
+---------+---------------+-----------+----------+---------
+ id      | integer       |           | not null | 
+ dept_id | integer       |           | not null | 7
+ name    | text          |           |          | 
+ pay     | numeric(12,2) |           |          | 
+Indexes:
+    "emp_pkey" PRIMARY KEY, btree (id)
+    "emp_dept" btree (dept_id)
+Publications:
+    "p_emp"
+
+"#;
+    assert_eq!(describe("\\d emp"), want);
+    // The engine's own catalogs (pg_class, pg_publication) are pg_catalog's, not listed.
+    let list = describe("\\d");
+    assert!(list.contains(" public | emp  | table | postgres") && list.contains("(1 row)"), "{list}");
+    // Set operations, which the publications query needs.
+    assert_eq!(psql_value(&psql, &s, "select 2 union select 1 union select 2 order by 1"), "1\n2");
+    assert_eq!(psql_value(&psql, &s, "select 1 union all select 1"), "1\n1");
+    assert_eq!(psql_value(&psql, &s, "select id from emp union select 5 except select 5"), "");
+    assert_eq!(
+        psql_value(&psql, &s, "select x from (select 3 as x) a intersect select 3 order by x desc limit 1"),
+        "3"
+    );
+    let o = psql_run(&psql, &s, "select 1, 2 union select 3");
+    assert!(text(&o).1.contains("each UNION query must have the same number of columns"), "{:?}", text(&o));
+}
