@@ -316,7 +316,7 @@ impl JoinSource {
                     rows.collect()
                 }
             }
-            Leaf::View(v) => crate::views::rows(cx.sh, v),
+            Leaf::View(v) => crate::views::rows(cx.sh, cx.settings, v),
             Leaf::Series(s) => s.rows(cx)?,
             Leaf::SlotChanges(c) => c.rows(cx)?,
             Leaf::Function(f) => f.rows(cx, scope, &vec![Datum::Null; self.cols.len()])?,

@@ -22,6 +22,8 @@
 //!   views     pg_stat_user_tables, pg_stat_database from the engine's counters,
 //!             pg_replication_slots, pg_stat_replication_slots, pg_locks, pg_namespace, pg_am;
 //!             pgcatalog  pg_attribute, pg_index, pg_type, pg_constraint & co. (psql's \d);
+//!             sysviews  pg_database, pg_settings, pg_stat_wal, pg_statio_user_tables,
+//!             pg_stat_progress_vacuum
 //!             slotfuncs  pg_create_logical_replication_slot & co.;  slotchanges
 //!             pg_logical_slot_get_changes & co. in FROM
 //!   tls       TLS from PEM files (rustls)
@@ -61,6 +63,7 @@ pub mod settings;
 pub mod slotchanges;
 pub mod slotfuncs;
 pub mod srf;
+pub mod sysviews;
 pub mod tls;
 pub mod types;
 pub mod utility;

@@ -454,6 +454,7 @@ pub fn call(db: &Database, name: &str, args: &[Datum]) -> Option<Datum> {
             }
             _ => Datum::Null,
         },
+        "pg_encoding_to_char" => crate::sysviews::encoding_name(arg(0)),
         // A user table can be published; a catalog cannot.
         "pg_relation_is_publishable" => match arg(0) {
             Datum::Null => Datum::Null,

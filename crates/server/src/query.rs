@@ -194,7 +194,7 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
                 }
             }
         }
-        Source::View { view, .. } => crate::views::rows(cx.sh, view),
+        Source::View { view, .. } => crate::views::rows(cx.sh, cx.settings, view),
         Source::Join(j) => j.rows(cx, sel.selection.as_ref())?,
     };
     if let Some(w) = &sel.selection {

@@ -194,6 +194,9 @@ impl Env for Cx<'_, '_> {
                 self.set_config.push((name, value));
                 Ok(Datum::Text(shown))
             })(),
+            // In a select list: the row as a record's text, `(all_visible,all_frozen)`.
+            "pg_visibility_map_summary" => crate::srf::vm_summary(self.db, args.first().unwrap_or(&Datum::Null))
+                .map(|r| r.map_or(Datum::Null, |(v, f)| Datum::Text(format!("({v},{f})")))),
             "pg_get_replica_identity_index" => match args.first() {
                 Some(relid) => Ok(crate::pgcatalog::get_replica_identity_index(self.db, relid)),
                 None => Err(SqlError::new("42883", "function pg_get_replica_identity_index() does not exist")),

@@ -199,6 +199,38 @@ pub fn reset_name(s: &mut BTreeMap<String, String>, name: &str) {
     }
 }
 
+/// Where a parameter's value comes from and when it can change (`pg_settings`' `source` and
+/// `context`).
+pub struct Kind {
+    pub context: &'static str,
+    pub source: &'static str,
+}
+
+/// `name`'s [`Kind`] for a session whose settings are `s`.
+pub fn kind(db: &Database, s: &BTreeMap<String, String>, name: &str) -> Kind {
+    let name = name.to_ascii_lowercase();
+    if FIXED.iter().any(|(k, _)| *k == name) {
+        return Kind { context: if name == "max_connections" { "postmaster" } else { "internal" }, source: "default" };
+    }
+    let settable = CLIENT.iter().any(|(k, _)| *k == name) || SESSION_ENGINE.contains(&name.as_str());
+    let context = if settable { "user" } else { "postmaster" };
+    let session_value = s.get(&name);
+    let client_default = CLIENT.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    let source = match (session_value, client_default) {
+        (Some(v), Some(d)) if v != d => "session",
+        (Some(_), None) => "session",
+        (_, Some(_)) => "default",
+        (None, None) => {
+            if engine_value(db.config(), &name) == engine_value(&Config::default(), &name) {
+                "default"
+            } else {
+                "command line"
+            }
+        }
+    };
+    Kind { context, source }
+}
+
 /// SHOW ALL: every parameter with its value, sorted by name.
 pub fn show_all(db: &Database, s: &BTreeMap<String, String>) -> Vec<(String, String)> {
     let mut names: Vec<String> = s.keys().cloned().collect();

@@ -13,6 +13,10 @@
 //! columns are PostgreSQL 15's: `relid` (oid), `attrs` (int2vector: the publication's column
 //! list, NULL when it publishes every column, which is always the case here, as settledb
 //! has no column lists) and `qual` (the row filter's expression tree: NULL, no row filters).
+//!
+//! Also `pg_visibility_map_summary(rel)` (the pg_visibility extension's): one row of the
+//! table's page counts marked all-visible and all-frozen in its visibility map, `rel` a
+//! table's name or OID.
 
 use sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, TableAlias};
 
@@ -24,13 +28,14 @@ use crate::types::{Datum, SqlType};
 
 /// A set-returning catalog function called in FROM, planned but not yet run.
 pub struct SetFunction {
+    vm_summary: bool,
     args: Vec<Expr>,
 }
 
 impl SetFunction {
     /// Whether `name` is a function this module runs.
     pub fn is(name: &str) -> bool {
-        name == "pg_get_publication_tables"
+        matches!(name, "pg_get_publication_tables" | "pg_visibility_map_summary")
     }
 
     /// Checks the call and works out the relation's names and columns.
@@ -57,14 +62,26 @@ impl SetFunction {
         }
         let names = vec![alias.map_or_else(|| name.to_string(), |a| ident_name(&a.name))];
         let col = |n: &str, ty| ColumnDef { name: n.into(), ty, nullable: true };
-        let cols = vec![col("relid", SqlType::Int8), col("attrs", SqlType::Text), col("qual", SqlType::Text)];
-        Ok((SetFunction { args: exprs }, names, cols))
+        let vm_summary = name == "pg_visibility_map_summary";
+        let cols = if vm_summary {
+            vec![col("all_visible", SqlType::Int8), col("all_frozen", SqlType::Int8)]
+        } else {
+            vec![col("relid", SqlType::Int8), col("attrs", SqlType::Text), col("qual", SqlType::Text)]
+        };
+        Ok((SetFunction { vm_summary, args: exprs }, names, cols))
     }
 
     /// The rows for the outer row `row` (as wide as the FROM list; the call's own columns and
     /// those after it NULL): the tables publication `pubname` publishes, none for a NULL
     /// name, 42704 for a name no publication has (as PostgreSQL).
     pub fn rows(&self, cx: &mut Cx<'_, '_>, scope: &Scope<'_>, row: &[Datum]) -> Result<Vec<Vec<Datum>>, SqlError> {
+        if self.vm_summary {
+            let rel = eval(&self.args[0], scope, row, cx, None)?;
+            return Ok(match vm_summary(cx.db, &rel)? {
+                Some((v, f)) => vec![vec![Datum::Int(v as i64), Datum::Int(f as i64)]],
+                None => Vec::new(),
+            });
+        }
         let name = match eval(&self.args[0], scope, row, cx, None)? {
             Datum::Null => return Ok(Vec::new()),
             Datum::Text(n) => n,
@@ -84,4 +101,24 @@ impl SetFunction {
         }
         Ok(out)
     }
+}
+
+/// `pg_visibility_map_summary(rel)`'s counts for a table named by name or OID; `None` for a
+/// NULL argument, 42P01 for no such table.
+pub fn vm_summary(db: &settledb::Database, rel: &Datum) -> Result<Option<(u64, u64)>, SqlError> {
+    let table = match rel {
+        Datum::Null => return Ok(None),
+        Datum::Int(oid) => db.tables().into_iter().find(|t| i64::from(t.oid().0) == *oid),
+        other => {
+            let name = other.to_text().unwrap_or_default();
+            db.table(name.trim_start_matches("public.")).ok()
+        }
+    };
+    let Some(t) = table else {
+        return Err(SqlError::new(
+            "42P01",
+            format!("relation \"{}\" does not exist", rel.to_text().unwrap_or_default()),
+        ));
+    };
+    db.vm_summary(&t).map(Some).map_err(SqlError::from)
 }

@@ -172,7 +172,7 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             ];
             Some(cols.into_iter().map(|(n, t)| col(n, t)).collect())
         }
-        other => crate::pgcatalog::columns(other),
+        other => crate::sysviews::columns(other).or_else(|| crate::pgcatalog::columns(other)),
     }
 }
 
@@ -260,7 +260,8 @@ fn interval(micros: Option<i64>) -> Datum {
     Datum::Text(format!("{:02}:{:02}:{:02}.{frac:06}", s / 3600, s / 60 % 60, s % 60))
 }
 
-fn when(micros: u64) -> Datum {
+/// A time kept as microseconds since the Unix epoch; NULL for 0 (never).
+pub fn when(micros: u64) -> Datum {
     if micros == 0 {
         Datum::Null
     } else {
@@ -268,8 +269,8 @@ fn when(micros: u64) -> Datum {
     }
 }
 
-/// The view's rows now.
-pub fn rows(sh: &crate::Shared, name: &str) -> Vec<Vec<Datum>> {
+/// The view's rows now, for a session whose settings are `settings` (`pg_settings`).
+pub fn rows(sh: &crate::Shared, settings: &std::collections::BTreeMap<String, String>, name: &str) -> Vec<Vec<Datum>> {
     let db: &Database = &sh.db;
     let n = |x: u64| Datum::Int(x as i64);
     match name {
@@ -478,6 +479,7 @@ pub fn rows(sh: &crate::Shared, name: &str) -> Vec<Vec<Datum>> {
                 r
             })
             .collect(),
+        other if crate::sysviews::columns(other).is_some() => crate::sysviews::rows(db, settings, other),
         other => crate::pgcatalog::rows(sh, other),
     }
 }

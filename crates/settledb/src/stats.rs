@@ -416,12 +416,19 @@ pub struct DbTotals {
     pub stats_reset: u64,
     /// Deadlocks detected (each reported to one victim as 40P01).
     pub deadlocks: u64,
+    /// WAL writes forced by full WAL buffers, WAL writes and WAL fsyncs (`pg_stat_wal`).
+    pub wal_buffers_full: u64,
+    pub wal_write: u64,
+    pub wal_sync: u64,
 }
 
 /// Database counters in the stats file.
-pub(crate) const DB_FIELDS: usize = 20;
+pub(crate) const DB_FIELDS: usize = 23;
 /// Database counters in files written before `deadlocks` was kept (read with it as 0).
 const DB_FIELDS_BEFORE_DEADLOCKS: usize = 19;
+/// Database counters in files written before the WAL's writes and fsyncs were kept (read
+/// with them as 0).
+const DB_FIELDS_BEFORE_WAL_IO: usize = 20;
 
 impl DbTotals {
     pub fn to_fields(&self) -> [u64; DB_FIELDS] {
@@ -446,6 +453,9 @@ impl DbTotals {
             self.wal_bytes,
             self.stats_reset,
             self.deadlocks,
+            self.wal_buffers_full,
+            self.wal_write,
+            self.wal_sync,
         ]
     }
 
@@ -471,6 +481,9 @@ impl DbTotals {
             wal_bytes: f[17],
             stats_reset: f[18],
             deadlocks: f[19],
+            wal_buffers_full: f[20],
+            wal_write: f[21],
+            wal_sync: f[22],
         }
     }
 }
@@ -610,11 +623,12 @@ impl StatsFile {
             return Err(corrupt("truncated header".into()));
         };
         let db_fields = db_fields as usize;
-        if !(db_fields == DB_FIELDS || db_fields == DB_FIELDS_BEFORE_DEADLOCKS) || table_fields as usize != TABLE_FIELDS
+        if ![DB_FIELDS, DB_FIELDS_BEFORE_WAL_IO, DB_FIELDS_BEFORE_DEADLOCKS].contains(&db_fields)
+            || table_fields as usize != TABLE_FIELDS
         {
             return Err(corrupt(format!(
                 "{db_fields} database and {table_fields} table counters, expected {DB_FIELDS} (or \
-                 {DB_FIELDS_BEFORE_DEADLOCKS}) and {TABLE_FIELDS}"
+                 {DB_FIELDS_BEFORE_WAL_IO} or {DB_FIELDS_BEFORE_DEADLOCKS}) and {TABLE_FIELDS}"
             )));
         }
         let tables_end = (ntables as usize)
@@ -872,7 +886,17 @@ mod tests {
         let crc = crc32c::crc32c(&old);
         old.extend_from_slice(&crc.to_le_bytes());
         let read = StatsFile::decode(&old, Path::new("stats.bin")).unwrap();
-        assert_eq!(read, StatsFile { db: DbTotals { deadlocks: 0, ..f.db }, ..f });
+        let no_wal_io = DbTotals { wal_buffers_full: 0, wal_write: 0, wal_sync: 0, ..f.db };
+        assert_eq!(read, StatsFile { db: DbTotals { deadlocks: 0, ..no_wal_io }, ..f.clone() });
+        // One written before the WAL's writes and fsyncs were kept (20 counters).
+        let mut old = b[..HEADER_SIZE].to_vec();
+        old[8..12].copy_from_slice(&20u32.to_le_bytes());
+        old.extend_from_slice(&b[HEADER_SIZE..HEADER_SIZE + 8 * 20]);
+        old.extend_from_slice(&b[HEADER_SIZE + 8 * DB_FIELDS..b.len() - 4]);
+        let crc = crc32c::crc32c(&old);
+        old.extend_from_slice(&crc.to_le_bytes());
+        let read = StatsFile::decode(&old, Path::new("stats.bin")).unwrap();
+        assert_eq!(read, StatsFile { db: no_wal_io, ..f });
     }
 
     #[test]

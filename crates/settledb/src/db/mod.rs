@@ -139,6 +139,11 @@ pub struct DbStats {
     pub wal_bytes: u64,
     /// Deadlocks detected, kept across a clean shutdown (`pg_stat_database.deadlocks`).
     pub deadlocks: u64,
+    /// WAL writes forced by full WAL buffers, WAL writes and WAL fsyncs, kept across a clean
+    /// shutdown (`pg_stat_wal`'s `wal_buffers_full`, `wal_write`, `wal_sync`).
+    pub wal_buffers_full: u64,
+    pub wal_write: u64,
+    pub wal_sync: u64,
     /// When the counters kept across clean shutdowns started from zero: the database's
     /// creation or the open after a crash (microseconds since the Unix epoch).
     pub stats_reset: u64,
@@ -621,6 +626,12 @@ impl Database {
         self.inner.catalog.tables().into_iter().map(|entry| Table { entry }).collect()
     }
 
+    /// The database's frozen XID (`pg_database.datfrozenxid`): the oldest `relfrozenxid` of
+    /// its tables, which no XID older than may remain unfrozen.
+    pub fn datfrozenxid(&self) -> Xid {
+        self.inner.catalog.database_frozen_xid().unwrap_or(Xid::FIRST_NORMAL)
+    }
+
     /// CHECKPOINT.
     pub fn checkpoint(&self) -> Result<()> {
         self.check_healthy()?;
@@ -631,6 +642,7 @@ impl Database {
     pub fn stats(&self) -> DbStats {
         let c = &self.inner.counters;
         let (buffers, wal, base) = (self.inner.pool.usage(), self.inner.wal.stats(), &self.inner.restored);
+        let wal_io = self.inner.wal.io_stats();
         DbStats {
             xact_commit: c.xact_commit.get(),
             xact_rollback: c.xact_rollback.get(),
@@ -655,6 +667,9 @@ impl Database {
             wal_bytes: base.wal_bytes + wal.bytes,
             stats_reset: base.stats_reset,
             deadlocks: base.deadlocks + self.inner.lmgr.deadlocks.load(Ordering::Relaxed),
+            wal_buffers_full: base.wal_buffers_full + wal_io.buffers_full,
+            wal_write: base.wal_write + wal_io.write,
+            wal_sync: base.wal_sync + wal_io.sync,
         }
     }
 

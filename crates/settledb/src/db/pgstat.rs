@@ -169,6 +169,9 @@ pub(super) fn totals_of(s: &DbStats) -> DbTotals {
         wal_bytes: s.wal_bytes,
         stats_reset: s.stats_reset,
         deadlocks: s.deadlocks,
+        wal_buffers_full: s.wal_buffers_full,
+        wal_write: s.wal_write,
+        wal_sync: s.wal_sync,
     }
 }
 

@@ -402,6 +402,17 @@ pub struct Wal {
     writer_waker: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
     /// Set when the writer was woken; cleared whenever buffered WAL is written.
     writer_poked: AtomicBool,
+    /// `pg_stat_wal`'s `wal_write`, `wal_sync` and `wal_buffers_full` since the open.
+    io_counts: [AtomicU64; 3],
+}
+
+/// WAL writes, fsyncs and writes forced by full WAL buffers since the WAL was opened
+/// (`pg_stat_wal`'s `wal_write`, `wal_sync`, `wal_buffers_full`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WalIoStats {
+    pub write: u64,
+    pub sync: u64,
+    pub buffers_full: u64,
 }
 
 /// Unwritten WAL that wakes the WAL writer early.
@@ -453,6 +464,7 @@ impl Wal {
             poison_reason: Mutex::new(None),
             writer_waker: Mutex::new(None),
             writer_poked: AtomicBool::new(false),
+            io_counts: Default::default(),
         })
     }
 
@@ -474,6 +486,7 @@ impl Wal {
             let still = self.insert.lock().buf.len();
             if still > self.wal_buffers_bytes {
                 MY_WAL_BUFFERS_FULL.with(|c| c.set(c.get() + 1));
+                self.io_counts[2].fetch_add(1, Ordering::Relaxed);
                 self.write_buffered(&mut io).map_err(|e| self.poison(e))?;
             }
         }
@@ -531,6 +544,9 @@ impl Wal {
             (start, chunk)
         };
         debug_assert_eq!(start, io.written, "WAL buffer must continue the written stream");
+        if !chunk.is_empty() {
+            self.io_counts[0].fetch_add(1, Ordering::Relaxed);
+        }
         let result = io.segments.write(start, &chunk);
         let end = Lsn(start.0 + chunk.len() as u64);
         let mut chunk = chunk;
@@ -568,6 +584,7 @@ impl Wal {
         };
         for f in &files {
             f.sync().map_err(|e| self.poison(e))?;
+            self.io_counts[1].fetch_add(1, Ordering::Relaxed);
         }
         if dir_dirty {
             self.fs.sync_dir(&self.dir).map_err(|e| self.poison(e))?;
@@ -644,6 +661,12 @@ impl Wal {
 
     pub fn stats(&self) -> WalStats {
         self.insert.lock().stats
+    }
+
+    /// Writes, fsyncs and full-buffer writes since the open ([`WalIoStats`]).
+    pub fn io_stats(&self) -> WalIoStats {
+        let c = |i: usize| self.io_counts[i].load(Ordering::Relaxed);
+        WalIoStats { write: c(0), sync: c(1), buffers_full: c(2) }
     }
 
     /// Recycles or removes the segment files wholly before the segment of `redo`, the redo
