@@ -376,6 +376,15 @@ pub fn eval(
                 None => Datum::Null,
             }
         }
+        // `ARRAY(subquery)`: the subquery's one column as an array, in its text form.
+        Expr::Function(f) if func_name(f) == "array" && matches!(f.args, FunctionArguments::Subquery(_)) => {
+            let FunctionArguments::Subquery(q) = &f.args else { unreachable!("matched above") };
+            let rows = run_subquery(q, scope, row, env)?;
+            if let Some(r) = rows.first().filter(|r| r.len() != 1) {
+                return Err(SqlError::new("42601", format!("subquery must return only one column, not {}", r.len())));
+            }
+            Datum::Text(array_text(rows.iter().map(|r| r[0].to_text())))
+        }
         Expr::Function(f) => {
             if is_aggregate(f) {
                 let key = e.to_string();
@@ -782,6 +791,40 @@ pub fn array_elements(text: &str) -> Vec<Option<String>> {
         }
     }
     out.push(element(cur, was_quoted));
+    out
+}
+
+/// An array's text form, as PostgreSQL's `array_out` writes it: `{a,b}`, NULL elements as
+/// `NULL`, an element quoted (`"a b"`, with `\` before `"` and `\`) when it is empty, is
+/// `NULL` in any case, or holds a space, comma, brace, quote or backslash.
+pub fn array_text(items: impl Iterator<Item = Option<String>>) -> String {
+    let mut out = String::from("{");
+    for (i, it) in items.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        match it {
+            None => out.push_str("NULL"),
+            Some(v) => {
+                let quote = v.is_empty()
+                    || v.eq_ignore_ascii_case("null")
+                    || v.chars().any(|c| c.is_whitespace() || matches!(c, ',' | '{' | '}' | '"' | '\\'));
+                if quote {
+                    out.push('"');
+                    for c in v.chars() {
+                        if matches!(c, '"' | '\\') {
+                            out.push('\\');
+                        }
+                        out.push(c);
+                    }
+                    out.push('"');
+                } else {
+                    out.push_str(&v);
+                }
+            }
+        }
+    }
+    out.push('}');
     out
 }
 

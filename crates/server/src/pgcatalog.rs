@@ -67,7 +67,15 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             ("indisreplident", Bool),
             ("indkey", Text),
             ("indisclustered", Bool),
+            ("indimmediate", Bool),
+            ("indisexclusion", Bool),
+            ("indnullsnotdistinct", Bool),
+            ("indpred", Text),
+            ("indexprs", Text),
         ],
+        "pg_auth_members" => {
+            &[("oid", Int8), ("roleid", Int8), ("member", Int8), ("grantor", Int8), ("admin_option", Bool)]
+        }
         "pg_attrdef" => &[("oid", Int8), ("adrelid", Int8), ("adnum", Int2), ("adbin", Text)],
         "pg_type" => &[
             ("oid", Int8),
@@ -134,6 +142,7 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             ("rolreplication", Bool),
             ("rolconnlimit", Int4),
             ("rolbypassrls", Bool),
+            ("rolvaliduntil", SqlType::Timestamp),
         ],
         _ => return None,
     };
@@ -143,7 +152,16 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
 /// The rows of `pg_attribute` or `pg_index` now.
 pub fn rows(sh: &crate::Shared, name: &str) -> Vec<Vec<Datum>> {
     match name {
-        "pg_attribute" => sh.db.tables().iter().flat_map(|t| attributes(sh, t)).collect(),
+        "pg_attribute" => sh
+            .db
+            .tables()
+            .iter()
+            .flat_map(|t| {
+                let mut rows = attributes(sh, t);
+                rows.extend(index_attributes(sh, t));
+                rows
+            })
+            .collect(),
         "pg_index" => sh.db.tables().iter().flat_map(|t| indexes(&sh.db, t)).collect(),
         "pg_attrdef" => sh.db.tables().iter().flat_map(|t| defaults(sh, t)).collect(),
         "pg_type" => TYPES
@@ -186,6 +204,7 @@ pub fn rows(sh: &crate::Shared, name: &str) -> Vec<Vec<Datum>> {
             Datum::Bool(true),
             Datum::Int(-1),
             Datum::Bool(true),
+            Datum::Null,
         ]],
         _ => Vec::new(),
     }
@@ -201,13 +220,7 @@ fn attributes(sh: &crate::Shared, t: &Table) -> Vec<Vec<Datum>> {
         .enumerate()
         .map(|(i, c)| {
             let ty = c.ty.pg_type();
-            let len = match c.ty {
-                SqlType::Bool => 1,
-                SqlType::Int2 => 2,
-                SqlType::Int4 | SqlType::Date => 4,
-                SqlType::Int8 | SqlType::Float8 | SqlType::Timestamp => 8,
-                _ => -1,
-            };
+            let len = type_len(c.ty);
             vec![
                 Datum::Int(i64::from(t.oid().0)),
                 Datum::Text(c.name),
@@ -224,6 +237,44 @@ fn attributes(sh: &crate::Shared, t: &Table) -> Vec<Vec<Datum>> {
             ]
         })
         .collect()
+}
+
+/// The attributes of `t`'s indexes, as PostgreSQL lists an index's key columns: attached to
+/// the index's OID, named and typed as the table's columns, numbered from 1.
+fn index_attributes(sh: &crate::Shared, t: &Table) -> Vec<Vec<Datum>> {
+    let cols = sh.catalog.columns(t);
+    let mut out = Vec::new();
+    for ix in sh.db.indexes(t) {
+        for (k, name) in ix.columns().iter().enumerate() {
+            let Some(c) = cols.iter().find(|c| &c.name == name) else { continue };
+            out.push(vec![
+                Datum::Int(i64::from(ix.oid().0)),
+                Datum::Text(c.name.clone()),
+                Datum::Int(i64::from(c.ty.pg_type().oid())),
+                Datum::Int(type_len(c.ty)),
+                Datum::Int(k as i64 + 1),
+                Datum::Int(i64::from(typmod(c.ty))),
+                Datum::Bool(false),
+                Datum::Bool(false),
+                Datum::Text(String::new()),
+                Datum::Text(String::new()),
+                Datum::Bool(false),
+                Datum::Int(collation(c.ty)),
+            ]);
+        }
+    }
+    out
+}
+
+/// `attlen`: the fixed length of a type's values, -1 for variable-length ones.
+fn type_len(ty: SqlType) -> i64 {
+    match ty {
+        SqlType::Bool => 1,
+        SqlType::Int2 => 2,
+        SqlType::Int4 | SqlType::Date => 4,
+        SqlType::Int8 | SqlType::Float8 | SqlType::Timestamp => 8,
+        _ => -1,
+    }
 }
 
 fn indexes(db: &Database, t: &Table) -> Vec<Vec<Datum>> {
@@ -252,6 +303,13 @@ fn indexes(db: &Database, t: &Table) -> Vec<Vec<Datum>> {
                 Datum::Bool(false),
                 Datum::Text(key.join(" ")),
                 Datum::Bool(false),
+                // Constraints are checked at once (nothing is deferrable), no exclusion
+                // constraints, NULLs distinct, no partial or expression indexes.
+                Datum::Bool(true),
+                Datum::Bool(false),
+                Datum::Bool(false),
+                Datum::Null,
+                Datum::Null,
             ]
         })
         .collect()

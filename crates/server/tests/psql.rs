@@ -246,8 +246,8 @@ fn psql_runs_subqueries() {
 
 /// psql's `\d table` (its nine catalog queries: pg_class, pg_attribute with pg_attrdef,
 /// pg_collation and pg_type, pg_index with pg_constraint and pg_get_indexdef, pg_policy,
-/// pg_statistic_ext, the publications' UNION, pg_inherits) prints what PostgreSQL 15 prints
-/// for the same table, and `\d` lists the user's relations only.
+/// pg_statistic_ext, the publications' UNION, pg_inherits), `\d index` and `\du` print what
+/// PostgreSQL 15 prints for the same table, and `\d` lists the user's relations only.
 #[test]
 fn psql_describes_a_table_as_postgresql_does() {
     let Some(psql) = require("psql") else { return };
@@ -282,6 +282,40 @@ Publications:
 
 "#;
     assert_eq!(describe("\\d emp"), want);
+    // An index (its key columns are pg_attribute rows of the index) and the roles, as
+    // PostgreSQL 15.18 prints them.
+    let want = r#"       Index "public.emp_pkey"
+ Column |  Type   | Key? | Definition 
+--------+---------+------+------------
+ id     | integer | yes  | id
+primary key, btree, for table "public.emp"
+
+"#;
+    assert_eq!(describe("\\d emp_pkey"), want);
+    let want = r#"        Index "public.emp_dept"
+ Column  |  Type   | Key? | Definition 
+---------+---------+------+------------
+ dept_id | integer | yes  | dept_id
+btree, for table "public.emp"
+
+"#;
+    assert_eq!(describe("\\d emp_dept"), want);
+    let want = r#"                                   List of roles
+ Role name |                         Attributes                         | Member of 
+-----------+------------------------------------------------------------+-----------
+ postgres  | Superuser, Create role, Create DB, Replication, Bypass RLS | {}
+
+"#;
+    assert_eq!(describe("\\du"), want);
+    // ARRAY(subquery), which \du reads its memberships with.
+    assert_eq!(
+        psql_value(
+            &psql,
+            &s,
+            "select array(select relname from pg_class where relkind = 'i' order by 1), array(select 'a b')"
+        ),
+        r#"{emp_dept,emp_pkey}|{"a b"}"#
+    );
     // The engine's own catalogs (pg_class, pg_publication) are pg_catalog's, not listed.
     let list = describe("\\d");
     assert!(list.contains(" public | emp  | table | postgres") && list.contains("(1 row)"), "{list}");
