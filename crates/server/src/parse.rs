@@ -28,7 +28,7 @@ use crate::error::SqlError;
 #[derive(Clone, Debug)]
 pub enum Stmt {
     Vacuum(VacuumCmd),
-    Analyze(Vec<String>),
+    Analyze(AnalyzeCmd),
     Checkpoint,
     Copy(CopyCmd),
     Sql(Box<sqlparser::ast::Statement>),
@@ -76,6 +76,13 @@ pub struct VacuumCmd {
     pub process_toast: bool,
     pub truncate: Option<bool>,
     pub parallel: Option<u32>,
+}
+
+/// `ANALYZE [ ( option [, ...] ) | VERBOSE ] [ table [ (column, ...) ] [, ...] ]`.
+#[derive(Clone, Debug, Default)]
+pub struct AnalyzeCmd {
+    pub tables: Vec<String>,
+    pub verbose: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -504,15 +511,33 @@ impl<'a> Toks<'a> {
         Ok(v)
     }
 
-    fn analyze(&mut self) -> Result<Vec<String>, SqlError> {
+    fn analyze(&mut self) -> Result<AnalyzeCmd, SqlError> {
+        let mut a = AnalyzeCmd::default();
         if self.eat(&Token::LParen) {
-            while !self.eat(&Token::RParen) {
-                self.next().ok_or_else(|| self.err())?;
+            loop {
+                let opt = self.keyword().ok_or_else(|| self.err())?;
+                self.i += 1;
+                let val = if matches!(self.peek(), Some(Token::Comma | Token::RParen)) { None } else { self.value() };
+                match opt.as_str() {
+                    "VERBOSE" => a.verbose = bool_opt(&opt, val.as_deref())?,
+                    "SKIP_LOCKED" => return Err(SqlError::unsupported("ANALYZE (SKIP_LOCKED)")),
+                    other => {
+                        return Err(SqlError::syntax(format!(
+                            "unrecognized ANALYZE option \"{}\"",
+                            other.to_lowercase()
+                        )))
+                    }
+                }
+                if self.eat(&Token::RParen) {
+                    break;
+                }
+                self.expect(&Token::Comma)?;
             }
         } else {
-            self.eat_kw("VERBOSE");
+            a.verbose = self.eat_kw("VERBOSE");
         }
-        self.table_list()
+        a.tables = self.table_list()?;
+        Ok(a)
     }
 
     fn copy(&mut self) -> Result<CopyCmd, SqlError> {

@@ -371,9 +371,11 @@ impl<'db> Session<'db> {
                 self.outside_block("VACUUM")?;
                 utility::vacuum(self.db, &self.settings, v, notices)
             }
-            Stmt::Analyze(_) => Err(SqlError::unsupported(
-                "ANALYZE (settledb keeps no column statistics; VACUUM updates relpages and reltuples)",
-            )),
+            Stmt::Analyze(a) => {
+                self.outside_block("ANALYZE")?;
+                utility::analyze(self.db, &a.tables, a.verbose, notices)?;
+                Ok(Outcome::Command("ANALYZE".into()))
+            }
             Stmt::Checkpoint => {
                 self.db.checkpoint()?;
                 Ok(Outcome::Command("CHECKPOINT".into()))

@@ -70,7 +70,33 @@ pub fn vacuum(
             notices.extend(verbose_notices(r));
         }
     }
+    if v.analyze {
+        analyze(db, &v.tables, v.verbose, notices)?;
+    }
     Ok(Outcome::Command("VACUUM".into()))
+}
+
+/// ANALYZE of the tables named, or of every table: the engine's table-level ANALYZE
+/// (`settledb::analyze`: relpages, reltuples, the live and dead estimates; no column
+/// statistics). VERBOSE sends PostgreSQL's two INFO messages per table; the sample PostgreSQL
+/// would keep for column statistics is not taken, so its row count is 0.
+pub fn analyze(db: &Database, tables: &[String], verbose: bool, notices: &mut Vec<Notice>) -> Result<(), SqlError> {
+    let targets: Vec<settledb::Table> =
+        if tables.is_empty() { db.tables() } else { tables.iter().map(|t| db.table(t)).collect::<Result<_, _>>()? };
+    for t in targets {
+        let schema = if settledb::xact::horizon::is_catalog_relation(t.oid()) { "pg_catalog" } else { "public" };
+        let r = db.analyze(&t)?;
+        if verbose {
+            let info = |message: String| Notice { severity: "INFO", code: "00000", message };
+            notices.push(info(format!("analyzing \"{schema}.{}\"", r.table)));
+            notices.push(info(format!(
+                "\"{}\": scanned {} of {} pages, containing {} live rows and {} dead rows; {} rows in sample, {} \
+                 estimated total rows",
+                r.table, r.scanned_pages, r.pages, r.live_rows, r.dead_rows, r.sample_rows, r.estimated_rows
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The report split into the messages PostgreSQL sends: each `INFO:  ` line starts one, and

@@ -68,6 +68,10 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             c.extend(USER_TABLES_COUNTS.iter().map(|n| col(n, SqlType::Int8)));
             c.push(col("last_vacuum", SqlType::Timestamp));
             c.push(col("last_autovacuum", SqlType::Timestamp));
+            c.push(col("last_analyze", SqlType::Timestamp));
+            c.push(col("last_autoanalyze", SqlType::Timestamp));
+            c.push(col("analyze_count", SqlType::Int8));
+            c.push(col("autoanalyze_count", SqlType::Int8));
             Some(c)
         }
         "pg_stat_database" => {
@@ -337,6 +341,11 @@ pub fn rows(sh: &crate::Shared, settings: &std::collections::BTreeMap<String, St
                     }
                     r.push(when(s.last_vacuum));
                     r.push(when(s.last_autovacuum));
+                    // There is no autoanalyze: its time stays NULL and its count 0.
+                    r.push(when(s.last_analyze));
+                    r.push(Datum::Null);
+                    r.push(n(s.analyze_count));
+                    r.push(n(0));
                     r
                 })
                 .collect()

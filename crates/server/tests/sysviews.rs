@@ -1,6 +1,7 @@
 //! The statistics and settings views a PostgreSQL user reads, through the real psql:
 //! `pg_database` (and `\l`), `pg_settings`, `pg_stat_wal`, `pg_statio_user_tables`,
-//! `pg_stat_progress_vacuum` while a throttled VACUUM runs, `pg_visibility_map_summary()`.
+//! `pg_stat_progress_vacuum` while a throttled VACUUM runs, `pg_visibility_map_summary()`; and
+//! ANALYZE, whose figures `pg_class` and `pg_stat_user_tables` show.
 
 mod common;
 
@@ -65,6 +66,31 @@ fn statistics_and_settings_views() {
     let pages = num(&q("select pg_relation_size('t') / 8192"));
     assert_eq!(q("select all_visible, all_frozen from pg_visibility_map_summary('t')"), format!("{pages}|{pages}"));
     assert_eq!(q("select pg_visibility_map_summary('t')"), format!("({pages},{pages})"));
+
+    // ANALYZE: the table's size into pg_class, the live and dead estimates, the counters.
+    let o = run(&psql, &["-X", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-c", "analyze verbose t"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success() && out.contains("ANALYZE"), "{out}{err}");
+    assert!(err.contains("INFO:  analyzing \"public.t\""), "{err}");
+    let line = format!(
+        "INFO:  \"t\": scanned {pages} of {pages} pages, containing 20000 live rows and 0 dead rows; 0 rows in sample, \
+         20000 estimated total rows"
+    );
+    assert!(err.contains(&line), "{err}");
+    assert_eq!(q("select relpages, reltuples from pg_class where relname = 't'"), format!("{pages}|20000"));
+    let st = "select n_live_tup, n_mod_since_analyze, analyze_count, last_analyze is not null, autoanalyze_count \
+              from pg_stat_user_tables where relname = 't'";
+    assert_eq!(q(st), "20000|0|1|t|0");
+    q("delete from t where id <= 1000");
+    q("vacuum (analyze) t");
+    assert_eq!(q(st), "19000|0|2|t|0");
+    for (sql, want) in [
+        ("analyze (skip_locked) t", "ANALYZE (SKIP_LOCKED)"),
+        ("analyze (bogus) t", "unrecognized ANALYZE option \"bogus\""),
+    ] {
+        let e = text(&psql_run(&psql, &s, sql)).1;
+        assert!(e.contains(want), "{sql}: {e}");
+    }
 
     // pg_database: one database whose frozen XID is the oldest relfrozenxid.
     assert_eq!(

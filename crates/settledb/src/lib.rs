@@ -6,6 +6,7 @@
 //! [`types`], [`error`], [`io`], [`page`], [`smgr`], [`stats`], [`buffer`], [`wal`], [`xact`], [`heap`],
 //! [`vm`], [`fsm`], [`index`], [`btree`], [`catalog`], [`vacuum`], [`decode`], [`db`], [`check`].
 
+pub mod analyze;
 pub mod btree;
 pub mod buffer;
 pub mod catalog;

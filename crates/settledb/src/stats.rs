@@ -46,7 +46,8 @@
 //!
 //! # Non-goals
 //!
-//! No `ANALYZE` (`last_analyze`, `n_mod_since_analyze` is only counted), no per-index
+//! ANALYZE ([`crate::analyze`]) sets the live and dead tuple estimates, `last_analyze` and
+//! `analyze_count`, and starts `n_mod_since_analyze` again from zero. No autoanalyze, no per-index
 //! statistics, no `seq_tup_read` / `idx_tup_fetch` per table (the database has them), and no
 //! reset function.
 
@@ -81,6 +82,8 @@ pub struct TableStats {
     frozen_bits_cleared: AtomicU64,
     heap_blks_read: AtomicU64,
     heap_blks_hit: AtomicU64,
+    last_analyze: AtomicU64,
+    analyze_count: AtomicU64,
 }
 
 /// A copy of a table's counters. Timestamps are microseconds since the Unix epoch, 0 = never.
@@ -119,6 +122,9 @@ pub struct TableStatsSnapshot {
     /// Heap blocks read from disk and found in shared buffers (`pg_statio_user_tables`).
     pub heap_blks_read: u64,
     pub heap_blks_hit: u64,
+    /// The last ANALYZE, and how many have run.
+    pub last_analyze: u64,
+    pub analyze_count: u64,
 }
 
 /// What one transaction did to one table, applied when it ends (PostgreSQL's
@@ -199,6 +205,8 @@ impl TableStats {
             frozen_bits_cleared: l(&self.frozen_bits_cleared),
             heap_blks_read: l(&self.heap_blks_read),
             heap_blks_hit: l(&self.heap_blks_hit),
+            last_analyze: l(&self.last_analyze),
+            analyze_count: l(&self.analyze_count),
         }
     }
 
@@ -233,6 +241,8 @@ impl TableStats {
             &self.frozen_bits_cleared,
             &self.heap_blks_read,
             &self.heap_blks_hit,
+            &self.last_analyze,
+            &self.analyze_count,
         ]
     }
 
@@ -304,6 +314,17 @@ impl TableStats {
         }
     }
 
+    /// An ANALYZE finished: its estimates of live and dead tuples replace the counters', and
+    /// the changes since the last ANALYZE start again from zero (PostgreSQL's
+    /// `pgstat_report_analyze`).
+    pub fn report_analyze(&self, live_tuples: u64, dead_tuples: u64) {
+        self.n_live_tup.store(live_tuples, Ordering::Relaxed);
+        self.n_dead_tup.store(dead_tuples, Ordering::Relaxed);
+        self.n_mod_since_analyze.store(0, Ordering::Relaxed);
+        self.analyze_count.fetch_add(1, Ordering::Relaxed);
+        self.last_analyze.store(now_micros(), Ordering::Relaxed);
+    }
+
     /// A heap change cleared a page's visibility-map bits.
     pub fn note_vm_cleared(&self) {
         self.add_vm_cleared(1);
@@ -326,7 +347,9 @@ impl TableStats {
 }
 
 /// Counters per table in the stats file.
-pub(crate) const TABLE_FIELDS: usize = 20;
+pub(crate) const TABLE_FIELDS: usize = 22;
+/// Counters per table in files written before ANALYZE existed (read with its two as 0).
+const TABLE_FIELDS_BEFORE_ANALYZE: usize = 20;
 
 /// Counts the heap keeps per relation, without the statistics' locks, until collected.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -361,6 +384,8 @@ impl TableStatsSnapshot {
             self.frozen_bits_cleared,
             self.heap_blks_read,
             self.heap_blks_hit,
+            self.last_analyze,
+            self.analyze_count,
         ]
     }
 
@@ -386,6 +411,8 @@ impl TableStatsSnapshot {
             frozen_bits_cleared: f[17],
             heap_blks_read: f[18],
             heap_blks_hit: f[19],
+            last_analyze: f[20],
+            analyze_count: f[21],
         }
     }
 }
@@ -623,16 +650,19 @@ impl StatsFile {
             return Err(corrupt("truncated header".into()));
         };
         let db_fields = db_fields as usize;
+        let table_fields = table_fields as usize;
         if ![DB_FIELDS, DB_FIELDS_BEFORE_WAL_IO, DB_FIELDS_BEFORE_DEADLOCKS].contains(&db_fields)
-            || table_fields as usize != TABLE_FIELDS
+            || ![TABLE_FIELDS, TABLE_FIELDS_BEFORE_ANALYZE].contains(&table_fields)
         {
             return Err(corrupt(format!(
                 "{db_fields} database and {table_fields} table counters, expected {DB_FIELDS} (or \
-                 {DB_FIELDS_BEFORE_WAL_IO} or {DB_FIELDS_BEFORE_DEADLOCKS}) and {TABLE_FIELDS}"
+                 {DB_FIELDS_BEFORE_WAL_IO} or {DB_FIELDS_BEFORE_DEADLOCKS}) and {TABLE_FIELDS} (or \
+                 {TABLE_FIELDS_BEFORE_ANALYZE})"
             )));
         }
+        let table_record_size = 4 + 8 * table_fields;
         let tables_end = (ntables as usize)
-            .checked_mul(TABLE_RECORD_SIZE)
+            .checked_mul(table_record_size)
             .and_then(|n| n.checked_add(HEADER_SIZE + 8 * db_fields))
             .ok_or_else(|| corrupt(format!("impossible table count {ntables}")))?;
         let nslots = if version == 2 { 0 } else { u32_at(tables_end).unwrap_or(0) as usize };
@@ -668,9 +698,9 @@ impl StatsFile {
         for _ in 0..ntables {
             let oid = Oid(u32_at(at).unwrap_or(0));
             let mut f = [0u64; TABLE_FIELDS];
-            u64s(at + 4, &mut f);
+            u64s(at + 4, &mut f[..table_fields]);
             tables.push((oid, TableStatsSnapshot::from_fields(f)));
-            at += TABLE_RECORD_SIZE;
+            at += table_record_size;
         }
         let mut slots = Vec::with_capacity(nslots);
         let mut at = slots_at;
@@ -826,6 +856,41 @@ mod tests {
         assert_eq!((v.pages_frozen, v.vm_bits_cleared, v.n_live_tup), (12, 1, 81));
         s.report_vacuum(false, false, 0, 0, 0);
         assert!(s.snapshot().last_vacuum > 3_000, "report_vacuum stamps the current time");
+    }
+
+    #[test]
+    fn analyze_report_replaces_estimates_and_restarts_the_changes() {
+        let s = TableStats::new();
+        s.apply(&counts(100, 10, 0, 20), true);
+        s.report_analyze(95, 4);
+        let v = s.snapshot();
+        assert_eq!((v.n_live_tup, v.n_dead_tup, v.n_mod_since_analyze, v.analyze_count), (95, 4, 0, 1));
+        assert!(v.last_analyze > 0);
+        assert_eq!((v.vacuum_count, v.n_tup_ins), (0, 100), "ANALYZE is not VACUUM");
+    }
+
+    /// A file written before ANALYZE existed (20 table counters) is read, its two as 0.
+    #[test]
+    fn files_without_analyze_counters_are_read() {
+        let f = sample();
+        let b = f.encode();
+        let tables_at = HEADER_SIZE + 8 * DB_FIELDS;
+        let mut old = b[..tables_at].to_vec();
+        old[12..16].copy_from_slice(&20u32.to_le_bytes());
+        for i in 0..f.tables.len() {
+            let rec = tables_at + i * TABLE_RECORD_SIZE;
+            old.extend_from_slice(&b[rec..rec + 4 + 8 * 20]);
+        }
+        old.extend_from_slice(&b[tables_at + f.tables.len() * TABLE_RECORD_SIZE..b.len() - 4]);
+        let crc = crc32c::crc32c(&old);
+        old.extend_from_slice(&crc.to_le_bytes());
+        let read = StatsFile::decode(&old, Path::new("stats.bin")).unwrap();
+        let tables = f
+            .tables
+            .iter()
+            .map(|(o, t)| (*o, TableStatsSnapshot { last_analyze: 0, analyze_count: 0, ..*t }))
+            .collect();
+        assert_eq!(read, StatsFile { tables, ..f });
     }
 
     #[test]

@@ -417,6 +417,12 @@ impl Table {
         self.entry.relfrozenxid()
     }
 
+    /// `pg_class.relpages` and `reltuples`: the size VACUUM or ANALYZE last found (-1 tuples
+    /// before either ran).
+    pub fn size_estimates(&self) -> (u32, f64) {
+        (self.entry.relpages.load(std::sync::atomic::Ordering::Acquire), *self.entry.reltuples.lock())
+    }
+
     /// The table's replica identity (`relreplident`).
     pub fn replica_identity(&self) -> crate::heap::ReplicaIdentity {
         self.entry.rel.replica_identity.read().0
