@@ -14,6 +14,10 @@
 //! is therefore on the wire before the server waits for anything else. A connection that
 //! closes (FATAL error, shutdown) drains the buffer first.
 //!
+//! Below pgwire too, every byte read is checked against the protocol's grammar
+//! ([`crate::frames`]) before pgwire's decoder sees it: the sound messages before a malformed
+//! one are passed on, and the malformed one ends the connection with FATAL 08P01.
+//!
 //! The loop is the one pgwire's `process_socket` runs (startup timeout, Terminate,
 //! CancelRequest and FATAL errors end the connection), with the socket wrapped (TLS first when
 //! the server has a certificate and the client asks), and these duties of a PostgreSQL
@@ -44,7 +48,7 @@ use std::sync::Arc;
 
 use futures::{SinkExt, StreamExt};
 use pgwire::api::{ClientInfo, ErrorHandler, PgWireConnectionState, PgWireServerHandlers};
-use pgwire::error::ErrorInfo;
+use pgwire::error::{ErrorInfo, PgWireError};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -67,11 +71,16 @@ pub struct Deferred<S> {
     pending: Vec<u8>,
     /// Bytes of `pending` already written.
     sent: usize,
+    /// Every byte read is checked against the protocol's grammar before pgwire sees it.
+    check: crate::frames::FrameCheck,
+    /// A malformed message was found after sound ones: those were passed on, and the next
+    /// read fails with this.
+    failed: Option<String>,
 }
 
 impl<S: AsyncWrite + Unpin> Deferred<S> {
-    pub fn new(io: S) -> Deferred<S> {
-        Deferred { io, pending: Vec::with_capacity(8192), sent: 0 }
+    pub fn new(io: S, check: crate::frames::FrameCheck) -> Deferred<S> {
+        Deferred { io, pending: Vec::with_capacity(8192), sent: 0, check, failed: None }
     }
 
     /// Writes out everything buffered.
@@ -94,7 +103,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Deferred<S> {
         let this = self.get_mut();
         // What the client may be waiting for goes out before we wait for the client.
         ready!(this.poll_drain(cx))?;
-        Pin::new(&mut this.io).poll_read(cx, buf)
+        if let Some(e) = this.failed.take() {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
+        }
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut this.io).poll_read(cx, buf))?;
+        // A malformed message never reaches pgwire's decoder ([`crate::frames`]); the sound
+        // messages before it do, and the read after them fails.
+        if let Err((sound, e)) = this.check.feed(&buf.filled()[before..]) {
+            buf.set_filled(before + sound);
+            if sound == 0 {
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
+            }
+            this.failed = Some(e);
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -149,8 +172,17 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
     };
     let Some(plain) = negotiated else { return Ok(()) };
     let old = plain.into_parts();
-    let mut parts = FramedParts::new(Deferred::new(old.io), old.codec);
-    parts.read_buf = old.read_buf;
+    // Bytes read while TLS was negotiated are checked like every later byte.
+    let mut check = crate::frames::FrameCheck::new(sh.password.is_some());
+    let mut read_buf = old.read_buf;
+    let failed = check.feed(&read_buf).err().map(|(sound, e)| {
+        read_buf.truncate(sound);
+        e
+    });
+    let mut io = Deferred::new(old.io, check);
+    io.failed = failed;
+    let mut parts = FramedParts::new(io, old.codec);
+    parts.read_buf = read_buf;
     parts.write_buf = old.write_buf;
     let mut socket = Framed::from_parts(parts);
 
@@ -186,7 +218,14 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
                 None => socket.next().await,
             }
         };
-        let Some(Ok(msg)) = msg else { break };
+        let msg = match msg {
+            Some(Ok(m)) => m,
+            // A message that breaks the protocol's grammar: PostgreSQL's FATAL 08P01.
+            Some(Err(PgWireError::IoError(e))) if e.kind() == io::ErrorKind::InvalidData => {
+                return fatal(&mut socket, sh, SqlError::new("08P01", e.to_string())).await;
+            }
+            _ => break,
+        };
         if matches!(msg, PgWireFrontendMessage::Terminate(_)) {
             break;
         }

@@ -6,6 +6,8 @@
 //!
 //! ```text
 //!   wire      pgwire handlers: startup/auth, simple + extended query, COPY; session threads
+//!   conn      the message loop;  frames  the protocol's grammar checked before pgwire decodes
+//!             (fuzzing: the cargo-fuzz targets' entry points)
 //!   parse     statement splitting, our parser for VACUUM/ANALYZE/CHECKPOINT/COPY, sqlparser
 //!   session   transaction state (autocommit, BEGIN/COMMIT/ROLLBACK, failed blocks), SET/SHOW
 //!   query     SELECT and Describe (setop: UNION/INTERSECT/EXCEPT);  dml  INSERT/UPDATE/
@@ -47,6 +49,8 @@ pub mod ddl;
 pub mod dml;
 pub mod error;
 pub mod expr;
+pub mod frames;
+pub mod fuzzing;
 pub mod interrupt;
 pub mod join;
 pub mod log;

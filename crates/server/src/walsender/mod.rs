@@ -828,7 +828,7 @@ fn keepalive(wal_end: Lsn, reply: bool) -> Bytes {
 
 /// A standby status update's positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct StandbyStatus {
+pub(crate) struct StandbyStatus {
     write: Lsn,
     flush: Lsn,
     replay: Lsn,
@@ -836,7 +836,7 @@ struct StandbyStatus {
 
 /// A standby status update (`r`, write, flush, apply, time, reply); `None` for any other
 /// message (`h`, hot standby feedback, means nothing here) or a short one.
-fn standby_status(d: &[u8]) -> Option<StandbyStatus> {
+pub(crate) fn standby_status(d: &[u8]) -> Option<StandbyStatus> {
     if d.first() != Some(&b'r') || d.len() < 34 {
         return None;
     }
