@@ -8,8 +8,8 @@
 //!        ((a ⋈ b) ⟕ c) × d        a row of the join: [a's columns | b's | c's | d's]
 //! ```
 //!
-//! `JOIN`/`INNER JOIN`, `LEFT [OUTER] JOIN` and `CROSS JOIN` with `ON`, and comma-separated
-//! lists, are joined left to right. Every joined row is as wide as the whole FROM list; the
+//! `JOIN`/`INNER JOIN`, `LEFT [OUTER] JOIN`, `RIGHT [OUTER] JOIN`, `FULL [OUTER] JOIN` and
+//! `CROSS JOIN` with `ON`, and comma-separated lists, are joined left to right. Every joined row is as wide as the whole FROM list; the
 //! columns of relations not yet joined (and of the NULL-padded side of a LEFT JOIN that found
 //! no match) are NULL. Names: a relation is qualified by its alias if it has one, else by its
 //! table name (as in PostgreSQL, an alias hides the table name); the same name twice is 42712;
@@ -31,7 +31,9 @@
 //! NULL-padded rows, so it waits for the end). All of them are evaluated on every pair a
 //! strategy proposes, so the hash or index only narrows the search, and NULL never equals
 //! anything: a NULL key finds no match. A LEFT JOIN emits a left row that matched nothing once,
-//! with R's columns NULL. Conjuncts that name one relation alone narrow that relation's read
+//! with R's columns NULL; a RIGHT JOIN reads R whole (hash join or nested loop), marks the R
+//! rows that matched and emits the others once with the left side NULL, and a FULL JOIN does
+//! both. Relations a later RIGHT or FULL JOIN may pad take no WHERE conjuncts early. Conjuncts that name one relation alone narrow that relation's read
 //! (an index scan through [`crate::plan`]) when that cannot drop rows a LEFT JOIN must keep.
 //! The whole `WHERE` is re-checked by the caller. Loops tick the statement's interrupts.
 //!
@@ -77,7 +79,23 @@ pub struct Rel {
 pub enum JoinKind {
     Inner,
     Left,
+    /// RIGHT JOIN: every row of the relation joined keeps, the rows so far are padded.
+    Right,
+    /// FULL JOIN: both sides keep their unmatched rows.
+    Full,
     Cross,
+}
+
+impl JoinKind {
+    /// Whether the rows so far keep those that match nothing (padded with NULLs for R).
+    fn keeps_left(self) -> bool {
+        matches!(self, JoinKind::Left | JoinKind::Full)
+    }
+
+    /// Whether R's rows that match nothing are kept (with the rows so far NULL).
+    fn keeps_right(self) -> bool {
+        matches!(self, JoinKind::Right | JoinKind::Full)
+    }
 }
 
 /// How relation `i + 1` joins the relations before it.
@@ -116,10 +134,8 @@ impl JoinSource {
                     JoinOperator::Join(c) | JoinOperator::Inner(c) => (JoinKind::Inner, c),
                     JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => (JoinKind::Left, c),
                     JoinOperator::CrossJoin(c) => (JoinKind::Cross, c),
-                    JoinOperator::Right(_) | JoinOperator::RightOuter(_) => {
-                        return Err(SqlError::unsupported("RIGHT JOIN"))
-                    }
-                    JoinOperator::FullOuter(_) => return Err(SqlError::unsupported("FULL JOIN")),
+                    JoinOperator::Right(c) | JoinOperator::RightOuter(c) => (JoinKind::Right, c),
+                    JoinOperator::FullOuter(c) => (JoinKind::Full, c),
                     other => return Err(SqlError::unsupported(format!("the join {other:?}"))),
                 };
                 let on = match c {
@@ -243,9 +259,16 @@ impl JoinSource {
         self.rels.iter().position(|r| (r.first..r.first + r.len).contains(&c)).unwrap_or(0)
     }
 
-    /// Whether relation `i` is the NULL-padded side of a LEFT JOIN.
+    /// Whether relation `i` may be NULL-padded: the right side of a LEFT or FULL JOIN, or
+    /// joined before a RIGHT or FULL JOIN (which keeps rows that match none of it).
     fn nullable(&self, i: usize) -> bool {
-        i > 0 && self.steps[i - 1].kind == JoinKind::Left
+        (i > 0 && self.steps[i - 1].kind.keeps_left()) || self.steps[i..].iter().any(|s| s.kind.keeps_right())
+    }
+
+    /// Whether a RIGHT or FULL JOIN comes at step `s` or after (a WHERE conjunct over the rows
+    /// joined so far must then wait for the end: the padded rows it would keep come later).
+    fn padded_later(&self, s: usize) -> bool {
+        self.steps[s..].iter().any(|st| st.kind.keeps_right())
     }
 
     /// The rows of the join, each as wide as [`JoinSource::cols`]; `selection` is the WHERE
@@ -294,7 +317,9 @@ impl JoinSource {
         if !self.nullable(i) {
             local.extend(wheres.iter().filter(|(_, r)| alone(r)).map(|(e, _)| *e));
         }
-        if i > 0 {
+        // An ON conjunct naming R alone narrows R's read, unless R's unmatched rows are kept
+        // (RIGHT, FULL): a row the condition fails must still come out, padded.
+        if i > 0 && !self.steps[i - 1].kind.keeps_right() {
             if let Some(on) = &self.steps[i - 1].on {
                 local.extend(conjuncts(on).into_iter().filter(|e| alone(&self.refs(e, scope))));
             }
@@ -362,7 +387,7 @@ impl JoinSource {
                 conds.push(c);
             }
         }
-        if step.kind != JoinKind::Left {
+        if matches!(step.kind, JoinKind::Inner | JoinKind::Cross) && !self.padded_later(s) {
             conds.extend(
                 wheres
                     .iter()
@@ -370,7 +395,14 @@ impl JoinSource {
                     .map(|(e, _)| *e),
             );
         }
-        let ctx = StepCx { js: self, r, conds: &conds, scope, left_join: step.kind == JoinKind::Left };
+        let ctx = StepCx { js: self, r, conds: &conds, scope, left_join: step.kind.keeps_left() };
+        if step.kind.keeps_right() {
+            // R's unmatched rows come out too: R is read whole, matched by hash where a
+            // condition equates the sides, else by a nested loop, and what matched is marked.
+            let inner = self.leaf_rows(cx, r, wheres, scope)?;
+            let keys = self.equi_keys(&conds, r, scope)?;
+            return ctx.outer(cx, left, inner, &keys);
+        }
         if let Leaf::Function(f) = &self.rels[r].leaf {
             // LATERAL: the function's rows depend on the left row.
             let mut out = Vec::new();

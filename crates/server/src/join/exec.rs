@@ -1,7 +1,9 @@
 //! The three ways a join step finds matches (see [`crate::join`]): index nested loop, hash
 //! join, nested loop. Each proposes (left row, R row) pairs, evaluates every condition of the
 //! step on the combined row, and for a LEFT JOIN emits an unmatched left row with R's columns
-//! NULL. Each left row and each proposed pair is an interruption point.
+//! NULL. RIGHT and FULL JOINs ([`StepCx::outer`]) also mark the R rows that matched and emit
+//! the others with the left side NULL. Each left row and each proposed pair is an
+//! interruption point.
 
 use std::collections::HashMap;
 
@@ -55,6 +57,63 @@ impl StepCx<'_, '_> {
             out.push(l.to_vec());
         }
         Ok(())
+    }
+
+    /// A RIGHT or FULL JOIN step: the matches of each left row (by hash when `keys` equate
+    /// the sides, else among all of R), the left rows that matched nothing when the step
+    /// keeps them (FULL), then R's rows no left row matched, the left side's columns NULL.
+    pub fn outer(
+        &self,
+        cx: &mut Cx<'_, '_>,
+        left: Vec<Vec<Datum>>,
+        inner: Vec<Vec<Datum>>,
+        keys: &[EquiKey<'_>],
+    ) -> Result<Vec<Vec<Datum>>, SqlError> {
+        let width = self.js.cols.len();
+        let blank = vec![Datum::Null; width];
+        let mut table: HashMap<Vec<HashKey>, Vec<usize>> = HashMap::new();
+        if !keys.is_empty() {
+            for (i, rr) in inner.iter().enumerate() {
+                cx.interrupts.tick()?;
+                let row = self.combine(&blank, rr);
+                if let Some(k) = self.key(cx, keys.iter().map(|k| k.inner), &row)? {
+                    table.entry(k).or_default().push(i);
+                }
+            }
+        }
+        let all: Vec<usize> = (0..inner.len()).collect();
+        let mut matched = vec![false; inner.len()];
+        let mut out = Vec::new();
+        for l in &left {
+            cx.interrupts.tick()?;
+            let candidates: &[usize] = if keys.is_empty() {
+                &all
+            } else {
+                match self.key(cx, keys.iter().map(|k| k.outer), l)? {
+                    Some(k) => table.get(&k).map(Vec::as_slice).unwrap_or(&[]),
+                    None => &[],
+                }
+            };
+            let mut any = false;
+            for &i in candidates {
+                cx.interrupts.tick()?;
+                let row = self.combine(l, &inner[i]);
+                if passes(cx, self.conds, self.scope, &row)? {
+                    any = true;
+                    matched[i] = true;
+                    out.push(row);
+                }
+            }
+            if self.left_join && !any {
+                out.push(l.clone());
+            }
+        }
+        for (i, rr) in inner.iter().enumerate() {
+            if !matched[i] {
+                out.push(self.combine(&blank, rr));
+            }
+        }
+        Ok(out)
     }
 
     pub fn nested_loop(
