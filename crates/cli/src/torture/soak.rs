@@ -521,6 +521,13 @@ impl Soak {
     }
 
     fn burn_to_stop_limit(&self, db: &Database, threads: usize, args: &SoakArgs, report: &mut SoakReport) {
+        // The burn reaches the stop limit in a few dozen steps: let the workers commit first,
+        // so that rows written before it are among those checked (on a loaded machine they
+        // might not otherwise have run at all).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.committed.load(Ordering::Relaxed) < threads as u64 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         loop {
             let outcome = db.consume_xids(args.xid_step);
             if let Some(h) = &self.held {
