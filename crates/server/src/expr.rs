@@ -31,6 +31,10 @@ pub struct Scope<'a> {
     pub cols: &'a [ColumnDef],
     /// The relations of a join, in column order; empty for one relation.
     pub rels: Vec<ScopeRel<'a>>,
+    /// The columns a `JOIN ... USING` (or NATURAL JOIN) merged: the name, the column an
+    /// unqualified reference to it means (the left one, or the right one for a RIGHT JOIN),
+    /// and every column merged into it.
+    pub merged: Vec<(&'a str, usize, &'a [usize])>,
 }
 
 /// One relation of a join's [`Scope`]: the names that qualify its columns and where they are.
@@ -42,7 +46,7 @@ pub struct ScopeRel<'a> {
 
 impl Scope<'_> {
     pub fn empty() -> Scope<'static> {
-        Scope { names: Vec::new(), cols: &[], rels: Vec::new() }
+        Scope { names: Vec::new(), cols: &[], rels: Vec::new(), merged: Vec::new() }
     }
 
     /// The position of the column an identifier chain names.
@@ -66,6 +70,9 @@ impl Scope<'_> {
             return (rel.first..rel.first + rel.len)
                 .find(|&i| self.cols[i].name == col)
                 .ok_or_else(|| SqlError::new("42703", format!("column {q}.{col} does not exist")));
+        }
+        if let Some(&(_, i, _)) = self.merged.iter().find(|(n, _, _)| *n == col) {
+            return Ok(i);
         }
         let mut found = self.cols.iter().enumerate().filter(|(_, c)| c.name == col).map(|(i, _)| i);
         match (found.next(), found.next()) {

@@ -9,7 +9,11 @@
 //! ```
 //!
 //! `JOIN`/`INNER JOIN`, `LEFT [OUTER] JOIN`, `RIGHT [OUTER] JOIN`, `FULL [OUTER] JOIN` and
-//! `CROSS JOIN` with `ON`, and comma-separated lists, are joined left to right. Every joined row is as wide as the whole FROM list; the
+//! `CROSS JOIN` with `ON`, and comma-separated lists, are joined left to right. `USING (c, ...)`
+//! and NATURAL (the names both sides have) become `left.c = R.c AND ...`; each such column is
+//! merged: an unqualified `c` means the left side's (a RIGHT JOIN's: R's), and `*` shows it
+//! once, first, as PostgreSQL does (FULL JOIN ... USING, whose merged column is the COALESCE
+//! of both, is refused). Every joined row is as wide as the whole FROM list; the
 //! columns of relations not yet joined (and of the NULL-padded side of a LEFT JOIN that found
 //! no match) are NULL. Names: a relation is qualified by its alias if it has one, else by its
 //! table name (as in PostgreSQL, an alias hides the table name); the same name twice is 42712;
@@ -109,6 +113,16 @@ pub struct JoinSource {
     pub rels: Vec<Rel>,
     pub steps: Vec<Step>,
     pub cols: Vec<ColumnDef>,
+    /// Columns merged by `USING`/NATURAL: the name, the column an unqualified reference
+    /// means, and the columns merged into it (which `*` leaves out after the merged one).
+    pub merged: Vec<Merged>,
+}
+
+/// One column a `JOIN ... USING` merged.
+pub struct Merged {
+    pub name: String,
+    pub shown: usize,
+    pub parts: Vec<usize>,
 }
 
 /// The strategy a join step uses (visible for tests and the log).
@@ -122,7 +136,7 @@ pub enum Strategy {
 impl JoinSource {
     /// Opens every relation of `from` (tables, views, `generate_series`) and names them.
     pub fn build(sh: &Shared, from: &[TableWithJoins]) -> Result<JoinSource, SqlError> {
-        let mut js = JoinSource { rels: Vec::new(), steps: Vec::new(), cols: Vec::new() };
+        let mut js = JoinSource { rels: Vec::new(), steps: Vec::new(), cols: Vec::new(), merged: Vec::new() };
         for (i, twj) in from.iter().enumerate() {
             js.add(sh, &twj.relation)?;
             if i > 0 {
@@ -142,13 +156,95 @@ impl JoinSource {
                     JoinConstraint::On(e) => Some(e.clone()),
                     JoinConstraint::None if kind == JoinKind::Cross => None,
                     JoinConstraint::None => return Err(SqlError::syntax("syntax error: JOIN needs ON")),
-                    JoinConstraint::Using(_) => return Err(SqlError::unsupported("JOIN ... USING")),
-                    JoinConstraint::Natural => return Err(SqlError::unsupported("NATURAL JOIN")),
+                    JoinConstraint::Using(names) => {
+                        let names: Vec<String> = names.iter().map(|n| crate::ddl::object_name(n)).collect();
+                        js.using(kind, &names)?
+                    }
+                    JoinConstraint::Natural => {
+                        // The column names both sides have, in the left side's order.
+                        let r = js.rels.last().expect("R was just added");
+                        let right: Vec<&str> =
+                            js.cols[r.first..r.first + r.len].iter().map(|c| c.name.as_str()).collect();
+                        let mut names: Vec<String> = Vec::new();
+                        for c in &js.cols[..r.first] {
+                            if right.contains(&c.name.as_str()) && !names.contains(&c.name) {
+                                names.push(c.name.clone());
+                            }
+                        }
+                        js.using(kind, &names)?
+                    }
                 };
                 js.steps.push(Step { kind, on });
             }
         }
         Ok(js)
+    }
+
+    /// `USING (names)` for the relation just added, R: each name must be one column of the
+    /// relations before it (or a column an earlier USING merged) and a column of R. Returns
+    /// the equivalent ON condition (`left.c = R.c AND ...`; none for no names, as NATURAL
+    /// with no common column is a cross join) and records the merged columns.
+    fn using(&mut self, kind: JoinKind, names: &[String]) -> Result<Option<Expr>, SqlError> {
+        if kind == JoinKind::Full && !names.is_empty() {
+            return Err(SqlError::unsupported(
+                "FULL JOIN ... USING (the merged column would be COALESCE of both sides); use ON",
+            ));
+        }
+        let r = self.rels.len() - 1;
+        let (rfirst, rlen) = (self.rels[r].first, self.rels[r].len);
+        let qualified = |rel: &Rel, col: &str| {
+            let q = sqlparser::ast::Ident::with_quote('"', rel.names[0].clone());
+            Expr::CompoundIdentifier(vec![q, sqlparser::ast::Ident::with_quote('"', col.to_string())])
+        };
+        let mut on: Option<Expr> = None;
+        for name in names {
+            let left = match self.merged.iter().position(|m| &m.name == name) {
+                Some(m) => self.merged[m].shown,
+                None => {
+                    let mut found = (0..rfirst).filter(|&i| &self.cols[i].name == name);
+                    match (found.next(), found.next()) {
+                        (Some(i), None) => i,
+                        (None, _) => {
+                            return Err(SqlError::new(
+                                "42703",
+                                format!("column \"{name}\" specified in USING clause does not exist in left table"),
+                            ))
+                        }
+                        (Some(_), Some(_)) => {
+                            return Err(SqlError::new(
+                                "42702",
+                                format!("common column name \"{name}\" appears more than once in left table"),
+                            ))
+                        }
+                    }
+                }
+            };
+            let right = (rfirst..rfirst + rlen).find(|&i| &self.cols[i].name == name).ok_or_else(|| {
+                SqlError::new(
+                    "42703",
+                    format!("column \"{name}\" specified in USING clause does not exist in right table"),
+                )
+            })?;
+            let eq = Expr::BinaryOp {
+                left: Box::new(qualified(&self.rels[self.rel_of(left)], name)),
+                op: BinaryOperator::Eq,
+                right: Box::new(qualified(&self.rels[r], name)),
+            };
+            on = Some(match on {
+                None => eq,
+                Some(prev) => Expr::BinaryOp { left: Box::new(prev), op: BinaryOperator::And, right: Box::new(eq) },
+            });
+            // A RIGHT JOIN's merged column is the right side's (the left one may be padded).
+            let shown = if kind == JoinKind::Right { right } else { left };
+            match self.merged.iter_mut().find(|m| &m.name == name) {
+                Some(m) => {
+                    m.shown = shown;
+                    m.parts.push(right);
+                }
+                None => self.merged.push(Merged { name: name.clone(), shown, parts: vec![left, right] }),
+            }
+        }
+        Ok(on)
     }
 
     fn add(&mut self, sh: &Shared, f: &TableFactor) -> Result<(), SqlError> {
@@ -251,6 +347,7 @@ impl JoinSource {
             names: self.rels.iter().flat_map(|r| r.names.iter().map(String::as_str)).collect(),
             cols: &self.cols,
             rels,
+            merged: self.merged.iter().map(|m| (m.name.as_str(), m.shown, m.parts.as_slice())).collect(),
         }
     }
 

@@ -52,7 +52,7 @@ impl Target {
         if let Some(a) = &self.alias {
             names.push(a.as_str());
         }
-        Scope { names, cols: &self.cols, rels: Vec::new() }
+        Scope { names, cols: &self.cols, rels: Vec::new(), merged: Vec::new() }
     }
 
     pub fn is_catalog(&self) -> bool {

@@ -62,7 +62,7 @@ impl Source {
             Source::None => Scope::empty(),
             Source::Table(t) => t.scope(),
             Source::View { names, cols, .. } => {
-                Scope { names: names.iter().map(String::as_str).collect(), cols, rels: Vec::new() }
+                Scope { names: names.iter().map(String::as_str).collect(), cols, rels: Vec::new(), merged: Vec::new() }
             }
             Source::Join(j) => j.scope(),
         }
@@ -159,8 +159,23 @@ fn join_star(it: &SelectItem, scope: &Scope<'_>) -> Result<Vec<OutCol>, SqlError
         _ => scope.rels.iter().collect(),
     };
     let mut out = Vec::new();
+    let whole = matches!(it, SelectItem::Wildcard(_));
+    // `*` over USING joins: each merged column once, first, in the order merged.
+    let mut hidden = std::collections::BTreeSet::new();
+    if whole {
+        for &(name, _, parts) in &scope.merged {
+            out.push(OutCol {
+                name: name.to_string(),
+                expr: Expr::Identifier(sqlparser::ast::Ident::with_quote('"', name)),
+            });
+            hidden.extend(parts.iter().copied());
+        }
+    }
     for r in rels {
-        for c in &scope.cols[r.first..r.first + r.len] {
+        for (i, c) in scope.cols[r.first..r.first + r.len].iter().enumerate() {
+            if hidden.contains(&(r.first + i)) {
+                continue;
+            }
             let q = sqlparser::ast::Ident::with_quote('"', r.names[0]);
             let id = sqlparser::ast::Ident::with_quote('"', c.name.clone());
             out.push(OutCol { name: c.name.clone(), expr: Expr::CompoundIdentifier(vec![q, id]) });

@@ -470,3 +470,49 @@ async fn right_and_full_joins_match_an_oracle() {
     let e = c.simple_query("select * from l right join r").await.unwrap_err();
     assert_eq!(code(&e), "42601");
 }
+
+/// `JOIN ... USING` and NATURAL JOIN give what PostgreSQL 15.18 gives for the same tables
+/// (the expected rows below are its output): one merged column first in `*`, an unqualified
+/// reference meaning the merged column (R's for a RIGHT JOIN), the sides still reachable
+/// qualified, and PostgreSQL's errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn using_and_natural_joins_as_postgresql() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = TestServer::start(dir.path());
+    let c = connect(&srv).await;
+    c.batch_execute(
+        "create table ul (id int primary key, k int, t text); create table ur (id int primary key, k int, u text);
+         insert into ul values (1, 1, 'a'), (2, 2, 'b'), (3, null, 'c');
+         insert into ur values (10, 2, 'x'), (11, 5, 'y'), (1, 1, 'z');",
+    )
+    .await
+    .unwrap();
+    let text = |rows: Vec<Row>| {
+        rows.iter()
+            .map(|r| r.iter().map(|v| v.clone().unwrap_or_default()).collect::<Vec<_>>().join("|"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for (sql, want) in [
+        ("select * from ul join ur using (k) order by 1, 2", "1|1|a|1|z 2|2|b|10|x"),
+        ("select k, t, u from ul left join ur using (k) order by 1, 2", "1|a|z 2|b|x |c|"),
+        ("select * from ul right join ur using (k) order by 1, 2", "1|1|a|1|z 2|2|b|10|x 5|||11|y"),
+        ("select * from ul natural join ur order by 1", "1|1|a|z"),
+        ("select id, ul.k, ur.k from ul join ur using (id) order by 1", "1|1|1"),
+        ("select count(*) from ul natural join (select 1 as zzz) s", "3"),
+    ] {
+        assert_eq!(text(rows(&c, sql).await), want, "{sql}");
+    }
+    let fields = c.prepare("select * from ul join ur using (k)").await.unwrap();
+    let names: Vec<&str> = fields.columns().iter().map(|f| f.name()).collect();
+    assert_eq!(names, ["k", "id", "t", "id", "u"]);
+    for (sql, code_want) in [
+        ("select * from ul join ur using (nope)", "42703"),
+        ("select * from ul join ur using (u)", "42703"),
+        ("select * from ul join ur on true join ur r2 using (k)", "42702"),
+        ("select * from ul full join ur using (k)", "0A000"),
+    ] {
+        let e = c.simple_query(sql).await.unwrap_err();
+        assert_eq!(code(&e), code_want, "{sql}: {e}");
+    }
+}
