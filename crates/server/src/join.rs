@@ -157,7 +157,7 @@ impl JoinSource {
                     JoinConstraint::None if kind == JoinKind::Cross => None,
                     JoinConstraint::None => return Err(SqlError::syntax("syntax error: JOIN needs ON")),
                     JoinConstraint::Using(names) => {
-                        let names: Vec<String> = names.iter().map(|n| crate::ddl::object_name(n)).collect();
+                        let names: Vec<String> = names.iter().map(crate::ddl::object_name).collect();
                         js.using(kind, &names)?
                     }
                     JoinConstraint::Natural => {
