@@ -104,6 +104,24 @@ async fn load(c: &Client, name: &str, rows: &[Tup]) {
     }
 }
 
+/// A client of `srv` with tables `l` and `r` of [`data`] and an empty `e`.
+async fn loaded(srv: &TestServer) -> (Client, Vec<Tup>, Vec<Tup>) {
+    let c = connect(srv).await;
+    let (l, r) = data();
+    load(&c, "l", &l).await;
+    load(&c, "r", &r).await;
+    load(&c, "e", &[]).await;
+    (c, l, r)
+}
+
+fn eq(a: &Tup, b: &Tup) -> bool {
+    a.1.is_some() && a.1 == b.1
+}
+
+fn lt(a: &Tup, b: &Tup) -> bool {
+    matches!((a.1, b.1), (Some(x), Some(y)) if x < y)
+}
+
 fn txt(t: &Tup) -> Row {
     vec![s(t.0), t.1.map(|k| k.to_string()), s(&t.2)]
 }
@@ -137,13 +155,7 @@ async fn scans(c: &Client, table: &str) -> (i64, i64) {
 async fn joins_match_an_oracle() {
     let dir = tempfile::tempdir().unwrap();
     let srv = TestServer::start(dir.path());
-    let c = connect(&srv).await;
-    let (l, r) = data();
-    load(&c, "l", &l).await;
-    load(&c, "r", &r).await;
-    load(&c, "e", &[]).await;
-    let eq = |a: &Tup, b: &Tup| a.1.is_some() && a.1 == b.1;
-    let lt = |a: &Tup, b: &Tup| matches!((a.1, b.1), (Some(x), Some(y)) if x < y);
+    let (c, l, r) = loaded(&srv).await;
 
     // Without an index on r.k: hash join for equalities, nested loop otherwise.
     for round in ["hash", "index"] {
@@ -416,13 +428,7 @@ fn oracle_outer(l: &[Tup], r: &[Tup], on: impl Fn(&Tup, &Tup) -> bool, keep_left
 async fn right_and_full_joins_match_an_oracle() {
     let dir = tempfile::tempdir().unwrap();
     let srv = TestServer::start(dir.path());
-    let c = connect(&srv).await;
-    let (l, r) = data();
-    load(&c, "l", &l).await;
-    load(&c, "r", &r).await;
-    load(&c, "e", &[]).await;
-    let eq = |a: &Tup, b: &Tup| a.1.is_some() && a.1 == b.1;
-    let lt = |a: &Tup, b: &Tup| matches!((a.1, b.1), (Some(x), Some(y)) if x < y);
+    let (c, l, r) = loaded(&srv).await;
     for round in ["no index", "index"] {
         if round == "index" {
             c.batch_execute("create index r_k on r (k)").await.unwrap();

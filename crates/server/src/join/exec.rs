@@ -69,18 +69,8 @@ impl StepCx<'_, '_> {
         inner: Vec<Vec<Datum>>,
         keys: &[EquiKey<'_>],
     ) -> Result<Vec<Vec<Datum>>, SqlError> {
-        let width = self.js.cols.len();
-        let blank = vec![Datum::Null; width];
-        let mut table: HashMap<Vec<HashKey>, Vec<usize>> = HashMap::new();
-        if !keys.is_empty() {
-            for (i, rr) in inner.iter().enumerate() {
-                cx.interrupts.tick()?;
-                let row = self.combine(&blank, rr);
-                if let Some(k) = self.key(cx, keys.iter().map(|k| k.inner), &row)? {
-                    table.entry(k).or_default().push(i);
-                }
-            }
-        }
+        let blank = vec![Datum::Null; self.js.cols.len()];
+        let table = if keys.is_empty() { HashMap::new() } else { self.hash_table(cx, &inner, keys)? };
         let all: Vec<usize> = (0..inner.len()).collect();
         let mut matched = vec![false; inner.len()];
         let mut out = Vec::new();
@@ -138,16 +128,7 @@ impl StepCx<'_, '_> {
         inner: Vec<Vec<Datum>>,
         keys: &[EquiKey<'_>],
     ) -> Result<Vec<Vec<Datum>>, SqlError> {
-        let width = self.js.cols.len();
-        let blank = vec![Datum::Null; width];
-        let mut table: HashMap<Vec<HashKey>, Vec<usize>> = HashMap::new();
-        for (i, rr) in inner.iter().enumerate() {
-            cx.interrupts.tick()?;
-            let row = self.combine(&blank, rr);
-            if let Some(k) = self.key(cx, keys.iter().map(|k| k.inner), &row)? {
-                table.entry(k).or_default().push(i);
-            }
-        }
+        let table = self.hash_table(cx, &inner, keys)?;
         let mut out = Vec::new();
         for l in &left {
             cx.interrupts.tick()?;
@@ -158,6 +139,26 @@ impl StepCx<'_, '_> {
             self.emit(cx, l, found.iter().map(|&i| inner[i].as_slice()), &mut out)?;
         }
         Ok(out)
+    }
+
+    /// R's rows by their side of the keys (positions in `inner`; a row with a NULL key part
+    /// matches nothing and is left out).
+    fn hash_table(
+        &self,
+        cx: &mut Cx<'_, '_>,
+        inner: &[Vec<Datum>],
+        keys: &[EquiKey<'_>],
+    ) -> Result<HashMap<Vec<HashKey>, Vec<usize>>, SqlError> {
+        let blank = vec![Datum::Null; self.js.cols.len()];
+        let mut table: HashMap<Vec<HashKey>, Vec<usize>> = HashMap::new();
+        for (i, rr) in inner.iter().enumerate() {
+            cx.interrupts.tick()?;
+            let row = self.combine(&blank, rr);
+            if let Some(k) = self.key(cx, keys.iter().map(|k| k.inner), &row)? {
+                table.entry(k).or_default().push(i);
+            }
+        }
+        Ok(table)
     }
 
     /// The hash key of `row` under `exprs`; `None` when a part is NULL (it matches nothing).
