@@ -33,29 +33,21 @@ pub fn self_cpu(ticks: f64) -> f64 {
     (num(11) + num(12)) / ticks
 }
 
-/// This process's own CPU seconds to the microsecond (`getrusage`), for figures too short
-/// for clock ticks.
-pub fn self_cpu_precise() -> f64 {
-    // SAFETY: getrusage fills the struct it is given; a zeroed rusage is a valid value.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF with a valid pointer.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        return 0.0;
+/// The CPU seconds so far (`schedstat`, to the nanosecond) of each live thread of this
+/// process whose name starts with one of `prefixes`, by thread ID.
+pub fn threads_cpu(prefixes: &[&str]) -> std::collections::HashMap<u32, f64> {
+    let mut out = std::collections::HashMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return out };
+    for t in tasks.flatten() {
+        let Some(tid) = t.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if prefixes.iter().any(|p| comm.starts_with(p)) {
+            let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+            let ns = s.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            out.insert(tid, ns / 1e9);
+        }
     }
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(u.ru_utime) + secs(u.ru_stime)
-}
-
-/// The calling thread's CPU seconds to the microsecond (`getrusage(RUSAGE_THREAD)`).
-pub fn thread_cpu_precise() -> f64 {
-    // SAFETY: as in `self_cpu_precise`; RUSAGE_THREAD reports the calling thread alone.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_THREAD with a valid pointer.
-    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) } != 0 {
-        return 0.0;
-    }
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(u.ru_utime) + secs(u.ru_stime)
+    out
 }
 
 /// A single-threaded process's CPU seconds to the nanosecond (`/proc/<pid>/schedstat`'s time

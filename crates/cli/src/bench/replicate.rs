@@ -21,12 +21,14 @@
 //!    run N transactions unthrottled, the subscription is enabled, and the publisher's CPU is
 //!    read from when it is enabled until the subscriber holds every change (its districts'
 //!    order counters, history and new-order rows equal the publisher's): settle serve runs in
-//!    this process, which does nothing else meanwhile (it polls through psql, a child) but
-//!    relay the bytes, so its CPU less the relay threads' (`getrusage(RUSAGE_THREAD)`, each
-//!    thread's own) is the WAL sender's; PostgreSQL's is its WAL sender process's (from
-//!    `pg_stat_replication`), which starts with the subscription. Both to the microsecond
-//!    (`getrusage` for this process, `/proc/<pid>/schedstat` for the WAL sender), as the
-//!    catch-up takes a fraction of a second. The changes are the rows
+//!    this process, and its WAL sender's CPU is that of the threads doing a WAL sender's job,
+//!    the decoder thread (`walsender-<slot>`) and the connection's session threads
+//!    (`settle-session-*`; the terminals' are idle then), not the engine's background threads
+//!    (a checkpoint of the run's WAL may fall in the window, which PostgreSQL's checkpointer
+//!    would do) or this benchmark's (its polling, the byte-counting relay); PostgreSQL's is
+//!    its WAL sender process's (from `pg_stat_replication`), which starts with the
+//!    subscription. Both to the nanosecond (`/proc/.../schedstat`), as the catch-up takes a
+//!    fraction of a second. The changes are the rows
 //!    the run inserted, updated and deleted (`pg_stat_user_tables`, on each publisher); the
 //!    bytes are those the relay carried from the publisher to the subscriber meanwhile.
 //!    Catch-up seconds include the subscriber starting its worker (within 100 ms).
@@ -106,8 +108,6 @@ fn psql(port: u16, db: &str, sql: &str) -> Result<String> {
 struct Relay {
     port: u16,
     down: Arc<AtomicU64>,
-    /// Each copying thread's CPU so far, in microseconds.
-    cpu_us: Arc<std::sync::Mutex<Vec<Arc<AtomicU64>>>>,
 }
 
 impl Relay {
@@ -116,38 +116,25 @@ impl Relay {
         let port = listener.local_addr()?.port();
         let down = Arc::new(AtomicU64::new(0));
         let counted = down.clone();
-        let cpu_us: Arc<std::sync::Mutex<Vec<Arc<AtomicU64>>>> = Arc::default();
-        let threads = cpu_us.clone();
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
                 let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else { continue };
                 let counted = counted.clone();
-                let (up, down) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-                threads.lock().unwrap_or_else(|e| e.into_inner()).extend([up.clone(), down.clone()]);
-                std::thread::spawn(move || pump(client, server, None, &up));
-                std::thread::spawn(move || pump(s2, c2, Some(counted), &down));
+                std::thread::spawn(move || pump(client, server, None));
+                std::thread::spawn(move || pump(s2, c2, Some(counted)));
             }
         });
-        Ok(Relay { port, down, cpu_us })
+        Ok(Relay { port, down })
     }
 
     fn bytes_down(&self) -> u64 {
         self.down.load(Ordering::Relaxed)
     }
-
-    /// The CPU seconds the relay's copying threads have used: they run in this process, which
-    /// for settledb is the publisher's, but they are the benchmark's, not the publisher's.
-    fn cpu_seconds(&self) -> f64 {
-        self.cpu_us.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|c| c.load(Ordering::Relaxed)).sum::<u64>()
-            as f64
-            / 1e6
-    }
 }
 
-/// Copies `from` to `to` until either closes, counting into `count` and keeping the thread's
-/// CPU in `cpu_us`.
-fn pump(mut from: TcpStream, mut to: TcpStream, count: Option<Arc<AtomicU64>>, cpu_us: &AtomicU64) {
+/// Copies `from` to `to` until either closes, counting into `count`.
+fn pump(mut from: TcpStream, mut to: TcpStream, count: Option<Arc<AtomicU64>>) {
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let n = match from.read(&mut buf) {
@@ -160,7 +147,6 @@ fn pump(mut from: TcpStream, mut to: TcpStream, count: Option<Arc<AtomicU64>>, c
         if let Some(c) = &count {
             c.fetch_add(n as u64, Ordering::Relaxed);
         }
-        cpu_us.store((procstat::thread_cpu_precise() * 1e6) as u64, Ordering::Relaxed);
     }
     let _ = to.shutdown(std::net::Shutdown::Write);
 }
@@ -222,16 +208,13 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// One publisher's run against the subscriber on `sub`. `cpu` reads the publisher's CPU
-/// seconds (settledb: this process; PostgreSQL: its WAL sender for the subscription);
-/// `in_process` says the publisher is this process, whose relay threads' CPU is then taken
-/// out of the figure.
+/// seconds (settledb: its WAL sender's threads; PostgreSQL: its WAL sender process).
 fn run_one(
     publisher: &'static str,
     port: u16,
     sub: u16,
     a: &ReplicateArgs,
     cpu: &dyn Fn() -> Result<f64>,
-    in_process: bool,
 ) -> Result<Figures> {
     eprintln!("{publisher}: loading one TPC-C warehouse on both sides ...");
     let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
@@ -298,14 +281,12 @@ fn run_one(
     run_tpcc(&target, &tpcc_config(Some(u64::from(a.transactions)), None, None, 2), &RunProgress::default())?;
     let changes = published_changes(port)? - changes_before;
     let want = psql(port, "postgres", CAUGHT_UP)?;
-    let (before, bytes_before, relay_before) = (cpu()?, relay.bytes_down(), relay.cpu_seconds());
+    let (before, bytes_before) = (cpu()?, relay.bytes_down());
     let t0 = Instant::now();
     psql(sub, "postgres", "ALTER SUBSCRIPTION bench ENABLE")?;
     wait_for("the subscriber to catch up", Duration::from_secs(900), || Ok(psql(sub, "postgres", CAUGHT_UP)? == want))?;
     let catch_up_seconds = t0.elapsed().as_secs_f64();
-    // settle serve runs in this process, as the relay does: the relay's CPU is taken out.
-    let relay_used = if in_process { relay.cpu_seconds() - relay_before } else { 0.0 };
-    let used = cpu()? - before - relay_used;
+    let used = cpu()? - before;
     let bytes_sent = relay.bytes_down() - bytes_before;
     psql(sub, "postgres", "DROP SUBSCRIPTION bench")?;
     Ok(Figures {
@@ -344,8 +325,24 @@ pub fn run(a: ReplicateArgs) -> Result<ExitCode> {
         // Nothing but the WAL sender may use this process's CPU while it is measured.
         config.set("autovacuum", "off")?;
         let server = InProcess::start(config, 100)?;
-        let cpu = || Ok(procstat::self_cpu_precise());
-        rows.push(run_one("settledb", server.port, a.subscriber_port, &a, &cpu, true)?);
+        // The WAL sender's work is its decoder thread's and its connection's session thread's;
+        // the engine's background threads (checkpoints of the TPC-C run's WAL), the
+        // benchmark's own threads (polling, the relay) and the idle terminals' are not.
+        // The first reading is the baseline; the second sums each such thread's CPU since
+        // (a thread that ended meanwhile drops out instead of taking its whole past with it).
+        let base = std::cell::RefCell::new(None);
+        let cpu = || -> Result<f64> {
+            let now = procstat::threads_cpu(&["walsender-", "settle-session"]);
+            let mut b = base.borrow_mut();
+            Ok(match b.as_ref() {
+                None => {
+                    *b = Some(now);
+                    0.0
+                }
+                Some(then) => now.iter().map(|(tid, s)| s - then.get(tid).copied().unwrap_or(0.0)).sum(),
+            })
+        };
+        rows.push(run_one("settledb", server.port, a.subscriber_port, &a, &cpu)?);
     }
     if a.peer {
         // The subscriber's tables start again from the load.
@@ -361,7 +358,7 @@ pub fn run(a: ReplicateArgs) -> Result<ExitCode> {
             let pid = psql(port, "postgres", "SELECT pid FROM pg_stat_replication LIMIT 1")?;
             Ok(pid.parse::<u32>().ok().and_then(procstat::cpu_precise).unwrap_or(0.0))
         };
-        rows.push(run_one("postgres", a.peer_port, a.subscriber_port, &a, &cpu, false)?);
+        rows.push(run_one("postgres", a.peer_port, a.subscriber_port, &a, &cpu)?);
         drop(pg);
     }
     drop(sub);
