@@ -557,8 +557,9 @@ struct RelCache {
     body: Arc<Vec<u8>>,
 }
 
-/// A TupleData column straight into the message (a hot path: once per value): integers and
-/// text in their text form without an intermediate string; the rest through [`datum_as`].
+/// A TupleData column straight into the message (a hot path: once per value): integers,
+/// numerics and text in their text form without an intermediate string; the rest through
+/// [`datum_as`].
 fn write_value(w: &mut Writer, v: &Value, format: ValueFormat, binary: bool) {
     match (v, format, binary) {
         (Value::Null, ..) => {
@@ -567,21 +568,23 @@ fn write_value(w: &mut Writer, v: &Value, format: ValueFormat, binary: bool) {
         (Value::Text(t), ValueFormat::Stored, _) if !binary => {
             w.u8(b't').counted(t.as_bytes());
         }
-        (Value::Int4(x), ValueFormat::Stored | ValueFormat::Int2, false) => write_text_of(w, x),
-        (Value::Int8(x), ValueFormat::Stored, false) => write_text_of(w, x),
+        (Value::Int4(x), ValueFormat::Stored | ValueFormat::Int2, false) => write_decimal(w, i64::from(*x), 0),
+        (Value::Int8(x), ValueFormat::Stored, false) => write_decimal(w, *x, 0),
+        (Value::Int8(x), ValueFormat::Numeric { scale }, false) => write_decimal(w, *x, scale),
+        (Value::Int4(x), ValueFormat::Numeric { scale }, false) => write_decimal(w, i64::from(*x), scale),
         _ => {
             w.tuple_datum(&datum_as(v, format, binary));
         }
     }
 }
 
-/// A `t` column holding `x`'s `Display` text, its length filled in after.
-fn write_text_of(w: &mut Writer, x: &dyn std::fmt::Display) {
-    use std::io::Write as _;
+/// A `t` column holding `m / 10^scale` in text (an integer for scale 0), its length filled
+/// in after.
+fn write_decimal(w: &mut Writer, m: i64, scale: u8) {
     w.u8(b't');
     let at = w.0.len();
     w.i32(0);
-    let _ = write!(w.0, "{x}");
+    sqltypes::push_decimal(&mut w.0, m, scale);
     let n = i32::try_from(w.0.len() - at - 4).unwrap_or(i32::MAX);
     w.0[at..at + 4].copy_from_slice(&n.to_be_bytes());
 }
