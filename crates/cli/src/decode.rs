@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! settle decode DIR --slot S --create-slot [--plugin test_decoding] [--if-not-exists]
-//! settle decode DIR --slot S --start [-f FILE|-] [--endpos LSN] [-o NAME[=VALUE]]...
+//! settle decode DIR --slot S --start [-f FILE|-] [--startpos LSN] [--endpos LSN] [-o NAME[=VALUE]]...
 //! settle decode DIR --slot S --drop-slot
 //! ```
 //!
@@ -24,6 +24,10 @@
 //! evictions, spill files, peak accounted memory). `settle bench decode` reads it. The memory
 //! limit is `--set logical_decoding_work_mem=…` (PostgreSQL's `PGOPTIONS='-c
 //! logical_decoding_work_mem=…'`).
+//!
+//! `--startpos` is `pg_recvlogical`'s (`START_REPLICATION ... LOGICAL X/Y`): transactions that
+//! committed before it are skipped as if consumed, when it lies past the slot's confirmed
+//! position; the slot moves when what is written is confirmed.
 //!
 //! `--endpos` is `pg_recvlogical`'s: rows up to and including that LSN are written, and it is
 //! not aware of transaction boundaries. A transaction cut short there is confirmed only up to
@@ -78,6 +82,10 @@ pub struct DecodeArgs {
     /// With --start: stop once this LSN (`X/Y`) is reached.
     #[arg(long, short = 'E', value_name = "LSN")]
     pub endpos: Option<String>,
+    /// With --start: begin at this LSN (`X/Y`): transactions that committed before it are
+    /// skipped, as consumed, when it lies past the slot's confirmed position.
+    #[arg(long, short = 'I', value_name = "LSN")]
+    pub startpos: Option<String>,
     /// A plugin option, NAME or NAME=VALUE (repeatable).
     #[arg(long = "option", short = 'o', value_name = "NAME[=VALUE]")]
     pub options: Vec<String>,
@@ -139,14 +147,19 @@ pub fn run(a: DecodeArgs) -> Result<ExitCode> {
     if a.endpos.is_some() && !a.start {
         bail!("--endpos may only be specified with --start");
     }
+    if a.startpos.is_some() && !a.start {
+        bail!("--startpos may only be specified with --start");
+    }
     let endpos = a.endpos.as_deref().map(parse_lsn).transpose()?;
+    let startpos = a.startpos.as_deref().map(parse_lsn).transpose()?;
     crate::require_data_dir(&a.dir)?;
     let set: Vec<String> = ["wal_level=logical", "autovacuum=off"].iter().map(|s| s.to_string()).chain(a.set).collect();
     let db = Database::open(&a.dir, crate::config_from(&set)?)?;
     let rss_after_open_kb = rss_anon_kb();
     let result = actions(&db, &a.slot, a.create_slot, a.if_not_exists, &a.plugin, a.drop_slot, a.start, || {
         let mut stats = FollowStats { rss_anon_after_open_kb: rss_after_open_kb, ..FollowStats::default() };
-        let at = follow(&db, &a.slot, endpos, &plugin_options(&a.options), &a.file, &mut stats)?;
+        let limits = DecodeLimits { start_lsn: startpos, ..DecodeLimits::default() };
+        let at = follow(&db, &a.slot, limits, endpos, &plugin_options(&a.options), &a.file, &mut stats)?;
         if a.stats {
             eprintln!("settle decode stats: {}", serde_json::to_string(&stats)?);
         }
@@ -281,6 +294,7 @@ impl Sink {
 fn follow(
     db: &Database,
     slot: &str,
+    limits: DecodeLimits,
     endpos: Option<Lsn>,
     options: &[(String, Option<String>)],
     file: &str,
@@ -334,7 +348,7 @@ fn follow(
         }
         Ok(!STOP.load(Ordering::SeqCst))
     };
-    let r = db.decode_slot_follow(slot, DecodeLimits::default(), options, &mut on_row, &mut after_pass)?;
+    let r = db.decode_slot_follow(slot, limits, options, &mut on_row, &mut after_pass)?;
     if let Some(e) = write_error {
         return Err(e);
     }

@@ -1,7 +1,8 @@
 //! `settle decode`: `pg_recvlogical` on a data directory. A slot is created by the command,
 //! rows are written through the library (the directory is closed between the two: one
 //! process at a time), and `--start --endpos` prints test_decoding's lines and exits; a
-//! transaction cut by `--endpos` comes back whole on the next read; SIGTERM stops a `--start`
+//! transaction cut by `--endpos` comes back whole on the next read; `--startpos` skips what
+//! committed before it; SIGTERM stops a `--start`
 //! that waits for more; `--drop-slot` drops it.
 
 mod common;
@@ -91,6 +92,17 @@ fn decode_creates_a_slot_streams_to_endpos_and_drops_it() {
     let again = format!("BEGIN\n{}\n{}\n{}\nCOMMIT\n", insert_line(10), insert_line(11), insert_line(12));
     let all = std::fs::read_to_string(&file).unwrap();
     assert!(all.ends_with(&again), "the file is appended to: {all}");
+
+    // --startpos past a transaction: it is skipped, and what follows is written.
+    let (_, skip_end) = write(&dir, &[20]);
+    let (_, end) = write(&dir, &[21]);
+    let (start, end) = (skip_end.to_string(), end.to_string());
+    let args = ["decode", d, "-S", "s", "--start", "-I", &start, "-E", &end, "-o", "include-xids=0", "-f", "-"];
+    let (ok, out, err) = settle(&args);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["BEGIN", &insert_line(21), "COMMIT"]);
+    let (ok, _, err) = settle(&["decode", d, "--slot", "s2", "--create-slot", "--startpos", "0/1"]);
+    assert!(!ok && err.contains("--startpos may only be specified with --start"), "{err}");
 
     let (ok, _, err) = settle(&["decode", d, "--slot", "s", "--drop-slot"]);
     assert!(ok, "{err}");
