@@ -83,6 +83,7 @@ pub struct VacuumCmd {
 pub struct AnalyzeCmd {
     pub tables: Vec<String>,
     pub verbose: bool,
+    pub skip_locked: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -520,7 +521,7 @@ impl<'a> Toks<'a> {
                 let val = if matches!(self.peek(), Some(Token::Comma | Token::RParen)) { None } else { self.value() };
                 match opt.as_str() {
                     "VERBOSE" => a.verbose = bool_opt(&opt, val.as_deref())?,
-                    "SKIP_LOCKED" => return Err(SqlError::unsupported("ANALYZE (SKIP_LOCKED)")),
+                    "SKIP_LOCKED" => a.skip_locked = bool_opt(&opt, val.as_deref())?,
                     other => {
                         return Err(SqlError::syntax(format!(
                             "unrecognized ANALYZE option \"{}\"",

@@ -373,7 +373,7 @@ impl<'db> Session<'db> {
             }
             Stmt::Analyze(a) => {
                 self.outside_block("ANALYZE")?;
-                utility::analyze(self.db, &a.tables, a.verbose, notices)?;
+                utility::analyze(self.db, &a.tables, a.verbose, a.skip_locked, notices)?;
                 Ok(Outcome::Command("ANALYZE".into()))
             }
             Stmt::Checkpoint => {

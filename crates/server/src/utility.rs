@@ -1,11 +1,12 @@
-//! VACUUM over the wire.
+//! VACUUM and ANALYZE over the wire.
 //!
 //! PostgreSQL 15's options map onto [`VacuumParams`]: `FREEZE`, `VERBOSE`,
-//! `DISABLE_PAGE_SKIPPING`, `INDEX_CLEANUP`, `TRUNCATE`, `PARALLEL` directly. `FULL` (a table
-//! rewrite) is refused with 0A000. `ANALYZE` runs the vacuum, whose update of `relpages` and
-//! `reltuples` is all the statistics settledb keeps. `SKIP_LOCKED` and `PROCESS_TOAST` are
-//! accepted: VACUUM waits for no lock it could skip (it takes a table's maintenance lock
-//! only against a concurrent VACUUM or DROP), and there is no TOAST.
+//! `DISABLE_PAGE_SKIPPING`, `INDEX_CLEANUP`, `TRUNCATE`, `PARALLEL`, `SKIP_LOCKED` directly.
+//! `FULL` (a table rewrite) is refused with 0A000. `ANALYZE` runs the engine's table-level
+//! ANALYZE after the vacuum. With `SKIP_LOCKED` a table whose lock another session holds (a
+//! running VACUUM, ANALYZE or DDL) is skipped with PostgreSQL's WARNING (`skipping vacuum of
+//! "t" --- lock not available`); without, VACUUM waits for it. `PROCESS_TOAST` is accepted:
+//! there is no TOAST.
 //!
 //! With VERBOSE the engine's report ([`settledb::VacuumReport::verbose_text`]) is sent as INFO
 //! notices the way PostgreSQL sends them: `vacuuming "db.public.t"` is one message, and
@@ -31,6 +32,7 @@ pub fn vacuum(
     }
     let bad = |e: String| SqlError::new("22023", e);
     let mut params = VacuumParams {
+        skip_locked: v.skip_locked,
         verbose: v.verbose,
         freeze: v.freeze,
         disable_page_skipping: v.disable_page_skipping,
@@ -58,11 +60,22 @@ pub fn vacuum(
         params.cost_limit = Some(l.parse().map_err(|_| bad(format!("invalid vacuum_cost_limit {l}")))?);
     }
     let mut reports = Vec::new();
-    if v.tables.is_empty() {
+    if v.tables.is_empty() && !v.skip_locked {
         reports.extend(db.vacuum(None, &params)?);
     } else {
-        for t in &v.tables {
-            reports.extend(db.vacuum(Some(t), &params)?);
+        let names: Vec<String> = if v.tables.is_empty() {
+            db.tables().iter().map(|t| t.name().to_string()).collect()
+        } else {
+            v.tables.clone()
+        };
+        for t in &names {
+            match db.vacuum(Some(t), &params) {
+                Ok(r) => reports.extend(r),
+                Err(settledb::Error::LockNotAvailable(_)) if v.skip_locked => {
+                    notices.push(skipping("vacuum", t));
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     }
     if v.verbose {
@@ -71,7 +84,7 @@ pub fn vacuum(
         }
     }
     if v.analyze {
-        analyze(db, &v.tables, v.verbose, notices)?;
+        analyze(db, &v.tables, v.verbose, v.skip_locked, notices)?;
     }
     Ok(Outcome::Command("VACUUM".into()))
 }
@@ -80,12 +93,25 @@ pub fn vacuum(
 /// (`settledb::analyze`: relpages, reltuples, the live and dead estimates; no column
 /// statistics). VERBOSE sends PostgreSQL's two INFO messages per table; the sample PostgreSQL
 /// would keep for column statistics is not taken, so its row count is 0.
-pub fn analyze(db: &Database, tables: &[String], verbose: bool, notices: &mut Vec<Notice>) -> Result<(), SqlError> {
+pub fn analyze(
+    db: &Database,
+    tables: &[String],
+    verbose: bool,
+    skip_locked: bool,
+    notices: &mut Vec<Notice>,
+) -> Result<(), SqlError> {
     let targets: Vec<settledb::Table> =
         if tables.is_empty() { db.tables() } else { tables.iter().map(|t| db.table(t)).collect::<Result<_, _>>()? };
     for t in targets {
         let schema = if settledb::xact::horizon::is_catalog_relation(t.oid()) { "pg_catalog" } else { "public" };
-        let r = db.analyze(&t)?;
+        let r = match if skip_locked { db.analyze_nowait(&t) } else { db.analyze(&t) } {
+            Ok(r) => r,
+            Err(settledb::Error::LockNotAvailable(_)) if skip_locked => {
+                notices.push(skipping("analyze", t.name()));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         if verbose {
             let info = |message: String| Notice { severity: "INFO", code: "00000", message };
             notices.push(info(format!("analyzing \"{schema}.{}\"", r.table)));
@@ -97,6 +123,15 @@ pub fn analyze(db: &Database, tables: &[String], verbose: bool, notices: &mut Ve
         }
     }
     Ok(())
+}
+
+/// PostgreSQL's WARNING for a table SKIP_LOCKED passed over.
+fn skipping(what: &str, table: &str) -> Notice {
+    Notice {
+        severity: "WARNING",
+        code: "55P03",
+        message: format!("skipping {what} of \"{table}\" --- lock not available"),
+    }
 }
 
 /// The report split into the messages PostgreSQL sends: each `INFO:  ` line starts one, and

@@ -61,20 +61,21 @@ pub struct AnalyzeReport {
 impl Database {
     /// ANALYZE of one table (see the module documentation).
     pub fn analyze(&self, table: &Table) -> Result<AnalyzeReport> {
-        analyze_rel(self.inner(), &self.current_entry(table))
+        analyze_rel(self.inner(), &self.current_entry(table), WaitPolicy::Wait)
+    }
+
+    /// ANALYZE (SKIP_LOCKED): as [`Database::analyze`], but a table whose lock another holds
+    /// is [`Error::LockNotAvailable`] at once.
+    pub fn analyze_nowait(&self, table: &Table) -> Result<AnalyzeReport> {
+        analyze_rel(self.inner(), &self.current_entry(table), WaitPolicy::NoWait)
     }
 }
 
-fn analyze_rel(inner: &Inner, entry: &Arc<TableEntry>) -> Result<AnalyzeReport> {
+fn analyze_rel(inner: &Inner, entry: &Arc<TableEntry>, wait: WaitPolicy) -> Result<AnalyzeReport> {
     let start = Instant::now();
     let owner = inner.lmgr.new_owner("analyze");
-    let locked = inner.lmgr.lock(
-        &owner,
-        entry.rel.oid,
-        LockMode::ShareUpdateExclusive,
-        WaitPolicy::Wait,
-        inner.config.lock_timeout(),
-    );
+    let locked =
+        inner.lmgr.lock(&owner, entry.rel.oid, LockMode::ShareUpdateExclusive, wait, inner.config.lock_timeout());
     let result = locked.and_then(|()| {
         // Dropped, or TRUNCATEd (new storage, a new entry), while we waited?
         let entry = inner

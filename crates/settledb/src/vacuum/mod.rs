@@ -146,6 +146,9 @@ pub struct VacuumParams {
     /// and `vacuum_cost_limit` (or the autovacuum ones).
     pub cost_delay_ms: Option<f64>,
     pub cost_limit: Option<u32>,
+    /// `SKIP_LOCKED`: do not wait for the table's lock; a table whose lock is held is
+    /// [`Error::LockNotAvailable`] (as autovacuum always does).
+    pub skip_locked: bool,
 }
 
 /// Phases of `pg_stat_progress_vacuum`.
@@ -438,7 +441,7 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     // otherwise skips the table (PostgreSQL's autovacuum does not wait behind a user's lock).
     let locks =
         VacuumLock { inner, owner: inner.lmgr.new_owner(if params.is_autovacuum { "autovacuum" } else { "vacuum" }) };
-    let wait = if params.is_autovacuum { WaitPolicy::NoWait } else { WaitPolicy::Wait };
+    let wait = if params.is_autovacuum || params.skip_locked { WaitPolicy::NoWait } else { WaitPolicy::Wait };
     inner.lmgr.lock(&locks.owner, entry.rel.oid, LockMode::ShareUpdateExclusive, wait, config_lock_timeout(inner))?;
     // Dropped, or TRUNCATEd (new storage, a new entry), while we waited?
     let Some(current) = inner.catalog.get_by_oid(entry.rel.oid) else {
