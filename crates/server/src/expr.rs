@@ -720,10 +720,15 @@ fn call(f: &Function, name: &str, args: Vec<Datum>, env: &mut dyn Env) -> Result
             }
             args.into_iter().next().unwrap_or(Datum::Null)
         }
-        // psql's catalog queries: one role owns everything, every table is on the search path.
+        // psql's catalog queries: one role owns everything but the public schema (PostgreSQL
+        // 15's pg_database_owner), every table is on the search path.
         "pg_get_userbyid" => {
             arity(1)?;
-            Datum::Text("postgres".into())
+            match &args[0] {
+                Datum::Null => Datum::Null,
+                Datum::Int(crate::views::DATABASE_OWNER) => Datum::Text("pg_database_owner".into()),
+                _ => Datum::Text("postgres".into()),
+            }
         }
         "pg_table_is_visible" => {
             arity(1)?;

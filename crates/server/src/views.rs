@@ -185,6 +185,8 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
 pub const PG_CATALOG_NAMESPACE: i64 = 11;
 pub const PUBLIC_NAMESPACE: i64 = 2200;
 pub const OWNER: i64 = 10;
+/// The `pg_database_owner` role, which owns PostgreSQL 15's public schema.
+pub const DATABASE_OWNER: i64 = 6171;
 pub const HEAP_AM: i64 = 2;
 pub const BTREE_AM: i64 = 403;
 
@@ -401,10 +403,15 @@ pub fn rows(sh: &crate::Shared, settings: &std::collections::BTreeMap<String, St
                 ]
             })
             .collect(),
-        "pg_namespace" => [(PG_CATALOG_NAMESPACE, "pg_catalog"), (99, "pg_toast"), (PUBLIC_NAMESPACE, "public")]
-            .into_iter()
-            .map(|(oid, name)| vec![Datum::Int(oid), Datum::Text(name.into()), Datum::Int(OWNER)])
-            .collect(),
+        // PostgreSQL 15's public schema belongs to the pg_database_owner role.
+        "pg_namespace" => [
+            (PG_CATALOG_NAMESPACE, "pg_catalog", OWNER),
+            (99, "pg_toast", OWNER),
+            (PUBLIC_NAMESPACE, "public", DATABASE_OWNER),
+        ]
+        .into_iter()
+        .map(|(oid, name, owner)| vec![Datum::Int(oid), Datum::Text(name.into()), Datum::Int(owner)])
+        .collect(),
         "pg_publication" => db
             .publications()
             .unwrap_or_default()

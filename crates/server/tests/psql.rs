@@ -307,6 +307,14 @@ btree, for table "public.emp"
 
 "#;
     assert_eq!(describe("\\du"), want);
+    let want = r#"      List of schemas
+  Name  |       Owner       
+--------+-------------------
+ public | pg_database_owner
+(1 row)
+
+"#;
+    assert_eq!(describe("\\dn"), want);
     // ARRAY(subquery), which \du reads its memberships with.
     assert_eq!(
         psql_value(
