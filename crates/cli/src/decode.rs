@@ -20,7 +20,7 @@
 //!
 //! `--stats` also prints, on standard error, one line `settle decode stats: {…}` of JSON: the
 //! process's `RssAnon` right after opening the directory (kB), the rows written, and the
-//! sessions' reorder-buffer counters summed (`pg_stat_replication_slots`' and the buffer's own:
+//! session's reorder-buffer counters (`pg_stat_replication_slots`' and the buffer's own:
 //! evictions, spill files, peak accounted memory). `settle bench decode` reads it. The memory
 //! limit is `--set logical_decoding_work_mem=…` (PostgreSQL's `PGOPTIONS='-c
 //! logical_decoding_work_mem=…'`).
@@ -107,7 +107,7 @@ extern "C" fn on_stop_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// SIGINT and SIGTERM set [`STOP`]; the loop finishes its round and exits cleanly.
+/// SIGINT and SIGTERM set [`STOP`]; the session finishes its pass and exits cleanly.
 fn install_stop_handlers() {
     let handler = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
@@ -210,7 +210,7 @@ pub fn rss_anon_kb() -> u64 {
         .unwrap_or(0)
 }
 
-/// What `--stats` prints: the sessions' counters summed.
+/// What `--stats` prints: the session's counters.
 #[derive(serde::Serialize, serde::Deserialize, Default, Debug, Clone)]
 pub struct FollowStats {
     pub rss_anon_after_open_kb: u64,

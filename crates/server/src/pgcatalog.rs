@@ -14,8 +14,12 @@
 //! ```
 //!
 //! `pg_attribute` has a row per column of every table (`attnum` from 1; no system columns,
-//! none dropped or generated; `atttypid` the type's OID as pgoutput sends it); `pg_index` a
-//! row per index, its `indkey` in int2vector's text form (`1 2`), which `= ANY(...)` reads.
+//! none dropped or generated; `atttypid` the type's OID as pgoutput sends it) and per key
+//! column of every index (`attrelid` the index's OID, as psql's `\d index` reads them);
+//! `pg_index` a row per index, its `indkey` in int2vector's text form (`1 2`), which
+//! `= ANY(...)` reads.
+//!
+//! `pg_auth_members` is empty: there is one role.
 //!
 //! For psql's `\d table` there are also `pg_attrdef` (a row per column default, `adbin` the
 //! default's SQL text, which `pg_get_expr` returns), `pg_type` and `pg_collation` (the types
@@ -24,8 +28,10 @@
 //! have, empty with PostgreSQL's columns: `pg_policy`, `pg_statistic_ext`, `pg_inherits`,
 //! `pg_publication_namespace`; `pg_publication_rel` lists the tables a publication names and
 //! `pg_roles` the one role. The functions: `format_type`, `pg_get_indexdef`,
-//! `pg_get_constraintdef`, `pg_relation_is_publishable`.
+//! `pg_get_constraintdef` (identifiers quoted as PostgreSQL's `quote_identifier` quotes them),
+//! `pg_relation_is_publishable`, `pg_encoding_to_char`.
 
+use settledb::decode::test_decoding::quote_identifier;
 use settledb::{Database, ReplicaIdentity, Table};
 
 use crate::catalog::ColumnDef;
@@ -216,26 +222,9 @@ fn attributes(sh: &crate::Shared, t: &Table) -> Vec<Vec<Datum>> {
     let has_default = |i: usize| defaults.as_ref().is_some_and(|d| d.get(i).is_some_and(Option::is_some));
     sh.catalog
         .columns(t)
-        .into_iter()
+        .iter()
         .enumerate()
-        .map(|(i, c)| {
-            let ty = c.ty.pg_type();
-            let len = type_len(c.ty);
-            vec![
-                Datum::Int(i64::from(t.oid().0)),
-                Datum::Text(c.name),
-                Datum::Int(i64::from(ty.oid())),
-                Datum::Int(len),
-                Datum::Int(i as i64 + 1),
-                Datum::Int(i64::from(typmod(c.ty))),
-                Datum::Bool(!nullable[i]),
-                Datum::Bool(has_default(i)),
-                Datum::Text(String::new()),
-                Datum::Text(String::new()),
-                Datum::Bool(false),
-                Datum::Int(collation(c.ty)),
-            ]
-        })
+        .map(|(i, c)| attribute_row(t.oid().0, c, i + 1, !nullable[i], has_default(i)))
         .collect()
 }
 
@@ -246,24 +235,30 @@ fn index_attributes(sh: &crate::Shared, t: &Table) -> Vec<Vec<Datum>> {
     let mut out = Vec::new();
     for ix in sh.db.indexes(t) {
         for (k, name) in ix.columns().iter().enumerate() {
-            let Some(c) = cols.iter().find(|c| &c.name == name) else { continue };
-            out.push(vec![
-                Datum::Int(i64::from(ix.oid().0)),
-                Datum::Text(c.name.clone()),
-                Datum::Int(i64::from(c.ty.pg_type().oid())),
-                Datum::Int(type_len(c.ty)),
-                Datum::Int(k as i64 + 1),
-                Datum::Int(i64::from(typmod(c.ty))),
-                Datum::Bool(false),
-                Datum::Bool(false),
-                Datum::Text(String::new()),
-                Datum::Text(String::new()),
-                Datum::Bool(false),
-                Datum::Int(collation(c.ty)),
-            ]);
+            if let Some(c) = cols.iter().find(|c| &c.name == name) {
+                out.push(attribute_row(ix.oid().0, c, k + 1, false, false));
+            }
         }
     }
     out
+}
+
+/// One `pg_attribute` row (no system, dropped, identity or generated columns here).
+fn attribute_row(relid: u32, c: &ColumnDef, attnum: usize, notnull: bool, hasdef: bool) -> Vec<Datum> {
+    vec![
+        Datum::Int(i64::from(relid)),
+        Datum::Text(c.name.clone()),
+        Datum::Int(i64::from(c.ty.pg_type().oid())),
+        Datum::Int(type_len(c.ty)),
+        Datum::Int(attnum as i64),
+        Datum::Int(i64::from(typmod(c.ty))),
+        Datum::Bool(notnull),
+        Datum::Bool(hasdef),
+        Datum::Text(String::new()),
+        Datum::Text(String::new()),
+        Datum::Bool(false),
+        Datum::Int(collation(c.ty)),
+    ]
 }
 
 /// `attlen`: the fixed length of a type's values, -1 for variable-length ones.
@@ -458,18 +453,6 @@ fn publication_rels(db: &Database) -> Vec<Vec<Datum>> {
     out
 }
 
-/// An identifier as PostgreSQL's `quote_ident` writes it in a definition: bare when it is
-/// lower case letters, digits and underscores not starting with a digit, else double-quoted.
-fn quote_ident(name: &str) -> String {
-    let plain = name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if plain {
-        name.to_string()
-    } else {
-        format!("\"{}\"", name.replace('"', "\"\""))
-    }
-}
-
 /// The table an index with this OID is on, and the index.
 fn find_index(db: &Database, oid: &Datum) -> Option<(Table, settledb::Index)> {
     let Datum::Int(oid) = oid else { return None };
@@ -490,15 +473,15 @@ pub fn call(db: &Database, name: &str, args: &[Datum]) -> Option<Datum> {
             None => Datum::Null,
             Some((t, ix)) => match arg(1) {
                 Datum::Int(k) if *k > 0 => {
-                    ix.columns().get(*k as usize - 1).map_or(Datum::Null, |c| Datum::Text(quote_ident(c)))
+                    ix.columns().get(*k as usize - 1).map_or(Datum::Null, |c| Datum::Text(quote_identifier(c)))
                 }
                 _ => {
-                    let cols: Vec<String> = ix.columns().iter().map(|c| quote_ident(c)).collect();
+                    let cols: Vec<String> = ix.columns().iter().map(|c| quote_identifier(c)).collect();
                     Datum::Text(format!(
                         "CREATE {}INDEX {} ON public.{} USING btree ({})",
                         if ix.is_unique() { "UNIQUE " } else { "" },
-                        quote_ident(ix.name()),
-                        quote_ident(t.name()),
+                        quote_identifier(ix.name()),
+                        quote_identifier(t.name()),
                         cols.join(", ")
                     ))
                 }
@@ -507,7 +490,7 @@ pub fn call(db: &Database, name: &str, args: &[Datum]) -> Option<Datum> {
         // The only constraints are primary keys, whose OIDs are their indexes'.
         "pg_get_constraintdef" => match find_index(db, arg(0)) {
             Some((_, ix)) if ix.is_primary() => {
-                let cols: Vec<String> = ix.columns().iter().map(|c| quote_ident(c)).collect();
+                let cols: Vec<String> = ix.columns().iter().map(|c| quote_identifier(c)).collect();
                 Datum::Text(format!("PRIMARY KEY ({})", cols.join(", ")))
             }
             _ => Datum::Null,

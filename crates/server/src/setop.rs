@@ -34,11 +34,11 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Rows), SqlE
             flags.push((desc, o.options.nulls_first.unwrap_or(desc)));
         }
         cx.interrupts.check()?;
-        rows.sort_by(|a, b| {
-            let ka: Vec<Datum> = cols.iter().map(|&c| a[c].clone()).collect();
-            let kb: Vec<Datum> = cols.iter().map(|&c| b[c].clone()).collect();
-            crate::query::compare_keys(&ka, &kb, &flags)
-        });
+        // Each row's sort key taken once, not per comparison.
+        let mut keyed: Vec<(Vec<Datum>, Vec<Datum>)> =
+            rows.into_iter().map(|r| (cols.iter().map(|&c| r[c].clone()).collect(), r)).collect();
+        keyed.sort_by(|a, b| crate::query::compare_keys(&a.0, &b.0, &flags));
+        rows = keyed.into_iter().map(|(_, r)| r).collect();
     }
     let (limit, offset) = crate::query::limits(cx, q)?;
     let rows = rows.into_iter().skip(offset).take(limit.unwrap_or(usize::MAX)).collect();
