@@ -19,6 +19,7 @@
 //! [`RealFs`] is the production implementation over `std::fs` with real `fsync`.
 
 pub mod fault;
+mod mapped;
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -91,10 +92,16 @@ pub struct RealFs;
 struct RealFile {
     file: std::fs::File,
     path: PathBuf,
+    /// Reads of long files are copied from a mapping when they can be (`mapped`'s docs).
+    mapped: mapped::Mapped,
 }
 
 impl File for RealFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        use std::os::fd::AsRawFd;
+        if let mapped::Served::Done = self.mapped.read(self.file.as_raw_fd(), buf, offset) {
+            return Ok(buf.len());
+        }
         let mut done = 0;
         while done < buf.len() {
             match self.file.read_at(&mut buf[done..], offset + done as u64) {
@@ -108,7 +115,9 @@ impl File for RealFile {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        self.file.write_all_at(buf, offset).map_err(|e| Error::io("write", &self.path, e))
+        self.file.write_all_at(buf, offset).map_err(|e| Error::io("write", &self.path, e))?;
+        self.mapped.wrote(offset + buf.len() as u64);
+        Ok(())
     }
 
     fn sync(&self) -> Result<()> {
@@ -120,7 +129,10 @@ impl File for RealFile {
     }
 
     fn set_len(&self, len: u64) -> Result<()> {
-        self.file.set_len(len).map_err(|e| Error::io("truncate", &self.path, e))
+        self.mapped.truncating(len);
+        self.file.set_len(len).map_err(|e| Error::io("truncate", &self.path, e))?;
+        self.mapped.wrote(len);
+        Ok(())
     }
 
     fn path(&self) -> &Path {
@@ -155,7 +167,8 @@ impl FileSystem for RealFs {
             .truncate(false)
             .open(path)
             .map_err(|e| Error::io("open", path, e))?;
-        Ok(Arc::new(RealFile { file, path: path.to_path_buf() }))
+        let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+        Ok(Arc::new(RealFile { file, path: path.to_path_buf(), mapped: mapped::Mapped::new(len) }))
     }
 
     fn exists(&self, path: &Path) -> bool {
