@@ -94,7 +94,19 @@ pub enum Shape {
     Bdbench { dead_per_page: u16, interval: u16, page_interval: u32 },
     /// `percent` of pages dead, each with 1..=`max_k` distinct offsets among 1..=`max_offset`.
     Random { seed: u64, percent: u32, max_k: u16, max_offset: u16 },
+    /// Updates concentrated on recently inserted rows: in the last `hot_percent` of the table,
+    /// `percent` of pages dead with `min_k..=max_k` offsets each; elsewhere `cold_permille` ‰
+    /// of pages with 1–3 (old rows touched now and then). Offsets among 1..=`max_offset`.
+    HotSpot { seed: u64, hot_percent: u32, percent: u32, min_k: u16, max_k: u16, cold_permille: u32, max_offset: u16 },
+    /// Bulk `DELETE`s of key ranges on a table in insertion order: in `run_percent` of the
+    /// [`RUN_STRETCH`]-block stretches, one run of up to `max_run` consecutive pages with every
+    /// line pointer dead (`1..=max_offset`); elsewhere `percent` of pages with 1..=`max_k`
+    /// scattered offsets.
+    Runs { seed: u64, run_percent: u32, max_run: u32, percent: u32, max_k: u16, max_offset: u16 },
 }
+
+/// The stretch of blocks of [`Shape::Runs`] that holds at most one bulk-deleted run.
+pub const RUN_STRETCH: u32 = 16384;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Case {
@@ -110,12 +122,42 @@ fn splitmix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// The seeded hash of one block, from which its page is drawn.
+fn hash(seed: u64, blk: u32) -> u64 {
+    splitmix(seed ^ u64::from(blk).wrapping_mul(0xA24B_AED4_963E_E407))
+}
+
+/// `min_k..=max_k` distinct offsets among `1..=max_offset` drawn from `h`, ascending, into `out`.
+fn random_offsets(mut h: u64, min_k: u16, max_k: u16, max_offset: u16, out: &mut Vec<u16>) {
+    h = splitmix(h);
+    let k = usize::from(min_k) + (h % u64::from(max_k - min_k + 1)) as usize;
+    let mut bits = [0u64; 32];
+    let mut n = 0;
+    while n < k {
+        h = splitmix(h);
+        let o = 1 + (h % u64::from(max_offset)) as usize;
+        if bits[o / 64] >> (o % 64) & 1 == 0 {
+            bits[o / 64] |= 1 << (o % 64);
+            n += 1;
+        }
+    }
+    for (w, &word) in bits.iter().enumerate() {
+        let mut word = word;
+        while word != 0 {
+            out.push((w * 64) as u16 + word.trailing_zeros() as u16);
+            word &= word - 1;
+        }
+    }
+}
+
 impl Case {
     /// Index entries per page: the index holds `(blk, 1..=m)` for every block.
     pub fn index_per_page(&self) -> u16 {
         match self.shape {
             Shape::Bdbench { dead_per_page, interval, .. } => dead_per_page * interval,
-            Shape::Random { max_offset, .. } => max_offset,
+            Shape::Random { max_offset, .. } | Shape::HotSpot { max_offset, .. } | Shape::Runs { max_offset, .. } => {
+                max_offset
+            }
         }
     }
 
@@ -133,28 +175,35 @@ impl Case {
                 }
             }
             Shape::Random { seed, percent, max_k, max_offset } => {
-                let mut h = splitmix(seed ^ u64::from(blk).wrapping_mul(0xA24B_AED4_963E_E407));
-                if h % 100 >= u64::from(percent) {
+                let h = hash(seed, blk);
+                if h % 100 < u64::from(percent) {
+                    random_offsets(h, 1, max_k, max_offset, out);
+                }
+            }
+            Shape::HotSpot { seed, hot_percent, percent, min_k, max_k, cold_permille, max_offset } => {
+                let h = hash(seed, blk);
+                let hot_from = (u64::from(self.maxblk) * u64::from(100 - hot_percent) / 100) as u32;
+                if blk >= hot_from {
+                    if h % 100 < u64::from(percent) {
+                        random_offsets(h, min_k, max_k, max_offset, out);
+                    }
+                } else if h % 1000 < u64::from(cold_permille) {
+                    random_offsets(h, 1, 3, max_offset, out);
+                }
+            }
+            Shape::Runs { seed, run_percent, max_run, percent, max_k, max_offset } => {
+                let stretch = blk / RUN_STRETCH;
+                let r = hash(seed ^ 0x7275_6e73, stretch);
+                let start = (r >> 8) as u32 % RUN_STRETCH;
+                let len = 1 + (r >> 40) as u32 % max_run;
+                let d = blk % RUN_STRETCH;
+                if r % 100 < u64::from(run_percent) && d >= start && d - start < len {
+                    out.extend(1..=max_offset);
                     return;
                 }
-                h = splitmix(h);
-                let k = 1 + (h % u64::from(max_k)) as usize;
-                let mut bits = [0u64; 32];
-                let mut n = 0;
-                while n < k {
-                    h = splitmix(h);
-                    let o = 1 + (h % u64::from(max_offset)) as usize;
-                    if bits[o / 64] >> (o % 64) & 1 == 0 {
-                        bits[o / 64] |= 1 << (o % 64);
-                        n += 1;
-                    }
-                }
-                for (w, &word) in bits.iter().enumerate() {
-                    let mut word = word;
-                    while word != 0 {
-                        out.push((w * 64) as u16 + word.trailing_zeros() as u16);
-                        word &= word - 1;
-                    }
+                let h = hash(seed, blk);
+                if h % 100 < u64::from(percent) {
+                    random_offsets(h, 1, max_k, max_offset, out);
                 }
             }
         }
@@ -169,7 +218,7 @@ impl Case {
                     && off / interval >= 1
                     && off / interval <= dead_per_page
             }
-            Shape::Random { .. } => {
+            Shape::Random { .. } | Shape::HotSpot { .. } | Shape::Runs { .. } => {
                 self.page(blk, buf);
                 buf.binary_search(&off).is_ok()
             }
