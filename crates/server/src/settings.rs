@@ -330,6 +330,7 @@ fn engine_value(c: &Config, name: &str) -> Option<String> {
         "synchronous_commit" => on(c.synchronous_commit),
         "fsync" => on(c.fsync),
         "full_page_writes" => on(c.full_page_writes),
+        "mapped_reads" => on(c.mapped_reads),
         "wal_buffers" => size(c.wal_buffers_bytes as u64),
         "wal_segment_size" => size(c.wal_segment_size_bytes),
         "max_wal_size" => size(c.max_wal_size_bytes),

@@ -123,6 +123,10 @@ pub struct Config {
     pub fsync: bool,
     /// `full_page_writes`.
     pub full_page_writes: bool,
+    /// `mapped_reads` (ours, default on): a buffer-pool miss on a file of 1 MiB or more is
+    /// copied from a shared read-only mapping of the file instead of read with `pread`
+    /// (`io::mapped`). Off: `pread` only.
+    pub mapped_reads: bool,
     /// `wal_buffers`, bytes (default 16MB here: PostgreSQL's automatic maximum).
     pub wal_buffers_bytes: usize,
     /// `wal_segment_size`, bytes (default 16MB; fixed when the directory is created).
@@ -239,6 +243,7 @@ impl Default for Config {
             synchronous_commit: true,
             fsync: true,
             full_page_writes: true,
+            mapped_reads: true,
             wal_buffers_bytes: 16 << 20,
             wal_segment_size_bytes: 16 << 20,
             max_wal_size_bytes: 1 << 30,
@@ -291,6 +296,7 @@ pub const PARAMETERS: &[&str] = &[
     "synchronous_commit",
     "fsync",
     "full_page_writes",
+    "mapped_reads",
     "wal_buffers",
     "wal_segment_size",
     "max_wal_size",
@@ -346,6 +352,7 @@ impl Config {
             "synchronous_commit" => self.synchronous_commit = boolean(name, v)?,
             "fsync" => self.fsync = boolean(name, v)?,
             "full_page_writes" => self.full_page_writes = boolean(name, v)?,
+            "mapped_reads" => self.mapped_reads = boolean(name, v)?,
             "wal_buffers" => self.wal_buffers_bytes = bytes(name, v, BLCKSZ as u64, 32 << 10, 1 << 31)? as usize,
             "wal_segment_size" => {
                 let b = bytes(name, v, 1 << 20, 1 << 20, 1 << 30)?;

@@ -72,7 +72,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::heap::tuple::Schema;
 use crate::heap::{HeapEnv, TxContext};
-use crate::io::{FileSystem, RealFs};
+use crate::io::{FileSystem, PreadFs, RealFs};
 use crate::page::BLCKSZ;
 use crate::smgr::Smgr;
 use crate::stats::{DbTotals, StatsFile};
@@ -432,8 +432,8 @@ impl Table {
 impl Database {
     /// Opens (creating if needed) the data directory `dir` on real files.
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Database> {
-        let fs: Arc<dyn FileSystem> =
-            if config.fsync { Arc::new(RealFs) } else { Arc::new(crate::io::NoSyncFs(Arc::new(RealFs))) };
+        let real: Arc<dyn FileSystem> = if config.mapped_reads { Arc::new(RealFs) } else { Arc::new(PreadFs) };
+        let fs: Arc<dyn FileSystem> = if config.fsync { real } else { Arc::new(crate::io::NoSyncFs(real)) };
         Database::open_with_fs(fs, dir.as_ref(), config)
     }
 

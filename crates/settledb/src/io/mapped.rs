@@ -84,10 +84,11 @@ pub(super) enum Served {
 }
 
 impl Mapped {
-    pub(super) fn new(len: u64) -> Mapped {
+    /// A file of `len` bytes; `enabled` false reads it with `pread` only.
+    pub(super) fn new(len: u64, enabled: bool) -> Mapped {
         Mapped {
             known_len: AtomicU64::new(len),
-            retired: AtomicBool::new(!cfg!(target_os = "linux")),
+            retired: AtomicBool::new(!enabled || !cfg!(target_os = "linux")),
             current: AtomicPtr::new(std::ptr::null_mut()),
             regions: Mutex::new(Vec::new()),
         }
@@ -140,7 +141,6 @@ impl Mapped {
         GUARD.with(|g| {
             g.start.store(region.ptr as usize, Ordering::Relaxed);
             g.end.store(region.ptr as usize + region.len, Ordering::Relaxed);
-            g.faulted.store(false, Ordering::Relaxed);
         });
         // The handler runs on this thread, between these instructions: keep the compiler from
         // moving the guard's stores and loads across the copy.
@@ -154,9 +154,11 @@ impl Mapped {
         let faulted = GUARD.with(|g| {
             g.start.store(0, Ordering::Relaxed);
             g.end.store(0, Ordering::Relaxed);
-            g.faulted.swap(false, Ordering::Relaxed)
+            // Not `swap`: a locked instruction would wait for the copy's stores to drain.
+            g.faulted.load(Ordering::Relaxed)
         });
         if faulted {
+            GUARD.with(|g| g.faulted.store(false, Ordering::Relaxed));
             // The page now reads as zeros whatever the file holds: never trust it again.
             self.retired.store(true, Ordering::Release);
             return Served::Fallback;

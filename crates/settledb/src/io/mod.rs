@@ -16,10 +16,12 @@
 //!   engine may retry it (the buffer pool keeps the page dirty), except on the WAL, where any
 //!   failure poisons.
 //!
-//! [`RealFs`] is the production implementation over `std::fs` with real `fsync`.
+//! [`RealFs`] is the production implementation over `std::fs` with real `fsync`; its reads of
+//! long files come from a mapping of the file ([`mapped`]). [`PreadFs`] is the same with
+//! `pread` only (`mapped_reads = off`).
 
 pub mod fault;
-mod mapped;
+pub mod mapped;
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -85,9 +87,14 @@ pub trait FileSystem: Send + Sync {
     fn sync_dir(&self, dir: &Path) -> Result<()>;
 }
 
-/// Real files with real fsync.
+/// Real files with real fsync. Reads of files of 1 MiB or more are copied from a mapping of
+/// the file where they can be ([`mapped`]'s docs).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RealFs;
+
+/// [`RealFs`] reading only with `pread` (`mapped_reads = off`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PreadFs;
 
 struct RealFile {
     file: std::fs::File,
@@ -158,8 +165,8 @@ impl File for RealFile {
     }
 }
 
-impl FileSystem for RealFs {
-    fn open(&self, path: &Path, create: bool) -> Result<Arc<dyn File>> {
+impl RealFs {
+    fn open_file(path: &Path, create: bool, mapped_reads: bool) -> Result<Arc<dyn File>> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -168,7 +175,14 @@ impl FileSystem for RealFs {
             .open(path)
             .map_err(|e| Error::io("open", path, e))?;
         let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
-        Ok(Arc::new(RealFile { file, path: path.to_path_buf(), mapped: mapped::Mapped::new(len) }))
+        let mapped = mapped::Mapped::new(len, mapped_reads);
+        Ok(Arc::new(RealFile { file, path: path.to_path_buf(), mapped }))
+    }
+}
+
+impl FileSystem for RealFs {
+    fn open(&self, path: &Path, create: bool) -> Result<Arc<dyn File>> {
+        RealFs::open_file(path, create, true)
     }
 
     fn exists(&self, path: &Path) -> bool {
@@ -206,6 +220,30 @@ impl FileSystem for RealFs {
     fn sync_dir(&self, dir: &Path) -> Result<()> {
         let d = std::fs::File::open(dir).map_err(|e| Error::io("open directory", dir, e))?;
         d.sync_all().map_err(|e| Error::io("fsync directory", dir, e))
+    }
+}
+
+impl FileSystem for PreadFs {
+    fn open(&self, path: &Path, create: bool) -> Result<Arc<dyn File>> {
+        RealFs::open_file(path, create, false)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        RealFs.exists(path)
+    }
+    fn remove(&self, path: &Path) -> Result<()> {
+        RealFs.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        RealFs.rename(from, to)
+    }
+    fn create_dir_all(&self, path: &Path) -> Result<()> {
+        RealFs.create_dir_all(path)
+    }
+    fn list(&self, dir: &Path) -> Result<Vec<String>> {
+        RealFs.list(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> Result<()> {
+        RealFs.sync_dir(dir)
     }
 }
 
