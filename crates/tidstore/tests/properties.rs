@@ -462,3 +462,152 @@ fn repeated_pages_and_elias_fano_shapes() {
         }
     }
 }
+
+/// Each block of `blocks` with probability `p`, with `kmin..=kmax` random offsets among
+/// `1..=max_off`.
+fn scatter(rng: &mut StdRng, blocks: std::ops::Range<u32>, p: f64, kmin: usize, kmax: usize, max_off: u16) -> Pages {
+    let mut v = Vec::new();
+    for b in blocks {
+        if rng.gen_bool(p) {
+            let k = rng.gen_range(kmin..=kmax);
+            v.push((b, random_offsets(rng, max_off, k)));
+        }
+    }
+    v
+}
+
+/// A page every `gap` blocks (drawn per page), with `kmin..=kmax` offsets among 1..=291.
+fn spaced(rng: &mut StdRng, pages: usize, gap: std::ops::Range<u32>, kmin: usize, kmax: usize) -> Pages {
+    let mut b = 0u32;
+    let mut v = Vec::new();
+    for _ in 0..pages {
+        b += rng.gen_range(gap.clone());
+        let k = rng.gen_range(kmin..=kmax);
+        v.push((b, random_offsets(rng, 291, k)));
+    }
+    v
+}
+
+/// Sets shaped like what real tables leave behind, one per layout of the store: which groups
+/// they must produce (checked through `TidStore::layout`), then every structure, `TidStore`
+/// with both its lookups (the one compiled for POPCNT/BMI2 where the CPU has them, and the
+/// portable one), against the oracle, before and after `freeze`, and under small budgets.
+#[test]
+fn real_table_shapes_match_the_oracle() {
+    let mut rng = StdRng::seed_from_u64(0x7ab1e5);
+    type Gen = fn(&mut StdRng) -> Pages;
+    type Expect = fn(&tidstore::Layout) -> bool;
+    let cases: Vec<(&str, Gen, Expect)> = vec![
+        (
+            // Dense stretches of mixed pages not evenly spaced: WIDE groups with slot offsets.
+            "30% of pages, 1-20 of 1..200",
+            |rng| scatter(rng, 0..3000, 0.3, 1, 20, 200),
+            |l| l.wide_groups > 0 && l.uniform_groups < l.groups,
+        ),
+        (
+            // One shape, 40% of pages: uniform WIDE groups (fixed slots after the mask).
+            "40% of pages, one shape",
+            |rng| (0..3000u32).filter(|_| rng.gen_bool(0.4)).map(|b| (b, vec![3, 40, 77, 200])).collect(),
+            |l| l.wide_groups > 0 && l.uniform_groups == l.groups,
+        ),
+        (
+            // Every 7th page, one shape: STRIDE groups of up to 1,024 pages.
+            "every 7th page, one shape",
+            |_| (0..3000u32).map(|i| (5 + 7 * i, vec![20, 40, 60, 80, 100, 120, 140, 160, 180, 200])).collect(),
+            |l| l.groups == 3 && l.uniform_groups == 3 && l.contiguous_uniform_groups == 0,
+        ),
+        (
+            // Every 5th page and every page, 10 or 11 offsets: mixed groups of nearly equal
+            // slots (STRIDE, CONTIG), padded.
+            "every 5th page, then every page, 10-11 of 1..291",
+            |rng| {
+                let mut v: Pages = spaced(rng, 400, 5..6, 10, 11);
+                v.extend(scatter(rng, 3000..3400, 1.0, 10, 11, 291));
+                v
+            },
+            |l| l.groups <= 16 && l.wide_groups + l.list_groups + l.uniform_groups == 0,
+        ),
+        (
+            // TPC-C-like: most pages, 1-6 offsets, packed even when Elias–Fano is a little
+            // shorter.
+            "90% of pages, 1-6 of 1..291",
+            |rng| scatter(rng, 0..3000, 0.9, 1, 6, 291),
+            |l| l.wide_groups > 0,
+        ),
+        (
+            // Sparse: 1-2 TIDs on a page every 50-150 blocks: LIST groups compared lane-wise,
+            // and the presence filter.
+            "a page every 50-150 blocks, 1-2 of 1..291",
+            |rng| spaced(rng, 1500, 50..150, 1, 2),
+            |l| l.list_groups == l.groups && l.filtered,
+        ),
+        (
+            // Very sparse: deltas over 18 bits, binary-searched; no filter.
+            "a page every 2^16-2^19 blocks",
+            |rng| spaced(rng, 600, 1 << 16..1 << 19, 1, 3),
+            |l| l.list_groups == l.groups && !l.filtered,
+        ),
+        (
+            // A hot spot at the end of a table with scattered old dead tuples, and bulk-deleted
+            // runs: the block index over uneven densities.
+            "0.5% of pages, a full run, then 80% of pages",
+            |rng| {
+                let mut v: Pages = scatter(rng, 0..200_000, 0.005, 1, 1, 291);
+                v.extend((200_000..203_000u32).map(|b| (b, (1..=120).collect())));
+                v.extend(scatter(rng, 210_000..215_000, 0.8, 5, 60, 250));
+                v
+            },
+            |l| l.list_groups > 0 && l.wide_groups > 0 && l.contiguous_uniform_groups > 0 && l.filtered,
+        ),
+    ];
+    for (name, gen, expect) in cases {
+        let pages = gen(&mut rng);
+        let set = oracle(&pages);
+        let p = probes(&mut rng, &set, 300);
+        let mut t = TidStore::new(usize::MAX);
+        for (b, offs) in &pages {
+            t.add_page(*b, offs).expect("unlimited");
+        }
+        t.freeze();
+        assert!(expect(&t.layout()), "{name}: {:?}", t.layout());
+        for mut s in structures(usize::MAX) {
+            for (b, offs) in &pages {
+                s.add_page(*b, offs).expect("unlimited");
+            }
+            check_against(s.as_ref(), &set, &pages, &p, &format!("{name} before freeze"));
+            s.freeze();
+            check_against(s.as_ref(), &set, &pages, &p, &format!("{name} after freeze"));
+        }
+        // Pages added after freeze (the filter no longer covers them), then frozen again.
+        let (head, tail) = pages.split_at(pages.len() * 2 / 3);
+        for mut s in structures(usize::MAX).into_iter().take(2) {
+            for (b, offs) in head {
+                s.add_page(*b, offs).expect("unlimited");
+            }
+            s.freeze();
+            for (b, offs) in tail {
+                s.add_page(*b, offs).expect("unlimited");
+            }
+            check_against(s.as_ref(), &set, &pages, &p, &format!("{name} added after freeze"));
+            s.freeze();
+            check_against(s.as_ref(), &set, &pages, &p, &format!("{name} frozen twice"));
+        }
+        // Under budgets: never over, and exactly the accepted pages.
+        for budget in [2_000usize, 20_000, 100_000] {
+            for mut s in structures(budget).into_iter().take(2) {
+                let mut accepted = Vec::new();
+                for (b, offs) in &pages {
+                    if s.add_page(*b, offs).is_err() {
+                        break;
+                    }
+                    accepted.push((*b, offs.clone()));
+                    assert!(s.memory_bytes() <= budget, "{name}: {} > budget {budget}", s.memory_bytes());
+                }
+                s.freeze();
+                assert!(s.memory_bytes() <= budget, "{name}: frozen {} > budget {budget}", s.memory_bytes());
+                let set = oracle(&accepted);
+                check_against(s.as_ref(), &set, &accepted, &p, &format!("{name} budget {budget}"));
+            }
+        }
+    }
+}

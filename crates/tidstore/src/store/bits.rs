@@ -8,6 +8,22 @@
 /// and a bucketed container's lookup can load 16 bytes at its first byte.
 pub const PAD: usize = 16;
 
+/// `LANE_ONES[w]`: a one in the lowest bit of each of the `56 / w` lanes of `w` bits that
+/// fit one [`read_bits`] (0 for `w = 0`).
+pub static LANE_ONES: [u64; 33] = {
+    let mut t = [0u64; 33];
+    let mut w = 1;
+    while w <= 32 {
+        let mut i = 0;
+        while i < 56 / w {
+            t[w] |= 1 << (i * w);
+            i += 1;
+        }
+        w += 1;
+    }
+    t
+};
+
 /// The 8 bytes at byte `byte` of `a`, little-endian.
 #[inline(always)]
 pub fn read_u64(a: &[u8], byte: usize) -> u64 {

@@ -5,8 +5,8 @@
 //! |------|------|------|--------|
 //! | `0` | bitmap: bit `o - 1` set for each offset `o` | `u` | one bit test |
 //! | `255` | one run `lo..=hi` (a full page, `1..=k`) | `2 * bitlen(u)` | two compares |
-//! | `251 + k`, `k` in `1..=3` | packed: the `k` offsets, `bitlen(u)` bits each | `k * bitlen(u)` | `k` compares, no branch |
-//! | `k` in `1..=251` | Elias–Fano of the `k` values `o - 1` in `[0, u)` | `k*l + k + ((u-1) >> l)` | decode up to the probe |
+//! | `248 + k`, `k` in `1..=6`, `k * bitlen(u) <= 56` | packed: the `k` offsets, `bitlen(u)` bits each | `k * bitlen(u)` | `k` compares at once, no branch |
+//! | `k` in `1..=248` | Elias–Fano of the `k` values `o - 1` in `[0, u)` | `k*l + k + ((u-1) >> l)` | decode up to the probe |
 //!
 //! Elias–Fano (Elias 1974, Fano 1971; Vigna, "Quasi-succinct indices", WSDM 2013) with
 //! `l = floor(log2(u / k))` stores the low `l` bits of each value verbatim (the *lower* part,
@@ -31,14 +31,14 @@
 //! packed than as Elias–Fano, and its test is a few instructions that depend on the loaded
 //! word, so consecutive random probes overlap their cache misses better.
 
-use super::bits::{read56, read_bits, read_u64, BitWriter};
+use super::bits::{read56, read_bits, read_u64, BitWriter, LANE_ONES};
 
 pub const CODE_BITMAP: u8 = 0;
 pub const CODE_RUN: u8 = 255;
 /// The largest `k` an Elias–Fano code can name; larger non-run pages use the bitmap.
-pub const EF_MAX_K: usize = 251;
-/// Packed pages hold at most this many offsets; code `EF_MAX_K + k`.
-pub const PACKED_MAX_K: usize = 3;
+pub const EF_MAX_K: usize = 248;
+/// Packed pages hold at most this many offsets (and at most 56 bits); code `EF_MAX_K + k`.
+pub const PACKED_MAX_K: usize = 6;
 
 /// Bits needed to write `x`.
 #[inline(always)]
@@ -81,8 +81,9 @@ pub fn choose_code(k: usize, min: u16, max: u16, u: u32) -> u8 {
     if usize::from(max - min) + 1 == k && 2 * bitlen(u) < best.0 {
         best = (2 * bitlen(u), CODE_RUN);
     }
-    if k <= PACKED_MAX_K && k as u32 * bitlen(u) < best.0 {
-        best = (k as u32 * bitlen(u), (EF_MAX_K + k) as u8);
+    let packed = k as u32 * bitlen(u);
+    if k <= PACKED_MAX_K && packed <= 56 && packed < best.0 {
+        best = (packed, (EF_MAX_K + k) as u8);
     }
     if k <= EF_MAX_K {
         let e = ef_bits(k as u32, u);
@@ -91,6 +92,20 @@ pub fn choose_code(k: usize, min: u16, max: u16, u: u32) -> u8 {
         }
     }
     best.1
+}
+
+/// The code a page of a *mixed* group takes instead of `code`: the packed form rather than
+/// an Elias–Fano code of up to six offsets that saves at most two bits per offset. Pages of
+/// up to six offsets then share one branch-free test: in a group of mixed pages, a test that
+/// depends on the page's code mispredicts, and the CPU overlaps fewer lookups.
+pub fn mixed_code(code: u8, u: u32) -> u8 {
+    let k = u32::from(code);
+    let packed = k * bitlen(u);
+    if (1..=PACKED_MAX_K as u32).contains(&k) && packed <= 56 && packed <= ef_bits(k, u) + 2 * k {
+        (EF_MAX_K as u32 + k) as u8
+    } else {
+        code
+    }
 }
 
 /// The most buckets of a bucketed container (its bitmap is read as one word).
@@ -228,14 +243,14 @@ fn ef_contains_outlined(a: &[u8], q: usize, k: u32, l: u32, u: u32, x: u32) -> b
     ef_contains(a, q, k, l, u, x)
 }
 
-/// Membership of `o` among `k <= 3` packed `b`-bit offsets, by the "has a zero lane" test
-/// on the XOR with `o` in every lane: five instructions after the load, no branch. Exact:
-/// a borrow only reaches a lane above a lane that is zero.
+/// Membership of `o` among `k <= 6` packed `b`-bit offsets (`k * b <= 56`), by the "has a
+/// zero lane" test on the XOR with `o` in every lane: five instructions after the load, no
+/// branch. Exact: a borrow only reaches a lane above a lane that is zero.
 #[inline(always)]
 fn packed_contains(a: &[u8], q: usize, k: u32, b: u32, o: u32) -> bool {
-    let ones = 1 | u64::from(k >= 2) << b | u64::from(k >= 3) << (2 * b);
+    let ones = LANE_ONES[b as usize] & ((1u64 << (k * b)) - 1);
     let highs = ones << (b - 1);
-    // Only the low `3 * b` bits matter (`highs` masks the rest), so no 56-bit mask.
+    // Only the low `k * b` bits matter (`highs` masks the rest), so no 56-bit mask.
     let t = (read_u64(a, q >> 3) >> (q & 7)) ^ (u64::from(o) * ones);
     t.wrapping_sub(ones) & !t & highs != 0
 }
