@@ -32,7 +32,7 @@
 //!  presence filter (sparse sets, built by freeze): one bit per 2^s blocks, at most 8 per page
 //! ```
 //!
-//! * **Block index** — finds a block's group: the last group starting at or before the
+//! * **Block index** ([`index`]) — finds a block's group: the last group starting at or before the
 //!   block's bucket and the next bucket's, and between them (most buckets hold at most one
 //!   group start) one branch-free step, else a binary search. Its buckets are as small as
 //!   two entries per group allow (`top_shift` grows as the set spreads), so no distribution
@@ -47,11 +47,12 @@
 //! * **Group** ([`group`]) — up to 1,024 evenly spaced pages of one shape, up to 64 evenly
 //!   spaced mixed pages, a dense stretch of under 128 blocks, or up to 16 pages of a sparse
 //!   stretch; each page's slot is found from the entry (and the group's mask and offsets)
-//!   without a search or a sum.
+//!   without a search or a sum. Where one group ends and the next begins is decided page by
+//!   page as pages arrive ([`planning`]).
 //! * **Container** ([`container`]) — each page's offsets as the shortest of a `u`-bit bitmap, a
 //!   single run, 1–6 offsets packed verbatim, or an Elias–Fano code (bucketed when no two
 //!   offsets of any page in the group share a bucket), bit-packed back to back.
-//! * **Presence filter** — for a sparse set (its blocks span 8 to 1,024 times its pages), one
+//! * **Presence filter** ([`index`]) — for a sparse set (its blocks span 8 to 1,024 times its pages), one
 //!   bit per bucket of `2^s` blocks, at most 8 bits per page, so most buckets are empty and
 //!   most probes (index entries whose heap page has no dead tuple) end on one bit. Room for it
 //!   is kept while pages are added; [`DeadTids::freeze`] fills it.
@@ -111,12 +112,13 @@
 mod bits;
 mod container;
 mod group;
+mod index;
+mod planning;
 
 use bits::PAD;
-use group::{
-    Entry, GroupPlan, PageSummary, DENSE_SPAN, GROUP_PAGES_CONTIG, GROUP_PAGES_LIST, GROUP_PAGES_MIXED, LIST_DENSE_MIN,
-    STRIDE_MAX, WIDE_SPAN,
-};
+use group::{Entry, GroupPlan, PageSummary, GROUP_PAGES_CONTIG};
+use index::{top_cap, NO_FILTER};
+use planning::slot_estimate;
 
 use crate::{check_page, grown_capacity, reserve_to, DeadTids, Full, Tid, MAX_OFFSET};
 
@@ -372,61 +374,6 @@ impl TidStore {
         }
     }
 
-    /// The last group whose first block is `<= block`: the block index gives the groups
-    /// starting at or before the block's bucket and the next bucket, and a binary search
-    /// between them (most buckets hold one or two group starts) finishes. Whatever the
-    /// distribution, no interpolation guess to go wrong.
-    #[inline(always)]
-    fn find_group(&self, block: u32) -> Option<usize> {
-        let dir = &self.dir[..];
-        let n = dir.len();
-        if n == 0 || block < dir[0].first {
-            return None;
-        }
-        let b = (u64::from(block - dir[0].first) >> self.top_shift) as usize;
-        let top = &self.top[..];
-        if b >= top.len() {
-            return Some(n - 1);
-        }
-        let lo = top[b] as usize;
-        let hi = if b + 1 < top.len() { top[b + 1] as usize } else { n - 1 };
-        if hi <= lo + 1 {
-            // The usual case: at most one group starts inside the bucket; no branch on it.
-            let next = dir[hi].first;
-            return Some(lo + usize::from((hi > lo) & (next <= block)));
-        }
-        Some(lo + dir[lo + 1..=hi].partition_point(|e| e.first <= block))
-    }
-
-    /// Where [`TidStore::find_group`] starts its search for `block` (for prefetching).
-    #[inline(always)]
-    fn top_guess(&self, block: u32) -> usize {
-        let b = (u64::from(block.saturating_sub(self.dir[0].first)) >> self.top_shift) as usize;
-        self.top.get(b).map_or(self.dir.len() - 1, |&g| g as usize)
-    }
-
-    /// Adds the last group of `dir` to the block index, coarsening the buckets first if the
-    /// index would outgrow [`top_cap`] (whose capacity `add_page` has reserved).
-    fn index_last_group(&mut self) {
-        let g = self.dir.len() - 1;
-        let (base, f) = (self.dir[0].first, self.dir[g].first);
-        let limit = top_cap(self.dir.len());
-        while ((u64::from(f - base) >> self.top_shift) as usize) >= limit {
-            self.top_shift += 1;
-            let len = self.top.len().div_ceil(2);
-            for b in 0..len {
-                self.top[b] = self.top[2 * b];
-            }
-            self.top.truncate(len);
-        }
-        let last = (u64::from(f - base) >> self.top_shift) as usize;
-        debug_assert!(last < self.top.capacity(), "block index capacity reserved");
-        for b in self.top.len()..=last {
-            let start = u64::from(base) + ((b as u64) << self.top_shift);
-            self.top.push(if start == u64::from(f) { g as u32 } else { g as u32 - 1 });
-        }
-    }
-
     /// `(n - 1) / (last first block - first first block)` in 32.32 fixed point (0 for one
     /// group): the interpolation slope of [`TidStore::find_group`]. At most `1 << 32`, as the
     /// first blocks are distinct, so the product with a 32-bit block delta fits 64 bits.
@@ -568,38 +515,6 @@ impl TidStore {
         groups.chain(staged)
     }
 
-    /// Builds the presence filter of a sparse set in the capacity kept for it (freeing it
-    /// for a dense one): buckets of the fewest blocks (a power of two) whose bits fit.
-    fn build_filter(&mut self) {
-        let Some(last) = self.last_block.filter(|_| self.staged_n == 0 && self.filter_shift == NO_FILTER) else {
-            return;
-        };
-        let span = last - self.first_block;
-        let bits = (self.filter.capacity() * 64).min(FILTER_SPARSE * self.num_pages);
-        if filter_words(self.num_pages, span) == 0 || bits == 0 {
-            self.filter = Vec::new();
-            return;
-        }
-        let mut shift = 0;
-        while (u64::from(span) >> shift) + 1 > bits as u64 {
-            shift += 1;
-        }
-        let words = ((u64::from(span) >> shift) as usize + 1).div_ceil(64);
-        debug_assert!(words <= self.filter.capacity());
-        self.filter.clear();
-        self.filter.resize(words, 0);
-        let a = &self.arena[..];
-        for e in &self.dir {
-            for r in 0..e.n() {
-                let x = (e.first + e.delta(a, r) - self.first_block) >> shift;
-                self.filter[x as usize / 64] |= 1 << (x % 64);
-            }
-        }
-        self.filter.shrink_to_fit();
-        self.filter_base = self.first_block;
-        self.filter_shift = shift;
-    }
-
     fn staged_slice(&self, i: usize) -> &[u16] {
         let start: usize = self.staged[..i].iter().map(|p| usize::from(p.k)).sum();
         &self.staged_offsets[start..start + usize::from(self.staged[i].k)]
@@ -636,175 +551,6 @@ impl TidStore {
         self.staged_u = 0;
         self.staged_offsets.clear();
     }
-
-    /// Does the staged group end before this page `p`? A group stays one whose lookup finds
-    /// the page's slot without a search while it can: evenly spaced blocks of one shape (up to
-    /// [`GROUP_PAGES_CONTIG`] pages), or any dense stretch within a WIDE group's
-    /// [`WIDE_SPAN`] blocks (dense: under [`DENSE_SPAN`] blocks so far, or at least
-    /// [`LIST_DENSE_MIN`] pages). A group that would leave those forms ends there, unless it is
-    /// a sparse one, which goes on as a LIST group up to [`GROUP_PAGES_LIST`] pages, or mixed
-    /// and evenly spaced (up to [`GROUP_PAGES_MIXED`]). Those two pad every page's slot to the
-    /// longest page's, so a mixed one also ends where that would cost more than twice its
-    /// pages' own estimate.
-    fn must_flush(&self, p: PageSummary, est: u32) -> bool {
-        let n = self.staged_n;
-        if n == 0 {
-            return false;
-        }
-        if n == GROUP_PAGES_CONTIG {
-            return true;
-        }
-        let (first, last) = (self.staged[0], self.staged[n - 1]);
-        let same = !self.staged_mixed && (p.k, p.min, p.max) == (first.k, first.min, first.max);
-        let step = p.block - last.block;
-        let even = |stride: u32| (1..=STRIDE_MAX).contains(&stride);
-        let stays_even = (n == 1 || self.staged_stride == step) && even(step);
-        if same && stays_even {
-            return false;
-        }
-        let span = p.block - first.block;
-        let cur_span = last.block - first.block;
-        if span < WIDE_SPAN && (span < DENSE_SPAN || n >= LIST_DENSE_MIN) {
-            return false;
-        }
-        if !same {
-            let max = u64::from(self.staged_est_max.max(est));
-            let sum = u64::from(self.staged_est_sum) + u64::from(est);
-            if (n as u64 + 1) * max > 2 * sum + 256 {
-                return true;
-            }
-        }
-        if stays_even {
-            return n >= GROUP_PAGES_MIXED;
-        }
-        let list = n >= 2
-            && !even(self.staged_stride)
-            && !(cur_span < WIDE_SPAN && (cur_span < DENSE_SPAN || n >= LIST_DENSE_MIN));
-        n >= if list { GROUP_PAGES_LIST } else { LIST_DENSE_MIN }
-    }
-
-    /// Capacities after adding a page: (arena, dir, staged offsets), or `Full`.
-    fn plan_capacity(&self, summary: PageSummary, bucketable: bool, est: u32) -> Result<Caps, Full> {
-        let flush = self.must_flush(summary, est);
-        let first = if self.num_pages == 0 { summary.block } else { self.first_block };
-        let filter_need = filter_words(self.num_pages + 1, summary.block - first);
-        let filter_cap = self.filter.capacity();
-        let filter_grown = if filter_cap >= filter_need { filter_cap } else { filter_need.max(2 * filter_cap) };
-        // Fast path: the current capacity holds even a loose upper bound of what is needed.
-        let staged_u = self.staged_u;
-        let (closed_upper, open_upper, staged_after) = if flush {
-            (upper_bytes(self.staged_n, staged_u), upper_bytes(1, u32::from(summary.max)), usize::from(summary.k))
-        } else {
-            (
-                0,
-                upper_bytes(self.staged_n + 1, staged_u.max(u32::from(summary.max))),
-                self.staged_offsets.len() + usize::from(summary.k),
-            )
-        };
-        if self.arena.capacity() >= self.arena.len().max(PAD) + closed_upper + open_upper
-            && self.dir.capacity() >= self.dir.len() + 2
-            && self.top.capacity() >= top_cap(self.dir.capacity())
-            && self.staged_offsets.capacity() >= staged_after
-            && filter_cap >= filter_need
-        {
-            return Ok((self.arena.capacity(), self.dir.capacity(), self.staged_offsets.capacity(), filter_cap));
-        }
-        let top = self.top.capacity();
-        let total = |a: usize, d: usize, s: usize, f: usize| a + d * 16 + top_cap(d).max(top) * 4 + s * 2 + f * 8;
-        // Grow to cover the loose bound while the budget allows, so that the following pages
-        // take the fast path again instead of planning their group exactly, page after page.
-        let loose = self.arena.len().max(PAD) + closed_upper + open_upper;
-        let loose_caps = (
-            grown_capacity(self.arena.len(), self.arena.capacity(), loose - self.arena.len(), 4096),
-            grown_capacity(self.dir.len(), self.dir.capacity(), 2, 64),
-            if self.staged_offsets.capacity() >= staged_after {
-                self.staged_offsets.capacity()
-            } else {
-                staged_after.max(self.staged_offsets.capacity() * 2).max(64)
-            },
-            filter_grown,
-        );
-        if total(loose_caps.0, loose_caps.1, loose_caps.2, loose_caps.3) <= self.budget_bytes {
-            return Ok(loose_caps);
-        }
-        let (arena_len, dir_len, staged_len, open) = if flush {
-            let closed = GroupPlan::new(&self.staged[..self.staged_n], self.staged_bucketable).bytes();
-            let open = GroupPlan::new(&[summary], bucketable).bytes();
-            (self.arena.len().max(PAD) + closed, self.dir.len() + 1, 0, open)
-        } else {
-            let mut pages = self.staged[..self.staged_n].to_vec();
-            pages.push(summary);
-            let open = GroupPlan::new(&pages, self.staged_bucketable && bucketable).bytes();
-            (self.arena.len().max(PAD), self.dir.len(), self.staged_offsets.len(), open)
-        };
-        // Room for the open group to be encoded without growing: arena, its PAD, a dir slot.
-        let arena_need = arena_len + open;
-        let arena_cap = grown_capacity(self.arena.len(), self.arena.capacity(), arena_need - self.arena.len(), 4096);
-        let dir_cap = grown_capacity(self.dir.len(), self.dir.capacity(), dir_len + 1 - self.dir.len(), 64);
-        let staged_cap = grown_capacity(staged_len, self.staged_offsets.capacity(), usize::from(summary.k), 64);
-        if total(arena_cap, dir_cap, staged_cap, filter_grown) <= self.budget_bytes {
-            return Ok((arena_cap, dir_cap, staged_cap, filter_grown));
-        }
-        // Doubling overshoots: grow only as far as needed.
-        let exact = (
-            arena_need.max(self.arena.capacity()),
-            (dir_len + 1).max(self.dir.capacity()),
-            (staged_len + usize::from(summary.k)).max(self.staged_offsets.capacity()),
-            filter_need.max(filter_cap),
-        );
-        let room = self.budget_bytes.saturating_sub(total(exact.0, exact.1, exact.2, exact.3));
-        if total(exact.0, exact.1, exact.2, exact.3) > self.budget_bytes {
-            return Err(Full);
-        }
-        // Spend what is left of the budget on the arena, which grows fastest.
-        let arena_cap = exact.0 + room.min(arena_cap - exact.0);
-        Ok((arena_cap, exact.1, exact.2, exact.3))
-    }
-}
-
-/// Capacities: (arena bytes, directory entries, staged offsets, filter words).
-type Caps = (usize, usize, usize, usize);
-
-/// [`TidStore::filter_shift`] when there is no presence filter.
-const NO_FILTER: u32 = u32::MAX;
-
-/// A set is sparse, and gets a presence filter, when its blocks span at least this many
-/// times its pages; the filter then has at most this many bits per page (buckets of
-/// `1 << filter_shift` blocks, a power of two), so that most buckets are empty.
-const FILTER_SPARSE: usize = 8;
-
-/// ... but not when they span this many times its pages or more: a page every thousand
-/// blocks already costs nearly the 6 bytes of a TID when it has one, and the store promises
-/// never to take more.
-const FILTER_GAP_MAX: usize = 1024;
-
-/// The filter words to keep room for: [`FILTER_SPARSE`] bits per page if `pages` pages span
-/// `span` blocks past the first sparsely (see [`FILTER_GAP_MAX`]), else none.
-fn filter_words(pages: usize, span: u32) -> usize {
-    if (FILTER_SPARSE * pages..FILTER_GAP_MAX * pages).contains(&(span as usize)) {
-        (FILTER_SPARSE * pages).div_ceil(64)
-    } else {
-        0
-    }
-}
-
-/// The most block-index entries for `groups` directory entries: 8 bytes per group and a
-/// constant, half the directory's own 16.
-fn top_cap(groups: usize) -> usize {
-    2 * groups + 2
-}
-
-/// An estimate of a page's slot in a mixed group, in bits: its code byte and its container in
-/// its own universe `u` (the group's may be larger). Only for the padding rule of
-/// `must_flush`.
-fn slot_estimate(code: u8, u: u32) -> u32 {
-    8 + container::code_bits(code, u)
-}
-
-/// An upper bound of the arena bytes of a group of `n` pages whose largest offset is `u`:
-/// block list (32 bits per page at most), code bytes, and containers no longer than bitmaps.
-fn upper_bytes(n: usize, u: u32) -> usize {
-    2 + n * ((u as usize).div_ceil(8) + 1 + 4)
 }
 
 /// Does this CPU have POPCNT, LZCNT, BMI1 and BMI2?
