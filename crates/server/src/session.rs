@@ -575,7 +575,7 @@ impl<'db> Session<'db> {
 
     /// The session's `lock_timeout` (SET), else the engine's.
     fn lock_timeout(&self) -> Option<std::time::Duration> {
-        let mut c = self.db.config().clone();
+        let mut c = settledb::Config::clone(&self.db.config());
         if let Some(v) = self.settings.get("lock_timeout") {
             // Validated by SET already.
             let _ = c.set("lock_timeout", v);

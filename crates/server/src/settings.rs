@@ -159,7 +159,7 @@ pub fn set(db: &Database, s: &mut BTreeMap<String, String>, name: &str, value: &
     }
     if settledb::config::PARAMETERS.contains(&name) {
         // Validate with the engine's parser, as PostgreSQL validates before storing.
-        let mut c: Config = db.config().clone();
+        let mut c: Config = Config::clone(&db.config());
         c.set(name, value).map_err(|e| SqlError::new("22023", e.to_string()))?;
         if SESSION_ENGINE.contains(&name) {
             s.insert(name.to_string(), value.to_string());
@@ -221,7 +221,7 @@ pub fn kind(db: &Database, s: &BTreeMap<String, String>, name: &str) -> Kind {
         (Some(_), None) => "session",
         (_, Some(_)) => "default",
         (None, None) => {
-            if engine_value(db.config(), &name) == engine_value(&Config::default(), &name) {
+            if engine_value(&db.config(), &name) == engine_value(&Config::default(), &name) {
                 "default"
             } else {
                 "command line"
@@ -255,7 +255,7 @@ pub fn show(db: &Database, s: &BTreeMap<String, String>, name: &str) -> Result<S
     if let Some((_, v)) = FIXED.iter().find(|(k, _)| *k == name) {
         return Ok(v.to_string());
     }
-    engine_value(db.config(), name)
+    engine_value(&db.config(), name)
         .ok_or_else(|| SqlError::new("42704", format!("unrecognized configuration parameter \"{name}\"")))
 }
 

@@ -52,7 +52,7 @@ pub fn vacuum(
         }
     }
     if let Some(d) = settings.get("vacuum_cost_delay") {
-        let mut c = db.config().clone();
+        let mut c = settledb::Config::clone(&db.config());
         c.set("vacuum_cost_delay", d).map_err(|e| bad(e.to_string()))?;
         params.cost_delay_ms = Some(c.vacuum_cost_delay_ms);
     }

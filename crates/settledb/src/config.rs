@@ -5,6 +5,9 @@
 //! unknown name with PostgreSQL's wording. Memory sizes are stored in bytes and times in
 //! milliseconds whatever unit they were given in.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 use crate::page::BLCKSZ;
 
@@ -341,7 +344,59 @@ pub const PARAMETERS: &[&str] = &[
     "logical_decoding_work_mem",
 ];
 
+/// The parameters read only when the data directory is opened (PostgreSQL's `postmaster` and
+/// `internal` contexts, plus `fsync`, `full_page_writes` and `wal_writer_delay`, which
+/// PostgreSQL rereads on SIGHUP and settledb fixes at open). Every other parameter takes a new
+/// value from [`crate::Database::reload_config`] while the database is open.
+/// (`autovacuum` itself changes: off stops all but anti-wraparound autovacuums, as in
+/// PostgreSQL; its workers are started at open only if it was on then.)
+pub const AT_OPEN: &[&str] = &[
+    "shared_buffers",
+    "fsync",
+    "full_page_writes",
+    "mapped_reads",
+    "wal_buffers",
+    "wal_segment_size",
+    "wal_writer_delay",
+    "autovacuum_freeze_max_age",
+    "autovacuum_max_workers",
+    "deadlock_timeout",
+    "max_prepared_transactions",
+    "wal_level",
+    "max_replication_slots",
+];
+
 impl Config {
+    /// Copies the parameters of [`AT_OPEN`] from `open` (the configuration the database was
+    /// opened with) and returns the names of those whose value differed.
+    pub fn keep_at_open(&mut self, open: &Config) -> Vec<&'static str> {
+        let mut kept = Vec::new();
+        macro_rules! keep {
+            ($($name:literal => $field:ident),* $(,)?) => {$(
+                if self.$field != open.$field {
+                    self.$field = open.$field.clone();
+                    kept.push($name);
+                }
+            )*};
+        }
+        keep!(
+            "shared_buffers" => shared_buffers_bytes,
+            "fsync" => fsync,
+            "full_page_writes" => full_page_writes,
+            "mapped_reads" => mapped_reads,
+            "wal_buffers" => wal_buffers_bytes,
+            "wal_segment_size" => wal_segment_size_bytes,
+            "wal_writer_delay" => wal_writer_delay_ms,
+            "autovacuum_freeze_max_age" => autovacuum_freeze_max_age,
+        "autovacuum_max_workers" => autovacuum_max_workers,
+            "deadlock_timeout" => deadlock_timeout_ms,
+            "max_prepared_transactions" => max_prepared_transactions,
+            "wal_level" => wal_level,
+            "max_replication_slots" => max_replication_slots,
+        );
+        kept
+    }
+
     /// Sets one parameter from its textual form.
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
         let v = value.trim();
@@ -609,5 +664,50 @@ mod tests {
         assert!(Config::from_pairs([("shared_buffers", "1XB")]).is_err());
         assert!(Config::from_pairs([("wal_segment_size", "3MB")]).is_err());
         assert!(Config::from_pairs([("autovacuum_freeze_max_age", "10")]).is_err());
+    }
+}
+
+/// A running database's configuration: the parameters of [`AT_OPEN`] as opened, the others as
+/// last reloaded. Readers take a snapshot ([`LiveConfig::get`]); the two that every
+/// transaction reads are also kept in atomics, so that beginning and committing touch no
+/// shared lock.
+pub(crate) struct LiveConfig {
+    current: parking_lot::RwLock<Arc<Config>>,
+    synchronous_commit: AtomicBool,
+    lock_timeout_ms: AtomicU64,
+}
+
+impl LiveConfig {
+    pub(crate) fn new(c: Config) -> LiveConfig {
+        LiveConfig {
+            synchronous_commit: AtomicBool::new(c.synchronous_commit),
+            lock_timeout_ms: AtomicU64::new(c.lock_timeout_ms),
+            current: parking_lot::RwLock::new(Arc::new(c)),
+        }
+    }
+
+    /// The configuration now.
+    pub(crate) fn get(&self) -> Arc<Config> {
+        self.current.read().clone()
+    }
+
+    pub(crate) fn synchronous_commit(&self) -> bool {
+        self.synchronous_commit.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn lock_timeout(&self) -> Option<std::time::Duration> {
+        let ms = self.lock_timeout_ms.load(Ordering::Relaxed);
+        (ms > 0).then(|| std::time::Duration::from_millis(ms))
+    }
+
+    /// Takes `next`'s values for every parameter not in [`AT_OPEN`]; returns the names of
+    /// those in it whose new value was left unapplied.
+    pub(crate) fn reload(&self, mut next: Config) -> Vec<&'static str> {
+        let mut cur = self.current.write();
+        let kept = next.keep_at_open(&cur);
+        self.synchronous_commit.store(next.synchronous_commit, Ordering::Relaxed);
+        self.lock_timeout_ms.store(next.lock_timeout_ms, Ordering::Relaxed);
+        *cur = Arc::new(next);
+        kept
     }
 }

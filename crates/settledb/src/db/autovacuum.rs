@@ -145,7 +145,7 @@ pub(crate) fn needs_vacuum(inner: &Inner, e: &TableEntry) -> Option<bool> {
 fn needs_wraparound_vacuum(inner: &Inner, e: &TableEntry) -> bool {
     let o = e.options.read();
     let next = inner.xact.next_full_xid().xid();
-    let freeze_max_age = o.autovacuum_freeze_max_age.unwrap_or(inner.config.autovacuum_freeze_max_age);
+    let freeze_max_age = o.autovacuum_freeze_max_age.unwrap_or(inner.config.get().autovacuum_freeze_max_age);
     let force_limit = Xid(next.0.wrapping_sub(freeze_max_age));
     let rfx = e.relfrozenxid();
     rfx.is_normal() && force_limit.is_normal() && rfx.precedes(force_limit)
@@ -154,9 +154,10 @@ fn needs_wraparound_vacuum(inner: &Inner, e: &TableEntry) -> bool {
 /// The table's `(n_dead_tup, n_ins_since_vacuum)` when one of them is over its threshold (and
 /// autovacuum is enabled for the table).
 fn over_threshold(inner: &Inner, e: &TableEntry) -> Option<(u64, u64)> {
-    let c = &inner.config;
+    let c = inner.config.get();
     let o = &e.options();
-    if !o.autovacuum_enabled.unwrap_or(true) {
+    // `autovacuum = off` after a reload: as in PostgreSQL, only anti-wraparound vacuums remain.
+    if !c.autovacuum || !o.autovacuum_enabled.unwrap_or(true) {
         return None;
     }
     let reltuples = e.reltuples.lock().max(0.0);
@@ -234,12 +235,13 @@ impl Inner {
     }
 
     pub(crate) fn autovacuum_launcher_loop(self: Arc<Inner>) {
-        let naptime = Duration::from_millis(self.config.autovacuum_naptime_ms);
+        let naptime = || Duration::from_millis(self.config.get().autovacuum_naptime_ms);
         let mut last = Instant::now();
         // Wake often enough to react when the XID vacuum limit is passed (PostgreSQL signals
-        // the launcher then), otherwise plan once per naptime.
-        while self.nap(naptime.min(Duration::from_millis(250))) {
-            if last.elapsed() >= naptime || self.xact.vacuum_limit_reached() {
+        // the launcher then), otherwise plan once per naptime (reread each time: a reload may
+        // change it).
+        while self.nap(naptime().min(Duration::from_millis(250))) {
+            if last.elapsed() >= naptime() || self.xact.vacuum_limit_reached() {
                 self.autovacuum_plan();
                 last = Instant::now();
             }
@@ -283,7 +285,7 @@ impl Inner {
         let Some(wraparound) = needs_vacuum(self, &entry) else { return };
         let running = av.running.fetch_add(1, Ordering::AcqRel) + 1;
         let opts = entry.options();
-        let limit = opts.autovacuum_vacuum_cost_limit.unwrap_or_else(|| self.config.autovacuum_cost_limit());
+        let limit = opts.autovacuum_vacuum_cost_limit.unwrap_or_else(|| self.config.get().autovacuum_cost_limit());
         let params = VacuumParams {
             is_autovacuum: true,
             is_wraparound: wraparound,
@@ -298,7 +300,8 @@ impl Inner {
                 if wraparound {
                     av.wraparound_vacuums.fetch_add(1, Ordering::Relaxed);
                 }
-                let min_ms = opts.log_autovacuum_min_duration_ms.unwrap_or(self.config.log_autovacuum_min_duration_ms);
+                let min_ms =
+                    opts.log_autovacuum_min_duration_ms.unwrap_or(self.config.get().log_autovacuum_min_duration_ms);
                 if min_ms >= 0 && r.elapsed.as_millis() as i64 >= min_ms {
                     self.log_line(&r.log_text());
                 }

@@ -254,7 +254,7 @@ impl Database {
         }
         let mut end_of_wal = inner.wal.flushed_lsn();
         let cfg = ReorderBufferConfig {
-            memory_limit: inner.config.logical_decoding_work_mem_bytes,
+            memory_limit: inner.config.get().logical_decoding_work_mem_bytes,
             ..ReorderBufferConfig::default()
         };
         let spill_dir = slot::slot_dir(&inner.dir).join(slot_name);

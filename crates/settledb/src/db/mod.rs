@@ -68,7 +68,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::buffer::{BufferPool, BufferUsage, WalFlush};
 use crate::catalog::{Catalog, TableEntry};
-use crate::config::Config;
+use crate::config::{Config, LiveConfig};
 use crate::error::{Error, Result};
 use crate::heap::tuple::Schema;
 use crate::heap::{HeapEnv, TxContext};
@@ -158,7 +158,7 @@ impl WalFlush for WalFlusher {
 }
 
 pub(crate) struct Inner {
-    pub(crate) config: Config,
+    pub(crate) config: LiveConfig,
     pub(crate) dir: PathBuf,
     pub(crate) fs: Arc<dyn FileSystem>,
     pub(crate) pool: BufferPool,
@@ -305,7 +305,7 @@ impl Inner {
         // Only now, with the control file naming this checkpoint, is the WAL before `redo`
         // no longer needed by recovery; replication slots may need more of it (`KeepLogSeg`,
         // invalidating those past `max_slot_wal_keep_size`).
-        let cfg = &self.config;
+        let cfg = self.config.get();
         let mut keep = self.slot_keep_lsn()?;
         if cfg.wal_keep_size_bytes > 0 {
             // `wal_keep_size` behind the end of this checkpoint's record (at least the first
@@ -338,7 +338,7 @@ impl Inner {
     /// it never waits for a lock this thread could hold while descheduled.
     fn wal_writer_loop(self: Arc<Inner>) {
         const WAL_WRITER_FLUSH_AFTER: u64 = 1 << 20;
-        let delay = Duration::from_millis(self.config.wal_writer_delay_ms.max(1));
+        let delay = Duration::from_millis(self.config.get().wal_writer_delay_ms.max(1));
         loop {
             if self.shutdown.load(Ordering::Acquire) {
                 return;
@@ -373,8 +373,9 @@ impl Inner {
         let mut last_checkpoint = Instant::now();
         while self.nap(Duration::from_millis(200)) {
             let wal_since = self.wal.insert_lsn().0.saturating_sub(self.wal.redo_ptr().0);
-            let due = last_checkpoint.elapsed() >= Duration::from_millis(self.config.checkpoint_timeout_ms)
-                || wal_since >= self.config.max_wal_size_bytes / 2;
+            let cfg = self.config.get();
+            let due = last_checkpoint.elapsed() >= Duration::from_millis(cfg.checkpoint_timeout_ms)
+                || wal_since >= cfg.max_wal_size_bytes / 2;
             if due {
                 if let Err(e) = self.checkpoint(false) {
                     *self.bg_error.lock() = Some(e.to_string());
@@ -491,7 +492,7 @@ impl Database {
         let slot_stats = Mutex::new(pgstat::slot_stats_from(saved_stats.as_ref(), &slots));
         let deadlock_timeout = Duration::from_millis(config.deadlock_timeout_ms);
         let inner = Arc::new(Inner {
-            config,
+            config: LiveConfig::new(config),
             dir: dir.to_path_buf(),
             fs: fs.clone(),
             pool,
@@ -518,7 +519,7 @@ impl Database {
             running_xacts_seen: Mutex::new(None),
             column_types: parking_lot::RwLock::new(None),
         });
-        startup::note_wal_level(&inner.wal, &mut inner.control.lock(), inner.config.wal_level, fresh)?;
+        startup::note_wal_level(&inner.wal, &mut inner.control.lock(), inner.config.get().wal_level, fresh)?;
         if fresh {
             startup::bootstrap_catalog(&inner.env(), &inner.catalog)?;
         } else {
@@ -547,7 +548,7 @@ impl Database {
         }
         restore_prepared_locks(&inner)?;
         let oldest = inner.catalog.database_frozen_xid().unwrap_or(Xid::FIRST_NORMAL);
-        inner.xact.set_oldest_xid(oldest, inner.config.autovacuum_freeze_max_age);
+        inner.xact.set_oldest_xid(oldest, inner.config.get().autovacuum_freeze_max_age);
         // A fresh cluster and the end of recovery both start from a checkpoint.
         inner.checkpoint(false)?;
         let mut bg = Vec::new();
@@ -566,8 +567,9 @@ impl Database {
         // The WAL writer (the first thread) wakes when inserters have buffered a megabyte.
         let walwriter = bg[0].thread().clone();
         inner.wal.set_writer_waker(Box::new(move || walwriter.unpark()));
-        if inner.config.autovacuum {
-            let workers = inner.config.autovacuum_max_workers as usize;
+        let at_open = inner.config.get();
+        if at_open.autovacuum {
+            let workers = at_open.autovacuum_max_workers as usize;
             let launcher = std::iter::once(("settledb-autovacuum-launcher".to_string(), true));
             let names = launcher.chain((0..workers).map(|i| (format!("settledb-autovacuum-worker-{i}"), false)));
             for (name, is_launcher) in names {
@@ -587,8 +589,18 @@ impl Database {
         &self.recovery
     }
 
-    pub fn config(&self) -> &Config {
-        &self.inner.config
+    /// The configuration now: as opened, with the changes [`Database::reload_config`] made.
+    pub fn config(&self) -> Arc<Config> {
+        self.inner.config.get()
+    }
+
+    /// Takes new values for the parameters that can change while the database is open (every
+    /// one outside [`crate::config::AT_OPEN`]; PostgreSQL's `pg_reload_conf()`), from `next`.
+    /// Returns the names of the parameters of `AT_OPEN` whose value in `next` differs and was
+    /// not applied (they take a reopen). Autovacuum, the checkpointer and new transactions see
+    /// the new values from their next look; a running VACUUM keeps the values it started with.
+    pub fn reload_config(&self, next: Config) -> Vec<&'static str> {
+        self.inner.config.reload(next)
     }
 
     pub fn dir(&self) -> &Path {
@@ -597,7 +609,7 @@ impl Database {
 
     /// Begins a transaction at `default_transaction_isolation`.
     pub fn begin(&self) -> Result<Transaction<'_>> {
-        self.begin_with(self.inner.config.default_transaction_isolation)
+        self.begin_with(self.inner.config.get().default_transaction_isolation)
     }
 
     pub fn begin_with(&self, isolation: crate::config::IsolationLevel) -> Result<Transaction<'_>> {

@@ -68,8 +68,8 @@ impl Inner {
         WalPosition {
             current: self.wal.insert_lsn(),
             segment_size: self.wal.segment_size(),
-            max_wal_size: self.config.max_wal_size_bytes,
-            max_slot_wal_keep_size: self.config.max_slot_wal_keep_size_bytes,
+            max_wal_size: self.config.get().max_wal_size_bytes,
+            max_slot_wal_keep_size: self.config.get().max_slot_wal_keep_size_bytes,
         }
     }
 
@@ -187,10 +187,10 @@ impl Database {
         tx: Option<&mut super::Transaction<'_>>,
     ) -> Result<SlotInfo> {
         let inner = &self.inner;
-        if inner.config.max_replication_slots == 0 {
+        if inner.config.get().max_replication_slots == 0 {
             return Err(Error::invalid("replication slots can only be used if max_replication_slots > 0".to_string()));
         }
-        if inner.config.wal_level != WalLevel::Logical {
+        if inner.config.get().wal_level != WalLevel::Logical {
             return Err(Error::invalid("logical decoding requires wal_level >= logical"));
         }
         slot::validate_name(name)?;
@@ -203,7 +203,7 @@ impl Database {
             if g.get(name).is_some() {
                 return Err(Error::AlreadyExists(format!("replication slot \"{name}\" already exists")));
             }
-            if g.len() >= inner.config.max_replication_slots as usize {
+            if g.len() >= inner.config.get().max_replication_slots as usize {
                 return Err(Error::invalid(
                     "all replication slots are in use; HINT: Free one or increase max_replication_slots.",
                 ));
@@ -315,7 +315,7 @@ impl Database {
         if g.get(dst).is_some() {
             return Err(Error::AlreadyExists(format!("replication slot \"{dst}\" already exists")));
         }
-        if g.len() >= inner.config.max_replication_slots as usize {
+        if g.len() >= inner.config.get().max_replication_slots as usize {
             return Err(Error::invalid(
                 "all replication slots are in use; HINT: Free one or increase max_replication_slots.",
             ));

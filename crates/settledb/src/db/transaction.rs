@@ -635,7 +635,7 @@ impl<'db> Transaction<'db> {
         self.active()?;
         self.done = true;
         let r = match self.xid {
-            Some(x) => self.inner.xact.commit(x, &*self.inner.wal, self.inner.config.synchronous_commit).map(|_| ()),
+            Some(x) => self.inner.xact.commit(x, &*self.inner.wal, self.inner.config.synchronous_commit()).map(|_| ()),
             None => Ok(()),
         };
         self.apply_table_counts(r.is_ok());

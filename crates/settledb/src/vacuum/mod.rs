@@ -449,7 +449,7 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     };
     let entry = &current;
     let _maint = entry.maintenance_lock.lock();
-    let config = &inner.config;
+    let config = inner.config.get();
     let rel = &*entry.rel;
     let opts = &entry.options();
     let policy = params.policy.or(opts.vacuum_freeze_policy).unwrap_or(config.vacuum_freeze_policy);
@@ -565,7 +565,7 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
     let max_failure_rate =
         opts.vacuum_max_eager_freeze_failure_rate.unwrap_or(config.vacuum_max_eager_freeze_failure_rate);
     lv.learn_freeze_history(orig_pages, next_xid, max_failure_rate, (freeze_table_age, freeze_min_age))?;
-    lv.nworkers = parallel::heap_workers(config, params, orig_pages);
+    lv.nworkers = parallel::heap_workers(&config, params, orig_pages);
     lv.r.parallel_workers = lv.nworkers as u32;
     lv.scan_heap(orig_pages)?;
     lv.take_counts();
@@ -930,7 +930,7 @@ pub(crate) fn update_database_frozen_xid(inner: &Inner) -> Result<()> {
 /// Moves the XID limits to a new database frozen XID and truncates CLOG below it (the
 /// truncation is WAL-logged; the value reaches the control file at the next checkpoint).
 pub(crate) fn apply_database_frozen_xid(inner: &Inner, oldest: Xid) -> Result<()> {
-    inner.xact.set_oldest_xid(oldest, inner.config.autovacuum_freeze_max_age);
+    inner.xact.set_oldest_xid(oldest, inner.config.get().autovacuum_freeze_max_age);
     inner.xact.truncate_clog(oldest, &*inner.wal)?;
     Ok(())
 }

@@ -131,7 +131,7 @@ impl Transaction<'_> {
         }
         self.active()?;
         crate::xact::twophase::validate_gid(gid)?;
-        let max = self.inner.config.max_prepared_transactions;
+        let max = self.inner.config.get().max_prepared_transactions;
         if max == 0 {
             return Err(Error::invalid(
                 "prepared transactions are disabled; HINT: set max_prepared_transactions to a nonzero value",
