@@ -563,6 +563,27 @@ impl Entry {
         }
     }
 
+    /// The block deltas of the group's pages in rank order ([`Entry::delta`] of each rank, a
+    /// mask walked once rather than once per page).
+    pub fn deltas<'a>(&self, a: &'a [u8]) -> impl Iterator<Item = u32> + 'a {
+        let e = *self;
+        let masked = matches!(e.kind(), KIND_MASK | KIND_WIDE);
+        let mut m = match e.kind() {
+            KIND_MASK => u128::from(e.mask()),
+            KIND_WIDE => u128::from(read_u64(a, e.pos as usize)) | u128::from(read_u64(a, e.pos as usize + 8)) << 64,
+            _ => 0,
+        };
+        (0..e.n()).map(move |r| {
+            if masked {
+                let d = m.trailing_zeros();
+                m &= m.wrapping_sub(1);
+                d
+            } else {
+                e.delta(a, r)
+            }
+        })
+    }
+
     /// The code and absolute bit position of the container of the page of rank `r`.
     #[inline(always)]
     pub fn container(&self, a: &[u8], r: usize) -> (u8, usize) {

@@ -81,8 +81,8 @@ impl TidStore {
         self.filter.resize(words, 0);
         let a = &self.arena[..];
         for e in &self.dir {
-            for r in 0..e.n() {
-                let x = (e.first + e.delta(a, r) - self.first_block) >> shift;
+            for d in e.deltas(a) {
+                let x = (e.first + d - self.first_block) >> shift;
                 self.filter[x as usize / 64] |= 1 << (x % 64);
             }
         }

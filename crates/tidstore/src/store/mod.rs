@@ -498,11 +498,11 @@ impl TidStore {
         let groups = (0..self.dir.len()).flat_map(move |g| {
             let e = self.dir[g];
             let a = &self.arena[..];
-            (0..e.n()).map(move |r| {
+            e.deltas(a).enumerate().map(move |(r, d)| {
                 let (code, bit) = e.container(a, r);
                 let mut offsets = Vec::new();
                 container::decode(a, bit, code, e.bucketed(), e.u(), &mut offsets);
-                (e.first + e.delta(a, r), OffsetSet { offsets })
+                (e.first + d, OffsetSet { offsets })
             })
         });
         let mut start = 0usize;
@@ -639,7 +639,8 @@ impl DeadTids for TidStore {
         }
         let est = self.shape_cache.2;
         let bucketable = self.shape_cache.1 && container::bucketable(offsets);
-        let (arena_cap, dir_cap, staged_cap, filter_cap) = self.plan_capacity(summary, bucketable, est)?;
+        let flush = self.must_flush(summary, est);
+        let (arena_cap, dir_cap, staged_cap, filter_cap) = self.plan_capacity(summary, bucketable, flush)?;
         if self.filter_shift != NO_FILTER {
             // Added after freeze: the filter no longer covers every page.
             self.filter_shift = NO_FILTER;
@@ -649,7 +650,7 @@ impl DeadTids for TidStore {
         reserve_to(&mut self.arena, arena_cap);
         reserve_to(&mut self.dir, dir_cap);
         reserve_to(&mut self.top, top_cap(dir_cap));
-        if self.must_flush(summary, est) {
+        if flush {
             self.flush();
         }
         reserve_to(&mut self.staged_offsets, staged_cap);
@@ -708,10 +709,10 @@ impl DeadTids for TidStore {
         let a = &self.arena[..];
         let mut buf = Vec::with_capacity(usize::from(MAX_OFFSET));
         for e in &self.dir {
-            for r in 0..e.n() {
+            for (r, d) in e.deltas(a).enumerate() {
                 let (code, bit) = e.container(a, r);
                 container::decode(a, bit, code, e.bucketed(), e.u(), &mut buf);
-                f(e.first + e.delta(a, r), &buf);
+                f(e.first + d, &buf);
             }
         }
         for i in 0..self.staged_n {

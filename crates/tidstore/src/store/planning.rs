@@ -56,9 +56,9 @@ impl TidStore {
         n >= if list { GROUP_PAGES_LIST } else { LIST_DENSE_MIN }
     }
 
-    /// Capacities after adding a page: (arena, dir, staged offsets), or `Full`.
-    pub(super) fn plan_capacity(&self, summary: PageSummary, bucketable: bool, est: u32) -> Result<Caps, Full> {
-        let flush = self.must_flush(summary, est);
+    /// Capacities after adding page `summary` (`flush`: [`TidStore::must_flush`] for it):
+    /// (arena, dir, staged offsets, filter words), or `Full`.
+    pub(super) fn plan_capacity(&self, summary: PageSummary, bucketable: bool, flush: bool) -> Result<Caps, Full> {
         let first = if self.num_pages == 0 { summary.block } else { self.first_block };
         let filter_need = filter_words(self.num_pages + 1, summary.block - first);
         let filter_cap = self.filter.capacity();
