@@ -620,6 +620,51 @@ fn millis(name: &str, v: &str, default_unit: u64, min: u64, max: u64) -> Result<
     Ok(ms)
 }
 
+/// A running database's configuration: the parameters of [`AT_OPEN`] as opened, the others as
+/// last reloaded. Readers take a snapshot ([`LiveConfig::get`]); the two that every
+/// transaction reads are also kept in atomics, so that beginning and committing touch no
+/// shared lock.
+pub(crate) struct LiveConfig {
+    current: parking_lot::RwLock<Arc<Config>>,
+    synchronous_commit: AtomicBool,
+    lock_timeout_ms: AtomicU64,
+}
+
+impl LiveConfig {
+    pub(crate) fn new(c: Config) -> LiveConfig {
+        LiveConfig {
+            synchronous_commit: AtomicBool::new(c.synchronous_commit),
+            lock_timeout_ms: AtomicU64::new(c.lock_timeout_ms),
+            current: parking_lot::RwLock::new(Arc::new(c)),
+        }
+    }
+
+    /// The configuration now.
+    pub(crate) fn get(&self) -> Arc<Config> {
+        self.current.read().clone()
+    }
+
+    pub(crate) fn synchronous_commit(&self) -> bool {
+        self.synchronous_commit.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn lock_timeout(&self) -> Option<std::time::Duration> {
+        let ms = self.lock_timeout_ms.load(Ordering::Relaxed);
+        (ms > 0).then(|| std::time::Duration::from_millis(ms))
+    }
+
+    /// Takes `next`'s values for every parameter not in [`AT_OPEN`]; returns the names of
+    /// those in it whose new value was left unapplied.
+    pub(crate) fn reload(&self, mut next: Config) -> Vec<&'static str> {
+        let mut cur = self.current.write();
+        let kept = next.keep_at_open(&cur);
+        self.synchronous_commit.store(next.synchronous_commit, Ordering::Relaxed);
+        self.lock_timeout_ms.store(next.lock_timeout_ms, Ordering::Relaxed);
+        *cur = Arc::new(next);
+        kept
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -664,50 +709,5 @@ mod tests {
         assert!(Config::from_pairs([("shared_buffers", "1XB")]).is_err());
         assert!(Config::from_pairs([("wal_segment_size", "3MB")]).is_err());
         assert!(Config::from_pairs([("autovacuum_freeze_max_age", "10")]).is_err());
-    }
-}
-
-/// A running database's configuration: the parameters of [`AT_OPEN`] as opened, the others as
-/// last reloaded. Readers take a snapshot ([`LiveConfig::get`]); the two that every
-/// transaction reads are also kept in atomics, so that beginning and committing touch no
-/// shared lock.
-pub(crate) struct LiveConfig {
-    current: parking_lot::RwLock<Arc<Config>>,
-    synchronous_commit: AtomicBool,
-    lock_timeout_ms: AtomicU64,
-}
-
-impl LiveConfig {
-    pub(crate) fn new(c: Config) -> LiveConfig {
-        LiveConfig {
-            synchronous_commit: AtomicBool::new(c.synchronous_commit),
-            lock_timeout_ms: AtomicU64::new(c.lock_timeout_ms),
-            current: parking_lot::RwLock::new(Arc::new(c)),
-        }
-    }
-
-    /// The configuration now.
-    pub(crate) fn get(&self) -> Arc<Config> {
-        self.current.read().clone()
-    }
-
-    pub(crate) fn synchronous_commit(&self) -> bool {
-        self.synchronous_commit.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn lock_timeout(&self) -> Option<std::time::Duration> {
-        let ms = self.lock_timeout_ms.load(Ordering::Relaxed);
-        (ms > 0).then(|| std::time::Duration::from_millis(ms))
-    }
-
-    /// Takes `next`'s values for every parameter not in [`AT_OPEN`]; returns the names of
-    /// those in it whose new value was left unapplied.
-    pub(crate) fn reload(&self, mut next: Config) -> Vec<&'static str> {
-        let mut cur = self.current.write();
-        let kept = next.keep_at_open(&cur);
-        self.synchronous_commit.store(next.synchronous_commit, Ordering::Relaxed);
-        self.lock_timeout_ms.store(next.lock_timeout_ms, Ordering::Relaxed);
-        *cur = Arc::new(next);
-        kept
     }
 }
