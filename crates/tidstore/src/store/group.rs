@@ -1,8 +1,8 @@
 //! Groups: runs of non-empty pages encoded together, described by one 16-byte directory
 //! [`Entry`], shaped so that a lookup finds its page's container from the entry and at most
-//! the group's first bytes, with no search and no sum, and no branch on data it has to wait
-//! for (a mispredicted branch after a cache miss keeps the CPU from overlapping the next
-//! probes' misses).
+//! the group's first bytes, with no search and no sum, and, but for whether the page is
+//! there at all, no branch on data it has to wait for (a mispredicted branch after a cache
+//! miss keeps the CPU from overlapping the next probes' misses).
 //!
 //! ```text
 //! Entry (16 bytes, 4 per cache line)

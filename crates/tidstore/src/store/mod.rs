@@ -52,10 +52,10 @@
 //! * **Container** ([`container`]) — each page's offsets as the shortest of a `u`-bit bitmap, a
 //!   single run, 1–6 offsets packed verbatim, or an Elias–Fano code (bucketed when no two
 //!   offsets of any page in the group share a bucket), bit-packed back to back.
-//! * **Presence filter** ([`index`]) — for a sparse set (its blocks span 8 to 1,024 times its pages), one
-//!   bit per bucket of `2^s` blocks, at most 8 bits per page, so most buckets are empty and
-//!   most probes (index entries whose heap page has no dead tuple) end on one bit. Room for it
-//!   is kept while pages are added; [`DeadTids::freeze`] fills it.
+//! * **Presence filter** ([`index`]) — for a sparse set (its blocks span 8 to 1,024 times
+//!   its pages), one bit per bucket of `2^s` blocks, at most 8 bits per page, so most buckets
+//!   are empty and most probes (index entries whose heap page has no dead tuple) end on one
+//!   bit. Room for it is kept while pages are added; [`DeadTids::freeze`] fills it.
 //!
 //! # Costs
 //!
@@ -63,7 +63,7 @@
 //! how many probes the CPU overlaps. That is limited by the instructions each probe keeps in
 //! flight, above all those that wait for its miss, and by mispredicted branches on loaded
 //! data, which throw the overlap away, far more than by the number of misses; so the lookup
-//! is shaped to run few and to branch on nothing it waits for:
+//! is shaped to run few and to branch on little it waits for:
 //!
 //! * a contiguous uniform group (every dense set) is found by one interpolation guess and
 //!   needs nothing but its entry to locate the container: the fast path in
@@ -71,7 +71,8 @@
 //! * every other group is found by the block index and one branch-free step, and locates its
 //!   page's slot by arithmetic (STRIDE), a popcount (MASK, WIDE) or a lane-wise compare of
 //!   its delta list (LIST: three to eight deltas per 64-bit word, the "has a zero lane"
-//!   test), never a search that branches on the arena;
+//!   test; a branch-free binary search for deltas over 18 bits), never a search that
+//!   branches on the arena;
 //! * the directory of ten million dense pages is 156 KB, inside the L2 cache;
 //! * after the container's miss: one bit (bitmap), two compares (run), a five-instruction
 //!   "zero lane" test (1–6 packed offsets), or a bit test, a `popcnt` and one low part read
@@ -93,8 +94,9 @@
 //! bound for 10 offsets among 291 (the bound does not know that the offsets stop at 200).
 //! Mixed pages pay a code byte, and a WIDE group's an offset of about 10 bits and the mask's
 //! 128 bits; the block index 8 bytes per group; the filter at most a byte per page. One dead
-//! TID per 100 pages over 2^32 blocks: about 3.5 bytes per TID. Never more than the 6-byte
-//! array plus a small constant (tests/properties.rs checks it).
+//! TID per 100 pages: about 5 bytes per TID, one of them the filter's (the benchmark's sparse
+//! case: 4.7 bytes per TID at 1.5 TIDs per page). Never more than the 6-byte array plus a
+//! small constant (tests/properties.rs checks it).
 //!
 //! # Budget
 //!
@@ -102,8 +104,9 @@
 //! directory and block index always have room for the group being filled, and the filter for
 //! the pages added, so [`DeadTids::freeze`] never grows anything, and `add_page` returns
 //! [`Full`] — changing nothing — if the page would need more capacity than the budget allows.
-//! Growth doubles, capped at the budget; `freeze` returns the unused capacity. (Like PostgreSQL's `repalloc`, a growth step briefly holds the old and the
-//! new buffer; the budget bounds what the store keeps, not that transient.)
+//! Growth doubles, capped at the budget; `freeze` returns the unused capacity. (Like
+//! PostgreSQL's `repalloc`, a growth step briefly holds the old and the new buffer; the
+//! budget bounds what the store keeps, not that transient.)
 //!
 //! # Not done
 //!
