@@ -1,4 +1,5 @@
-//! `settle bench tidstore`: every dead-TID store on the same bdbench sets, one table.
+//! `settle bench tidstore`: every dead-TID store on the same sets (bdbench's, and shapes real
+//! tables leave behind), one table.
 //!
 //! For each case the harness generates the dead pages (attach, timed, ending with `freeze`),
 //! then probes the structure with index TIDs:

@@ -4,8 +4,9 @@
 //! "[PoC] Improve dead tuple storage for lazy vacuum") builds its sets with
 //! `prepare(maxblk, dead_per_page, interval_in_page, page_interval)`: every page with
 //! `blk % page_interval == 0` has the dead offsets `iv, 2·iv, …, k·iv`, and the index holds
-//! every TID `(blk, 1..=k·iv)` of every page `0..maxblk`. The random case draws each page's
-//! dead offsets from a seeded hash, so any TID's deadness can be recomputed without the set.
+//! every TID `(blk, 1..=k·iv)` of every page `0..maxblk`. The random case and the real-table
+//! shapes ([`Shape::HotSpot`], [`Shape::Runs`]) draw each page's dead offsets from a seeded
+//! hash of its block, so any TID's deadness can be recomputed without the set.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

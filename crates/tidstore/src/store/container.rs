@@ -29,7 +29,9 @@
 //! then the run, then the packed form, which are faster to test. The packed form exists for
 //! speed: a page of one to three offsets (bdbench's seed 4 has two per page) is no longer
 //! packed than as Elias–Fano, and its test is a few instructions that depend on the loaded
-//! word, so consecutive random probes overlap their cache misses better.
+//! word, so consecutive random probes overlap their cache misses better. In a group of mixed
+//! pages, pages of up to six offsets are packed even where Elias–Fano is up to two bits per
+//! offset shorter ([`mixed_code`]), so that the test does not branch on their code.
 
 use super::bits::{read56, read_bits, read_u64, BitWriter, LANE_ONES};
 
