@@ -378,8 +378,9 @@ impl TidStore {
     }
 
     /// `(n - 1) / (last first block - first first block)` in 32.32 fixed point (0 for one
-    /// group): the interpolation slope of the fast path of [`TidStore::contains`]. At most `1 << 32`, as the
-    /// first blocks are distinct, so the product with a 32-bit block delta fits 64 bits.
+    /// group): the interpolation slope of the fast path of [`TidStore::contains`]. At most
+    /// `1 << 32`, as the first blocks are distinct, so the product with a 32-bit block delta
+    /// fits 64 bits.
     fn slope(dir: &[Entry]) -> u64 {
         match dir {
             [] | [_] => 0,
