@@ -114,6 +114,11 @@ impl RelOptions {
             "autovacuum_enabled" => "autovacuum",
             "autovacuum_freeze_min_age" => "vacuum_freeze_min_age",
             "autovacuum_freeze_table_age" => "vacuum_freeze_table_age",
+            // Accepted and checked, but govern nothing: settledb has no MultiXacts
+            // (`Config::multixact_ages`).
+            "autovacuum_multixact_freeze_min_age" => "vacuum_multixact_freeze_min_age",
+            "autovacuum_multixact_freeze_table_age" => "vacuum_multixact_freeze_table_age",
+            "autovacuum_multixact_freeze_max_age" => name,
             "vacuum_freeze_policy"
             | "vacuum_max_eager_freeze_failure_rate"
             | "vacuum_fsm_settled"
@@ -150,6 +155,9 @@ impl RelOptions {
             "autovacuum_freeze_min_age" => self.autovacuum_freeze_min_age = Some(c.vacuum_freeze_min_age),
             "autovacuum_freeze_table_age" => self.autovacuum_freeze_table_age = Some(c.vacuum_freeze_table_age),
             "autovacuum_freeze_max_age" => self.autovacuum_freeze_max_age = Some(c.autovacuum_freeze_max_age),
+            "autovacuum_multixact_freeze_min_age"
+            | "autovacuum_multixact_freeze_table_age"
+            | "autovacuum_multixact_freeze_max_age" => {}
             "autovacuum_vacuum_cost_delay" => {
                 self.autovacuum_vacuum_cost_delay_ms = Some(c.autovacuum_vacuum_cost_delay_ms)
             }

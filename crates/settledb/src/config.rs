@@ -163,6 +163,14 @@ pub struct Config {
     /// `vacuum_failsafe_age` (default 1.6 billion): past it VACUUM skips index vacuuming and
     /// cost delays to advance relfrozenxid as fast as it can.
     pub vacuum_failsafe_age: u32,
+    /// PostgreSQL's MultiXact ages: `autovacuum_multixact_freeze_max_age` (default 400
+    /// million), `vacuum_multixact_freeze_min_age` (5 million),
+    /// `vacuum_multixact_freeze_table_age` (150 million) and `vacuum_multixact_failsafe_age`
+    /// (1.6 billion). settledb has no MultiXacts (no row locks shared by several
+    /// transactions), so they govern nothing; they are accepted, checked against PostgreSQL's
+    /// bounds and shown, so that tools that set them (BenchmarkSQL-style setups, `settle tpcc
+    /// --target`) run unchanged.
+    pub multixact_ages: [u32; 4],
     /// `vacuum_freeze_policy` (our parameter; default `eager`).
     pub vacuum_freeze_policy: FreezePolicy,
     /// `vacuum_max_eager_freeze_failure_rate` (PostgreSQL 18's name; default 0.03): under
@@ -257,6 +265,7 @@ impl Default for Config {
             default_transaction_isolation: IsolationLevel::ReadCommitted,
             autovacuum_freeze_max_age: 200_000_000,
             vacuum_freeze_min_age: 50_000_000,
+            multixact_ages: [400_000_000, 5_000_000, 150_000_000, 1_600_000_000],
             vacuum_freeze_table_age: 150_000_000,
             vacuum_failsafe_age: 1_600_000_000,
             vacuum_freeze_policy: FreezePolicy::Eager,
@@ -312,6 +321,10 @@ pub const PARAMETERS: &[&str] = &[
     "vacuum_freeze_min_age",
     "vacuum_freeze_table_age",
     "vacuum_failsafe_age",
+    "autovacuum_multixact_freeze_max_age",
+    "vacuum_multixact_freeze_min_age",
+    "vacuum_multixact_freeze_table_age",
+    "vacuum_multixact_failsafe_age",
     "vacuum_freeze_policy",
     "vacuum_max_eager_freeze_failure_rate",
     "vacuum_fsm_settled",
@@ -359,6 +372,7 @@ pub const AT_OPEN: &[&str] = &[
     "wal_segment_size",
     "wal_writer_delay",
     "autovacuum_freeze_max_age",
+    "autovacuum_multixact_freeze_max_age",
     "autovacuum_max_workers",
     "deadlock_timeout",
     "max_prepared_transactions",
@@ -388,12 +402,16 @@ impl Config {
             "wal_segment_size" => wal_segment_size_bytes,
             "wal_writer_delay" => wal_writer_delay_ms,
             "autovacuum_freeze_max_age" => autovacuum_freeze_max_age,
-        "autovacuum_max_workers" => autovacuum_max_workers,
+            "autovacuum_max_workers" => autovacuum_max_workers,
             "deadlock_timeout" => deadlock_timeout_ms,
             "max_prepared_transactions" => max_prepared_transactions,
             "wal_level" => wal_level,
             "max_replication_slots" => max_replication_slots,
         );
+        if self.multixact_ages[0] != open.multixact_ages[0] {
+            self.multixact_ages[0] = open.multixact_ages[0];
+            kept.push("autovacuum_multixact_freeze_max_age");
+        }
         kept
     }
 
@@ -434,6 +452,12 @@ impl Config {
             "vacuum_freeze_min_age" => self.vacuum_freeze_min_age = integer(name, v, 0, 1_000_000_000)? as u32,
             "vacuum_freeze_table_age" => self.vacuum_freeze_table_age = integer(name, v, 0, 2_000_000_000)? as u32,
             "vacuum_failsafe_age" => self.vacuum_failsafe_age = integer(name, v, 0, 2_100_000_000)? as u32,
+            "autovacuum_multixact_freeze_max_age" => {
+                self.multixact_ages[0] = integer(name, v, 10_000, 2_000_000_000)? as u32
+            }
+            "vacuum_multixact_freeze_min_age" => self.multixact_ages[1] = integer(name, v, 0, 1_000_000_000)? as u32,
+            "vacuum_multixact_freeze_table_age" => self.multixact_ages[2] = integer(name, v, 0, 2_000_000_000)? as u32,
+            "vacuum_multixact_failsafe_age" => self.multixact_ages[3] = integer(name, v, 0, 2_100_000_000)? as u32,
             "vacuum_freeze_policy" => {
                 self.vacuum_freeze_policy = FreezePolicy::parse(v)
                     .ok_or_else(|| bad(name, v, "expected \"lazy\", \"pg16\", \"eager\" or \"adaptive\""))?

@@ -76,7 +76,7 @@ use crate::io::{FileSystem, PreadFs, RealFs};
 use crate::page::BLCKSZ;
 use crate::smgr::Smgr;
 use crate::stats::{DbTotals, StatsFile};
-use crate::types::{Fork, Lsn, Oid, Xid};
+use crate::types::{Fork, FullXid, Lsn, Oid, Xid};
 use crate::wal::control::{ControlFile, DbState};
 use crate::wal::{RecordBuilder, Rmgr, Wal, WalStats};
 use crate::xact::{TransactionManager, XactOptions};
@@ -804,6 +804,15 @@ impl Database {
     /// The prepared transactions, by XID (`pg_prepared_xacts`).
     pub fn prepared_xacts(&self) -> Vec<crate::xact::PreparedXact> {
         self.inner.xact.prepared_xacts()
+    }
+
+    /// A snapshot taken now, as 64-bit XIDs `(xmin, xmax, xip)` (PostgreSQL's
+    /// `txid_current_snapshot()`/`pg_current_snapshot()`): every XID before `xmin` had ended,
+    /// `xmax` is the next to be assigned, `xip` the top-level transactions running between.
+    pub fn snapshot_now(&self) -> (FullXid, FullXid, Vec<FullXid>) {
+        let s = self.inner.xact.get_snapshot(None);
+        let next = self.inner.xact.next_full_xid();
+        (next.widen(s.xmin), next.widen(s.xmax), s.xip.iter().map(|&x| next.widen(x)).collect())
     }
 
     /// The oldest XID any snapshot may still need (`OldestXmin`).
