@@ -58,6 +58,10 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
     let (limit, engine): (Vec<String>, Vec<String>) =
         a.set.iter().cloned().partition(|kv| kv.split_once('=').is_some_and(|(k, _)| k.trim() == "max_connections"));
     let config = crate::config_from(&engine)?;
+    let command_line = engine
+        .iter()
+        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+        .collect();
     let mut max_connections = 100;
     for kv in &limit {
         let v = kv.split_once('=').map_or("", |(_, v)| v.trim());
@@ -89,6 +93,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         listen: if a.listen == "localhost" { "127.0.0.1".into() } else { a.listen },
         port: a.port,
         config,
+        command_line,
         password,
         log_to_stderr: true,
         max_connections,

@@ -185,7 +185,7 @@ pub fn eval(
                 Err(err) => match ident_name(i).as_str() {
                     "current_timestamp" | "localtimestamp" => Datum::Timestamp(now_micros()),
                     "current_date" => Datum::Date(now_micros().div_euclid(86_400_000_000) as i32),
-                    "current_user" | "session_user" | "user" => Datum::Text("postgres".into()),
+                    "current_user" | "session_user" | "user" | "current_catalog" => Datum::Text("postgres".into()),
                     _ => return Err(err),
                 },
             }
@@ -990,6 +990,18 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
             BinaryOperator::StringConcat => SqlType::Text,
             _ => SqlType::Bool,
         },
+        // A scalar subquery: its one output's type where the expression alone says it (a cast,
+        // a typed function); the subquery's own columns are not in this scope.
+        Expr::Subquery(q) => match q.body.as_ref() {
+            sqlparser::ast::SetExpr::Select(sel) => match sel.projection.first() {
+                Some(sqlparser::ast::SelectItem::UnnamedExpr(x))
+                | Some(sqlparser::ast::SelectItem::ExprWithAlias { expr: x, .. }) => {
+                    infer_type(x, &Scope::empty(), params)
+                }
+                _ => SqlType::Text,
+            },
+            _ => SqlType::Text,
+        },
         Expr::IsNull(_)
         | Expr::IsNotNull(_)
         | Expr::Between { .. }
@@ -1026,6 +1038,9 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
                 "nextval" | "currval" | "setval" => SqlType::Int8,
                 "pg_get_replica_identity_index" => SqlType::Int8,
                 "pg_get_expr" => SqlType::Text,
+                "pg_reload_conf" => SqlType::Bool,
+                "pg_read_binary_file" => SqlType::Bytea,
+                "txid_snapshot_xmin" | "txid_snapshot_xmax" | "pg_snapshot_xmin" | "pg_snapshot_xmax" => SqlType::Int8,
                 _ => SqlType::Text,
             }
         }
@@ -1096,7 +1111,16 @@ pub fn infer_params(e: &Expr, scope: &Scope<'_>, out: &mut Vec<Option<SqlType>>)
             }
         }
         Expr::Function(f) => {
-            for a in func_args(f).ok().flatten().unwrap_or_default() {
+            // Functions whose arguments are not text.
+            let signature: &[SqlType] = match func_name(f).as_str() {
+                "pg_read_binary_file" => &[SqlType::Text, SqlType::Int8, SqlType::Int8, SqlType::Bool],
+                _ => &[],
+            };
+            let args = func_args(f).ok().flatten().unwrap_or_default();
+            for (a, &t) in args.iter().zip(signature) {
+                note(a, t);
+            }
+            for a in args {
                 infer_params(a, scope, out);
             }
         }

@@ -169,6 +169,13 @@ impl Registry {
         slot.key = Some((pid, key));
     }
 
+    /// Every registered session's pid and transaction status, by pid.
+    pub fn sessions_now(&self) -> Vec<(i32, TxStatus)> {
+        let mut v: Vec<(i32, TxStatus)> = self.sessions.lock().iter().map(|((pid, _), c)| (*pid, c.status())).collect();
+        v.sort_by_key(|(pid, _)| *pid);
+        v
+    }
+
     /// Fast shutdown: every registered session's statement stops at its next interruption
     /// point (PostgreSQL's postmaster sends its backends SIGTERM).
     pub fn terminate_all(&self) {

@@ -41,6 +41,7 @@
 //!
 //! See `docs/server.md` for what is supported and what is not.
 
+pub mod autoconf;
 pub mod catalog;
 pub mod conn;
 pub mod copy;
@@ -51,6 +52,7 @@ pub mod error;
 pub mod expr;
 pub mod frames;
 pub mod fuzzing;
+pub mod genfile;
 pub mod interrupt;
 pub mod join;
 pub mod log;
@@ -153,6 +155,41 @@ pub struct Shared {
     pub senders: walsender::Senders,
     /// TLS for clients that ask for it (`--ssl-cert-file`, `--ssl-key-file`).
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Where the configuration comes from: `ALTER SYSTEM`, `pg_reload_conf()` ([`autoconf`]).
+    pub config_sources: autoconf::Sources,
+}
+
+impl Shared {
+    /// `pg_reload_conf()` and SIGHUP: rebuilds the configuration from its sources and hands
+    /// it to the engine, logging what changed and what needs a restart, as PostgreSQL does.
+    pub fn reload_config(&self) -> Result<(), SqlError> {
+        let _g = self.config_sources.lock.lock();
+        self.log.line("LOG", "received SIGHUP, reloading configuration files");
+        let next = match self.config_sources.effective() {
+            Ok(c) => c,
+            Err(e) => {
+                self.log.line(
+                    "LOG",
+                    &format!("{}; configuration file contains errors; no changes were applied", e.message),
+                );
+                return Ok(());
+            }
+        };
+        let before = self.db.config();
+        let unapplied = self.db.reload_config(next.clone());
+        for name in settledb::config::PARAMETERS {
+            let (old, new) = (settings::engine_value(&before, name), settings::engine_value(&next, name));
+            if old == new {
+                continue;
+            }
+            if unapplied.contains(name) {
+                self.log.line("LOG", &format!("parameter \"{name}\" cannot be changed without restarting the server"));
+            } else if let Some(new) = new {
+                self.log.line("LOG", &format!("parameter \"{name}\" changed to \"{new}\""));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// How to run a server.
@@ -160,7 +197,11 @@ pub struct ServeOptions {
     pub dir: PathBuf,
     pub listen: String,
     pub port: u16,
+    /// The engine configuration before `postgresql.auto.conf` ([`autoconf`]).
     pub config: Config,
+    /// `settle serve --set` pairs: applied after `postgresql.auto.conf`, so they win (as
+    /// PostgreSQL's `-c` does). Already in `config` too.
+    pub command_line: Vec<(String, String)>,
     pub password: Option<String>,
     /// Print the log to stderr too.
     pub log_to_stderr: bool,
@@ -178,6 +219,7 @@ impl ServeOptions {
             listen: "127.0.0.1".into(),
             port: 5432,
             config: Config::default(),
+            command_line: Vec::new(),
             password: None,
             log_to_stderr: true,
             max_connections: 100,
@@ -206,7 +248,13 @@ impl Server {
     /// Opens (creating if needed) the data directory and binds the listening socket.
     pub async fn bind(opts: ServeOptions) -> Result<Server, ServeError> {
         let dir = opts.dir.clone();
-        let config = opts.config.clone();
+        let config_sources = autoconf::Sources {
+            dir: opts.dir.clone(),
+            base: opts.config.clone(),
+            command_line: opts.command_line.clone(),
+            lock: Default::default(),
+        };
+        let config = config_sources.effective()?;
         let db = tokio::task::spawn_blocking(move || Database::open(&dir, config))
             .await
             .map_err(|e| SqlError::new("XX000", format!("opening the database panicked: {e}")))??;
@@ -248,6 +296,7 @@ impl Server {
             registry,
             senders: Default::default(),
             tls,
+            config_sources,
         });
         Ok(Server { sh, listener })
     }
@@ -264,6 +313,7 @@ impl Server {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         sh.log.line("LOG", "database system is ready to accept connections");
         let pump = tokio::spawn(log_pump(sh.clone()));
+        let hangup = tokio::spawn(reload_on_sighup(sh.clone()));
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -292,6 +342,8 @@ impl Server {
         drop(handler);
         pump.abort();
         let _ = pump.await;
+        hangup.abort();
+        let _ = hangup.await;
         // Connection threads end once told to stop (a running statement stops at its next
         // interruption point; one inside a single engine call, VACUUM say, finishes first);
         // then the database is ours alone.
@@ -345,6 +397,16 @@ async fn log_pump(sh: Arc<Shared>) {
 }
 
 /// Resolves when SIGINT or SIGTERM arrives.
+/// SIGHUP rereads the configuration, as PostgreSQL's postmaster does ([`Shared::reload_config`]).
+async fn reload_on_sighup(sh: Arc<Shared>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+    while hup.recv().await.is_some() {
+        let sh = sh.clone();
+        let _ = tokio::task::spawn_blocking(move || sh.reload_config()).await;
+    }
+}
+
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = match signal(SignalKind::terminate()) {

@@ -42,6 +42,12 @@ pub enum Stmt {
     },
     /// CREATE / ALTER / DROP PUBLICATION.
     Publication(PublicationCmd),
+    /// `ALTER SYSTEM SET name { = | TO } value` (`Some`), `ALTER SYSTEM SET name TO DEFAULT`
+    /// and `ALTER SYSTEM RESET name` (`None`), `ALTER SYSTEM RESET ALL` (name `all`).
+    AlterSystem {
+        name: String,
+        value: Option<String>,
+    },
     /// Only whitespace and comments.
     Empty,
 }
@@ -191,6 +197,9 @@ pub fn parse_one(sql: &str) -> Result<Stmt, SqlError> {
         "ANALYZE" | "ANALYSE" => return Ok(Stmt::Analyze(Toks::new(&toks[1..]).analyze()?)),
         "CHECKPOINT" if toks.len() == 1 => return Ok(Stmt::Checkpoint),
         "COPY" => return Ok(Stmt::Copy(Toks::new(&toks[1..]).copy()?)),
+        "ALTER" if toks.get(1).and_then(word).is_some_and(|w| w.value.eq_ignore_ascii_case("SYSTEM")) => {
+            return Toks::new(&toks[2..]).alter_system();
+        }
         "CREATE" | "ALTER" | "DROP"
             if toks.get(1).and_then(word).is_some_and(|w| w.value.eq_ignore_ascii_case("PUBLICATION")) =>
         {
@@ -307,6 +316,44 @@ impl<'a> Toks<'a> {
             }
             None => Err(self.err()),
         }
+    }
+
+    /// What follows `ALTER SYSTEM`.
+    fn alter_system(mut self) -> Result<Stmt, SqlError> {
+        let set = if self.eat_kw("SET") {
+            true
+        } else if self.eat_kw("RESET") {
+            false
+        } else {
+            return Err(self.err());
+        };
+        let name = self.ident()?;
+        let value = if set {
+            if !self.eat_kw("TO") && !self.eat(&Token::Eq) {
+                return Err(self.err());
+            }
+            if self.eat_kw("DEFAULT") {
+                None
+            } else {
+                let negative = self.eat(&Token::Minus);
+                let v = match self.next() {
+                    Some(Token::Number(n, _)) => n.clone(),
+                    Some(Token::SingleQuotedString(s)) if !negative => s.clone(),
+                    Some(Token::Word(w)) if !negative => w.value.clone(),
+                    _ => {
+                        self.i -= 1;
+                        return Err(self.err());
+                    }
+                };
+                Some(if negative { format!("-{v}") } else { v })
+            }
+        } else {
+            None
+        };
+        if !self.done() {
+            return Err(self.err());
+        }
+        Ok(Stmt::AlterSystem { name, value })
     }
 
     /// An option's value: a word, number or string, as text.
@@ -714,6 +761,21 @@ mod tests {
         let Stmt::Copy(c) = parse_one("COPY t (a, b) TO STDOUT WITH (FORMAT csv, HEADER)").unwrap() else { panic!() };
         assert!(!c.from_stdin && c.header && c.delimiter == ',' && c.columns == ["a", "b"]);
         assert!(matches!(parse_one("CHECKPOINT").unwrap(), Stmt::Checkpoint));
+        let alter = |sql: &str| match parse_one(sql).unwrap() {
+            Stmt::AlterSystem { name, value } => (name, value),
+            s => panic!("{sql}: {s:?}"),
+        };
+        assert_eq!(
+            alter("ALTER SYSTEM SET autovacuum_naptime = '1s'"),
+            ("autovacuum_naptime".into(), Some("1s".into()))
+        );
+        assert_eq!(alter("alter system set lock_timeout to -1"), ("lock_timeout".into(), Some("-1".into())));
+        assert_eq!(alter("ALTER SYSTEM SET autovacuum TO on"), ("autovacuum".into(), Some("on".into())));
+        assert_eq!(alter("ALTER SYSTEM SET autovacuum TO DEFAULT"), ("autovacuum".into(), None));
+        assert_eq!(alter("ALTER SYSTEM RESET ALL"), ("all".into(), None));
+        assert!(parse_one("ALTER SYSTEM SET x = 1 2").is_err());
+        assert!(parse_one("ALTER SYSTEM SET x").is_err());
+        assert!(parse_one("ALTER SYSTEM").is_err());
         let publication = |sql: &str| match parse_one(sql).unwrap() {
             Stmt::Publication(p) => p,
             other => panic!("{sql}: {other:?}"),

@@ -8,8 +8,15 @@
 //! index applies the table is read sequentially. The whole WHERE clause is then re-checked on
 //! every row found, so the access path only ever narrows the search.
 //!
+//! A conjunct `column IN (constants)` or `column IN (subquery)`, the subquery uncorrelated (it
+//! runs once for the statement), on the column after the equality prefix, makes the scan a
+//! set of point lookups, one per distinct value (PostgreSQL's `= ANY` index condition, or
+//! the nested loop of its semi-join plan): BenchmarkSQL's Stock-Level reads the stock rows of
+//! its twenty orders' items this way instead of every stock row of the warehouse.
+//!
 //! ```text
 //!   WHERE aid = $1                       -> pgbench_accounts_pkey, key [aid]   (exact, unique)
+//!   WHERE w = $1 AND i IN (SELECT ...)   -> pkey (w, i): one lookup per item the subquery gives
 //!   WHERE a = 1 AND b > 5 AND c = 2      -> index (a, b): [1, 5) .. [1, +inf), c rechecked
 //!   WHERE abalance > 0                   -> sequential scan
 //! ```
@@ -69,6 +76,13 @@ pub enum Access {
         hi: KeyBound,
         exact_unique: Option<Vec<Value>>,
         conjuncts_used: usize,
+    },
+    /// Point lookups of `keys` (sorted, distinct): an equality prefix and the values of an
+    /// `IN` on the next column. `unique` when each key names at most one row.
+    Points {
+        index: Index,
+        keys: Vec<Vec<Value>>,
+        unique: bool,
     },
     /// A bound compared with NULL: no row can match.
     Nothing,
@@ -174,38 +188,85 @@ fn facts<'e>(parts: &[&'e Expr], scope: &Scope<'_>) -> Vec<(usize, Op, &'e Expr,
     out
 }
 
+/// The values of a `column IN (...)` conjunct.
+enum InValues<'e> {
+    List(&'e [Expr]),
+    Subquery(&'e sqlparser::ast::Query),
+}
+
+/// `column IN (constants)` and `column IN (uncorrelated subquery)` conjuncts, by column
+/// position (NOT IN bounds nothing).
+fn in_facts<'e>(parts: &[&'e Expr], scope: &Scope<'_>) -> Vec<(usize, InValues<'e>)> {
+    let col = |e: &Expr| match e {
+        Expr::Identifier(i) => scope.resolve(std::slice::from_ref(i)).ok(),
+        Expr::CompoundIdentifier(p) => scope.resolve(p).ok(),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    for p in parts {
+        match p {
+            Expr::InList { expr, list, negated: false } if list.iter().all(is_const) => {
+                if let Some(c) = col(expr) {
+                    out.push((c, InValues::List(list)));
+                }
+            }
+            Expr::InSubquery { expr, subquery, negated: false } => {
+                // Correlated (it names this table): it would run per row; not a lookup set.
+                let probe = vec![Datum::Null; scope.cols.len()];
+                if crate::correlate::bind_outer(subquery, scope, &probe).is_some() {
+                    continue;
+                }
+                if let Some(c) = col(expr) {
+                    out.push((c, InValues::Subquery(subquery)));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// An index the WHERE clause can use: (score, index, equality facts, range facts, IN fact).
+type Candidate = (usize, Index, Vec<usize>, Vec<usize>, Option<usize>);
+
 /// Chooses the access path for `selection` on `t`.
 pub fn access(cx: &mut Cx<'_, '_>, t: &Target, selection: Option<&Expr>) -> Result<Access, SqlError> {
     let Some(sel) = selection else { return Ok(Access::Seq) };
     let parts = conjuncts(sel);
     let scope = t.scope();
     let facts = facts(&parts, &scope);
-    if facts.is_empty() {
+    let ins = in_facts(&parts, &scope);
+    if facts.is_empty() && ins.is_empty() {
         return Ok(Access::Seq);
     }
-    // (score, index, equality facts, range facts)
-    let mut best: Option<(usize, Index, Vec<usize>, Vec<usize>)> = None;
+    let mut best: Option<Candidate> = None;
     for index in cx.db.indexes(&t.table) {
         let positions: Vec<usize> =
             index.columns().iter().filter_map(|n| t.cols.iter().position(|c| &c.name == n)).collect();
         let mut eqs = Vec::new();
         let mut ranges = Vec::new();
+        let mut set = None;
         for &p in &positions {
             if let Some(f) = facts.iter().position(|f| f.0 == p && f.1 == Op::Eq) {
                 eqs.push(f);
                 continue;
             }
-            ranges = facts.iter().enumerate().filter(|(_, f)| f.0 == p && f.1 != Op::Eq).map(|(i, _)| i).collect();
+            set = ins.iter().position(|f| f.0 == p);
+            if set.is_none() {
+                ranges = facts.iter().enumerate().filter(|(_, f)| f.0 == p && f.1 != Op::Eq).map(|(i, _)| i).collect();
+            }
             break;
         }
-        let score = 2 * eqs.len() + usize::from(!ranges.is_empty());
-        let exact = eqs.len() == positions.len() && index.is_unique();
+        // An IN counts as an equality: each of its lookups binds one more column.
+        let bound = eqs.len() + usize::from(set.is_some());
+        let score = 2 * bound + usize::from(!ranges.is_empty());
+        let exact = bound == positions.len() && index.is_unique();
         let score = score + usize::from(exact);
         if score > 0 && best.as_ref().is_none_or(|b| score > b.0) {
-            best = Some((score, index, eqs, ranges));
+            best = Some((score, index, eqs, ranges, set));
         }
     }
-    let Some((_, index, eqs, ranges)) = best else { return Ok(Access::Seq) };
+    let Some((_, index, eqs, ranges, set)) = best else { return Ok(Access::Seq) };
     let mut prefix = Vec::new();
     let mut used = std::collections::BTreeSet::new();
     for &f in &eqs {
@@ -213,6 +274,36 @@ pub fn access(cx: &mut Cx<'_, '_>, t: &Target, selection: Option<&Expr>) -> Resu
         let Some(v) = constant(cx, e, &t.cols[c])? else { return Ok(Access::Nothing) };
         prefix.push(v);
         used.insert(i);
+    }
+    if let Some(f) = set {
+        let (c, ref values) = ins[f];
+        let col = &t.cols[c];
+        let mut datums: Vec<Datum> = match values {
+            InValues::List(list) => {
+                list.iter().map(|e| eval(e, &Scope::empty(), &[], cx, None)).collect::<Result<_, _>>()?
+            }
+            InValues::Subquery(q) => match crate::expr::Env::subquery(cx, q, &Scope::empty(), &[]) {
+                Some(rows) => rows?.iter().filter_map(|r| r.first().cloned()).collect(),
+                None => return Ok(Access::Seq),
+            },
+        };
+        // NULL matches nothing; the rest in key order, each once.
+        datums.retain(|d| !d.is_null());
+        datums.sort_by(|a, b| crate::types::compare(a, b).unwrap_or(std::cmp::Ordering::Equal));
+        datums.dedup_by(|a, b| crate::types::compare(a, b) == Some(std::cmp::Ordering::Equal));
+        // A value the column cannot hold matches no row (the WHERE clause, rechecked on every
+        // row found, decides the rest).
+        let found: Vec<Value> = datums.into_iter().filter_map(|d| d.to_stored(col.ty, &col.name).ok()).collect();
+        let unique = index.is_unique() && eqs.len() + 1 == index.columns().len();
+        let keys = found
+            .into_iter()
+            .map(|v| {
+                let mut k = prefix.clone();
+                k.push(v);
+                k
+            })
+            .collect();
+        return Ok(Access::Points { index, keys, unique });
     }
     let mut lo = KeyBound::Included(prefix.clone());
     let mut hi = KeyBound::Included(prefix.clone());
@@ -275,6 +366,15 @@ pub fn fetch(cx: &mut Cx<'_, '_>, t: &Target, a: &Access) -> Result<Vec<(Tid, Ve
             cx.interrupts.check()?;
             rows
         }
+        Access::Points { index, keys, unique } => {
+            let mut rows = Vec::new();
+            for k in keys {
+                let b = KeyBound::Included(k.clone());
+                rows.extend(cx.tx.range(index, b.clone(), b, ScanDirection::Forward, unique.then_some(1))?);
+                cx.interrupts.tick()?;
+            }
+            rows
+        }
     })
 }
 
@@ -287,9 +387,22 @@ pub fn fetch_index_only(
     a: &Access,
     keys: &[usize],
 ) -> Result<Vec<Vec<Datum>>, SqlError> {
-    let Access::Index { index, lo, hi, exact_unique, .. } = a else { return Ok(Vec::new()) };
-    let limit = exact_unique.as_ref().map(|_| 1);
-    let found = cx.tx.index_only(index, lo.clone(), hi.clone(), ScanDirection::Forward, limit)?;
+    let found = match a {
+        Access::Index { index, lo, hi, exact_unique, .. } => {
+            let limit = exact_unique.as_ref().map(|_| 1);
+            cx.tx.index_only(index, lo.clone(), hi.clone(), ScanDirection::Forward, limit)?
+        }
+        Access::Points { index, keys, unique } => {
+            let mut found = Vec::new();
+            for k in keys {
+                let b = KeyBound::Included(k.clone());
+                found.extend(cx.tx.index_only(index, b.clone(), b, ScanDirection::Forward, unique.then_some(1))?);
+                cx.interrupts.tick()?;
+            }
+            found
+        }
+        Access::Seq | Access::Nothing => return Ok(Vec::new()),
+    };
     cx.interrupts.check()?;
     Ok(found
         .into_iter()

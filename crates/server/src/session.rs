@@ -229,15 +229,66 @@ impl Env for Cx<'_, '_> {
                 Some(n) => settings::show(self.db, self.settings, &n).map(Datum::Text),
                 None => Ok(Datum::Null),
             },
-            "pg_relation_size" => match args.first().and_then(Datum::to_text) {
-                Some(t) => self
-                    .db
-                    .table(&t)
-                    .map_err(SqlError::from)
-                    .and_then(|tb| self.db.table_pages(&tb).map_err(SqlError::from))
-                    .map(|p| Datum::Int(i64::from(p) * 8192)),
-                None => Ok(Datum::Null),
+            "pg_relation_size" => match args.first() {
+                None | Some(Datum::Null) => Ok(Datum::Null),
+                Some(rel) => relation_size(self.db, rel, args.get(1)),
             },
+            "current_database" => Ok(Datum::Text("postgres".into())),
+            "pg_reload_conf" => self.sh.reload_config().map(|()| Datum::Bool(true)),
+            "pg_current_logfile" => {
+                let dir = &self.sh.config_sources.dir;
+                Ok(if dir.join(crate::genfile::LOG_FILE).exists() {
+                    Datum::Text(crate::genfile::LOG_FILE.into())
+                } else {
+                    Datum::Null
+                })
+            }
+            "pg_read_binary_file" => {
+                let int = |i: usize| match args.get(i) {
+                    Some(Datum::Int(n)) => Ok(Some(*n)),
+                    None | Some(Datum::Null) => Ok(None),
+                    Some(d) => crate::expr::as_f64(d).map(|f| Some(f as i64)),
+                };
+                match args.first() {
+                    None | Some(Datum::Null) => Ok(Datum::Null),
+                    Some(p) => (|| {
+                        let path = p.to_text().unwrap_or_default();
+                        let (offset, length) = match args.len() {
+                            1 => (0, None),
+                            _ => (int(1)?.unwrap_or(0), int(2)?),
+                        };
+                        let missing_ok = matches!(args.get(3), Some(Datum::Bool(true)));
+                        let dir = &self.sh.config_sources.dir;
+                        crate::genfile::read_binary_file(dir, &path, offset, length, missing_ok)
+                            .map(|b| b.map_or(Datum::Null, Datum::Bytea))
+                    })(),
+                }
+            }
+            // `xmin:xmax:xip,...` with 64-bit XIDs (the text form of txid_snapshot).
+            "txid_current_snapshot" | "pg_current_snapshot" => {
+                let (xmin, xmax, xip) = self.db.snapshot_now();
+                let xip: Vec<String> = xip.iter().map(|x| x.0.to_string()).collect();
+                Ok(Datum::Text(format!("{}:{}:{}", xmin.0, xmax.0, xip.join(","))))
+            }
+            "txid_snapshot_xmin" | "txid_snapshot_xmax" | "pg_snapshot_xmin" | "pg_snapshot_xmax" => {
+                match args.first().and_then(Datum::to_text) {
+                    None => Ok(Datum::Null),
+                    Some(t) => {
+                        let mut parts = t.splitn(3, ':');
+                        let (lo, hi) = (parts.next(), parts.next());
+                        let pick = if name.ends_with("xmin") { lo } else { hi };
+                        match pick.and_then(|v| v.parse::<i64>().ok()) {
+                            Some(v) if parts.next().is_some() => Ok(Datum::Int(v)),
+                            _ => Err(SqlError::new(
+                                "22P02",
+                                format!("invalid input syntax for type txid_snapshot: \"{t}\""),
+                            )),
+                        }
+                    }
+                }
+            }
+            // Statistics are read live here: there is no per-transaction snapshot to drop.
+            "pg_stat_clear_snapshot" => Ok(Datum::Null),
             // The slot would wait for this very transaction to finish (its consistent point).
             "pg_create_logical_replication_slot" if self.tx.xid().is_some() => Err(SqlError::new(
                 "25001",
@@ -379,6 +430,11 @@ impl<'db> Session<'db> {
             Stmt::Checkpoint => {
                 self.db.checkpoint()?;
                 Ok(Outcome::Command("CHECKPOINT".into()))
+            }
+            Stmt::AlterSystem { name, value } => {
+                self.outside_block("ALTER SYSTEM")?;
+                self.sh.config_sources.alter(name, value.as_deref())?;
+                Ok(Outcome::Command("ALTER SYSTEM".into()))
             }
             Stmt::Copy(c) => self.copy_start(c, params),
             Stmt::Publication(c) => {
@@ -884,4 +940,50 @@ fn statement_head(s: &Statement) -> String {
 /// Converts an engine row to datums by the SQL column types.
 pub fn datums(values: &[Value], cols: &[crate::catalog::ColumnDef]) -> Vec<Datum> {
     values.iter().zip(cols).map(|(v, c)| Datum::from_stored(v, c.ty)).collect()
+}
+
+/// `pg_relation_size(relation [, fork])`: a table's or an index's size in bytes, the relation
+/// named (`'t'`) or given by OID (`c.oid`, `i.indexrelid`). Only the main fork is measured.
+fn relation_size(db: &Database, rel: &Datum, fork: Option<&Datum>) -> Result<Datum, SqlError> {
+    match fork.and_then(Datum::to_text).as_deref() {
+        None | Some("main") => {}
+        Some(f @ ("fsm" | "vm" | "init")) => {
+            return Err(SqlError::unsupported(format!("pg_relation_size of the {f} fork (only main is measured)")))
+        }
+        Some(f) => {
+            return Err(SqlError::new("22023", "invalid fork name")
+                .with_hint(format!("Valid fork names are \"main\", \"fsm\", \"vm\", and \"init\" (got \"{f}\").")))
+        }
+    }
+    let pages = match rel {
+        Datum::Int(oid) => {
+            let mut found = None;
+            for t in db.tables() {
+                if i64::from(t.oid().0) == *oid {
+                    found = Some(db.table_pages(&t)?);
+                    break;
+                }
+                if let Some(ix) = db.indexes(&t).into_iter().find(|ix| i64::from(ix.oid().0) == *oid) {
+                    found = Some(db.index_pages(&ix)?);
+                    break;
+                }
+            }
+            // PostgreSQL answers NULL for an OID that names no relation.
+            match found {
+                Some(p) => p,
+                None => return Ok(Datum::Null),
+            }
+        }
+        other => {
+            let name = other.to_text().unwrap_or_default();
+            match db.table(&name) {
+                Ok(t) => db.table_pages(&t)?,
+                Err(_) => db
+                    .index(&name)
+                    .and_then(|ix| db.index_pages(&ix))
+                    .map_err(|_| SqlError::new("42P01", format!("relation \"{name}\" does not exist")))?,
+            }
+        }
+    };
+    Ok(Datum::Int(i64::from(pages) * 8192))
 }

@@ -165,6 +165,11 @@ pub fn set(db: &Database, s: &mut BTreeMap<String, String>, name: &str, value: &
             s.insert(name.to_string(), value.to_string());
             return Ok(());
         }
+        if !settledb::config::AT_OPEN.contains(&name) {
+            return Err(SqlError::new("55P02", format!("parameter \"{name}\" cannot be changed now")).with_hint(
+                format!("Change it for the server: ALTER SYSTEM SET {name} = '{value}', then SELECT pg_reload_conf()."),
+            ));
+        }
         return Err(SqlError::new("55P02", format!("parameter \"{name}\" cannot be changed now")).with_hint(format!(
             "settledb reads it when the data directory is opened: restart with `settle serve --set {name}={value}`."
         )));
@@ -213,7 +218,16 @@ pub fn kind(db: &Database, s: &BTreeMap<String, String>, name: &str) -> Kind {
         return Kind { context: if name == "max_connections" { "postmaster" } else { "internal" }, source: "default" };
     }
     let settable = CLIENT.iter().any(|(k, _)| *k == name) || SESSION_ENGINE.contains(&name.as_str());
-    let context = if settable { "user" } else { "postmaster" };
+    let reloadable =
+        settledb::config::PARAMETERS.contains(&name.as_str()) && !settledb::config::AT_OPEN.contains(&name.as_str());
+    // `sighup`: ALTER SYSTEM, then pg_reload_conf() (autoconf).
+    let context = if settable {
+        "user"
+    } else if reloadable {
+        "sighup"
+    } else {
+        "postmaster"
+    };
     let session_value = s.get(&name);
     let client_default = CLIENT.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
     let source = match (session_value, client_default) {
@@ -324,7 +338,7 @@ fn ms(v: u64) -> String {
 }
 
 /// An engine parameter's value in PostgreSQL's spelling.
-fn engine_value(c: &Config, name: &str) -> Option<String> {
+pub(crate) fn engine_value(c: &Config, name: &str) -> Option<String> {
     Some(match name {
         "shared_buffers" => size(c.shared_buffers_bytes as u64),
         "synchronous_commit" => on(c.synchronous_commit),
@@ -348,6 +362,10 @@ fn engine_value(c: &Config, name: &str) -> Option<String> {
         "vacuum_freeze_min_age" => c.vacuum_freeze_min_age.to_string(),
         "vacuum_freeze_table_age" => c.vacuum_freeze_table_age.to_string(),
         "vacuum_failsafe_age" => c.vacuum_failsafe_age.to_string(),
+        "autovacuum_multixact_freeze_max_age" => c.multixact_ages[0].to_string(),
+        "vacuum_multixact_freeze_min_age" => c.multixact_ages[1].to_string(),
+        "vacuum_multixact_freeze_table_age" => c.multixact_ages[2].to_string(),
+        "vacuum_multixact_failsafe_age" => c.multixact_ages[3].to_string(),
         "vacuum_freeze_policy" => c.vacuum_freeze_policy.name().into(),
         "vacuum_max_eager_freeze_failure_rate" => c.vacuum_max_eager_freeze_failure_rate.to_string(),
         "vacuum_fsm_settled" => c.vacuum_fsm_settled.map_or("auto".into(), on),

@@ -6,8 +6,9 @@
 //!   `pg_encoding_to_char` names its encoding, so psql's `\l` lists it.
 //! - `pg_settings`: every parameter SHOW ALL lists, for this session (a SET shows): `setting`
 //!   is SHOW's text, with its unit in it (`128MB`; PostgreSQL prints `16384` and `unit` `8kB`,
-//!   so `unit` is NULL here), `context` (`user` for what SET changes, `postmaster` for what
-//!   the directory's open reads, `internal` for the fixed ones), `vartype` as the value reads,
+//!   so `unit` is NULL here), `context` (`user` for what SET changes, `sighup` for what
+//!   `ALTER SYSTEM` and `pg_reload_conf()` change (crate::autoconf), `postmaster` for what the
+//!   directory's open reads, `internal` for the fixed ones), `vartype` as the value reads,
 //!   `source` (`session`, `command line` for a `settle serve --set` value, else `default`).
 //! - `pg_stat_wal`: WAL records, full-page images and bytes, writes forced by full WAL buffers,
 //!   writes and fsyncs, kept across clean restarts; the write and sync times are not timed

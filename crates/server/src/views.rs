@@ -8,7 +8,10 @@
 //! `holder`: what owns the lock, "transaction", "ddl", "vacuum", "autovacuum", or "prepared" for a
 //! prepared transaction recovered at startup), and `pg_namespace` and `pg_am` (fixed rows: the
 //! schemas and access methods there are), which with `pg_class`'s extra join columns
-//! ([`class_extras`]) answer psql's `\dt`. They are materialized when a query reads them; a
+//! ([`class_extras`]) answer psql's `\dt`; and `pg_stat_activity` (PostgreSQL 15's columns: a
+//! row per client session, its `state` from its transaction status, so a session running a
+//! statement shows as idle; one per running autovacuum, `backend_type` `autovacuum worker`;
+//! one per WAL sender; times, queries and wait events NULL). They are materialized when a query reads them; a
 //! SELECT may filter, sort, join and aggregate them like a table.
 
 use settledb::Database;
@@ -33,6 +36,32 @@ const USER_TABLES_COUNTS: [&str; 12] = [
     "n_ins_since_vacuum",
     "vacuum_count",
     "autovacuum_count",
+];
+
+/// `pg_stat_activity`'s columns (PostgreSQL 15's; the times as text, NULL here).
+const ACTIVITY_COLUMNS: [&str; 22] = [
+    "datid",
+    "datname",
+    "pid",
+    "leader_pid",
+    "usesysid",
+    "usename",
+    "application_name",
+    "client_addr",
+    "client_hostname",
+    "client_port",
+    "backend_start",
+    "xact_start",
+    "query_start",
+    "state_change",
+    "wait_event_type",
+    "wait_event",
+    "state",
+    "backend_xid",
+    "backend_xmin",
+    "query_id",
+    "query",
+    "backend_type",
 ];
 
 const DATABASE_COUNTS: [&str; 10] = [
@@ -111,6 +140,19 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             Some(vec![col("oid", SqlType::Int8), col("nspname", SqlType::Text), col("nspowner", SqlType::Int8)])
         }
         "pg_am" => Some(vec![col("oid", SqlType::Int8), col("amname", SqlType::Text), col("amtype", SqlType::Text)]),
+        "pg_stat_activity" => Some(
+            ACTIVITY_COLUMNS
+                .iter()
+                .map(|&n| {
+                    let ty = match n {
+                        "datid" | "pid" | "leader_pid" | "usesysid" | "client_port" | "backend_xid"
+                        | "backend_xmin" | "query_id" => SqlType::Int8,
+                        _ => SqlType::Text,
+                    };
+                    col(n, ty)
+                })
+                .collect(),
+        ),
         // PostgreSQL 15's columns; addresses, LSNs and the lags (intervals) as text.
         "pg_stat_replication" => {
             use SqlType::{Int8, Text, Timestamp};
@@ -280,6 +322,47 @@ pub fn rows(sh: &crate::Shared, settings: &std::collections::BTreeMap<String, St
     let db: &Database = &sh.db;
     let n = |x: u64| Datum::Int(x as i64);
     match name {
+        "pg_stat_activity" => {
+            let row = |pid: Datum, state: Option<&str>, backend_type: &str, client: bool| {
+                let mut r = vec![Datum::Null; ACTIVITY_COLUMNS.len()];
+                r[2] = pid;
+                if client {
+                    r[0] = Datum::Int(crate::sysviews::DATABASE_OID);
+                    r[1] = Datum::Text("postgres".into());
+                    r[4] = Datum::Int(OWNER);
+                    r[5] = Datum::Text("postgres".into());
+                }
+                r[16] = state.map_or(Datum::Null, |s| Datum::Text(s.into()));
+                r[21] = Datum::Text(backend_type.into());
+                r
+            };
+            let mut out: Vec<Vec<Datum>> = sh
+                .registry
+                .sessions_now()
+                .into_iter()
+                .map(|(pid, status)| {
+                    let state = match status {
+                        crate::interrupt::TxStatus::Idle => "idle",
+                        crate::interrupt::TxStatus::InBlock => "idle in transaction",
+                        crate::interrupt::TxStatus::Failed => "idle in transaction (aborted)",
+                    };
+                    row(Datum::Int(i64::from(pid)), Some(state), "client backend", true)
+                })
+                .collect();
+            out.extend(
+                db.vacuum_progress()
+                    .into_iter()
+                    .filter(|p| p.autovacuum)
+                    .map(|_| row(Datum::Null, None, "autovacuum worker", false)),
+            );
+            out.extend(
+                sh.senders
+                    .snapshot()
+                    .into_iter()
+                    .map(|s| row(Datum::Int(i64::from(s.pid)), Some("active"), "walsender", true)),
+            );
+            out
+        }
         "pg_stat_replication" => sh
             .senders
             .snapshot()
@@ -354,7 +437,7 @@ pub fn rows(sh: &crate::Shared, settings: &std::collections::BTreeMap<String, St
         }
         "pg_stat_database" => {
             let s = db.stats();
-            let mut r = vec![n(1), Datum::Text("settledb".into())];
+            let mut r = vec![Datum::Int(crate::sysviews::DATABASE_OID), Datum::Text("postgres".into())];
             for v in [
                 s.xact_commit,
                 s.xact_rollback,

@@ -138,7 +138,7 @@ fn statistics_and_settings_views() {
     ]);
     assert_eq!(
         out.trim(),
-        "SET\nautovacuum_naptime|7s|postmaster|command line\nserver_version_num|150000|internal|default\n\
+        "SET\nautovacuum_naptime|7s|sighup|command line\nserver_version_num|150000|internal|default\n\
          shared_buffers|128MB|postmaster|default\nstatement_timeout|5s|user|session"
     );
     s.stop();
