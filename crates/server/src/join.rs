@@ -510,9 +510,10 @@ impl JoinSource {
             return Ok(out);
         }
         let keys = self.equi_keys(&conds, r, scope)?;
-        let strategy = self.strategy(cx, r, &keys);
+        let ranges = self.range_keys(&conds, r, scope);
+        let strategy = self.strategy(cx, r, &keys, &ranges);
         match strategy {
-            (Strategy::IndexNestedLoop, Some(plan)) => ctx.index_nested_loop(cx, left, &plan, &keys),
+            (Strategy::IndexNestedLoop, Some(plan)) => ctx.index_nested_loop(cx, left, &plan, &keys, &ranges),
             (Strategy::Hash, _) => {
                 let inner = self.leaf_rows(cx, r, wheres, scope)?;
                 ctx.hash(cx, left, inner, &keys)
@@ -574,8 +575,55 @@ impl JoinSource {
         Ok(out)
     }
 
-    /// The strategy for joining relation `r`, and for an index nested loop its index and keys.
-    fn strategy(&self, cx: &Cx<'_, '_>, r: usize, keys: &[EquiKey<'_>]) -> (Strategy, Option<IndexPlan>) {
+    /// `inner op outer` conjuncts (`<`, `<=`, `>`, `>=`) where `inner` is a plain column of
+    /// relation `r` and `outer` reads only the relations joined before it: bounds an index
+    /// nested loop may put on the column after its equality prefix (Stock-Level's `ol_o_id >=
+    /// d_next_o_id - 20 AND ol_o_id < d_next_o_id`).
+    fn range_keys<'e>(&self, conds: &[&'e Expr], r: usize, scope: &Scope<'_>) -> Vec<RangeKey<'e>> {
+        let mut out = Vec::new();
+        for c in conds {
+            let Expr::BinaryOp { left, op, right } = c else { continue };
+            if !matches!(op, BinaryOperator::Lt | BinaryOperator::LtEq | BinaryOperator::Gt | BinaryOperator::GtEq) {
+                continue;
+            }
+            let (Some(lr), Some(rr)) = (self.refs(left, scope), self.refs(right, scope)) else { continue };
+            let outer_side = |set: &BTreeSet<usize>| set.iter().all(|&x| x < r);
+            let inner_col = |e: &Expr, set: &BTreeSet<usize>| {
+                (set.len() == 1 && set.contains(&r))
+                    .then(|| column_of(e, scope))
+                    .flatten()
+                    .map(|c| c - self.rels[r].first)
+            };
+            // Oriented as `inner op outer`.
+            let (col, outer, op) = match (inner_col(left, &lr), inner_col(right, &rr)) {
+                (Some(c), None) if outer_side(&rr) => (c, right.as_ref(), op.clone()),
+                (None, Some(c)) if outer_side(&lr) => {
+                    let flipped = match op {
+                        BinaryOperator::Lt => BinaryOperator::Gt,
+                        BinaryOperator::LtEq => BinaryOperator::GtEq,
+                        BinaryOperator::Gt => BinaryOperator::Lt,
+                        _ => BinaryOperator::LtEq,
+                    };
+                    (c, left.as_ref(), flipped)
+                }
+                _ => continue,
+            };
+            let lower = matches!(op, BinaryOperator::Gt | BinaryOperator::GtEq);
+            let inclusive = matches!(op, BinaryOperator::GtEq | BinaryOperator::LtEq);
+            out.push(RangeKey { outer, inner_col: col, outer_ty: infer_type(outer, scope, &[]), lower, inclusive });
+        }
+        out
+    }
+
+    /// The strategy for joining relation `r`, and for an index nested loop its index, keys
+    /// and the range keys on the column after them.
+    fn strategy(
+        &self,
+        cx: &Cx<'_, '_>,
+        r: usize,
+        keys: &[EquiKey<'_>],
+        ranges: &[RangeKey<'_>],
+    ) -> (Strategy, Option<IndexPlan>) {
         if keys.is_empty() {
             return (Strategy::NestedLoop, None);
         }
@@ -586,17 +634,23 @@ impl JoinSource {
             let mut best: Option<IndexPlan> = None;
             for index in cx.db.indexes(&t.table) {
                 let mut prefix = Vec::new();
+                let mut bounds = Vec::new();
                 for name in index.columns() {
                     let Some(pos) = t.cols.iter().position(|c| c.name == name) else { break };
                     let Some(k) =
                         keys.iter().position(|k| k.inner_col == Some(pos) && lookup_fits(k.outer_ty, t.cols[pos].ty))
                     else {
+                        bounds = (0..ranges.len())
+                            .filter(|&i| ranges[i].inner_col == pos && lookup_fits(ranges[i].outer_ty, t.cols[pos].ty))
+                            .map(|i| (i, pos))
+                            .collect();
                         break;
                     };
                     prefix.push((k, pos));
                 }
-                if !prefix.is_empty() && best.as_ref().is_none_or(|b| prefix.len() > b.keys.len()) {
-                    best = Some(IndexPlan { index, keys: prefix });
+                let better = |b: &IndexPlan| (prefix.len(), !bounds.is_empty()) > (b.keys.len(), !b.ranges.is_empty());
+                if !prefix.is_empty() && best.as_ref().is_none_or(better) {
+                    best = Some(IndexPlan { index, keys: prefix, ranges: bounds });
                 }
             }
             if let Some(plan) = best {
@@ -621,6 +675,19 @@ pub struct IndexPlan {
     index: settledb::Index,
     /// (equi-key position, column position within R)
     keys: Vec<(usize, usize)>,
+    /// (range-key position, column position within R): bounds on the column after `keys`.
+    ranges: Vec<(usize, usize)>,
+}
+
+/// `inner op outer`: a bound on a column of R from the relations joined so far.
+pub struct RangeKey<'e> {
+    outer: &'e Expr,
+    /// The position within R of the bounded column.
+    inner_col: usize,
+    outer_ty: SqlType,
+    /// `>`/`>=` (a lower bound) rather than `<`/`<=`.
+    lower: bool,
+    inclusive: bool,
 }
 
 /// The kinds of value a hash key compares within: equal values of one kind hash alike.

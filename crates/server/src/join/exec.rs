@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use settledb::{KeyBound, ScanDirection};
 
-use super::{passes, EquiKey, IndexPlan, JoinSource};
+use super::{passes, EquiKey, IndexPlan, JoinSource, RangeKey};
 use crate::error::SqlError;
 use crate::expr::{eval, Scope};
 use crate::session::{datums, Cx};
@@ -185,6 +185,7 @@ impl StepCx<'_, '_> {
         left: Vec<Vec<Datum>>,
         plan: &IndexPlan,
         keys: &[EquiKey<'_>],
+        ranges: &[RangeKey<'_>],
     ) -> Result<Vec<Vec<Datum>>, SqlError> {
         let super::Leaf::Table(t) = &self.js.rels[self.r].leaf else {
             return Err(SqlError::new("XX000", "index nested loop over a relation that is not a table"));
@@ -208,14 +209,37 @@ impl StepCx<'_, '_> {
             let found: Vec<Vec<Datum>> = if prefix.len() < plan.keys.len() {
                 Vec::new()
             } else {
-                let rows = cx.tx.range(
-                    &plan.index,
-                    KeyBound::Included(prefix.clone()),
-                    KeyBound::Included(prefix),
-                    ScanDirection::Forward,
-                    None,
-                )?;
-                rows.into_iter().map(|(_, v)| datums(&v, &t.cols)).collect()
+                let (mut lo, mut hi) = (KeyBound::Included(prefix.clone()), KeyBound::Included(prefix.clone()));
+                // The first lower and the first upper bound narrow the scan; every bound is
+                // rechecked on each pair with the other conditions. NULL matches nothing.
+                let (mut have_lo, mut have_hi, mut empty) = (false, false, false);
+                for &(k, pos) in &plan.ranges {
+                    let rk = &ranges[k];
+                    if (rk.lower && have_lo) || (!rk.lower && have_hi) {
+                        continue;
+                    }
+                    let d = eval(rk.outer, self.scope, l, cx, None)?;
+                    if d.is_null() {
+                        empty = true;
+                        break;
+                    }
+                    // A bound the column cannot hold is left to the recheck.
+                    let Ok(v) = d.to_stored(t.cols[pos].ty, &t.cols[pos].name) else { continue };
+                    let mut key = prefix.clone();
+                    key.push(v);
+                    let b = if rk.inclusive { KeyBound::Included(key) } else { KeyBound::Excluded(key) };
+                    if rk.lower {
+                        (lo, have_lo) = (b, true);
+                    } else {
+                        (hi, have_hi) = (b, true);
+                    }
+                }
+                if empty {
+                    Vec::new()
+                } else {
+                    let rows = cx.tx.range(&plan.index, lo, hi, ScanDirection::Forward, None)?;
+                    rows.into_iter().map(|(_, v)| datums(&v, &t.cols)).collect()
+                }
             };
             self.emit(cx, l, found.iter().map(Vec::as_slice), &mut out)?;
         }
