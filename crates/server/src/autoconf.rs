@@ -64,6 +64,12 @@ impl Sources {
                 }
                 entries.retain(|(k, _)| k != name);
                 if let Some(v) = v {
+                    if v.contains(['\n', '\r']) {
+                        return Err(SqlError::new(
+                            "22023",
+                            format!("parameter value for \"{name}\" cannot contain a line break"),
+                        ));
+                    }
                     Config::default().set(name, v).map_err(|e| SqlError::new("22023", e.to_string()))?;
                     entries.push((name.to_string(), v.to_string()));
                 }

@@ -11,6 +11,9 @@ use std::path::{Component, Path};
 
 use crate::error::SqlError;
 
+/// The most bytes one call returns (1 GB less one, PostgreSQL's `MaxAllocSize`).
+const MAX_READ: i64 = (1 << 30) - 1;
+
 /// The server log, relative to the data directory, as `pg_current_logfile()` names it.
 pub const LOG_FILE: &str = "log/settledb.log";
 
@@ -32,6 +35,9 @@ pub fn read_binary_file(
     if length.is_some_and(|l| l < 0) {
         return Err(SqlError::new("22023", "requested length cannot be negative"));
     }
+    if length.is_some_and(|l| l > MAX_READ) {
+        return Err(SqlError::new("22023", "requested length too large"));
+    }
     let full = dir.join(rel);
     let mut f = match std::fs::File::open(&full) {
         Ok(f) => f,
@@ -42,10 +48,13 @@ pub fn read_binary_file(
     let seek = if offset >= 0 { SeekFrom::Start(offset as u64) } else { SeekFrom::End(offset) };
     f.seek(seek).map_err(io)?;
     let mut out = Vec::new();
-    match length {
-        Some(l) => f.take(l as u64).read_to_end(&mut out).map_err(io)?,
-        None => f.read_to_end(&mut out).map_err(io)?,
-    };
+    // At most MAX_READ bytes (PostgreSQL's limit on one value); a whole file longer than that
+    // is refused rather than cut short.
+    let want = length.unwrap_or(MAX_READ) as u64;
+    f.take(want + u64::from(length.is_none())).read_to_end(&mut out).map_err(io)?;
+    if length.is_none() && out.len() as u64 > want {
+        return Err(SqlError::new("54000", format!("file \"{path}\" is too large to read whole")));
+    }
     Ok(Some(out))
 }
 
@@ -68,5 +77,7 @@ mod tests {
         assert_eq!(r("../x", 0, None, true).unwrap_err().code, "42501");
         assert_eq!(r("/etc/passwd", 0, None, true).unwrap_err().code, "42501");
         assert_eq!(r(LOG_FILE, 0, Some(-1), true).unwrap_err().code, "22023");
+        assert_eq!(r(LOG_FILE, 0, Some(1 << 40), true).unwrap_err().code, "22023");
+        assert_eq!(r(LOG_FILE, 0, None, false).unwrap().unwrap(), b"0123456789");
     }
 }

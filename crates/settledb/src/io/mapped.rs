@@ -18,11 +18,14 @@
 //!   copy that still loses its page takes the path of the next point.
 //! * **An I/O error on a page the kernel must read in** raises SIGBUS too, where `pread` would
 //!   return EIO. A process-wide SIGBUS handler, installed with the first mapping, looks at the
-//!   faulting thread's guard: inside one of our copies it maps a zero page over the faulting
+//!   faulting thread's guard: inside one of our copies it maps a private page over the faulting
 //!   page (so the copy finishes) and flags the thread; the copy is then thrown away, the
 //!   mapping is retired (every later read of the file goes to `pread`) and the read is repeated
-//!   with `pread`, which reports the error with the file's name. A SIGBUS outside our copies is
-//!   passed to the handler that was there before (the default one ends the process).
+//!   with `pread`, which reports the error with the file's name. The page it maps holds 0xFF
+//!   bytes, not zeros: another thread copying the same page before the retirement shows (each
+//!   copy checks it after copying) reads bytes that fail a page's checksum or a WAL record's
+//!   CRC, never an all-zero page, which would read as a valid empty one. A SIGBUS outside our
+//!   copies is passed to the handler that was there before (the default one ends the process).
 //!
 //! Mappings cost address space and one of the kernel's `vm.max_map_count` slots, so only files
 //! of at least [`MIN_MAPPED`] are mapped, at most [`MAX_MAPPINGS`] at once in the process; the
@@ -151,6 +154,16 @@ impl Mapped {
         // away) is turned into a zero page by the handler, so the copy always completes.
         unsafe { std::ptr::copy_nonoverlapping(region.ptr.add(off), buf.as_mut_ptr(), buf.len()) };
         compiler_fence(Ordering::SeqCst);
+        // Another thread's fault may have replaced a page this copy read (with the poison of
+        // `on_sigbus`): a retired mapping's copy is never trusted.
+        if self.retired.load(Ordering::Acquire) {
+            GUARD.with(|g| {
+                g.start.store(0, Ordering::Relaxed);
+                g.end.store(0, Ordering::Relaxed);
+                g.faulted.store(false, Ordering::Relaxed);
+            });
+            return Served::Fallback;
+        }
         let faulted = GUARD.with(|g| {
             g.start.store(0, Ordering::Relaxed);
             g.end.store(0, Ordering::Relaxed);
@@ -281,18 +294,22 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     if ours {
         let page = addr & !(4096 - 1);
         // SAFETY: `page` lies inside this thread's mapping (checked above), which stays mapped
-        // while the copy runs; replacing it with an anonymous zero page lets the faulting
-        // instruction complete. If this fails the signal repeats and the default action ends
-        // the process, as without the handler.
+        // while the copy runs; replacing it with an anonymous page filled with 0xFF lets the
+        // faulting instruction complete. If mmap fails the signal repeats and the default
+        // action ends the process, as without the handler.
         unsafe {
-            libc::mmap(
+            let p = libc::mmap(
                 page as *mut libc::c_void,
                 4096,
-                libc::PROT_READ,
+                libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
                 -1,
                 0,
             );
+            if p != libc::MAP_FAILED {
+                std::ptr::write_bytes(p.cast::<u8>(), 0xFF, 4096);
+                libc::mprotect(p, 4096, libc::PROT_READ);
+            }
         }
         return;
     }
