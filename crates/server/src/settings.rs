@@ -212,7 +212,9 @@ pub struct Kind {
 }
 
 /// `name`'s [`Kind`] for a session whose settings are `s`.
-pub fn kind(db: &Database, s: &BTreeMap<String, String>, name: &str) -> Kind {
+/// `auto` is `postgresql.auto.conf`'s entries ([`crate::autoconf::read`]): a value in force
+/// that came from there is `configuration file`.
+pub fn kind(db: &Database, s: &BTreeMap<String, String>, auto: &[(String, String)], name: &str) -> Kind {
     let name = name.to_ascii_lowercase();
     if FIXED.iter().any(|(k, _)| *k == name) {
         return Kind { context: if name == "max_connections" { "postmaster" } else { "internal" }, source: "default" };
@@ -235,7 +237,14 @@ pub fn kind(db: &Database, s: &BTreeMap<String, String>, name: &str) -> Kind {
         (Some(_), None) => "session",
         (_, Some(_)) => "default",
         (None, None) => {
-            if engine_value(&db.config(), &name) == engine_value(&Config::default(), &name) {
+            let now = engine_value(&db.config(), &name);
+            let from_file = auto.iter().rev().find(|(k, _)| *k == name).is_some_and(|(_, v)| {
+                let mut c = Config::default();
+                c.set(&name, v).is_ok() && engine_value(&c, &name) == now
+            });
+            if from_file {
+                "configuration file"
+            } else if now == engine_value(&Config::default(), &name) {
                 "default"
             } else {
                 "command line"

@@ -9,7 +9,8 @@
 //!   so `unit` is NULL here), `context` (`user` for what SET changes, `sighup` for what
 //!   `ALTER SYSTEM` and `pg_reload_conf()` change (crate::autoconf), `postmaster` for what the
 //!   directory's open reads, `internal` for the fixed ones), `vartype` as the value reads,
-//!   `source` (`session`, `command line` for a `settle serve --set` value, else `default`).
+//!   `source` (`session`, `configuration file` for a value from `ALTER SYSTEM`'s
+//!   `postgresql.auto.conf`, `command line` for a `settle serve --set` value, else `default`).
 //! - `pg_stat_wal`: WAL records, full-page images and bytes, writes forced by full WAL buffers,
 //!   writes and fsyncs, kept across clean restarts; the write and sync times are not timed
 //!   (PostgreSQL times them only with `track_wal_io_timing`, off by default: 0 there too).
@@ -144,21 +145,24 @@ pub fn rows(db: &Database, settings: &BTreeMap<String, String>, name: &str) -> V
             Datum::Null,
             Datum::Null,
         ]],
-        "pg_settings" => crate::settings::show_all(db, settings)
-            .into_iter()
-            .map(|(name, value)| {
-                let kind = crate::settings::kind(db, settings, &name);
-                vec![
-                    Datum::Text(name),
-                    Datum::Text(value.clone()),
-                    Datum::Null,
-                    Datum::Text(kind.context.into()),
-                    Datum::Text(vartype(&value).into()),
-                    Datum::Text(kind.source.into()),
-                    Datum::Bool(false),
-                ]
-            })
-            .collect(),
+        "pg_settings" => {
+            let auto = crate::autoconf::read(db.dir()).unwrap_or_default();
+            crate::settings::show_all(db, settings)
+                .into_iter()
+                .map(|(name, value)| {
+                    let kind = crate::settings::kind(db, settings, &auto, &name);
+                    vec![
+                        Datum::Text(name),
+                        Datum::Text(value.clone()),
+                        Datum::Null,
+                        Datum::Text(kind.context.into()),
+                        Datum::Text(vartype(&value).into()),
+                        Datum::Text(kind.source.into()),
+                        Datum::Bool(false),
+                    ]
+                })
+                .collect()
+        }
         "pg_stat_wal" => {
             let s = db.stats();
             vec![vec![

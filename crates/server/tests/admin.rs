@@ -39,6 +39,9 @@ async fn alter_system_and_reload() {
     assert_eq!(one(&c, &ctx("autovacuum_naptime")).await, "sighup");
     assert_eq!(one(&c, &ctx("shared_buffers")).await, "postmaster");
     assert_eq!(one(&c, &ctx("lock_timeout")).await, "user");
+    let source = |n: &str| format!("select source from pg_settings where name = '{n}'");
+    assert_eq!(one(&c, &source("autovacuum_naptime")).await, "configuration file");
+    assert_eq!(one(&c, &source("checkpoint_timeout")).await, "default");
 
     // Refusals, with PostgreSQL's SQLSTATEs.
     let e = c.batch_execute("alter system set no_such_parameter = 1").await.unwrap_err();
