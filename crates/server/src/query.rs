@@ -374,7 +374,9 @@ fn index_only_columns(
     outs: &[OutCol],
     order: &[Expr],
 ) -> Option<Vec<usize>> {
-    let crate::plan::Access::Index { index, .. } = a else { return None };
+    let (crate::plan::Access::Index { index, .. } | crate::plan::Access::Points { index, .. }) = a else {
+        return None;
+    };
     let keys: Vec<usize> =
         index.columns().iter().map(|n| t.cols.iter().position(|c| &c.name == n)).collect::<Option<_>>()?;
     let scope = t.scope();

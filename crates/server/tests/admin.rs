@@ -180,3 +180,21 @@ async fn in_lists_and_subqueries_find_the_same_rows_as_a_scan() {
     let rows = c.query("select i from stock where q >= 1000 order by i", &[]).await.unwrap();
     assert_eq!(rows.iter().map(|r| r.get(0)).collect::<Vec<i32>>(), [3, 5, 7]);
 }
+
+/// IN lookups over an index that covers the query read the index alone, and agree with a scan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_lookups_can_be_index_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute(
+        "create table k (a int, b int, primary key (a, b));
+         insert into k select a, b from generate_series(1, 4) a, generate_series(1, 300) b;
+         vacuum k;",
+    )
+    .await
+    .unwrap();
+    let rows = c.query("select b from k where a = 2 and b in (7, 3, 301, 7) order by b", &[]).await.unwrap();
+    assert_eq!(rows.iter().map(|r| r.get(0)).collect::<Vec<i32>>(), [3, 7]);
+    assert_eq!(one(&c, "select count(*) from k where a = 3 and b in (select b from k where a = 1 and b < 50)").await, "49");
+}
