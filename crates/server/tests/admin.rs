@@ -196,5 +196,8 @@ async fn in_lookups_can_be_index_only() {
     .unwrap();
     let rows = c.query("select b from k where a = 2 and b in (7, 3, 301, 7) order by b", &[]).await.unwrap();
     assert_eq!(rows.iter().map(|r| r.get(0)).collect::<Vec<i32>>(), [3, 7]);
-    assert_eq!(one(&c, "select count(*) from k where a = 3 and b in (select b from k where a = 1 and b < 50)").await, "49");
+    assert_eq!(
+        one(&c, "select count(*) from k where a = 3 and b in (select b from k where a = 1 and b < 50)").await,
+        "49"
+    );
 }
