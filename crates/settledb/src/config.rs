@@ -4,6 +4,10 @@
 //! `"5min"`, `"on"`), checks it against the same bounds PostgreSQL applies, and rejects an
 //! unknown name with PostgreSQL's wording. Memory sizes are stored in bytes and times in
 //! milliseconds whatever unit they were given in.
+//!
+//! An open database reads the parameters of [`AT_OPEN`] as they were when it was opened; every
+//! other one takes a new value from [`crate::Database::reload_config`] (PostgreSQL's
+//! `pg_reload_conf()`), through the snapshot the database keeps.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
