@@ -631,12 +631,15 @@ impl<'db> Session<'db> {
 
     /// The session's `lock_timeout` (SET), else the engine's.
     fn lock_timeout(&self) -> Option<std::time::Duration> {
-        let mut c = settledb::Config::clone(&self.db.config());
-        if let Some(v) = self.settings.get("lock_timeout") {
-            // Validated by SET already.
-            let _ = c.set("lock_timeout", v);
+        match self.settings.get("lock_timeout") {
+            Some(v) => {
+                // Validated by SET already.
+                let mut c = settledb::Config::default();
+                let _ = c.set("lock_timeout", v);
+                c.lock_timeout()
+            }
+            None => self.db.lock_timeout(),
         }
-        c.lock_timeout()
     }
 
     fn isolation(&self) -> IsolationLevel {
@@ -646,7 +649,7 @@ impl<'db> Session<'db> {
         match self.settings.get("default_transaction_isolation").map(|s| s.to_ascii_lowercase()) {
             Some(s) if s == "repeatable read" || s == "serializable" => IsolationLevel::RepeatableRead,
             Some(s) if s == "read committed" || s == "read uncommitted" => IsolationLevel::ReadCommitted,
-            _ => self.db.config().default_transaction_isolation,
+            _ => self.db.default_transaction_isolation(),
         }
     }
 

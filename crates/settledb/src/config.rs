@@ -649,13 +649,14 @@ fn millis(name: &str, v: &str, default_unit: u64, min: u64, max: u64) -> Result<
 }
 
 /// A running database's configuration: the parameters of [`AT_OPEN`] as opened, the others as
-/// last reloaded. Readers take a snapshot ([`LiveConfig::get`]); the two that every
+/// last reloaded. Readers take a snapshot ([`LiveConfig::get`]); the three that every
 /// transaction reads are also kept in atomics, so that beginning and committing touch no
 /// shared lock.
 pub(crate) struct LiveConfig {
     current: parking_lot::RwLock<Arc<Config>>,
     synchronous_commit: AtomicBool,
     lock_timeout_ms: AtomicU64,
+    repeatable_read: AtomicBool,
 }
 
 impl LiveConfig {
@@ -663,6 +664,7 @@ impl LiveConfig {
         LiveConfig {
             synchronous_commit: AtomicBool::new(c.synchronous_commit),
             lock_timeout_ms: AtomicU64::new(c.lock_timeout_ms),
+            repeatable_read: AtomicBool::new(c.default_transaction_isolation == IsolationLevel::RepeatableRead),
             current: parking_lot::RwLock::new(Arc::new(c)),
         }
     }
@@ -674,6 +676,14 @@ impl LiveConfig {
 
     pub(crate) fn synchronous_commit(&self) -> bool {
         self.synchronous_commit.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn default_transaction_isolation(&self) -> IsolationLevel {
+        if self.repeatable_read.load(Ordering::Relaxed) {
+            IsolationLevel::RepeatableRead
+        } else {
+            IsolationLevel::ReadCommitted
+        }
     }
 
     pub(crate) fn lock_timeout(&self) -> Option<std::time::Duration> {
@@ -688,6 +698,8 @@ impl LiveConfig {
         let kept = next.keep_at_open(&cur);
         self.synchronous_commit.store(next.synchronous_commit, Ordering::Relaxed);
         self.lock_timeout_ms.store(next.lock_timeout_ms, Ordering::Relaxed);
+        self.repeatable_read
+            .store(next.default_transaction_isolation == IsolationLevel::RepeatableRead, Ordering::Relaxed);
         *cur = Arc::new(next);
         kept
     }

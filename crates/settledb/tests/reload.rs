@@ -14,6 +14,8 @@ fn reload_applies_what_can_change_and_names_what_cannot() {
     next.set("synchronous_commit", "off").unwrap();
     next.set("shared_buffers", "64MB").unwrap();
     next.set("max_prepared_transactions", "5").unwrap();
+    next.set("default_transaction_isolation", "repeatable read").unwrap();
+    next.set("lock_timeout", "2s").unwrap();
     let mut kept = db.reload_config(next);
     kept.sort();
     assert_eq!(kept, ["max_prepared_transactions", "shared_buffers"]);
@@ -23,6 +25,8 @@ fn reload_applies_what_can_change_and_names_what_cannot() {
     assert!(!now.synchronous_commit);
     assert_eq!(now.shared_buffers_bytes, 16 << 20);
     assert_eq!(now.max_prepared_transactions, 0);
+    assert_eq!(db.default_transaction_isolation(), settledb::IsolationLevel::RepeatableRead);
+    assert_eq!(db.lock_timeout(), Some(std::time::Duration::from_secs(2)));
     // Commits still work with the reloaded synchronous_commit.
     let col = Column { name: "a".into(), ty: Type::Int4, nullable: false };
     let t = db.create_table("t", Schema { columns: vec![col] }, TableOptions::default()).unwrap();

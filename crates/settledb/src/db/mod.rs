@@ -594,6 +594,16 @@ impl Database {
         self.inner.config.get()
     }
 
+    /// `default_transaction_isolation` now (no lock taken: read per transaction).
+    pub fn default_transaction_isolation(&self) -> crate::config::IsolationLevel {
+        self.inner.config.default_transaction_isolation()
+    }
+
+    /// `lock_timeout` now (`None`: wait forever; no lock taken).
+    pub fn lock_timeout(&self) -> Option<Duration> {
+        self.inner.config.lock_timeout()
+    }
+
     /// Takes new values for the parameters that can change while the database is open (every
     /// one outside [`crate::config::AT_OPEN`]; PostgreSQL's `pg_reload_conf()`), from `next`.
     /// Returns the names of the parameters of `AT_OPEN` whose value in `next` differs and was
@@ -609,7 +619,7 @@ impl Database {
 
     /// Begins a transaction at `default_transaction_isolation`.
     pub fn begin(&self) -> Result<Transaction<'_>> {
-        self.begin_with(self.inner.config.get().default_transaction_isolation)
+        self.begin_with(self.inner.config.default_transaction_isolation())
     }
 
     pub fn begin_with(&self, isolation: crate::config::IsolationLevel) -> Result<Transaction<'_>> {
