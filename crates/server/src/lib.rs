@@ -176,7 +176,13 @@ impl Shared {
             }
         };
         let before = self.db.config();
-        let unapplied = self.db.reload_config(next.clone());
+        let unapplied = match self.db.reload_config(next.clone()) {
+            Ok(u) => u,
+            Err(e) => {
+                self.log.line("LOG", &format!("could not start autovacuum: {e}"));
+                Vec::new()
+            }
+        };
         for name in settledb::config::PARAMETERS {
             let (old, new) = (settings::engine_value(&before, name), settings::engine_value(&next, name));
             if old == new {

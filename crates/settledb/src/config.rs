@@ -366,7 +366,7 @@ pub const PARAMETERS: &[&str] = &[
 /// PostgreSQL rereads on SIGHUP and settledb fixes at open). Every other parameter takes a new
 /// value from [`crate::Database::reload_config`] while the database is open.
 /// (`autovacuum` itself changes: off stops all but anti-wraparound autovacuums, as in
-/// PostgreSQL; its workers are started at open only if it was on then.)
+/// PostgreSQL; on starts autovacuum's threads if they were not started at open.)
 pub const AT_OPEN: &[&str] = &[
     "shared_buffers",
     "fsync",

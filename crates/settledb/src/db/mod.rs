@@ -393,6 +393,25 @@ pub struct Database {
     background: Mutex<Vec<JoinHandle<()>>>,
     recovery: RecoveryReport,
     closed: AtomicBool,
+    /// Autovacuum's threads exist (started at open, or by the first reload that turned
+    /// `autovacuum` on).
+    autovacuum_started: AtomicBool,
+}
+
+/// Starts autovacuum's launcher and its `autovacuum_max_workers` workers (as opened).
+fn spawn_autovacuum(inner: &Arc<Inner>, bg: &mut Vec<JoinHandle<()>>) -> Result<()> {
+    let workers = inner.config.get().autovacuum_max_workers as usize;
+    let launcher = std::iter::once(("settledb-autovacuum-launcher".to_string(), true));
+    let names = launcher.chain((0..workers).map(|i| (format!("settledb-autovacuum-worker-{i}"), false)));
+    for (name, is_launcher) in names {
+        let i = inner.clone();
+        let h = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || if is_launcher { i.autovacuum_launcher_loop() } else { i.autovacuum_worker_loop() })
+            .map_err(|e| Error::io("spawn autovacuum thread", &inner.dir, e))?;
+        bg.push(h);
+    }
+    Ok(())
 }
 
 /// A table handle for the row API.
@@ -567,21 +586,17 @@ impl Database {
         // The WAL writer (the first thread) wakes when inserters have buffered a megabyte.
         let walwriter = bg[0].thread().clone();
         inner.wal.set_writer_waker(Box::new(move || walwriter.unpark()));
-        let at_open = inner.config.get();
-        if at_open.autovacuum {
-            let workers = at_open.autovacuum_max_workers as usize;
-            let launcher = std::iter::once(("settledb-autovacuum-launcher".to_string(), true));
-            let names = launcher.chain((0..workers).map(|i| (format!("settledb-autovacuum-worker-{i}"), false)));
-            for (name, is_launcher) in names {
-                let i = inner.clone();
-                let h = std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || if is_launcher { i.autovacuum_launcher_loop() } else { i.autovacuum_worker_loop() })
-                    .map_err(|e| Error::io("spawn autovacuum thread", dir, e))?;
-                bg.push(h);
-            }
+        let autovacuum = inner.config.get().autovacuum;
+        if autovacuum {
+            spawn_autovacuum(&inner, &mut bg)?;
         }
-        Ok(Database { inner, background: Mutex::new(bg), recovery, closed: AtomicBool::new(false) })
+        Ok(Database {
+            inner,
+            background: Mutex::new(bg),
+            recovery,
+            closed: AtomicBool::new(false),
+            autovacuum_started: AtomicBool::new(autovacuum),
+        })
     }
 
     /// What recovery did when this database was opened.
@@ -609,8 +624,25 @@ impl Database {
     /// Returns the names of the parameters of `AT_OPEN` whose value in `next` differs and was
     /// not applied (they take a reopen). Autovacuum, the checkpointer and new transactions see
     /// the new values from their next look; a running VACUUM keeps the values it started with.
-    pub fn reload_config(&self, next: Config) -> Vec<&'static str> {
-        self.inner.config.reload(next)
+    /// `autovacuum` turned on when it was off at open starts autovacuum's threads (a failure
+    /// to start them is returned and leaves it off in practice; the other values stand).
+    pub fn reload_config(&self, next: Config) -> Result<Vec<&'static str>> {
+        let unapplied = self.inner.config.reload(next);
+        if self.inner.config.get().autovacuum && !self.autovacuum_started.load(Ordering::Acquire) {
+            let mut bg = self.background.lock();
+            if !self.autovacuum_started.swap(true, Ordering::AcqRel) && !self.closed.load(Ordering::Acquire) {
+                if let Err(e) = spawn_autovacuum(&self.inner, &mut bg) {
+                    self.autovacuum_started.store(false, Ordering::Release);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(unapplied)
+    }
+
+    /// Whether autovacuum's threads run (`autovacuum` was on at open or a reload turned it on).
+    pub fn autovacuum_running(&self) -> bool {
+        self.autovacuum_started.load(Ordering::Acquire)
     }
 
     pub fn dir(&self) -> &Path {
