@@ -21,7 +21,7 @@ use sqlparser::ast::{
 };
 
 use crate::error::SqlError;
-use crate::expr::{eval, ident_name, infer_params, infer_type, truth, Params, Scope};
+use crate::expr::{eval, ident_name, infer_params, infer_type, truth, Scope};
 use crate::plan::{access, conjuncts, fetch, Target};
 use crate::query::projection;
 use crate::session::{datums, Cx, Field, Outcome};
@@ -211,6 +211,11 @@ pub fn update(cx: &mut Cx<'_, '_>, u: &Update) -> Result<Outcome, SqlError> {
     }
     let acc = access(cx, &t, u.selection.as_ref())?;
     let params = cx.params.to_vec();
+    // The engine runs the change inside its update call, where no query can run: the
+    // uncorrelated subqueries of WHERE and SET run now, once (a correlated one stays 0A000).
+    let mut exprs: Vec<&Expr> = u.selection.iter().collect();
+    exprs.extend(sets.iter().map(|(_, e)| *e));
+    let subquery_rows = prerun_subqueries(cx, &t, &exprs)?;
     let failure: RefCell<Option<SqlError>> = RefCell::new(None);
     let written: RefCell<Vec<Vec<Datum>>> = RefCell::new(Vec::new());
     let scope = t.scope();
@@ -218,7 +223,7 @@ pub fn update(cx: &mut Cx<'_, '_>, u: &Update) -> Result<Outcome, SqlError> {
     // COMMITTED when a concurrent update committed first).
     let change = |row: &[Value]| -> settledb::Result<Vec<Value>> {
         let old = datums(row, &t.cols);
-        let mut env = Params(&params);
+        let mut env = Prerun { params: &params, rows: &subquery_rows };
         let r = (|| {
             if let Some(w) = &u.selection {
                 if truth(&eval(w, &scope, &old, &mut env, None)?)? != Some(true) {
@@ -268,6 +273,99 @@ pub fn update(cx: &mut Cx<'_, '_>, u: &Update) -> Result<Outcome, SqlError> {
         }
     }
     returning(cx, &t, u.returning.as_deref(), rows, format!("UPDATE {count}"))
+}
+
+/// An [`crate::expr::Env`] with parameters and the rows of subqueries already run.
+struct Prerun<'a> {
+    params: &'a [Datum],
+    rows: &'a std::collections::HashMap<usize, std::rc::Rc<Vec<Vec<Datum>>>>,
+}
+
+impl crate::expr::Env for Prerun<'_> {
+    fn param(&self, n: usize) -> Result<Datum, SqlError> {
+        crate::expr::param_at(self.params, n)
+    }
+
+    fn session_function(&mut self, _: &str, _: &[Datum]) -> Option<Result<Datum, SqlError>> {
+        None
+    }
+
+    fn subquery(
+        &mut self,
+        q: &sqlparser::ast::Query,
+        _outer: &Scope<'_>,
+        _row: &[Datum],
+    ) -> Option<Result<std::rc::Rc<Vec<Vec<Datum>>>, SqlError>> {
+        self.rows.get(&(q as *const sqlparser::ast::Query as usize)).map(|r| Ok(r.clone()))
+    }
+}
+
+/// Runs the subqueries in `exprs` that do not name `t` (uncorrelated), keyed as the
+/// session's statement cache keys them (by the address of their syntax tree).
+fn prerun_subqueries(
+    cx: &mut Cx<'_, '_>,
+    t: &Target,
+    exprs: &[&Expr],
+) -> Result<std::collections::HashMap<usize, std::rc::Rc<Vec<Vec<Datum>>>>, SqlError> {
+    let mut found = Vec::new();
+    for e in exprs {
+        subqueries_in(e, &mut found);
+    }
+    let scope = t.scope();
+    let probe = vec![Datum::Null; scope.cols.len()];
+    let mut out = std::collections::HashMap::new();
+    for q in found {
+        if crate::correlate::bind_outer(q, &scope, &probe).is_some() {
+            continue;
+        }
+        if let Some(rows) = crate::expr::Env::subquery(cx, q, &Scope::empty(), &[]) {
+            out.insert(q as *const sqlparser::ast::Query as usize, rows?);
+        }
+    }
+    Ok(out)
+}
+
+/// Every subquery in `e` (not those nested inside a subquery).
+fn subqueries_in<'e>(e: &'e Expr, out: &mut Vec<&'e sqlparser::ast::Query>) {
+    match e {
+        Expr::Subquery(q) | Expr::Exists { subquery: q, .. } => out.push(q),
+        Expr::InSubquery { expr, subquery, .. } => {
+            subqueries_in(expr, out);
+            out.push(subquery);
+        }
+        Expr::BinaryOp { left, right, .. } => {
+            subqueries_in(left, out);
+            subqueries_in(right, out);
+        }
+        Expr::Nested(x) | Expr::UnaryOp { expr: x, .. } | Expr::IsNull(x) | Expr::IsNotNull(x) => subqueries_in(x, out),
+        Expr::Cast { expr, .. } => subqueries_in(expr, out),
+        Expr::Between { expr, low, high, .. } => {
+            for x in [expr, low, high] {
+                subqueries_in(x, out);
+            }
+        }
+        Expr::InList { expr, list, .. } => {
+            subqueries_in(expr, out);
+            for x in list {
+                subqueries_in(x, out);
+            }
+        }
+        Expr::Case { operand, conditions, else_result, .. } => {
+            for x in operand.iter().chain(else_result.iter()) {
+                subqueries_in(x, out);
+            }
+            for cw in conditions {
+                subqueries_in(&cw.condition, out);
+                subqueries_in(&cw.result, out);
+            }
+        }
+        Expr::Function(f) => {
+            for a in crate::expr::func_args(f).ok().flatten().unwrap_or_default() {
+                subqueries_in(a, out);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Turns one engine update's result into rows changed, surfacing a statement error.

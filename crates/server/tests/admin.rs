@@ -174,6 +174,29 @@ async fn in_lists_and_subqueries_find_the_same_rows_as_a_scan() {
         c.query("select i from stock where w = $1 and i in ($2, $3) order by i", &[&2i32, &9i32, &4i32]).await.unwrap();
     let got: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
     assert_eq!(got, [4, 9]);
+    // UPDATE and DELETE with an uncorrelated IN subquery (it runs once, before the rows change).
+    let n = c
+        .execute("update stock set q = q + 2000 where w = 3 and i in (select item from lines where o <= 5)", &[])
+        .await
+        .unwrap();
+    let expected: i64 = one(&c, "select count(distinct item) from lines where o <= 5 and item between 1 and 500")
+        .await
+        .parse()
+        .unwrap();
+    assert_eq!(n as i64, expected);
+    assert_eq!(one(&c, "select count(*) from stock where w = 3 and q >= 2000").await, expected.to_string());
+    let n = c.execute("update stock set q = (select max(o) from lines) where w = 3 and q >= 2000", &[]).await.unwrap();
+    assert_eq!(n as i64, expected);
+    assert_eq!(one(&c, "select count(*) from stock where w = 3 and q = 201").await, expected.to_string());
+    let n =
+        c.execute("delete from stock where w = 3 and i in (select item from lines where o <= 5)", &[]).await.unwrap();
+    assert_eq!(n as i64, expected);
+    // A correlated one is still refused.
+    let e = c
+        .execute("update stock set q = 0 where exists (select 1 from lines where lines.item = stock.i)", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "0A000");
     // An UPDATE through the same path changes exactly those rows.
     let n = c.execute("update stock set q = q + 1000 where w = 1 and i in (3, 5, 7, 900)", &[]).await.unwrap();
     assert_eq!(n, 3);
