@@ -275,10 +275,13 @@ pub fn update(cx: &mut Cx<'_, '_>, u: &Update) -> Result<Outcome, SqlError> {
     returning(cx, &t, u.returning.as_deref(), rows, format!("UPDATE {count}"))
 }
 
+/// Subqueries' rows by the address of their syntax tree.
+type SubqueryRows = std::collections::HashMap<usize, std::rc::Rc<Vec<Vec<Datum>>>>;
+
 /// An [`crate::expr::Env`] with parameters and the rows of subqueries already run.
 struct Prerun<'a> {
     params: &'a [Datum],
-    rows: &'a std::collections::HashMap<usize, std::rc::Rc<Vec<Vec<Datum>>>>,
+    rows: &'a SubqueryRows,
 }
 
 impl crate::expr::Env for Prerun<'_> {
@@ -302,18 +305,14 @@ impl crate::expr::Env for Prerun<'_> {
 
 /// Runs the subqueries in `exprs` that do not name `t` (uncorrelated), keyed as the
 /// session's statement cache keys them (by the address of their syntax tree).
-fn prerun_subqueries(
-    cx: &mut Cx<'_, '_>,
-    t: &Target,
-    exprs: &[&Expr],
-) -> Result<std::collections::HashMap<usize, std::rc::Rc<Vec<Vec<Datum>>>>, SqlError> {
+fn prerun_subqueries(cx: &mut Cx<'_, '_>, t: &Target, exprs: &[&Expr]) -> Result<SubqueryRows, SqlError> {
     let mut found = Vec::new();
     for e in exprs {
         subqueries_in(e, &mut found);
     }
     let scope = t.scope();
     let probe = vec![Datum::Null; scope.cols.len()];
-    let mut out = std::collections::HashMap::new();
+    let mut out = SubqueryRows::new();
     for q in found {
         if crate::correlate::bind_outer(q, &scope, &probe).is_some() {
             continue;
