@@ -130,9 +130,11 @@ pub struct Config {
     pub fsync: bool,
     /// `full_page_writes`.
     pub full_page_writes: bool,
-    /// `mapped_reads` (ours, default on): a buffer-pool miss on a file of 1 MiB or more is
+    /// `mapped_reads` (ours, default off): a buffer-pool miss on a file of 1 MiB or more is
     /// copied from a shared read-only mapping of the file instead of read with `pread`
-    /// (`io::mapped`). Off: `pread` only.
+    /// (`io::mapped`). Experimental: with it on, `tests/torture.rs::tpcc_survives_kills` failed
+    /// once in six runs on a loaded machine (a district update lost: W_YTD != sum(D_YTD)), and
+    /// never in eight with it off; the cause is not found yet.
     pub mapped_reads: bool,
     /// `wal_buffers`, bytes (default 16MB here: PostgreSQL's automatic maximum).
     pub wal_buffers_bytes: usize,
@@ -258,7 +260,7 @@ impl Default for Config {
             synchronous_commit: true,
             fsync: true,
             full_page_writes: true,
-            mapped_reads: true,
+            mapped_reads: false,
             wal_buffers_bytes: 16 << 20,
             wal_segment_size_bytes: 16 << 20,
             max_wal_size_bytes: 1 << 30,
