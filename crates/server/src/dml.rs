@@ -308,7 +308,7 @@ impl crate::expr::Env for Prerun<'_> {
 fn prerun_subqueries(cx: &mut Cx<'_, '_>, t: &Target, exprs: &[&Expr]) -> Result<SubqueryRows, SqlError> {
     let mut found = Vec::new();
     for e in exprs {
-        subqueries_in(e, &mut found);
+        crate::query::subqueries(e, &mut found);
     }
     let scope = t.scope();
     let probe = vec![Datum::Null; scope.cols.len()];
@@ -322,49 +322,6 @@ fn prerun_subqueries(cx: &mut Cx<'_, '_>, t: &Target, exprs: &[&Expr]) -> Result
         }
     }
     Ok(out)
-}
-
-/// Every subquery in `e` (not those nested inside a subquery).
-fn subqueries_in<'e>(e: &'e Expr, out: &mut Vec<&'e sqlparser::ast::Query>) {
-    match e {
-        Expr::Subquery(q) | Expr::Exists { subquery: q, .. } => out.push(q),
-        Expr::InSubquery { expr, subquery, .. } => {
-            subqueries_in(expr, out);
-            out.push(subquery);
-        }
-        Expr::BinaryOp { left, right, .. } => {
-            subqueries_in(left, out);
-            subqueries_in(right, out);
-        }
-        Expr::Nested(x) | Expr::UnaryOp { expr: x, .. } | Expr::IsNull(x) | Expr::IsNotNull(x) => subqueries_in(x, out),
-        Expr::Cast { expr, .. } => subqueries_in(expr, out),
-        Expr::Between { expr, low, high, .. } => {
-            for x in [expr, low, high] {
-                subqueries_in(x, out);
-            }
-        }
-        Expr::InList { expr, list, .. } => {
-            subqueries_in(expr, out);
-            for x in list {
-                subqueries_in(x, out);
-            }
-        }
-        Expr::Case { operand, conditions, else_result, .. } => {
-            for x in operand.iter().chain(else_result.iter()) {
-                subqueries_in(x, out);
-            }
-            for cw in conditions {
-                subqueries_in(&cw.condition, out);
-                subqueries_in(&cw.result, out);
-            }
-        }
-        Expr::Function(f) => {
-            for a in crate::expr::func_args(f).ok().flatten().unwrap_or_default() {
-                subqueries_in(a, out);
-            }
-        }
-        _ => {}
-    }
 }
 
 /// Turns one engine update's result into rows changed, surfacing a statement error.

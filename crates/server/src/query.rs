@@ -664,8 +664,9 @@ fn select_params(sh: &Shared, sel: &Select, scope: &Scope<'_>, params: &mut Vec<
     }
 }
 
-/// The subqueries directly inside `e` (not inside those).
-fn subqueries<'e>(e: &'e Expr, out: &mut Vec<&'e Query>) {
+/// The subqueries directly inside `e` (not inside those): for Describe's parameter types, and
+/// for UPDATE, which runs the uncorrelated ones before its rows change.
+pub(crate) fn subqueries<'e>(e: &'e Expr, out: &mut Vec<&'e Query>) {
     match e {
         Expr::Subquery(q) | Expr::Exists { subquery: q, .. } => out.push(q),
         Expr::InSubquery { expr, subquery, .. } => {
@@ -678,6 +679,31 @@ fn subqueries<'e>(e: &'e Expr, out: &mut Vec<&'e Query>) {
         }
         Expr::Nested(x) | Expr::UnaryOp { expr: x, .. } | Expr::IsNull(x) | Expr::IsNotNull(x) => subqueries(x, out),
         Expr::Cast { expr, .. } => subqueries(expr, out),
+        Expr::Between { expr, low, high, .. } => {
+            for x in [expr, low, high] {
+                subqueries(x, out);
+            }
+        }
+        Expr::InList { expr, list, .. } => {
+            subqueries(expr, out);
+            for x in list {
+                subqueries(x, out);
+            }
+        }
+        Expr::Case { operand, conditions, else_result, .. } => {
+            for x in operand.iter().chain(else_result.iter()) {
+                subqueries(x, out);
+            }
+            for cw in conditions {
+                subqueries(&cw.condition, out);
+                subqueries(&cw.result, out);
+            }
+        }
+        Expr::Function(f) => {
+            for a in crate::expr::func_args(f).ok().flatten().unwrap_or_default() {
+                subqueries(a, out);
+            }
+        }
         _ => {}
     }
 }
