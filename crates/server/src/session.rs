@@ -960,12 +960,13 @@ fn relation_size(db: &Database, rel: &Datum, fork: Option<&Datum>) -> Result<Dat
     }
     let pages = match rel {
         Datum::Int(oid) => {
-            let mut found = None;
-            for t in db.tables() {
-                if i64::from(t.oid().0) == *oid {
-                    found = Some(db.table_pages(&t)?);
-                    break;
-                }
+            let table = u32::try_from(*oid).ok().and_then(|o| db.table_by_oid(settledb::Oid(o)));
+            let mut found = match table {
+                Some(t) => Some(db.table_pages(&t)?),
+                None => None,
+            };
+            // An index: looked for among the tables' indexes (the catalog keys only tables by OID).
+            for t in if found.is_some() { Vec::new() } else { db.tables() } {
                 if let Some(ix) = db.indexes(&t).into_iter().find(|ix| i64::from(ix.oid().0) == *oid) {
                     found = Some(db.index_pages(&ix)?);
                     break;

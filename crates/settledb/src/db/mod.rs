@@ -681,6 +681,11 @@ impl Database {
             .ok_or_else(|| Error::NotFound(format!("relation \"{name}\" does not exist")))
     }
 
+    /// The table with this OID, if there is one.
+    pub fn table_by_oid(&self, oid: Oid) -> Option<Table> {
+        self.inner.catalog.get_by_oid(oid).map(|entry| Table { entry })
+    }
+
     /// Every table, `pg_class` included, by OID.
     pub fn tables(&self) -> Vec<Table> {
         self.inner.catalog.tables().into_iter().map(|entry| Table { entry }).collect()
