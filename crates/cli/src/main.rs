@@ -102,6 +102,11 @@ enum Cmd {
         /// Print only the per-resource-manager totals (like pg_waldump --stats).
         #[arg(long)]
         stats: bool,
+        /// Start at this LSN (`X/Y`, like pg_waldump -s). By default: the oldest segment's
+        /// start, or the last checkpoint's redo pointer when that segment opens inside a
+        /// record continued from a removed one.
+        #[arg(long, value_name = "LSN")]
+        start: Option<String>,
     },
     /// VACUUM one table or all (autovacuum is off while it runs).
     Vacuum(vacuum::VacuumArgs),
@@ -174,7 +179,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Cmd::Check { dir, set } => check(dir, &set),
-        Cmd::Waldump { dir, limit, stats } => waldump(dir, limit, stats),
+        Cmd::Waldump { dir, limit, stats, start } => waldump(dir, limit, stats, start),
         Cmd::Vacuum(a) => vacuum::run(a),
         Cmd::Inspect { dir, what, name, block } => inspect::run(dir, &what, &name, block),
         Cmd::Stats { dir, json, set } => {
@@ -238,7 +243,7 @@ fn check(dir: PathBuf, set: &[String]) -> Result<ExitCode> {
     Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-fn waldump(dir: PathBuf, limit: Option<u64>, stats: bool) -> Result<ExitCode> {
+fn waldump(dir: PathBuf, limit: Option<u64>, stats: bool, start: Option<String>) -> Result<ExitCode> {
     require_data_dir(&dir)?;
     let fs: Arc<dyn FileSystem> = Arc::new(RealFs);
     let control = ControlFile::read(&*fs, &dir.join("global").join("pg_control"))?;
@@ -249,7 +254,23 @@ fn waldump(dir: PathBuf, limit: Option<u64>, stats: bool) -> Result<ExitCode> {
         .filter_map(|n| segment::parse_segment_file_name(n, control.wal_segment_size))
         .min()
         .context("no WAL segments")?;
-    let start = settledb::Lsn(first * control.wal_segment_size).max(settledb::wal::first_lsn(control.wal_segment_size));
+    let oldest =
+        settledb::Lsn(first * control.wal_segment_size).max(settledb::wal::first_lsn(control.wal_segment_size));
+    let start = match start {
+        Some(s) => decode::parse_lsn(&s)?,
+        // The stream has no page headers to resynchronize on: when the oldest segment begins
+        // with the tail of a record from a removed segment, no record starts there.
+        None => match WalReader::new(fs.clone(), &wal_dir, oldest, control.wal_segment_size).next()? {
+            Some(_) => oldest,
+            None => {
+                eprintln!(
+                    "settle waldump: no record starts at {oldest} (the oldest segment opens inside a record); starting at the checkpoint's redo pointer {}",
+                    control.redo_lsn
+                );
+                control.redo_lsn
+            }
+        },
+    };
     let mut reader = WalReader::new(fs, &wal_dir, start, control.wal_segment_size);
     let mut totals: std::collections::BTreeMap<&'static str, (u64, u64, u64)> = Default::default();
     let mut n = 0u64;

@@ -470,12 +470,24 @@ fn find_target<'a>(env: &HeapEnv<'a>, rel: &Relation, need: usize, mut ring: Opt
         candidate = rel.fsm.search(env.pool, min_category)?;
     }
     let buf = env.pool.extend(rel.relfilenode, Fork::Main, ring)?;
-    {
-        let mut g = buf.write();
-        page::init(&mut g.0, 0);
-    }
+    init_if_new(&buf);
     rel.target_block.store(buf.block().0, Ordering::Relaxed);
     Ok(buf)
+}
+
+/// Makes a page just added by extension an empty heap page, unless someone got there first.
+///
+/// From the moment the relation is extended its size counts the new block, so another backend
+/// looking for room (a table with no target block tries the last page) can read the page,
+/// initialize it and put a tuple on it before the extender takes the page's lock. The page must
+/// then be left as it is: initializing it again wiped that tuple, whose record was already in
+/// the WAL. Found by `settle torture --workload tpcc`: a district's new version, moved there by
+/// a committed non-HOT update, vanished, and its updates with it (W_YTD != sum(D_YTD)).
+fn init_if_new(buf: &Buffer<'_>) {
+    let mut g = buf.write();
+    if page::is_new(&g.0) {
+        page::init(&mut g.0, 0);
+    }
 }
 
 /// Called by every change that adds or stamps a tuple on a page, with the page exclusively

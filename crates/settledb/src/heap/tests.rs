@@ -278,3 +278,39 @@ fn pruning_records_free_space_only_when_opportunistic() {
     assert!(db.prune_page(&t, 1).unwrap());
     assert_eq!(rel.fsm.get(env.pool, BlockNumber(1)).unwrap(), fsm::avail_to_category(heap_free(&db, &t, 1)));
 }
+
+/// A page added by extension is reachable before its extender locks it: a table with no
+/// target block tries its last page, and the relation's size already counts the new one. The
+/// extender, coming second, must leave the page it finds initialized and holding a row alone.
+/// This replays that interleaving step by step: the extender's `extend`, another backend's
+/// whole insert into the new page, then the rest of the extender's path. Initializing the page
+/// again there lost a committed row (`settle torture --workload tpcc`: a district vanished).
+#[test]
+fn an_extended_page_someone_else_filled_first_keeps_its_row() {
+    let fs = FaultFs::new();
+    let db = open(&fs);
+    let t = make_table(&db, "t");
+    let env = db.inner().env();
+    let rel = &t.entry.rel;
+    assert_eq!(rel.target_block.load(Ordering::Relaxed), u32::MAX, "a new table has no target block");
+
+    // The extender: the block is handed out and its zeroed buffer pinned, not yet locked.
+    let extended = env.pool.extend(rel.relfilenode, Fork::Main, None).unwrap();
+    assert_eq!(extended.block().0, 0);
+
+    // Another backend inserts meanwhile, into the last page, which is the new one.
+    let mut tx = db.begin().unwrap();
+    let tid = tx.insert(&t, &row(1, 10)).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(tid.block, extended.block());
+
+    // The extender goes on.
+    init_if_new(&extended);
+    drop(extended);
+
+    let mut tx = db.begin().unwrap();
+    let rows: Vec<Vec<Value>> = tx.scan(&t).unwrap().map(|r| r.unwrap().1).collect();
+    tx.commit().unwrap();
+    assert_eq!(rows, vec![row(1, 10)], "the row inserted into the new page survives its extender");
+    assert_clean(&db);
+}
