@@ -18,7 +18,7 @@
 //!
 //! [`RealFs`] is the production implementation over `std::fs` with real `fsync`; its reads of
 //! long files come from a mapping of the file ([`mapped`]). [`PreadFs`] is the same with
-//! `pread` only, what `Database::open` uses unless `mapped_reads = on`.
+//! `pread` only, what `Database::open` uses with `mapped_reads = off`.
 
 pub mod fault;
 pub mod mapped;
@@ -88,8 +88,8 @@ pub trait FileSystem: Send + Sync {
 }
 
 /// Real files with real fsync. Reads of files of 1 MiB or more are copied from a mapping of
-/// the file where they can be ([`mapped`]'s docs); `Database::open` uses it only with
-/// `mapped_reads = on` (experimental, default off).
+/// the file where they can be ([`mapped`]'s docs); what `Database::open` uses unless
+/// `mapped_reads = off`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RealFs;
 
