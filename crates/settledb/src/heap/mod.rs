@@ -571,17 +571,19 @@ pub fn multi_insert(
     rows: &[Vec<Value>],
     ring: &mut Ring,
 ) -> Result<Vec<Tid>> {
-    let mut tuples = Vec::with_capacity(rows.len());
+    // The batch's tuples, formed into one buffer: `spans` holds each one's place in `arena`.
+    let mut arena = Vec::new();
+    let mut spans = Vec::with_capacity(rows.len());
     for r in rows {
-        let mut t = tuple::form_tuple(&rel.schema, r)?;
-        stamp_new_tuple(&mut t, tx, 0, 0);
-        tuples.push(t);
+        let start = tuple::form_tuple_into(&rel.schema, r, &mut arena)?;
+        stamp_new_tuple(&mut arena[start..], tx, 0, 0);
+        spans.push(start..arena.len());
     }
-    let mut tids = Vec::with_capacity(tuples.len());
+    let mut tids = Vec::with_capacity(spans.len());
     let reserve = rel.reserved_bytes();
     let mut i = 0;
-    while i < tuples.len() {
-        let target_buf = find_target(env, rel, page::maxalign(tuples[i].len()), Some(ring))?;
+    while i < spans.len() {
+        let target_buf = find_target(env, rel, page::maxalign(spans[i].len()), Some(ring))?;
         let block = target_buf.block();
         let mut g = target_buf.write();
         let fresh = page::max_offset(&g.0) == 0;
@@ -591,8 +593,8 @@ pub fn multi_insert(
         main.extend_from_slice(&[0, 0]);
         let mut data = Vec::with_capacity(BLCKSZ);
         let mut n: u16 = 0;
-        while i < tuples.len() {
-            let t = &mut tuples[i];
+        while i < spans.len() {
+            let t = &mut arena[spans[i].clone()];
             let need = page::maxalign(t.len());
             // The first tuple on a fresh page always goes in, whatever the fillfactor.
             if !(n == 0 && fresh) && page::heap_free_space(&g.0) < need + reserve {
@@ -617,7 +619,7 @@ pub fn multi_insert(
             rel.target_block.store(u32::MAX, Ordering::Relaxed);
             continue;
         }
-        let page_full = i < tuples.len();
+        let page_full = i < spans.len();
         main[1..3].copy_from_slice(&n.to_le_bytes());
         let lsn = log_one_block(
             env,

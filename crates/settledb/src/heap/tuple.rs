@@ -378,7 +378,8 @@ fn varlena_end(len: usize, payload: usize) -> usize {
     }
 }
 
-/// Appends one non-NULL value to `data` (whose start is t_hoff), aligned as PostgreSQL does.
+/// Appends one non-NULL value to `data`, aligned as PostgreSQL does: by `data`'s length, which
+/// is the value's offset in its tuple modulo 8 (the tuple and its data start at multiples of 8).
 fn put_value(data: &mut Vec<u8>, v: &Value) {
     let fixed = |data: &mut Vec<u8>, align: usize, bytes: &[u8]| {
         data.resize(align_to(data.len(), align), 0);
@@ -445,24 +446,55 @@ pub fn form_tuple(schema: &Schema, values: &[Value]) -> Result<Vec<u8>> {
     build_tuple(values)
 }
 
+/// [`form_tuple`], appending the tuple to `out` at the next multiple of 8 (MAXALIGN, so that
+/// its columns are aligned within `out` as within the tuple); returns where it starts. For
+/// bulk inserts, which form a batch of tuples into one buffer instead of one allocation each.
+pub fn form_tuple_into(schema: &Schema, values: &[Value], out: &mut Vec<u8>) -> Result<usize> {
+    check_row(schema, values)?;
+    let start = maxalign(out.len());
+    let size = tuple_size(values)?;
+    out.reserve(start - out.len() + size);
+    out.resize(start, 0);
+    write_tuple(values, out);
+    debug_assert_eq!(out.len() - start, size);
+    Ok(start)
+}
+
 /// Builds a tuple of `values` as [`form_tuple`] does, without checking them against a schema:
 /// for rows that are not stored, such as the old key a logical-level WAL record carries
 /// (non-key columns null whatever their constraint).
 pub fn build_tuple(values: &[Value]) -> Result<Vec<u8>> {
-    let natts = values.len();
-    let has_null = values.contains(&Value::Null);
-    let bitmap_len = if has_null { null_bitmap_len(natts) } else { 0 };
-    let hoff = maxalign(HEAP_TUPLE_HEADER_SIZE + bitmap_len);
-    let size = hoff + data_len(values);
+    let mut t = Vec::with_capacity(tuple_size(values)?);
+    write_tuple(values, &mut t);
+    Ok(t)
+}
+
+/// The size of the tuple `values` make: header, null bitmap, aligned data.
+fn tuple_size(values: &[Value]) -> Result<usize> {
+    let size = tuple_hoff(values) + data_len(values);
     if size > MAX_HEAP_TUPLE_SIZE {
         return Err(Error::invalid(format!("row is too big: size {size}, maximum size {MAX_HEAP_TUPLE_SIZE}")));
     }
-    let has_varwidth = values.iter().any(|v| matches!(v, Value::Text(_) | Value::Bytea(_)));
-    let mut data = Vec::with_capacity(size - hoff);
-    values.iter().for_each(|v| put_value(&mut data, v));
-    debug_assert_eq!(data.len(), size - hoff);
-    let mut t = vec![0u8; hoff];
-    set_infomask2(&mut t, natts as u16);
+    Ok(size)
+}
+
+fn tuple_hoff(values: &[Value]) -> usize {
+    let bitmap_len = if values.contains(&Value::Null) { null_bitmap_len(values.len()) } else { 0 };
+    maxalign(HEAP_TUPLE_HEADER_SIZE + bitmap_len)
+}
+
+/// Appends the tuple of `values` to `out`, whose length is a multiple of 8 (the tuple's
+/// columns are aligned by their offset in `out`, which then equals their offset in the tuple
+/// modulo 8). The caller has checked its size.
+fn write_tuple(values: &[Value], out: &mut Vec<u8>) {
+    debug_assert_eq!(out.len() % 8, 0);
+    let start = out.len();
+    let natts = values.len();
+    let has_null = values.contains(&Value::Null);
+    let hoff = tuple_hoff(values);
+    out.resize(start + hoff, 0);
+    let t = &mut out[start..];
+    set_infomask2(t, natts as u16);
     let mut infomask = HEAP_XMAX_INVALID;
     if has_null {
         infomask |= HEAP_HASNULL;
@@ -472,13 +504,12 @@ pub fn build_tuple(values: &[Value]) -> Result<Vec<u8>> {
             }
         }
     }
-    if has_varwidth {
+    if values.iter().any(|v| matches!(v, Value::Text(_) | Value::Bytea(_))) {
         infomask |= HEAP_HASVARWIDTH;
     }
-    set_infomask(&mut t, infomask);
+    set_infomask(t, infomask);
     t[OFF_HOFF] = hoff as u8;
-    t.extend_from_slice(&data);
-    Ok(t)
+    values.iter().for_each(|v| put_value(out, v));
 }
 
 /// How decoding errors name a column: `column "abalance" (int4)`. Formatted only when an
