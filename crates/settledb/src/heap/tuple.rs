@@ -452,11 +452,11 @@ pub fn form_tuple(schema: &Schema, values: &[Value]) -> Result<Vec<u8>> {
 pub fn form_tuple_into(schema: &Schema, values: &[Value], out: &mut Vec<u8>) -> Result<usize> {
     check_row(schema, values)?;
     let start = maxalign(out.len());
-    let size = tuple_size(values)?;
-    out.reserve(start - out.len() + size);
+    let layout = Layout::of(values)?;
+    out.reserve(start - out.len() + layout.size);
     out.resize(start, 0);
-    write_tuple(values, out);
-    debug_assert_eq!(out.len() - start, size);
+    write_tuple(values, layout, out);
+    debug_assert_eq!(out.len() - start, layout.size);
     Ok(start)
 }
 
@@ -464,42 +464,49 @@ pub fn form_tuple_into(schema: &Schema, values: &[Value], out: &mut Vec<u8>) -> 
 /// for rows that are not stored, such as the old key a logical-level WAL record carries
 /// (non-key columns null whatever their constraint).
 pub fn build_tuple(values: &[Value]) -> Result<Vec<u8>> {
-    let mut t = Vec::with_capacity(tuple_size(values)?);
-    write_tuple(values, &mut t);
+    let layout = Layout::of(values)?;
+    let mut t = Vec::with_capacity(layout.size);
+    write_tuple(values, layout, &mut t);
     Ok(t)
 }
 
-/// The size of the tuple `values` make: header, null bitmap, aligned data.
-fn tuple_size(values: &[Value]) -> Result<usize> {
-    let size = tuple_hoff(values) + data_len(values);
-    if size > MAX_HEAP_TUPLE_SIZE {
-        return Err(Error::invalid(format!("row is too big: size {size}, maximum size {MAX_HEAP_TUPLE_SIZE}")));
+/// The shape of the tuple some values make.
+#[derive(Clone, Copy)]
+struct Layout {
+    has_null: bool,
+    /// Header and null bitmap, MAXALIGNed (`t_hoff`).
+    hoff: usize,
+    /// The whole tuple.
+    size: usize,
+}
+
+impl Layout {
+    fn of(values: &[Value]) -> Result<Layout> {
+        let has_null = values.iter().any(|v| matches!(v, Value::Null));
+        let bitmap_len = if has_null { null_bitmap_len(values.len()) } else { 0 };
+        let hoff = maxalign(HEAP_TUPLE_HEADER_SIZE + bitmap_len);
+        let size = hoff + data_len(values);
+        if size > MAX_HEAP_TUPLE_SIZE {
+            return Err(Error::invalid(format!("row is too big: size {size}, maximum size {MAX_HEAP_TUPLE_SIZE}")));
+        }
+        Ok(Layout { has_null, hoff, size })
     }
-    Ok(size)
 }
 
-fn tuple_hoff(values: &[Value]) -> usize {
-    let bitmap_len = if values.contains(&Value::Null) { null_bitmap_len(values.len()) } else { 0 };
-    maxalign(HEAP_TUPLE_HEADER_SIZE + bitmap_len)
-}
-
-/// Appends the tuple of `values` to `out`, whose length is a multiple of 8 (the tuple's
-/// columns are aligned by their offset in `out`, which then equals their offset in the tuple
-/// modulo 8). The caller has checked its size.
-fn write_tuple(values: &[Value], out: &mut Vec<u8>) {
+/// Appends the tuple of `values` (of `layout`) to `out`, whose length is a multiple of 8: the
+/// tuple's columns are aligned by their offset in `out`, which then equals their offset in
+/// the tuple modulo 8.
+fn write_tuple(values: &[Value], layout: Layout, out: &mut Vec<u8>) {
     debug_assert_eq!(out.len() % 8, 0);
     let start = out.len();
-    let natts = values.len();
-    let has_null = values.contains(&Value::Null);
-    let hoff = tuple_hoff(values);
-    out.resize(start + hoff, 0);
+    out.resize(start + layout.hoff, 0);
     let t = &mut out[start..];
-    set_infomask2(t, natts as u16);
+    set_infomask2(t, values.len() as u16);
     let mut infomask = HEAP_XMAX_INVALID;
-    if has_null {
+    if layout.has_null {
         infomask |= HEAP_HASNULL;
         for (i, v) in values.iter().enumerate() {
-            if *v != Value::Null {
+            if !matches!(v, Value::Null) {
                 t[HEAP_TUPLE_HEADER_SIZE + i / 8] |= 1 << (i % 8);
             }
         }
@@ -508,7 +515,7 @@ fn write_tuple(values: &[Value], out: &mut Vec<u8>) {
         infomask |= HEAP_HASVARWIDTH;
     }
     set_infomask(t, infomask);
-    t[OFF_HOFF] = hoff as u8;
+    t[OFF_HOFF] = layout.hoff as u8;
     values.iter().for_each(|v| put_value(out, v));
 }
 
