@@ -435,7 +435,18 @@ fn page_has_room(page: &[u8], need: usize, reserve: usize) -> bool {
 ///
 /// Only the candidate page is locked, never two at once, and never the map while a heap page is
 /// locked here (the record happens after the heap page's lock is released).
-fn find_target<'a>(env: &HeapEnv<'a>, rel: &Relation, need: usize, mut ring: Option<&mut Ring>) -> Result<Buffer<'a>> {
+///
+/// `just_filled` is a page the caller has just found too full for the row and recorded in the
+/// map: when it is the first candidate it is not read again, the map is asked straight away. (A
+/// bulk load that pinned its full page once more per page raised the page's usage count, so its
+/// ring never found its own frames reusable and walked the whole buffer pool instead.)
+fn find_target<'a>(
+    env: &HeapEnv<'a>,
+    rel: &Relation,
+    need: usize,
+    mut ring: Option<&mut Ring>,
+    just_filled: Option<BlockNumber>,
+) -> Result<Buffer<'a>> {
     let reserve = rel.reserved_bytes();
     let min_category = fsm::needed_to_category(need + reserve);
     let nblocks = env.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
@@ -446,6 +457,9 @@ fn find_target<'a>(env: &HeapEnv<'a>, rel: &Relation, need: usize, mut ring: Opt
         // No target yet (a table just opened): the map, then the last page before extending.
         rel.fsm.search(env.pool, min_category)?.or(nblocks.checked_sub(1).map(BlockNumber))
     };
+    if just_filled.is_some() && candidate == just_filled {
+        candidate = rel.fsm.search(env.pool, min_category)?;
+    }
     while let Some(b) = candidate {
         let buf = read_page(env, rel, b, ring.as_deref_mut())?;
         let short_of_room = {
@@ -524,7 +538,7 @@ pub fn insert(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, values: &[V
 fn insert_tuple(env: &HeapEnv<'_>, rel: &Relation, tx: &TxContext<'_>, t: &mut [u8]) -> Result<Tid> {
     let need = page::maxalign(t.len());
     loop {
-        let target_buf = find_target(env, rel, need, None)?;
+        let target_buf = find_target(env, rel, need, None, None)?;
         let block = target_buf.block();
         let mut g = target_buf.write();
         // An empty page is logged as initialized by this record, so redo never depends on an
@@ -582,8 +596,9 @@ pub fn multi_insert(
     let mut tids = Vec::with_capacity(spans.len());
     let reserve = rel.reserved_bytes();
     let mut i = 0;
+    let mut just_filled = None;
     while i < spans.len() {
-        let target_buf = find_target(env, rel, page::maxalign(spans[i].len()), Some(ring))?;
+        let target_buf = find_target(env, rel, page::maxalign(spans[i].len()), Some(ring), just_filled.take())?;
         let block = target_buf.block();
         let mut g = target_buf.write();
         let fresh = page::max_offset(&g.0) == 0;
@@ -635,8 +650,14 @@ pub fn multi_insert(
         page::set_lsn(&mut g.0, lsn);
         target_buf.mark_dirty();
         if page_full {
-            // This load will not come back to the page: let the background writer write it.
+            let free = page::heap_free_space(&g.0);
+            drop(g);
+            drop(target_buf);
+            // This load will not come back to the page: let the background writer write it,
+            // and tell the map (and the next search) it is full, as `find_target` would.
             env.pool.queue_write_behind(rel.tag(block));
+            rel.fsm.record(env.pool, block, free)?;
+            just_filled = Some(block);
         }
     }
     Ok(tids)

@@ -111,7 +111,7 @@ pub fn update(
                 // forever), without holding the old page's lock.
                 // The map may offer the old page itself when it gained room meanwhile; the
                 // next attempt then finds that the version fits there.
-                let t = find_target(env, rel, need, None)?;
+                let t = find_target(env, rel, need, None, None)?;
                 other_page = Some(t.block());
             }
         }
