@@ -307,8 +307,9 @@ pub fn set_prune_xid(page: &mut [u8], xid: Xid) {
 
 /// Asks the CPU to bring the used parts of `page` into cache: the line pointers (up to
 /// `pd_lower`) and the items (from `pd_upper`). A binary search over a page that is not in
-/// cache otherwise waits for one miss per probe, each probe's address depending on the last;
-/// the prefetches go out together. A no-op off x86-64; harmless on any bytes.
+/// cache otherwise waits for one miss per probe, each probe's address depending on the last,
+/// and a pass over every tuple header (pruning, VACUUM's scan) for one miss per tuple; the
+/// prefetches go out together. A no-op off x86-64; harmless on any bytes.
 pub fn prefetch_used(page: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     {

@@ -178,6 +178,10 @@ pub fn scan_page(
     out: &mut PageScan,
 ) -> Result<()> {
     let max = usize::from(page::max_offset(page)).min(MAX_HEAP_TUPLES_PER_PAGE);
+    // Each tuple header read below is otherwise its own cache miss, one after the other (a
+    // VACUUM of a table bigger than the CPU's caches spent most of this function waiting on
+    // the first load of each header); asked for all at once, the misses overlap.
+    page::prefetch_used(page);
     out.max = max;
     out.hot = false;
     out.hints_changed = false;
