@@ -60,6 +60,7 @@
 
 pub mod adaptive;
 pub mod dbstats;
+mod driver;
 pub mod freeze;
 mod parallel;
 mod reap;
@@ -68,9 +69,11 @@ mod scan;
 mod truncate;
 pub mod wal;
 
+pub(crate) use driver::vacuum_rel;
+
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tidstore::{DeadTids, TidStore};
 
@@ -413,247 +416,6 @@ struct LazyVacuum<'a> {
     /// Phase II splits an index among the threads only from this many pages on
     /// (`min_parallel_index_scan_size`).
     min_parallel_index_pages: u32,
-}
-
-/// A VACUUM's lock owner; dropping it releases its locks.
-struct VacuumLock<'a> {
-    inner: &'a Inner,
-    owner: LockOwner,
-}
-
-impl Drop for VacuumLock<'_> {
-    fn drop(&mut self) {
-        self.inner.lmgr.release_all(&self.owner);
-    }
-}
-
-fn config_lock_timeout(inner: &Inner) -> Option<Duration> {
-    inner.config.lock_timeout()
-}
-
-/// Vacuums one table.
-pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &VacuumParams) -> Result<VacuumReport> {
-    let start = Instant::now();
-    let usage0 = Usage::now();
-    let buf0 = usage0.buffers;
-    // One VACUUM per table at a time; DROP TABLE, ALTER TABLE and CREATE INDEX wait for it:
-    // ShareUpdateExclusive, held to the end. Autovacuum only takes it if it is free now, and
-    // otherwise skips the table (PostgreSQL's autovacuum does not wait behind a user's lock).
-    let locks =
-        VacuumLock { inner, owner: inner.lmgr.new_owner(if params.is_autovacuum { "autovacuum" } else { "vacuum" }) };
-    let wait = if params.is_autovacuum || params.skip_locked { WaitPolicy::NoWait } else { WaitPolicy::Wait };
-    inner.lmgr.lock(&locks.owner, entry.rel.oid, LockMode::ShareUpdateExclusive, wait, config_lock_timeout(inner))?;
-    // Dropped, or TRUNCATEd (new storage, a new entry), while we waited?
-    let Some(current) = inner.catalog.get_by_oid(entry.rel.oid) else {
-        return Err(Error::NotFound(format!("relation \"{}\" was dropped", entry.rel.name)));
-    };
-    let entry = &current;
-    let _maint = entry.maintenance_lock.lock();
-    let config = inner.config.get();
-    let rel = &*entry.rel;
-    let opts = &entry.options();
-    let policy = params.policy.or(opts.vacuum_freeze_policy).unwrap_or(config.vacuum_freeze_policy);
-    let fsm_settled = opts.vacuum_fsm_settled.or(config.vacuum_fsm_settled).unwrap_or(policy.fsm_settled_by_default());
-
-    // Cutoffs (PostgreSQL's vacuum_get_cutoffs).
-    let is_catalog = crate::xact::horizon::is_catalog_relation(rel.oid);
-    let (oldest_xmin, holder) = inner.xact.oldest_xmin_with_holder(is_catalog);
-    let next_xid = inner.xact.next_full_xid().xid();
-    // The table's autovacuum_freeze_* options apply to autovacuum only, as in PostgreSQL.
-    let auto = |o: Option<u32>| if params.is_autovacuum { o } else { None };
-    let freeze_max_age = auto(opts.autovacuum_freeze_max_age).unwrap_or(config.autovacuum_freeze_max_age);
-    let freeze_min_age = if params.freeze {
-        0
-    } else {
-        auto(opts.autovacuum_freeze_min_age).unwrap_or(config.vacuum_freeze_min_age).min(freeze_max_age / 2)
-    };
-    let freeze_table_age = if params.freeze {
-        0
-    } else {
-        let t = auto(opts.autovacuum_freeze_table_age).unwrap_or(config.vacuum_freeze_table_age);
-        t.min((f64::from(freeze_max_age) * 0.95) as u32)
-    };
-    let freeze_limit = normal_or_first(Xid(oldest_xmin.0.wrapping_sub(freeze_min_age)), oldest_xmin);
-    let aggressive_limit = normal_or_first(Xid(next_xid.0.wrapping_sub(freeze_table_age)), next_xid);
-    let relfrozenxid = entry.relfrozenxid();
-    let aggressive = params.disable_page_skipping
-        || params.is_wraparound
-        || !relfrozenxid.is_normal()
-        || relfrozenxid.precedes_or_equals(aggressive_limit);
-
-    let (delay_ms, limit) = if params.is_autovacuum {
-        (
-            params
-                .cost_delay_ms
-                .or(opts.autovacuum_vacuum_cost_delay_ms)
-                .unwrap_or(config.autovacuum_vacuum_cost_delay_ms),
-            params.cost_limit.or(opts.autovacuum_vacuum_cost_limit).unwrap_or_else(|| config.autovacuum_cost_limit()),
-        )
-    } else {
-        (
-            params.cost_delay_ms.unwrap_or(config.vacuum_cost_delay_ms),
-            params.cost_limit.unwrap_or(config.vacuum_cost_limit),
-        )
-    };
-    let progress = Arc::new(VacuumProgress::default());
-    progress.relid.store(rel.oid.0, Ordering::Relaxed);
-    progress.autovacuum.store(params.is_autovacuum, Ordering::Relaxed);
-    inner.vacuum_progress.lock().push(progress.clone());
-    let _pg = ProgressGuard { inner, p: progress.clone() };
-    let dead_budget = config.maintenance_work_mem_bytes;
-    let indexes = entry.indexes.read().clone();
-    let mut lv = LazyVacuum {
-        inner,
-        locks: &locks.owner,
-        env: inner.env(),
-        entry,
-        rel,
-        cutoffs: Cutoffs { oldest_xmin, freeze_limit },
-        policy,
-        verdicts: None,
-        deferred_freeze_limit: None,
-        fsm_settled,
-        aggressive,
-        skip_with_vm: !params.disable_page_skipping,
-        do_index_vacuuming: params.index_cleanup != IndexCleanup::Off && !indexes.is_empty(),
-        do_index_cleanup: params.index_cleanup != IndexCleanup::Off && !indexes.is_empty(),
-        consider_bypass: params.index_cleanup == IndexCleanup::Auto,
-        failsafe: false,
-        failsafe_age: config.vacuum_failsafe_age.max((f64::from(freeze_max_age) * 1.05) as u32),
-        index_stats: vec![BulkDeleteStats::default(); indexes.len()],
-        indexes,
-        dead: TidStore::new(dead_budget),
-        dead_budget,
-        leader: Worker::new(
-            inner,
-            CostDelay {
-                delay_ms,
-                limit: limit.max(1),
-                hit: u64::from(config.vacuum_cost_page_hit),
-                miss: u64::from(config.vacuum_cost_page_miss),
-                dirty: u64::from(config.vacuum_cost_page_dirty),
-                last: buf0,
-                balance: 0,
-                slept: Duration::ZERO,
-            },
-        ),
-        counts: ScanCounts::default(),
-        helpers: Usage::default(),
-        helpers_slept: Duration::ZERO,
-        nworkers: 0,
-        min_parallel_index_pages: (config.min_parallel_index_scan_size_bytes / crate::page::BLCKSZ as u64)
-            .min(u64::from(u32::MAX)) as u32,
-        progress,
-        r: VacuumReport {
-            table: rel.name.clone(),
-            autovacuum: params.is_autovacuum,
-            wraparound: params.is_wraparound,
-            aggressive,
-            policy: policy.name().to_string(),
-            oldest_xmin,
-            oldest_xmin_holder: holder,
-            old_relfrozenxid: relfrozenxid,
-            dead_items_limit: dead_budget as u64,
-            index_vacuuming_skipped: params.index_cleanup == IndexCleanup::Off,
-            ..Default::default()
-        },
-        phase1: Vec::new(),
-    };
-    lv.check_failsafe();
-    let orig_pages = inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
-    lv.r.orig_pages = orig_pages;
-    let max_failure_rate =
-        opts.vacuum_max_eager_freeze_failure_rate.unwrap_or(config.vacuum_max_eager_freeze_failure_rate);
-    lv.learn_freeze_history(orig_pages, next_xid, max_failure_rate, (freeze_table_age, freeze_min_age))?;
-    lv.nworkers = parallel::heap_workers(&config, params, orig_pages);
-    lv.r.parallel_workers = lv.nworkers as u32;
-    lv.scan_heap(orig_pages)?;
-    lv.take_counts();
-
-    // Index cleanup and truncation.
-    // An index has figures to report if it was bulk-deleted or its cleanup scanned it.
-    let bulk_deleted = lv.r.num_index_scans > 0;
-    let mut reported = vec![bulk_deleted; lv.indexes.len()];
-    if lv.do_index_cleanup {
-        lv.progress.set_phase(VacuumPhase::CleaningUpIndexes);
-        for (i, ix) in lv.indexes.iter().enumerate() {
-            reported[i] |= ix.btree.cleanup(&lv.env, &mut lv.index_stats[i], bulk_deleted)?;
-        }
-    }
-    lv.r.indexes = lv
-        .indexes
-        .iter()
-        .zip(&lv.index_stats)
-        .zip(&reported)
-        .filter(|(_, &r)| r)
-        .map(|((d, s), _)| (d.name.clone(), *s))
-        .collect();
-    // Truncation drops the map's buffers past the new end: no pin may be held on them.
-    lv.leader.vm_pin = None;
-    let truncate = params.truncate.or(opts.vacuum_truncate).unwrap_or(config.vacuum_truncate);
-    let mut new_pages = orig_pages;
-    if truncate && !lv.failsafe {
-        new_pages = lv.truncate_heap(orig_pages)?;
-    }
-    lv.r.new_pages = new_pages;
-    lv.r.removed_pages = orig_pages - new_pages;
-    lv.progress.set_phase(VacuumPhase::FinalCleanup);
-
-    // pg_class: relpages, reltuples, relfrozenxid.
-    let scanned_all = lv.r.scanned_pages >= orig_pages;
-    let reltuples = if scanned_all || orig_pages == 0 {
-        lv.r.new_live_tuples as f64
-    } else {
-        estimate_reltuples(entry, orig_pages, lv.r.scanned_pages, lv.r.new_live_tuples)
-    };
-    lv.r.new_live_tuples = reltuples.round().max(0.0) as u64;
-    let can_advance = lv.aggressive || !lv.counts.skipped_allvis;
-    let new_frozen = match lv.counts.oldest_left {
-        Some(x) if x.precedes(oldest_xmin) => x,
-        _ => oldest_xmin,
-    };
-    let advance = can_advance
-        && new_frozen.is_normal()
-        && new_frozen != relfrozenxid
-        && (!relfrozenxid.is_normal()
-            || relfrozenxid.precedes(new_frozen)
-            || inner.xact.next_full_xid().xid().precedes(relfrozenxid));
-    let frozen_to_store = if advance { new_frozen } else { relfrozenxid };
-    // Like vac_update_relstats, write only when something changed.
-    let unchanged = entry.relpages.load(Ordering::Acquire) == new_pages
-        && *entry.reltuples.lock() == reltuples
-        && relfrozenxid == frozen_to_store;
-    if !unchanged {
-        update_pg_class(inner, entry, new_pages, reltuples, frozen_to_store)?;
-    }
-    if advance {
-        lv.r.new_relfrozenxid = Some(new_frozen);
-        update_database_frozen_xid(inner)?;
-    }
-    let end_next = inner.xact.next_full_xid().xid();
-    lv.r.oldest_xmin_age_at_end = i64::from(end_next.0.wrapping_sub(oldest_xmin.0) as i32);
-    let mine = Worker::usage_since(&usage0);
-    lv.r.buffers = mine.buffers.plus(lv.helpers.buffers);
-    lv.r.wal = crate::wal::WalStats {
-        records: mine.wal.records + lv.helpers.wal.records,
-        fpi: mine.wal.fpi + lv.helpers.wal.fpi,
-        bytes: mine.wal.bytes + lv.helpers.wal.bytes,
-    };
-    lv.r.wal_buffers_full = mine.wal_buffers_full + lv.helpers.wal_buffers_full;
-    lv.r.user_cpu = mine.user_cpu + lv.helpers.user_cpu;
-    lv.r.system_cpu = mine.system_cpu + lv.helpers.system_cpu;
-    lv.r.elapsed = start.elapsed();
-    lv.r.delay_time = lv.leader.cost.slept + lv.helpers_slept;
-    lv.r.failsafe = lv.failsafe;
-    entry.stats.report_vacuum(
-        params.is_autovacuum,
-        params.is_wraparound,
-        lv.r.new_live_tuples,
-        lv.r.recently_dead_tuples + lv.r.missed_dead_tuples,
-        u64::from(lv.r.frozen_pages),
-    );
-    crate::db::autovacuum::note_changed(inner, entry);
-    Ok(lv.r)
 }
 
 /// `x` if it is a normal XID not after `cap`, else FirstNormalTransactionId.
