@@ -189,6 +189,37 @@ fn random_rows_round_trip() {
     }
 }
 
+/// Property: a batch formed into one buffer (`form_tuple_into`, as bulk inserts do) holds,
+/// wherever each tuple lands in it, exactly the bytes `form_tuple` makes for the row alone: the
+/// columns are aligned by their place in the tuple, not in the buffer. A row that cannot be
+/// formed leaves the buffer as it was.
+#[test]
+fn tuples_formed_into_a_shared_buffer_equal_tuples_formed_alone() {
+    let mut rng = StdRng::seed_from_u64(0xba7c4);
+    for _ in 0..300 {
+        let s = random_schema(&mut rng);
+        let mut arena = vec![0xAAu8; rng.gen_range(0..9)];
+        let mut formed = Vec::new();
+        for _ in 0..rng.gen_range(1..12) {
+            let row: Vec<Value> = s
+                .columns
+                .iter()
+                .map(|c| if c.nullable && rng.gen_bool(0.3) { Value::Null } else { random_value(&mut rng, c.ty) })
+                .collect();
+            let start = form_tuple_into(&s, &row, &mut arena).unwrap();
+            assert_eq!(start % 8, 0);
+            formed.push((start..arena.len(), form_tuple(&s, &row).unwrap()));
+        }
+        for (span, alone) in formed {
+            assert_eq!(&arena[span], &alone[..], "schema {s:?}");
+        }
+        let before = arena.clone();
+        let wrong: Vec<Value> = s.columns.iter().map(|_| Value::Null).chain([Value::Int4(1)]).collect();
+        assert!(form_tuple_into(&s, &wrong, &mut arena).is_err());
+        assert_eq!(arena, before, "a refused row leaves the buffer as it was");
+    }
+}
+
 /// Fuzz-like: random bytes, truncations and bit flips of valid tuples and schemas must
 /// never panic any decoder.
 #[test]
