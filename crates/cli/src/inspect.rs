@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use settledb::fsm::CAT_STEP;
 use settledb::types::Fork;
-use settledb::{Config, Database, Table};
+use settledb::{Database, Table};
 
 /// Tables up to this many pages get one FSM line per page; larger ones a histogram.
 pub const FSM_LIST_MAX_PAGES: u32 = 100;
@@ -24,8 +24,7 @@ pub fn run(dir: PathBuf, what: &str, name: &str, block: Option<u32>) -> Result<E
         bail!("settle inspect: unknown object {what:?} (expected page, index, vm or fsm)");
     }
     // An inspection tool starts no maintenance of its own: autovacuum stays off.
-    let mut config = Config::default();
-    config.set("autovacuum", "off")?;
+    let config = crate::config_for_dir(&dir, &["autovacuum=off".to_string()])?;
     let db = Database::open(&dir, config)?;
     let out = render(&db, what, name, block);
     // Close cleanly whether or not the rendering worked; its error is the one to report.

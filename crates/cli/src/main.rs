@@ -75,7 +75,7 @@ use clap::{Parser, Subcommand};
 use settledb::io::{FileSystem, RealFs};
 use settledb::wal::control::ControlFile;
 use settledb::wal::{segment, WalReader};
-use settledb::{Config, Database};
+use settledb::{Config, Database, WalLevel};
 
 #[derive(Parser)]
 #[command(name = "settle", version, about = "settledb: an MVCC storage engine with the best VACUUM there is")]
@@ -175,6 +175,19 @@ pub fn config_from(set: &[String]) -> Result<Config> {
     Ok(c)
 }
 
+/// The configuration a tool opens an existing data directory with: the defaults, then the
+/// `wal_level` the directory last ran at (pg_control's; a directory holding a logical slot
+/// refuses to open below `logical`, as PostgreSQL's server does), then `set`.
+pub fn config_for_dir(dir: &std::path::Path, set: &[String]) -> Result<Config> {
+    let fs: Arc<dyn FileSystem> = Arc::new(RealFs);
+    let control = ControlFile::read(&*fs, &dir.join("global").join("pg_control"));
+    let last_level = match control {
+        Ok(c) if WalLevel::from_u8(c.wal_level) == Some(WalLevel::Logical) => Some("wal_level=logical".to_string()),
+        _ => None,
+    };
+    config_from(&last_level.into_iter().chain(set.iter().cloned()).collect::<Vec<_>>())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
@@ -185,7 +198,7 @@ fn main() -> ExitCode {
         Cmd::Stats { dir, json, set } => {
             // An inspection tool starts no maintenance of its own unless asked to.
             let set: Vec<String> = std::iter::once("autovacuum=off".to_string()).chain(set).collect();
-            config_from(&set).and_then(|c| stats::run(dir, json, c))
+            config_for_dir(&dir, &set).and_then(|c| stats::run(dir, json, c))
         }
         Cmd::Tpcc(a) => tpcc::run(a),
         Cmd::Bench(b) => bench::run(b),
@@ -232,7 +245,7 @@ pub fn require_data_dir(dir: &std::path::Path) -> Result<()> {
 
 fn check(dir: PathBuf, set: &[String]) -> Result<ExitCode> {
     require_data_dir(&dir)?;
-    let db = Database::open(&dir, config_from(set)?)?;
+    let db = Database::open(&dir, config_for_dir(&dir, set)?)?;
     let r = db.recovery_report();
     if r.records_replayed > 0 {
         println!("recovery: replayed {} records from {} to {}", r.records_replayed, r.redo_start, r.end_lsn);

@@ -79,7 +79,7 @@ pub fn parse_policy(v: &str) -> Result<FreezePolicy, String> {
 
 pub fn run(a: VacuumArgs) -> Result<ExitCode> {
     crate::require_data_dir(&a.dir)?;
-    let mut config = crate::config_from(&a.set)?;
+    let mut config = crate::config_for_dir(&a.dir, &a.set)?;
     config.set("autovacuum", "off")?;
     let db = Database::open(&a.dir, config)?;
     if a.only_database_stats {

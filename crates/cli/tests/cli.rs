@@ -126,6 +126,43 @@ fn table_with_dead_rows(dir: &std::path::Path) {
     db.close().unwrap();
 }
 
+/// A data directory that last ran at `wal_level = logical` and holds a logical slot: the
+/// engine refuses to open it below `logical` (as PostgreSQL's server refuses to start), so the
+/// tools that open a directory take its level from pg_control rather than fail with a flag
+/// some of them do not even have (`settle inspect` on a `settle torture` directory did).
+#[test]
+fn tools_open_a_directory_that_holds_a_logical_slot() {
+    use settledb::{Column, Config, Database, Schema, TableOptions, Type, Value};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    {
+        let c = Config::from_pairs([("autovacuum", "off"), ("wal_level", "logical")]).unwrap();
+        let db = Database::open(&dir, c).unwrap();
+        let schema = Schema { columns: vec![Column { name: "id".into(), ty: Type::Int4, nullable: false }] };
+        let t = db.create_table("t", schema, TableOptions::default()).unwrap();
+        let mut tx = db.begin().unwrap();
+        tx.insert(&t, &[Value::Int4(7)]).unwrap();
+        tx.commit().unwrap();
+        db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+        db.close().unwrap();
+    }
+    let d = dir.to_str().unwrap();
+    let (ok, out, err) = settle(&["inspect", d, "page", "t", "0"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.matches("NORMAL").count(), 1, "{out}");
+    let (ok, out, err) = settle(&["stats", d]);
+    assert!(ok, "{err}");
+    assert!(out.contains("pg_stat_user_tables"), "{out}");
+    let (ok, out, err) = settle(&["check", d]);
+    assert!(ok, "{out}{err}");
+    let (ok, _, err) = settle(&["vacuum", d, "t"]);
+    assert!(ok, "{err}");
+    // Asked for explicitly, a lower level still meets the engine's refusal.
+    let (ok, _, err) = settle(&["check", d, "--set", "wal_level=replica"]);
+    assert!(!ok);
+    assert!(err.contains("wal_level < logical"), "{err}");
+}
+
 #[test]
 fn vacuum_verbose_reports_then_maps_summarize() {
     let tmp = tempfile::tempdir().unwrap();
