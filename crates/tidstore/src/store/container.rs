@@ -130,11 +130,13 @@ pub fn bucket_bits(code: u8, u: u32) -> Option<u32> {
     (nb <= BUCKETS_MAX && bits <= BUCKET_BITS_MAX).then_some(bits)
 }
 
-/// Can `offsets` (ascending, non-empty) be written bucketed in a group whose universe is their
-/// largest offset? True iff no two share a high part at the Elias–Fano width for their count.
-pub fn bucketable(offsets: &[u16]) -> bool {
+/// Can `offsets` (ascending, non-empty, all `<= u`) be written bucketed in a group whose
+/// universe is `u`? True iff no two share a high part at the Elias–Fano width for their count
+/// and `u`. The width grows with `u`: offsets apart at their own largest offset can share a
+/// bucket in a group whose universe is larger, so the answer is only good for that `u`.
+pub fn bucketable(offsets: &[u16], u: u32) -> bool {
     let k = offsets.len() as u32;
-    let u = u32::from(offsets[offsets.len() - 1]);
+    debug_assert!(u32::from(offsets[offsets.len() - 1]) <= u);
     if !(1..=EF_MAX_K as u32).contains(&k) || k > u {
         return false;
     }

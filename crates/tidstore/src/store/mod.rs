@@ -166,7 +166,8 @@ pub struct TidStore {
     /// groups, whose pages all take the longest page's slot).
     staged_est_sum: u32,
     staged_est_max: u32,
-    /// Can every staged page be written in the bucketed form ([`container::bucketable`])?
+    /// Can every staged page be written in the bucketed form at the group's universe,
+    /// `staged_u` ([`container::bucketable`])?
     staged_bucketable: bool,
     /// The largest offset among the staged pages.
     /// (A `u32`, not a `u16`: a 2-byte store followed by this field's wider reload defeated
@@ -524,6 +525,21 @@ impl TidStore {
         &self.staged_offsets[start..start + usize::from(self.staged[i].k)]
     }
 
+    /// Can every staged page still be written bucketed when the group's universe becomes `u`
+    /// (at least the staged pages' largest offset)? Rescans their offsets only when `u` grows.
+    fn staged_bucketable_at(&self, u: u32) -> bool {
+        if !self.staged_bucketable || u == self.staged_u {
+            return self.staged_bucketable;
+        }
+        let mut at = 0;
+        self.staged[..self.staged_n].iter().all(|p| {
+            let k = usize::from(p.k);
+            let ok = container::bucketable(&self.staged_offsets[at..at + k], u);
+            at += k;
+            ok
+        })
+    }
+
     /// Encodes the staged pages as a group. Capacity was reserved by `add_page`.
     fn flush(&mut self) {
         if self.staged_n == 0 {
@@ -642,8 +658,12 @@ impl DeadTids for TidStore {
             self.shape_cache = (shape, container::bucket_bits(code, u).is_some(), slot_estimate(code, u));
         }
         let est = self.shape_cache.2;
-        let bucketable = self.shape_cache.1 && container::bucketable(offsets);
         let flush = self.must_flush(summary, est);
+        // Whether the open group (this page, with the staged pages unless they are flushed
+        // first) can be written bucketed: at the group's universe, for every page of it.
+        let u = if flush { u32::from(summary.max) } else { self.staged_u.max(u32::from(summary.max)) };
+        let bucketable =
+            self.shape_cache.1 && container::bucketable(offsets, u) && (flush || self.staged_bucketable_at(u));
         let (arena_cap, dir_cap, staged_cap, filter_cap) = self.plan_capacity(summary, bucketable, flush)?;
         if self.filter_shift != NO_FILTER {
             // Added after freeze: the filter no longer covers every page.
@@ -673,7 +693,7 @@ impl DeadTids for TidStore {
         }
         self.staged_est_sum += est;
         self.staged_est_max = self.staged_est_max.max(est);
-        self.staged_bucketable &= bucketable;
+        self.staged_bucketable = bucketable;
         self.staged[self.staged_n] = summary;
         self.staged_n += 1;
         self.staged_u = self.staged_u.max(u32::from(summary.max));

@@ -56,8 +56,9 @@ impl TidStore {
         n >= if list { GROUP_PAGES_LIST } else { LIST_DENSE_MIN }
     }
 
-    /// Capacities after adding page `summary` (`flush`: [`TidStore::must_flush`] for it):
-    /// (arena, dir, staged offsets, filter words), or `Full`.
+    /// Capacities after adding page `summary` (`flush`: [`TidStore::must_flush`] for it;
+    /// `bucketable`: whether the group it opens or joins can be written bucketed, at that
+    /// group's universe): (arena, dir, staged offsets, filter words), or `Full`.
     pub(super) fn plan_capacity(&self, summary: PageSummary, bucketable: bool, flush: bool) -> Result<Caps, Full> {
         let first = if self.num_pages == 0 { summary.block } else { self.first_block };
         let filter_need = filter_words(self.num_pages + 1, summary.block - first);
@@ -107,7 +108,7 @@ impl TidStore {
         } else {
             let mut pages = self.staged[..self.staged_n].to_vec();
             pages.push(summary);
-            let open = GroupPlan::new(&pages, self.staged_bucketable && bucketable).bytes();
+            let open = GroupPlan::new(&pages, bucketable).bytes();
             (self.arena.len().max(PAD), self.dir.len(), self.staged_offsets.len(), open)
         };
         // Room for the open group to be encoded without growing: arena, its PAD, a dir slot.
