@@ -457,6 +457,11 @@ pub struct Catalog {
     next_oid: AtomicU32,
     /// Serializes DDL.
     pub ddl_lock: Mutex<()>,
+    /// Serializes moving the database frozen XID (`LockDatabaseFrozenIds`): reading the
+    /// oldest relfrozenxid and applying it to the XID limits and CLOG must be one step, or
+    /// a VACUUM that read an older value could apply it after one that read a newer value,
+    /// setting the limits back.
+    pub frozen_ids_lock: Mutex<()>,
     /// Every table's relfrozenxid, ordered (taken after `by_oid` when both are).
     frozen: Mutex<frozen::FrozenXidIndex>,
     /// The database's `autovacuum_freeze_max_age`, for tables that do not override it.
@@ -479,6 +484,7 @@ impl Catalog {
             by_oid: RwLock::new(HashMap::new()),
             next_oid: AtomicU32::new(FIRST_NORMAL_OID.0),
             ddl_lock: Mutex::new(()),
+            frozen_ids_lock: Mutex::new(()),
             frozen: Mutex::new(frozen::FrozenXidIndex::new()),
             freeze_max_age: autovacuum_freeze_max_age,
         }

@@ -454,6 +454,13 @@ impl Soak {
         db.tables().iter().map(|t| u64::from(next.wrapping_sub(t.relfrozenxid().0))).max().unwrap_or(0)
     }
 
+    /// The age of the oldest frozen XID the wraparound limits were last computed from. A
+    /// VACUUM sets its table's relfrozenxid first and moves the limits after, so between the
+    /// two [`Self::max_age`] can look caught up while the stop limit is still the old one.
+    fn limits_age(db: &Database) -> u64 {
+        u64::from(db.next_xid().xid().0.wrapping_sub(db.xid_limits().oldest_xid.0))
+    }
+
     /// Whether the held prepared transaction is still open.
     fn holding(&self) -> bool {
         self.held.as_ref().is_some_and(|h| h.lock().unwrap().open)
@@ -494,7 +501,7 @@ impl Soak {
                 report.max_relfrozenxid_age = report.max_relfrozenxid_age.max(Self::max_age(db));
             }
             let deadline = Instant::now() + Duration::from_secs(120);
-            while Self::max_age(db) > args.freeze_max_age {
+            while Self::max_age(db).max(Self::limits_age(db)) > args.freeze_max_age {
                 if Instant::now() > deadline {
                     self.anomaly(format!(
                         "autovacuum left relfrozenxid age at {} for two minutes (freeze max age {})",

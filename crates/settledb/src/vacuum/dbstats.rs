@@ -76,14 +76,14 @@ impl Database {
         let start = Instant::now();
         let scan = scan_frozen_xids(inner, |_, _| {})?;
         let scan_elapsed = start.elapsed();
-        let incremental = inner.catalog.database_frozen_xid();
-        let older = match (scan.oldest, incremental) {
-            (Some(a), Some(b)) => Some(if b.precedes(a) { b } else { a }),
-            (a, b) => a.or(b),
-        };
-        if let Some(x) = older {
-            apply_database_frozen_xid(inner, x)?;
-        }
+        let mut incremental = None;
+        apply_database_frozen_xid(inner, |index| {
+            incremental = index;
+            match (scan.oldest, index) {
+                (Some(a), Some(b)) => Some(if b.precedes(a) { b } else { a }),
+                (a, b) => a.or(b),
+            }
+        })?;
         Ok(DatabaseStatsReport {
             scanned_frozen_xid: scan.oldest,
             incremental_frozen_xid: incremental,

@@ -685,14 +685,70 @@ pub(crate) fn update_pg_class(
 /// relfrozenxid, read in O(1) from the catalog's ordered index (no scan of `pg_class`; see
 /// [`dbstats`] for the scan); the XID limits follow it and CLOG below it is removed.
 pub(crate) fn update_database_frozen_xid(inner: &Inner) -> Result<()> {
-    let Some(oldest) = inner.catalog.database_frozen_xid() else { return Ok(()) };
-    apply_database_frozen_xid(inner, oldest)
+    apply_database_frozen_xid(inner, |incremental| incremental)
 }
 
-/// Moves the XID limits to a new database frozen XID and truncates CLOG below it (the
-/// truncation is WAL-logged; the value reaches the control file at the next checkpoint).
-pub(crate) fn apply_database_frozen_xid(inner: &Inner, oldest: Xid) -> Result<()> {
+/// Moves the XID limits to a new database frozen XID, `pick`ed from the catalog's (None:
+/// leave them), and truncates CLOG below it (the truncation is WAL-logged; the value reaches
+/// the control file at the next checkpoint). Concurrent callers take turns, so the limits
+/// only ever follow the latest reading.
+pub(crate) fn apply_database_frozen_xid(inner: &Inner, pick: impl FnOnce(Option<Xid>) -> Option<Xid>) -> Result<()> {
+    let _one_at_a_time = inner.catalog.frozen_ids_lock.lock();
+    let Some(oldest) = pick(inner.catalog.database_frozen_xid()) else { return Ok(()) };
     inner.xact.set_oldest_xid(oldest, inner.config.get().autovacuum_freeze_max_age);
     inner.xact.truncate_clog(oldest, &*inner.wal)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::heap::tuple::{Column, Schema, Type};
+    use crate::{TableOptions, VacuumParams};
+
+    /// A VACUUM that read the database frozen XID before another VACUUM moved it must not
+    /// apply its older reading after the other applied the newer one: the limits would go
+    /// back and stay there (nothing left to vacuum), and the other's CLOG truncation, above
+    /// them, would fail. The reading is held open while the other VACUUM runs; the other must
+    /// wait for it, and the limits end at the newest value.
+    #[test]
+    fn a_stale_reading_of_the_frozen_xid_never_moves_the_limits_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::from_pairs([("autovacuum", "off"), ("fsync", "off")]).unwrap();
+        let db = Database::open(dir.path(), config).unwrap();
+        let schema = Schema { columns: vec![Column { name: "a".into(), ty: Type::Int4, nullable: false }] };
+        db.create_table("old", schema.clone(), TableOptions::default()).unwrap();
+        db.create_table("young", schema, TableOptions::default()).unwrap();
+        db.consume_xids(1000).unwrap();
+        for t in ["pg_class", "young"] {
+            db.vacuum(Some(t), &VacuumParams::default()).unwrap();
+        }
+        let stale = db.table("old").unwrap().relfrozenxid();
+        assert_eq!(db.datfrozenxid(), stale, "\"old\" holds the database frozen XID back");
+
+        let (done_tx, done_rx) = mpsc::channel();
+        std::thread::scope(|s| {
+            apply_database_frozen_xid(db.inner(), |read| {
+                assert_eq!(read, Some(stale));
+                let db = &db;
+                let done_tx = done_tx.clone();
+                s.spawn(move || {
+                    db.vacuum(Some("old"), &VacuumParams::default()).unwrap();
+                    done_tx.send(()).unwrap();
+                });
+                // Give the other VACUUM every chance to finish first (it must not).
+                let finished = done_rx.recv_timeout(Duration::from_millis(200)).is_ok();
+                assert!(!finished, "a VACUUM moved the frozen XID while another held a reading of it");
+                read
+            })
+            .unwrap();
+        });
+        let newest = db.datfrozenxid();
+        assert!(stale.precedes(newest), "vacuuming \"old\" moved the database frozen XID");
+        assert_eq!(db.xid_limits().oldest_xid, newest, "the limits follow the newest reading");
+        db.close().unwrap();
+    }
 }
