@@ -629,3 +629,66 @@ fn adaptive_freezes_the_append_only_region_and_not_the_hot_one() {
         stats.pages_frozen
     );
 }
+
+/// `adaptive` on a queue (TPC-C's new orders): rows are inserted, then deleted in two steps,
+/// the second more than FreezeLimit after the insert. At each VACUUM the oldest batch's page
+/// is modified (half its rows deleted) and what is left on it is older than FreezeLimit:
+/// `lazy` freezes those rows, the page becomes all-frozen, and the next round's delete clears
+/// the bit again. `adaptive` judges the queue's range as one where freezing does not stick
+/// and freezes a modified page there only by its deferred FreezeLimit, which the rows never
+/// reach: no page it freezes is modified again, and relfrozenxid still advances.
+#[test]
+fn adaptive_does_not_freeze_a_queue_just_before_its_rows_are_deleted() {
+    let run = |policy: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open(
+            dir.path(),
+            config(&[
+                ("vacuum_freeze_policy", policy),
+                ("vacuum_freeze_min_age", "1000"),
+                ("vacuum_freeze_table_age", "1000000"),
+            ]),
+        )
+        .unwrap();
+        let opts = TableOptions { primary_key: Some(vec!["aid".into()]), ..TableOptions::default() };
+        let t = db.create_table("q", schema(), opts).unwrap();
+        let pk = db.index("q_pkey").unwrap();
+        let per_round = 256;
+        let delete = |tx: &mut settledb::Transaction<'_>, round: i32, half: i32| {
+            for aid in (round * per_round + half..(round + 1) * per_round).step_by(2) {
+                assert!(tx.delete_by_key(&pk, &[Value::Int4(aid)]).unwrap());
+            }
+        };
+        let (mut first, mut cleared_before) = (None, 0);
+        for round in 0..16 {
+            let mut tx = db.begin().unwrap();
+            for i in 0..per_round {
+                tx.insert(&t, &row(round * per_round + i, 0)).unwrap();
+            }
+            if round >= 1 {
+                delete(&mut tx, round - 1, 0);
+            }
+            if round >= 2 {
+                delete(&mut tx, round - 2, 1);
+            }
+            tx.commit().unwrap();
+            // The rows of the previous round pass FreezeLimit before this VACUUM.
+            db.consume_xids(1500).unwrap();
+            db.vacuum(Some("q"), &VacuumParams::default()).unwrap();
+            if round == 2 {
+                // Counted from here: the first VACUUM since the database was opened has no
+                // history to judge by (it froze the first batch, as lazy does).
+                first = Some(t.relfrozenxid());
+                cleared_before = db.table_stats(&t).frozen_bits_cleared;
+            }
+        }
+        check(&db);
+        (db.table_stats(&t).frozen_bits_cleared - cleared_before, first.unwrap(), t.relfrozenxid())
+    };
+
+    let (lazy, _, _) = run("lazy");
+    assert!(lazy >= 100, "lazy: only {lazy} of the queue's pages were frozen and modified again");
+    let (adaptive, first, last) = run("adaptive");
+    assert_eq!(adaptive, 0, "adaptive froze {adaptive} queue pages just before their rows went");
+    assert!(last.follows(first), "adaptive: relfrozenxid stayed at {first}");
+}

@@ -220,7 +220,8 @@ pub fn judge(learned: &Learned, max_failure_rate: f64) -> Verdicts {
 /// freezing does not stick (the deferred FreezeLimit, see [`super::freeze`]): late enough to
 /// spare pages that are modified first, early enough that relfrozenxid is younger than
 /// `freeze_table_age` at the next VACUUM, expected `interval_xids` later (the last interval,
-/// with a quarter more for margin); never earlier than `freeze_min_age`.
+/// with a quarter more for margin); never earlier than `freeze_min_age`. The age is counted
+/// back from the next XID, as `freeze_table_age` is (see `LazyVacuum::learn_freeze_history`).
 ///
 /// The margin was twice the interval at first. In TPC-C's orders that reached the oldest
 /// undelivered orders in the second half of the run (their delivery lags further behind as
@@ -228,11 +229,27 @@ pub fn judge(learned: &Learned, max_failure_rate: f64) -> Verdicts {
 /// modified again, before the next VACUUM; with a quarter, 26 were, and the wasted freezes
 /// fell from 17.5% to 9.2% of the pages frozen on the orders and from 15.4% to 9.6% on the
 /// order lines (`settle tpcc --compare adaptive`, one run each, with the pages' freezing traced).
-/// Where an interval grows by more than the margin, the next VACUUM is aggressive (in that
-/// run: 2 of the stock table's autovacuums and 1 of the customers', none anti-wraparound,
-/// which is `autovacuum_freeze_max_age` away).
+/// Where an interval grows by more than the margin, or a page busy at one VACUUM keeps its
+/// old XIDs, the next VACUUM is aggressive (in later runs: 2 of the stock table's 75
+/// autovacuums and 2 of the customers', none anti-wraparound, which is
+/// `autovacuum_freeze_max_age` away); it freezes by the same deferred limits (see
+/// [`super::freeze`]), so it is no freezing cliff.
 pub fn deferred_freeze_age(freeze_table_age: u32, freeze_min_age: u32, interval_xids: u32) -> u32 {
     freeze_table_age.saturating_sub(interval_xids.saturating_add(interval_xids / 4)).max(freeze_min_age)
+}
+
+/// The same for a page VACUUM finds modified (not all-visible) where freezing does not stick,
+/// with a whole interval more for margin. Such a page is pruned, so freezing it costs no
+/// image, but its rows are the ones about to change again: in TPC-C's new orders (a queue:
+/// inserted, then deleted by the delivery, which falls further behind as the run goes on) the
+/// oldest undelivered rows passed FreezeLimit, their pages were frozen whole and set
+/// all-frozen, and nearly every one was delivered before the next VACUUM. Here every page's
+/// XIDs are deferred, not only untouched ones', so relfrozenxid sits near this age after most
+/// VACUUMs; with a quarter of an interval for margin, an interval a little longer than the
+/// last made the next VACUUM aggressive, and aggressive means FreezeLimit on every page (a
+/// freezing cliff: the whole stock table in one autovacuum).
+pub fn deferred_freeze_age_modified(freeze_table_age: u32, freeze_min_age: u32, interval_xids: u32) -> u32 {
+    freeze_table_age.saturating_sub(interval_xids.saturating_mul(2)).max(freeze_min_age)
 }
 
 /// The counts one range gathered since the last VACUUM (the hot path's).
@@ -468,6 +485,10 @@ mod tests {
         assert_eq!(deferred_freeze_age(150_000_000, 50_000_000, 1_000), 149_998_750);
         assert_eq!(deferred_freeze_age(u32::MAX, 0, u32::MAX), 0, "no overflow");
         assert_eq!(deferred_freeze_age(0, 0, 1_000), 0, "VACUUM FREEZE");
+        assert_eq!(deferred_freeze_age_modified(75_000, 25_000, 10_000), 55_000, "a whole interval more");
+        assert_eq!(deferred_freeze_age_modified(75_000, 25_000, 30_000), 25_000, "a long interval: FreezeLimit");
+        assert_eq!(deferred_freeze_age_modified(u32::MAX, 0, u32::MAX), 0, "no overflow");
+        assert_eq!(deferred_freeze_age_modified(0, 0, 1_000), 0, "VACUUM FREEZE");
     }
 
     /// The history as VACUUM and the hot path use it: clears land in their page's range, and

@@ -216,7 +216,7 @@ impl<'a> LazyVacuum<'a> {
             cutoffs: Cutoffs { oldest_xmin: start.oldest_xmin, freeze_limit: start.freeze_limit },
             policy: s.policy,
             verdicts: None,
-            deferred_freeze_limit: None,
+            deferred_freeze_limits: None,
             fsm_settled: s.fsm_settled,
             aggressive: start.aggressive,
             skip_with_vm: !params.disable_page_skipping,
@@ -276,6 +276,7 @@ impl<'a> LazyVacuum<'a> {
             start.next_xid,
             s.max_eager_freeze_failure_rate,
             (s.freeze_table_age, s.freeze_min_age),
+            !params.is_wraparound && !params.disable_page_skipping,
         )?;
         self.nworkers = parallel::heap_workers(config, params, orig_pages);
         self.r.parallel_workers = self.nworkers as u32;

@@ -15,7 +15,7 @@
 //! |            | all-frozen too), or when some XID is older than FreezeLimit             |
 //! | `adaptive` | as `eager` in a range of pages where freezing sticks; as `pg16`'s cheap |
 //! |            | freeze (the image is written anyway) where it fails up to five times as |
-//! |            | often; elsewhere as `lazy`, later for a page found all-visible          |
+//! |            | often; elsewhere as `lazy`, by a later FreezeLimit                      |
 //!
 //! # `adaptive`
 //!
@@ -32,12 +32,26 @@
 //!   has nothing old enough to freeze, so the pages read again are bounded.
 //! * A page found all-visible (untouched since a VACUUM set it so) has its XIDs frozen only
 //!   when they are older than `vacuum_freeze_table_age` minus 1.25 times the XIDs between the
-//!   table's last two VACUUMs (never earlier than FreezeLimit; the deferred FreezeLimit,
+//!   table's last two VACUUMs, counted back from the next XID as `vacuum_freeze_table_age`
+//!   is (never earlier than FreezeLimit; the deferred FreezeLimit,
 //!   [`super::adaptive::deferred_freeze_age`]):
 //!   late enough that a page about to be modified anyway is rarely frozen first (freezing an
 //!   untouched page costs its full-page image), early enough that the next VACUUM finds
 //!   relfrozenxid younger than `vacuum_freeze_table_age` and need not be aggressive (nor,
-//!   later, anti-wraparound). An aggressive VACUUM uses FreezeLimit.
+//!   later, anti-wraparound).
+//! * A page found modified has its XIDs frozen only when they are older than
+//!   `vacuum_freeze_table_age` minus twice that interval
+//!   ([`super::adaptive::deferred_freeze_age_modified`]): its rows are the ones about to
+//!   change again (in a queue such as TPC-C's new orders, the oldest undelivered rows pass
+//!   FreezeLimit shortly before they are deleted), and the wider margin keeps relfrozenxid,
+//!   which now sits near that age after most VACUUMs, clear of `vacuum_freeze_table_age`.
+//! * A VACUUM made aggressive by `vacuum_freeze_table_age` (a page busy at the last VACUUM,
+//!   or an interval longer than the margins, left an XID that old) freezes by the same
+//!   deferred limits: what makes it aggressive is that it waits for every page's cleanup
+//!   lock, so nothing holds relfrozenxid back again. With FreezeLimit it froze the whole
+//!   table at once (in `settle tpcc`, all 4,400 pages of the stock table in one
+//!   autovacuum: the freezing cliff seed 000 is about). An anti-wraparound VACUUM, or one
+//!   with DISABLE_PAGE_SKIPPING, uses FreezeLimit.
 //! * A page without tuples is set all-visible but not all-frozen: it is where the next
 //!   inserts go (the free space map offers it), and an all-frozen bit there would only be
 //!   cleared again.

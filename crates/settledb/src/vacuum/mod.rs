@@ -92,7 +92,7 @@ use crate::wal::{BlockRef, RecordBuilder, Rmgr};
 use freeze::Cutoffs;
 use reap::Seen;
 pub use report::{VacuumReport, DATABASE_NAME};
-use scan::{Ctx, DeadPage, ScanCounts, SkipRule, Usage, Worker};
+use scan::{Ctx, DeadPage, DeferredLimits, ScanCounts, SkipRule, Usage, Worker};
 
 /// The failsafe is rechecked every 4 GB of heap (`FAILSAFE_EVERY_PAGES`).
 const FAILSAFE_EVERY_PAGES: u32 = ((4u64 << 30) / BLCKSZ as u64) as u32;
@@ -386,9 +386,9 @@ struct LazyVacuum<'a> {
     cutoffs: Cutoffs,
     policy: FreezePolicy,
     /// `adaptive`: what VACUUM freezes in each range of pages, judged when it starts, and the
-    /// deferred FreezeLimit for pages found all-visible where freezing does not stick.
+    /// deferred FreezeLimits for pages where freezing does not stick.
     verdicts: Option<Arc<adaptive::Verdicts>>,
-    deferred_freeze_limit: Option<Xid>,
+    deferred_freeze_limits: Option<DeferredLimits>,
     fsm_settled: bool,
     aggressive: bool,
     skip_with_vm: bool,
@@ -467,7 +467,7 @@ impl<'a> LazyVacuum<'a> {
             cutoffs: self.cutoffs,
             policy: self.policy,
             verdicts: self.verdicts.clone(),
-            deferred_freeze_limit: self.deferred_freeze_limit,
+            deferred_freeze_limits: self.deferred_freeze_limits,
             fsm_settled: self.fsm_settled,
             aggressive: self.aggressive,
             has_indexes: !self.indexes.is_empty(),
@@ -479,21 +479,38 @@ impl<'a> LazyVacuum<'a> {
     /// whatever its policy, so that switching to `adaptive` finds the history warm) and, under
     /// `adaptive`, takes the verdict per range and the deferred FreezeLimit
     /// (`ages` = (freeze_table_age, freeze_min_age)).
+    ///
+    /// An aggressive VACUUM takes the deferred FreezeLimits too when only its table's age
+    /// made it aggressive (`defer_when_aggressive`), not an anti-wraparound one or
+    /// DISABLE_PAGE_SKIPPING (see [`freeze`]).
     fn learn_freeze_history(
         &mut self,
         orig_pages: u32,
         next_xid: Xid,
         max_failure_rate: f64,
         ages: (u32, u32),
+        defer_when_aggressive: bool,
     ) -> Result<()> {
         let visible = self.rel.vm.count_visible_by_range(&self.inner.pool, orig_pages, adaptive::RANGE_PAGES)?;
         let verdicts = self.rel.freeze_history.begin_vacuum(&visible, max_failure_rate, next_xid);
         if self.policy == FreezePolicy::Adaptive {
-            if !self.aggressive {
-                let oldest_xmin = self.cutoffs.oldest_xmin;
-                self.deferred_freeze_limit = verdicts.interval_xids.map(|i| {
-                    let age = adaptive::deferred_freeze_age(ages.0, ages.1, i);
-                    normal_or_first(Xid(oldest_xmin.0.wrapping_sub(age)), oldest_xmin)
+            if !self.aggressive || defer_when_aggressive {
+                // Counted back from the next XID, as the age that makes a VACUUM aggressive
+                // is: counted from OldestXmin, a long transaction running at this VACUUM ate
+                // into the margin (its XIDs behind the next one), and made the next VACUUM
+                // aggressive. Never later than FreezeLimit.
+                let freeze_limit = self.cutoffs.freeze_limit;
+                let limit = |age: u32| {
+                    let x = normal_or_first(Xid(next_xid.0.wrapping_sub(age)), next_xid);
+                    if x.follows(freeze_limit) {
+                        freeze_limit
+                    } else {
+                        x
+                    }
+                };
+                self.deferred_freeze_limits = verdicts.interval_xids.map(|i| DeferredLimits {
+                    untouched: limit(adaptive::deferred_freeze_age(ages.0, ages.1, i)),
+                    modified: limit(adaptive::deferred_freeze_age_modified(ages.0, ages.1, i)),
                 });
             }
             self.verdicts = Some(Arc::new(verdicts));

@@ -56,6 +56,16 @@ const CLEANUP_LOCK_RETRIES: usize = 5;
 const FSM_BATCH: usize = 1024;
 
 /// What every worker of one VACUUM reads and nobody changes.
+/// `adaptive`'s deferred FreezeLimits ([`super::adaptive::deferred_freeze_age`] and
+/// [`super::adaptive::deferred_freeze_age_modified`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct DeferredLimits {
+    /// For a page found all-visible.
+    pub untouched: Xid,
+    /// For a page found modified.
+    pub modified: Xid,
+}
+
 pub(super) struct Ctx<'a> {
     pub inner: &'a Inner,
     pub rel: &'a Relation,
@@ -63,10 +73,10 @@ pub(super) struct Ctx<'a> {
     pub policy: FreezePolicy,
     /// `adaptive`: where freezing sticks, per range of the table's pages.
     pub verdicts: Option<Arc<Verdicts>>,
-    /// `adaptive`, not aggressive: the FreezeLimit for a page found all-visible in a range
-    /// where freezing does not stick (not later than `cutoffs.freeze_limit`; see
-    /// [`freeze`], "the deferred FreezeLimit").
-    pub deferred_freeze_limit: Option<Xid>,
+    /// `adaptive`, unless anti-wraparound or DISABLE_PAGE_SKIPPING: the FreezeLimits for
+    /// pages in ranges where freezing does not stick (not later than `cutoffs.freeze_limit`; see [`freeze`], "the deferred
+    /// FreezeLimit").
+    pub deferred_freeze_limits: Option<DeferredLimits>,
     pub fsm_settled: bool,
     pub aggressive: bool,
     pub has_indexes: bool,
@@ -80,12 +90,13 @@ impl Ctx<'_> {
     }
 
     /// What the page at `block` may have frozen, and the cutoffs to freeze it by: `adaptive`
-    /// freezes a page it finds all-visible (`was_all_visible`) where freezing does not stick
-    /// by the deferred FreezeLimit.
+    /// freezes a page where freezing does not stick by a deferred FreezeLimit, the one for
+    /// pages found all-visible (`was_all_visible`) or the one for modified pages.
     pub fn page_freezing(&self, block: BlockNumber, was_all_visible: bool) -> (Freezing, Cutoffs) {
         let range = self.range_freezing(block);
-        match self.deferred_freeze_limit {
-            Some(freeze_limit) if was_all_visible && range != Freezing::Eager => {
+        match self.deferred_freeze_limits {
+            Some(d) if range != Freezing::Eager => {
+                let freeze_limit = if was_all_visible { d.untouched } else { d.modified };
                 (range, Cutoffs { freeze_limit, ..self.cutoffs })
             }
             _ => (range, self.cutoffs),
@@ -551,6 +562,9 @@ impl<'a> Worker<'a> {
     fn scan_noprune(&mut self, ctx: &Ctx<'_>, block: BlockNumber, p: &[u8]) -> Result<Option<Vec<u16>>> {
         let mut lpdead = Vec::new();
         let mut oldest: Option<Xid> = None;
+        // The later of the page's possible FreezeLimits: waiting is needed only for an XID
+        // the page would have frozen.
+        let freeze_limit = ctx.page_freezing(block, false).1.freeze_limit;
         let (mut live, mut recently_dead, mut missed, mut hastup) = (0u64, 0u64, 0u64, false);
         for o in 1..=page::max_offset(p) {
             let off = OffsetNumber(o);
@@ -568,7 +582,7 @@ impl<'a> Worker<'a> {
             }
             hastup = true;
             let Some(h) = page::try_item(p, off).and_then(TupleHeader::parse) else { continue };
-            if freeze::oldest_unfrozen(&h, &mut oldest, ctx.cutoffs.freeze_limit) && ctx.aggressive {
+            if freeze::oldest_unfrozen(&h, &mut oldest, freeze_limit) && ctx.aggressive {
                 return Ok(None);
             }
             match satisfies_vacuum(&h, ctx.cutoffs.oldest_xmin, &ctx.inner.xact)? {
