@@ -199,7 +199,7 @@ fn heap_accesses(lazy: &ColumnResult, eager: &ColumnResult) -> Target {
 /// much of ORDER_STATUS's heap work that spared in this run. Where it is a few percent (every
 /// table in shared buffers; one index-only scan per transaction beside a dozen heap accesses)
 /// the ratio of two sub-millisecond tails measures the machine's scheduling, not the policy:
-/// identical runs gave 0.47 to 1.39. So it is an account, as the heap accesses are.
+/// identical runs gave 0.47 to 1.80. So it is an account, as the heap accesses are.
 fn order_status_tail(lazy: &ColumnResult, eager: &ColumnResult) -> Target {
     fn kind(c: &ColumnResult) -> Option<&tpcc::run::KindResult> {
         c.run.kinds.iter().find(|k| k.kind == TxKind::OrderStatus.name())
