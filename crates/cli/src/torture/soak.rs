@@ -504,8 +504,10 @@ impl Soak {
             while Self::max_age(db).max(Self::limits_age(db)) > args.freeze_max_age {
                 if Instant::now() > deadline {
                     self.anomaly(format!(
-                        "autovacuum left relfrozenxid age at {} for two minutes (freeze max age {})",
+                        "autovacuum left relfrozenxid age at {} and the XID limits' age at {} for two \
+                         minutes (freeze max age {})",
                         Self::max_age(db),
+                        Self::limits_age(db),
                         args.freeze_max_age
                     ));
                     return;
