@@ -33,6 +33,10 @@
 //! transaction state, that `pg_subtrans` agrees with the CLOG and the proc array, and every
 //! prepared transaction is in progress in the CLOG and running (`xact::verify`).
 //!
+//! Each table and each index is checked under the table's ShareUpdateExclusive lock, so no
+//! VACUUM changes it halfway through; writers are not held off, so a check is exact only when
+//! none runs (the end of a test), as PostgreSQL's `amcheck` without `heapallindexed` is.
+//!
 //! Problems are collected, not returned as errors, so one run reports all of them; an I/O error
 //! that stops the check is returned as an error.
 
@@ -99,7 +103,9 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
     for c in &cut_short {
         report.problems.push(format!("relation {}: {c}", crate::db::startup::relation_name(&inner.catalog, c.rel)));
     }
+    let owner = inner.lmgr.new_owner("check");
     for entry in inner.catalog.tables() {
+        let _vacuum_held_off = HoldOffVacuum::take(inner, &owner, entry.rel.oid)?;
         report.tables += 1;
         let ctx = Ctx { xact: &inner.xact, rel: &entry.rel, relfrozenxid: entry.relfrozenxid(), next };
         let nblocks = inner.pool.smgr().nblocks(entry.rel.relfilenode, Fork::Main)?;
@@ -154,6 +160,7 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
             report.problems.push(format!("index \"{}\": its table {} does not exist", def.name, def.meta.table));
             continue;
         };
+        let _vacuum_held_off = HoldOffVacuum::take(inner, &owner, table.rel.oid)?;
         if let Err(e) = check_index(db, &table, &def, &mut report.problems) {
             report.problems.push(format!("index \"{}\": {}", def.name, damage(e)?));
         }
@@ -161,6 +168,31 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
     check_frozen_xids(inner, &mut report.problems)?;
     report.problems.extend(inner.xact.verify()?);
     Ok(report)
+}
+
+/// The table's ShareUpdateExclusive lock, held while one table or one index is checked, and
+/// released on drop: a VACUUM (which takes the same lock; autovacuum skips the table) cannot
+/// run meanwhile. Without it the check raced an autovacuum that was still running: it read an
+/// index's entries, then VACUUM removed some of them and set their heap items unused, and the
+/// check reported entries pointing to unused items that were no longer there (found by `settle
+/// stress` in CI). Writers (RowExclusive, prepared transactions' too) are not held off.
+struct HoldOffVacuum<'a> {
+    inner: &'a crate::db::Inner,
+    owner: &'a crate::lmgr::LockOwner,
+}
+
+impl<'a> HoldOffVacuum<'a> {
+    fn take(inner: &'a crate::db::Inner, owner: &'a crate::lmgr::LockOwner, rel: crate::types::Oid) -> Result<Self> {
+        use crate::lmgr::{LockMode, WaitPolicy};
+        inner.lmgr.lock(owner, rel, LockMode::ShareUpdateExclusive, WaitPolicy::Wait, inner.config.lock_timeout())?;
+        Ok(HoldOffVacuum { inner, owner })
+    }
+}
+
+impl Drop for HoldOffVacuum<'_> {
+    fn drop(&mut self) {
+        self.inner.lmgr.release_all(self.owner);
+    }
 }
 
 /// A damaged page met on the way (a checksum failure, a page that cannot be decoded) becomes

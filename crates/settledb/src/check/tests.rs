@@ -138,3 +138,31 @@ fn subtransaction_statuses_that_contradict_the_parent_map_are_reported() {
     assert!(text.contains(&format!("subtransaction {sub} is committed but its parent {top} is Aborted")), "{text}");
     assert!(text.contains(&format!("subtransaction {sub2} is still sub-committed in the CLOG")), "{text}");
 }
+
+/// The check waits for a VACUUM of the table it is about to read (here a held
+/// ShareUpdateExclusive lock stands for one in progress): a VACUUM between the check's reading
+/// of an index and of the heap made it report entries pointing to unused items.
+#[test]
+fn the_check_waits_for_a_vacuum_in_progress() {
+    let db = open();
+    let (t, _) = make_table(&db, 100);
+    db.create_index("t_id", "t", &["id"], false).unwrap();
+    let inner = db.inner().clone();
+    let vacuum = inner.lmgr.new_owner("vacuum");
+    let oid = t.entry.rel.oid;
+    inner
+        .lmgr
+        .lock(&vacuum, oid, crate::lmgr::LockMode::ShareUpdateExclusive, crate::lmgr::WaitPolicy::Wait, None)
+        .unwrap();
+    std::thread::scope(|s| {
+        let check = s.spawn(|| check_database(&db));
+        // Either the check queues behind the lock or (without the lock) finishes.
+        while !inner.lmgr.has_waiters(oid) {
+            assert!(!check.is_finished(), "the check ran while a VACUUM of the table held its lock");
+            std::thread::yield_now();
+        }
+        inner.lmgr.release_all(&vacuum);
+        let report = check.join().unwrap().unwrap();
+        assert!(report.is_clean(), "{report}");
+    });
+}
