@@ -35,7 +35,7 @@
 //!
 //! Each table and each index is checked under the table's ShareUpdateExclusive lock, so no
 //! VACUUM changes it halfway through; writers are not held off, so a check is exact only when
-//! none runs (the end of a test), as PostgreSQL's `amcheck` without `heapallindexed` is.
+//! none runs (the end of a test).
 //!
 //! Problems are collected, not returned as errors, so one run reports all of them; an I/O error
 //! that stops the check is returned as an error.
