@@ -86,8 +86,8 @@ pub struct Transaction<'db> {
     done: bool,
     /// Set when a command failed after it may have changed something: only rollback remains.
     failed: Option<String>,
-    /// Bulk-insert buffer ring, kept across `insert_many` calls.
-    bulk_ring: Option<Ring>,
+    /// Bulk-insert state (the buffer ring and the tuple buffer), kept across `insert_many` calls.
+    bulk_insert: Option<heap::BulkInsert>,
     /// Statistics counted per table, applied to the tables when the transaction ends.
     table_counts: Vec<(Arc<TableEntry>, TableCounts)>,
     /// Who holds this transaction's table locks ([`crate::lmgr`]).
@@ -118,7 +118,7 @@ impl<'db> Transaction<'db> {
             horizon: Xid::INVALID,
             done: false,
             failed: None,
-            bulk_ring: None,
+            bulk_insert: None,
             table_counts: Vec::new(),
             owner: inner.lmgr.new_owner("transaction"),
             held: Vec::new(),
@@ -462,8 +462,8 @@ impl<'db> Transaction<'db> {
         let snap = self.command_snapshot()?;
         let tx = tx_context((xid, self.xid().unwrap_or(xid)), self.cid, &snap, self.rr(), self.horizon);
         let _writers = table.entry.rel.write_lock.read();
-        let ring = self.bulk_ring.get_or_insert_with(|| Ring::new(16 << 20));
-        let tids = heap::multi_insert(&self.inner.env(), &table.entry.rel, &tx, rows, ring)?;
+        let bulk = self.bulk_insert.get_or_insert_with(heap::BulkInsert::new);
+        let tids = heap::multi_insert(&self.inner.env(), &table.entry.rel, &tx, rows, bulk)?;
         self.counts(&table.entry).inserted += tids.len() as u64;
         if !table.entry.indexes.read().is_empty() {
             for (tid, row) in tids.iter().zip(rows) {

@@ -576,20 +576,42 @@ fn first_free_offset(page: &[u8]) -> Option<OffsetNumber> {
     (1..=page::max_offset(page)).map(OffsetNumber).find(|&o| page::item_id(page, o).flags == LpFlags::Unused)
 }
 
+/// What a run of [`multi_insert`]s keeps from one batch to the next (PostgreSQL's
+/// `BulkInsertState`): the bulk-write ring of buffers, and the buffer each batch's tuples are
+/// formed in, kept so that a load does not allocate (and fault in) a fresh one per batch.
+pub struct BulkInsert {
+    ring: Ring,
+    /// The batch's tuples, formed one after another; `spans` holds each one's place.
+    arena: Vec<u8>,
+    spans: Vec<std::ops::Range<usize>>,
+}
+
+impl BulkInsert {
+    pub fn new() -> BulkInsert {
+        BulkInsert { ring: Ring::new(16 << 20), arena: Vec::new(), spans: Vec::new() }
+    }
+}
+
+impl Default for BulkInsert {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Inserts many rows, filling each page before logging it as one MULTI_INSERT record
-/// (PostgreSQL's `heap_multi_insert`, used by COPY). Uses a bulk-write ring of buffers.
+/// (PostgreSQL's `heap_multi_insert`, used by COPY), through `bulk`'s ring of buffers.
 pub fn multi_insert(
     env: &HeapEnv<'_>,
     rel: &Relation,
     tx: &TxContext<'_>,
     rows: &[Vec<Value>],
-    ring: &mut Ring,
+    bulk: &mut BulkInsert,
 ) -> Result<Vec<Tid>> {
-    // The batch's tuples, formed into one buffer: `spans` holds each one's place in `arena`.
-    let mut arena = Vec::new();
-    let mut spans = Vec::with_capacity(rows.len());
+    let BulkInsert { ring, arena, spans } = bulk;
+    arena.clear();
+    spans.clear();
     for r in rows {
-        let start = tuple::form_tuple_into(&rel.schema, r, &mut arena)?;
+        let start = tuple::form_tuple_into(&rel.schema, r, arena)?;
         stamp_new_tuple(&mut arena[start..], tx, 0, 0);
         spans.push(start..arena.len());
     }
