@@ -476,7 +476,7 @@ impl PgOutput {
             RowData::Update { .. } => b'U',
             RowData::Delete { .. } => b'D',
         };
-        let mut w = Writer::new(tag);
+        let mut w = Writer::with_capacity(tag, 16 + message_room(row));
         if let Some(x) = xid {
             w.u32(x.0);
         }
@@ -575,6 +575,19 @@ fn write_value(w: &mut Writer, v: &Value, format: ValueFormat, binary: bool) {
         _ => {
             w.tuple_datum(&datum_as(v, format, binary));
         }
+    }
+}
+
+/// About the bytes a change's TupleData take (a text value's own length, up to 24 for any
+/// other): the message's first allocation.
+fn message_room(row: &RowData) -> usize {
+    let tuple = |values: &[Value]| -> usize {
+        2 + values.iter().map(|v| 5 + if let Value::Text(t) = v { t.len() } else { 20 }).sum::<usize>()
+    };
+    match row {
+        RowData::Insert { new } => tuple(new),
+        RowData::Update { old, new, .. } => 1 + old.as_deref().map_or(0, tuple) + 1 + tuple(new),
+        RowData::Delete { old, .. } => 1 + old.as_deref().map_or(0, tuple),
     }
 }
 
