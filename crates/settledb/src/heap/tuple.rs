@@ -626,20 +626,48 @@ fn deform_data(
     nulls: Option<&[u8]>,
     data: &[u8],
 ) -> std::result::Result<Vec<Value>, String> {
-    let mut r = Reader { data, pos: 0 };
     let mut out = Vec::with_capacity(schema.columns.len());
+    deform_data_into(schema, natts, nulls, data, &mut out)?;
+    Ok(out)
+}
+
+/// [`deform_data`] into `out`, which ends with one value per column: a text or bytea value
+/// lands in the buffer of the one `out` already held at its place, if that was one of the same
+/// type (a reader of many rows of one table allocates once per column, not once per row).
+fn deform_data_into(
+    schema: &Schema,
+    natts: usize,
+    nulls: Option<&[u8]>,
+    data: &[u8],
+    out: &mut Vec<Value>,
+) -> std::result::Result<(), String> {
+    let mut r = Reader { data, pos: 0 };
+    out.truncate(schema.columns.len());
     for (i, c) in schema.columns.iter().enumerate() {
         let null = i >= natts || nulls.is_some_and(|b| b[i / 8] & (1 << (i % 8)) == 0);
-        if null {
-            out.push(Value::Null);
-            continue;
+        let what = ColumnLabel(c);
+        match (out.get_mut(i), null) {
+            (Some(slot), true) => *slot = Value::Null,
+            (None, true) => out.push(Value::Null),
+            (Some(Value::Text(s)), false) if c.ty == Type::Text => {
+                let b = r.varlena(&what)?;
+                let t = std::str::from_utf8(b).map_err(|e| format!("{what} is not valid UTF-8: {e}"))?;
+                s.clear();
+                s.push_str(t);
+            }
+            (Some(Value::Bytea(v)), false) if c.ty == Type::Bytea => {
+                let b = r.varlena(&what)?;
+                v.clear();
+                v.extend_from_slice(b);
+            }
+            (Some(slot), false) => *slot = get_value(&mut r, c.ty, &what)?,
+            (None, false) => out.push(get_value(&mut r, c.ty, &what)?),
         }
-        out.push(get_value(&mut r, c.ty, &ColumnLabel(c))?);
     }
     if natts <= schema.columns.len() && r.pos != r.data.len() {
         return Err(format!("{} trailing bytes after the last attribute", r.data.len().saturating_sub(r.pos)));
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Bytes of a logged tuple's header ([`deform_logged_tuple`]): `t_infomask2` u16,
@@ -651,6 +679,18 @@ pub const LOGGED_TUPLE_HEADER: usize = 5;
 /// header): `t_infomask2`, `t_infomask`, `t_hoff`, then null bitmap, padding and data, 18
 /// bytes shorter than the tuple. The header is checked as a whole tuple's would be.
 pub fn deform_logged_tuple(schema: &Schema, logged: &[u8]) -> std::result::Result<Vec<Value>, String> {
+    let mut out = Vec::with_capacity(schema.columns.len());
+    deform_logged_tuple_into(schema, logged, &mut out)?;
+    Ok(out)
+}
+
+/// [`deform_logged_tuple`] into `out`, reusing its text and bytea buffers (see
+/// [`deform_data_into`]): the logical decoder's path, one row after another.
+pub fn deform_logged_tuple_into(
+    schema: &Schema,
+    logged: &[u8],
+    out: &mut Vec<Value>,
+) -> std::result::Result<(), String> {
     let Some((head, body)) = logged.split_first_chunk::<LOGGED_TUPLE_HEADER>() else {
         return Err(format!("logged tuple of {} bytes is shorter than its 5-byte header", logged.len()));
     };
@@ -668,7 +708,7 @@ pub fn deform_logged_tuple(schema: &Schema, logged: &[u8]) -> std::result::Resul
         return Err(format!("null bitmap of {natts} attributes does not fit before t_hoff {hoff}"));
     }
     let nulls = (bitmap > 0).then_some(body);
-    deform_data(schema, natts, nulls, &body[hoff - HEAP_TUPLE_HEADER_SIZE..])
+    deform_data_into(schema, natts, nulls, &body[hoff - HEAP_TUPLE_HEADER_SIZE..], out)
 }
 
 const SCHEMA_FORMAT_VERSION: u8 = 1;

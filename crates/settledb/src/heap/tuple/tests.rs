@@ -285,3 +285,41 @@ fn parse_rejects_bad_headers() {
     t.truncate(100);
     assert!(deform_tuple(&s, &t).unwrap_err().starts_with("column \"filler\" (text)"));
 }
+
+/// Rows deformed one after another into the same vector come out as each would alone, whatever
+/// the previous row left in the buffers: NULLs where text was, text where NULL or another
+/// type was, a shorter text over a longer one, and a wider vector cut to the schema.
+#[test]
+fn deforming_into_a_reused_vector_gives_each_row_as_alone() {
+    let schema = Schema {
+        columns: vec![
+            col("a", Type::Text, true),
+            col("b", Type::Bytea, true),
+            col("c", Type::Int8, true),
+            col("d", Type::Text, true),
+        ],
+    };
+    let rows = [
+        vec![Value::Text("a long first value".into()), Value::Bytea(vec![1, 2, 3]), Value::Int8(7), Value::Null],
+        vec![Value::Null, Value::Bytea(vec![9]), Value::Null, Value::Text("now text".into())],
+        vec![Value::Text("é".into()), Value::Null, Value::Int8(-1), Value::Text(String::new())],
+    ];
+    let logged = |row: &[Value]| {
+        let t = form_tuple(&schema, row).unwrap();
+        let mut out = Vec::new();
+        crate::heap::wal::encode_tuple(&mut out, &t);
+        out
+    };
+    let mut into = vec![Value::Int4(1); 6];
+    for row in &rows {
+        deform_logged_tuple_into(&schema, &logged(row), &mut into).unwrap();
+        assert_eq!(&into, row);
+        assert_eq!(deform_logged_tuple(&schema, &logged(row)).unwrap(), *row);
+    }
+    // Bad UTF-8 over a reused text buffer is still an error naming the column.
+    let mut bad = logged(&rows[0]);
+    let at = bad.windows(5).position(|w| w == b"a lon").unwrap();
+    bad[at] = 0xff;
+    let e = deform_logged_tuple_into(&schema, &bad, &mut into).unwrap_err();
+    assert!(e.contains("column \"a\" (text) is not valid UTF-8"), "{e}");
+}
