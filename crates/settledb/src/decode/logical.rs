@@ -423,8 +423,9 @@ struct Relations<'a> {
 }
 
 /// A decoded row's new and old values, kept from one change to the next so that a text
-/// column's buffer is reused rather than allocated per row ([`crate::heap::tuple::deform_logged_tuple_into`]):
-/// a tenth of the decoder thread in `settle bench replicate`.
+/// column's buffer is reused rather than allocated per row
+/// ([`crate::heap::tuple::deform_logged_tuple_into`]): that allocation was a tenth of the
+/// decoder thread in `settle bench replicate`.
 #[derive(Default)]
 struct RowBuffers {
     new: Vec<Value>,

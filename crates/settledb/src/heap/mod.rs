@@ -682,8 +682,15 @@ pub fn multi_insert(
             just_filled = Some(block);
         }
     }
+    // A batch of very wide rows does not leave its buffer's size behind for the transaction.
+    if arena.capacity() > BULK_ARENA_KEPT {
+        *arena = Vec::new();
+    }
     Ok(tids)
 }
+
+/// The largest tuple buffer a [`BulkInsert`] keeps between batches.
+const BULK_ARENA_KEPT: usize = 16 << 20;
 
 /// Reads the values of the version at `tid` if `tx`'s snapshot sees it.
 pub fn fetch(env: &HeapEnv<'_>, rel: &Relation, snap: &Snapshot, curcid: u32, tid: Tid) -> Result<Option<Vec<Value>>> {
