@@ -45,7 +45,7 @@ use std::fmt;
 
 use crate::buffer::BufferPool;
 use crate::catalog::{IndexDef, TableEntry};
-use crate::db::Database;
+use crate::db::{Database, Inner};
 use crate::error::{Error, Result};
 use crate::heap::tuple::Value;
 use crate::heap::tuple::{
@@ -54,8 +54,9 @@ use crate::heap::tuple::{
 };
 use crate::heap::visibility::{satisfies_vacuum, VacuumStatus};
 use crate::heap::Relation;
+use crate::lmgr::{LockMode, LockOwner, WaitPolicy};
 use crate::page::{self, LpFlags, PageBuf, BLCKSZ};
-use crate::types::{BlockNumber, Fork, FullXid, OffsetNumber, Tid, Xid};
+use crate::types::{BlockNumber, Fork, FullXid, OffsetNumber, Oid, Tid, Xid};
 use crate::vm::VmBits;
 use crate::xact::{TransactionManager, XidStatus};
 
@@ -177,13 +178,12 @@ pub fn check_database(db: &Database) -> Result<CheckReport> {
 /// check reported entries pointing to unused items that were no longer there (found by `settle
 /// stress` in CI). Writers (RowExclusive, prepared transactions' too) are not held off.
 struct HoldOffVacuum<'a> {
-    inner: &'a crate::db::Inner,
-    owner: &'a crate::lmgr::LockOwner,
+    inner: &'a Inner,
+    owner: &'a LockOwner,
 }
 
 impl<'a> HoldOffVacuum<'a> {
-    fn take(inner: &'a crate::db::Inner, owner: &'a crate::lmgr::LockOwner, rel: crate::types::Oid) -> Result<Self> {
-        use crate::lmgr::{LockMode, WaitPolicy};
+    fn take(inner: &'a Inner, owner: &'a LockOwner, rel: Oid) -> Result<Self> {
         inner.lmgr.lock(owner, rel, LockMode::ShareUpdateExclusive, WaitPolicy::Wait, inner.config.lock_timeout())?;
         Ok(HoldOffVacuum { inner, owner })
     }

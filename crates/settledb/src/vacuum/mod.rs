@@ -477,7 +477,7 @@ impl<'a> LazyVacuum<'a> {
 
     /// Learns what the table's modifications taught since its last VACUUM (every VACUUM does,
     /// whatever its policy, so that switching to `adaptive` finds the history warm) and, under
-    /// `adaptive`, takes the verdict per range and the deferred FreezeLimit
+    /// `adaptive`, takes the verdict per range and the deferred FreezeLimits
     /// (`ages` = (freeze_table_age, freeze_min_age)).
     ///
     /// An aggressive VACUUM takes the deferred FreezeLimits too when only its table's age

@@ -55,7 +55,6 @@ const CLEANUP_LOCK_RETRIES: usize = 5;
 /// Pages between FSM flushes.
 const FSM_BATCH: usize = 1024;
 
-/// What every worker of one VACUUM reads and nobody changes.
 /// `adaptive`'s deferred FreezeLimits ([`super::adaptive::deferred_freeze_age`] and
 /// [`super::adaptive::deferred_freeze_age_modified`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +65,7 @@ pub(super) struct DeferredLimits {
     pub modified: Xid,
 }
 
+/// What every worker of one VACUUM reads and nobody changes.
 pub(super) struct Ctx<'a> {
     pub inner: &'a Inner,
     pub rel: &'a Relation,
@@ -74,8 +74,8 @@ pub(super) struct Ctx<'a> {
     /// `adaptive`: where freezing sticks, per range of the table's pages.
     pub verdicts: Option<Arc<Verdicts>>,
     /// `adaptive`, unless anti-wraparound or DISABLE_PAGE_SKIPPING: the FreezeLimits for
-    /// pages in ranges where freezing does not stick (not later than `cutoffs.freeze_limit`; see [`freeze`], "the deferred
-    /// FreezeLimit").
+    /// pages in ranges where freezing does not stick (not later than `cutoffs.freeze_limit`;
+    /// see [`freeze`], "the deferred FreezeLimit").
     pub deferred_freeze_limits: Option<DeferredLimits>,
     pub fsm_settled: bool,
     pub aggressive: bool,
