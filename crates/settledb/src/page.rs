@@ -315,7 +315,11 @@ pub fn prefetch_used(page: &[u8]) {
     {
         let lower = usize::from(lower(page)).min(page.len());
         let upper = usize::from(upper(page)).min(page.len());
-        let lines = (0..lower).step_by(64).chain((upper & !63..page.len()).step_by(64));
+        // The line pointers, then the tuples from the page's end down: a page fills from its
+        // end, so line pointer 1's tuple is the last one, and a pass in offset order reads
+        // the tuples in descending address order. Asked for in that order, the first tuple
+        // arrives first and the pass starts while the rest are on their way.
+        let lines = (0..lower).step_by(64).chain((upper & !63..page.len()).step_by(64).rev());
         for off in lines {
             // SAFETY: prefetching never faults, and every address is inside `page`.
             unsafe {
