@@ -190,6 +190,9 @@ pub fn config_for_dir(dir: &std::path::Path, set: &[String]) -> Result<Config> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Cmd::Serve(_)) {
+        die_of_sigpipe();
+    }
     let r = match cli.command {
         Cmd::Check { dir, set } => check(dir, &set),
         Cmd::Waldump { dir, limit, stats, start } => waldump(dir, limit, stats, start),
@@ -216,6 +219,21 @@ fn main() -> ExitCode {
             eprintln!("settle: error: {}", error_chain(&e));
             ExitCode::from(2)
         }
+    }
+}
+
+/// Lets SIGPIPE end the process, as it ends any Unix filter whose reader has gone
+/// (`settle waldump … | head`). Rust starts programs ignoring it, which turns that ordinary
+/// end into a write error, and `println!` into a panic ("failed printing to stdout: Broken
+/// pipe"). Nothing else here writes to a pipe: the engine writes files, and every socket
+/// (the in-process server of the wire benches, the clients of `tpcc --target`, PostgreSQL
+/// peers) is a TCP socket, which the standard library and tokio write with `MSG_NOSIGNAL`,
+/// so a peer that goes away is still an error, never a signal. `settle serve` keeps ignoring
+/// it: a server outlives whoever reads its log (its log writes ignore errors).
+fn die_of_sigpipe() {
+    // SAFETY: setting a signal's disposition to the default, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

@@ -51,6 +51,37 @@ fn load_then_check_waldump_inspect() {
     assert!(err.contains("unknown object"), "{err}");
 }
 
+/// A reader that stops early (`settle waldump DIR | head`) ends the command by SIGPIPE, as it
+/// ends any Unix filter. Regression: Rust ignores SIGPIPE, so the next write failed and
+/// `println!` panicked ("failed printing to stdout: Broken pipe").
+#[test]
+fn a_reader_that_stops_early_ends_the_command_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let d = dir.to_str().unwrap();
+    // About 1,600 heap pages: far more WAL description than a pipe holds.
+    let (ok, _, err) = settle(&["bench", "load", "--rows", "100000", "--dir", d, "--json"]);
+    assert!(ok, "bench load failed: {err}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_settle"))
+        .args(["waldump", d])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(!first.is_empty());
+    // The reader is gone (dropped above); waldump has more to say.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 #[test]
 fn errors_name_what_is_wrong() {
     let tmp = tempfile::tempdir().unwrap();
