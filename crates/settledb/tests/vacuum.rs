@@ -692,3 +692,54 @@ fn adaptive_does_not_freeze_a_queue_just_before_its_rows_are_deleted() {
     assert_eq!(adaptive, 0, "adaptive froze {adaptive} queue pages just before their rows went");
     assert!(last.follows(first), "adaptive: relfrozenxid stayed at {first}");
 }
+
+/// `adaptive`, where freezing does not stick: a VACUUM made aggressive only by
+/// `vacuum_freeze_table_age` freezes by the deferred FreezeLimits, as a normal one does, so it
+/// is no freezing cliff; one with DISABLE_PAGE_SKIPPING, or an anti-wraparound one, freezes by
+/// FreezeLimit. Two groups of rows on their own pages: the old group (which makes the VACUUM
+/// aggressive) is past every limit; the young one is past FreezeLimit only.
+#[test]
+fn adaptive_aggressive_by_age_freezes_by_the_deferred_limits() {
+    const GROUP: i32 = 122; // two full pages
+    let run = |params: VacuumParams| {
+        let dir = tempfile::tempdir().unwrap();
+        let base = [("vacuum_freeze_policy", "adaptive"), ("vacuum_freeze_min_age", "1000")];
+        let db =
+            Database::open(dir.path(), config(&[base[0], base[1], ("vacuum_freeze_table_age", "1000000")])).unwrap();
+        let t = db.create_table("t", schema(), TableOptions::default()).unwrap();
+        let insert = |from: i32| {
+            let mut tx = db.begin().unwrap();
+            for aid in from..from + GROUP {
+                tx.insert(&t, &row(aid, 0)).unwrap();
+            }
+            tx.commit().unwrap();
+        };
+        let vacuum = |params: &VacuumParams| db.vacuum(Some("t"), params).unwrap().remove(0);
+        insert(0);
+        let old = t.relfrozenxid();
+        // The first VACUUM starts the table's history; the second learns an interval of
+        // 10,000 XIDs and, with a freeze table age of a million, freezes nothing.
+        vacuum(&VacuumParams::default());
+        db.consume_xids(10_000).unwrap();
+        let r = vacuum(&VacuumParams::default());
+        assert_eq!((r.aggressive, r.tuples_frozen), (false, 0));
+        insert(GROUP);
+        db.consume_xids(2_000).unwrap();
+        // Now the old group (12,000 XIDs old) is past vacuum_freeze_table_age, which makes
+        // the VACUUM aggressive. Interval: 2,000 XIDs, so the deferred ages are 8,000 - 2,500
+        // for the old group's all-visible pages and 8,000 - 4,000 for the young group's new
+        // ones; FreezeLimit's is 1,000, and the young group is 2,000 old.
+        db.reload_config(config(&[base[0], base[1], ("vacuum_freeze_table_age", "8000")])).unwrap();
+        let r = vacuum(&params);
+        assert!(r.aggressive, "relfrozenxid {old} is older than vacuum_freeze_table_age");
+        check(&db);
+        (r.tuples_frozen, t.relfrozenxid().follows(old))
+    };
+    let (frozen, advanced) = run(VacuumParams::default());
+    assert_eq!(frozen, GROUP as u64, "aggressive by age: only the old group is past the deferred limits");
+    assert!(advanced, "relfrozenxid advances to the young group's XID");
+    let dps = VacuumParams { disable_page_skipping: true, ..VacuumParams::default() };
+    assert_eq!(run(dps).0, 2 * GROUP as u64, "DISABLE_PAGE_SKIPPING: FreezeLimit");
+    let wraparound = VacuumParams { is_autovacuum: true, is_wraparound: true, ..VacuumParams::default() };
+    assert_eq!(run(wraparound).0, 2 * GROUP as u64, "anti-wraparound: FreezeLimit");
+}
