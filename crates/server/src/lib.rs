@@ -176,19 +176,16 @@ impl Shared {
             }
         };
         let before = self.db.config();
-        let unapplied = match self.db.reload_config(next.clone()) {
-            Ok(u) => u,
-            Err(e) => {
-                self.log.line("LOG", &format!("could not start autovacuum: {e}"));
-                Vec::new()
-            }
-        };
+        let reloaded = self.db.reload_config(next.clone());
+        if let Some(e) = &reloaded.autovacuum_failed {
+            self.log.line("LOG", &format!("could not start autovacuum: {e}"));
+        }
         for name in settledb::config::PARAMETERS {
             let (old, new) = (settings::engine_value(&before, name), settings::engine_value(&next, name));
-            if old == new {
+            if old == new || (*name == "autovacuum" && reloaded.autovacuum_failed.is_some()) {
                 continue;
             }
-            if unapplied.contains(name) {
+            if reloaded.unapplied.contains(name) {
                 self.log.line("LOG", &format!("parameter \"{name}\" cannot be changed without restarting the server"));
             } else if let Some(new) = new {
                 self.log.line("LOG", &format!("parameter \"{name}\" changed to \"{new}\""));

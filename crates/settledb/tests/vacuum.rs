@@ -729,7 +729,8 @@ fn adaptive_aggressive_by_age_freezes_by_the_deferred_limits() {
         // the VACUUM aggressive. Interval: 2,000 XIDs, so the deferred ages are 8,000 - 2,500
         // for the old group's all-visible pages and 8,000 - 4,000 for the young group's new
         // ones; FreezeLimit's is 1,000, and the young group is 2,000 old.
-        db.reload_config(config(&[base[0], base[1], ("vacuum_freeze_table_age", "8000")])).unwrap();
+        let reloaded = db.reload_config(config(&[base[0], base[1], ("vacuum_freeze_table_age", "8000")]));
+        assert!(reloaded.unapplied.is_empty());
         let r = vacuum(&params);
         assert!(r.aggressive, "relfrozenxid {old} is older than vacuum_freeze_table_age");
         check(&db);

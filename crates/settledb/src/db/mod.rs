@@ -414,6 +414,17 @@ fn spawn_autovacuum(inner: &Arc<Inner>, bg: &mut Vec<JoinHandle<()>>) -> Result<
     Ok(())
 }
 
+/// What [`Database::reload_config`] did beyond taking the new values.
+#[derive(Debug)]
+pub struct Reloaded {
+    /// The parameters of [`crate::config::AT_OPEN`] whose value in the new configuration
+    /// differs and was not applied (they take a reopen).
+    pub unapplied: Vec<&'static str>,
+    /// `autovacuum` was turned on and its threads could not be started: it stays off in
+    /// practice until a later reload starts them.
+    pub autovacuum_failed: Option<Error>,
+}
+
 /// A table handle for the row API.
 #[derive(Clone)]
 pub struct Table {
@@ -621,23 +632,23 @@ impl Database {
 
     /// Takes new values for the parameters that can change while the database is open (every
     /// one outside [`crate::config::AT_OPEN`]; PostgreSQL's `pg_reload_conf()`), from `next`.
-    /// Returns the names of the parameters of `AT_OPEN` whose value in `next` differs and was
-    /// not applied (they take a reopen). Autovacuum, the checkpointer and new transactions see
-    /// the new values from their next look; a running VACUUM keeps the values it started with.
-    /// `autovacuum` turned on when it was off at open starts autovacuum's threads (a failure
-    /// to start them is returned and leaves it off in practice; the other values stand).
-    pub fn reload_config(&self, next: Config) -> Result<Vec<&'static str>> {
+    /// Autovacuum, the checkpointer and new transactions see the new values from their next
+    /// look; a running VACUUM keeps the values it started with. `autovacuum` turned on when it
+    /// was off at open starts autovacuum's threads; a failure to start them is reported in the
+    /// outcome and leaves it off in practice, and the other values stand.
+    pub fn reload_config(&self, next: Config) -> Reloaded {
         let unapplied = self.inner.config.reload(next);
+        let mut autovacuum_failed = None;
         if self.inner.config.get().autovacuum && !self.autovacuum_started.load(Ordering::Acquire) {
             let mut bg = self.background.lock();
             if !self.autovacuum_started.swap(true, Ordering::AcqRel) && !self.closed.load(Ordering::Acquire) {
                 if let Err(e) = spawn_autovacuum(&self.inner, &mut bg) {
                     self.autovacuum_started.store(false, Ordering::Release);
-                    return Err(e);
+                    autovacuum_failed = Some(e);
                 }
             }
         }
-        Ok(unapplied)
+        Reloaded { unapplied, autovacuum_failed }
     }
 
     /// Whether autovacuum's threads run (`autovacuum` was on at open or a reload turned it on).
