@@ -59,6 +59,8 @@ pub struct PageScan {
     heap_only: [bool; SLOTS],
     /// Some line pointer redirects, or some tuple is heap-only or HOT-updated.
     hot: bool,
+    /// Some tuple is DEAD.
+    any_dead: bool,
     /// Hint bits were added to some tuple.
     pub hints_changed: bool,
     /// Hint bits were earned but, as asked, not written ([`PageScan::write_pending_hints`]).
@@ -76,6 +78,7 @@ impl Default for PageScan {
             fields: [Fields { xmin: Xid::INVALID, xmax: Xid::INVALID, infomask: 0, infomask2: 0 }; SLOTS],
             heap_only: [false; SLOTS],
             hot: false,
+            any_dead: false,
             hints_changed: false,
             hints_pending: false,
             next_prune: None,
@@ -184,6 +187,7 @@ pub fn scan_page(
     page::prefetch_used(page);
     out.max = max;
     out.hot = false;
+    out.any_dead = false;
     out.hints_changed = false;
     out.hints_pending = false;
     out.next_prune = None;
@@ -217,6 +221,7 @@ pub fn scan_page(
         {
             out.next_prune = Some(f.xmax);
         }
+        out.any_dead |= status == VacuumStatus::Dead;
         out.status[o] = Some(status);
     }
     Ok(())
@@ -301,6 +306,9 @@ pub fn plan_from_scan(page: &[u8], block: BlockNumber, scan: &PageScan, out: &mu
     out.new_prune_xid = scan.next_prune.unwrap_or(Xid::INVALID);
     if !scan.hot {
         // No chains: every dead tuple is a chain of one, and its line pointer becomes LP_DEAD.
+        if !scan.any_dead {
+            return;
+        }
         for o in 1..=scan.max {
             if scan.status[o] == Some(VacuumStatus::Dead) {
                 out.dead.push(OffsetNumber(o as u16));

@@ -372,6 +372,10 @@ pub fn freeze_plans(s: &PageSummary, mode: FreezeMode, plans: &mut Vec<FreezePla
     plans.clear();
     let (xmin_bit, xmax_bit) = match mode {
         FreezeMode::Nothing => return 0,
+        // Nothing to walk for (the usual page): a MUST bit is set only where must_freeze
+        // says so, and a CAN bit only on an unfrozen XID.
+        FreezeMode::Required if !s.must_freeze => return 0,
+        FreezeMode::WholePage if s.is_fully_frozen() => return 0,
         FreezeMode::Required => (XMIN_MUST, XMAX_MUST),
         FreezeMode::WholePage => (XMIN_CAN, XMAX_CAN),
     };
