@@ -65,8 +65,9 @@
 //! * VACUUM sets the bits of the page it prunes and freezes (phase I, PRUNE_FREEZE) or whose
 //!   LP_DEAD items it frees (phase III, VACUUM) in that same record, through
 //!   [`VisibilityMap::lock_and_set`]: block 0 is the heap page, block 1 the map page (with
-//!   `will_init` when the record initializes it), both stamped with the record's LSN; the map
-//!   page's redo ([`redo_block`]) reads the record's flags and bits only.
+//!   `will_init` when the record initializes it), both stamped with the record's LSN. Those
+//!   records are VACUUM's: `crate::vacuum::wal` redoes both of their blocks, the map page's
+//!   with this module's [`apply_set`] from the record's flags and bits only.
 //! * `clear` logs a `Heap2 VM_CLEAR` record (block 0: the map page; main data: first heap
 //!   block, count, bits). PostgreSQL instead clears the bits in the redo of the heap record
 //!   that made the page not all-visible; a standalone record keeps this module independent of
@@ -103,13 +104,23 @@ use parking_lot::Mutex;
 
 use crate::buffer::{Buffer, BufferPool};
 use crate::error::{Error, Result};
-use crate::heap::wal::{
-    Cursor, FLAG_INIT_PAGE, XLOG_HEAP2_PRUNE_FREEZE, XLOG_HEAP2_VACUUM, XLOG_HEAP2_VISIBLE, XLOG_HEAP2_VM_CLEAR,
-};
-use crate::heap::HeapEnv;
 use crate::page::{self, BLCKSZ, PAGE_HEADER_SIZE, PD_ALL_VISIBLE};
 use crate::types::{BlockNumber, BufferTag, Fork, Lsn, Oid, Xid};
-use crate::wal::{BlockRef, DecodedRecord, RecordBuilder, Rmgr};
+use crate::wal::record::FLAG_INIT_PAGE;
+use crate::wal::{BlockRef, Cursor, DecodedRecord, RecordBuilder, Rmgr, Wal};
+
+/// Heap2 record: set visibility-map bits and `PD_ALL_VISIBLE`.
+pub const XLOG_HEAP2_VISIBLE: u8 = 0x40;
+/// Heap2 record: clear visibility-map bits of a range of heap blocks on one map page.
+pub const XLOG_HEAP2_VM_CLEAR: u8 = 0x80;
+
+/// What the map's logged changes need of the engine: the buffer pool and the WAL
+/// (`heap::HeapEnv::maps` gives it to the heap and VACUUM).
+#[derive(Clone, Copy)]
+pub struct MapEnv<'a> {
+    pub pool: &'a BufferPool,
+    pub wal: &'a Wal,
+}
 
 /// Bytes of bitmap on one map page.
 pub const MAPSIZE: usize = BLCKSZ - PAGE_HEADER_SIZE;
@@ -296,7 +307,7 @@ impl VisibilityMap {
     /// ALL_FROZEN). ALL_FROZEN is refused without ALL_VISIBLE in the result.
     pub fn set(
         &self,
-        env: &HeapEnv<'_>,
+        env: MapEnv<'_>,
         heap_buf: &Buffer<'_>,
         heap_page: &mut [u8],
         bits: VmBits,
@@ -308,7 +319,7 @@ impl VisibilityMap {
     /// it pinned there (see [`Self::get_pinned`]).
     pub fn set_pinned<'p>(
         &self,
-        env: &HeapEnv<'p>,
+        env: MapEnv<'p>,
         heap_buf: &Buffer<'_>,
         heap_page: &mut [u8],
         bits: VmBits,
@@ -424,14 +435,14 @@ impl VisibilityMap {
     /// Clears `bits` of `heap_block` (ALL_VISIBLE takes ALL_FROZEN with it). Called with the
     /// heap page exclusively locked by the code that changes it, which clears `PD_ALL_VISIBLE`
     /// in its own logged change. Returns the record's end LSN, or `None` when nothing was set.
-    pub fn clear(&self, env: &HeapEnv<'_>, heap_block: BlockNumber, bits: VmBits) -> Result<Option<Lsn>> {
+    pub fn clear(&self, env: MapEnv<'_>, heap_block: BlockNumber, bits: VmBits) -> Result<Option<Lsn>> {
         Ok(self.clear_noting(env, heap_block, bits)?.map(|(lsn, _)| lsn))
     }
 
     /// As [`VisibilityMap::clear`], also returning the bits the page had before.
     pub fn clear_noting(
         &self,
-        env: &HeapEnv<'_>,
+        env: MapEnv<'_>,
         heap_block: BlockNumber,
         bits: VmBits,
     ) -> Result<Option<(Lsn, VmBits)>> {
@@ -442,7 +453,7 @@ impl VisibilityMap {
     /// LSN and the bits `first` had, or `None` when nothing was set.
     fn clear_range(
         &self,
-        env: &HeapEnv<'_>,
+        env: MapEnv<'_>,
         first: BlockNumber,
         count: u32,
         bits: VmBits,
@@ -521,7 +532,7 @@ impl VisibilityMap {
     /// Forgets every heap page at or past `new_heap_nblocks` (after the heap was truncated to
     /// that size): clears their bits on the last remaining map page and cuts the fork after it.
     /// Both steps are WAL-logged.
-    pub fn truncate(&self, env: &HeapEnv<'_>, new_heap_nblocks: u32) -> Result<()> {
+    pub fn truncate(&self, env: MapEnv<'_>, new_heap_nblocks: u32) -> Result<()> {
         let _ext = self.extend_lock.lock();
         let old_map_pages = env.pool.smgr().nblocks(self.rel, Fork::Vm)?;
         let keep = map_pages_for(new_heap_nblocks);
@@ -592,12 +603,6 @@ pub fn is_vm_record(rec: &DecodedRecord) -> bool {
     rec.rmgr == Rmgr::Heap2 && matches!(rec.info & 0xF0, XLOG_HEAP2_VISIBLE | XLOG_HEAP2_VM_CLEAR)
 }
 
-/// Whether `rec` is one of VACUUM's heap records that may set map bits of its heap page
-/// (block 1, the map page, is then redone by [`redo_block`]).
-pub fn sets_bits_with_heap(rec: &DecodedRecord) -> bool {
-    rec.rmgr == Rmgr::Heap2 && matches!(rec.info & 0xF0, XLOG_HEAP2_PRUNE_FREEZE | XLOG_HEAP2_VACUUM)
-}
-
 /// Applies one block of a VISIBLE or VM_CLEAR record (the caller restored images, skipped
 /// pages already covering the record, and stamps the LSN).
 pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, p: &mut [u8]) -> Result<()> {
@@ -643,31 +648,6 @@ pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, p: &mut
                 apply_clear(p, first, count, bits);
             }
         }
-        XLOG_HEAP2_PRUNE_FREEZE | XLOG_HEAP2_VACUUM => {
-            // Block 1 of VACUUM's own records: the map bits of the heap page in block 0.
-            let heap = rec.blocks.iter().find(|b| b.id == 0 && b.tag.fork == Fork::Main).ok_or_else(|| {
-                Error::corrupt_wal(rec.lsn, "a vacuum record's map block has no heap block beside it")
-            })?;
-            let vacuum = rec.info & 0xF0 == XLOG_HEAP2_VACUUM;
-            let (_, vm) = crate::vacuum::wal::decode_flags(&mut m, rec.lsn, vacuum)?;
-            let Some((bits, init)) = vm else {
-                return Err(Error::corrupt_wal(rec.lsn, "a vacuum record names a map block but sets no bits"));
-            };
-            let bits = VmBits(bits);
-            if block_id != 1 || bits.0 & !VmBits::VALID.0 != 0 || !bits.all_visible() {
-                return Err(Error::corrupt_wal(rec.lsn, format!("invalid map bits {bits} in block {block_id}")));
-            }
-            covers(rec, block, heap.tag.block, "vacuum record")?;
-            if init {
-                init_page(p);
-            } else if page::is_new(p) {
-                return Err(Error::corrupt_wal(
-                    rec.lsn,
-                    format!("vacuum record names map block {block}, which is empty"),
-                ));
-            }
-            apply_set(p, heap.tag.block, bits);
-        }
         other => return Err(Error::corrupt_wal(rec.lsn, format!("not a visibility map record: 0x{other:02X}"))),
     }
     Ok(())
@@ -676,7 +656,7 @@ pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, p: &mut
 /// A map record's heap block must lie on the map page its block reference names; otherwise
 /// redo would set or clear the bits of some other heap page (noticed while writing fuzz target
 /// `wal_record`: nothing tied the two, so a record whose CRC matched changed the wrong page).
-fn covers(rec: &DecodedRecord, map_block: BlockNumber, heap_block: BlockNumber, what: &str) -> Result<()> {
+pub fn covers(rec: &DecodedRecord, map_block: BlockNumber, heap_block: BlockNumber, what: &str) -> Result<()> {
     let (on, _, _) = location(heap_block);
     if on != map_block {
         return Err(Error::corrupt_wal(

@@ -38,7 +38,7 @@ fn set_bits(db: &Database, t: &Table, block: u32, bits: VmBits) {
     let rel = &t.entry.rel;
     let buf = crate::heap::read_page(&env, rel, BlockNumber(block), None).unwrap();
     let mut g = buf.write();
-    rel.vm.set(&env, &buf, &mut g.0, bits).unwrap();
+    rel.vm.set(env.maps(), &buf, &mut g.0, bits).unwrap();
 }
 
 fn problems(db: &Database) -> Vec<String> {
@@ -107,7 +107,7 @@ fn a_bit_without_pd_all_visible_is_reported_the_reverse_is_allowed() {
     // Block 1: the flag is set, the bit is not (what a crash between VM_CLEAR and the heap
     // change's record leaves).
     set_bits(&db, &t, 1, VmBits::ALL_VISIBLE);
-    rel.vm.clear(&env, BlockNumber(1), VmBits::ALL_VISIBLE).unwrap();
+    rel.vm.clear(env.maps(), BlockNumber(1), VmBits::ALL_VISIBLE).unwrap();
     assert_eq!(
         problems(&db),
         vec!["relation \"t\" block 0: visibility map says ALL_VISIBLE but the page lacks PD_ALL_VISIBLE".to_string()]

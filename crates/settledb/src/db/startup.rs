@@ -190,7 +190,7 @@ pub fn redo_page(rec: &DecodedRecord, b: &wal::DecodedBlock, page: &mut [u8]) ->
         // Heap changes apply to heap pages only, validated first (a new page passes only if
         // all zeros: one restored from an image may not be).
         // VACUUM's PRUNE_FREEZE and VACUUM records carry the map page as block 1.
-        let map_block = rec.rmgr == Rmgr::Heap2 && tag.fork == Fork::Vm && crate::vm::sets_bits_with_heap(rec);
+        let map_block = rec.rmgr == Rmgr::Heap2 && tag.fork == Fork::Vm && crate::vacuum::wal::sets_map_bits(rec);
         let heap_change = matches!(rec.rmgr, Rmgr::Heap | Rmgr::Heap2) && !crate::vm::is_vm_record(rec) && !map_block;
         if heap_change && tag.fork != Fork::Main {
             return Err(Error::corrupt_wal(
@@ -202,9 +202,11 @@ pub fn redo_page(rec: &DecodedRecord, b: &wal::DecodedBlock, page: &mut [u8]) ->
             page::validate_items(page, tag.rel, tag.block)?;
         }
         match rec.rmgr {
-            Rmgr::Heap2 if crate::vm::is_vm_record(rec) || map_block => {
-                crate::vm::redo_block(rec, b.id, tag.block, page)?
+            Rmgr::Heap2 if map_block => crate::vacuum::wal::redo_map_block(rec, b.id, tag.block, page)?,
+            Rmgr::Heap2 if crate::vacuum::wal::is_vacuum_record(rec) => {
+                crate::vacuum::wal::redo_heap_block(rec, b.id, tag.block, page)?
             }
+            Rmgr::Heap2 if crate::vm::is_vm_record(rec) => crate::vm::redo_block(rec, b.id, tag.block, page)?,
             Rmgr::Heap | Rmgr::Heap2 => heap::wal::redo_block(rec, b.id, tag.block, &b.data, page)?,
             Rmgr::Btree => crate::btree::wal::redo_block(rec, b.id, tag.block, &b.data, page)?,
             other => {
@@ -305,6 +307,7 @@ pub fn describe_record(rec: &DecodedRecord) -> String {
         Rmgr::Xlog => CheckpointInfo::describe(rec),
         Rmgr::Storage => describe_storage(rec),
         Rmgr::Heap2 if crate::vm::is_vm_record(rec) => crate::vm::describe(rec),
+        Rmgr::Heap2 if crate::vacuum::wal::is_vacuum_record(rec) => crate::vacuum::wal::describe(rec),
         Rmgr::Heap | Rmgr::Heap2 => heap::wal::describe(rec),
         Rmgr::Btree => crate::btree::wal::describe(rec),
         Rmgr::Xact | Rmgr::Clog => crate::xact::describe(rec),

@@ -214,6 +214,13 @@ pub struct HeapEnv<'a> {
     pub xact: &'a TransactionManager,
 }
 
+impl<'a> HeapEnv<'a> {
+    /// The part the visibility map's logged changes need.
+    pub fn maps(&self) -> crate::vm::MapEnv<'a> {
+        crate::vm::MapEnv { pool: self.pool, wal: self.wal }
+    }
+}
+
 /// The transaction doing a heap operation.
 pub struct TxContext<'a> {
     /// The XID rows are written with: the innermost subtransaction's, or the top-level one.
@@ -516,7 +523,7 @@ fn init_if_new(buf: &Buffer<'_>) {
 /// (one more atomic increment: see [`crate::vacuum::adaptive`]).
 fn clear_all_visible(env: &HeapEnv<'_>, rel: &Relation, block: BlockNumber, page_bytes: &mut [u8]) -> Result<()> {
     if page::flags(page_bytes) & page::PD_ALL_VISIBLE != 0 {
-        if let Some((_, was)) = rel.vm.clear_noting(env, block, VmBits::VALID)? {
+        if let Some((_, was)) = rel.vm.clear_noting(env.maps(), block, VmBits::VALID)? {
             rel.vm_clears.fetch_add(1, Ordering::Relaxed);
             rel.freeze_history.note_clear(block);
             if was.all_frozen() {

@@ -60,7 +60,7 @@ fn set_bits(db: &Database, t: &Table, block: u32, bits: VmBits) {
     let rel = &t.entry.rel;
     let buf = read_page(&env, rel, BlockNumber(block), None).unwrap();
     let mut g = buf.write();
-    rel.vm.set(&env, &buf, &mut g.0, bits).unwrap();
+    rel.vm.set(env.maps(), &buf, &mut g.0, bits).unwrap();
 }
 
 /// The page's map bits and whether it carries `PD_ALL_VISIBLE`.

@@ -36,7 +36,7 @@ use super::tuple::{
 };
 use crate::error::{Error, Result};
 use crate::page::{self, ItemId, LpFlags};
-use crate::types::{BlockNumber, Lsn, OffsetNumber, Oid, Tid, Xid};
+use crate::types::{BlockNumber, OffsetNumber, Oid, Tid, Xid};
 use crate::wal::{DecodedRecord, Rmgr};
 
 pub const XLOG_HEAP_INSERT: u8 = 0x00;
@@ -49,62 +49,10 @@ pub const XLOG_HEAP2_VACUUM: u8 = 0x20;
 /// VACUUM's phase I: prune, freeze and set the visibility map of one page ([`crate::vacuum::wal`]).
 pub const XLOG_HEAP2_PRUNE_FREEZE: u8 = 0x30;
 pub const XLOG_HEAP2_MULTI_INSERT: u8 = 0x50;
-/// Set visibility-map bits and `PD_ALL_VISIBLE` ([`crate::vm`]).
-pub const XLOG_HEAP2_VISIBLE: u8 = 0x40;
-/// Clear visibility-map bits of a range of heap blocks on one map page ([`crate::vm`]).
-pub const XLOG_HEAP2_VM_CLEAR: u8 = 0x80;
-
-/// The page was initialized by this record (redo re-initializes it).
-pub const FLAG_INIT_PAGE: u8 = 0x01;
-
-/// A little-endian cursor over record bytes that reports truncation as a WAL error.
-pub struct Cursor<'a> {
-    buf: &'a [u8],
-    pos: usize,
-    lsn: Lsn,
-}
-
-impl<'a> Cursor<'a> {
-    pub fn new(buf: &'a [u8], lsn: Lsn) -> Cursor<'a> {
-        Cursor { buf, pos: 0, lsn }
-    }
-
-    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or_else(|| {
-            Error::corrupt_wal(self.lsn, format!("record data truncated: wanted {n} bytes at {}", self.pos))
-        })?;
-        let s = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-
-    pub fn u8(&mut self) -> Result<u8> {
-        Ok(self.bytes(1)?[0])
-    }
-
-    pub fn u16(&mut self) -> Result<u16> {
-        let b = self.bytes(2)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
-    }
-
-    pub fn u32(&mut self) -> Result<u32> {
-        let b = self.bytes(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    pub fn u64(&mut self) -> Result<u64> {
-        let b = self.bytes(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
-    }
-
-    pub fn rest(&mut self) -> &'a [u8] {
-        let s = &self.buf[self.pos..];
-        self.pos = self.buf.len();
-        s
-    }
-}
+/// The map's records, under the same resource manager ([`crate::vm`]).
+pub use crate::vm::{XLOG_HEAP2_VISIBLE, XLOG_HEAP2_VM_CLEAR};
+pub use crate::wal::record::FLAG_INIT_PAGE;
+pub use crate::wal::Cursor;
 
 /// Appends a tuple in its logged form (masks, hoff, bytes after the fixed header).
 pub fn encode_tuple(out: &mut Vec<u8>, t: &[u8]) {
@@ -135,7 +83,7 @@ pub fn decode_tuple(c: &mut Cursor<'_>, len: Option<usize>, xmin: Xid, tid: Tid)
     tuple::set_infomask2(&mut t, infomask2);
     tuple::set_infomask(&mut t, infomask);
     if tuple::TupleHeader::parse(&t).is_none() {
-        return Err(Error::corrupt_wal(c.lsn, format!("logged tuple for {tid} has an invalid header")));
+        return Err(Error::corrupt_wal(c.lsn(), format!("logged tuple for {tid} has an invalid header")));
     }
     Ok(t)
 }
@@ -269,10 +217,9 @@ pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, data: &
     let mut m = Cursor::new(&rec.main_data, rec.lsn);
     let mut d = Cursor::new(data, rec.lsn);
     let fail = || Error::corrupt_wal(rec.lsn, format!("could not apply {} to block {block}", describe(rec)));
-    // Pruning, freezing and vacuuming change a page that exists; on a new (all-zero) page the
-    // page helpers would work on an insane header.
-    let maintenance = rec.rmgr == Rmgr::Heap2
-        && matches!(rec.info & 0xF0, XLOG_HEAP2_PRUNE | XLOG_HEAP2_VACUUM | XLOG_HEAP2_PRUNE_FREEZE);
+    // Pruning changes a page that exists; on a new (all-zero) page the page helpers would work
+    // on an insane header. (VACUUM's own records are redone by `crate::vacuum::wal`.)
+    let maintenance = rec.rmgr == Rmgr::Heap2 && rec.info & 0xF0 == XLOG_HEAP2_PRUNE;
     if maintenance && block_id != 0 {
         return Err(Error::corrupt_wal(
             rec.lsn,
@@ -338,12 +285,6 @@ pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, data: &
                 return Err(fail());
             }
             apply_prune(page, &plan);
-        }
-        (Rmgr::Heap2, XLOG_HEAP2_PRUNE_FREEZE) => {
-            crate::vacuum::wal::redo_prune_freeze(&rec.main_data, rec.lsn, page)?;
-        }
-        (Rmgr::Heap2, XLOG_HEAP2_VACUUM) => {
-            crate::vacuum::wal::redo_unused(&rec.main_data, rec.lsn, page)?;
         }
         (Rmgr::Heap2, XLOG_HEAP2_MULTI_INSERT) => {
             let flags = m.u8()?;
@@ -450,10 +391,6 @@ pub fn describe(rec: &DecodedRecord) -> String {
                     p.unused.len()
                 )
             }
-            (Rmgr::Heap2, XLOG_HEAP2_PRUNE_FREEZE) => {
-                crate::vacuum::wal::describe_prune_freeze(&rec.main_data, rec.lsn)?
-            }
-            (Rmgr::Heap2, XLOG_HEAP2_VACUUM) => crate::vacuum::wal::describe_unused(&rec.main_data, rec.lsn)?,
             (Rmgr::Heap2, XLOG_HEAP2_MULTI_INSERT) => {
                 let flags = m.u8()?;
                 format!("MULTI_INSERT ntuples: {}, flags: 0x{flags:02X}", m.u16()?)

@@ -749,7 +749,7 @@ pub(super) fn repair_vm(
     if (bits.all_visible() && !flag) || (flag && has_lpdead) || (bits.all_visible() && has_lpdead) {
         page::clear_flags(p, PD_ALL_VISIBLE);
         buf.mark_dirty();
-        ctx.rel.vm.clear(env, buf.block(), VmBits::VALID)?;
+        ctx.rel.vm.clear(env.maps(), buf.block(), VmBits::VALID)?;
     }
     Ok(())
 }

@@ -103,7 +103,7 @@ impl LazyVacuum<'_> {
                 // The maps first: their bits for the removed pages are cleared by records that
                 // precede the heap's truncation record, so no crash can leave a map claiming
                 // pages past the heap's end (a re-extended page would inherit the bits).
-                self.rel.vm.truncate(env, new_end)?;
+                self.rel.vm.truncate(env.maps(), new_end)?;
                 self.rel.fsm.truncate(&self.inner.pool, new_end)?;
                 let lsn = env.wal.insert(&RecordBuilder {
                     toplevel_xid: crate::types::Xid::INVALID,

@@ -34,10 +34,11 @@
 
 use crate::error::{Error, Result};
 use crate::heap::tuple;
-use crate::heap::wal::{apply_prune, Cursor, PrunePlan};
+use crate::heap::wal::{apply_prune, PrunePlan, XLOG_HEAP2_PRUNE_FREEZE, XLOG_HEAP2_VACUUM};
 use crate::page::{self, ItemId, LpFlags};
-use crate::types::{Lsn, OffsetNumber};
-use crate::wal::{DecodedRecord, Rmgr};
+use crate::types::{BlockNumber, Fork, Lsn, OffsetNumber};
+use crate::vm::{self, VmBits};
+use crate::wal::{Cursor, DecodedRecord, Rmgr};
 
 /// Flag of a freeze plan: set xmax to InvalidTransactionId.
 pub const FREEZE_CLEAR_XMAX: u8 = 0x01;
@@ -302,13 +303,81 @@ pub fn redo_prune_freeze(main: &[u8], lsn: Lsn, p: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+/// Whether `rec` is one of VACUUM's own records (PRUNE_FREEZE, VACUUM), which this module
+/// redoes and describes (the recovery driver and `settle waldump` route them here).
+pub fn is_vacuum_record(rec: &DecodedRecord) -> bool {
+    rec.rmgr == Rmgr::Heap2 && matches!(rec.info & 0xF0, XLOG_HEAP2_PRUNE_FREEZE | XLOG_HEAP2_VACUUM)
+}
+
+/// Redoes the heap page (block 0, `block`, bytes `p`) of a PRUNE_FREEZE or VACUUM record (the
+/// caller restored images, skipped a page already covering the record, and stamps the LSN).
+pub fn redo_heap_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, p: &mut [u8]) -> Result<()> {
+    let name = if rec.info & 0xF0 == XLOG_HEAP2_VACUUM { "VACUUM" } else { "PRUNE_FREEZE" };
+    if block_id != 0 {
+        return Err(Error::corrupt_wal(rec.lsn, format!("{name} changes heap block {block} as block {block_id}")));
+    }
+    // The page helpers would work on an insane header on a new (all-zero) page.
+    if page::is_new(p) {
+        return Err(Error::corrupt_wal(rec.lsn, format!("{name} names block {block}, which is empty")));
+    }
+    if rec.info & 0xF0 == XLOG_HEAP2_VACUUM {
+        redo_unused(&rec.main_data, rec.lsn, p)
+    } else {
+        redo_prune_freeze(&rec.main_data, rec.lsn, p)
+    }
+}
+
+/// One-line description of a PRUNE_FREEZE or VACUUM record for `settle waldump`.
+pub fn describe(rec: &DecodedRecord) -> String {
+    let r = if rec.info & 0xF0 == XLOG_HEAP2_VACUUM {
+        describe_unused(&rec.main_data, rec.lsn)
+    } else {
+        describe_prune_freeze(&rec.main_data, rec.lsn)
+    };
+    r.unwrap_or_else(|e| format!("(undecodable: {e})"))
+}
+
+/// Whether `rec` is one of VACUUM's records that may set the map bits of its heap page (block
+/// 1, the map page, is then redone by [`redo_map_block`]).
+pub fn sets_map_bits(rec: &DecodedRecord) -> bool {
+    rec.rmgr == Rmgr::Heap2 && matches!(rec.info & 0xF0, XLOG_HEAP2_PRUNE_FREEZE | XLOG_HEAP2_VACUUM)
+}
+
+/// Redoes block `block_id` (the map page `block`, bytes `p`) of a PRUNE_FREEZE or VACUUM
+/// record: the map bits of the heap page in block 0 (the caller restored images, skipped a
+/// page already covering the record, and stamps the LSN).
+pub fn redo_map_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, p: &mut [u8]) -> Result<()> {
+    let heap = rec
+        .blocks
+        .iter()
+        .find(|b| b.id == 0 && b.tag.fork == Fork::Main)
+        .ok_or_else(|| Error::corrupt_wal(rec.lsn, "a vacuum record's map block has no heap block beside it"))?;
+    let vacuum = rec.info & 0xF0 == XLOG_HEAP2_VACUUM;
+    let (_, set) = decode_flags(&mut Cursor::new(&rec.main_data, rec.lsn), rec.lsn, vacuum)?;
+    let Some((bits, init)) = set else {
+        return Err(Error::corrupt_wal(rec.lsn, "a vacuum record names a map block but sets no bits"));
+    };
+    let bits = VmBits(bits);
+    if block_id != 1 || bits.0 & !VmBits::VALID.0 != 0 || !bits.all_visible() {
+        return Err(Error::corrupt_wal(rec.lsn, format!("invalid map bits {bits} in block {block_id}")));
+    }
+    vm::covers(rec, block, heap.tag.block, "vacuum record")?;
+    if init {
+        vm::init_page(p);
+    } else if page::is_new(p) {
+        return Err(Error::corrupt_wal(rec.lsn, format!("vacuum record names map block {block}, which is empty")));
+    }
+    vm::apply_set(p, heap.tag.block, bits);
+    Ok(())
+}
+
 /// Whether block `block_id` of `rec` is a heap page that the record changes without raising its
 /// LSN (block 0 of an imageless PRUNE_FREEZE record): redo leaves the page's LSN as it was, and
 /// the page must not take hint bits until it is written.
 pub fn keeps_page_lsn(rec: &DecodedRecord, block_id: u8) -> bool {
     block_id == 0
         && rec.rmgr == Rmgr::Heap2
-        && rec.info & 0xF0 == crate::heap::wal::XLOG_HEAP2_PRUNE_FREEZE
+        && rec.info & 0xF0 == XLOG_HEAP2_PRUNE_FREEZE
         && rec.main_data.first().is_some_and(|f| f & PF_IMAGELESS != 0)
 }
 

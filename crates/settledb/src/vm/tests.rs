@@ -11,6 +11,7 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 use crate::db::Database;
+use crate::heap::HeapEnv;
 use crate::io::fault::{CrashMode, FaultFs};
 use crate::io::FileSystem;
 use crate::smgr::Smgr;
@@ -48,7 +49,7 @@ fn make_heap_page(env: &HeapEnv<'_>, block: u32) {
 fn set(env: &HeapEnv<'_>, vm: &VisibilityMap, block: u32, bits: VmBits) -> Option<Lsn> {
     let buf = env.pool.read(heap_tag(vm.rel(), block), None).unwrap();
     let mut g = buf.write();
-    let lsn = vm.set(env, &buf, &mut g.0, bits).unwrap();
+    let lsn = vm.set(env.maps(), &buf, &mut g.0, bits).unwrap();
     if let Some(lsn) = lsn {
         assert_eq!(page::lsn(&g.0), lsn, "set stamps the heap page");
     }
@@ -64,7 +65,7 @@ fn clear(env: &HeapEnv<'_>, vm: &VisibilityMap, block: u32, bits: VmBits) -> Opt
         page::clear_flags(&mut g.0, PD_ALL_VISIBLE);
         buf.mark_dirty();
     }
-    vm.clear(env, BlockNumber(block), bits).unwrap()
+    vm.clear(env.maps(), BlockNumber(block), bits).unwrap()
 }
 
 fn heap_flags(env: &HeapEnv<'_>, rel: Oid, block: BlockNumber) -> Result<u16> {
@@ -177,7 +178,7 @@ fn set_get_clear_across_many_map_pages_agree_with_model_and_pd_all_visible() {
                 // ALL_FROZEN alone on a page that is not all-visible: refused.
                 let buf = env.pool.read(heap_tag(REL, b), None).unwrap();
                 let mut g = buf.write();
-                assert!(vm.set(&env, &buf, &mut g.0, bits).is_err());
+                assert!(vm.set(env.maps(), &buf, &mut g.0, bits).is_err());
                 continue;
             }
             let logged = set(&env, &vm, b, bits);
@@ -234,7 +235,7 @@ fn truncate_forgets_pages_past_the_new_end_and_redo_agrees() {
         model.insert(b, 3u8);
     }
     assert_eq!(env.pool.smgr().nblocks(REL, Fork::Vm).unwrap(), 3);
-    vm.truncate(&env, HPP + 100).unwrap();
+    vm.truncate(env.maps(), HPP + 100).unwrap();
     assert_eq!(env.pool.smgr().nblocks(REL, Fork::Vm).unwrap(), 2);
     model.retain(|&b, _| b < HPP + 100);
     assert_map_matches(&env, &vm, &model, false);
@@ -242,10 +243,10 @@ fn truncate_forgets_pages_past_the_new_end_and_redo_agrees() {
         assert_eq!(vm.get(env.pool, BlockNumber(b)).unwrap(), VmBits::NONE);
     }
     assert_redo_matches(&db, start, REL);
-    vm.truncate(&env, HPP).unwrap();
+    vm.truncate(env.maps(), HPP).unwrap();
     assert_eq!(env.pool.smgr().nblocks(REL, Fork::Vm).unwrap(), 1);
     assert_eq!(vm.count(env.pool).unwrap(), (3, 3));
-    vm.truncate(&env, 0).unwrap();
+    vm.truncate(env.maps(), 0).unwrap();
     assert_eq!(env.pool.smgr().nblocks(REL, Fork::Vm).unwrap(), 0);
     assert_eq!(vm.count(env.pool).unwrap(), (0, 0));
 }

@@ -146,6 +146,7 @@
 //! of the one stream it is reading.
 
 pub mod control;
+mod cursor;
 pub mod desc;
 pub mod reader;
 pub mod record;
@@ -162,6 +163,7 @@ use crate::error::{Error, Result};
 use crate::io::FileSystem;
 use crate::types::{BufferTag, Lsn, Xid};
 
+pub use cursor::Cursor;
 pub use reader::{read_record_at, WalReader};
 use segment::SegmentWriter;
 

@@ -44,6 +44,10 @@ pub const MAX_RECORD_SIZE: usize = 1 << 30;
 /// Most block references one record may carry (PostgreSQL's `XLR_MAX_BLOCK_ID` + 1).
 pub const MAX_BLOCKS_PER_RECORD: usize = 33;
 
+/// A flag of the first byte of a heap or visibility-map record's main data: the record
+/// initialized the page it changes (redo initializes it again rather than expecting it).
+pub const FLAG_INIT_PAGE: u8 = 0x01;
+
 /// Byte offset of `xl_prev` in the header.
 pub(crate) const PREV_OFFSET: usize = 8;
 /// Byte offset of `xl_crc` in the header.
