@@ -190,7 +190,7 @@ pub fn redo_page(rec: &DecodedRecord, b: &wal::DecodedBlock, page: &mut [u8]) ->
         // Heap changes apply to heap pages only, validated first (a new page passes only if
         // all zeros: one restored from an image may not be).
         // VACUUM's PRUNE_FREEZE and VACUUM records carry the map page as block 1.
-        let map_block = rec.rmgr == Rmgr::Heap2 && tag.fork == Fork::Vm && crate::vacuum::wal::sets_map_bits(rec);
+        let map_block = rec.rmgr == Rmgr::Heap2 && tag.fork == Fork::Vm && crate::vacuum::wal::is_vacuum_record(rec);
         let heap_change = matches!(rec.rmgr, Rmgr::Heap | Rmgr::Heap2) && !crate::vm::is_vm_record(rec) && !map_block;
         if heap_change && tag.fork != Fork::Main {
             return Err(Error::corrupt_wal(

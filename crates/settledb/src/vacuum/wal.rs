@@ -304,7 +304,8 @@ pub fn redo_prune_freeze(main: &[u8], lsn: Lsn, p: &mut [u8]) -> Result<()> {
 }
 
 /// Whether `rec` is one of VACUUM's own records (PRUNE_FREEZE, VACUUM), which this module
-/// redoes and describes (the recovery driver and `settle waldump` route them here).
+/// redoes and describes (the recovery driver and `settle waldump` route them here). Either may
+/// set the map bits of its heap page: block 1, the map page, is redone by [`redo_map_block`].
 pub fn is_vacuum_record(rec: &DecodedRecord) -> bool {
     rec.rmgr == Rmgr::Heap2 && matches!(rec.info & 0xF0, XLOG_HEAP2_PRUNE_FREEZE | XLOG_HEAP2_VACUUM)
 }
@@ -335,12 +336,6 @@ pub fn describe(rec: &DecodedRecord) -> String {
         describe_prune_freeze(&rec.main_data, rec.lsn)
     };
     r.unwrap_or_else(|e| format!("(undecodable: {e})"))
-}
-
-/// Whether `rec` is one of VACUUM's records that may set the map bits of its heap page (block
-/// 1, the map page, is then redone by [`redo_map_block`]).
-pub fn sets_map_bits(rec: &DecodedRecord) -> bool {
-    rec.rmgr == Rmgr::Heap2 && matches!(rec.info & 0xF0, XLOG_HEAP2_PRUNE_FREEZE | XLOG_HEAP2_VACUUM)
 }
 
 /// Redoes block `block_id` (the map page `block`, bytes `p`) of a PRUNE_FREEZE or VACUUM
