@@ -182,7 +182,7 @@ impl Shared {
         }
         for name in settledb::config::PARAMETERS {
             let (old, new) = (settings::engine_value(&before, name), settings::engine_value(&next, name));
-            if old == new || (*name == "autovacuum" && reloaded.autovacuum_failed.is_some()) {
+            if old == new || (*name == "autovacuum" && next.autovacuum && !self.db.autovacuum_running()) {
                 continue;
             }
             if reloaded.unapplied.contains(name) {

@@ -420,8 +420,9 @@ pub struct Reloaded {
     /// The parameters of [`crate::config::AT_OPEN`] whose value in the new configuration
     /// differs and was not applied (they take a reopen).
     pub unapplied: Vec<&'static str>,
-    /// `autovacuum` was turned on and its threads could not be started: it stays off in
-    /// practice until a later reload starts them.
+    /// `autovacuum` was turned on and its threads could not all be started. If none did, it
+    /// stays off in practice until a later reload starts them; if the launcher did, it runs
+    /// with the workers that started.
     pub autovacuum_failed: Option<Error>,
 }
 
@@ -642,8 +643,14 @@ impl Database {
         if self.inner.config.get().autovacuum && !self.autovacuum_started.load(Ordering::Acquire) {
             let mut bg = self.background.lock();
             if !self.autovacuum_started.swap(true, Ordering::AcqRel) && !self.closed.load(Ordering::Acquire) {
+                let before = bg.len();
                 if let Err(e) = spawn_autovacuum(&self.inner, &mut bg) {
-                    self.autovacuum_started.store(false, Ordering::Release);
+                    // Threads that did start (the launcher first) keep running until shutdown:
+                    // autovacuum then stays started, with fewer workers, so that a later
+                    // reload does not start a second launcher beside them.
+                    if bg.len() == before {
+                        self.autovacuum_started.store(false, Ordering::Release);
+                    }
                     autovacuum_failed = Some(e);
                 }
             }
