@@ -225,10 +225,11 @@ fn main() -> ExitCode {
 /// Lets SIGPIPE end the process, as it ends any Unix filter whose reader has gone
 /// (`settle waldump … | head`). Rust starts programs ignoring it, which turns that ordinary
 /// end into a write error, and `println!` into a panic ("failed printing to stdout: Broken
-/// pipe"). Nothing else here writes to a pipe: the engine writes files, and every socket
-/// (the in-process server of the wire benches, the clients of `tpcc --target`, PostgreSQL
-/// peers) is a TCP socket, which the standard library and tokio write with `MSG_NOSIGNAL`,
-/// so a peer that goes away is still an error, never a signal. `settle serve` keeps ignoring
+/// pipe"). The only other pipe written is stdout too: `torture-child`'s acknowledgements to
+/// its parent, which it should not outlive. The engine writes files, and every socket (the
+/// in-process server of the wire benches, the clients of `tpcc --target`, PostgreSQL peers)
+/// is a TCP socket, which the standard library and tokio write with `MSG_NOSIGNAL`, so a
+/// peer that goes away is still an error, never a signal. `settle serve` keeps ignoring
 /// it: a server outlives whoever reads its log (its log writes ignore errors).
 fn die_of_sigpipe() {
     // SAFETY: setting a signal's disposition to the default, before any thread exists.

@@ -28,9 +28,9 @@
 //! bytes as the original operation.
 
 use crate::error::{Error, Result};
-use crate::heap::wal::Cursor;
 use crate::page::{self as pg, BLCKSZ};
 use crate::types::{BlockNumber, OffsetNumber};
+use crate::wal::Cursor;
 use crate::wal::DecodedRecord;
 
 use super::page as bp;

@@ -239,7 +239,7 @@ impl CheckpointInfo {
     }
 
     pub fn describe(rec: &DecodedRecord) -> String {
-        let mut c = heap::wal::Cursor::new(&rec.main_data, rec.lsn);
+        let mut c = wal::Cursor::new(&rec.main_data, rec.lsn);
         let r: Result<String> = (|| {
             let redo = Lsn(c.u64()?);
             let next = FullXid(c.u64()?);
@@ -273,7 +273,7 @@ pub fn log_create(wal: &Wal, smgr: &Smgr, rel: Oid, fork: Fork) -> Result<()> {
 }
 
 pub fn redo_storage(rec: &DecodedRecord, pool: &BufferPool) -> Result<()> {
-    let mut c = heap::wal::Cursor::new(&rec.main_data, rec.lsn);
+    let mut c = wal::Cursor::new(&rec.main_data, rec.lsn);
     let rel = Oid(c.u32()?);
     let fork = Fork::from_u8(c.u8()?).ok_or_else(|| Error::corrupt_wal(rec.lsn, "unknown fork number"))?;
     match rec.info {
@@ -288,7 +288,7 @@ pub fn redo_storage(rec: &DecodedRecord, pool: &BufferPool) -> Result<()> {
 }
 
 pub fn describe_storage(rec: &DecodedRecord) -> String {
-    let mut c = heap::wal::Cursor::new(&rec.main_data, rec.lsn);
+    let mut c = wal::Cursor::new(&rec.main_data, rec.lsn);
     let r: Result<String> = (|| {
         let rel = c.u32()?;
         let fork = c.u8()?;

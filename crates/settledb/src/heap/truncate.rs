@@ -17,9 +17,9 @@
 //!
 //! The relation OIDs are the tables' OIDs (not their file nodes, which the statement changed).
 
-use super::wal::Cursor;
 use crate::error::{Error, Result};
 use crate::types::{Lsn, Oid};
+use crate::wal::Cursor;
 
 /// Heap rmgr info of the TRUNCATE record (PostgreSQL's value).
 pub const XLOG_HEAP_TRUNCATE: u8 = 0x30;

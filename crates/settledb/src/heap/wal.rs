@@ -52,7 +52,7 @@ pub const XLOG_HEAP2_MULTI_INSERT: u8 = 0x50;
 /// The map's records, under the same resource manager ([`crate::vm`]).
 pub use crate::vm::{XLOG_HEAP2_VISIBLE, XLOG_HEAP2_VM_CLEAR};
 pub use crate::wal::record::FLAG_INIT_PAGE;
-pub use crate::wal::Cursor;
+use crate::wal::Cursor;
 
 /// Appends a tuple in its logged form (masks, hoff, bytes after the fixed header).
 pub fn encode_tuple(out: &mut Vec<u8>, t: &[u8]) {

@@ -21,8 +21,9 @@
 //! `XLOG_HEAP2_PRUNE_VACUUM_SCAN` and PostgreSQL 19 adds the visibility map to it: a page
 //! that phase I prunes, freezes whole and sets all-frozen costs one record header, one block
 //! reference and one full-page image at most, instead of three records. The map bits come
-//! first in the main data so that the map page's redo ([`crate::vm`]) reads two bytes and
-//! nothing else. Freeze plans are shared by every tuple that changes the same way
+//! first in the main data so that the map page's redo ([`redo_map_block`]) reads two bytes and
+//! nothing else. This module redoes and describes both blocks of both records; the recovery
+//! driver and `settle waldump` route them here ([`is_vacuum_record`]). Freeze plans are shared by every tuple that changes the same way
 //! (PostgreSQL 16's deduplicated `xl_heap_freeze_plan`), so freezing a page of like tuples
 //! costs one plan and no offsets. The parts are applied by the same functions live and in
 //! redo ([`apply_prune`], [`apply_freeze`], [`apply_unused`]), in the record's order, and
