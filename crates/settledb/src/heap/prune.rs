@@ -228,6 +228,18 @@ pub fn scan_page(
 }
 
 impl PageScan {
+    /// Records a scan that found nothing: no tuple to prune or to hint, no HOT chain, no
+    /// tuple status. For a caller that proved as much without [`scan_page`] (VACUUM's walk
+    /// of a plain all-visible page), so that [`plan_from_scan`] plans nothing.
+    pub fn set_nothing_found(&mut self) {
+        self.max = 0;
+        self.hot = false;
+        self.any_dead = false;
+        self.hints_changed = false;
+        self.hints_pending = false;
+        self.next_prune = None;
+    }
+
     /// Writes the hint bits a scan without `write_hints` earned into `page`, which must be the
     /// page as scanned (nothing pruned or frozen since).
     pub fn write_pending_hints(&mut self, page: &mut [u8]) {

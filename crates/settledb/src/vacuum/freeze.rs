@@ -78,7 +78,8 @@ use super::wal::{FreezePlan, TupleFreeze, FREEZE_CLEAR_XMAX};
 use crate::config::FreezePolicy;
 use crate::heap::prune::{lp, PageScan};
 use crate::heap::tuple::{
-    HEAP_HOT_UPDATED, HEAP_KEYS_UPDATED, HEAP_XMAX_COMMITTED, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY, HEAP_XMIN_FROZEN,
+    self, HEAP_HOT_UPDATED, HEAP_KEYS_UPDATED, HEAP_ONLY_TUPLE, HEAP_XMAX_COMMITTED, HEAP_XMAX_INVALID,
+    HEAP_XMAX_LOCK_ONLY, HEAP_XMIN_COMMITTED, HEAP_XMIN_FROZEN,
 };
 use crate::heap::visibility::VacuumStatus;
 use crate::page::{self, LpFlags, MAX_HEAP_TUPLES_PER_PAGE};
@@ -101,6 +102,7 @@ const XMAX_CAN: u8 = 0x04;
 const XMAX_MUST: u8 = 0x08;
 
 /// What [`summarize`] learned about a (pruned) page.
+#[derive(Debug, PartialEq)]
 pub struct PageSummary {
     /// Live tuples (including ones being deleted), as VACUUM counts them.
     pub live: u64,
@@ -201,6 +203,42 @@ fn older(a: Option<Xid>, b: Xid) -> Option<Xid> {
     }
 }
 
+/// The oldest unfrozen XIDs a page would keep under each choice, as ages before OldestXmin
+/// ([`NONE`]: none), accumulated XID by XID.
+struct Left {
+    none: i64,
+    full: i64,
+    required: i64,
+}
+
+impl Left {
+    const EMPTY: Left = Left { none: NONE, full: NONE, required: NONE };
+
+    /// An unfrozen XID `age` before OldestXmin, which freezing could remove (`freezable`) or
+    /// not; FreezeLimit is `limit_age` before OldestXmin. Returns the tuple's bits for it:
+    /// `can` when freezable, `can | must` when it also precedes FreezeLimit.
+    #[inline(always)]
+    fn xid(&mut self, age: i64, freezable: bool, limit_age: i64, can: u8, must: u8) -> u8 {
+        self.none = self.none.max(age);
+        if !freezable {
+            self.full = self.full.max(age);
+            self.required = self.required.max(age);
+            0
+        } else if age > limit_age {
+            can | must
+        } else {
+            self.required = self.required.max(age);
+            can
+        }
+    }
+
+    fn store(&self, out: &mut PageSummary) {
+        out.left_none = self.none;
+        out.left_full = self.full;
+        out.left_required = self.required;
+    }
+}
+
 /// Walks the line pointers of `p` (pruned, if pruning applied) using the statuses `scan`
 /// gave its tuples before pruning (offsets do not move), and fills `out`.
 ///
@@ -214,7 +252,7 @@ pub fn summarize(p: &[u8], scan: &PageScan, cutoffs: &Cutoffs, xact: &Transactio
     // An XID precedes FreezeLimit when its age exceeds FreezeLimit's.
     let limit_age = age(cutoffs.freeze_limit);
     let (mut live, mut recently_dead, mut all_visible, mut hastup, mut must) = (0u64, 0u64, true, false, false);
-    let (mut left_none, mut left_full, mut left_required) = (NONE, NONE, NONE);
+    let mut left = Left::EMPTY;
     let mut normal = 0usize;
     out.lpdead.clear();
     for o in 1..=max {
@@ -237,7 +275,7 @@ pub fn summarize(p: &[u8], scan: &PageScan, cutoffs: &Cutoffs, xact: &Transactio
         let Some((status, f)) = scan.tuple(o) else {
             // A tuple the prune pass could not read: nothing can be said of it.
             all_visible = false;
-            left_full = left_full.max(0);
+            left.full = left.full.max(0);
             continue;
         };
         let m = f.infomask;
@@ -265,39 +303,16 @@ pub fn summarize(p: &[u8], scan: &PageScan, cutoffs: &Cutoffs, xact: &Transactio
         // INSERT_IN_PROGRESS nor DEAD (a dead tuple left here has a committed deleter only if
         // a snapshot could still see it, which makes it RECENTLY_DEAD instead).
         if !xmin_frozen {
-            left_none = left_none.max(xmin_age);
             let committed = !matches!(status, VacuumStatus::InsertInProgress | VacuumStatus::Dead);
-            if committed && xmin_age > 0 {
-                if xmin_age > limit_age {
-                    bits |= XMIN_CAN | XMIN_MUST;
-                } else {
-                    bits |= XMIN_CAN;
-                    left_required = left_required.max(xmin_age);
-                }
-            } else {
-                left_full = left_full.max(xmin_age);
-                left_required = left_required.max(xmin_age);
-            }
+            bits |= left.xid(xmin_age, committed && xmin_age > 0, limit_age, XMIN_CAN, XMIN_MUST);
         }
         // xmax: it can be cleared when it no longer means anything (an aborted deleter, whose
         // hint the prune pass set, or a locker that has finished); a committed or running
         // deleter stays. (A deleter without a hint was running or committed when the prune
         // pass looked: it gave an aborted one its hint.)
         if f.xmax.is_normal() {
-            let xmax_age = age(f.xmax);
-            left_none = left_none.max(xmax_age);
             let clearable = m & HEAP_XMAX_INVALID != 0 || (m & HEAP_XMAX_LOCK_ONLY != 0 && !xact.is_running(f.xmax));
-            if clearable {
-                if xmax_age > limit_age {
-                    bits |= XMAX_CAN | XMAX_MUST;
-                } else {
-                    bits |= XMAX_CAN;
-                    left_required = left_required.max(xmax_age);
-                }
-            } else {
-                left_full = left_full.max(xmax_age);
-                left_required = left_required.max(xmax_age);
-            }
+            bits |= left.xid(age(f.xmax), clearable, limit_age, XMAX_CAN, XMAX_MUST);
         }
         must |= bits & (XMIN_MUST | XMAX_MUST) != 0;
         out.bits[o] = bits;
@@ -307,12 +322,68 @@ pub fn summarize(p: &[u8], scan: &PageScan, cutoffs: &Cutoffs, xact: &Transactio
     out.all_visible = all_visible;
     out.hastup = hastup;
     out.must_freeze = must;
-    out.left_none = left_none;
-    out.left_full = left_full;
-    out.left_required = left_required;
+    left.store(out);
     out.normal = normal;
     out.max = max;
     out.oldest_xmin = oxm;
+}
+
+/// [`summarize`] without the prune pass, for the usual page of a table at rest (an
+/// all-visible page that an aggressive or `adaptive` VACUUM reads again).
+///
+/// When every line pointer of `p` is UNUSED or a NORMAL tuple whose inserter is hinted
+/// committed (or frozen), whose xmax is invalid (never deleted, updated or locked), and that
+/// is no member of a HOT chain, the prune pass ([`crate::heap::prune::scan_page`]) would find
+/// every tuple LIVE, set no hint bit, and plan nothing: this one walk then fills `out` exactly
+/// as `scan_page` followed by [`summarize`] would, and returns true. It returns false, `out`
+/// being meaningless, at the first line pointer that is anything else; the caller then takes
+/// the general path. Nothing here asks the CLOG or the proc array.
+pub fn summarize_plain(p: &[u8], cutoffs: &Cutoffs, out: &mut PageSummary) -> bool {
+    let max = usize::from(page::max_offset(p)).min(MAX_HEAP_TUPLES_PER_PAGE);
+    page::prefetch_used(p);
+    let oxm = cutoffs.oldest_xmin;
+    let age = |x: Xid| i64::from(oxm.0.wrapping_sub(x.0) as i32);
+    let limit_age = age(cutoffs.freeze_limit);
+    let (mut all_visible, mut must) = (true, false);
+    let mut left = Left::EMPTY;
+    let mut normal = 0usize;
+    for o in 1..=max {
+        out.bits[o] = 0;
+        let id = lp(p, o);
+        match id.flags {
+            LpFlags::Unused => continue,
+            LpFlags::Normal => {}
+            LpFlags::Redirect | LpFlags::Dead => return false,
+        }
+        let start = usize::from(id.off);
+        let Some((xmin, xmax, m, m2)) = p.get(start..start + usize::from(id.len)).and_then(tuple::header_fields) else {
+            return false;
+        };
+        // HEAP_XMIN_FROZEN includes the committed bit.
+        if m & HEAP_XMIN_COMMITTED == 0 || xmax != Xid::INVALID || m2 & (HEAP_ONLY_TUPLE | HEAP_HOT_UPDATED) != 0 {
+            return false;
+        }
+        normal += 1;
+        if m & HEAP_XMIN_FROZEN == HEAP_XMIN_FROZEN || !xmin.is_normal() {
+            continue;
+        }
+        let xmin_age = age(xmin);
+        all_visible &= xmin_age > 0;
+        let bits = left.xid(xmin_age, xmin_age > 0, limit_age, XMIN_CAN, XMIN_MUST);
+        must |= bits & XMIN_MUST != 0;
+        out.bits[o] = bits;
+    }
+    out.live = normal as u64;
+    out.recently_dead = 0;
+    out.all_visible = all_visible;
+    out.lpdead.clear();
+    out.hastup = normal > 0;
+    out.must_freeze = must;
+    left.store(out);
+    out.normal = normal;
+    out.max = max;
+    out.oldest_xmin = oxm;
+    true
 }
 
 /// What [`decide`] knows of a page besides its tuples.
@@ -477,6 +548,142 @@ mod tests {
         let facts = PageFacts { will_be_all_visible: true, prune_writes_fpi: false, range: Freezing::Required };
         assert_eq!(decide(&page(true), FreezePolicy::Eager, &facts).mode, FreezeMode::WholePage);
         assert_eq!(decide(&page(true), FreezePolicy::Pg16, &facts).mode, FreezeMode::WholePage);
+    }
+
+    /// One way a line pointer of a generated page can differ from a plain one.
+    #[derive(Clone, Copy, Debug)]
+    enum Odd {
+        /// Deleted by an aborted transaction (hinted): xmax is set.
+        AbortedDeleter,
+        /// The inserter's commit is not hinted.
+        UnhintedInserter,
+        HeapOnly,
+        HotUpdated,
+        LpDead,
+        LpRedirect,
+        /// Its storage runs past the page's end.
+        Torn,
+    }
+
+    /// A heap page of `n` tuples as [`summarize_plain`] takes it: committed and hinted (some
+    /// frozen, some with the frozen XID, some younger than OldestXmin, some older than
+    /// FreezeLimit), never deleted, a few line pointers unused; and `odd` on one of them.
+    fn generated_page(rng: &mut impl rand::Rng, oxm: Xid, n: usize, odd: Option<Odd>) -> Vec<u8> {
+        use crate::heap::tuple::{build_tuple, set_infomask, set_infomask2, set_xmax, set_xmin, HEAP_XMIN_INVALID};
+        use crate::page::ItemId;
+        use crate::Value;
+        let mut p = vec![0u8; page::BLCKSZ];
+        page::init(&mut p, 0);
+        for i in 0..n {
+            let mut t = build_tuple(&[Value::Int4(i as i32), Value::Text("x".repeat(rng.gen_range(0..60)))]).unwrap();
+            let xmin = match rng.gen_range(0..10) {
+                0 => Xid(2),
+                1..=2 => Xid(oxm.0.wrapping_add(rng.gen_range(0..100))),
+                _ => Xid(oxm.0.wrapping_sub(rng.gen_range(1..400_000))),
+            };
+            set_xmin(&mut t, xmin);
+            let frozen = if rng.gen_range(0..5) == 0 { HEAP_XMIN_FROZEN } else { HEAP_XMIN_COMMITTED };
+            let m = tuple::header_fields(&t).unwrap().2;
+            set_infomask(&mut t, m | frozen);
+            page::add_item(&mut p, &t, None, true).unwrap();
+        }
+        for o in 1..=n {
+            if rng.gen_range(0..8) == 0 {
+                page::set_item_id(&mut p, OffsetNumber(o as u16), ItemId { off: 0, flags: LpFlags::Unused, len: 0 });
+            }
+        }
+        if let Some(odd) = odd {
+            let o = rng.gen_range(1..=n);
+            let mut id = lp(&p, o);
+            if id.flags == LpFlags::Unused {
+                // Give the odd one a tuple: line pointer 1's storage.
+                id = (1..=n)
+                    .map(|k| lp(&p, k))
+                    .find(|i| i.flags == LpFlags::Normal)
+                    .unwrap_or(page::item_id(&p, OffsetNumber(1)));
+                if id.len == 0 {
+                    return generated_page(rng, oxm, n, Some(odd));
+                }
+            }
+            let (start, len) = (usize::from(id.off), usize::from(id.len));
+            let t = &mut p[start..start + len];
+            let (_, _, m, m2) = tuple::header_fields(t).unwrap();
+            let normal = ItemId { flags: LpFlags::Normal, ..id };
+            match odd {
+                Odd::AbortedDeleter => {
+                    set_xmax(t, Xid(oxm.0.wrapping_sub(5)));
+                    set_infomask(t, m | HEAP_XMAX_INVALID);
+                }
+                Odd::UnhintedInserter => set_infomask(t, m & !HEAP_XMIN_COMMITTED & !HEAP_XMIN_INVALID),
+                Odd::HeapOnly => set_infomask2(t, m2 | HEAP_ONLY_TUPLE),
+                Odd::HotUpdated => set_infomask2(t, m2 | HEAP_HOT_UPDATED),
+                Odd::LpDead | Odd::LpRedirect | Odd::Torn => {}
+            }
+            let id = match odd {
+                Odd::LpDead => ItemId { off: 0, flags: LpFlags::Dead, len: 0 },
+                Odd::LpRedirect => ItemId { off: 1, flags: LpFlags::Redirect, len: 0 },
+                Odd::Torn => ItemId { off: (page::BLCKSZ - 8) as u16, ..normal },
+                _ => normal,
+            };
+            page::set_item_id(&mut p, OffsetNumber(o as u16), id);
+        }
+        p
+    }
+
+    /// The one-walk summary of a plain page is exactly the prune pass's followed by
+    /// [`summarize`], and the prune pass finds nothing to do there; any other page is refused.
+    #[test]
+    fn a_plain_page_is_summarized_in_one_walk_as_the_prune_pass_would() {
+        use crate::heap::prune::{plan_from_scan, scan_page, XidMemo};
+        use crate::heap::wal::PrunePlan;
+        use crate::io::RealFs;
+        use crate::types::{BlockNumber, Lsn};
+        use crate::xact::XactOptions;
+        use rand::{Rng, SeedableRng};
+        let dir = tempfile::tempdir().unwrap();
+        let xact = TransactionManager::open(std::sync::Arc::new(RealFs), dir.path(), XactOptions::default()).unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+        let odds = [
+            Odd::AbortedDeleter,
+            Odd::UnhintedInserter,
+            Odd::HeapOnly,
+            Odd::HotUpdated,
+            Odd::LpDead,
+            Odd::LpRedirect,
+            Odd::Torn,
+        ];
+        let (mut plain, mut refused, mut must) = (0, 0, 0);
+        for _ in 0..3000 {
+            // OldestXmin anywhere on the XID circle, FreezeLimit up to 200,000 before it.
+            let oxm = Xid(rng.gen_range(3..u32::MAX));
+            let cutoffs =
+                Cutoffs { oldest_xmin: oxm, freeze_limit: Xid(oxm.0.wrapping_sub(rng.gen_range(0..200_000))) };
+            let odd = (rng.gen_range(0..3) == 0).then(|| odds[rng.gen_range(0..odds.len())]);
+            let n = rng.gen_range(1..62);
+            let p = generated_page(&mut rng, oxm, n, odd);
+            let mut fast = Box::<PageSummary>::default();
+            let ok = summarize_plain(&p, &cutoffs, &mut fast);
+            assert_eq!(ok, odd.is_none(), "{odd:?}");
+            if !ok {
+                refused += 1;
+                continue;
+            }
+            plain += 1;
+            must += usize::from(fast.must_freeze);
+            let mut copy = p.clone();
+            let mut scan = Box::<PageScan>::default();
+            scan_page(&mut copy, oxm, &xact, Lsn(u64::MAX), true, &mut XidMemo::default(), &mut scan).unwrap();
+            assert!(!scan.hints_changed && !scan.hints_pending && scan.next_prune.is_none());
+            assert_eq!(copy, p, "the prune pass changed a plain page");
+            let mut plan = PrunePlan::default();
+            plan_from_scan(&p, BlockNumber(0), &scan, &mut plan);
+            assert!(plan.is_empty());
+            let mut slow = Box::<PageSummary>::default();
+            summarize(&p, &scan, &cutoffs, &xact, &mut slow);
+            assert_eq!(fast, slow);
+        }
+        // Both outcomes, and pages with something to freeze, were exercised.
+        assert!(plain > 1000 && refused > 500 && must > 100, "{plain} {refused} {must}");
     }
 
     /// An empty page where freezing fails is where the next inserts go: all-visible only.

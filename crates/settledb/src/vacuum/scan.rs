@@ -323,15 +323,23 @@ impl<'a> Worker<'a> {
         // (pruning, freezing) is certain.
         let imageless_candidate = env.wal.needs_image(lsn0) && buf.matches_file();
         let write_hints = !imageless_candidate && buf.may_add_hints(lsn0, redo);
-        prune::scan_page(
-            p,
-            ctx.cutoffs.oldest_xmin,
-            env.xact,
-            env.wal.flushed_lsn(),
-            write_hints,
-            &mut self.memo,
-            &mut self.scan,
-        )?;
+        let (range, cutoffs) = ctx.page_freezing(block, was_all_visible);
+        // A page set all-visible is usually untouched since: one walk, without the prune
+        // pass, tells whether it is plain (nothing to prune or hint) and summarizes it.
+        let summarized = was_all_visible && freeze::summarize_plain(p, &cutoffs, &mut self.summary);
+        if summarized {
+            self.scan.set_nothing_found();
+        } else {
+            prune::scan_page(
+                p,
+                ctx.cutoffs.oldest_xmin,
+                env.xact,
+                env.wal.flushed_lsn(),
+                write_hints,
+                &mut self.memo,
+                &mut self.scan,
+            )?;
+        }
         prune::plan_from_scan(p, block, &self.scan, &mut self.plan);
         let mut lpdead_now_unused = 0u64;
         if !self.plan.is_empty() {
@@ -366,8 +374,9 @@ impl<'a> Worker<'a> {
             page::set_prune_xid(p, self.plan.new_prune_xid);
         }
 
-        let (range, cutoffs) = ctx.page_freezing(block, was_all_visible);
-        freeze::summarize(p, &self.scan, &cutoffs, env.xact, &mut self.summary);
+        if !summarized {
+            freeze::summarize(p, &self.scan, &cutoffs, env.xact, &mut self.summary);
+        }
         let s = &self.summary;
         let facts = PageFacts { will_be_all_visible: s.all_visible, prune_writes_fpi, range };
         let decision = freeze::decide(s, ctx.policy, &facts);
