@@ -100,7 +100,9 @@
 //!   `set` under the page's exclusive lock; after truncating empty tail pages it calls
 //!   `truncate`. VACUUM VERBOSE's `visibility map:` line and `settle inspect` report `count`.
 
-use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use parking_lot::{Mutex, RwLock};
 
 use crate::buffer::{Buffer, BufferPool};
 use crate::error::{Error, Result};
@@ -709,6 +711,45 @@ pub fn describe_page(p: &[u8], map_block: BlockNumber) -> String {
         }
     }
     lines.join("\n")
+}
+
+/// Heap pages per range of [`ClearCounts`] and of VACUUM's per-range judgements (256 KB of
+/// heap; a multiple of the map's pages per byte, so [`VisibilityMap::count_visible_by_range`]
+/// counts whole bytes).
+pub const RANGE_PAGES: u32 = 32;
+const _: () = assert!(RANGE_PAGES.is_multiple_of(HEAPBLOCKS_PER_BYTE));
+
+/// How many all-visible bits modifications cleared, per range of [`RANGE_PAGES`] heap pages,
+/// since a VACUUM last took the counts: the evidence VACUUM's `adaptive` freeze policy judges
+/// where freezing sticks by. Hot path (every clear): one shared lock, contended only by
+/// [`ClearCounts::take`] growing the table, and one relaxed increment.
+#[derive(Default)]
+pub struct ClearCounts {
+    counts: RwLock<Vec<AtomicU32>>,
+}
+
+impl ClearCounts {
+    /// A modification cleared `block`'s all-visible bit. A block past the ranges the last
+    /// [`ClearCounts::take`] covered is not counted: no VACUUM since the database was opened
+    /// has left it all-visible (the table grew since, or its bit is older than the process).
+    pub fn note_clear(&self, block: BlockNumber) {
+        if let Some(c) = self.counts.read().get((block.0 / RANGE_PAGES) as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The counts since the last call, which it resets, over at least `ranges` ranges (the
+    /// table now; ranges past its end that earlier calls covered are kept, counting zero
+    /// until the table grows back), and from now on clears in all of them are counted.
+    pub fn take(&self, ranges: usize) -> Vec<u32> {
+        if self.counts.read().len() < ranges {
+            let mut counts = self.counts.write();
+            while counts.len() < ranges {
+                counts.push(AtomicU32::new(0));
+            }
+        }
+        self.counts.read().iter().map(|c| c.swap(0, Ordering::Relaxed)).collect()
+    }
 }
 
 #[cfg(test)]

@@ -155,9 +155,13 @@ pub struct Relation {
     /// all-frozen.
     pub vm_clears: std::sync::atomic::AtomicU64,
     pub vm_frozen_clears: std::sync::atomic::AtomicU64,
-    /// Where freezing sticks, per range of pages: the `adaptive` freeze policy's memory
-    /// ([`crate::vacuum::adaptive`]), fed by the same clears.
-    pub freeze_history: crate::vacuum::adaptive::FreezeHistory,
+    /// The same clears per range of pages, until VACUUM takes them: its `adaptive` freeze
+    /// policy's evidence of where freezing would not stick.
+    pub vm_clears_by_range: crate::vm::ClearCounts,
+    /// What VACUUM keeps about the relation from one run to the next (the `adaptive`
+    /// policy's learning): opaque here, as PostgreSQL's `rd_amcache` is to the relcache;
+    /// VACUUM fills it on first use and alone reads it.
+    pub vacuum_memory: std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>,
     /// Heap pages read from disk and found in shared buffers, since the last collection.
     pub blks_read: std::sync::atomic::AtomicU64,
     pub blks_hit: std::sync::atomic::AtomicU64,
@@ -180,7 +184,8 @@ impl Relation {
             fsm: crate::fsm::FreeSpaceMap::new(relfilenode),
             vm_clears: std::sync::atomic::AtomicU64::new(0),
             vm_frozen_clears: std::sync::atomic::AtomicU64::new(0),
-            freeze_history: Default::default(),
+            vm_clears_by_range: Default::default(),
+            vacuum_memory: std::sync::OnceLock::new(),
             blks_read: std::sync::atomic::AtomicU64::new(0),
             blks_hit: std::sync::atomic::AtomicU64::new(0),
         }
@@ -519,13 +524,13 @@ fn init_if_new(buf: &Buffer<'_>) {
 /// the map allows (see [`crate::vm`], "WAL"). Redo of the heap record clears the flag again
 /// (the `apply_*` helpers in [`wal`]).
 ///
-/// A bit cleared is also a failure in the `adaptive` policy's history of the page's range
-/// (one more atomic increment: see [`crate::vacuum::adaptive`]).
+/// A bit cleared is also counted for the page's range (one more atomic increment: the
+/// `adaptive` freeze policy's evidence, [`crate::vm::ClearCounts`]).
 fn clear_all_visible(env: &HeapEnv<'_>, rel: &Relation, block: BlockNumber, page_bytes: &mut [u8]) -> Result<()> {
     if page::flags(page_bytes) & page::PD_ALL_VISIBLE != 0 {
         if let Some((_, was)) = rel.vm.clear_noting(env.maps(), block, VmBits::VALID)? {
             rel.vm_clears.fetch_add(1, Ordering::Relaxed);
-            rel.freeze_history.note_clear(block);
+            rel.vm_clears_by_range.note_clear(block);
             if was.all_frozen() {
                 rel.vm_frozen_clears.fetch_add(1, Ordering::Relaxed);
             }

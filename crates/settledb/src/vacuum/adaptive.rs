@@ -71,21 +71,17 @@
 //!
 //! # Not kept
 //!
-//! The history lives in memory on the [`crate::heap::Relation`] and starts empty when the
-//! database is opened (a reopened table is judged failing until its VACUUMs have relearned,
+//! The history lives in memory on the [`crate::heap::Relation`] (the clear counts beside its
+//! map, the rest in the slot it keeps for VACUUM) and starts empty when the database is opened (a reopened table is judged failing until its VACUUMs have relearned,
 //! which takes one or two): it is a hint, never needed for correctness, so it is neither
 //! WAL-logged nor kept across a restart. Truncation leaves the stages of ranges past the new
 //! end, which a table growing back reuses.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use parking_lot::Mutex;
 
-use parking_lot::{Mutex, RwLock};
-
+use crate::heap::Relation;
 use crate::types::{BlockNumber, Xid};
-
-/// Heap pages per range (256 KB; a multiple of the map's 4 pages per byte).
-pub const RANGE_PAGES: u32 = 32;
-const _: () = assert!(RANGE_PAGES.is_multiple_of(crate::vm::HEAPBLOCKS_PER_BYTE));
+pub use crate::vm::RANGE_PAGES;
 
 /// Pages at risk a stage needs to have seen before its hazard is trusted.
 pub const MIN_EVIDENCE_PAGES: f64 = 32.0;
@@ -252,16 +248,11 @@ pub fn deferred_freeze_age_modified(freeze_table_age: u32, freeze_min_age: u32, 
     freeze_table_age.saturating_sub(interval_xids.saturating_mul(2)).max(freeze_min_age)
 }
 
-/// The counts one range gathered since the last VACUUM (the hot path's).
-#[derive(Default)]
-struct RangeCounts {
-    cleared: AtomicU32,
-}
-
-/// The per-relation memory of the `adaptive` policy (see the module doc).
+/// The per-relation memory of the `adaptive` policy (see the module doc): what it learned,
+/// and the next XID when the table's last VACUUM began. The clears it learns from are counted
+/// by the heap, beside the map ([`crate::vm::ClearCounts`]).
 #[derive(Default)]
 pub struct FreezeHistory {
-    counts: RwLock<Vec<RangeCounts>>,
     learned: Mutex<(Learned, Option<Xid>)>,
 }
 
@@ -269,44 +260,28 @@ fn range_of(block: BlockNumber) -> usize {
     (block.0 / RANGE_PAGES) as usize
 }
 
-impl FreezeHistory {
-    /// A modification cleared `block`'s all-visible bit. Hot path: one shared lock and one
-    /// relaxed increment. A block past the ranges the last VACUUM sized is not counted: no
-    /// VACUUM since the database was opened has left it all-visible (the table grew since, or
-    /// its bit is older than the process).
-    pub fn note_clear(&self, block: BlockNumber) {
-        if let Some(r) = self.counts.read().get(range_of(block)) {
-            r.cleared.fetch_add(1, Ordering::Relaxed);
-        }
-    }
+/// `rel`'s history, kept in the slot the heap leaves VACUUM on each relation
+/// ([`Relation::vacuum_memory`]; created empty on first use).
+pub fn history(rel: &Relation) -> &FreezeHistory {
+    let memory = rel.vacuum_memory.get_or_init(|| Box::<FreezeHistory>::default());
+    memory.downcast_ref().expect("a relation's VACUUM memory holds adaptive's freeze history and nothing else")
+}
 
+impl FreezeHistory {
     /// At the start of a VACUUM of a table whose map counts `visible[i]` all-visible pages in
-    /// range `i` ([`crate::vm::VisibilityMap::count_visible_by_range`]): learns from the
-    /// interval since the previous VACUUM (which began when the next XID was the one
-    /// remembered; this one begins at `next_xid`), covers the table with ranges, and judges
-    /// every range against `max_failure_rate`. The first VACUUM since the database was opened
-    /// only starts the first interval.
-    pub fn begin_vacuum(&self, visible: &[u32], max_failure_rate: f64, next_xid: Xid) -> Verdicts {
-        {
-            let counts = self.counts.read();
-            if counts.len() < visible.len() {
-                drop(counts);
-                let mut counts = self.counts.write();
-                while counts.len() < visible.len() {
-                    counts.push(RangeCounts::default());
-                }
-            }
-        }
-        let counts = self.counts.read();
-        let outcomes: Vec<Outcome> = counts
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let cleared = c.cleared.swap(0, Ordering::Relaxed);
+    /// range `i` ([`crate::vm::VisibilityMap::count_visible_by_range`]) and whose modifications
+    /// cleared `cleared[i]` bits there since the previous VACUUM ([`crate::vm::ClearCounts::take`],
+    /// covering at least the ranges of `visible`): learns from that interval (the previous
+    /// VACUUM began when the next XID was the one remembered; this one begins at `next_xid`)
+    /// and judges every range against `max_failure_rate`. The first VACUUM since the database
+    /// was opened only starts the first interval.
+    pub fn begin_vacuum(&self, visible: &[u32], cleared: &[u32], max_failure_rate: f64, next_xid: Xid) -> Verdicts {
+        let outcomes: Vec<Outcome> = (0..visible.len().max(cleared.len()))
+            .map(|i| {
+                let cleared = cleared.get(i).copied().unwrap_or(0);
                 Outcome { at_risk: visible.get(i).copied().unwrap_or(0).saturating_add(cleared), cleared }
             })
             .collect();
-        drop(counts);
         let mut guard = self.learned.lock();
         let (learned, last_xid) = &mut *guard;
         if last_xid.is_some() {
@@ -495,22 +470,23 @@ mod tests {
     /// each VACUUM learns from them once, with the XIDs consumed since the previous one.
     #[test]
     fn history_learns_each_interval_once_from_the_clears_of_its_ranges() {
-        let h = FreezeHistory::default();
-        h.note_clear(BlockNumber(0)); // before any VACUUM sized the ranges: not counted
-        let v = h.begin_vacuum(&[32, 32], BAR, Xid(1000));
+        let (h, clears) = (FreezeHistory::default(), crate::vm::ClearCounts::default());
+        let begin = |visible: &[u32], next: u32| h.begin_vacuum(visible, &clears.take(visible.len()), BAR, Xid(next));
+        clears.note_clear(BlockNumber(0)); // before any VACUUM sized the ranges: not counted
+        let v = begin(&[32, 32], 1000);
         assert_eq!(v.interval_xids, None);
         assert_eq!(v.freezing(BlockNumber(0)), Freezing::Required, "no evidence yet");
         for b in 0..20 {
-            h.note_clear(BlockNumber(b)); // range 0
+            clears.note_clear(BlockNumber(b)); // range 0
         }
-        h.note_clear(BlockNumber(40)); // range 1
-        let v = h.begin_vacuum(&[12, 31], BAR, Xid(6000));
+        clears.note_clear(BlockNumber(40)); // range 1
+        let v = begin(&[12, 31], 6000);
         assert_eq!(v.interval_xids, Some(5000));
         let l = h.learned();
         assert_eq!(l.stages, vec![Stage::Once, Stage::Fresh]);
         assert_eq!(l.hazards[Stage::Fresh as usize], Hazard { at_risk: 64.0, failed: 21.0 });
         // The next VACUUM does not count those clears again.
-        h.begin_vacuum(&[32, 32], BAR, Xid(7000));
+        begin(&[32, 32], 7000);
         let l = h.learned();
         assert_eq!(l.hazards[Stage::Fresh as usize], Hazard { at_risk: 32.0 + 32.0, failed: 10.5 });
         assert_eq!(l.stages, vec![Stage::Quiet, Stage::Fresh]);

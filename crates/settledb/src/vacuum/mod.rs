@@ -492,7 +492,8 @@ impl<'a> LazyVacuum<'a> {
         defer_when_aggressive: bool,
     ) -> Result<()> {
         let visible = self.rel.vm.count_visible_by_range(&self.inner.pool, orig_pages, adaptive::RANGE_PAGES)?;
-        let verdicts = self.rel.freeze_history.begin_vacuum(&visible, max_failure_rate, next_xid);
+        let cleared = self.rel.vm_clears_by_range.take(visible.len());
+        let verdicts = adaptive::history(self.rel).begin_vacuum(&visible, &cleared, max_failure_rate, next_xid);
         if self.policy == FreezePolicy::Adaptive {
             if !self.aggressive || defer_when_aggressive {
                 // Counted back from the next XID, as the age that makes a VACUUM aggressive
