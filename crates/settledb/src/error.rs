@@ -12,6 +12,11 @@ use crate::types::{BlockNumber, Lsn, Oid, Xid};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The hint of the wraparound stop-limit error ([`Error::WraparoundStop`]), word for word
+/// PostgreSQL's (`varsup.c`).
+pub const STOP_HINT: &str = "Execute a database-wide VACUUM in that database.\n\
+     You might also need to commit or roll back old prepared transactions, or drop stale replication slots.";
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An operating-system I/O call failed.
@@ -64,14 +69,14 @@ pub enum Error {
     SerializationFailure,
 
     /// The XID counter is too close to wraparound: no new XIDs until the database is vacuumed.
-    /// The hint is PostgreSQL's (`crate::xact::varsup::STOP_HINT`); `prepared_hint` is empty,
+    /// The hint is PostgreSQL's ([`STOP_HINT`]); `prepared_hint` is empty,
     /// or names the oldest prepared transaction and the replication slot with the oldest xmin
     /// (which hold back what VACUUM can freeze).
     #[error(
         "database is not accepting commands that assign new transaction IDs to avoid wraparound data loss \
          (next XID {next_xid}, oldest frozen XID {oldest_xid}); \
          HINT: {hint}{prepared_hint}",
-        hint = crate::xact::varsup::STOP_HINT
+        hint = STOP_HINT
     )]
     WraparoundStop { next_xid: Xid, oldest_xid: Xid, prepared_hint: String },
 

@@ -11,6 +11,7 @@
 //! tuple is dead does not conflict); for that it asks the heap through [`UniqueCheck`].
 
 use crate::error::Result;
+pub use crate::heap::hot::HeapTupleState;
 use crate::heap::tuple::Value;
 use crate::heap::HeapEnv;
 use crate::types::{Tid, Xid};
@@ -35,19 +36,6 @@ pub enum KeyBound {
 pub struct IndexEntry {
     pub key: Vec<Value>,
     pub tid: Tid,
-}
-
-/// What the heap says about the tuple an existing index entry points to, for a uniqueness
-/// check (PostgreSQL's `SnapshotDirty` test in `_bt_check_unique`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HeapTupleState {
-    /// Dead, or deleted by a committed transaction: no conflict.
-    Dead,
-    /// Live (committed, not deleted), or inserted/deleted by the inserting transaction itself
-    /// in a way that leaves it live: a conflict.
-    Live,
-    /// Inserted or deleted by another transaction still running: wait for it, then ask again.
-    InProgress(Xid),
 }
 
 /// Answers uniqueness questions about heap tuples (implemented by the heap side).

@@ -19,7 +19,6 @@ use super::tuple::{
 use super::visibility::{satisfies_mvcc, satisfies_vacuum, xid_status, VacuumStatus};
 use super::{corrupt_tuple, read_page_if_exists, HeapEnv, Relation};
 use crate::error::Result;
-use crate::index::HeapTupleState;
 use crate::page::{self, LpFlags};
 use crate::types::{OffsetNumber, Tid, Xid};
 use crate::xact::{Snapshot, XidStatus};
@@ -124,6 +123,19 @@ pub fn chain_dead_to_all(env: &HeapEnv<'_>, rel: &Relation, root: Tid, horizon: 
         }
     }
     Ok(true)
+}
+
+/// What the heap says about the tuple an existing index entry points to, for a uniqueness
+/// check (PostgreSQL's `SnapshotDirty` test in `_bt_check_unique`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeapTupleState {
+    /// Dead, or deleted by a committed transaction: no conflict.
+    Dead,
+    /// Live (committed, not deleted), or inserted/deleted by the inserting transaction itself
+    /// in a way that leaves it live: a conflict.
+    Live,
+    /// Inserted or deleted by another transaction still running: wait for it, then ask again.
+    InProgress(Xid),
 }
 
 /// For a unique check by the transaction owning `me` (its top-level XID and current

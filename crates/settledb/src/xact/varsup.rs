@@ -24,9 +24,8 @@ pub const WARN_MARGIN: u32 = 40_000_000;
 /// The hint of the wraparound warning, word for word PostgreSQL's (`varsup.c`).
 pub const WARNING_HINT: &str = "To avoid XID assignment failures, execute a database-wide VACUUM in that database.\n\
      You might also need to commit or roll back old prepared transactions, or drop stale replication slots.";
-/// The hint of the stop-limit error, word for word PostgreSQL's (`varsup.c`).
-pub const STOP_HINT: &str = "Execute a database-wide VACUUM in that database.\n\
-     You might also need to commit or roll back old prepared transactions, or drop stale replication slots.";
+/// The hint of the stop-limit error (defined with the error, [`crate::error::Error::WraparoundStop`]).
+pub use crate::error::STOP_HINT;
 /// PostgreSQL's default `autovacuum_freeze_max_age`.
 pub const DEFAULT_AUTOVACUUM_FREEZE_MAX_AGE: u32 = 200_000_000;
 
