@@ -8,6 +8,7 @@
 
 pub mod analyze;
 pub mod btree;
+pub mod btree_bench;
 pub mod buffer;
 pub mod catalog;
 pub mod check;

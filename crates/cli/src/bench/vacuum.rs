@@ -94,7 +94,7 @@ const TABLE: &str = "pgbench_accounts";
 const PKEY: &str = "pgbench_accounts_pkey";
 /// Settings for both engines, before `--set` (shared with the B-tree bulk-delete benchmark,
 /// which builds this benchmark's index).
-const BASE_SETTINGS: &[(&str, &str)] = settledb::btree::bench::SETTINGS;
+const BASE_SETTINGS: &[(&str, &str)] = settledb::btree_bench::SETTINGS;
 /// settledb parameters PostgreSQL 15 does not have.
 const SETTLEDB_ONLY: &[&str] = &["vacuum_freeze_policy", "vacuum_max_eager_freeze_failure_rate", "vacuum_fsm_settled"];
 /// The targets: elapsed at most this fraction of PostgreSQL's for the first VACUUM and for

@@ -136,7 +136,6 @@
 //! * `check` expects a quiescent index.
 
 #[doc(hidden)]
-pub mod bench;
 pub mod build;
 pub mod check;
 pub mod cycle;

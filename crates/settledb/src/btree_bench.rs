@@ -10,7 +10,7 @@
 //! TIDs. Then it times the bulk delete with the callback VACUUM uses (the store's batched
 //! `contains_many`, the TIDs converted on the way), by 1..n threads, each run on a fresh copy
 //! of the index, followed by the index's cleanup. One worker goes through
-//! [`IndexAm::bulk_delete`], as VACUUM does; more share one [`super::vacuum::BulkDelete`].
+//! [`IndexAm::bulk_delete`], as VACUUM does; more share one [`crate::btree::vacuum::BulkDelete`].
 //!
 //! With [`Answer::Bitmap`] the callback reads one bit per TID from a dense bitmap instead, the
 //! cheapest possible answer: the time left is the B-tree's own. [`Answer::BlockRuns`] shows what
@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use tidstore::{DeadTids, TidStore};
 
-use super::BtreeIndex;
+use crate::btree::BtreeIndex;
 use crate::db::Database;
 use crate::error::Result;
 use crate::heap::tuple::{Type, Value};
