@@ -129,7 +129,7 @@ fn sample_and_report(inner: &Inner, entry: &Arc<TableEntry>, start: Instant) -> 
     let scale = if scanned == 0 { 0.0 } else { f64::from(pages) / f64::from(scanned) };
     let estimated_rows = (live as f64 * scale).round();
     let estimated_dead_rows = (dead as f64 * scale).round();
-    crate::vacuum::update_pg_class(inner, entry, pages, estimated_rows, entry.relfrozenxid())?;
+    crate::vacuum::update_pg_class(inner.vacuum_env(), entry, pages, estimated_rows, entry.relfrozenxid())?;
     entry.stats.report_analyze(estimated_rows as u64, estimated_dead_rows as u64);
     crate::db::autovacuum::note_changed(inner, entry);
     Ok(AnalyzeReport {

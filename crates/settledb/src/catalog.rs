@@ -718,3 +718,24 @@ pub fn validate_schema(schema: &Schema) -> Result<()> {
     }
     Ok(())
 }
+
+/// Calls `f` on every `pg_class` row a new snapshot sees (every committed row), in physical
+/// order, through a ring of buffers; returns the pages read.
+pub fn for_each_class_row(
+    env: &crate::heap::HeapEnv<'_>,
+    mut f: impl FnMut(ClassRow, Tid) -> Result<()>,
+) -> Result<u32> {
+    let rel = Relation::new(PG_CLASS_OID, "pg_class", PG_CLASS_OID, pg_class_schema(), 100);
+    let snap = env.xact.get_snapshot(None);
+    let oldest = env.xact.oldest_xmin();
+    let nblocks = env.pool.smgr().nblocks(PG_CLASS_OID, crate::types::Fork::Main)?;
+    let mut ring = crate::buffer::Ring::new(256 << 10);
+    for b in 0..nblocks {
+        for (tid, vals) in
+            crate::heap::scan_page(env, &rel, &snap, u32::MAX, crate::types::BlockNumber(b), oldest, &mut ring)?
+        {
+            f(ClassRow::from_values(&vals, tid)?, tid)?;
+        }
+    }
+    Ok(nblocks)
+}

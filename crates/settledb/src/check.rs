@@ -211,7 +211,7 @@ fn damage(e: Error) -> Result<String> {
 /// table's cached relfrozenxid is its row's, and CLOG was not truncated above it.
 fn check_frozen_xids(inner: &crate::db::Inner, out: &mut Vec<String>) -> Result<()> {
     let mut rows = 0usize;
-    let scan = crate::vacuum::dbstats::scan_frozen_xids(inner, |oid, x| {
+    let scan = crate::vacuum::dbstats::scan_frozen_xids(inner.vacuum_env(), |oid, x| {
         rows += 1;
         match inner.catalog.get_by_oid(oid) {
             None => out.push(format!("pg_class row of table {oid} has no catalog cache entry")),

@@ -292,7 +292,7 @@ impl Inner {
             cost_limit: Some((limit / running).max(1)),
             ..Default::default()
         };
-        let res = vacuum::vacuum_rel(self, &entry, &params);
+        let res = vacuum::vacuum_rel(self.vacuum_env(), &entry, &params);
         av.running.fetch_sub(1, Ordering::AcqRel);
         match res {
             Ok(r) => {

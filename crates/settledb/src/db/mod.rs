@@ -57,6 +57,7 @@ mod publication;
 mod slots;
 pub mod startup;
 mod transaction;
+mod vacuum;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

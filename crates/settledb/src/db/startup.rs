@@ -400,23 +400,6 @@ pub fn bootstrap_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
     Ok(())
 }
 
-/// Calls `f` on every `pg_class` row a new snapshot sees (every committed row), in physical
-/// order, through a ring of buffers; returns the pages read.
-pub fn for_each_class_row(env: &HeapEnv<'_>, mut f: impl FnMut(ClassRow, Tid) -> Result<()>) -> Result<u32> {
-    let rel = Relation::new(PG_CLASS_OID, "pg_class", PG_CLASS_OID, catalog::pg_class_schema(), 100);
-    let snap = env.xact.get_snapshot(None);
-    let oldest = env.xact.oldest_xmin();
-    let nblocks = env.pool.smgr().nblocks(PG_CLASS_OID, Fork::Main)?;
-    let mut ring = crate::buffer::Ring::new(256 << 10);
-    for b in 0..nblocks {
-        for (tid, vals) in heap::scan_page(env, &rel, &snap, u32::MAX, crate::types::BlockNumber(b), oldest, &mut ring)?
-        {
-            f(ClassRow::from_values(&vals, tid)?, tid)?;
-        }
-    }
-    Ok(nblocks)
-}
-
 /// A version of the `pg_class` row of table `oid` still on disk, live or dead: the logical
 /// decoder's lookup of a table dropped before decoding reached its changes. A dropped table's
 /// row stays in `pg_class` while a logical slot needs it (the slot's `catalog_xmin` holds
@@ -481,7 +464,7 @@ pub fn index_def(row: &ClassRow, tid: Tid) -> Result<std::sync::Arc<catalog::Ind
 pub fn load_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
     let next = env.xact.next_full_xid();
     let mut index_rows = Vec::new();
-    for_each_class_row(env, |row, tid| {
+    catalog::for_each_class_row(env, |row, tid| {
         match row.kind {
             catalog::RelKind::Table => {
                 catalog.publish(&row, tid, next);

@@ -27,13 +27,13 @@ use crate::xact::horizon::HorizonHolder;
 
 /// A VACUUM's lock owner; dropping it releases its locks.
 struct VacuumLock<'a> {
-    inner: &'a Inner,
+    db: VacuumEnv<'a>,
     owner: LockOwner,
 }
 
 impl Drop for VacuumLock<'_> {
     fn drop(&mut self) {
-        self.inner.lmgr.release_all(&self.owner);
+        self.db.lmgr.release_all(&self.owner);
     }
 }
 
@@ -116,10 +116,10 @@ struct Start {
 }
 
 impl Start {
-    fn now(inner: &Inner, entry: &TableEntry, params: &VacuumParams, s: &Settings) -> Start {
+    fn now(db: VacuumEnv<'_>, entry: &TableEntry, params: &VacuumParams, s: &Settings) -> Start {
         let is_catalog = crate::xact::horizon::is_catalog_relation(entry.rel.oid);
-        let (oldest_xmin, holder) = inner.xact.oldest_xmin_with_holder(is_catalog);
-        let next_xid = inner.xact.next_full_xid().xid();
+        let (oldest_xmin, holder) = db.xact.oldest_xmin_with_holder(is_catalog);
+        let next_xid = db.xact.next_full_xid().xid();
         let freeze_limit = normal_or_first(Xid(oldest_xmin.0.wrapping_sub(s.freeze_min_age)), oldest_xmin);
         let aggressive_limit = normal_or_first(Xid(next_xid.0.wrapping_sub(s.freeze_table_age)), next_xid);
         let relfrozenxid = entry.relfrozenxid();
@@ -132,23 +132,23 @@ impl Start {
 }
 
 /// Vacuums one table.
-pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &VacuumParams) -> Result<VacuumReport> {
+pub(crate) fn vacuum_rel(db: VacuumEnv<'_>, entry: &Arc<TableEntry>, params: &VacuumParams) -> Result<VacuumReport> {
     let began = Instant::now();
     let usage0 = Usage::now();
-    let (locks, current) = lock_table(inner, entry, params)?;
+    let (locks, current) = lock_table(db, entry, params)?;
     let entry = &current;
     let _maint = entry.maintenance_lock.lock();
-    let config = inner.config.get();
+    let config = db.config.get();
     let settings = Settings::resolve(&config, &entry.options(), params);
-    let start = Start::now(inner, entry, params, &settings);
+    let start = Start::now(db, entry, params, &settings);
 
     let progress = Arc::new(VacuumProgress::default());
     progress.relid.store(entry.rel.oid.0, Ordering::Relaxed);
     progress.autovacuum.store(params.is_autovacuum, Ordering::Relaxed);
-    inner.vacuum_progress.lock().push(progress.clone());
-    let _pg = ProgressGuard { inner, p: progress.clone() };
+    db.progress.lock().push(progress.clone());
+    let _pg = ProgressGuard { db, p: progress.clone() };
 
-    let mut lv = LazyVacuum::new(inner, &locks.owner, entry, &config, params, &settings, &start, progress, &usage0);
+    let mut lv = LazyVacuum::new(db, &locks.owner, entry, &config, params, &settings, &start, progress, &usage0);
     let orig_pages = lv.scan(&config, params, &settings, &start)?;
     lv.cleanup_indexes()?;
     // Truncation drops the map's buffers past the new end: no pin may be held on them.
@@ -166,7 +166,7 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
         lv.r.recently_dead_tuples + lv.r.missed_dead_tuples,
         u64::from(lv.r.frozen_pages),
     );
-    crate::db::autovacuum::note_changed(inner, entry);
+    db.changed.table_changed(entry);
     Ok(lv.r)
 }
 
@@ -176,15 +176,14 @@ pub(crate) fn vacuum_rel(inner: &Inner, entry: &Arc<TableEntry>, params: &Vacuum
 /// not wait behind a user's lock). Returns the lock and the table's current entry: it may have
 /// been dropped, or TRUNCATEd (new storage, a new entry), while we waited.
 fn lock_table<'a>(
-    inner: &'a Inner,
+    db: VacuumEnv<'a>,
     entry: &TableEntry,
     params: &VacuumParams,
 ) -> Result<(VacuumLock<'a>, Arc<TableEntry>)> {
-    let locks =
-        VacuumLock { inner, owner: inner.lmgr.new_owner(if params.is_autovacuum { "autovacuum" } else { "vacuum" }) };
+    let locks = VacuumLock { db, owner: db.lmgr.new_owner(if params.is_autovacuum { "autovacuum" } else { "vacuum" }) };
     let wait = if params.is_autovacuum || params.skip_locked { WaitPolicy::NoWait } else { WaitPolicy::Wait };
-    inner.lmgr.lock(&locks.owner, entry.rel.oid, LockMode::ShareUpdateExclusive, wait, inner.config.lock_timeout())?;
-    let Some(current) = inner.catalog.get_by_oid(entry.rel.oid) else {
+    db.lmgr.lock(&locks.owner, entry.rel.oid, LockMode::ShareUpdateExclusive, wait, db.config.lock_timeout())?;
+    let Some(current) = db.catalog.get_by_oid(entry.rel.oid) else {
         return Err(Error::NotFound(format!("relation \"{}\" was dropped", entry.rel.name)));
     };
     Ok((locks, current))
@@ -193,7 +192,7 @@ fn lock_table<'a>(
 impl<'a> LazyVacuum<'a> {
     #[allow(clippy::too_many_arguments)]
     fn new(
-        inner: &'a Inner,
+        db: VacuumEnv<'a>,
         locks: &'a LockOwner,
         entry: &'a TableEntry,
         config: &Config,
@@ -208,9 +207,9 @@ impl<'a> LazyVacuum<'a> {
         let indexes = entry.indexes.read().clone();
         let cleanup = params.index_cleanup != IndexCleanup::Off && !indexes.is_empty();
         LazyVacuum {
-            inner,
+            db,
             locks,
-            env: inner.env(),
+            env: db.heap(),
             entry,
             rel,
             cutoffs: Cutoffs { oldest_xmin: start.oldest_xmin, freeze_limit: start.freeze_limit },
@@ -230,7 +229,7 @@ impl<'a> LazyVacuum<'a> {
             dead: TidStore::new(dead_budget),
             dead_budget,
             leader: Worker::new(
-                inner,
+                db,
                 CostDelay {
                     delay_ms: s.cost_delay_ms,
                     limit: s.cost_limit.max(1),
@@ -269,7 +268,7 @@ impl<'a> LazyVacuum<'a> {
     /// Phases I to III over the table's pages as they are now; returns how many there were.
     fn scan(&mut self, config: &Config, params: &VacuumParams, s: &Settings, start: &Start) -> Result<u32> {
         self.check_failsafe();
-        let orig_pages = self.inner.pool.smgr().nblocks(self.rel.relfilenode, Fork::Main)?;
+        let orig_pages = self.db.pool.smgr().nblocks(self.rel.relfilenode, Fork::Main)?;
         self.r.orig_pages = orig_pages;
         self.learn_freeze_history(
             orig_pages,
@@ -311,7 +310,7 @@ impl<'a> LazyVacuum<'a> {
     /// then the database's frozen XID); written only when something changed, as
     /// `vac_update_relstats` does.
     fn update_relstats(&mut self, entry: &Arc<TableEntry>, orig_pages: u32, new_pages: u32) -> Result<()> {
-        let inner = self.inner;
+        let db = self.db;
         let oldest_xmin = self.cutoffs.oldest_xmin;
         let relfrozenxid = self.r.old_relfrozenxid;
         let scanned_all = self.r.scanned_pages >= orig_pages;
@@ -331,19 +330,19 @@ impl<'a> LazyVacuum<'a> {
             && new_frozen != relfrozenxid
             && (!relfrozenxid.is_normal()
                 || relfrozenxid.precedes(new_frozen)
-                || inner.xact.next_full_xid().xid().precedes(relfrozenxid));
+                || db.xact.next_full_xid().xid().precedes(relfrozenxid));
         let frozen_to_store = if advance { new_frozen } else { relfrozenxid };
         let unchanged = entry.relpages.load(Ordering::Acquire) == new_pages
             && *entry.reltuples.lock() == reltuples
             && relfrozenxid == frozen_to_store;
         if !unchanged {
-            update_pg_class(inner, entry, new_pages, reltuples, frozen_to_store)?;
+            update_pg_class(db, entry, new_pages, reltuples, frozen_to_store)?;
         }
         if advance {
             self.r.new_relfrozenxid = Some(new_frozen);
-            update_database_frozen_xid(inner)?;
+            update_database_frozen_xid(db)?;
         }
-        let end_next = inner.xact.next_full_xid().xid();
+        let end_next = db.xact.next_full_xid().xid();
         self.r.oldest_xmin_age_at_end = i64::from(end_next.0.wrapping_sub(oldest_xmin.0) as i32);
         Ok(())
     }

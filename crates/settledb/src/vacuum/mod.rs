@@ -29,7 +29,10 @@
 //! freeze decision is taken on the pruned page from the same classification ([`freeze`]),
 //! and pruning, freezing and the visibility map bits go to WAL as one PRUNE_FREEZE record
 //! ([`wal`]); a page that needs none of them (a settled page an aggressive or
-//! `DISABLE_PAGE_SKIPPING` scan reads again) logs nothing. Phase III ([`reap`]) logs one
+//! `DISABLE_PAGE_SKIPPING` scan reads again) logs nothing. Such a page, all-visible and
+//! holding only tuples hinted committed and never deleted, is not classified at all: one
+//! walk summarizes it for the freeze decision ([`freeze::summarize_plain`]), and the prune
+//! pass runs only when that walk meets anything else. Phase III ([`reap`]) logs one
 //! VACUUM record per page that also sets the map bits. PostgreSQL 17 merged pruning and
 //! freezing the same way, PostgreSQL 19 the map bits.
 //!
@@ -47,6 +50,13 @@
 //! The new relfrozenxid starts at OldestXmin and is lowered to every unfrozen XID left behind
 //! on every page read ([`freeze::decide`]'s `oldest_left`, the no-prune path's XIDs). It is
 //! written only when it moves forward.
+//!
+//! # What VACUUM borrows of the database
+//!
+//! The pool, WAL, transaction manager, catalog, lock manager and settings come in a
+//! [`VacuumEnv`], which `db` builds for each run, with the progress registry, the shutdown
+//! flag, and a [`TableChanged`] to tell autovacuum which tables' statistics moved. VACUUM
+//! imports nothing of `db`; the `Database` methods that run it live there.
 //!
 //! # Crash safety
 //!
@@ -77,22 +87,50 @@ use std::time::Duration;
 
 use tidstore::{DeadTids, TidStore};
 
-use crate::buffer::{self, Buffer};
+use crate::buffer;
 use crate::catalog::{ClassRow, TableEntry, PG_CLASS_OID};
 use crate::config::FreezePolicy;
-use crate::db::{Database, Inner};
 use crate::error::{Error, Result};
 use crate::heap::tuple::{self, TupleHeader};
 use crate::heap::{self, HeapEnv, Relation};
 use crate::index::{BulkDeleteStats, IndexAm};
 use crate::lmgr::{LockMode, LockOwner, WaitPolicy};
 use crate::page::{self, LpFlags, BLCKSZ};
-use crate::types::{BlockNumber, Fork, Xid};
+use crate::types::{Fork, Xid};
 use crate::wal::{BlockRef, RecordBuilder, Rmgr};
 use freeze::Cutoffs;
 use reap::Seen;
 pub use report::{VacuumReport, DATABASE_NAME};
 use scan::{Ctx, DeadPage, DeferredLimits, ScanCounts, SkipRule, Usage, Worker};
+
+/// What VACUUM needs of the database it runs in, borrowed from it. `db` builds one for each
+/// VACUUM (`Inner::vacuum_env`) and answers [`TableChanged`]; VACUUM imports nothing of `db`.
+#[derive(Clone, Copy)]
+pub(crate) struct VacuumEnv<'a> {
+    pub pool: &'a buffer::BufferPool,
+    pub wal: &'a crate::wal::Wal,
+    pub xact: &'a crate::xact::TransactionManager,
+    pub catalog: &'a crate::catalog::Catalog,
+    pub lmgr: &'a crate::lmgr::LockManager,
+    pub config: &'a crate::config::LiveConfig,
+    /// The VACUUMs running now (`pg_stat_progress_vacuum`).
+    pub progress: &'a parking_lot::Mutex<Vec<Arc<VacuumProgress>>>,
+    /// The database is closing: an autovacuum stops where it is.
+    pub shutdown: &'a std::sync::atomic::AtomicBool,
+    pub changed: &'a dyn TableChanged,
+}
+
+impl<'a> VacuumEnv<'a> {
+    /// The parts the heap's functions take.
+    pub fn heap(&self) -> HeapEnv<'a> {
+        HeapEnv { pool: self.pool, wal: self.wal, xact: self.xact }
+    }
+}
+
+/// Told of every table whose statistics a VACUUM changed (autovacuum reconsiders it).
+pub(crate) trait TableChanged: Sync {
+    fn table_changed(&self, entry: &TableEntry);
+}
 
 /// The failsafe is rechecked every 4 GB of heap (`FAILSAFE_EVERY_PAGES`).
 const FAILSAFE_EVERY_PAGES: u32 = ((4u64 << 30) / BLCKSZ as u64) as u32;
@@ -237,86 +275,6 @@ impl VacuumProgress {
     }
 }
 
-impl Database {
-    /// `VACUUM [table]`: vacuums one table, or every table (the catalog included) when `table`
-    /// is `None`. Returns one report per table; `params.verbose` only decides what callers
-    /// print (see [`VacuumReport::verbose_text`]).
-    pub fn vacuum(&self, table: Option<&str>, params: &VacuumParams) -> Result<Vec<VacuumReport>> {
-        let inner = self.inner();
-        let entries = match table {
-            Some(name) => vec![inner
-                .catalog
-                .get(name)
-                .ok_or_else(|| Error::NotFound(format!("relation \"{name}\" does not exist")))?],
-            None => inner.catalog.tables(),
-        };
-        let mut out = Vec::with_capacity(entries.len());
-        for e in entries {
-            out.push(vacuum_rel(inner, &e, params)?);
-        }
-        Ok(out)
-    }
-
-    /// The visibility map bits of every page of a table (`pg_visibility_map`):
-    /// `(all_visible, all_frozen)` per block.
-    pub fn visibility_map(&self, table: &crate::db::Table) -> Result<Vec<(bool, bool)>> {
-        let inner = self.inner();
-        let rel = &table.entry.rel;
-        let n = inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
-        (0..n).map(|b| rel.vm.get(&inner.pool, BlockNumber(b)).map(|v| (v.all_visible(), v.all_frozen()))).collect()
-    }
-
-    /// The free space map category (free bytes / 32) of every page of a table
-    /// (`pg_freespace`).
-    pub fn free_space_map(&self, table: &crate::db::Table) -> Result<Vec<u8>> {
-        let inner = self.inner();
-        let rel = &table.entry.rel;
-        let n = inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
-        (0..n).map(|b| rel.fsm.get(&inner.pool, BlockNumber(b))).collect()
-    }
-
-    /// Pins a heap page until the returned guard is dropped, as a cursor parked on the page
-    /// does: VACUUM cannot get that page's cleanup lock meanwhile (tests and tools).
-    pub fn pin_page(&self, table: &crate::db::Table, block: u32) -> Result<PagePin<'_>> {
-        let inner = self.inner();
-        let n = inner.pool.smgr().nblocks(table.entry.rel.relfilenode, Fork::Main)?;
-        if block >= n {
-            return Err(Error::NotFound(format!("block {block} of \"{}\" does not exist", table.name())));
-        }
-        Ok(PagePin { _buf: heap::read_page(&inner.env(), &table.entry.rel, BlockNumber(block), None)? })
-    }
-
-    /// `pg_stat_progress_vacuum`: one row per VACUUM running now.
-    pub fn vacuum_progress(&self) -> Vec<ProgressRow> {
-        let inner = self.inner();
-        let list = inner.vacuum_progress.lock().clone();
-        list.iter()
-            .map(|p| {
-                let oid = crate::types::Oid(p.relid.load(Ordering::Relaxed));
-                ProgressRow {
-                    relname: inner.catalog.get_by_oid(oid).map(|e| e.rel.name.clone()).unwrap_or_default(),
-                    phase: p.phase().name(),
-                    heap_blks_total: p.heap_blks_total.load(Ordering::Relaxed),
-                    heap_blks_scanned: p.heap_blks_scanned.load(Ordering::Relaxed),
-                    heap_blks_vacuumed: p.heap_blks_vacuumed.load(Ordering::Relaxed),
-                    index_vacuum_count: p.index_vacuum_count.load(Ordering::Relaxed),
-                    max_dead_tuple_bytes: p.max_dead_tuple_bytes.load(Ordering::Relaxed),
-                    dead_tuple_bytes: p.dead_tuple_bytes.load(Ordering::Relaxed),
-                    num_dead_item_ids: p.num_dead_item_ids.load(Ordering::Relaxed),
-                    indexes_total: p.indexes_total.load(Ordering::Relaxed),
-                    indexes_processed: p.indexes_processed.load(Ordering::Relaxed),
-                    autovacuum: p.autovacuum.load(Ordering::Relaxed),
-                }
-            })
-            .collect()
-    }
-}
-
-/// A pinned heap page (see [`Database::pin_page`]).
-pub struct PagePin<'a> {
-    _buf: Buffer<'a>,
-}
-
 /// Cost-based vacuum delay (`vacuum_delay_point`): page hits, misses and dirtyings cost
 /// points; past the limit the vacuum sleeps `delay * balance / limit` (at most 4 × delay).
 #[derive(Clone)]
@@ -364,19 +322,19 @@ impl CostDelay {
 
 /// Registers a progress row for the duration of a vacuum.
 struct ProgressGuard<'a> {
-    inner: &'a Inner,
+    db: VacuumEnv<'a>,
     p: Arc<VacuumProgress>,
 }
 
 impl Drop for ProgressGuard<'_> {
     fn drop(&mut self) {
-        self.inner.vacuum_progress.lock().retain(|x| !Arc::ptr_eq(x, &self.p));
+        self.db.progress.lock().retain(|x| !Arc::ptr_eq(x, &self.p));
     }
 }
 
 /// The state of one lazy vacuum of one table (PostgreSQL's `LVRelState`).
 struct LazyVacuum<'a> {
-    inner: &'a Inner,
+    db: VacuumEnv<'a>,
     /// This VACUUM's lock owner (ShareUpdateExclusive; truncation adds AccessExclusive).
     locks: &'a LockOwner,
     env: HeapEnv<'a>,
@@ -443,7 +401,7 @@ impl<'a> LazyVacuum<'a> {
         if self.failsafe {
             return true;
         }
-        let next = self.inner.xact.next_full_xid().xid();
+        let next = self.db.xact.next_full_xid().xid();
         let limit = Xid(next.0.wrapping_sub(self.failsafe_age));
         let rfx = self.entry.relfrozenxid();
         if limit.is_normal() && rfx.is_normal() && rfx.precedes(limit) {
@@ -462,7 +420,7 @@ impl<'a> LazyVacuum<'a> {
         'a: 'c,
     {
         Ctx {
-            inner: self.inner,
+            db: self.db,
             rel: self.rel,
             cutoffs: self.cutoffs,
             policy: self.policy,
@@ -491,7 +449,7 @@ impl<'a> LazyVacuum<'a> {
         ages: (u32, u32),
         defer_when_aggressive: bool,
     ) -> Result<()> {
-        let visible = self.rel.vm.count_visible_by_range(&self.inner.pool, orig_pages, adaptive::RANGE_PAGES)?;
+        let visible = self.rel.vm.count_visible_by_range(self.db.pool, orig_pages, adaptive::RANGE_PAGES)?;
         let cleared = self.rel.vm_clears_by_range.take(visible.len());
         let verdicts = adaptive::history(self.rel).begin_vacuum(&visible, &cleared, max_failure_rate, next_xid);
         if self.policy == FreezePolicy::Adaptive {
@@ -637,14 +595,14 @@ impl<'a> LazyVacuum<'a> {
 /// (PostgreSQL's `vac_update_relstats`, a non-transactional update): the row keeps its TID
 /// and size, and the change is one Heap INPLACE record.
 pub(crate) fn update_pg_class(
-    inner: &Inner,
+    db: VacuumEnv<'_>,
     entry: &Arc<TableEntry>,
     relpages: u32,
     reltuples: f64,
     relfrozenxid: Xid,
 ) -> Result<()> {
-    let pgc = inner.catalog.get_by_oid(PG_CLASS_OID).ok_or_else(|| Error::invalid("pg_class is not loaded"))?;
-    let env = inner.env();
+    let pgc = db.catalog.get_by_oid(PG_CLASS_OID).ok_or_else(|| Error::invalid("pg_class is not loaded"))?;
+    let env = db.heap();
     let tid = *entry.row.lock();
     let buf = heap::read_page(&env, &pgc.rel, tid.block, None)?;
     let mut g = buf.write();
@@ -695,26 +653,29 @@ pub(crate) fn update_pg_class(
     drop(g);
     entry.relpages.store(relpages, Ordering::Release);
     *entry.reltuples.lock() = reltuples;
-    inner.catalog.set_relfrozenxid(entry, relfrozenxid, inner.xact.next_full_xid());
+    db.catalog.set_relfrozenxid(entry, relfrozenxid, db.xact.next_full_xid());
     Ok(())
 }
 
 /// `vac_update_datfrozenxid` + `vac_truncate_clog`: the database frozen XID is the oldest
 /// relfrozenxid, read in O(1) from the catalog's ordered index (no scan of `pg_class`; see
 /// [`dbstats`] for the scan); the XID limits follow it and CLOG below it is removed.
-pub(crate) fn update_database_frozen_xid(inner: &Inner) -> Result<()> {
-    apply_database_frozen_xid(inner, |incremental| incremental)
+pub(crate) fn update_database_frozen_xid(db: VacuumEnv<'_>) -> Result<()> {
+    apply_database_frozen_xid(db, |incremental| incremental)
 }
 
 /// Moves the XID limits to a new database frozen XID, `pick`ed from the catalog's (None:
 /// leave them), and truncates CLOG below it (the truncation is WAL-logged; the value reaches
 /// the control file at the next checkpoint). Concurrent callers take turns, so the limits
 /// only ever follow the latest reading.
-pub(crate) fn apply_database_frozen_xid(inner: &Inner, pick: impl FnOnce(Option<Xid>) -> Option<Xid>) -> Result<()> {
-    let _one_at_a_time = inner.catalog.frozen_ids_lock.lock();
-    let Some(oldest) = pick(inner.catalog.database_frozen_xid()) else { return Ok(()) };
-    inner.xact.set_oldest_xid(oldest, inner.config.get().autovacuum_freeze_max_age);
-    inner.xact.truncate_clog(oldest, &*inner.wal)?;
+pub(crate) fn apply_database_frozen_xid(
+    db: VacuumEnv<'_>,
+    pick: impl FnOnce(Option<Xid>) -> Option<Xid>,
+) -> Result<()> {
+    let _one_at_a_time = db.catalog.frozen_ids_lock.lock();
+    let Some(oldest) = pick(db.catalog.database_frozen_xid()) else { return Ok(()) };
+    db.xact.set_oldest_xid(oldest, db.config.get().autovacuum_freeze_max_age);
+    db.xact.truncate_clog(oldest, db.wal)?;
     Ok(())
 }
 
@@ -725,7 +686,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::heap::tuple::{Column, Schema, Type};
-    use crate::{TableOptions, VacuumParams};
+    use crate::{Database, TableOptions, VacuumParams};
 
     /// A VACUUM that read the database frozen XID before another VACUUM moved it must not
     /// apply its older reading after the other applied the newer one: the limits would go
@@ -749,7 +710,7 @@ mod tests {
 
         let (done_tx, done_rx) = mpsc::channel();
         std::thread::scope(|s| {
-            apply_database_frozen_xid(db.inner(), |read| {
+            apply_database_frozen_xid(db.inner().vacuum_env(), |read| {
                 assert_eq!(read, Some(stale));
                 let db = &db;
                 let done_tx = done_tx.clone();

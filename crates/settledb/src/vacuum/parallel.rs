@@ -154,7 +154,7 @@ fn phase1_worker(
     cost: CostDelay,
 ) -> Result<Outcome> {
     let usage0 = Usage::now();
-    let mut w = Worker::new(ctx.inner, cost);
+    let mut w = Worker::new(ctx.db, cost);
     let r = (|| {
         while let Some(k) = round.claim() {
             let found = scan_chunk(&mut w, ctx, skip, k, rel_pages)?;
@@ -180,7 +180,7 @@ fn phase3_worker(
     cost: CostDelay,
 ) -> Result<Outcome> {
     let usage0 = Usage::now();
-    let mut w = Worker::new(ctx.inner, cost);
+    let mut w = Worker::new(ctx.db, cost);
     let r = vacuum_batches(&mut w, ctx, pages, phase1, next, stop);
     if r.is_err() {
         stop.store(true, Ordering::Release);

@@ -30,9 +30,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::VacuumEnv;
 use crate::buffer::{self, Buffer, Ring};
 use crate::config::FreezePolicy;
-use crate::db::Inner;
 use crate::error::Result;
 use crate::fsm;
 use crate::heap::prune::{self, PageScan, XidMemo};
@@ -67,7 +67,7 @@ pub(super) struct DeferredLimits {
 
 /// What every worker of one VACUUM reads and nobody changes.
 pub(super) struct Ctx<'a> {
-    pub inner: &'a Inner,
+    pub db: VacuumEnv<'a>,
     pub rel: &'a Relation,
     pub cutoffs: Cutoffs,
     pub policy: FreezePolicy,
@@ -220,9 +220,9 @@ pub(super) struct Worker<'a> {
 }
 
 impl<'a> Worker<'a> {
-    pub fn new(inner: &'a Inner, cost: CostDelay) -> Worker<'a> {
+    pub fn new(db: VacuumEnv<'a>, cost: CostDelay) -> Worker<'a> {
         Worker {
-            env: inner.env(),
+            env: db.heap(),
             ring: Ring::new(256 << 10),
             vm_pin: None,
             fsm_pending: Vec::with_capacity(FSM_BATCH),
@@ -594,7 +594,7 @@ impl<'a> Worker<'a> {
             if freeze::oldest_unfrozen(&h, &mut oldest, freeze_limit) && ctx.aggressive {
                 return Ok(None);
             }
-            match satisfies_vacuum(&h, ctx.cutoffs.oldest_xmin, &ctx.inner.xact)? {
+            match satisfies_vacuum(&h, ctx.cutoffs.oldest_xmin, ctx.db.xact)? {
                 VacuumStatus::Dead => missed += 1,
                 VacuumStatus::RecentlyDead => recently_dead += 1,
                 VacuumStatus::Live | VacuumStatus::DeleteInProgress => live += 1,
@@ -646,7 +646,7 @@ impl<'a> Worker<'a> {
             }
             while blk < stop.min(end) {
                 self.cost.point();
-                if ctx.progress.autovacuum.load(Ordering::Relaxed) && ctx.inner.shutdown.load(Ordering::Acquire) {
+                if ctx.progress.autovacuum.load(Ordering::Relaxed) && ctx.db.shutdown.load(Ordering::Acquire) {
                     return Err(crate::error::Error::invalid(
                         "canceling autovacuum task: the database is shutting down",
                     ));

@@ -54,7 +54,7 @@ impl LazyVacuum<'_> {
         let mut current = rel_pages;
         loop {
             let deadline = Instant::now() + TRUNCATE_LOCK_TIMEOUT;
-            let lmgr = &self.inner.lmgr;
+            let lmgr = self.db.lmgr;
             let oid = self.rel.oid;
             let lock = loop {
                 if lmgr.lock(self.locks, oid, LockMode::AccessExclusive, WaitPolicy::NoWait, None).is_ok() {
@@ -70,7 +70,7 @@ impl LazyVacuum<'_> {
             };
             let Some(_lock) = lock else { return Ok(current) };
             let _release = ReleaseOnDrop { lmgr, owner: self.locks, oid };
-            let env = &self.inner.env();
+            let env = &self.db.heap();
             let nblocks = env.pool.smgr().nblocks(self.rel.relfilenode, Fork::Main)?;
             if nblocks != current {
                 // The table grew meanwhile: its new pages are not empty.
@@ -104,7 +104,7 @@ impl LazyVacuum<'_> {
                 // precede the heap's truncation record, so no crash can leave a map claiming
                 // pages past the heap's end (a re-extended page would inherit the bits).
                 self.rel.vm.truncate(env.maps(), new_end)?;
-                self.rel.fsm.truncate(&self.inner.pool, new_end)?;
+                self.rel.fsm.truncate(self.db.pool, new_end)?;
                 let lsn = env.wal.insert(&RecordBuilder {
                     toplevel_xid: crate::types::Xid::INVALID,
                     rmgr: Rmgr::Storage,

@@ -371,7 +371,7 @@ fn republish(inner: &Inner, old: &Arc<TableEntry>) -> Result<()> {
     let oid = old.rel.oid;
     let mut table = None;
     let mut defs = Vec::new();
-    startup::for_each_class_row(&inner.env(), |row, tid| {
+    crate::catalog::for_each_class_row(&inner.env(), |row, tid| {
         match row.kind {
             catalog::RelKind::Table if row.oid == oid => table = Some((row, tid)),
             catalog::RelKind::Index if row.index.as_ref().is_some_and(|m| m.table == oid) => {
