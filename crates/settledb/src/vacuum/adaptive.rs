@@ -34,7 +34,9 @@
 //! cleared before the next one. Each VACUUM first learns from the interval that just ended
 //! ([`learn`]), halving the old evidence so that it follows the workload (a range that was
 //! hot and went cold is Quiet, and judged by what Quiet ranges do), then judges every range
-//! by its stage's hazard ([`judge`], [`Freezing`]): at most
+//! by its stage's hazard ([`judge`], [`Freezing`]; an interval in which no transaction was
+//! given an XID and no bit was cleared, a VACUUM run again at once, put nothing at risk and
+//! teaches nothing): at most
 //! `vacuum_max_eager_freeze_failure_rate` (default 0.03, PostgreSQL 18's): freeze as `eager`;
 //! at most [`CHEAP_FACTOR`] times that: freeze only when pruning writes the page's image
 //! anyway; otherwise only what must be frozen. A stage without enough evidence yet (fewer
@@ -284,15 +286,21 @@ impl FreezeHistory {
             .collect();
         let mut guard = self.learned.lock();
         let (learned, last_xid) = &mut *guard;
-        if last_xid.is_some() {
+        let interval_xids = last_xid.map(|x| next_xid.0.wrapping_sub(x.0)).filter(|&i| i < 1 << 31);
+        // An interval in which no transaction was given an XID and no bit was cleared (a
+        // VACUUM run again at once) put nothing at risk: its pages staying all-visible is no
+        // evidence that freezing sticks, and learning from it would judge a table cold by
+        // two VACUUMs in a row.
+        let void = interval_xids == Some(0) && outcomes.iter().all(|o| o.cleared == 0);
+        if last_xid.is_some() && !void {
             learn(learned, &outcomes);
         } else if learned.stages.len() < outcomes.len() {
             // The first VACUUM since the database was opened has no interval behind it to
-            // learn from (the map's bits may be older than the process).
+            // learn from (the map's bits may be older than the process), nor has a void one.
             learned.stages.resize(outcomes.len(), Stage::Fresh);
         }
         let mut v = judge(learned, max_failure_rate);
-        v.interval_xids = last_xid.map(|x| next_xid.0.wrapping_sub(x.0)).filter(|&i| i < 1 << 31);
+        v.interval_xids = interval_xids;
         *last_xid = Some(next_xid);
         v
     }
@@ -490,5 +498,28 @@ mod tests {
         let l = h.learned();
         assert_eq!(l.hazards[Stage::Fresh as usize], Hazard { at_risk: 32.0 + 32.0, failed: 10.5 });
         assert_eq!(l.stages, vec![Stage::Quiet, Stage::Fresh]);
+        // A VACUUM run again at once (no XID assigned since, nothing cleared) learns nothing.
+        begin(&[32, 32], 7000);
+        assert_eq!(h.learned(), l);
+        // One whose interval assigned no XID but saw a clear (a transaction older than the
+        // last VACUUM wrote) does learn.
+        clears.note_clear(BlockNumber(33));
+        begin(&[32, 31], 7000);
+        assert_ne!(h.learned(), l);
+    }
+
+    /// Two VACUUMs in a row: the second has no interval behind it, so a table nobody touched
+    /// is not judged cold and frozen by it.
+    #[test]
+    fn a_vacuum_run_again_at_once_is_no_evidence_that_freezing_sticks() {
+        let (h, clears) = (FreezeHistory::default(), crate::vm::ClearCounts::default());
+        let begin = |visible: &[u32], next: u32| h.begin_vacuum(visible, &clears.take(visible.len()), BAR, Xid(next));
+        begin(&[0, 0, 0], 1000);
+        let v = begin(&[32, 32, 32], 1000);
+        assert_eq!(v.interval_xids, Some(0));
+        assert_eq!(v.freezing(BlockNumber(0)), Freezing::Required);
+        // Once XIDs have been given out and the pages stayed all-visible, freezing sticks.
+        let v = begin(&[32, 32, 32], 5000);
+        assert_eq!(v.freezing(BlockNumber(0)), Freezing::Eager);
     }
 }
