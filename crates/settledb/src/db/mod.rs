@@ -86,6 +86,7 @@ pub use decoding::{DecodeLimits, DecodeResult, DecodeSummary};
 pub use publication::PublicationTarget;
 pub use startup::RecoveryReport;
 pub use transaction::{Scan, Transaction, TruncateOptions};
+pub use vacuum::PagePin;
 
 /// pg_stat_database-style counters.
 #[derive(Debug, Default)]
@@ -583,33 +584,35 @@ impl Database {
         inner.xact.set_oldest_xid(oldest, inner.config.get().autovacuum_freeze_max_age);
         // A fresh cluster and the end of recovery both start from a checkpoint.
         inner.checkpoint(false)?;
-        let mut bg = Vec::new();
+        // The threads are registered with the database as they start: should one fail to
+        // start, dropping it stops and joins those already running (and shuts down cleanly).
+        let db = Database {
+            inner,
+            background: Mutex::new(Vec::new()),
+            recovery,
+            closed: AtomicBool::new(false),
+            autovacuum_started: AtomicBool::new(false),
+        };
         for (name, f) in [
             ("settledb-walwriter", Inner::wal_writer_loop as fn(Arc<Inner>)),
             ("settledb-checkpointer", Inner::checkpointer_loop as fn(Arc<Inner>)),
             ("settledb-bgwriter", Inner::bgwriter_loop as fn(Arc<Inner>)),
         ] {
-            let i = inner.clone();
+            let i = db.inner.clone();
             let h = std::thread::Builder::new()
                 .name(name.into())
                 .spawn(move || f(i))
                 .map_err(|e| Error::io("spawn background thread", dir, e))?;
-            bg.push(h);
+            db.background.lock().push(h);
         }
         // The WAL writer (the first thread) wakes when inserters have buffered a megabyte.
-        let walwriter = bg[0].thread().clone();
-        inner.wal.set_writer_waker(Box::new(move || walwriter.unpark()));
-        let autovacuum = inner.config.get().autovacuum;
-        if autovacuum {
-            spawn_autovacuum(&inner, &mut bg)?;
+        let walwriter = db.background.lock()[0].thread().clone();
+        db.inner.wal.set_writer_waker(Box::new(move || walwriter.unpark()));
+        if db.inner.config.get().autovacuum {
+            db.autovacuum_started.store(true, Ordering::Release);
+            spawn_autovacuum(&db.inner, &mut db.background.lock())?;
         }
-        Ok(Database {
-            inner,
-            background: Mutex::new(bg),
-            recovery,
-            closed: AtomicBool::new(false),
-            autovacuum_started: AtomicBool::new(autovacuum),
-        })
+        Ok(db)
     }
 
     /// What recovery did when this database was opened.
