@@ -254,6 +254,7 @@ fn vacuum_and_inspect_reject_bad_input_without_panicking() {
         (&["inspect", d, "index", "t_pkey"], "needs a BLOCK number"),
         (&["inspect", d, "fsm", "no_such_table"], "relation \"no_such_table\" does not exist"),
         (&["bench", "vacuum", "--policy", "fast"], "--policy"),
+        (&["bench", "vacuum", "--full-scans", "0"], "--full-scans must be at least 1"),
     ];
     for (args, want) in cases {
         let (ok, _, err) = settle(args);
@@ -267,11 +268,12 @@ fn vacuum_and_inspect_reject_bad_input_without_panicking() {
 }
 
 /// The VACUUM benchmark at scale 1 with the verifier on: the first VACUUM removes the 5,000
-/// updated rows' old versions and, in one index scan, their index entries; the second reads
-/// every page and changes nothing.
+/// updated rows' old versions and, in one index scan, their index entries; the full scans
+/// (two, with `--full-scans 2`) read every page and change nothing, and their summary row is
+/// the median of both.
 #[test]
 fn vacuum_bench_runs_both_vacuums() {
-    let (ok, out, err) = settle(&["bench", "vacuum", "--scale", "1", "--check", "--json"]);
+    let (ok, out, err) = settle(&["bench", "vacuum", "--scale", "1", "--full-scans", "2", "--check", "--json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["prep"][0]["updated_rows"], 5000);
@@ -287,6 +289,12 @@ fn vacuum_bench_runs_both_vacuums() {
     assert_eq!(second["full_page_images"], 0);
     assert_eq!(second["scanned_pages"], second["pages"]);
     assert!(first["verbose"].as_str().unwrap().contains("INFO:  finished vacuuming"), "{first}");
+    let third = &v["vacuums"][2];
+    assert_eq!((&third["phase"], &third["wal_bytes"]), (&serde_json::json!("full-scan"), &serde_json::json!(0)));
+    assert_eq!(v["vacuums"].as_array().unwrap().len(), 3);
+    assert_eq!(v["full_scans_per_run"], 2);
+    let row = v["summary"].as_array().unwrap().iter().find(|r| r["phase"] == "full-scan").unwrap();
+    assert_eq!(row["runs"], 2, "{row}");
 }
 
 /// `settle stats` after a load: the table's counters as the load left them, the same in text

@@ -1,4 +1,4 @@
-//! `settle bench vacuum --scale S [--policy P|all] [--runs N] [--peer] [--json]`: what VACUUM
+//! `settle bench vacuum --scale S [--policy P|all] [--runs N] [--full-scans N] [--peer] [--json]`: what VACUUM
 //! costs after a batch of non-HOT updates, and what an aggressive scan of the clean table costs,
 //! optionally next to PostgreSQL 15 doing the same work.
 //!
@@ -21,6 +21,8 @@
 //!    entries removed (one index scan), their line pointers freed, and the visibility map set.
 //! 5. `VACUUM (VERBOSE, DISABLE_PAGE_SKIPPING)` of the now clean table: every page is read and
 //!    nothing should change, which is the price of an aggressive vacuum with no work to do.
+//!    With `--full-scans N` it runs N times back to back (on both engines), and the full
+//!    scan's figures are medians over all of them.
 //!
 //! # Settings
 //!
@@ -124,6 +126,12 @@ pub struct VacuumBenchArgs {
     /// Repeat everything (settledb then the peer) and compare the medians.
     #[arg(long, default_value_t = 1)]
     runs: usize,
+    /// Run the full scan this many times in each run, back to back on the same table, on both
+    /// engines; its figures are then medians over every repeat of every run. The scan takes a
+    /// tenth of a second, and repeating it in one process steadies its figure on a noisy
+    /// machine more cheaply than whole runs do.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    full_scans: usize,
     /// Configuration parameters for both engines, `name=value`.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     set: Vec<String>,
@@ -246,6 +254,8 @@ struct VacuumBenchReport {
     peer_data_checksums: Option<bool>,
     scale: u32,
     rows: u64,
+    /// Full scans in each run (`--full-scans`).
+    full_scans_per_run: usize,
     prep: Vec<PrepFigures>,
     vacuums: Vec<VacuumFigures>,
     summary: Vec<SummaryRow>,
@@ -284,6 +294,7 @@ fn settings(set: &[String]) -> Result<Vec<(String, String)>> {
 pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
     ensure!(a.scale >= 1, "--scale must be at least 1");
     ensure!(a.runs >= 1, "--runs must be at least 1");
+    ensure!(a.full_scans >= 1, "--full-scans must be at least 1");
     ensure!(a.updates_per_tx != Some(0), "--updates-per-tx must be at least 1");
     ensure!(a.peer || !a.peer_freeze, "--peer-freeze needs --peer");
     let policies = policies(a.policy.as_deref())?;
@@ -314,7 +325,15 @@ pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
     for run in 1..=a.runs {
         for policy in &policies {
             let updates_per_tx = a.updates_per_tx.unwrap_or(usize::MAX);
-            let work = Work { rows, policy: *policy, updates_per_tx, run, check: a.check, parallel: a.parallel };
+            let work = Work {
+                rows,
+                policy: *policy,
+                updates_per_tx,
+                run,
+                check: a.check,
+                parallel: a.parallel,
+                full_scans: a.full_scans,
+            };
             let (p, v) = settledb_run(&config, &work)?;
             echo(&p, &v);
             prep.push(p);
@@ -322,7 +341,7 @@ pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
         }
         if let Some(pg) = &pg {
             for freeze in [false, true].into_iter().filter(|&f| !f || peer_freeze) {
-                let (p, v) = postgres_run(pg, a.scale, run, freeze)?;
+                let (p, v) = postgres_run(pg, a.scale, run, freeze, a.full_scans)?;
                 echo(&p, &v);
                 prep.push(p);
                 vacuums.extend(v);
@@ -342,6 +361,7 @@ pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
         peer_data_checksums: a.peer.then_some(a.peer_checksums),
         scale: a.scale,
         rows,
+        full_scans_per_run: a.full_scans,
         prep,
         vacuums,
         summary,
@@ -366,6 +386,7 @@ struct Work {
     updates_per_tx: usize,
     run: usize,
     check: bool,
+    full_scans: usize,
 }
 
 fn settledb_run(config: &settledb::Config, w: &Work) -> Result<(PrepFigures, Vec<VacuumFigures>)> {
@@ -402,7 +423,10 @@ fn settledb_work(db: &Database, w: &Work) -> Result<(PrepFigures, Vec<VacuumFigu
     let first = VacuumParams { verbose: true, policy: w.policy, parallel: w.parallel, ..VacuumParams::default() };
     let (r1, v1) = timed_vacuum(db, &first, run, "vacuum")?;
     let second = VacuumParams { disable_page_skipping: true, ..first };
-    let (_, v2) = timed_vacuum(db, &second, run, "full-scan")?;
+    let mut vacuums = vec![v1];
+    for _ in 0..w.full_scans {
+        vacuums.push(timed_vacuum(db, &second, run, "full-scan")?.1);
+    }
     if w.check {
         let report = settledb::check::check_database(db)?;
         ensure!(report.is_clean(), "settle check found problems after the vacuums:\n{report}");
@@ -419,7 +443,7 @@ fn settledb_work(db: &Database, w: &Work) -> Result<(PrepFigures, Vec<VacuumFigu
         heap_pages_before_vacuum: heap_pages,
         index_pages_before_vacuum: index_pages,
     };
-    Ok((prep, vec![v1, v2]))
+    Ok((prep, vacuums))
 }
 
 /// `UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid % 20 = 7`, through the primary
@@ -535,7 +559,13 @@ fn pg_engine(freeze: bool) -> &'static str {
     }
 }
 
-fn postgres_run(pg: &Postgres, scale: u32, run: usize, freeze: bool) -> Result<(PrepFigures, Vec<VacuumFigures>)> {
+fn postgres_run(
+    pg: &Postgres,
+    scale: u32,
+    run: usize,
+    freeze: bool,
+    full_scans: usize,
+) -> Result<(PrepFigures, Vec<VacuumFigures>)> {
     let start = Instant::now();
     let s = scale.to_string();
     pg.pgbench(&["-i", "-q", "-I", "dtG", "-s", &s])?;
@@ -552,8 +582,10 @@ fn postgres_run(pg: &Postgres, scale: u32, run: usize, freeze: bool) -> Result<(
     pg.query("CHECKPOINT")?;
     let heap_pages: u64 = pg.query(&format!("SELECT pg_relation_size('{TABLE}') / 8192"))?.parse()?;
     let index_pages: u64 = pg.query(&format!("SELECT pg_relation_size('{PKEY}') / 8192"))?.parse()?;
-    let v1 = postgres_vacuum(pg, "VERBOSE", run, "vacuum", freeze)?;
-    let v2 = postgres_vacuum(pg, "VERBOSE, DISABLE_PAGE_SKIPPING", run, "full-scan", freeze)?;
+    let mut vacuums = vec![postgres_vacuum(pg, "VERBOSE", run, "vacuum", freeze)?];
+    for _ in 0..full_scans {
+        vacuums.push(postgres_vacuum(pg, "VERBOSE, DISABLE_PAGE_SKIPPING", run, "full-scan", freeze)?);
+    }
     let prep = PrepFigures {
         engine: pg_engine(freeze).into(),
         run,
@@ -566,7 +598,7 @@ fn postgres_run(pg: &Postgres, scale: u32, run: usize, freeze: bool) -> Result<(
         heap_pages_before_vacuum: heap_pages,
         index_pages_before_vacuum: index_pages,
     };
-    Ok((prep, vec![v1, v2]))
+    Ok((prep, vacuums))
 }
 
 /// `VACUUM (options) pgbench_accounts` in one psql session between two reads of the WAL insert
@@ -771,9 +803,16 @@ fn print_run(p: &PrepFigures, v: &[VacuumFigures]) {
         p.heap_pages_before_vacuum,
         p.index_pages_before_vacuum
     );
+    let mut full_scans = 0;
     for f in v {
         let what = if f.phase == "vacuum" { "VACUUM (VERBOSE)" } else { "VACUUM (VERBOSE, DISABLE_PAGE_SKIPPING)" };
         println!("-- {what} {TABLE}: {:.3} s, {} WAL bytes", f.seconds, f.wal_bytes);
+        if f.phase == "full-scan" {
+            full_scans += 1;
+            if full_scans > 1 {
+                continue; // a repeat: its report says what the first one's does
+            }
+        }
         print!("{}", f.verbose);
         if !f.phase_seconds.is_empty() {
             let phases: Vec<String> = f.phase_seconds.iter().map(|(n, s)| format!("{n} {s:.3} s")).collect();
@@ -796,7 +835,10 @@ fn print_summary(r: &VacuumBenchReport) {
         println!("PostgreSQL data checksums: {} (settledb's pages always carry one)", if c { "on" } else { "off" });
     }
     let runs = r.summary.first().map_or(1, |s| s.runs);
-    let of = if runs > 1 { format!("medians of {runs} runs") } else { "one run".to_string() };
+    let mut of = if runs > 1 { format!("medians of {runs} runs") } else { "one run".to_string() };
+    if r.full_scans_per_run > 1 {
+        of += &format!(", full scans medians of {} ({} per run)", runs * r.full_scans_per_run, r.full_scans_per_run);
+    }
     println!("{TABLE} at scale {} ({} rows), {of}:", r.scale, r.rows);
     println!(
         "{:<18} {:<10} {:>9} {:>9} {:>14} {:>8} {:>10} {:>12} {:>10} {:>20} {:>8}",
