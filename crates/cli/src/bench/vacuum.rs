@@ -1,6 +1,6 @@
-//! `settle bench vacuum --scale S [--policy P|all] [--runs N] [--full-scans N] [--peer] [--json]`: what VACUUM
-//! costs after a batch of non-HOT updates, and what an aggressive scan of the clean table costs,
-//! optionally next to PostgreSQL 15 doing the same work.
+//! `settle bench vacuum --scale S [--policy P|all] [--runs N] [--full-scans N] [--peer]
+//! [--json]`: what VACUUM costs after a batch of non-HOT updates, and what an aggressive scan of
+//! the clean table costs, optionally next to PostgreSQL 15 doing the same work.
 //!
 //! # The work (the same on both engines)
 //!
@@ -807,13 +807,13 @@ fn print_run(p: &PrepFigures, v: &[VacuumFigures]) {
     for f in v {
         let what = if f.phase == "vacuum" { "VACUUM (VERBOSE)" } else { "VACUUM (VERBOSE, DISABLE_PAGE_SKIPPING)" };
         println!("-- {what} {TABLE}: {:.3} s, {} WAL bytes", f.seconds, f.wal_bytes);
-        if f.phase == "full-scan" {
+        let repeat = f.phase == "full-scan" && {
             full_scans += 1;
-            if full_scans > 1 {
-                continue; // a repeat: its report says what the first one's does
-            }
+            full_scans > 1
+        };
+        if !repeat {
+            print!("{}", f.verbose); // a repeated full scan's report says what the first one's does
         }
-        print!("{}", f.verbose);
         if !f.phase_seconds.is_empty() {
             let phases: Vec<String> = f.phase_seconds.iter().map(|(n, s)| format!("{n} {s:.3} s")).collect();
             println!("phases (sampled): {}", phases.join(", "));

@@ -74,9 +74,10 @@
 //! # Not kept
 //!
 //! The history lives in memory on the [`crate::heap::Relation`] (the clear counts beside its
-//! map, the rest in the slot it keeps for VACUUM) and starts empty when the database is opened (a reopened table is judged failing until its VACUUMs have relearned,
-//! which takes one or two): it is a hint, never needed for correctness, so it is neither
-//! WAL-logged nor kept across a restart. Truncation leaves the stages of ranges past the new
+//! map, the rest in the slot it keeps for VACUUM) and starts empty when the database is
+//! opened (a reopened table is judged failing until its VACUUMs have relearned, which takes
+//! one or two): it is a hint, never needed for correctness, so it is neither WAL-logged nor
+//! kept across a restart. Truncation leaves the stages of ranges past the new
 //! end, which a table growing back reuses.
 
 use parking_lot::Mutex;

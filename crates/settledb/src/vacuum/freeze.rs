@@ -596,7 +596,7 @@ mod tests {
             let o = rng.gen_range(1..=n);
             let mut id = lp(&p, o);
             if id.flags == LpFlags::Unused {
-                // Give the odd one a tuple: line pointer 1's storage.
+                // Give the odd one a tuple: the first NORMAL line pointer's storage.
                 id = (1..=n)
                     .map(|k| lp(&p, k))
                     .find(|i| i.flags == LpFlags::Normal)
