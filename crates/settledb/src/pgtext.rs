@@ -52,26 +52,78 @@ pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 
 /// `date` output (ISO, with ` BC` before year 1).
 pub fn date_out(d: i32) -> String {
-    let (y, m, day) = civil_from_days(i64::from(d));
-    if y <= 0 {
-        format!("{:04}-{m:02}-{day:02} BC", 1 - y)
-    } else {
-        format!("{y:04}-{m:02}-{day:02}")
+    let mut out = Vec::with_capacity(13);
+    push_date(&mut out, d);
+    String::from_utf8(out).expect("digits and dashes")
+}
+
+/// `timestamp` output: microseconds since 1970-01-01 as `YYYY-MM-DD HH:MM:SS[.ffffff]`
+/// (trailing zeros of the fraction left out), with ` BC` at the end before year 1, as
+/// PostgreSQL writes it.
+pub fn timestamp_out(t: i64) -> String {
+    let mut out = Vec::with_capacity(29);
+    push_timestamp(&mut out, t);
+    String::from_utf8(out).expect("digits and punctuation")
+}
+
+/// [`date_out`] appended to `out`, digit by digit (a decoder writes one per date column).
+pub fn push_date(out: &mut Vec<u8>, d: i32) {
+    let bc = push_ymd(out, i64::from(d));
+    if bc {
+        out.extend_from_slice(b" BC");
     }
 }
 
-/// `timestamp` output: microseconds since 1970-01-01 as `YYYY-MM-DD HH:MM:SS[.ffffff]`.
-pub fn timestamp_out(t: i64) -> String {
+/// [`timestamp_out`] appended to `out`, digit by digit.
+pub fn push_timestamp(out: &mut Vec<u8>, t: i64) {
     let days = t.div_euclid(86_400_000_000);
-    let rem = t.rem_euclid(86_400_000_000);
-    let (h, mi, s, us) = (rem / 3_600_000_000, rem / 60_000_000 % 60, rem / 1_000_000 % 60, rem % 1_000_000);
-    let mut out = format!("{} {h:02}:{mi:02}:{s:02}", date_out(days as i32));
+    let rem = t.rem_euclid(86_400_000_000) as u64;
+    let bc = push_ymd(out, days);
+    out.push(b' ');
+    push_digits(out, rem / 3_600_000_000, 2);
+    out.push(b':');
+    push_digits(out, rem / 60_000_000 % 60, 2);
+    out.push(b':');
+    push_digits(out, rem / 1_000_000 % 60, 2);
+    let mut us = rem % 1_000_000;
     if us != 0 {
-        let frac = format!("{us:06}");
-        out.push('.');
-        out.push_str(frac.trim_end_matches('0'));
+        let mut width = 6;
+        while us.is_multiple_of(10) {
+            us /= 10;
+            width -= 1;
+        }
+        out.push(b'.');
+        push_digits(out, us, width);
     }
-    out
+    if bc {
+        out.extend_from_slice(b" BC");
+    }
+}
+
+/// `YYYY-MM-DD` of a day since 1970-01-01 (the year of an era before year 1 counted as
+/// PostgreSQL shows it, 1 BC for year 0); whether it is BC.
+fn push_ymd(out: &mut Vec<u8>, days: i64) -> bool {
+    let (y, m, d) = civil_from_days(days);
+    let bc = y <= 0;
+    push_digits(out, if bc { (1 - y) as u64 } else { y as u64 }, 4);
+    out.push(b'-');
+    push_digits(out, u64::from(m), 2);
+    out.push(b'-');
+    push_digits(out, u64::from(d), 2);
+    bc
+}
+
+/// `v` in decimal, zero-padded to at least `width` digits.
+fn push_digits(out: &mut Vec<u8>, mut v: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let mut at = buf.len();
+    while v > 0 {
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+    at = at.min(buf.len() - width.min(buf.len()));
+    out.extend_from_slice(&buf[at..]);
 }
 
 /// `bytea` output in hex (`bytea_output = hex`).
@@ -155,10 +207,53 @@ mod tests {
         assert_eq!(timestamp_out(1_500_000), "1970-01-01 00:00:01.5");
         assert_eq!(date_out(0), "1970-01-01");
         assert_eq!(date_out(-719_163), "0001-12-31 BC");
+        assert_eq!(timestamp_out(-62_135_596_800_000_000 - 1), "0001-12-31 23:59:59.999999 BC");
+        assert_eq!(timestamp_out(253_402_300_800_000_000), "10000-01-01 00:00:00");
+        assert_eq!(timestamp_out(1_700_000_000_120_000), "2023-11-14 22:13:20.12");
         assert_eq!(bytea_out(&[0xde, 0xad]), "\\xdead");
         assert_eq!(value_text(&Value::Bool(true)).as_deref(), Some("t"));
         assert_eq!(value_text(&Value::Null), None);
         assert_eq!(quote_literal("it's"), "'it''s'");
         assert_eq!(quote_literal("a\\b"), "E'a\\\\b'");
+    }
+
+    /// The digit-by-digit writers agree with formatting through `format!` over the range
+    /// PostgreSQL's types hold (4713 BC on; up to about 287,000 AD, where microseconds since
+    /// 1970 still fit 63 bits), fractions included.
+    #[test]
+    fn dates_and_timestamps_are_written_as_formatted() {
+        let formatted = |t: i64| {
+            let days = t.div_euclid(86_400_000_000);
+            let rem = t.rem_euclid(86_400_000_000);
+            let (y, m, d) = civil_from_days(days);
+            let (h, mi, s, us) = (rem / 3_600_000_000, rem / 60_000_000 % 60, rem / 1_000_000 % 60, rem % 1_000_000);
+            let mut out = if y <= 0 { format!("{:04}-{m:02}-{d:02}", 1 - y) } else { format!("{y:04}-{m:02}-{d:02}") };
+            out.push_str(&format!(" {h:02}:{mi:02}:{s:02}"));
+            if us != 0 {
+                out.push('.');
+                out.push_str(format!("{us:06}").trim_end_matches('0'));
+            }
+            if y <= 0 {
+                out.push_str(" BC");
+            }
+            out
+        };
+        let (lo, hi) = (-210_866_803_200_000_000_i64, 9_000_000_000_000_000_000_i64);
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        for i in 0..200_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut t = lo + (x % (hi - lo) as u64) as i64;
+            if i % 3 == 0 {
+                t -= t.rem_euclid(1_000_000); // whole seconds
+            }
+            assert_eq!(timestamp_out(t), formatted(t), "{t}");
+            let d = t.div_euclid(86_400_000_000) as i32;
+            let (y, m, day) = civil_from_days(i64::from(d));
+            let date =
+                if y <= 0 { format!("{:04}-{m:02}-{day:02} BC", 1 - y) } else { format!("{y:04}-{m:02}-{day:02}") };
+            assert_eq!(date_out(d), date, "{d}");
+        }
     }
 }

@@ -572,6 +572,8 @@ fn write_value(w: &mut Writer, v: &Value, format: ValueFormat, binary: bool) {
         (Value::Int8(x), ValueFormat::Stored, false) => write_decimal(w, *x, 0),
         (Value::Int8(x), ValueFormat::Numeric { scale }, false) => write_decimal(w, *x, scale),
         (Value::Int4(x), ValueFormat::Numeric { scale }, false) => write_decimal(w, i64::from(*x), scale),
+        (Value::Timestamp(t), ValueFormat::Stored, false) => write_text(w, |out| pgtext::push_timestamp(out, *t)),
+        (Value::Int4(d), ValueFormat::Date, false) => write_text(w, |out| pgtext::push_date(out, *d)),
         _ => {
             w.tuple_datum(&datum_as(v, format, binary));
         }
@@ -591,13 +593,18 @@ fn message_room(row: &RowData) -> usize {
     }
 }
 
-/// A `t` column holding `m / 10^scale` in text (an integer for scale 0), its length filled
-/// in after.
+/// A `t` column holding `m / 10^scale` in text (an integer for scale 0).
 fn write_decimal(w: &mut Writer, m: i64, scale: u8) {
+    write_text(w, |out| sqltypes::push_decimal(out, m, scale));
+}
+
+/// A `t` column whose text `push` writes straight into the message, its length filled in
+/// after.
+fn write_text(w: &mut Writer, push: impl FnOnce(&mut Vec<u8>)) {
     w.u8(b't');
     let at = w.0.len();
     w.i32(0);
-    sqltypes::push_decimal(&mut w.0, m, scale);
+    push(&mut w.0);
     let n = i32::try_from(w.0.len() - at - 4).unwrap_or(i32::MAX);
     w.0[at..at + 4].copy_from_slice(&n.to_be_bytes());
 }
