@@ -417,20 +417,25 @@ struct Relations<'a> {
     /// Tables by file node: learned from `pg_class` rows in WAL order (so the changes after a
     /// TRUNCATE, in its new storage, find their table), then asked of the catalog.
     by_filenode: FxHashMap<Oid, Oid>,
-    /// The buffers the last change's rows were decoded into, for the next one's (every change
-    /// handed to the plugin looks its relation up here first).
-    rows: RowBuffers,
+    /// Per table, the buffers its last change's rows were decoded into, for its next one's
+    /// (every change handed to the plugin looks its relation up here first).
+    rows: FxHashMap<Oid, RowBuffers>,
 }
 
-/// A decoded row's new and old values, kept from one change to the next so that a text
-/// column's buffer is reused rather than allocated per row
+/// A decoded row's new and old values, kept from one change of a table to the next so that a
+/// text column's buffer is reused rather than allocated per row
 /// ([`crate::heap::tuple::deform_logged_tuple_into`]): that allocation was a tenth of the
-/// decoder thread in `settle bench replicate`.
+/// decoder thread in `settle bench replicate`. They are kept per table because a
+/// transaction's changes alternate between tables (TPC-C's New-Order writes five), whose
+/// columns would not line up. At most [`ROW_BUFFER_TABLES`] tables' are kept (a session
+/// over many thousands of tables starts again from none).
 #[derive(Default)]
 struct RowBuffers {
     new: Vec<Value>,
     old: Vec<Value>,
 }
+
+const ROW_BUFFER_TABLES: usize = 1024;
 
 impl RowBuffers {
     /// Takes back the vectors of a row the plugin is done with.
@@ -531,12 +536,16 @@ fn emit(
                 return Ok(());
             }
             let rel = rel.clone();
-            let row = row_data(&rel, kind, c, &mut rels.rows)?;
+            if rels.rows.len() >= ROW_BUFFER_TABLES && !rels.rows.contains_key(&c.rel) {
+                rels.rows.clear();
+            }
+            let bufs = rels.rows.entry(c.rel).or_default();
+            let row = row_data(&rel, kind, c, bufs)?;
             let r = match txn {
                 Some(txn) => plugin.change(out, txn, c.lsn, &rel, &row),
                 None => plugin.stream_change(out, top, c.xid, c.lsn, &rel, &row),
             };
-            rels.rows.recycle(row);
+            bufs.recycle(row);
             r
         }
     }
@@ -650,7 +659,7 @@ impl<'a> LogicalDecoder<'a> {
                 learned: FxHashMap::default(),
                 known: FxHashMap::default(),
                 by_filenode: FxHashMap::default(),
-                rows: RowBuffers::default(),
+                rows: FxHashMap::default(),
             },
             first_lsn: FxHashMap::default(),
             two_phase_at: None,
