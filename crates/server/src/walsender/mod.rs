@@ -450,7 +450,7 @@ where
 
 /// What the decoder thread hands the connection.
 enum Event {
-    Rows(Vec<OutputRow>),
+    Rows(Batch),
     /// A round ended; everything committed before this position has been handed over.
     Decoded(Lsn),
     Failed(SqlError),
@@ -490,18 +490,28 @@ fn spawn_decoder(sh: Arc<Shared>, slot: String, start: Lsn, options: Vec<(String
         let limits = DecodeLimits { start_lsn: Some(start), ..DecodeLimits::default() };
         let gone = || settledb::Error::invalid("the replication client left");
         // Rows go over in batches (one channel message and one wake-up of the connection per
-        // batch), the last of a pass before its position.
-        let batch = std::cell::RefCell::new(Vec::with_capacity(BATCH_ROWS));
+        // batch), the last of a pass before its position, as the XLogData messages the
+        // connection sends: built here, so that a row's bytes are copied once and its buffer
+        // is freed by the thread that allocated it.
+        let batch = std::cell::RefCell::new(Batch::new(start));
         let send_batch = || -> settledb::Result<()> {
-            let rows = std::mem::replace(&mut *batch.borrow_mut(), Vec::with_capacity(BATCH_ROWS));
-            if rows.is_empty() {
+            let mut b = batch.borrow_mut();
+            if b.ends.is_empty() {
                 return Ok(());
             }
-            tx.blocking_send(Event::Rows(rows)).map_err(|_| gone())
+            let next = Batch::new(b.wal_end);
+            let mut full = std::mem::replace(&mut *b, next);
+            drop(b);
+            full.stamp(now_pg_micros());
+            tx.blocking_send(Event::Rows(full)).map_err(|_| gone())
         };
         let mut sink = |row: OutputRow| {
-            batch.borrow_mut().push(row);
-            if batch.borrow().len() >= BATCH_ROWS {
+            let full = {
+                let mut b = batch.borrow_mut();
+                b.push(&row);
+                b.ends.len() >= BATCH_ROWS
+            };
+            if full {
                 send_batch()?;
             }
             Ok(())
@@ -513,6 +523,7 @@ fn spawn_decoder(sh: Arc<Shared>, slot: String, start: Lsn, options: Vec<(String
             {
                 return Ok(false);
             }
+            batch.borrow_mut().passed(pos);
             // Nothing new past what this pass read: wait for the next flush.
             if sh.db.current_wal_flush_lsn() <= pos {
                 sh.db.wait_for_wal_flush(pos, IDLE_WAIT);
@@ -582,9 +593,10 @@ where
         let tick = tokio::time::sleep(Duration::from_secs(1));
         tokio::select! {
             ev = decoder.events.recv() => match ev {
-                Some(Event::Rows(rows)) => {
-                    for row in rows {
-                        socket.feed(copy_data(st.row(&row))).await?;
+                Some(Event::Rows(batch)) => {
+                    st.sent_rows(&batch);
+                    for message in batch.messages() {
+                        socket.feed(copy_data(message)).await?;
                     }
                 }
                 Some(Event::Decoded(lsn)) => {
@@ -691,12 +703,11 @@ impl<'a> StreamState<'a> {
         }
     }
 
-    /// The XLogData message of an output row.
-    fn row(&mut self, row: &OutputRow) -> Bytes {
-        self.decoded = self.decoded.max(row.lsn);
-        self.last_row = self.last_row.max(row.lsn);
+    /// A batch of rows is about to go out.
+    fn sent_rows(&mut self, batch: &Batch) {
+        self.decoded = self.decoded.max(batch.wal_end);
+        self.last_row = self.last_row.max(batch.last_row);
         self.lag.sent(self.decoded, Instant::now());
-        xlog_data(row, self.decoded)
     }
 
     /// A pass of the decoder ended at `lsn`: a keepalive to send when that position passes
@@ -806,14 +817,65 @@ fn now_pg_micros() -> i64 {
 }
 
 /// XLogData: `w`, the row's LSN, the end of the WAL sent so far, the send time, the row.
-fn xlog_data(row: &OutputRow, wal_end: Lsn) -> Bytes {
-    let mut b = BytesMut::with_capacity(25 + row.data.len());
-    b.put_u8(b'w');
-    b.put_u64(row.lsn.0);
-    b.put_u64(wal_end.0);
-    b.put_i64(now_pg_micros());
-    b.put_slice(&row.data);
-    b.freeze()
+/// Output rows as the XLogData messages that carry them, back to back. A message's send
+/// time is written when the batch is handed to the connection ([`Batch::stamp`]), which
+/// sends it at once.
+struct Batch {
+    bytes: BytesMut,
+    /// Where each message ends in `bytes`.
+    ends: Vec<usize>,
+    /// The end of the WAL sent once this batch is out: every row's position and every
+    /// position a pass reported before it, and the stream's start.
+    wal_end: Lsn,
+    /// The last row's position.
+    last_row: Lsn,
+}
+
+/// Where a message's send time sits: after `w`, its LSN and the WAL end.
+const SEND_TIME_AT: usize = 17;
+/// An XLogData message's header: `w`, LSN, WAL end, send time.
+const XLOG_DATA_HEADER: usize = 25;
+
+impl Batch {
+    fn new(wal_end: Lsn) -> Batch {
+        Batch { bytes: BytesMut::new(), ends: Vec::with_capacity(BATCH_ROWS), wal_end, last_row: Lsn::INVALID }
+    }
+
+    fn push(&mut self, row: &OutputRow) {
+        self.wal_end = self.wal_end.max(row.lsn);
+        self.last_row = self.last_row.max(row.lsn);
+        self.bytes.reserve(XLOG_DATA_HEADER + row.data.len());
+        self.bytes.put_u8(b'w');
+        self.bytes.put_u64(row.lsn.0);
+        self.bytes.put_u64(self.wal_end.0);
+        self.bytes.put_i64(0);
+        self.bytes.put_slice(&row.data);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// A pass of the decoder ended at `pos`, reported to the connection.
+    fn passed(&mut self, pos: Lsn) {
+        self.wal_end = self.wal_end.max(pos);
+    }
+
+    fn stamp(&mut self, now_micros: i64) {
+        let mut start = 0;
+        for &end in &self.ends {
+            self.bytes[start + SEND_TIME_AT..start + XLOG_DATA_HEADER].copy_from_slice(&now_micros.to_be_bytes());
+            start = end;
+        }
+    }
+
+    /// The messages, sharing the batch's buffer.
+    fn messages(self) -> impl Iterator<Item = Bytes> {
+        let bytes = self.bytes.freeze();
+        let mut start = 0;
+        self.ends.into_iter().map(move |end| {
+            let m = bytes.slice(start..end);
+            start = end;
+            m
+        })
+    }
 }
 
 /// Primary keepalive: `k`, the end of the WAL sent, the send time, whether a reply is wanted.
@@ -850,12 +912,29 @@ mod tests {
 
     #[test]
     fn messages_have_the_protocol_layout() {
-        let row = OutputRow { lsn: Lsn(0x1_0000_0010), xid: settledb::Xid(7), data: b"BEGIN 7".to_vec() };
-        let w = xlog_data(&row, Lsn(0x1_0000_0020));
-        assert_eq!(w[0], b'w');
-        assert_eq!(u64::from_be_bytes(w[1..9].try_into().unwrap()), 0x1_0000_0010);
-        assert_eq!(u64::from_be_bytes(w[9..17].try_into().unwrap()), 0x1_0000_0020);
-        assert_eq!(&w[25..], b"BEGIN 7");
+        // A batch that starts where a pass ended, at 0x1_0000_0020: a row before that
+        // position (a transaction that began earlier) carries the pass's end as the WAL end.
+        let mut b = Batch::new(Lsn(0x1_0000_0020));
+        let row = |lsn: u64, data: &[u8]| OutputRow { lsn: Lsn(lsn), xid: settledb::Xid(7), data: data.to_vec() };
+        b.push(&row(0x1_0000_0010, b"BEGIN 7"));
+        b.push(&row(0x1_0000_0030, b""));
+        b.passed(Lsn(0x1_0000_0028));
+        b.push(&row(0x1_0000_0040, b"COMMIT 7"));
+        b.stamp(0x0102_0304_0506_0708);
+        assert_eq!((b.wal_end, b.last_row), (Lsn(0x1_0000_0040), Lsn(0x1_0000_0040)));
+        let m: Vec<Bytes> = b.messages().collect();
+        assert_eq!(m.len(), 3);
+        let field = |w: &Bytes, at: usize| u64::from_be_bytes(w[at..at + 8].try_into().unwrap());
+        for (w, (lsn, end, data)) in m.iter().zip([
+            (0x1_0000_0010, 0x1_0000_0020, &b"BEGIN 7"[..]),
+            (0x1_0000_0030, 0x1_0000_0030, &b""[..]),
+            (0x1_0000_0040, 0x1_0000_0040, &b"COMMIT 7"[..]),
+        ]) {
+            assert_eq!(w[0], b'w');
+            assert_eq!((field(w, 1), field(w, 9)), (lsn, end));
+            assert_eq!(field(w, 17), 0x0102_0304_0506_0708, "the send time is the batch's");
+            assert_eq!(&w[25..], data);
+        }
         let k = keepalive(Lsn(5), true);
         assert_eq!((k[0], k.len(), k[17]), (b'k', 18, 1));
         let mut r = vec![b'r'];
