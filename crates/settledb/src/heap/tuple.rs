@@ -536,19 +536,29 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    #[inline]
     fn take(&mut self, n: usize, what: &dyn std::fmt::Display) -> std::result::Result<&'a [u8], String> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.data.len()).ok_or_else(|| {
-            format!("{what} of {n} bytes at data offset {} overruns {} data bytes", self.pos, self.data.len())
-        })?;
-        let s = &self.data[self.pos..end];
-        self.pos = end;
-        Ok(s)
+        match self.pos.checked_add(n).filter(|&e| e <= self.data.len()) {
+            Some(end) => {
+                let s = &self.data[self.pos..end];
+                self.pos = end;
+                Ok(s)
+            }
+            None => Err(self.overrun(n, what)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn overrun(&self, n: usize, what: &dyn std::fmt::Display) -> String {
+        format!("{what} of {n} bytes at data offset {} overruns {} data bytes", self.pos, self.data.len())
     }
 
     fn align(&mut self, a: usize) {
         self.pos = align_to(self.pos, a);
     }
 
+    #[inline]
     fn fixed<const N: usize>(
         &mut self,
         align: usize,
@@ -587,6 +597,7 @@ impl<'a> Reader<'a> {
     }
 }
 
+#[inline(always)]
 fn get_value(r: &mut Reader<'_>, ty: Type, what: &dyn std::fmt::Display) -> std::result::Result<Value, String> {
     Ok(match ty {
         Type::Int4 => Value::Int4(i32::from_le_bytes(r.fixed::<4>(ty.align(), what)?)),
