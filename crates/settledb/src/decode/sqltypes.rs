@@ -85,29 +85,25 @@ pub fn numeric_text(m: i64, scale: u8) -> String {
 /// `int4out`/`int8out` write it), without an allocation: output plugins write every integer
 /// and numeric column of every row through it.
 pub fn push_decimal(out: &mut Vec<u8>, m: i64, scale: u8) {
-    // Digits right to left: 19 for |i64::MIN|, then zeros so that one precedes the point.
-    let mut buf = [b'0'; 40];
-    let mut at = buf.len();
-    let mut v = m.unsigned_abs();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    let scale = usize::from(scale).min(buf.len() - 21);
-    // At least scale + 1 digits: the zeros are already there.
-    at = at.min(buf.len() - scale - 1);
+    let mut buf = itoa::Buffer::new();
+    let digits = buf.format(m.unsigned_abs()).as_bytes();
+    // 19 places at most: |i64::MIN| has 19 digits.
+    let scale = usize::from(scale).min(19);
     if m < 0 {
         out.push(b'-');
     }
-    let point = buf.len() - scale;
-    out.extend_from_slice(&buf[at..point]);
-    if scale > 0 {
+    if scale == 0 {
+        out.extend_from_slice(digits);
+    } else if digits.len() > scale {
+        let (int, frac) = digits.split_at(digits.len() - scale);
+        out.extend_from_slice(int);
         out.push(b'.');
-        out.extend_from_slice(&buf[point..]);
+        out.extend_from_slice(frac);
+    } else {
+        // A zero before the point, and the fraction's leading zeros.
+        out.extend_from_slice(b"0.");
+        out.extend(std::iter::repeat_n(b'0', scale - digits.len()));
+        out.extend_from_slice(digits);
     }
 }
 

@@ -597,6 +597,18 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A text value's bytes as a `str`, the error text built out of line.
+#[inline]
+fn text<'a>(b: &'a [u8], what: &dyn std::fmt::Display) -> std::result::Result<&'a str, String> {
+    std::str::from_utf8(b).map_err(|e| not_utf8(e, what))
+}
+
+#[cold]
+#[inline(never)]
+fn not_utf8(e: std::str::Utf8Error, what: &dyn std::fmt::Display) -> String {
+    format!("{what} is not valid UTF-8: {e}")
+}
+
 #[inline(always)]
 fn get_value(r: &mut Reader<'_>, ty: Type, what: &dyn std::fmt::Display) -> std::result::Result<Value, String> {
     Ok(match ty {
@@ -611,7 +623,7 @@ fn get_value(r: &mut Reader<'_>, ty: Type, what: &dyn std::fmt::Display) -> std:
         },
         Type::Text => {
             let b = r.varlena(what)?;
-            Value::Text(String::from_utf8(b.to_vec()).map_err(|e| format!("{what} is not valid UTF-8: {e}"))?)
+            Value::Text(text(b, what)?.to_owned())
         }
         Type::Bytea => Value::Bytea(r.varlena(what)?.to_vec()),
     })
@@ -662,7 +674,7 @@ fn deform_data_into(
             (None, true) => out.push(Value::Null),
             (Some(Value::Text(s)), false) if c.ty == Type::Text => {
                 let b = r.varlena(&what)?;
-                let t = std::str::from_utf8(b).map_err(|e| format!("{what} is not valid UTF-8: {e}"))?;
+                let t = text(b, &what)?;
                 s.clear();
                 s.push_str(t);
             }
