@@ -73,8 +73,12 @@ pub const WAL_SENDER_TIMEOUT: Duration = Duration::from_secs(60);
 pub const IDLE_WAIT: Duration = Duration::from_millis(100);
 /// Rows handed from the decoder thread to the connection in one message, at most.
 const BATCH_ROWS: usize = 256;
-/// Rows in flight between the decoder thread and the connection.
-const CHANNEL_ROWS: usize = 1024;
+/// A batch's first allocation: room for [`BATCH_ROWS`] rows of TPC-C's size (about 250
+/// bytes), below the size the allocator would map afresh for each batch.
+const BATCH_BYTES: usize = 80 * 1024;
+/// Messages (batches, positions) in flight between the decoder thread and the connection: up
+/// to 16,384 rows, a few MB, ahead of a slow client.
+const CHANNEL_MESSAGES: usize = 64;
 /// A keepalive goes out at least this often while streaming, even when nothing moved.
 const KEEPALIVE_EVERY: Duration = Duration::from_secs(10);
 
@@ -483,7 +487,7 @@ impl Drop for Decoder {
 }
 
 fn spawn_decoder(sh: Arc<Shared>, slot: String, start: Lsn, options: Vec<(String, Option<String>)>) -> Decoder {
-    let (tx, events) = tokio::sync::mpsc::channel(CHANNEL_ROWS);
+    let (tx, events) = tokio::sync::mpsc::channel(CHANNEL_MESSAGES);
     let stop = Arc::new(AtomicBool::new(false));
     let stopped = stop.clone();
     let thread = std::thread::Builder::new().name(format!("walsender-{slot}")).spawn(move || {
@@ -838,7 +842,12 @@ const XLOG_DATA_HEADER: usize = 25;
 
 impl Batch {
     fn new(wal_end: Lsn) -> Batch {
-        Batch { bytes: BytesMut::new(), ends: Vec::with_capacity(BATCH_ROWS), wal_end, last_row: Lsn::INVALID }
+        Batch {
+            bytes: BytesMut::with_capacity(BATCH_BYTES),
+            ends: Vec::with_capacity(BATCH_ROWS),
+            wal_end,
+            last_row: Lsn::INVALID,
+        }
     }
 
     fn push(&mut self, row: &OutputRow) {
