@@ -15,11 +15,12 @@
 //! ([`settledb::Database::decode_slot_follow`]): it reads from the slot's `restart_lsn`,
 //! skips what committed before the client's requested position (or the slot's
 //! `confirmed_flush_lsn`, if later), and hands the output rows over a bounded channel in
-//! batches of up to [`BATCH_ROWS`]; at the flushed end of the WAL it reports the position
-//! decoded to and waits for the next WAL flush (at most [`IDLE_WAIT`]), then reads on from
-//! where it stopped, its reorder buffer kept, so a commit reaches the client as soon as it is
-//! durable. The connection's task sends each row as an XLogData message (`w`: the row's LSN,
-//! the end of the WAL decoded, the send time, the plugin's bytes) and, when the position
+//! batches of up to [`BATCH_ROWS`], each row already an XLogData message (`w`: the row's LSN,
+//! the end of the WAL decoded, the send time, the plugin's bytes) in the batch's one buffer
+//! ([`Batch`]); at the flushed end of the WAL it reports the position decoded to and waits
+//! for the next WAL flush (at most [`IDLE_WAIT`]), then reads on from where it stopped, its
+//! reorder buffer kept, so a commit reaches the client as soon as it is durable. The
+//! connection's task sends each message of a batch as CopyData and, when the position
 //! decoded to passes the last row sent, a keepalive (`k`) carrying it, which is what lets
 //! `pg_recvlogical --endpos` stop when no row reaches it. The client's standby status
 //! updates (`r`) advance the slot's `confirmed_flush_lsn` (and with it `restart_lsn` and
