@@ -821,10 +821,9 @@ fn now_pg_micros() -> i64 {
     unix - PG_EPOCH_MICROS
 }
 
-/// XLogData: `w`, the row's LSN, the end of the WAL sent so far, the send time, the row.
-/// Output rows as the XLogData messages that carry them, back to back. A message's send
-/// time is written when the batch is handed to the connection ([`Batch::stamp`]), which
-/// sends it at once.
+/// Output rows as the XLogData messages that carry them, back to back (`w`, the row's LSN,
+/// the end of the WAL sent so far, the send time, the row). A message's send time is written
+/// when the batch is handed to the connection ([`Batch::stamp`]), which sends it at once.
 struct Batch {
     bytes: BytesMut,
     /// Where each message ends in `bytes`.
