@@ -37,7 +37,8 @@
 //! - **idle_in_transaction_session_timeout**: waiting for the next message while the session
 //!   is in a transaction block (failed or not) is bounded by the session's timeout; past it
 //!   the client gets FATAL 25P03 and the connection closes, which ends the session and rolls
-//!   its transaction back.
+//!   its transaction back;
+//! - **idle_session_timeout**: the same outside a block, with FATAL 57P05.
 
 use std::io;
 use std::pin::Pin;
@@ -211,9 +212,9 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
                 register(&sh.registry, &mut slot, &socket, &control);
             }
             match idle_limit(&socket, &control) {
-                Some(limit) => match tokio::time::timeout(limit, socket.next()).await {
+                Some((limit, ended)) => match tokio::time::timeout(limit, socket.next()).await {
                     Ok(msg) => msg,
-                    Err(_) => return fatal(&mut socket, sh, crate::interrupt::idle_in_transaction_timeout()).await,
+                    Err(_) => return fatal(&mut socket, sh, ended()).await,
                 },
                 None => socket.next().await,
             }
@@ -319,11 +320,18 @@ fn register<C: ClientInfo>(
     }
 }
 
-/// How long the connection may wait for the client: the session's
-/// `idle_in_transaction_session_timeout` when it is in a block and ready for a query.
-fn idle_limit<C: ClientInfo>(client: &C, control: &Control) -> Option<Duration> {
-    if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) || control.status() == TxStatus::Idle {
+/// How long the connection may wait for the client once it is ready for a query, and the
+/// FATAL error past it: the session's `idle_in_transaction_session_timeout` in a block (failed
+/// or not), its `idle_session_timeout` outside one.
+fn idle_limit<C: ClientInfo>(client: &C, control: &Control) -> Option<(Duration, fn() -> SqlError)> {
+    if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
         return None;
     }
-    control.idle_in_transaction_timeout()
+    if control.status() == TxStatus::Idle {
+        control.idle_session_timeout().map(|t| (t, crate::interrupt::idle_session_timeout as fn() -> SqlError))
+    } else {
+        control
+            .idle_in_transaction_timeout()
+            .map(|t| (t, crate::interrupt::idle_in_transaction_timeout as fn() -> SqlError))
+    }
 }

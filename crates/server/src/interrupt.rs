@@ -1,5 +1,6 @@
-//! Interrupts: query cancel, `statement_timeout`, `idle_in_transaction_session_timeout` and
-//! `max_connections`, the session features that reach across threads.
+//! Interrupts: query cancel, `statement_timeout`, `idle_in_transaction_session_timeout`,
+//! `idle_session_timeout` and `max_connections`, the session features that reach across
+//! threads.
 //!
 //! PostgreSQL delivers these as signals that set flags (`QueryCancelPending`,
 //! `IdleInTransactionSessionTimeoutPending`, ...) which a backend acts on only where the code
@@ -16,8 +17,8 @@
 //! ```
 //!
 //! * [`Control`] is one connection's shared block: the cancel flag, the transaction status the
-//!   session last reported (what ReadyForQuery says, and what the idle-in-transaction timer
-//!   looks at), and the session's `idle_in_transaction_session_timeout`.
+//!   session last reported (what ReadyForQuery says, and what picks the idle timer), and the
+//!   session's two idle timeouts.
 //! * [`Registry`] maps the BackendKeyData a connection was given at startup (process ID and
 //!   secret key) to its `Control`, hands out process IDs, and counts connections against
 //!   `max_connections`. A CancelRequest with a key that matches no session does nothing, as
@@ -77,6 +78,7 @@ pub struct Control {
     terminate: AtomicBool,
     status: AtomicU8,
     idle_in_transaction_timeout_ms: AtomicU64,
+    idle_session_timeout_ms: AtomicU64,
 }
 
 impl Control {
@@ -118,9 +120,25 @@ impl Control {
     }
 
     pub fn set_idle_in_transaction_timeout(&self, t: Option<Duration>) {
-        let ms = t.map_or(0, |d| d.as_millis().clamp(1, u128::from(u64::MAX)) as u64);
-        self.idle_in_transaction_timeout_ms.store(ms, Ordering::Release);
+        self.idle_in_transaction_timeout_ms.store(millis(t), Ordering::Release);
     }
+
+    /// `idle_session_timeout` as the session last set it (`None`: off).
+    pub fn idle_session_timeout(&self) -> Option<Duration> {
+        match self.idle_session_timeout_ms.load(Ordering::Acquire) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+
+    pub fn set_idle_session_timeout(&self, t: Option<Duration>) {
+        self.idle_session_timeout_ms.store(millis(t), Ordering::Release);
+    }
+}
+
+/// A timeout in whole milliseconds, at least 1; 0 for none.
+fn millis(t: Option<Duration>) -> u64 {
+    t.map_or(0, |d| d.as_millis().clamp(1, u128::from(u64::MAX)) as u64)
 }
 
 /// A session's BackendKeyData: process ID and secret key (4 bytes under protocol 3.0).
@@ -332,6 +350,10 @@ pub fn too_many_clients() -> SqlError {
 
 pub fn idle_in_transaction_timeout() -> SqlError {
     SqlError::new("25P03", "terminating connection due to idle-in-transaction timeout")
+}
+
+pub fn idle_session_timeout() -> SqlError {
+    SqlError::new("57P05", "terminating connection due to idle-session timeout")
 }
 
 #[cfg(test)]

@@ -19,8 +19,8 @@
 //!             text/binary I/O
 //!   catalog   the SQL column types the engine does not keep (DIR/server_catalog)
 //!   copy      COPY FROM STDIN / TO STDOUT;  utility  VACUUM;  settings  GUCs;  log  server log
-//!   interrupt cancel requests, statement_timeout, idle_in_transaction_session_timeout,
-//!             max_connections: the flags and registry that reach a session from outside
+//!   interrupt cancel requests, statement_timeout, the idle timeouts, max_connections:
+//!             the flags and registry that reach a session from outside
 //!   views     pg_stat_user_tables, pg_stat_database from the engine's counters,
 //!             pg_replication_slots, pg_stat_replication_slots, pg_locks, pg_namespace, pg_am;
 //!             pgcatalog  pg_attribute, pg_index, pg_type, pg_constraint & co. (psql's \d);

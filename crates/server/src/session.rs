@@ -365,6 +365,8 @@ impl<'db> Session<'db> {
         self.statement_timeout = settings::duration_of(&self.settings, "statement_timeout");
         let idle = settings::duration_of(&self.settings, "idle_in_transaction_session_timeout");
         self.interrupts.control.set_idle_in_transaction_timeout(idle);
+        let idle = settings::duration_of(&self.settings, "idle_session_timeout");
+        self.interrupts.control.set_idle_session_timeout(idle);
     }
 
     /// What ReadyForQuery reports now.

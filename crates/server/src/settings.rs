@@ -33,6 +33,7 @@ const CLIENT: &[(&str, &str)] = &[
     ("datestyle", "ISO, MDY"),
     ("extra_float_digits", "1"),
     ("idle_in_transaction_session_timeout", "0"),
+    ("idle_session_timeout", "0"),
     ("intervalstyle", "postgres"),
     ("search_path", "\"$user\", public"),
     ("standard_conforming_strings", "on"),
@@ -123,7 +124,7 @@ pub fn set(db: &Database, s: &mut BTreeMap<String, String>, name: &str, value: &
         "timezone" if !matches!(lower.as_str(), "utc" | "gmt" | "etc/utc" | "z" | "0" | "+0" | "+00" | "00:00") => {
             return refuse("timestamps carry no zone; the session zone is UTC")
         }
-        "statement_timeout" | "idle_in_transaction_session_timeout" => {
+        "statement_timeout" | "idle_in_transaction_session_timeout" | "idle_session_timeout" => {
             // Stored as SHOW prints it, so the session reads one spelling.
             let v = parse_ms(name, value)?;
             s.insert(name.to_string(), if v == 0 { "0".into() } else { ms(v) });

@@ -4,7 +4,8 @@
 //! malformed protocol bytes never take the server down or disturb other sessions. The session
 //! features: savepoints (and ROLLBACK TO out of a failed block, with ReadyForQuery's status),
 //! `max_connections` (53300), `statement_timeout` and cancel requests (57014),
-//! `idle_in_transaction_session_timeout` (FATAL 25P03, the transaction rolled back).
+//! `idle_in_transaction_session_timeout` (FATAL 25P03, the transaction rolled back) and
+//! `idle_session_timeout` (FATAL 57P05).
 
 mod common;
 
@@ -862,6 +863,36 @@ async fn idle_in_transaction_timeout_ends_the_session_and_rolls_back() {
     assert!(c.batch_execute("select nosuch").await.is_err());
     let e = conn.await.unwrap().unwrap_err();
     assert_eq!(code(&e), "25P03", "{e}");
+}
+
+/// `idle_session_timeout` limits the wait outside a block (where
+/// `idle_in_transaction_session_timeout` does not apply) and only there: a block waits as long
+/// as it likes under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_session_timeout_ends_an_idle_session_outside_a_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let (c, conn) = connect_watched(&s).await;
+    c.batch_execute("set idle_session_timeout = '1s'").await.unwrap();
+    assert_eq!(c.query_one("show idle_session_timeout", &[]).await.unwrap().get::<_, String>(0), "1s");
+    // Inside a block the session waits longer than the timeout and goes on.
+    c.batch_execute("begin").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    c.batch_execute("select 1; commit").await.unwrap();
+    // Outside one it is closed with FATAL 57P05 (within 20 s: a server that never
+    // closed it would otherwise hang the test).
+    let e = tokio::time::timeout(Duration::from_secs(60), conn)
+        .await
+        .expect("the session was closed")
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(code(&e), "57P05", "{e}");
+    assert_eq!(e.as_db_error().unwrap().message(), "terminating connection due to idle-session timeout");
+    assert!(c.batch_execute("select 1").await.is_err(), "the connection is closed");
+    // A bad value is refused as PostgreSQL refuses it.
+    let other = connect(&s).await;
+    let e = other.batch_execute("set idle_session_timeout = -1").await.unwrap_err();
+    assert_eq!(code(&e), "22023", "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
