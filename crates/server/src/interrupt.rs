@@ -113,32 +113,34 @@ impl Control {
 
     /// `idle_in_transaction_session_timeout` as the session last set it (`None`: off).
     pub fn idle_in_transaction_timeout(&self) -> Option<Duration> {
-        match self.idle_in_transaction_timeout_ms.load(Ordering::Acquire) {
-            0 => None,
-            ms => Some(Duration::from_millis(ms)),
-        }
+        load_timeout(&self.idle_in_transaction_timeout_ms)
     }
 
     pub fn set_idle_in_transaction_timeout(&self, t: Option<Duration>) {
-        self.idle_in_transaction_timeout_ms.store(millis(t), Ordering::Release);
+        store_timeout(&self.idle_in_transaction_timeout_ms, t);
     }
 
     /// `idle_session_timeout` as the session last set it (`None`: off).
     pub fn idle_session_timeout(&self) -> Option<Duration> {
-        match self.idle_session_timeout_ms.load(Ordering::Acquire) {
-            0 => None,
-            ms => Some(Duration::from_millis(ms)),
-        }
+        load_timeout(&self.idle_session_timeout_ms)
     }
 
     pub fn set_idle_session_timeout(&self, t: Option<Duration>) {
-        self.idle_session_timeout_ms.store(millis(t), Ordering::Release);
+        store_timeout(&self.idle_session_timeout_ms, t);
     }
 }
 
-/// A timeout in whole milliseconds, at least 1; 0 for none.
-fn millis(t: Option<Duration>) -> u64 {
-    t.map_or(0, |d| d.as_millis().clamp(1, u128::from(u64::MAX)) as u64)
+/// A timeout kept in whole milliseconds, 0 for none.
+fn load_timeout(ms: &AtomicU64) -> Option<Duration> {
+    match ms.load(Ordering::Acquire) {
+        0 => None,
+        ms => Some(Duration::from_millis(ms)),
+    }
+}
+
+/// Keeps `t` in whole milliseconds, at least 1 (0 means none).
+fn store_timeout(ms: &AtomicU64, t: Option<Duration>) {
+    ms.store(t.map_or(0, |d| d.as_millis().clamp(1, u128::from(u64::MAX)) as u64), Ordering::Release);
 }
 
 /// A session's BackendKeyData: process ID and secret key (4 bytes under protocol 3.0).
