@@ -873,10 +873,10 @@ async fn idle_session_timeout_ends_an_idle_session_outside_a_block() {
     let dir = tempfile::tempdir().unwrap();
     let s = TestServer::start(dir.path());
     let (c, conn) = connect_watched(&s).await;
-    c.batch_execute("set idle_session_timeout = '1s'").await.unwrap();
+    // Set inside the block, so that no wait outside one comes before the test means it to.
+    c.batch_execute("begin; set idle_session_timeout = '1s'").await.unwrap();
     assert_eq!(c.query_one("show idle_session_timeout", &[]).await.unwrap().get::<_, String>(0), "1s");
     // Inside a block the session waits longer than the timeout and goes on.
-    c.batch_execute("begin").await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     c.batch_execute("select 1; commit").await.unwrap();
     // Outside one it is closed with FATAL 57P05 (within 20 s: a server that never
