@@ -39,8 +39,10 @@
 //!   [--json]`: SIGKILL a child running the workload, recover, verify every acknowledged commit
 //!   against its ack log and run `check`; exits 1 on any anomaly (see `torture`).
 //!   `--wraparound [--xids N] [--autovacuum off]`: the XID wraparound soak instead (see `soak`).
-//! * `settle serve --dir DIR [--port P] [--listen ADDR]`: PostgreSQL's wire protocol over a data
-//!   directory, for psql, pgbench and drivers (see `serve.rs` and the `settledb-server` crate).
+//! * `settle serve --dir DIR [--port P] [--listen ADDR] [--password-file F] [--trust]`:
+//!   PostgreSQL's wire protocol over a data directory, for psql, pgbench and drivers; SCRAM
+//!   against the roles' stored passwords unless `--trust` (see `serve.rs` and the
+//!   `settledb-server` crate).
 //! * `settle decode DIR --slot S [--create-slot [--plugin P]] [--drop-slot] [--start [-f FILE]
 //!   [--endpos LSN] [-o NAME[=VALUE]]...]`: `pg_recvlogical` on the directory, opened by this
 //!   process (see `decode.rs`).

@@ -1,4 +1,4 @@
-//! `settle serve --dir DIR [--port P] [--listen ADDR] [--password-file F | --trust] [--set
+//! `settle serve --dir DIR [--port P] [--listen ADDR] [--password-file F] [--trust] [--set
 //! NAME=VALUE]...`: serves a data directory over PostgreSQL's wire protocol (see the
 //! `settledb-server` crate and docs/server.md), so that `psql`, `pgbench` and drivers connect.
 //!
@@ -7,23 +7,33 @@
 //! SIGINT or SIGTERM stops it: sessions are ended (open transactions roll back) and the
 //! database is closed with a shutdown checkpoint, so the next start needs no recovery.
 //!
-//! Authentication: without `--password-file` the server trusts every connection, and then
-//! refuses to listen on anything but a loopback address unless `--trust` says so. With it,
-//! every client must prove it knows the file's first line by SCRAM-SHA-256 (the password never
-//! crosses the connection).
+//! Authentication is SCRAM-SHA-256 against the login role's stored password (the password
+//! never crosses the connection, and the server keeps only its verifier), as a PostgreSQL
+//! cluster initialized with `initdb -A scram-sha-256` does. Roles live in `DIR/server_roles`;
+//! `CREATE ROLE`, `ALTER ROLE` (psql's `\password`) and `DROP ROLE` change them. The
+//! bootstrap superuser is `postgres`:
+//!
+//! * `--password-file F`: F's first line becomes `postgres`'s password when it has none (at
+//!   initialization, like `initdb --pwfile`; it is stored, so later starts need not repeat
+//!   it); when it has one, the file must hold it.
+//! * `--trust`: every connection is accepted without a password, whatever the address.
+//! * Neither, and no role has a password: the server refuses to start, naming both options.
 //!
 //! TLS: with `--ssl-cert-file F --ssl-key-file K` (PEM, PostgreSQL's `ssl_cert_file` and
 //! `ssl_key_file`) a client that asks for TLS (`sslmode=require`, or libpq's default `prefer`)
 //! gets it; one that does not stays in plain text.
 //!
-//! `--set max_connections=N` (default 100) is the server's, not the engine's: connection
-//! N + 1 is refused with FATAL 53300 `sorry, too many clients already`.
+//! `--set max_connections=N` (default 100) and `--set superuser_reserved_connections=R`
+//! (default 3, less than N) are the server's, not the engine's: connection N + 1 is refused
+//! with FATAL 53300 `sorry, too many clients already`, and once N - R connections are in, a
+//! role that is not a superuser gets FATAL 53300 `remaining connection slots are reserved for
+//! non-replication superuser connections` after it authenticates.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use settledb_server::{ServeOptions, Server};
+use settledb_server::{ServeError, ServeOptions, Server};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -36,10 +46,11 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     listen: String,
-    /// A file whose first line is the password every client must prove by SCRAM-SHA-256.
-    #[arg(long, value_name = "FILE", conflicts_with = "trust")]
+    /// A file whose first line becomes role postgres's password (stored as a SCRAM-SHA-256
+    /// verifier, once: later starts need not give it again).
+    #[arg(long, value_name = "FILE")]
     password_file: Option<PathBuf>,
-    /// Accept every connection without a password, even on a non-loopback address.
+    /// Accept every connection without a password.
     #[arg(long)]
     trust: bool,
     /// Configuration parameters, `name=value` (PostgreSQL names and units).
@@ -54,20 +65,27 @@ pub struct ServeArgs {
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode> {
-    // max_connections belongs to the server; every other parameter to the engine.
-    let (limit, engine): (Vec<String>, Vec<String>) =
-        a.set.iter().cloned().partition(|kv| kv.split_once('=').is_some_and(|(k, _)| k.trim() == "max_connections"));
+    // The connection limits belong to the server; every other parameter to the engine.
+    let server_param = |kv: &String| {
+        kv.split_once('=')
+            .is_some_and(|(k, _)| matches!(k.trim(), "max_connections" | "superuser_reserved_connections"))
+    };
+    let (limits, engine): (Vec<String>, Vec<String>) = a.set.iter().cloned().partition(server_param);
     let config = crate::config_from(&engine)?;
     let command_line = engine
         .iter()
         .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
         .collect();
-    let mut max_connections = 100;
-    for kv in &limit {
-        let v = kv.split_once('=').map_or("", |(_, v)| v.trim());
-        max_connections = match v.parse::<usize>() {
-            Ok(n) if (1..=262_143).contains(&n) => n,
-            _ => bail!("max_connections must be an integer from 1 to 262143, got {v:?}"),
+    let (mut max_connections, mut superuser_reserved_connections) = (100, 3);
+    for kv in &limits {
+        let (k, v) = kv.split_once('=').map_or(("", ""), |(k, v)| (k.trim(), v.trim()));
+        let (slot, min) = match k {
+            "max_connections" => (&mut max_connections, 1),
+            _ => (&mut superuser_reserved_connections, 0),
+        };
+        *slot = match v.parse::<usize>() {
+            Ok(n) if (min..=262_143).contains(&n) => n,
+            _ => bail!("{k} must be an integer from {min} to 262143, got {v:?}"),
         };
     }
     let password = match &a.password_file {
@@ -81,13 +99,6 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    let loopback = a.listen.parse::<std::net::IpAddr>().map(|ip| ip.is_loopback()).unwrap_or(a.listen == "localhost");
-    if password.is_none() && !loopback && !a.trust {
-        bail!(
-            "refusing to accept connections on {} without a password: give --password-file FILE, or --trust",
-            a.listen
-        );
-    }
     let opts = ServeOptions {
         dir: a.dir,
         listen: if a.listen == "localhost" { "127.0.0.1".into() } else { a.listen },
@@ -95,14 +106,26 @@ pub fn run(a: ServeArgs) -> Result<ExitCode> {
         config,
         command_line,
         password,
+        trust: a.trust,
         log_to_stderr: true,
         max_connections,
+        superuser_reserved_connections,
         tls_files: a.ssl_cert_file.zip(a.ssl_key_file),
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let dir = opts.dir.clone();
     rt.block_on(async move {
         let server = Server::bind(opts).await?;
         server.run(settledb_server::shutdown_signal()).await
+    })
+    .map_err(|e| match e {
+        ServeError::NoPassword { .. } => anyhow::anyhow!(
+            "no role of {} has a password, so no client could log in: give --password-file FILE (its first line \
+             becomes role \"postgres\"'s password; it is stored, so give it once), or --trust to accept every \
+             connection without a password",
+            dir.display()
+        ),
+        e => e.into(),
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -27,11 +27,14 @@
 //!   simple query that is a replication command goes to [`crate::walsender`], which answers it
 //!   on the socket itself (START_REPLICATION streams until the client ends it); other SQL
 //!   runs as on any connection;
-//! - **a wrong password** gets PostgreSQL's FATAL 28P01 naming the user;
+//! - **a wrong password** (or a login as a role that cannot authenticate, see
+//!   [`crate::auth`]) gets PostgreSQL's FATAL 28P01 naming the user;
 //! - **max_connections**: a StartupMessage takes a connection slot ([`Registry::admit`]);
 //!   when none is free the client gets FATAL 53300 `sorry, too many clients already` and the
 //!   connection closes, as PostgreSQL refuses the backend before authentication. A
-//!   CancelRequest takes no slot, so a full server can still be asked to cancel.
+//!   CancelRequest takes no slot, so a full server can still be asked to cancel. The slots
+//!   kept for superusers (`superuser_reserved_connections`) are checked after
+//!   authentication, when the role is known ([`crate::auth`]).
 //! - **BackendKeyData**: once startup is done, the session is registered under the process
 //!   ID and key the client was given, for CancelRequests from other connections.
 //! - **idle_in_transaction_session_timeout**: waiting for the next message while the session
@@ -174,7 +177,7 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
     let Some(plain) = negotiated else { return Ok(()) };
     let old = plain.into_parts();
     // Bytes read while TLS was negotiated are checked like every later byte.
-    let mut check = crate::frames::FrameCheck::new(sh.password.is_some());
+    let mut check = crate::frames::FrameCheck::new(!sh.trust);
     let mut read_buf = old.read_buf;
     let failed = check.feed(&read_buf).err().map(|(sound, e)| {
         read_buf.truncate(sound);
@@ -307,7 +310,8 @@ fn replication_client<C: ClientInfo>(c: &C) -> walsender::Client {
     }
 }
 
-/// Registers the session under the BackendKeyData its client was given at startup.
+/// Registers the session under the BackendKeyData its client was given at startup, and
+/// records the role it logged in as.
 fn register<C: ClientInfo>(
     registry: &Registry,
     slot: &mut Option<crate::interrupt::Slot>,
@@ -318,6 +322,8 @@ fn register<C: ClientInfo>(
         let (pid, key) = client.pid_and_secret_key();
         registry.register(slot, pid, key.to_bytes().to_vec(), control.clone());
     }
+    // Authentication is done: the role it accepted is the session's.
+    control.set_role(client.metadata().get("user").map_or("", String::as_str));
 }
 
 /// How long the connection may wait for the client once it is ready for a query, and the

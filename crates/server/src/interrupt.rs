@@ -17,11 +17,14 @@
 //! ```
 //!
 //! * [`Control`] is one connection's shared block: the cancel flag, the transaction status the
-//!   session last reported (what ReadyForQuery says, and what picks the idle timer), and the
-//!   session's two idle timeouts.
+//!   session last reported (what ReadyForQuery says, and what picks the idle timer), the
+//!   session's two idle timeouts, and the role it logged in as (set once authentication is
+//!   done, before the first statement).
 //! * [`Registry`] maps the BackendKeyData a connection was given at startup (process ID and
 //!   secret key) to its `Control`, hands out process IDs, and counts connections against
-//!   `max_connections`. A CancelRequest with a key that matches no session does nothing, as
+//!   `max_connections` and, after authentication, a non-superuser's against the slots left
+//!   when `superuser_reserved_connections` are kept back ([`Registry::admits_non_superuser`],
+//!   called by `crate::auth`). A CancelRequest with a key that matches no session does nothing, as
 //!   in PostgreSQL (the client learns nothing either way).
 //! * [`Interrupts`] is the session thread's side: the control block plus the running
 //!   statement's deadline. Interruption points are the loops of the executor (sequential
@@ -79,9 +82,23 @@ pub struct Control {
     status: AtomicU8,
     idle_in_transaction_timeout_ms: AtomicU64,
     idle_session_timeout_ms: AtomicU64,
+    /// The role the connection authenticated as.
+    role: std::sync::OnceLock<String>,
 }
 
 impl Control {
+    /// Records the role the connection logged in as (the first call wins: a session's role
+    /// does not change).
+    pub fn set_role(&self, role: &str) {
+        let _ = self.role.set(role.to_string());
+    }
+
+    /// The session's role (`current_user`); a session made without a connection (as the fuzz
+    /// targets make one) is the bootstrap superuser's.
+    pub fn role(&self) -> &str {
+        self.role.get().map_or(crate::roles::BOOTSTRAP_SUPERUSER, String::as_str)
+    }
+
     /// A CancelRequest matched this session: its running statement stops at the next
     /// interruption point.
     pub fn request_cancel(&self) {
@@ -153,20 +170,35 @@ pub struct Registry {
     next_pid: AtomicI32,
     connections: AtomicUsize,
     max_connections: usize,
+    /// `superuser_reserved_connections`: slots only superusers may take.
+    reserved: usize,
 }
 
 impl Registry {
-    pub fn new(max_connections: usize) -> Registry {
+    /// A registry for `max_connections` slots, the last `reserved` of them for superusers
+    /// (`reserved < max_connections`, which the server checks at startup).
+    pub fn new(max_connections: usize, reserved: usize) -> Registry {
         Registry {
             sessions: Mutex::default(),
             next_pid: AtomicI32::new(std::process::id() as i32 & 0x3fff_ffff),
             connections: AtomicUsize::new(0),
             max_connections,
+            reserved,
         }
     }
 
     pub fn max_connections(&self) -> usize {
         self.max_connections
+    }
+
+    pub fn superuser_reserved_connections(&self) -> usize {
+        self.reserved
+    }
+
+    /// Whether an authenticated connection of a role that is not a superuser may stay: the
+    /// connections holding slots (its own among them) leave at least the reserved ones free.
+    pub fn admits_non_superuser(&self) -> bool {
+        self.connections.load(Ordering::Acquire) + self.reserved <= self.max_connections
     }
 
     /// A process ID for a new connection's BackendKeyData, unique among live sessions.
@@ -384,7 +416,7 @@ mod tests {
 
     #[test]
     fn slots_are_counted_and_given_back() {
-        let r = Arc::new(Registry::new(2));
+        let r = Arc::new(Registry::new(2, 0));
         let mut a = r.admit().unwrap();
         let _b = r.admit().unwrap();
         assert!(r.admit().is_none());
@@ -395,5 +427,18 @@ mod tests {
         drop(a);
         assert!(!r.cancel(7, &[1, 2, 3, 4]), "a closed session is unregistered");
         assert!(r.admit().is_some());
+    }
+
+    #[test]
+    fn reserved_slots_are_left_to_superusers() {
+        // max_connections 4, 2 reserved: two ordinary sessions fit, a third (counted once it
+        // took its slot) does not; its slot can still go to a superuser.
+        let r = Arc::new(Registry::new(4, 2));
+        let (_a, _b) = (r.admit().unwrap(), r.admit().unwrap());
+        assert!(r.admits_non_superuser());
+        let third = r.admit().unwrap();
+        assert!(!r.admits_non_superuser());
+        drop(third);
+        assert!(r.admits_non_superuser());
     }
 }

@@ -5,7 +5,10 @@
 //! `server -> settledb`) and adds:
 //!
 //! ```text
-//!   wire      pgwire handlers: startup/auth, simple + extended query, COPY; session threads
+//!   wire      pgwire handlers: simple + extended query, COPY; session threads
+//!   auth      startup: SCRAM-SHA-256 against the role's verifier (or trust), then the role's
+//!             LOGIN and superuser_reserved_connections;  roles  the roles file (DIR/server_roles),
+//!             SCRAM verifiers, CREATE/ALTER/DROP ROLE
 //!   conn      the message loop;  frames  the protocol's grammar checked before pgwire decodes
 //!             (fuzzing: the cargo-fuzz targets' entry points)
 //!   parse     statement splitting, our parser for VACUUM/ANALYZE/CHECKPOINT/COPY, sqlparser
@@ -41,6 +44,7 @@
 //!
 //! See `docs/server.md` for what is supported and what is not.
 
+pub mod auth;
 pub mod autoconf;
 pub mod catalog;
 pub mod conn;
@@ -61,6 +65,7 @@ pub mod pattern;
 pub mod pgcatalog;
 pub mod plan;
 pub mod query;
+pub mod roles;
 pub mod sequence;
 pub mod series;
 pub mod session;
@@ -145,8 +150,11 @@ pub struct Shared {
     /// `CREATE SEQUENCE`'s sequences.
     pub sequences: sequence::Sequences,
     pub log: log::Log,
-    /// The password `--password-file` gave; `None` means trust.
-    pub password: Option<String>,
+    /// Every connection is trusted (`--trust`); otherwise each proves its role's password by
+    /// SCRAM-SHA-256.
+    pub trust: bool,
+    /// The roles (`DIR/server_roles`).
+    pub roles: Arc<roles::Roles>,
     /// Session threads, joined at shutdown.
     pub sessions: parking_lot::Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Connection slots (`max_connections`) and the BackendKeyData of live sessions.
@@ -205,12 +213,22 @@ pub struct ServeOptions {
     /// `settle serve --set` pairs: applied after `postgresql.auto.conf`, so they win (as
     /// PostgreSQL's `-c` does). Already in `config` too.
     pub command_line: Vec<(String, String)>,
+    /// The bootstrap superuser `postgres`'s password (`--password-file`'s first line): stored
+    /// as its SCRAM verifier when it has none (at initialization, like `initdb --pwfile`);
+    /// when it has one, this must be it. Dropped once hashed.
     pub password: Option<String>,
+    /// Trust every connection (`--trust`). Without it the server authenticates by
+    /// SCRAM-SHA-256 and refuses to start unless some role has a password (stored, or given
+    /// in `password`): [`ServeError::NoPassword`].
+    pub trust: bool,
     /// Print the log to stderr too.
     pub log_to_stderr: bool,
     /// Client connections served at once; one more is refused with FATAL 53300
-    /// (PostgreSQL's `max_connections`, default 100; no slots are reserved for superusers).
+    /// (PostgreSQL's `max_connections`, default 100).
     pub max_connections: usize,
+    /// Of those, the slots only superusers may take (PostgreSQL's
+    /// `superuser_reserved_connections`, default 3); must be less than `max_connections`.
+    pub superuser_reserved_connections: usize,
     /// A certificate chain and its private key (PEM files): TLS for clients that ask.
     pub tls_files: Option<(PathBuf, PathBuf)>,
 }
@@ -224,8 +242,10 @@ impl ServeOptions {
             config: Config::default(),
             command_line: Vec::new(),
             password: None,
+            trust: false,
             log_to_stderr: true,
             max_connections: 100,
+            superuser_reserved_connections: 3,
             tls_files: None,
         }
     }
@@ -239,6 +259,16 @@ pub enum ServeError {
     Sql(#[from] SqlError),
     #[error("could not listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
+    /// Neither trust nor a password: every connection would have to be refused.
+    #[error(
+        "no role of {} has a password, so no client could log in: give role \"postgres\" a password \
+         (ServeOptions::password, settle serve --password-file FILE), or trust every connection \
+         (ServeOptions::trust, settle serve --trust)",
+        dir.display()
+    )]
+    NoPassword { dir: PathBuf },
+    #[error("superuser_reserved_connections ({reserved}) must be less than max_connections ({max})")]
+    Reserved { reserved: usize, max: usize },
 }
 
 /// A server bound to its address, not yet accepting.
@@ -249,7 +279,17 @@ pub struct Server {
 
 impl Server {
     /// Opens (creating if needed) the data directory and binds the listening socket.
-    pub async fn bind(opts: ServeOptions) -> Result<Server, ServeError> {
+    pub async fn bind(mut opts: ServeOptions) -> Result<Server, ServeError> {
+        if opts.superuser_reserved_connections >= opts.max_connections {
+            return Err(ServeError::Reserved {
+                reserved: opts.superuser_reserved_connections,
+                max: opts.max_connections,
+            });
+        }
+        // Before the directory is created: a server nobody could log in to does not start.
+        if !opts.trust && opts.password.is_none() && !roles::any_password(&opts.dir)? {
+            return Err(ServeError::NoPassword { dir: opts.dir.clone() });
+        }
         let dir = opts.dir.clone();
         let config_sources = autoconf::Sources {
             dir: opts.dir.clone(),
@@ -269,6 +309,7 @@ impl Server {
         }
         let catalog = catalog::SqlCatalog::open(&opts.dir)?;
         let sequences = sequence::Sequences::open(&opts.dir)?;
+        let roles = Arc::new(roles::Roles::open(&opts.dir, opts.password.take())?);
         // The output plugins show the columns' SQL types (numeric, date, smallint, ...).
         db.set_column_types(catalog.column_types());
         let addr = format!("{}:{}", opts.listen, opts.port);
@@ -288,13 +329,14 @@ impl Server {
             Some((cert, key)) => Some(tls::acceptor(cert, key)?),
             None => None,
         };
-        let registry = Arc::new(interrupt::Registry::new(opts.max_connections));
+        let registry = Arc::new(interrupt::Registry::new(opts.max_connections, opts.superuser_reserved_connections));
         let sh = Arc::new(Shared {
             db,
             catalog,
             sequences,
             log,
-            password: opts.password,
+            trust: opts.trust,
+            roles,
             sessions: Default::default(),
             registry,
             senders: Default::default(),

@@ -2,6 +2,9 @@
 //! sqlparser does not know (VACUUM with options, CHECKPOINT, ANALYZE, COPY) with a small
 //! parser of our own, and hands everything else to sqlparser's PostgreSQL dialect.
 //!
+//! The role statements (`CREATE|ALTER|DROP ROLE|USER`) have their own grammar too, in
+//! `parse/role.rs`: sqlparser's DROP ROLE would reach the table DDL, and its options differ.
+//!
 //! sqlparser 0.63 rejects `VACUUM (VERBOSE) t`, `CHECKPOINT` and the COPY that `pgbench -i`
 //! sends (`copy pgbench_accounts from stdin with (freeze on)`), so those four commands never
 //! reach it. Their grammar, from PostgreSQL 15's documentation:
@@ -23,6 +26,8 @@ use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Token, Tokenizer, Word};
 
 use crate::error::SqlError;
+
+mod role;
 
 /// One parsed statement.
 #[derive(Clone, Debug)]
@@ -48,6 +53,8 @@ pub enum Stmt {
         name: String,
         value: Option<String>,
     },
+    /// CREATE / ALTER / DROP ROLE or USER ([`crate::roles::command`]; grammar in `role`).
+    Role(crate::roles::command::RoleCmd),
     /// Only whitespace and comments.
     Empty,
 }
@@ -204,6 +211,13 @@ pub fn parse_one(sql: &str) -> Result<Stmt, SqlError> {
             if toks.get(1).and_then(word).is_some_and(|w| w.value.eq_ignore_ascii_case("PUBLICATION")) =>
         {
             return Ok(Stmt::Publication(Toks::new(&toks[2..]).publication(&kw)?));
+        }
+        "CREATE" | "ALTER" | "DROP" => {
+            let second = toks.get(1).and_then(word).filter(|w| w.quote_style.is_none());
+            let second = second.map(|w| w.value.to_ascii_uppercase()).unwrap_or_default();
+            if second == "ROLE" || second == "USER" {
+                return Ok(Stmt::Role(Toks::new(&toks[2..]).role(&kw, second == "USER")?));
+            }
         }
         _ => {}
     }

@@ -19,15 +19,16 @@
 //! `pg_index` a row per index, its `indkey` in int2vector's text form (`1 2`), which
 //! `= ANY(...)` reads.
 //!
-//! `pg_auth_members` is empty: there is one role.
+//! `pg_roles` and `pg_user` list the roles of `crate::roles` (passwords shown as `********`,
+//! as PostgreSQL's views show them); `pg_auth_members` is empty: there is no role membership.
+//! There is no `pg_authid` (its `rolpassword` would need the reading session's role).
 //!
 //! For psql's `\d table` there are also `pg_attrdef` (a row per column default, `adbin` the
 //! default's SQL text, which `pg_get_expr` returns), `pg_type` and `pg_collation` (the types
 //! settledb has; the default, C and POSIX collations), `pg_constraint` (a primary key per
 //! table that has one, its OID the index's), and the catalogs of features settledb does not
 //! have, empty with PostgreSQL's columns: `pg_policy`, `pg_statistic_ext`, `pg_inherits`,
-//! `pg_publication_namespace`; `pg_publication_rel` lists the tables a publication names and
-//! `pg_roles` the one role. The functions: `format_type`, `pg_get_indexdef`,
+//! `pg_publication_namespace`; `pg_publication_rel` lists the tables a publication names. The functions: `format_type`, `pg_get_indexdef`,
 //! `pg_get_constraintdef` (identifiers quoted as PostgreSQL's `quote_identifier` quotes them),
 //! `pg_relation_is_publishable`, `pg_encoding_to_char`.
 
@@ -35,6 +36,7 @@ use settledb::decode::test_decoding::quote_identifier;
 use settledb::{Database, ReplicaIdentity, Table};
 
 use crate::catalog::ColumnDef;
+use crate::roles::Role;
 use crate::types::{Datum, SqlType};
 use crate::views::{OWNER, PG_CATALOG_NAMESPACE, PUBLIC_NAMESPACE};
 
@@ -138,7 +140,6 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             &[("oid", Int8), ("prpubid", Int8), ("prrelid", Int8), ("prqual", Text), ("prattrs", Text)]
         }
         "pg_roles" => &[
-            ("oid", Int8),
             ("rolname", Text),
             ("rolsuper", Bool),
             ("rolinherit", Bool),
@@ -147,8 +148,22 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             ("rolcanlogin", Bool),
             ("rolreplication", Bool),
             ("rolconnlimit", Int4),
-            ("rolbypassrls", Bool),
+            ("rolpassword", Text),
             ("rolvaliduntil", SqlType::Timestamp),
+            ("rolbypassrls", Bool),
+            ("rolconfig", Text),
+            ("oid", Int8),
+        ],
+        "pg_user" => &[
+            ("usename", Text),
+            ("usesysid", Int8),
+            ("usecreatedb", Bool),
+            ("usesuper", Bool),
+            ("userepl", Bool),
+            ("usebypassrls", Bool),
+            ("passwd", Text),
+            ("valuntil", SqlType::Timestamp),
+            ("useconfig", Text),
         ],
         _ => return None,
     };
@@ -199,21 +214,53 @@ pub fn rows(sh: &crate::Shared, name: &str) -> Vec<Vec<Datum>> {
             .collect(),
         "pg_constraint" => sh.db.tables().iter().filter_map(|t| primary_key(&sh.db, t)).collect(),
         "pg_publication_rel" => publication_rels(&sh.db),
-        "pg_roles" => vec![vec![
-            Datum::Int(OWNER),
-            Datum::Text("postgres".into()),
-            Datum::Bool(true),
-            Datum::Bool(true),
-            Datum::Bool(true),
-            Datum::Bool(true),
-            Datum::Bool(true),
-            Datum::Bool(true),
-            Datum::Int(-1),
-            Datum::Bool(true),
-            Datum::Null,
-        ]],
+        "pg_roles" => sh.roles.all().iter().map(role_row).collect(),
+        "pg_user" => sh.roles.all().iter().filter(|r| r.login).map(user_row).collect(),
         _ => Vec::new(),
     }
+}
+
+/// The attributes settledb does not keep (CREATEROLE, CREATEDB, REPLICATION, BYPASSRLS):
+/// the bootstrap superuser has them, as `initdb` makes it; other roles do not.
+fn initdb_attributes(r: &Role) -> bool {
+    r.oid == crate::roles::BOOTSTRAP_OID
+}
+
+/// A `pg_roles` row: the password is never shown, only that it is hidden (`********`, as
+/// PostgreSQL's view shows it whether or not there is one).
+fn role_row(r: &Role) -> Vec<Datum> {
+    let extra = initdb_attributes(r);
+    vec![
+        Datum::Text(r.name.clone()),
+        Datum::Bool(r.superuser),
+        Datum::Bool(true),
+        Datum::Bool(extra),
+        Datum::Bool(extra),
+        Datum::Bool(r.login),
+        Datum::Bool(extra),
+        Datum::Int(-1),
+        Datum::Text("********".into()),
+        Datum::Null,
+        Datum::Bool(extra),
+        Datum::Null,
+        Datum::Int(r.oid),
+    ]
+}
+
+/// A `pg_user` row (roles that can log in).
+fn user_row(r: &Role) -> Vec<Datum> {
+    let extra = initdb_attributes(r);
+    vec![
+        Datum::Text(r.name.clone()),
+        Datum::Int(r.oid),
+        Datum::Bool(extra),
+        Datum::Bool(r.superuser),
+        Datum::Bool(extra),
+        Datum::Bool(extra),
+        Datum::Text("********".into()),
+        Datum::Null,
+        Datum::Null,
+    ]
 }
 
 fn attributes(sh: &crate::Shared, t: &Table) -> Vec<Vec<Datum>> {

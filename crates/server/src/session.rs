@@ -234,6 +234,7 @@ impl Env for Cx<'_, '_> {
                 Some(rel) => relation_size(self.db, rel, args.get(1)),
             },
             "current_database" => Ok(Datum::Text("postgres".into())),
+            "current_user" | "session_user" | "user" => Ok(Datum::Text(self.interrupts.control.role().to_string())),
             "pg_reload_conf" => self.sh.reload_config().map(|()| Datum::Bool(true)),
             "pg_current_logfile" => {
                 let dir = &self.sh.config_sources.dir;
@@ -362,6 +363,8 @@ impl<'db> Session<'db> {
     /// reports (a server-start setting, kept in the map so RESET ALL cannot lose it).
     fn settings_changed(&mut self) {
         self.settings.insert("max_connections".into(), self.sh.registry.max_connections().to_string());
+        let reserved = self.sh.registry.superuser_reserved_connections().to_string();
+        self.settings.insert("superuser_reserved_connections".into(), reserved);
         self.statement_timeout = settings::duration_of(&self.settings, "statement_timeout");
         let idle = settings::duration_of(&self.settings, "idle_in_transaction_session_timeout");
         self.interrupts.control.set_idle_in_transaction_timeout(idle);
@@ -442,6 +445,11 @@ impl<'db> Session<'db> {
             Stmt::Publication(c) => {
                 self.outside_block("a publication command")?;
                 crate::ddl::publication(self.db, c, notices)
+            }
+            Stmt::Role(c) => {
+                // Role changes are not transactional here (crate::roles).
+                self.outside_block("CREATE, ALTER or DROP ROLE")?;
+                crate::roles::command::execute(&self.sh.roles, self.interrupts.control.role(), c, notices)
             }
             Stmt::PartitionProbe { table } => {
                 let rows = if self.db.table(table).is_ok() {

@@ -53,8 +53,11 @@ const FIXED: &[(&str, &str)] = &[
     ("is_superuser", "on"),
     ("lc_collate", "C"),
     ("lc_ctype", "C"),
-    // The server's value, which the session keeps in its map (`settle serve --set`).
+    // The server's values, which the session keeps in its map (`settle serve --set`).
     ("max_connections", "100"),
+    ("superuser_reserved_connections", "3"),
+    // Role passwords are stored as SCRAM-SHA-256 verifiers (psql's \password asks).
+    ("password_encryption", "scram-sha-256"),
     // Replication clients ask (pg_recvlogical, pg_receivewal): the mode `initdb` gives a data
     // directory, and the replication timeout the walsender applies (`crate::walsender`).
     ("data_directory_mode", "0700"),
@@ -143,12 +146,12 @@ pub fn set(db: &Database, s: &mut BTreeMap<String, String>, name: &str, value: &
         }
         _ => {}
     }
-    if name == "max_connections" {
+    if name == "max_connections" || name == "superuser_reserved_connections" {
         return Err(SqlError::new(
             "55P02",
-            "parameter \"max_connections\" cannot be changed without restarting the server",
+            format!("parameter \"{name}\" cannot be changed without restarting the server"),
         )
-        .with_hint("Restart with `settle serve --set max_connections=N`."));
+        .with_hint(format!("Restart with `settle serve --set {name}=N`.")));
     }
     if FIXED.iter().any(|(k, _)| *k == name) {
         return Err(SqlError::new("55P02", format!("parameter \"{name}\" cannot be changed")));
@@ -218,7 +221,8 @@ pub struct Kind {
 pub fn kind(db: &Database, s: &BTreeMap<String, String>, auto: &[(String, String)], name: &str) -> Kind {
     let name = name.to_ascii_lowercase();
     if FIXED.iter().any(|(k, _)| *k == name) {
-        return Kind { context: if name == "max_connections" { "postmaster" } else { "internal" }, source: "default" };
+        let postmaster = name == "max_connections" || name == "superuser_reserved_connections";
+        return Kind { context: if postmaster { "postmaster" } else { "internal" }, source: "default" };
     }
     let settable = CLIENT.iter().any(|(k, _)| *k == name) || SESSION_ENGINE.contains(&name.as_str());
     let reloadable =

@@ -22,8 +22,8 @@
 //! running a job is caught and reported to that client as an internal error (XX000); other
 //! sessions never share its state.
 //!
-//! Authentication ([`Startup`]): trust, or SCRAM-SHA-256 (pgwire's implementation) against the
-//! one password `settle serve --password-file` reads. Either way the connection gets
+//! Authentication ([`Startup`], in [`crate::auth`]): trust, or SCRAM-SHA-256 (pgwire's
+//! implementation) against the login role's stored verifier. Either way the connection gets
 //! BackendKeyData from [`crate::interrupt::KeyGenerator`] (a process ID unique to the server,
 //! a random secret key), under which [`crate::conn`] registers its session for CancelRequests
 //! ([`crate::interrupt::Cancel`]).
@@ -47,12 +47,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::{BufMut, BytesMut};
 use futures::sink::{Sink, SinkExt};
-use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
-use pgwire::api::auth::sasl::SASLAuthStartupHandler;
-use pgwire::api::auth::{
-    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
-    DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
-};
+use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::copy::{send_copy_both_response, send_copy_in_response, send_copy_out_response, CopyHandler};
 use pgwire::api::portal::{Format, Portal};
@@ -65,19 +60,18 @@ use pgwire::api::results::{
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
-use pgwire::api::{
-    ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, PidSecretKeyGenerator, Type,
-};
+use pgwire::api::{ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::data::DataRow;
 use pgwire::messages::extendedquery::Sync as PgSync;
 use pgwire::messages::response::{EmptyQueryResponse, NoticeResponse, ReadyForQuery, TransactionStatus};
 use pgwire::messages::simplequery::Query;
-use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::messages::PgWireBackendMessage;
 
+use crate::auth::Startup;
 use crate::error::SqlError;
-use crate::interrupt::{Cancel, Control, KeyGenerator, TxStatus};
+use crate::interrupt::{Cancel, Control, TxStatus};
 use crate::parse::{parse_one, split_statements, Stmt};
 use crate::session::{Field, Notice, Outcome, Reply, Session};
 use crate::types::{parse_text, Datum, SqlType};
@@ -679,94 +673,5 @@ impl CopyHandler for QueryHandler {
             let _ = session.call(|s| s.copy_failed()).await;
         }
         SqlError::new("57014", format!("COPY from stdin failed: {}", fail.message)).into_pgwire()
-    }
-}
-
-/// Authentication: trust, or SCRAM-SHA-256 against the password `--password-file` gave.
-pub struct Startup {
-    scram: Option<Arc<SASLAuthStartupHandler<DefaultServerParameterProvider>>>,
-    params: Arc<DefaultServerParameterProvider>,
-    sh: Arc<Shared>,
-    keys: Arc<KeyGenerator>,
-}
-
-/// SCRAM's iteration count (PostgreSQL's default `scram_iterations`).
-const SCRAM_ITERATIONS: usize = 4096;
-
-/// The one password `--password-file` sets, for every user. Each login gets a fresh salt and
-/// the salted password SCRAM verifies against; the cleartext never crosses the connection.
-#[derive(Debug)]
-pub struct PasswordSource(String);
-
-#[async_trait]
-impl AuthSource for PasswordSource {
-    async fn get_password(&self, _login: &LoginInfo) -> PgWireResult<Password> {
-        let salt = random_salt();
-        let salted = gen_salted_password(&self.0, &salt, SCRAM_ITERATIONS);
-        Ok(Password::new(Some(salt.to_vec()), salted))
-    }
-}
-
-/// Sixteen unpredictable bytes from the standard library's randomly keyed hasher.
-fn random_salt() -> [u8; 16] {
-    use std::hash::{BuildHasher, Hasher};
-    let mut out = [0u8; 16];
-    for (i, chunk) in out.chunks_mut(8).enumerate() {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_usize(i);
-        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-        chunk.copy_from_slice(&h.finish().to_le_bytes());
-    }
-    out
-}
-
-impl Startup {
-    fn new(sh: Arc<Shared>) -> Startup {
-        let mut p = DefaultServerParameterProvider::default();
-        p.server_version = crate::SERVER_VERSION.to_string();
-        p.date_style = "ISO, MDY".into();
-        p.time_zone = "UTC".into();
-        p.interval_style = "postgres".into();
-        p.scram_iterations = SCRAM_ITERATIONS;
-        let params = Arc::new(p);
-        let keys = Arc::new(KeyGenerator::new(sh.registry.clone()));
-        let scram = sh.password.clone().map(|pw| {
-            let mut auth = ScramAuth::new(Arc::new(PasswordSource(pw)));
-            auth.set_iterations(SCRAM_ITERATIONS);
-            Arc::new(
-                SASLAuthStartupHandler::new(params.clone())
-                    .with_scram(auth)
-                    .with_pid_secret_key_generator(keys.clone()),
-            )
-        });
-        Startup { scram, params, sh, keys }
-    }
-}
-
-#[async_trait]
-impl StartupHandler for Startup {
-    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        if let PgWireFrontendMessage::Startup(ref startup) = message {
-            let user = startup.parameters.get("user").cloned().unwrap_or_default();
-            let database = startup.parameters.get("database").cloned().unwrap_or_else(|| user.clone());
-            let what = if self.scram.is_some() { "authentication requested (SCRAM-SHA-256)" } else { "authorized" };
-            self.sh.log.line("LOG", &format!("connection {what}: user={user} database={database}"));
-        }
-        if let Some(p) = &self.scram {
-            return p.on_startup(client, message).await;
-        }
-        if let PgWireFrontendMessage::Startup(ref startup) = message {
-            protocol_negotiation(client, startup).await?;
-            save_startup_parameters_to_metadata(client, startup);
-            let (pid, key) = self.keys.generate(client);
-            client.set_pid_and_secret_key(pid, key);
-            finish_authentication(client, self.params.as_ref()).await?;
-        }
-        Ok(())
     }
 }

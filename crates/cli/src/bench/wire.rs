@@ -178,6 +178,8 @@ impl InProcess {
         opts.config = config;
         opts.log_to_stderr = false;
         opts.max_connections = max_connections;
+        // A throwaway server on loopback for the benchmark's own clients.
+        opts.trust = true;
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || -> Result<()> {

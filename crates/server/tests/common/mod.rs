@@ -22,7 +22,8 @@ impl TestServer {
         TestServer::start_with_password(dir, None)
     }
 
-    /// A server that demands `password` (SCRAM-SHA-256) when it is given.
+    /// A server whose role `postgres` has `password` (SCRAM-SHA-256) when it is given; one
+    /// that trusts every connection when not.
     pub fn start_with_password(dir: &Path, password: Option<&str>) -> TestServer {
         TestServer::start_with(dir, password, &[])
     }
@@ -32,9 +33,46 @@ impl TestServer {
         TestServer::start_with(dir, None, settings)
     }
 
-    /// A server that serves at most `n` connections at once.
+    /// A server that serves at most `n` connections at once, none reserved for superusers.
     pub fn start_with_max_connections(dir: &Path, n: usize) -> TestServer {
         TestServer::start_opts(dir, None, &[], n)
+    }
+
+    /// The tests' options for a server on `dir`: a free loopback port, no log on stderr, no
+    /// fsync (tests need no durability against power loss), and the autovacuum launcher off
+    /// (so VACUUM output and counters depend only on what a test does).
+    pub fn options(dir: &Path) -> ServeOptions {
+        let mut opts = ServeOptions::new(dir);
+        opts.port = 0;
+        opts.log_to_stderr = false;
+        opts.config.set("fsync", "off").unwrap();
+        opts.config.set("autovacuum", "off").unwrap();
+        opts
+    }
+
+    /// A server from options the caller filled in ([`TestServer::options`] and changes);
+    /// `Err` with its message when it does not start.
+    pub fn start_with_options(opts: ServeOptions) -> Result<TestServer, String> {
+        let dir = opts.dir.clone();
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            rt.block_on(async move {
+                let server = Server::bind(opts).await.map_err(|e| e.to_string())?;
+                addr_tx.send(server.local_addr()).unwrap();
+                server
+                    .run(async move {
+                        let _ = stop_rx.await;
+                    })
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        });
+        match addr_rx.recv() {
+            Ok(addr) => Ok(TestServer { addr, dir, stop: Some(stop_tx), thread: Some(thread) }),
+            Err(_) => Err(thread.join().expect("server thread panicked").expect_err("the server stopped")),
+        }
     }
 
     fn start_with(dir: &Path, password: Option<&str>, settings: &[(&str, &str)]) -> TestServer {
@@ -57,36 +95,17 @@ impl TestServer {
         max: usize,
         tls: Option<(PathBuf, PathBuf)>,
     ) -> TestServer {
-        let mut opts = ServeOptions::new(dir);
+        let mut opts = TestServer::options(dir);
         opts.max_connections = max;
+        // The slots a test counts are all anyone's (the tests log in as the superuser).
+        opts.superuser_reserved_connections = 0;
         opts.tls_files = tls;
         opts.password = password.map(str::to_string);
-        opts.port = 0;
-        opts.log_to_stderr = false;
-        // Tests need no durability against power loss; the autovacuum launcher stays off so
-        // VACUUM output and counters depend only on what a test does.
-        opts.config.set("fsync", "off").unwrap();
-        opts.config.set("autovacuum", "off").unwrap();
+        opts.trust = password.is_none();
         for (k, v) in settings {
             opts.config.set(k, v).unwrap();
         }
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-            rt.block_on(async move {
-                let server = Server::bind(opts).await.map_err(|e| e.to_string())?;
-                addr_tx.send(server.local_addr()).unwrap();
-                server
-                    .run(async move {
-                        let _ = stop_rx.await;
-                    })
-                    .await
-                    .map_err(|e| e.to_string())
-            })
-        });
-        let addr = addr_rx.recv().expect("server did not start");
-        TestServer { addr, dir: dir.to_path_buf(), stop: Some(stop_tx), thread: Some(thread) }
+        TestServer::start_with_options(opts).expect("server did not start")
     }
 
     /// Stops the server and waits for its shutdown checkpoint.
