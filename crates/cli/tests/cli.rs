@@ -1,6 +1,8 @@
 //! The `settle` binary end to end: a small load, then check, waldump, inspect and stats on its
 //! data directory, and the errors a user gets for a wrong directory or flag.
 
+mod common;
+
 use std::process::Command;
 
 fn settle(args: &[&str]) -> (bool, String, String) {
@@ -481,5 +483,62 @@ fn reorder_bench_emits_what_committed_within_the_limit() {
             assert!(r["spill_count"].as_u64().unwrap() > 0, "{r}");
             assert!(r["peak_memory"].as_u64().unwrap() <= 1 << 20, "{r}");
         }
+    }
+}
+
+/// `settle serve` authenticates by default (issue 20): with no password stored or given and no
+/// `--trust` it does not start, says what to give, and creates nothing; a reserved slot count
+/// not below `max_connections` is refused as PostgreSQL refuses it; `--password-file` stores
+/// `postgres`'s password, so a later start needs no flag and still demands it.
+#[test]
+fn serve_needs_a_password_or_trust() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let d = dir.to_str().unwrap();
+    let (ok, _, err) = settle(&["serve", "--dir", d, "--port", "0"]);
+    assert!(!ok);
+    assert!(err.contains("no role of") && err.contains("--password-file FILE") && err.contains("--trust"), "{err}");
+    assert!(!dir.exists(), "nothing is created");
+    let (ok, _, err) = settle(&["serve", "--dir", d, "--port", "0", "--trust", "--set", "max_connections=3"]);
+    assert!(!ok);
+    assert!(err.contains("superuser_reserved_connections (3) must be less than max_connections (3)"), "{err}");
+
+    if !std::path::Path::new(common::PSQL).exists() {
+        eprintln!("skipped the login half: {} is missing", common::PSQL);
+        return;
+    }
+    let pwfile = tmp.path().join("pw");
+    std::fs::write(&pwfile, "s3cret\n").unwrap();
+    let login = |port: &str, password: &str| {
+        Command::new(common::PSQL)
+            .args(["-X", "-At", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-d", "postgres", "-c", "select 1"])
+            .env("PGPASSWORD", password)
+            .env("PGCONNECT_TIMEOUT", "5")
+            .output()
+            .unwrap()
+    };
+    for pw_flag in [Some(pwfile.to_str().unwrap()), None] {
+        let port = common::free_port().to_string();
+        let mut args = vec!["serve", "--dir", d, "--port", &port];
+        if let Some(f) = pw_flag {
+            args.extend(["--password-file", f]);
+        }
+        let mut child = Command::new(env!("CARGO_BIN_EXE_settle"))
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !login(&port, "s3cret").status.success() {
+            assert!(std::time::Instant::now() < deadline, "no login with the stored password on {port}");
+            assert!(child.try_wait().unwrap().is_none(), "settle serve {args:?} exited");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let wrong = login(&port, "wrong");
+        let err = String::from_utf8_lossy(&wrong.stderr);
+        assert!(!wrong.status.success() && err.contains("password authentication failed"), "{err}");
+        let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+        assert!(child.wait().unwrap().success());
     }
 }
