@@ -3,24 +3,26 @@
 //! ```text
 //!  one thread per connection, running a single-threaded tokio runtime:
 //!
-//!  pgwire's task                                   the session's task
-//!  -------------                                   ------------------
-//!  Query / Parse / Bind / Execute ...  --job-->   Session::execute(stmt, params)
+//!  pgwire's task
+//!  -------------
+//!  Query / Parse / Bind / Execute ...  --call-->  Session::execute(stmt, params)
 //!        <-- Reply (notices, rows, tag) --        (owns the engine Transaction)
-//!  CopyData / CopyDone / CopyFail      --job-->   Session::copy_data / copy_done
+//!  CopyData / CopyDone / CopyFail      --call-->  Session::copy_data / copy_done
 //! ```
 //!
-//! Both tasks run on the connection's own thread ([`serve_connection`]), as a PostgreSQL
-//! backend serves its connection in a process of its own: a job is handed over and its reply
-//! returned without waking another thread. (An earlier design ran pgwire on a shared runtime
-//! and the session on a thread of its own; those two hand-offs per statement, futex wake-ups
-//! and context switches, were most of the server's CPU under `pgbench -S`.) The engine is
+//! pgwire runs on the connection's own thread ([`serve_connection`]), as a PostgreSQL backend
+//! serves its connection in a process of its own, and the session lives on that thread's
+//! stack. A handler reaches it through [`SessionHandle::call`], which runs the job right there,
+//! inside pgwire's poll: no channel, no second task to wake, no extra turn of the runtime.
+//! (The first design ran pgwire on a shared runtime and the session on a thread of its own;
+//! those two hand-offs per statement were most of the server's CPU under `pgbench -S`. The
+//! second put the session in a task of its own on the same thread, reached by a channel: a
+//! boxed job, a oneshot reply and one more pass of the runtime per message.) The engine is
 //! synchronous: while a statement runs, or waits for a lock, the connection's thread does
 //! nothing else, which is all it has to do. When pgwire drops the connection (the client went
-//! away, or a protocol error closed it) the job channel closes and the session task ends;
-//! the session then drops, which rolls back any transaction in progress. A panic while
-//! running a job is caught and reported to that client as an internal error (XX000); other
-//! sessions never share its state.
+//! away, or a protocol error closed it) the session drops, which rolls back any transaction
+//! in progress. A panic while running a job is caught and reported to that client as an
+//! internal error (XX000); other sessions never share its state.
 //!
 //! Authentication ([`Startup`], in [`crate::auth`]): trust, or SCRAM-SHA-256 (pgwire's
 //! implementation) against the login role's stored verifier. Either way the connection gets
@@ -39,6 +41,7 @@
 //! from where each `$n` appears (`aid = $1` takes `aid`'s type). Results are sent in the format
 //! each column was asked for (text or binary).
 
+use std::cell::Cell;
 use std::fmt::Debug;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,13 +80,47 @@ use crate::session::{Field, Notice, Outcome, Reply, Session};
 use crate::types::{parse_text, Datum, SqlType};
 use crate::Shared;
 
-type Job = Box<dyn for<'a> FnOnce(&mut Session<'a>) + Send>;
-
-/// A connection's session task, reached through a channel of jobs.
+/// A connection's session, reached from pgwire's handlers on the connection's thread.
 pub struct SessionHandle {
-    jobs: tokio::sync::mpsc::UnboundedSender<Job>,
-    /// What the session publishes between statements (its transaction status).
+    /// What the session publishes between statements (its transaction status); also the
+    /// connection's identity in [`CURRENT`].
     control: Arc<Control>,
+}
+
+thread_local! {
+    /// The session this thread serves while [`serve_connection`] runs it, with its
+    /// connection's [`Control`] (so a handle of another connection never finds it); null
+    /// outside, and while a job holds it.
+    static CURRENT: Cell<(*const Control, *mut ())> = const { Cell::new((std::ptr::null(), std::ptr::null_mut())) };
+}
+
+/// Publishes a session in [`CURRENT`] for as long as it lives, holding the session's
+/// exclusive borrow so nothing else touches it meanwhile.
+struct Current<'s, 'db> {
+    _session: std::marker::PhantomData<&'s mut Session<'db>>,
+}
+
+impl<'s, 'db> Current<'s, 'db> {
+    fn enter(session: &'s mut Session<'db>, control: &Arc<Control>) -> Current<'s, 'db> {
+        let ptr = (session as *mut Session<'db>).cast::<()>();
+        CURRENT.with(|c| c.set((Arc::as_ptr(control), ptr)));
+        Current { _session: std::marker::PhantomData }
+    }
+}
+
+impl Drop for Current<'_, '_> {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set((std::ptr::null(), std::ptr::null_mut())));
+    }
+}
+
+/// Puts the session back in [`CURRENT`] when a job ends, panicking or not.
+struct Restore((*const Control, *mut ()));
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.0));
+    }
 }
 
 impl SessionHandle {
@@ -114,51 +151,53 @@ pub fn serve_connection(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
     let control: Arc<Control> = Arc::default();
-    let handler = template.for_connection(SessionHandle { jobs: tx, control: control.clone() });
+    let handler = template.for_connection(SessionHandle { control: control.clone() });
     let session_handle = handler.session.clone();
     let mut session = Session::new(&sh, control.clone());
+    let current = Current::enter(&mut session, &control);
     let served = rt.block_on(async {
         let sock = tokio::net::TcpStream::from_std(sock)?;
-        let sh = sh.clone();
-        let conn = async move {
-            // `handler`, and with it every sender of jobs, drops when this ends.
-            tokio::select! {
-                r = crate::conn::serve_socket(sock, handler, session_handle, &sh, control) => r,
-                _ = stop.wait_for(|stopped| *stopped) => Ok(()),
-            }
-        };
-        let jobs = async {
-            while let Some(job) = rx.recv().await {
-                job(&mut session);
-            }
-        };
-        let (r, ()) = tokio::join!(conn, jobs);
-        r
+        tokio::select! {
+            r = crate::conn::serve_socket(sock, handler, session_handle, &sh, control) => r,
+            _ = stop.wait_for(|stopped| *stopped) => Ok(()),
+        }
     });
+    drop(rt);
+    drop(current);
     // A transaction still open rolls back here.
     drop(session);
     served
 }
 
 impl SessionHandle {
-    /// Runs `f` on the session task.
+    /// Runs `f` on the session, here on the connection's thread (see [`CURRENT`]).
     pub(crate) async fn call<R: Send + 'static>(
         &self,
         f: impl for<'a> FnOnce(&mut Session<'a>) -> R + Send + 'static,
     ) -> Result<R, SqlError> {
-        let (otx, orx) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move |s| {
-            let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(s)));
-            // A parse error or a COPY failure can fail the block outside `execute` too.
-            s.publish_status();
-            let _ = otx.send(r);
-        });
-        self.jobs.send(job).map_err(|_| SqlError::new("57P01", "the session has ended"))?;
-        match orx.await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(p)) => {
+        let ended = || SqlError::new("57P01", "the session has ended");
+        // Taken out while the job runs: a second call from inside it finds nothing.
+        let (owner, ptr) = CURRENT.with(|c| c.replace((std::ptr::null(), std::ptr::null_mut())));
+        if ptr.is_null() {
+            return Err(ended());
+        }
+        let _restore = Restore((owner, ptr));
+        if owner != Arc::as_ptr(&self.control) {
+            return Err(ended());
+        }
+        // SAFETY: `ptr` came from the `&mut Session` that `Current::enter` holds borrowed for
+        // as long as it is published, on this thread (a thread-local); it was taken out of
+        // `CURRENT` above, so this is the only reference until `_restore` puts it back. The
+        // job is generic over the session's lifetime, so it cannot keep anything borrowed
+        // from the session past this call.
+        let s = unsafe { &mut *ptr.cast::<Session<'_>>() };
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(s)));
+        // A parse error or a COPY failure can fail the block outside `execute` too.
+        s.publish_status();
+        match r {
+            Ok(r) => Ok(r),
+            Err(p) => {
                 let what = p
                     .downcast_ref::<String>()
                     .cloned()
@@ -166,7 +205,6 @@ impl SessionHandle {
                     .unwrap_or_default();
                 Err(SqlError::new("XX000", format!("internal error in settledb-server: {what}")))
             }
-            Err(_) => Err(SqlError::new("57P01", "the session has ended")),
         }
     }
 }
