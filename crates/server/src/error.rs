@@ -146,6 +146,11 @@ impl From<settledb::Error> for SqlError {
             }
             E::TransactionAborted(_) => SqlError::in_failed_transaction(),
             E::TransactionClosed(_) => SqlError::new("25000", msg),
+            // The session's own interrupt check stopped the engine: its error, as it made it.
+            E::Interrupted(e) => match e.downcast::<SqlError>() {
+                Ok(e) => *e,
+                Err(e) => SqlError::new("57014", e.to_string()),
+            },
             E::Poisoned(_) => SqlError::new("58000", msg),
             E::Io { .. } => SqlError::new("58030", msg),
             E::Corrupted { .. } | E::CorruptWal { .. } | E::CorruptFile { .. } => SqlError::new("XX001", msg),

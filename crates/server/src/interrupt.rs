@@ -343,16 +343,15 @@ impl Interrupts {
 
     /// An interruption point: the statement ends here if it was cancelled or ran out of time.
     pub fn check(&self) -> Result<(), SqlError> {
-        if self.control.terminate.load(Ordering::Relaxed) {
-            return Err(SqlError::new("57P01", "terminating connection due to administrator command"));
-        }
-        if self.control.cancel.swap(false, Ordering::SeqCst) {
-            return Err(canceled_by_user());
-        }
-        if self.deadline.get().is_some_and(|d| Instant::now() >= d) {
-            return Err(statement_timeout());
-        }
-        Ok(())
+        pending(&self.control, self.deadline.get()).map_or(Ok(()), Err)
+    }
+
+    /// The running statement's interruption points inside one engine call (a VACUUM's pages,
+    /// a lock wait): the same checks as [`Interrupts::check`], made by the engine on its own
+    /// threads, which end the call with `settledb::Error::Interrupted` holding the SqlError.
+    pub fn engine(&self) -> settledb::Interrupt {
+        let (control, deadline) = (self.control.clone(), self.deadline.get());
+        settledb::Interrupt::new(move || pending(&control, deadline).map_or(Ok(()), |e| Err(e.into())))
     }
 
     /// `pg_sleep`: sleeps `d`, waking every few milliseconds to check for interrupts.
@@ -367,6 +366,21 @@ impl Interrupts {
             std::thread::sleep((end - now).min(Duration::from_millis(10)));
         }
     }
+}
+
+/// Why the running statement must stop now, if it must: shutdown, a cancel (taken, so it
+/// stops one statement), or its deadline.
+fn pending(control: &Control, deadline: Option<Instant>) -> Option<SqlError> {
+    if control.terminate.load(Ordering::Relaxed) {
+        return Some(SqlError::new("57P01", "terminating connection due to administrator command"));
+    }
+    if control.cancel.swap(false, Ordering::SeqCst) {
+        return Some(canceled_by_user());
+    }
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return Some(statement_timeout());
+    }
+    None
 }
 
 pub fn canceled_by_user() -> SqlError {

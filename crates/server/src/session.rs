@@ -425,7 +425,7 @@ impl<'db> Session<'db> {
             Stmt::Empty => Ok(Outcome::Command(String::new())),
             Stmt::Vacuum(v) => {
                 self.outside_block("VACUUM")?;
-                utility::vacuum(self.db, &self.settings, v, notices)
+                utility::vacuum(self.db, &self.settings, v, self.interrupts.engine(), notices)
             }
             Stmt::Analyze(a) => {
                 self.outside_block("ANALYZE")?;
@@ -593,6 +593,8 @@ impl<'db> Session<'db> {
         let left = self.interrupts.remaining();
         let capped = left.is_some_and(|l| lock_timeout.is_none_or(|t| l < t));
         tx.set_lock_timeout(if capped { left } else { lock_timeout });
+        // A cancel request or the statement's deadline also ends a lock wait.
+        tx.set_interrupt(Some(self.interrupts.engine()));
         let (r, set_config) = {
             let mut cx = Cx {
                 db: self.db,

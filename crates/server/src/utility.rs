@@ -25,6 +25,7 @@ pub fn vacuum(
     db: &Database,
     settings: &BTreeMap<String, String>,
     v: &VacuumCmd,
+    interrupt: settledb::Interrupt,
     notices: &mut Vec<Notice>,
 ) -> Result<Outcome, SqlError> {
     if v.full {
@@ -38,6 +39,7 @@ pub fn vacuum(
         disable_page_skipping: v.disable_page_skipping,
         truncate: v.truncate,
         parallel: v.parallel,
+        interrupt: Some(interrupt),
         ..VacuumParams::default()
     };
     if let Some(ic) = &v.index_cleanup {

@@ -702,6 +702,76 @@ async fn cancel_request_stops_a_running_statement() {
     assert_eq!(c.query_one("select 5", &[]).await.unwrap().get::<_, i32>(0), 5);
 }
 
+/// A cancel request or `statement_timeout` stops a statement inside one engine call: a VACUUM
+/// between its pages, a wait for a table's lock. Without the engine's interrupt checks the
+/// VACUUM below (a 100 ms cost delay at every page) would run for minutes and the lock wait
+/// would last until the holder commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_statement_timeout_stop_vacuum_and_lock_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute(
+        "create table v (id int primary key, pad text); \
+         insert into v select g, 'a row padded to fill its page sooner, so the table has some pages' from generate_series(1, 20000) g; \
+         update v set pad = 'y' where id % 10 = 0; \
+         set vacuum_cost_delay = 100; set vacuum_cost_limit = 1",
+    )
+    .await
+    .unwrap();
+
+    c.batch_execute("set statement_timeout = '300ms'").await.unwrap();
+    let e = c.batch_execute("vacuum v").await.unwrap_err();
+    assert_eq!(e.as_db_error().map(|d| d.message()), Some("canceling statement due to statement timeout"), "{e}");
+    c.batch_execute("set statement_timeout = 0").await.unwrap();
+
+    let token = c.cancel_token();
+    let running = tokio::spawn(async move {
+        let r = c.batch_execute("vacuum (verbose) v").await;
+        (c, r)
+    });
+    while !running.is_finished() {
+        token.cancel_query(NoTls).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (c, r) = running.await.unwrap();
+    let e = r.unwrap_err();
+    assert_eq!(code(&e), "57014");
+    assert_eq!(e.as_db_error().unwrap().message(), "canceling statement due to user request");
+    // The session goes on, and a VACUUM left to run finishes the work.
+    c.batch_execute("reset vacuum_cost_delay; vacuum v").await.unwrap();
+    let n: i64 =
+        c.query_one("select n_dead_tup from pg_stat_user_tables where relname = 'v'", &[]).await.unwrap().get(0);
+    assert_eq!(n, 0);
+
+    // A wait for another transaction's row (the engine's wait on its XID).
+    let holder = connect(&s).await;
+    holder.batch_execute("begin; update v set pad = 'held' where id = 1").await.unwrap();
+    c.batch_execute("set statement_timeout = '300ms'").await.unwrap();
+    let e = c.batch_execute("update v set pad = 'timed out' where id = 1").await.unwrap_err();
+    assert_eq!(e.as_db_error().map(|d| d.message()), Some("canceling statement due to statement timeout"), "{e}");
+    c.batch_execute("set statement_timeout = 0; set lock_timeout = 0").await.unwrap();
+    let token = c.cancel_token();
+    let waiting = tokio::spawn(async move {
+        let r = c.batch_execute("update v set pad = 'cancelled' where id = 1").await;
+        (c, r)
+    });
+    // Cancel until the wait ends; the holder commits only after, so a wait the cancel cannot
+    // end would succeed once it does, failing the test, rather than hang it.
+    let mut asked = 0;
+    while !waiting.is_finished() && asked < 200 {
+        token.cancel_query(NoTls).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        asked += 1;
+    }
+    holder.batch_execute("commit").await.unwrap();
+    let (c, r) = waiting.await.unwrap();
+    let e = r.unwrap_err();
+    assert_eq!(e.as_db_error().map(|d| d.message()), Some("canceling statement due to user request"), "{e}");
+    let pad: String = c.query_one("select pad from v where id = 1", &[]).await.unwrap().get(0);
+    assert_eq!(pad, "held");
+}
+
 /// Reads one backend message: its tag and body.
 fn read_message(sock: &mut std::net::TcpStream) -> (u8, Vec<u8>) {
     let mut head = [0u8; 5];

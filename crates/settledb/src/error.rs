@@ -104,6 +104,43 @@ pub enum Error {
     /// The transaction was already committed, rolled back or failed.
     #[error("transaction is not active: {0}")]
     TransactionClosed(&'static str),
+
+    /// The caller's [`Interrupt`] stopped a long operation (a cancel request, a statement
+    /// timeout); the caller's own error is kept whole, to be taken back by downcasting.
+    #[error("{0}")]
+    Interrupted(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// What an [`Interrupt`] check returns to stop the operation: the caller's own error.
+pub type InterruptError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A caller's interruption check (PostgreSQL's `CHECK_FOR_INTERRUPTS`): operations that can
+/// run long call it where stopping leaves everything consistent, and end with
+/// [`Error::Interrupted`] when it says so. VACUUM calls it before each heap page it reads or
+/// vacuums and before each index; a lock wait (a table's lock, another transaction's end)
+/// wakes at least every [`Interrupt::POLL`] to call it. The check runs on the operation's
+/// thread, a parallel VACUUM's workers included, so it must be cheap and must not block.
+#[derive(Clone)]
+pub struct Interrupt(std::sync::Arc<dyn Fn() -> std::result::Result<(), InterruptError> + Send + Sync>);
+
+impl Interrupt {
+    /// How long a lock wait sleeps at most between two checks.
+    pub const POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+    pub fn new(check: impl Fn() -> std::result::Result<(), InterruptError> + Send + Sync + 'static) -> Interrupt {
+        Interrupt(std::sync::Arc::new(check))
+    }
+
+    /// Calls the check: `Err(Error::Interrupted)` when the operation must stop.
+    pub fn check(&self) -> Result<()> {
+        (self.0)().map_err(Error::Interrupted)
+    }
+}
+
+impl std::fmt::Debug for Interrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Interrupt")
+    }
 }
 
 impl Error {

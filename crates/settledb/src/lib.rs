@@ -39,7 +39,7 @@ pub use catalog::TableOptions;
 pub use config::{Config, FreezePolicy, IsolationLevel, WalLevel};
 pub use db::{Database, DbStats, Index, Reloaded, Scan, Table, Transaction, TruncateOptions};
 pub use decode::slot::{SlotInfo, WalStatus};
-pub use error::{Error, Result};
+pub use error::{Error, Interrupt, InterruptError, Result};
 pub use heap::tuple::{Column, Schema, Type, Value};
 pub use heap::ReplicaIdentity;
 pub use index::{KeyBound, ScanDirection};

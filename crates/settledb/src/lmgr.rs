@@ -74,6 +74,9 @@
 //! `lock_timeout` (0 = none) bounds every wait, table lock or XID, and fails it with
 //! [`Error::LockNotAvailable`] ("canceling statement due to lock timeout", SQLSTATE 55P03).
 //! A conditional request (`nowait`) fails at once instead (autovacuum, VACUUM's truncation).
+//! An owner given an [`Interrupt`] ([`LockOwner::set_interrupt`]: a server session's cancel
+//! and `statement_timeout`) wakes every [`Interrupt::POLL`] while it waits to call it, and
+//! fails the wait with [`Error::Interrupted`] when it says stop.
 //!
 //! # The view
 //!
@@ -95,7 +98,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Interrupt, Result};
 use crate::types::{Oid, Xid};
 
 /// PostgreSQL's table lock modes, weakest first.
@@ -263,11 +266,24 @@ struct SlotState {
 /// [`LockManager::release_all`] (a prepared transaction's locks outlive its session).
 pub struct LockOwner {
     slot: Arc<Slot>,
+    /// Checked while this owner waits (see [`crate::error::Interrupt`]).
+    interrupt: Option<Interrupt>,
 }
 
 impl LockOwner {
     pub fn id(&self) -> OwnerId {
         self.slot.id
+    }
+
+    /// Makes this owner's waits end with [`Error::Interrupted`] when `interrupt` says so
+    /// (`None`: they end only as granted, deadlocked or timed out).
+    pub fn set_interrupt(&mut self, interrupt: Option<Interrupt>) {
+        self.interrupt = interrupt;
+    }
+
+    /// The owner's interrupt check, if any.
+    fn check_interrupt(&self) -> Result<()> {
+        self.interrupt.as_ref().map_or(Ok(()), Interrupt::check)
     }
 
     /// Whether the owner holds `mode` on `rel` (either path).
@@ -374,6 +390,7 @@ impl LockManager {
                     registered: false,
                 }),
             }),
+            interrupt: None,
         }
     }
 
@@ -497,6 +514,7 @@ impl LockManager {
                     Error::LockNotAvailable("canceling statement due to lock timeout".into())
                 })
             });
+            let failure = failure.or_else(|| owner.check_interrupt().err());
             if let Some(e) = failure {
                 self.dequeue(&mut st, me, rel);
                 undo_strong();
@@ -507,6 +525,9 @@ impl LockManager {
             let mut until = next_check;
             if let Some(t) = timeout {
                 until = until.min(start + t);
+            }
+            if owner.interrupt.is_some() {
+                until = until.min(Instant::now() + Interrupt::POLL);
             }
             self.wake.wait_until(&mut st, until);
         }
@@ -670,6 +691,12 @@ impl LockManager {
                     break Err(Error::LockNotAvailable("canceling statement due to lock timeout".into()));
                 }
                 step = step.min(left);
+            }
+            if let Err(e) = owner.check_interrupt() {
+                break Err(e);
+            }
+            if owner.interrupt.is_some() {
+                step = step.min(Interrupt::POLL);
             }
             if wait(step) {
                 break Ok(());

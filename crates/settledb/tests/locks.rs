@@ -212,6 +212,59 @@ fn lock_timeout_ends_table_and_row_waits() {
     assert!(db.locks().is_empty(), "{:?}", db.locks());
 }
 
+/// An interrupt check that says stop once `flag` is raised, with the error a server would
+/// send.
+fn interrupt_on(flag: &std::sync::Arc<std::sync::atomic::AtomicBool>) -> settledb::Interrupt {
+    let flag = flag.clone();
+    settledb::Interrupt::new(move || {
+        if flag.load(std::sync::atomic::Ordering::SeqCst) {
+            Err("canceling statement due to user request".into())
+        } else {
+            Ok(())
+        }
+    })
+}
+
+#[test]
+fn an_interrupt_ends_table_and_row_waits() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (_d, db) = open();
+    let t = table(&db, "t", 3);
+    let db = &db;
+    for row_wait in [false, true] {
+        let mut holder = db.begin().unwrap();
+        if row_wait {
+            update(&mut holder, db, "t", 1).unwrap();
+        } else {
+            holder.lock_table(&t, LockMode::AccessExclusive).unwrap();
+        }
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let e = std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let mut tx = db.begin().unwrap();
+                tx.set_interrupt(Some(interrupt_on(&stop)));
+                let e = if row_wait {
+                    update(&mut tx, db, "t", 1).unwrap_err()
+                } else {
+                    tx.scan(&t).map(|_| ()).unwrap_err()
+                };
+                assert!(tx.is_failed(), "an interrupted wait aborts the transaction");
+                e
+            });
+            // Raised once the waiter is seen waiting (no lock timeout: without the check it
+            // would wait for the holder, which commits only after it returns).
+            until(db, "the waiter queued", |l| l.iter().any(|x| !x.granted));
+            stop.store(true, Ordering::SeqCst);
+            waiter.join().unwrap()
+        });
+        assert!(matches!(e, Error::Interrupted(_)), "{e:?}");
+        assert_eq!(e.to_string(), "canceling statement due to user request");
+        holder.commit().unwrap();
+        assert!(db.locks().is_empty(), "{:?}", db.locks());
+    }
+    assert_eq!(db.lock_failures(), (0, 0), "neither a deadlock nor a lock timeout");
+}
+
 fn relation_modes(db: &Database, t: &Table) -> Vec<&'static str> {
     db.locks().iter().filter(|l| l.relation == Some(t.oid())).map(|l| l.mode.name()).collect()
 }

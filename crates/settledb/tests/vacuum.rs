@@ -99,6 +99,59 @@ fn vacuum_removes_dead_tuples_and_index_entries() {
     check(&db);
 }
 
+/// An interrupt stops a VACUUM partway, in each phase and in a parallel one, and leaves a
+/// table `check` finds sound, its rows and relfrozenxid as they were; the next VACUUM
+/// finishes the work.
+#[test]
+fn an_interrupted_vacuum_leaves_a_sound_table_for_the_next() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config(&[])).unwrap();
+    let t = accounts(&db, 20_000);
+    let pages = db.vacuum(Some("accounts"), &VacuumParams { index_cleanup: IndexCleanup::Off, ..Default::default() });
+    let pages = pages.unwrap().remove(0).orig_pages;
+    // Dead rows again, for the interrupted runs: another 1,000 updated, non-HOT.
+    let pk = db.index("accounts_pkey").unwrap();
+    let mut tx = db.begin().unwrap();
+    for i in (3..20_000).step_by(20) {
+        tx.update_by_key(&pk, &[Value::Int4(i)], |r| Ok(vec![r[0].clone(), Value::Int4(2), r[2].clone()])).unwrap();
+    }
+    tx.commit().unwrap();
+    let frozen = t.relfrozenxid();
+    // Stop at the nth check: early in phase I, late in phase I, in the index pass or phase III.
+    for (n, parallel) in [(3, Some(0)), (pages - 5, Some(0)), (pages + 3, Some(0)), (10, Some(2)), (pages + 3, Some(2))]
+    {
+        let checks = Arc::new(AtomicU32::new(0));
+        let seen = checks.clone();
+        let interrupt = settledb::Interrupt::new(move || {
+            if seen.fetch_add(1, Ordering::SeqCst) + 1 >= n {
+                Err("canceling statement due to user request".into())
+            } else {
+                Ok(())
+            }
+        });
+        let params = VacuumParams { parallel, interrupt: Some(interrupt), ..Default::default() };
+        let e = db.vacuum(Some("accounts"), &params).unwrap_err();
+        assert!(matches!(e, settledb::Error::Interrupted(_)), "check {n}, parallel {parallel:?}: {e:?}");
+        assert!(checks.load(Ordering::SeqCst) >= n);
+        assert_eq!(t.relfrozenxid(), frozen, "an interrupted VACUUM does not move relfrozenxid");
+        assert_eq!(sum_balances(&db, &t), (20_000, 1000 + 2000));
+        check(&db);
+    }
+    let r = db.vacuum(Some("accounts"), &VacuumParams::default()).unwrap().remove(0);
+    assert_eq!(r.num_index_scans, 1, "{}", r.verbose_text());
+    let again = db.vacuum(Some("accounts"), &VacuumParams::default()).unwrap().remove(0);
+    assert_eq!(
+        (again.tuples_deleted, again.lpdead_items, again.num_index_scans),
+        (0, 0, 0),
+        "{}",
+        again.verbose_text()
+    );
+    assert_eq!(sum_balances(&db, &t), (20_000, 1000 + 2000));
+    check(&db);
+}
+
 /// The cleanup-only index scan runs when the last one left deleted pages not yet reusable
 /// (more than 5% of the index): it recycles them, and after that it is skipped again.
 #[test]

@@ -132,6 +132,13 @@ impl<'db> Transaction<'db> {
         self.lock_timeout = timeout;
     }
 
+    /// Sets the check the transaction's lock waits (a table's lock, another transaction's
+    /// row) call while they wait: a wait it stops fails like a lock timeout, with
+    /// [`Error::Interrupted`] (`None`: no check).
+    pub fn set_interrupt(&mut self, interrupt: Option<crate::error::Interrupt>) {
+        self.owner.set_interrupt(interrupt);
+    }
+
     /// `LOCK TABLE table IN mode MODE`: takes a table lock, held until the transaction ends.
     /// A deadlock or lock timeout fails the transaction, as any lock wait does.
     pub fn lock_table(&mut self, table: &Table, mode: LockMode) -> Result<()> {

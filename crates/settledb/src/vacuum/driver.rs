@@ -180,7 +180,9 @@ fn lock_table<'a>(
     entry: &TableEntry,
     params: &VacuumParams,
 ) -> Result<(VacuumLock<'a>, Arc<TableEntry>)> {
-    let locks = VacuumLock { db, owner: db.lmgr.new_owner(if params.is_autovacuum { "autovacuum" } else { "vacuum" }) };
+    let mut owner = db.lmgr.new_owner(if params.is_autovacuum { "autovacuum" } else { "vacuum" });
+    owner.set_interrupt(params.interrupt.clone());
+    let locks = VacuumLock { db, owner };
     let wait = if params.is_autovacuum || params.skip_locked { WaitPolicy::NoWait } else { WaitPolicy::Wait };
     db.lmgr.lock(&locks.owner, entry.rel.oid, LockMode::ShareUpdateExclusive, wait, db.config.lock_timeout())?;
     let Some(current) = db.catalog.get_by_oid(entry.rel.oid) else {
@@ -239,6 +241,7 @@ impl<'a> LazyVacuum<'a> {
                     last: usage0.buffers,
                     balance: 0,
                     slept: Duration::ZERO,
+                    interrupt: params.interrupt.clone(),
                 },
             ),
             counts: ScanCounts::default(),
@@ -292,6 +295,7 @@ impl<'a> LazyVacuum<'a> {
         if self.do_index_cleanup {
             self.progress.set_phase(VacuumPhase::CleaningUpIndexes);
             for (i, ix) in self.indexes.iter().enumerate() {
+                self.leader.cost.point()?;
                 reported[i] |= ix.btree.cleanup(&self.env, &mut self.index_stats[i], bulk_deleted)?;
             }
         }

@@ -190,6 +190,12 @@ pub struct VacuumParams {
     /// `SKIP_LOCKED`: do not wait for the table's lock; a table whose lock is held is
     /// [`Error::LockNotAvailable`] (as autovacuum always does).
     pub skip_locked: bool,
+    /// Checked while waiting for the table's lock, before each heap page phases I and III
+    /// read, and before each index's bulk deletion and cleanup (one index's pass runs to its
+    /// end): when it says stop, the VACUUM ends with [`Error::Interrupted`]. What it did so
+    /// far stays (pages pruned, frozen or marked all-visible, index entries removed); the
+    /// table's statistics and `relfrozenxid` are left as they were.
+    pub interrupt: Option<crate::error::Interrupt>,
 }
 
 /// Phases of `pg_stat_progress_vacuum`.
@@ -287,6 +293,8 @@ struct CostDelay {
     last: buffer::BufferUsage,
     balance: u64,
     slept: Duration,
+    /// The VACUUM's [`VacuumParams::interrupt`].
+    interrupt: Option<crate::error::Interrupt>,
 }
 
 impl CostDelay {
@@ -302,7 +310,17 @@ impl CostDelay {
         }
     }
 
-    fn point(&mut self) {
+    /// `vacuum_delay_point`: the interrupt check, then the delay.
+    fn point(&mut self) -> Result<()> {
+        if let Some(i) = &self.interrupt {
+            i.check()?;
+        }
+        self.delay();
+        Ok(())
+    }
+
+    /// The delay alone, where an error cannot be returned (inside an index's bulk deletion).
+    fn delay(&mut self) {
         if self.delay_ms <= 0.0 {
             return;
         }

@@ -325,7 +325,7 @@ impl<'a> LazyVacuum<'a> {
             let mut scratch = ProbeScratch::default();
             scan.work(&env, &mut |tids: &[Tid], out: &mut [bool]| {
                 probe_batch(dead, tids, out, &mut scratch);
-                cost.point();
+                cost.delay();
             })
         };
         let (leader_result, outcomes) = std::thread::scope(|s| {

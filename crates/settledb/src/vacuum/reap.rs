@@ -57,6 +57,7 @@ impl LazyVacuum<'_> {
         self.progress.indexes_processed.store(0, Ordering::Relaxed);
         let mut scratch = ProbeScratch::default();
         for i in 0..self.indexes.len() {
+            self.leader.cost.point()?;
             let ix = self.indexes[i].clone();
             if self.nworkers > 0 && ix.btree.num_pages(&self.env)? >= self.min_parallel_index_pages {
                 self.bulk_delete_parallel(&ix.btree, i, self.nworkers)?;
@@ -65,7 +66,7 @@ impl LazyVacuum<'_> {
                 let cost = &mut self.leader.cost;
                 let mut is_dead = |tids: &[Tid], out: &mut [bool]| {
                     probe_batch(dead, tids, out, &mut scratch);
-                    cost.point();
+                    cost.delay();
                 };
                 ix.btree.bulk_delete(&self.env, &mut is_dead, &mut self.index_stats[i])?;
             }
@@ -100,7 +101,7 @@ impl Worker<'_> {
     /// space goes to the FSM. `seen`: what phase I learned of the page, trusted if the page's
     /// LSN has not moved since.
     pub(super) fn vacuum_page(&mut self, ctx: &Ctx<'_>, block: u32, offs: &[u16], seen: Option<Seen>) -> Result<()> {
-        self.cost.point();
+        self.cost.point()?;
         let env = self.env;
         let block = BlockNumber(block);
         let buf = heap::read_page(&env, ctx.rel, block, Some(&mut self.ring))?;

@@ -645,7 +645,7 @@ impl<'a> Worker<'a> {
                 stop = blk + run + 1;
             }
             while blk < stop.min(end) {
-                self.cost.point();
+                self.cost.point()?;
                 if ctx.progress.autovacuum.load(Ordering::Relaxed) && ctx.db.shutdown.load(Ordering::Acquire) {
                     return Err(crate::error::Error::invalid(
                         "canceling autovacuum task: the database is shutting down",
