@@ -4,6 +4,8 @@
 //!
 //! The role statements (`CREATE|ALTER|DROP ROLE|USER`) have their own grammar too, in
 //! `parse/role.rs`: sqlparser's DROP ROLE would reach the table DDL, and its options differ.
+//! `PREPARE`, `EXECUTE`, `DEALLOCATE` and `DISCARD` are parsed by sqlparser and turned into
+//! statements of ours in `parse/prepare.rs`, which checks what PostgreSQL's grammar refuses.
 //!
 //! sqlparser 0.63 rejects `VACUUM (VERBOSE) t`, `CHECKPOINT` and the COPY that `pgbench -i`
 //! sends (`copy pgbench_accounts from stdin with (freeze on)`), so those four commands never
@@ -27,7 +29,10 @@ use sqlparser::tokenizer::{Token, Tokenizer, Word};
 
 use crate::error::SqlError;
 
+mod prepare;
 mod role;
+
+pub use prepare::{Discard, PrepareCmd};
 
 /// One parsed statement.
 #[derive(Clone, Debug)]
@@ -55,6 +60,11 @@ pub enum Stmt {
     },
     /// CREATE / ALTER / DROP ROLE or USER ([`crate::roles::command`]; grammar in `role`).
     Role(crate::roles::command::RoleCmd),
+    /// PREPARE, EXECUTE, DEALLOCATE in SQL (the session's prepared statements, not the
+    /// protocol's; grammar in `prepare`).
+    Prepare(Box<PrepareCmd>),
+    /// `DISCARD ALL | PLANS | SEQUENCES | TEMP`.
+    Discard(Discard),
     /// Only whitespace and comments.
     Empty,
 }
@@ -230,7 +240,10 @@ pub fn parse_one(sql: &str) -> Result<Stmt, SqlError> {
     })?;
     match stmts.len() {
         0 => Ok(Stmt::Empty),
-        1 => Ok(Stmt::Sql(Box::new(stmts.remove(0)))),
+        1 => match prepare::convert(&stmts[0], sql)? {
+            Some(s) => Ok(s),
+            None => Ok(Stmt::Sql(Box::new(stmts.remove(0)))),
+        },
         _ => Err(SqlError::syntax("more than one statement where one was expected")),
     }
 }

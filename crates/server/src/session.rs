@@ -52,6 +52,9 @@ use crate::parse::{CopyCmd, Stmt};
 use crate::types::Datum;
 use crate::{copy, ddl, query, settings, utility, Shared};
 
+mod prepared;
+pub use prepared::{view_columns as prepared_statements_columns, view_rows as prepared_statements_rows};
+
 /// A notice sent before a statement's result (`INFO`, `NOTICE`, `WARNING`).
 #[derive(Clone, Debug)]
 pub struct Notice {
@@ -335,6 +338,8 @@ pub struct Session<'db> {
     /// What `nextval` gave this session (`currval`).
     sequence_values: crate::sequence::SessionValues,
     pub interrupts: Interrupts,
+    /// The SQL-level prepared statements (`PREPARE`; see `session/prepared.rs`).
+    prepared: prepared::Statements,
 }
 
 impl<'db> Session<'db> {
@@ -354,6 +359,7 @@ impl<'db> Session<'db> {
             statement_timeout: None,
             sequence_values: Default::default(),
             interrupts: Interrupts::new(control),
+            prepared: prepared::Statements::new(),
         };
         s.settings_changed();
         s
@@ -460,6 +466,8 @@ impl<'db> Session<'db> {
                 let tag = format!("SELECT {}", rows.len());
                 Ok(Outcome::Rows { fields: crate::dml::partition_probe_fields(), rows, tag })
             }
+            Stmt::Prepare(c) => self.prepare_cmd(c, notices),
+            Stmt::Discard(d) => self.discard(*d),
             Stmt::Sql(s) => self.sql(s, params, notices),
         }
     }

@@ -11,7 +11,9 @@
 //! ([`class_extras`]) answer psql's `\dt`; and `pg_stat_activity` (PostgreSQL 15's columns: a
 //! row per client session, its `state` from its transaction status, so a session running a
 //! statement shows as idle; one per running autovacuum, `backend_type` `autovacuum worker`;
-//! one per WAL sender; times, queries and wait events NULL). They are materialized when a query reads them; a
+//! one per WAL sender; times, queries and wait events NULL), and `pg_prepared_statements` (the
+//! reading session's SQL-level prepared statements, from `crate::session`'s `prepared`
+//! module). They are materialized when a query reads them; a
 //! SELECT may filter, sort, join and aggregate them like a table.
 
 use settledb::Database;
@@ -218,6 +220,7 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
             ];
             Some(cols.into_iter().map(|(n, t)| col(n, t)).collect())
         }
+        "pg_prepared_statements" => Some(crate::session::prepared_statements_columns()),
         other => crate::sysviews::columns(other).or_else(|| crate::pgcatalog::columns(other)),
     }
 }
@@ -578,6 +581,7 @@ pub fn rows(sh: &crate::Shared, settings: &std::collections::BTreeMap<String, St
                 r
             })
             .collect(),
+        "pg_prepared_statements" => crate::session::prepared_statements_rows(),
         other if crate::sysviews::columns(other).is_some() => crate::sysviews::rows(db, settings, other),
         other => crate::pgcatalog::rows(sh, other),
     }

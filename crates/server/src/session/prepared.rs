@@ -1,0 +1,325 @@
+//! SQL-level prepared statements (`PREPARE`, `EXECUTE`, `DEALLOCATE`) and `DISCARD`, as
+//! PostgreSQL 15's `commands/prepare.c` and `commands/discard.c` do them.
+//!
+//! # PREPARE
+//!
+//! The statement was parsed once, with the PREPARE (`crate::parse::PrepareCmd`). Here it is
+//! checked once: the relations it names must exist (42P01), and its parameter types are
+//! settled the way the extended protocol's Parse settles them ([`crate::query::describe`]):
+//! the declared ones first, then, for each `$n` past the list, the type of what it is compared
+//! with or assigned to (`a = $2` takes `a`'s type), text where nothing says. As in
+//! `PrepareQuery`, `$0` is 42P02 (`there is no parameter $0`) and a number no declared type
+//! covers and the statement does not name (`$1` when only `$2` appears) is 42P18. A name in
+//! use is 42P05.
+//!
+//! # EXECUTE
+//!
+//! `EXECUTE name (expr, ...)`: the count must match (42601, `wrong number of parameters for
+//! prepared statement "q"`, DETAIL `Expected 2 parameters but got 1.`), then each argument is
+//! evaluated and converted to its parameter's type (`'12a'` for an integer is 22P02), in the
+//! same transaction as the statement itself, which then runs as if it had been sent with
+//! those values bound: its rows and command tag are the statement's. An unknown name is 26000.
+//! There is no plan cache: every EXECUTE plans with its values, which PostgreSQL calls a custom
+//! plan, so `pg_prepared_statements.custom_plans` counts the executions of a statement with
+//! parameters and `generic_plans` those of one without (PostgreSQL always uses a generic plan
+//! there).
+//!
+//! # Lifetime and where they live
+//!
+//! Prepared statements belong to the session: they survive COMMIT and ROLLBACK (a PREPARE in
+//! a block that rolls back stays, as in PostgreSQL, where PREPARE is not transactional) and go
+//! with the connection. They are kept in a thread-local of the connection's thread, which the
+//! session has to itself for its whole life (`crate::wire`), because the executor reads the
+//! `pg_prepared_statements` view ([`view_rows`]) through `crate::views::rows`, which is given
+//! no session. The session holds a [`Statements`] handle; dropping it (the session ending)
+//! empties the thread's map. The protocol's named statements (Parse with a name) are pgwire's
+//! and are not listed.
+//!
+//! # DISCARD
+//!
+//! `DISCARD PLANS` has no plans to drop and `DISCARD TEMP` no temporary tables; `DISCARD
+//! SEQUENCES` forgets what `currval` would answer; `DISCARD ALL` does all of that, deallocates
+//! every prepared statement and runs `RESET ALL`, and is refused inside a block (25001).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use sqlparser::ast::{Expr, FromTable, SetExpr, Statement, TableFactor, TableObject};
+
+use super::{Cx, Notice, Outcome, Session};
+use crate::error::SqlError;
+use crate::expr::{cast, eval, Scope};
+use crate::parse::{Discard, PrepareCmd, Stmt};
+use crate::types::{Datum, SqlType};
+use crate::Shared;
+
+/// One SQL-level prepared statement.
+struct Entry {
+    /// The PREPARE's text.
+    text: String,
+    stmt: Stmt,
+    params: Vec<SqlType>,
+    /// Microseconds since the Unix epoch.
+    prepared_at: i64,
+    generic_plans: u64,
+    custom_plans: u64,
+}
+
+thread_local! {
+    /// The prepared statements of the session this thread serves, by name.
+    static STATEMENTS: RefCell<BTreeMap<String, Entry>> = const { RefCell::new(BTreeMap::new()) };
+}
+
+/// The session's handle on its prepared statements (see the module documentation); they go
+/// when it drops.
+#[derive(Debug)]
+pub struct Statements(());
+
+impl Statements {
+    pub fn new() -> Statements {
+        STATEMENTS.with(|m| m.borrow_mut().clear());
+        Statements(())
+    }
+
+    fn clear(&self) {
+        STATEMENTS.with(|m| m.borrow_mut().clear());
+    }
+}
+
+impl Drop for Statements {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+fn does_not_exist(name: &str) -> SqlError {
+    SqlError::new("26000", format!("prepared statement \"{name}\" does not exist"))
+}
+
+impl<'db> Session<'db> {
+    /// PREPARE, EXECUTE or DEALLOCATE.
+    pub(super) fn prepare_cmd(&mut self, c: &PrepareCmd, notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
+        match c {
+            PrepareCmd::Prepare { name, types, stmt, text, placeholders } => {
+                prepare(self.sh, name, types, stmt, text, placeholders)?;
+                Ok(Outcome::Command("PREPARE".into()))
+            }
+            PrepareCmd::Execute { name, args } => self.execute_prepared(name, args, notices),
+            PrepareCmd::Deallocate { name: None } => {
+                self.prepared.clear();
+                Ok(Outcome::Command("DEALLOCATE ALL".into()))
+            }
+            PrepareCmd::Deallocate { name: Some(name) } => {
+                STATEMENTS.with(|m| m.borrow_mut().remove(name)).ok_or_else(|| does_not_exist(name))?;
+                Ok(Outcome::Command("DEALLOCATE".into()))
+            }
+        }
+    }
+
+    /// The result columns of prepared statement `name`, for Describe of an `EXECUTE name`
+    /// (`None`: no such statement, or it returns no rows).
+    pub fn prepared_fields(&self, name: &str) -> Option<Vec<super::Field>> {
+        let stmt = STATEMENTS.with(|m| m.borrow().get(name).map(|e| e.stmt.clone()))?;
+        crate::query::describe(self.sh, &stmt, &[]).1
+    }
+
+    fn execute_prepared(&mut self, name: &str, args: &[Expr], notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
+        let (stmt, params) = STATEMENTS.with(|m| {
+            let mut m = m.borrow_mut();
+            let e = m.get_mut(name).ok_or_else(|| does_not_exist(name))?;
+            if args.len() != e.params.len() {
+                return Err(SqlError::new(
+                    "42601",
+                    format!("wrong number of parameters for prepared statement \"{name}\""),
+                )
+                .with_detail(format!("Expected {} parameters but got {}.", e.params.len(), args.len())));
+            }
+            if e.params.is_empty() {
+                e.generic_plans += 1;
+            } else {
+                e.custom_plans += 1;
+            }
+            Ok((e.stmt.clone(), e.params.clone()))
+        })?;
+        let Stmt::Sql(s) = &stmt else { return self.dispatch(&stmt, &[], notices) };
+        if let Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) = s.as_ref() {
+            let command = s.to_string().split_whitespace().next().unwrap_or_default().to_ascii_uppercase();
+            self.writable(&command)?;
+        }
+        self.in_transaction(&[], notices, |cx| {
+            let values = arguments(cx, args, &params)?;
+            with_params(cx, &values, |cx| crate::query::execute(cx, s))
+        })
+    }
+
+    /// DISCARD.
+    pub(super) fn discard(&mut self, what: Discard) -> Result<Outcome, SqlError> {
+        match what {
+            Discard::All => {
+                self.outside_block(what.tag())?;
+                self.prepared.clear();
+                self.settings = crate::settings::initial();
+                self.settings_changed();
+                self.sequence_values = Default::default();
+            }
+            Discard::Sequences => self.sequence_values = Default::default(),
+            // No cached plans, no temporary tables.
+            Discard::Plans | Discard::Temp => {}
+        }
+        Ok(Outcome::Command(what.tag().into()))
+    }
+}
+
+/// PREPARE's checks (module documentation), then the statement is kept under `name`.
+fn prepare(
+    sh: &Shared,
+    name: &str,
+    declared: &[SqlType],
+    stmt: &Stmt,
+    text: &str,
+    placeholders: &[u64],
+) -> Result<(), SqlError> {
+    if STATEMENTS.with(|m| m.borrow().contains_key(name)) {
+        return Err(SqlError::new("42P05", format!("prepared statement \"{name}\" already exists")));
+    }
+    // The protocol allows 65535 parameters; a larger number could not be bound anyway.
+    if let Some(&n) = placeholders.iter().find(|&&n| n == 0 || n > u64::from(u16::MAX)) {
+        return Err(SqlError::new("42P02", format!("there is no parameter ${n}")));
+    }
+    relations_exist(sh, stmt)?;
+    let client: Vec<Option<SqlType>> = declared.iter().copied().map(Some).collect();
+    let (params, _) = crate::query::describe(sh, stmt, &client);
+    let named = |i: usize| placeholders.binary_search(&(i as u64)).is_ok();
+    if let Some(i) = (declared.len() + 1..=params.len()).find(|&i| !named(i)) {
+        return Err(SqlError::new("42P18", format!("could not determine data type of parameter ${i}")));
+    }
+    let entry = Entry {
+        text: text.to_string(),
+        stmt: stmt.clone(),
+        params,
+        prepared_at: crate::expr::now_micros(),
+        generic_plans: 0,
+        custom_plans: 0,
+    };
+    STATEMENTS.with(|m| m.borrow_mut().insert(name.to_string(), entry));
+    Ok(())
+}
+
+/// 42P01 at PREPARE for a relation the statement reads or writes that does not exist (its
+/// FROM list's, or its target table's), as PostgreSQL's parse analysis finds it.
+fn relations_exist(sh: &Shared, stmt: &Stmt) -> Result<(), SqlError> {
+    let Stmt::Sql(s) = stmt else { return Ok(()) };
+    let table = |f: &TableFactor| match f {
+        TableFactor::Table { name, .. } => Some(crate::ddl::object_name(name)),
+        _ => None,
+    };
+    let target = match s.as_ref() {
+        Statement::Query(q) => {
+            let sel = match q.body.as_ref() {
+                SetExpr::Select(sel) => Some(sel.as_ref()),
+                body => crate::setop::leftmost(body),
+            };
+            if let Some(sel) = sel {
+                crate::query::from_source(sh, sel)?;
+            }
+            return Ok(());
+        }
+        Statement::Insert(i) => match &i.table {
+            TableObject::TableName(n) => Some(crate::ddl::object_name(n)),
+            _ => None,
+        },
+        Statement::Update(u) => table(&u.table.relation),
+        Statement::Delete(d) => match &d.from {
+            FromTable::WithFromKeyword(t) | FromTable::WithoutKeyword(t) => t.first().and_then(|t| table(&t.relation)),
+        },
+        _ => None,
+    };
+    let Some(name) = target else { return Ok(()) };
+    sh.db.table(&name).map(drop).map_err(|_| SqlError::undefined_table(&name))
+}
+
+/// EXECUTE's arguments, evaluated and converted to the parameters' types.
+fn arguments(cx: &mut Cx<'_, '_>, args: &[Expr], types: &[SqlType]) -> Result<Vec<Datum>, SqlError> {
+    let scope = Scope::empty();
+    args.iter()
+        .zip(types)
+        .map(|(e, &ty)| match eval(e, &scope, &[], cx, None)? {
+            Datum::Text(s) if matches!(ty, SqlType::Text) => Ok(Datum::Text(s)),
+            v => cast(v, ty),
+        })
+        .collect()
+}
+
+/// Runs `f` with `cx` as it is but for its parameters, which are `values`.
+fn with_params<'db>(
+    cx: &mut Cx<'_, 'db>,
+    values: &[Datum],
+    f: impl FnOnce(&mut Cx<'_, 'db>) -> Result<Outcome, SqlError>,
+) -> Result<Outcome, SqlError> {
+    let mut bound = Cx {
+        db: cx.db,
+        sh: cx.sh,
+        tx: &mut *cx.tx,
+        params: values,
+        settings: cx.settings,
+        notices: &mut *cx.notices,
+        interrupts: cx.interrupts,
+        set_config: std::mem::take(&mut cx.set_config),
+        sequence_values: &mut *cx.sequence_values,
+        subqueries: Default::default(),
+    };
+    let r = f(&mut bound);
+    cx.set_config = bound.set_config;
+    r
+}
+
+/// The columns of `pg_prepared_statements` (PostgreSQL 15's; `parameter_types`, a `regtype[]`
+/// there, as its text).
+pub fn view_columns() -> Vec<crate::catalog::ColumnDef> {
+    use SqlType::{Bool, Int8, Text, Timestamp};
+    [
+        ("name", Text),
+        ("statement", Text),
+        ("prepare_time", Timestamp),
+        ("parameter_types", Text),
+        ("from_sql", Bool),
+        ("generic_plans", Int8),
+        ("custom_plans", Int8),
+    ]
+    .into_iter()
+    .map(|(name, ty)| crate::catalog::ColumnDef { name: name.into(), ty, nullable: true })
+    .collect()
+}
+
+/// `pg_prepared_statements`' rows: this thread's session's SQL-level prepared statements.
+pub fn view_rows() -> Vec<Vec<Datum>> {
+    STATEMENTS.with(|m| {
+        m.borrow()
+            .iter()
+            .map(|(name, e)| {
+                let types: Vec<String> = e.params.iter().map(|t| regtype(*t)).collect();
+                vec![
+                    Datum::Text(name.clone()),
+                    Datum::Text(e.text.clone()),
+                    Datum::Timestamp(e.prepared_at),
+                    Datum::Text(format!("{{{}}}", types.join(","))),
+                    Datum::Bool(true),
+                    Datum::Int(e.generic_plans as i64),
+                    Datum::Int(e.custom_plans as i64),
+                ]
+            })
+            .collect()
+    })
+}
+
+/// A type as `regtype` prints it: the name without modifiers (`character varying`), quoted
+/// in an array where it holds a space, as `array_out` quotes it.
+fn regtype(t: SqlType) -> String {
+    let shown = t.display();
+    let name = shown.split('(').next().unwrap_or_default();
+    if name.contains(' ') {
+        format!("\"{name}\"")
+    } else {
+        name.to_string()
+    }
+}
