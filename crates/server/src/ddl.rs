@@ -21,11 +21,19 @@ use crate::session::{Notice, Outcome};
 use crate::settings::value_text;
 use crate::Shared;
 
-pub fn execute(sh: &Shared, s: &Statement, notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
+/// Runs a DDL statement; `interrupt` (the session's cancel and `statement_timeout`) can stop
+/// CREATE INDEX and ADD PRIMARY KEY / UNIQUE while they wait for the table and while they
+/// read it.
+pub fn execute(
+    sh: &Shared,
+    s: &Statement,
+    interrupt: &settledb::Interrupt,
+    notices: &mut Vec<Notice>,
+) -> Result<Outcome, SqlError> {
     match s {
         Statement::CreateTable(ct) => create_table(sh, ct, notices),
         Statement::Drop { object_type, if_exists, names, .. } => drop(sh, *object_type, *if_exists, names, notices),
-        Statement::CreateIndex(ci) => create_index(sh, ci, notices),
+        Statement::CreateIndex(ci) => create_index(sh, ci, interrupt, notices),
         Statement::CreateSequence {
             if_not_exists, name, sequence_options, temporary: false, owned_by: None, ..
         } => {
@@ -48,7 +56,7 @@ pub fn execute(sh: &Shared, s: &Statement, notices: &mut Vec<Notice>) -> Result<
         Statement::AlterTable(at) => {
             let table = object_name(&at.name);
             for op in &at.operations {
-                alter(sh, &table, op)?;
+                alter(sh, &table, op, interrupt)?;
             }
             Ok(Outcome::Command("ALTER TABLE".into()))
         }
@@ -245,7 +253,12 @@ fn drop(
     Ok(Outcome::Command(tag.into()))
 }
 
-fn create_index(sh: &Shared, ci: &CreateIndex, notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
+fn create_index(
+    sh: &Shared,
+    ci: &CreateIndex,
+    interrupt: &settledb::Interrupt,
+    notices: &mut Vec<Notice>,
+) -> Result<Outcome, SqlError> {
     let table = object_name(&ci.table_name);
     if ci.predicate.is_some() {
         return Err(SqlError::unsupported("partial indexes"));
@@ -267,22 +280,22 @@ fn create_index(sh: &Shared, ci: &CreateIndex, notices: &mut Vec<Notice>) -> Res
         return Ok(Outcome::Command("CREATE INDEX".into()));
     }
     let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
-    sh.db.create_index(&name, &table, &refs, ci.unique)?;
+    sh.db.create_index_with(&name, &table, &refs, ci.unique, Some(interrupt))?;
     Ok(Outcome::Command("CREATE INDEX".into()))
 }
 
-fn alter(sh: &Shared, table: &str, op: &AlterTableOperation) -> Result<(), SqlError> {
+fn alter(sh: &Shared, table: &str, op: &AlterTableOperation, interrupt: &settledb::Interrupt) -> Result<(), SqlError> {
     match op {
         AlterTableOperation::AddConstraint { constraint: TableConstraint::PrimaryKey(p), .. } => {
             let cols = index_columns(&p.columns)?;
             let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
-            sh.db.add_primary_key(table, &refs)?;
+            sh.db.add_primary_key_with(table, &refs, Some(interrupt))?;
             Ok(())
         }
         AlterTableOperation::AddConstraint { constraint: TableConstraint::Unique(u), .. } => {
             let cols = index_columns(&u.columns)?;
             let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
-            sh.db.create_index(&format!("{table}_{}_key", cols.join("_")), table, &refs, true)?;
+            sh.db.create_index_with(&format!("{table}_{}_key", cols.join("_")), table, &refs, true, Some(interrupt))?;
             Ok(())
         }
         AlterTableOperation::SetOptionsParens { options } => {

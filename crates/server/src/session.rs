@@ -572,7 +572,7 @@ impl<'db> Session<'db> {
                 // The engine runs DDL in transactions of its own: refuse it inside a block
                 // rather than pretend it would roll back with the block.
                 self.outside_block("DDL (CREATE, DROP, ALTER)")?;
-                ddl::execute(self.sh, s, notices)
+                ddl::execute(self.sh, s, &self.interrupts.engine(), notices)
             }
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) | Statement::Truncate(_) => {
                 let command = s.to_string().split_whitespace().next().unwrap_or_default().to_ascii_uppercase();

@@ -744,6 +744,13 @@ async fn cancel_and_statement_timeout_stop_vacuum_and_lock_waits() {
         c.query_one("select n_dead_tup from pg_stat_user_tables where relname = 'v'", &[]).await.unwrap().get(0);
     assert_eq!(n, 0);
 
+    // CREATE INDEX reads the table page by page, checking between pages; a stopped build
+    // leaves no index (20,000 rows cannot be read and sorted in 1 ms).
+    c.batch_execute("set statement_timeout = '1ms'").await.unwrap();
+    let e = c.batch_execute("create index v_pad on v (pad)").await.unwrap_err();
+    assert_eq!(e.as_db_error().map(|d| d.message()), Some("canceling statement due to statement timeout"), "{e}");
+    c.batch_execute("set statement_timeout = 0; create index v_pad on v (pad)").await.unwrap();
+
     // A wait for another transaction's row (the engine's wait on its XID).
     let holder = connect(&s).await;
     holder.batch_execute("begin; update v set pad = 'held' where id = 1").await.unwrap();

@@ -117,7 +117,8 @@ pub type InterruptError = Box<dyn std::error::Error + Send + Sync>;
 /// A caller's interruption check (PostgreSQL's `CHECK_FOR_INTERRUPTS`): operations that can
 /// run long call it where stopping leaves everything consistent, and end with
 /// [`Error::Interrupted`] when it says so. VACUUM calls it before each heap page it reads or
-/// vacuums and before each index; a lock wait (a table's lock, another transaction's end)
+/// vacuums and before each index, CREATE INDEX before each heap page it reads
+/// ([`crate::Database::create_index_with`]); a lock wait (a table's lock, another transaction's end)
 /// wakes at least every [`Interrupt::POLL`] to call it. The check runs on the operation's
 /// thread, a parallel VACUUM's workers included, so it must be cheap and must not block.
 #[derive(Clone)]

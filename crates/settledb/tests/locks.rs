@@ -265,6 +265,52 @@ fn an_interrupt_ends_table_and_row_waits() {
     assert_eq!(db.lock_failures(), (0, 0), "neither a deadlock nor a lock timeout");
 }
 
+/// An interrupt stops CREATE INDEX while it waits for the table and while it reads it, and
+/// leaves no index behind: the same name can be built afterwards.
+#[test]
+fn an_interrupt_stops_create_index_and_leaves_nothing() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let (_d, db) = open();
+    let t = table(&db, "t", 5_000);
+    let db = &db;
+    // Reading: stopped at the heap's third page.
+    let checks = std::sync::Arc::new(AtomicU32::new(0));
+    let seen = checks.clone();
+    let third = settledb::Interrupt::new(move || {
+        if seen.fetch_add(1, Ordering::SeqCst) >= 2 {
+            Err("canceling statement due to user request".into())
+        } else {
+            Ok(())
+        }
+    });
+    let e = db.create_index_with("t_v", "t", &["v"], false, Some(&third)).err().expect("stopped");
+    assert!(matches!(e, Error::Interrupted(_)), "{e:?}");
+    assert!(db.index("t_v").is_err(), "no index is left");
+    // Waiting: a writer holds RowExclusive, which CREATE INDEX's Share lock waits for.
+    let mut writer = db.begin().unwrap();
+    update(&mut writer, db, "t", 1).unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let e = std::thread::scope(|s| {
+        let build = s.spawn(|| db.create_index_with("t_v", "t", &["v"], true, Some(&interrupt_on(&stop))).err());
+        until(db, "CREATE INDEX queued", |l| l.iter().any(|x| !x.granted && x.mode == LockMode::Share));
+        stop.store(true, Ordering::SeqCst);
+        build.join().unwrap().expect("stopped")
+    });
+    assert!(matches!(e, Error::Interrupted(_)), "{e:?}");
+    writer.commit().unwrap();
+    let e = db.create_index_with("t_v", "t", &["v"], false, Some(&interrupt_on(&stop))).err().expect("stopped");
+    assert!(matches!(e, Error::Interrupted(_)), "a raised interrupt stops it at once: {e:?}");
+    let ix = db.create_index("t_v", "t", &["v"], false).unwrap();
+    let mut tx = db.begin().unwrap();
+    let zero = settledb::KeyBound::Included(vec![Value::Int8(0)]);
+    let rows = tx.range(&ix, zero.clone(), zero, settledb::ScanDirection::Forward, None).unwrap();
+    assert_eq!(rows.len(), 4_999, "every row but the one updated to 1");
+    tx.commit().unwrap();
+    assert!(db.locks().is_empty(), "{:?}", db.locks());
+    assert!(settledb::check::check_database(db).unwrap().is_clean());
+    drop(t);
+}
+
 fn relation_modes(db: &Database, t: &Table) -> Vec<&'static str> {
     db.locks().iter().filter(|l| l.relation == Some(t.oid())).map(|l| l.mode.name()).collect()
 }
