@@ -220,12 +220,19 @@ impl SqlCatalog {
 
 /// Replaces `path` with `text` so that a crash leaves the old file or the new one: write a
 /// sibling, fsync it, rename it over, fsync the directory. The server's own small files (this
-/// catalog, [`crate::sequence`]'s) are written so.
+/// catalog, [`crate::sequence`]'s, the roles' verifiers) are written so, readable by their
+/// owner only (mode 0600, as PostgreSQL's files).
 pub fn replace_file(path: &Path, text: &str) -> Result<(), SqlError> {
     let io = |e: std::io::Error| SqlError::new("58030", format!("could not write {}: {e}", path.display()));
     let tmp = path.with_extension("tmp");
     {
-        let mut f = std::fs::File::create(&tmp).map_err(io)?;
+        // A sibling left by a crash may have another mode: the new one is created afresh.
+        let _ = std::fs::remove_file(&tmp);
+        let mut o = std::fs::OpenOptions::new();
+        o.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+        let mut f = o.open(&tmp).map_err(io)?;
         f.write_all(text.as_bytes()).map_err(io)?;
         f.sync_all().map_err(io)?;
     }
@@ -234,4 +241,21 @@ pub fn replace_file(path: &Path, text: &str) -> Result<(), SqlError> {
         std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
     }
     Ok(())
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn replaced_files_are_the_owners_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        // A stale sibling readable by everyone does not lend the new file its mode.
+        std::fs::write(path.with_extension("tmp"), "old").unwrap();
+        std::fs::set_permissions(path.with_extension("tmp"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        super::replace_file(&path, "secret").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "secret");
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    }
 }

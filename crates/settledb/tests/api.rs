@@ -211,3 +211,19 @@ fn wal_keep_size_keeps_old_segments_through_checkpoints() {
     assert!(!first_segment_kept("0"), "without wal_keep_size the first segment goes");
     assert!(first_segment_kept("64MB"), "wal_keep_size=64MB keeps it");
 }
+
+/// A data directory the engine creates is its owner's alone (0700), as `initdb` makes it:
+/// the server keeps its roles' password verifiers there.
+#[cfg(unix)]
+#[test]
+fn a_new_data_directory_is_the_owners_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("data");
+    let db = Database::open(&dir, Config::default()).unwrap();
+    drop(db);
+    for d in [dir.clone(), dir.join("pg_wal"), dir.join("base")] {
+        let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", d.display());
+    }
+}

@@ -203,8 +203,14 @@ impl FileSystem for RealFs {
         std::fs::rename(from, to).map_err(|e| Error::io("rename", from, e))
     }
 
+    /// Directories made here are the owner's alone (mode 0700, as `initdb` makes a data
+    /// directory); ones that exist keep their mode.
     fn create_dir_all(&self, path: &Path) -> Result<()> {
-        std::fs::create_dir_all(path).map_err(|e| Error::io("create directory", path, e))
+        let mut b = std::fs::DirBuilder::new();
+        b.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+        b.create(path).map_err(|e| Error::io("create directory", path, e))
     }
 
     fn list(&self, dir: &Path) -> Result<Vec<String>> {
