@@ -39,7 +39,9 @@
 //! stores the result as the prepared statement ([`Prepared`]); Bind's parameters are decoded
 //! by the types the client gave or, when it gave none (pgbench, psql), by the types inferred
 //! from where each `$n` appears (`aid = $1` takes `aid`'s type). Results are sent in the format
-//! each column was asked for (text or binary).
+//! each column was asked for (text or binary). These are pgwire's, apart from the session's
+//! SQL-level ones (`PREPARE`, `crate::session`'s `prepared` module), whose result columns
+//! Describe of an `EXECUTE name` reports.
 
 use std::cell::Cell;
 use std::fmt::Debug;
@@ -522,7 +524,14 @@ impl QueryParser for SqlParser {
         };
         let client_types: Vec<Option<SqlType>> =
             types.iter().map(|t| t.as_ref().and_then(|t| SqlType::from_oid(t.oid()))).collect();
-        let (params, fields) = crate::query::describe(&self.sh, &stmt, &client_types);
+        let (params, mut fields) = crate::query::describe(&self.sh, &stmt, &client_types);
+        // `EXECUTE name` returns what the session's prepared statement returns.
+        if let (Stmt::Prepare(cmd), Some(session)) = (&stmt, &self.session) {
+            if let crate::parse::PrepareCmd::Execute { name, .. } = cmd.as_ref() {
+                let name = name.clone();
+                fields = session.call(move |s| s.prepared_fields(&name)).await.ok().flatten();
+            }
+        }
         Ok(Some(Arc::new(Prepared { sql: sql.to_string(), stmt, params, fields })))
     }
 

@@ -7,7 +7,8 @@
 //! checked once: the relations it names must exist (42P01), and its parameter types are
 //! settled the way the extended protocol's Parse settles them ([`crate::query::describe`]):
 //! the declared ones first, then, for each `$n` past the list, the type of what it is compared
-//! with or assigned to (`a = $2` takes `a`'s type), text where nothing says. As in
+//! with or assigned to (`a = $2` takes `a`'s type), text where nothing says (`SELECT $1`, as
+//! PostgreSQL resolves an unknown output column). As in
 //! `PrepareQuery`, `$0` is 42P02 (`there is no parameter $0`) and a number no declared type
 //! covers and the statement does not name (`$1` when only `$2` appears) is 42P18. A name in
 //! use is 42P05.
@@ -125,19 +126,14 @@ impl<'db> Session<'db> {
 
     fn execute_prepared(&mut self, name: &str, args: &[Expr], notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
         let (stmt, params) = STATEMENTS.with(|m| {
-            let mut m = m.borrow_mut();
-            let e = m.get_mut(name).ok_or_else(|| does_not_exist(name))?;
+            let m = m.borrow();
+            let e = m.get(name).ok_or_else(|| does_not_exist(name))?;
             if args.len() != e.params.len() {
                 return Err(SqlError::new(
                     "42601",
                     format!("wrong number of parameters for prepared statement \"{name}\""),
                 )
                 .with_detail(format!("Expected {} parameters but got {}.", e.params.len(), args.len())));
-            }
-            if e.params.is_empty() {
-                e.generic_plans += 1;
-            } else {
-                e.custom_plans += 1;
             }
             Ok((e.stmt.clone(), e.params.clone()))
         })?;
@@ -148,6 +144,13 @@ impl<'db> Session<'db> {
         }
         self.in_transaction(&[], notices, |cx| {
             let values = arguments(cx, args, &params)?;
+            // Counted where PostgreSQL chooses the plan: after the arguments, before the run.
+            STATEMENTS.with(|m| {
+                if let Some(e) = m.borrow_mut().get_mut(name) {
+                    let plans = if params.is_empty() { &mut e.generic_plans } else { &mut e.custom_plans };
+                    *plans += 1;
+                }
+            });
             with_params(cx, &values, |cx| crate::query::execute(cx, s))
         })
     }
@@ -188,7 +191,13 @@ fn prepare(
     }
     relations_exist(sh, stmt)?;
     let client: Vec<Option<SqlType>> = declared.iter().copied().map(Some).collect();
-    let (params, _) = crate::query::describe(sh, stmt, &client);
+    let (mut params, _) = crate::query::describe(sh, stmt, &client);
+    // A `$n` where the inference does not look (a select list, a subquery) is text, as
+    // PostgreSQL takes a parameter whose type nothing decides.
+    let named_max = placeholders.last().map_or(0, |&n| n as usize);
+    if params.len() < named_max {
+        params.resize(named_max, SqlType::Text);
+    }
     let named = |i: usize| placeholders.binary_search(&(i as u64)).is_ok();
     if let Some(i) = (declared.len() + 1..=params.len()).find(|&i| !named(i)) {
         return Err(SqlError::new("42P18", format!("could not determine data type of parameter ${i}")));
@@ -238,16 +247,50 @@ fn relations_exist(sh: &Shared, stmt: &Stmt) -> Result<(), SqlError> {
     sh.db.table(&name).map(drop).map_err(|_| SqlError::undefined_table(&name))
 }
 
-/// EXECUTE's arguments, evaluated and converted to the parameters' types.
+/// EXECUTE's arguments, evaluated and converted to the parameters' types as an assignment
+/// converts them (a string as the type's input; `1.7` to an integer rounds), else 42804 with
+/// PostgreSQL's words.
 fn arguments(cx: &mut Cx<'_, '_>, args: &[Expr], types: &[SqlType]) -> Result<Vec<Datum>, SqlError> {
     let scope = Scope::empty();
-    args.iter()
-        .zip(types)
-        .map(|(e, &ty)| match eval(e, &scope, &[], cx, None)? {
-            Datum::Text(s) if matches!(ty, SqlType::Text) => Ok(Datum::Text(s)),
-            v => cast(v, ty),
-        })
-        .collect()
+    let mut out = Vec::with_capacity(args.len());
+    for (i, (e, &ty)) in args.iter().zip(types).enumerate() {
+        let v = eval(e, &scope, &[], cx, None)?;
+        let given = type_name(&v);
+        let v = match v {
+            Datum::Text(s) if matches!(ty, SqlType::Text) => Datum::Text(s),
+            v => cast(v, ty).map_err(|e| {
+                if e.code != "42804" {
+                    return e;
+                }
+                SqlError::new(
+                    "42804",
+                    format!(
+                        "parameter ${} of type {given} cannot be coerced to the expected type {}",
+                        i + 1,
+                        ty.display()
+                    ),
+                )
+                .with_hint("You will need to rewrite or cast the expression.")
+            })?,
+        };
+        out.push(v);
+    }
+    Ok(out)
+}
+
+/// The type PostgreSQL would give the value of an EXECUTE argument, for its error message.
+fn type_name(d: &Datum) -> &'static str {
+    match d {
+        Datum::Null | Datum::Text(_) => "text",
+        Datum::Bool(_) => "boolean",
+        Datum::Int(x) if i32::try_from(*x).is_ok() => "integer",
+        Datum::Int(_) => "bigint",
+        Datum::Float(_) => "double precision",
+        Datum::Num(_) => "numeric",
+        Datum::Bytea(_) => "bytea",
+        Datum::Timestamp(_) => "timestamp without time zone",
+        Datum::Date(_) => "date",
+    }
 }
 
 /// Runs `f` with `cx` as it is but for its parameters, which are `values`.

@@ -1,0 +1,364 @@
+//! SQL-level prepared statements and DISCARD, as PostgreSQL 15 has them (each expectation was
+//! read off a PostgreSQL 15 server given the same statements):
+//!
+//! - `PREPARE name [(types)] AS statement` then `EXECUTE name [(values)]`: SELECT with declared
+//!   and inferred parameter types, INSERT, UPDATE and DELETE, each EXECUTE answering
+//!   with the statement's own rows and command tag (read from the raw protocol, since
+//!   tokio-postgres reports only row counts), and Describe of an EXECUTE giving the
+//!   statement's columns to the extended protocol;
+//! - the errors and their SQLSTATEs: 42P05, 26000, 42601 (wrong number of parameters, with
+//!   its DETAIL), 22P02, 42804, 42P02, 42P18, 42P01;
+//! - `DEALLOCATE [PREPARE] name | ALL`, `pg_prepared_statements` (this session's only);
+//! - statements outlive transactions and end with their session;
+//! - `DISCARD ALL` (RESET ALL, DEALLOCATE ALL, `currval` forgotten; 25001 in a block) and
+//!   `DISCARD PLANS | SEQUENCES | TEMP`;
+//! - the real `psql` printing the tags, when it is installed.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::{code, connect, psql_run, require, text, TestServer};
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+/// What a simple Query message brought back: each CommandComplete's tag, and an
+/// ErrorResponse's SQLSTATE as `ERROR <code>`.
+fn tags(addr: SocketAddr, sql: &str) -> Vec<String> {
+    let mut sock = std::net::TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut body = 196608i32.to_be_bytes().to_vec();
+    for part in ["user", "postgres", "database", "postgres", ""] {
+        body.extend_from_slice(part.as_bytes());
+        body.push(0);
+    }
+    let mut startup = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+    startup.extend(body);
+    sock.write_all(&startup).unwrap();
+    until_ready(&mut sock);
+    let mut q = vec![b'Q'];
+    q.extend_from_slice(&((sql.len() + 5) as i32).to_be_bytes());
+    q.extend_from_slice(sql.as_bytes());
+    q.push(0);
+    sock.write_all(&q).unwrap();
+    until_ready(&mut sock)
+}
+
+/// Reads backend messages up to ReadyForQuery, collecting tags and error codes.
+fn until_ready(sock: &mut std::net::TcpStream) -> Vec<String> {
+    let mut out = Vec::new();
+    loop {
+        let mut head = [0u8; 5];
+        sock.read_exact(&mut head).unwrap();
+        let len = i32::from_be_bytes(head[1..5].try_into().unwrap()) as usize;
+        let mut body = vec![0u8; len - 4];
+        sock.read_exact(&mut body).unwrap();
+        match head[0] {
+            b'Z' => return out,
+            b'C' => out.push(String::from_utf8_lossy(&body[..body.len() - 1]).into_owned()),
+            b'E' => {
+                let field = body.split(|&b| b == 0).find(|f| f.first() == Some(&b'C')).unwrap_or(b"C?");
+                out.push(format!("ERROR {}", String::from_utf8_lossy(&field[1..])));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The rows of a simple query, each column's text (`NULL` for null).
+async fn rows(c: &Client, sql: &str) -> Vec<Vec<String>> {
+    c.simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some((0..r.len()).map(|i| r.get(i).unwrap_or("NULL").to_string()).collect()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The SQLSTATE `sql` fails with.
+async fn fails(c: &Client, sql: &str) -> String {
+    match c.simple_query(sql).await {
+        Ok(r) => panic!("{sql} succeeded: {r:?}"),
+        Err(e) => code(&e),
+    }
+}
+
+async fn table_p(c: &Client) {
+    c.batch_execute("create table p (id int primary key, name text); insert into p values (1, 'one'), (2, 'two')")
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execute_answers_with_the_statements_rows_and_tags() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    table_p(&connect(&s).await).await;
+    let got = tags(
+        s.addr,
+        "PREPARE byid (int) AS SELECT name FROM p WHERE id = $1; EXECUTE byid(2);
+         PREPARE ins AS INSERT INTO p VALUES ($1, $2); EXECUTE ins(3, 'three');
+         PREPARE upd AS UPDATE p SET name = $2 WHERE id >= $1; EXECUTE upd(2, 'many');
+         PREPARE del AS DELETE FROM p WHERE id = $1; EXECUTE del(3);
+         PREPARE v AS SELECT id FROM p ORDER BY id; EXECUTE v;
+         DEALLOCATE byid; DEALLOCATE PREPARE ins; DEALLOCATE ALL; EXECUTE v",
+    );
+    let want = [
+        "PREPARE",
+        "SELECT 1",
+        "PREPARE",
+        "INSERT 0 1",
+        "PREPARE",
+        "UPDATE 2",
+        "PREPARE",
+        "DELETE 1",
+        "PREPARE",
+        "SELECT 2",
+        "DEALLOCATE",
+        "DEALLOCATE",
+        "DEALLOCATE ALL",
+        "ERROR 26000",
+    ];
+    assert_eq!(got, want);
+    // INSERT/UPDATE/DELETE with RETURNING give their rows, under their own tags.
+    let got =
+        tags(s.addr, "PREPARE r AS UPDATE p SET name = upper(name) WHERE id = $1 RETURNING id, name; EXECUTE r(1)");
+    assert_eq!(got, ["PREPARE", "UPDATE 1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parameters_declared_or_inferred_and_converted() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    table_p(&c).await;
+    c.batch_execute(
+        "PREPARE byid (int) AS SELECT name FROM p WHERE id = $1;
+         PREPARE byname AS SELECT id FROM p WHERE name = $1;
+         PREPARE ins AS INSERT INTO p VALUES ($1, $2);
+         PREPARE echo AS SELECT $1;
+         PREPARE extra (bigint) AS SELECT name FROM p WHERE id = $2",
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows(&c, "EXECUTE byid(2)").await, [["two"]]);
+    // A string is read as the parameter's type; a numeric is rounded to an integer one.
+    assert_eq!(rows(&c, "EXECUTE byid('1')").await, [["one"]]);
+    assert_eq!(rows(&c, "EXECUTE byid(1.7)").await, [["two"]]);
+    assert_eq!(rows(&c, "EXECUTE byid(1 + 0)").await, [["one"]]);
+    assert_eq!(rows(&c, "EXECUTE byname('two')").await, [["2"]]);
+    assert_eq!(rows(&c, "EXECUTE echo(42)").await, [["42"]]);
+    assert_eq!(rows(&c, "EXECUTE extra(0, 1)").await, [["one"]]);
+    c.batch_execute("EXECUTE ins(3, 'three')").await.unwrap();
+    assert_eq!(rows(&c, "EXECUTE byname('three')").await, [["3"]]);
+    // Inferred where the extended protocol's Parse infers: from the column compared or assigned.
+    let types = rows(&c, "SELECT name, parameter_types FROM pg_prepared_statements ORDER BY name").await;
+    let want = [
+        ["byid", "{integer}"],
+        ["byname", "{text}"],
+        ["echo", "{text}"],
+        ["extra", "{bigint,integer}"],
+        ["ins", "{integer,text}"],
+    ];
+    assert_eq!(types, want);
+    // The extended protocol: Describe of EXECUTE gives the prepared statement's columns.
+    let row = c.query_one("EXECUTE byid(2)", &[]).await.unwrap();
+    assert_eq!(row.get::<_, String>("name"), "two");
+    let st = c.prepare("EXECUTE byname('one')").await.unwrap();
+    assert_eq!(st.columns()[0].type_(), &tokio_postgres::types::Type::INT4);
+    assert_eq!(c.query_one(&st, &[]).await.unwrap().get::<_, i32>(0), 1);
+    assert_eq!(c.execute("EXECUTE ins(4, 'four')", &[]).await.unwrap(), 1);
+    // PREPARE itself through the extended protocol.
+    c.execute("PREPARE typed (text, varchar(3), numeric(6,2), timestamp, bool, char(2)) AS SELECT $1", &[])
+        .await
+        .unwrap();
+    let types = rows(&c, "SELECT parameter_types FROM pg_prepared_statements WHERE name = 'typed'").await;
+    let want = r#"{text,"character varying",numeric,"timestamp without time zone",boolean,character}"#;
+    assert_eq!(types, [[want]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_have_postgresql_sqlstates() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    table_p(&c).await;
+    c.batch_execute("PREPARE byid (int) AS SELECT name FROM p WHERE id = $1").await.unwrap();
+    let cases = [
+        ("PREPARE byid AS SELECT 1", "42P05"),
+        ("EXECUTE nosuch", "26000"),
+        ("EXECUTE nosuch(1)", "26000"),
+        ("DEALLOCATE nosuch", "26000"),
+        ("EXECUTE byid(1, 2)", "42601"),
+        ("EXECUTE byid", "42601"),
+        ("EXECUTE byid('x')", "22P02"),
+        ("EXECUTE byid(true)", "42804"),
+        ("EXECUTE byid($1)", "42P02"),
+        ("PREPARE zero AS SELECT $0", "42P02"),
+        ("PREPARE gap AS SELECT $2::int", "42P18"),
+        ("PREPARE nt AS SELECT * FROM nosuch", "42P01"),
+        ("PREPARE ni AS INSERT INTO nosuch VALUES (1)", "42P01"),
+        ("PREPARE ct AS CREATE TABLE x (a int)", "42601"),
+        ("PREPARE bad AS SELEC 1", "42601"),
+    ];
+    for (sql, want) in cases {
+        assert_eq!(fails(&c, sql).await, want, "{sql}");
+    }
+    let e = c.simple_query("EXECUTE byid(1, 2)").await.unwrap_err();
+    let db = e.as_db_error().unwrap();
+    assert_eq!(db.message(), "wrong number of parameters for prepared statement \"byid\"");
+    assert_eq!(db.detail(), Some("Expected 1 parameters but got 2."));
+    let e = c.simple_query("EXECUTE byid(true)").await.unwrap_err();
+    let db = e.as_db_error().unwrap();
+    assert_eq!(db.message(), "parameter $1 of type boolean cannot be coerced to the expected type integer");
+    let e = c.simple_query("EXECUTE gone").await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().message(), "prepared statement \"gone\" does not exist");
+    let e = c.simple_query("PREPARE byid AS SELECT 1").await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().message(), "prepared statement \"byid\" already exists");
+    // None of the failed PREPAREs left a statement behind; the good one still runs.
+    assert_eq!(rows(&c, "SELECT name FROM pg_prepared_statements").await, [["byid"]]);
+    assert_eq!(rows(&c, "EXECUTE byid(1)").await, [["one"]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_prepared_statements_lists_this_sessions_statements() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    table_p(&c).await;
+    c.batch_execute("PREPARE byid (int) AS SELECT name FROM p WHERE id = $1").await.unwrap();
+    c.batch_execute("PREPARE v AS SELECT 1").await.unwrap();
+    for sql in ["EXECUTE byid(1)", "EXECUTE byid(2)", "EXECUTE v"] {
+        c.batch_execute(sql).await.unwrap();
+    }
+    // A failed conversion chose no plan.
+    assert_eq!(fails(&c, "EXECUTE byid('x')").await, "22P02");
+    let got = rows(
+        &c,
+        "SELECT name, statement, parameter_types, from_sql, generic_plans, custom_plans, \
+         prepare_time IS NOT NULL FROM pg_prepared_statements ORDER BY name",
+    )
+    .await;
+    let want = [
+        ["byid", "PREPARE byid (int) AS SELECT name FROM p WHERE id = $1", "{integer}", "t", "0", "2", "t"],
+        ["v", "PREPARE v AS SELECT 1", "{}", "t", "1", "0", "t"],
+    ];
+    assert_eq!(got, want);
+    // Another session has statements of its own, and none of these.
+    let other = connect(&s).await;
+    assert_eq!(rows(&other, "SELECT count(*) FROM pg_prepared_statements").await, [["0"]]);
+    assert_eq!(fails(&other, "EXECUTE byid(1)").await, "26000");
+    other.batch_execute("PREPARE byid AS SELECT 2").await.unwrap();
+    assert_eq!(rows(&other, "EXECUTE byid").await, [["2"]]);
+    c.batch_execute("DEALLOCATE v").await.unwrap();
+    assert_eq!(rows(&c, "SELECT name FROM pg_prepared_statements").await, [["byid"]]);
+    c.batch_execute("DEALLOCATE ALL").await.unwrap();
+    assert_eq!(rows(&c, "SELECT count(*) FROM pg_prepared_statements").await, [["0"]]);
+    assert_eq!(rows(&other, "SELECT name FROM pg_prepared_statements").await, [["byid"]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_outlive_transactions_and_end_with_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    table_p(&c).await;
+    // A PREPARE in a block that rolls back stays (it is not transactional).
+    c.batch_execute("BEGIN; PREPARE cnt AS SELECT count(*) FROM p; ROLLBACK").await.unwrap();
+    assert_eq!(rows(&c, "EXECUTE cnt").await, [["2"]]);
+    // EXECUTE in a block sees the block's rows, and its writes go with the block.
+    c.batch_execute("PREPARE ins AS INSERT INTO p VALUES ($1, $2)").await.unwrap();
+    c.batch_execute("BEGIN; EXECUTE ins(3, 'three')").await.unwrap();
+    assert_eq!(rows(&c, "EXECUTE cnt").await, [["3"]]);
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(rows(&c, "EXECUTE cnt").await, [["2"]]);
+    // A failed EXECUTE fails the block; ROLLBACK makes the session usable again.
+    c.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(fails(&c, "EXECUTE ins(1, 'dup')").await, "23505");
+    assert_eq!(fails(&c, "EXECUTE cnt").await, "25P02");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    // A READ ONLY block refuses a prepared write as it refuses the write itself.
+    c.batch_execute("BEGIN READ ONLY").await.unwrap();
+    assert_eq!(fails(&c, "EXECUTE ins(5, 'five')").await, "25006");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    drop(c);
+    // A new session starts with none.
+    let c = connect(&s).await;
+    assert_eq!(fails(&c, "EXECUTE cnt").await, "26000");
+    assert_eq!(rows(&c, "SELECT count(*) FROM pg_prepared_statements").await, [["0"]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discard_all_resets_settings_forgets_sequences_and_statements() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute("CREATE SEQUENCE sq; SELECT nextval('sq'); SET statement_timeout = '5s'; PREPARE one AS SELECT 1")
+        .await
+        .unwrap();
+    // Refused inside a block, which it fails.
+    c.batch_execute("BEGIN").await.unwrap();
+    let e = c.simple_query("DISCARD ALL").await.unwrap_err();
+    assert_eq!(code(&e), "25001");
+    assert_eq!(e.as_db_error().unwrap().message(), "DISCARD ALL cannot run inside a transaction block");
+    assert_eq!(fails(&c, "SELECT 1").await, "25P02");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(rows(&c, "SHOW statement_timeout").await, [["5s"]]);
+    // PLANS and TEMP have nothing to drop here: the statement and the settings stay.
+    assert_eq!(
+        tags(s.addr, "DISCARD PLANS; DISCARD TEMP; DISCARD TEMPORARY"),
+        ["DISCARD PLANS", "DISCARD TEMP", "DISCARD TEMP"]
+    );
+    c.batch_execute("DISCARD PLANS; DISCARD TEMP").await.unwrap();
+    assert_eq!(rows(&c, "EXECUTE one").await, [["1"]]);
+    assert_eq!(rows(&c, "SELECT currval('sq')").await, [["1"]]);
+    // SEQUENCES forgets currval's state.
+    c.batch_execute("DISCARD SEQUENCES").await.unwrap();
+    assert_eq!(fails(&c, "SELECT currval('sq')").await, "55000");
+    c.batch_execute("SELECT nextval('sq')").await.unwrap();
+    // ALL: settings back to their defaults, statements and currval gone.
+    assert_eq!(tags(s.addr, "DISCARD ALL"), ["DISCARD ALL"]);
+    c.batch_execute("DISCARD ALL").await.unwrap();
+    assert_eq!(rows(&c, "SHOW statement_timeout").await, [["0"]]);
+    assert_eq!(fails(&c, "EXECUTE one").await, "26000");
+    assert_eq!(rows(&c, "SELECT count(*) FROM pg_prepared_statements").await, [["0"]]);
+    assert_eq!(fails(&c, "SELECT currval('sq')").await, "55000");
+    assert_eq!(rows(&c, "SELECT nextval('sq')").await, [["3"]]);
+}
+
+#[test]
+fn psql_prints_the_tags() {
+    let Some(psql) = require("psql") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let sql = "CREATE TABLE t (a int, b text);
+        PREPARE ins (int, text) AS INSERT INTO t VALUES ($1, $2);
+        EXECUTE ins(1, 'x');
+        PREPARE q AS SELECT b FROM t WHERE a = $1;
+        EXECUTE q(1);
+        DEALLOCATE ins;
+        DISCARD ALL;";
+    let o = run_script(&psql, &s, sql);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let want = ["CREATE TABLE", "PREPARE", "INSERT 0 1", "PREPARE", "x", "DEALLOCATE", "DISCARD ALL"];
+    assert_eq!(lines, want, "{out}");
+    let o = psql_run(&psql, &s, "EXECUTE q(1)");
+    let (_, err) = text(&o);
+    assert!(err.contains("ERROR:  prepared statement \"q\" does not exist"), "{err}");
+}
+
+/// psql with `-At` running `sql` as a script (each statement its own Query, tags printed).
+fn run_script(psql: &std::path::Path, s: &TestServer, sql: &str) -> std::process::Output {
+    let file = s.dir.join("prepare.sql");
+    std::fs::write(&file, sql).unwrap();
+    common::run(
+        psql,
+        &["-X", "-At", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-f", file.to_str().unwrap()],
+    )
+}
