@@ -7,7 +7,7 @@ use bytes::BytesMut;
 use pgwire::messages::{DecodeContext, PgWireFrontendMessage, ProtocolVersion};
 
 use crate::frames::FrameCheck;
-use crate::parse::{parse_one, split_statements, Stmt};
+use crate::parse::{parse_one, split_statements, PrepareCmd, Stmt};
 
 /// The protocol message decoder: the first byte picks the connection's state (bit 0: the
 /// startup phase, where an SSLRequest, GSSENCRequest, CancelRequest or StartupMessage may
@@ -70,13 +70,23 @@ pub fn frontend_messages(data: &[u8]) {
 /// The SQL front end before execution: the bytes as text (invalid UTF-8 replaced), split
 /// into statements as a simple Query message's text is, each parsed (our parsers for VACUUM,
 /// ANALYZE, CHECKPOINT, COPY and the replication commands, sqlparser for the rest), and a
-/// statement sqlparser accepted printed back and parsed again.
+/// statement sqlparser accepted printed back and parsed again, a PREPARE's statement too.
 pub fn sql_front_end(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     for stmt in split_statements(&text) {
         let _ = crate::walsender::command::parse(stmt);
-        if let Ok(Stmt::Sql(s)) = parse_one(stmt) {
-            let _ = parse_one(&s.to_string());
+        match parse_one(stmt) {
+            Ok(Stmt::Sql(s)) => {
+                let _ = parse_one(&s.to_string());
+            }
+            Ok(Stmt::Prepare(cmd)) => {
+                if let PrepareCmd::Prepare { stmt: inner, .. } = *cmd {
+                    if let Stmt::Sql(s) = *inner {
+                        let _ = parse_one(&s.to_string());
+                    }
+                }
+            }
+            _ => {}
         }
     }
 }

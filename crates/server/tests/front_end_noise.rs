@@ -78,6 +78,12 @@ const PIECES: &[&str] = &[
     "pg_catalog.pg_partitioned_table",
     "pg_catalog.pg_inherits",
     "c.relname = '",
+    "prepare",
+    "execute",
+    "deallocate",
+    "discard",
+    "as",
+    "all",
     "index_cleanup",
     "truncate",
 ];
@@ -247,4 +253,5 @@ fn mutated_client_messages_never_panic_the_decoder() {
     }
     // And the SQL front end's target on the texts of the SQL test above.
     settledb_server::fuzzing::sql_front_end(b"select 1; vacuum (verbose, analyze) t; copy t from stdin; select $$;");
+    settledb_server::fuzzing::sql_front_end(b"prepare q (int) as select $1; execute q(1); deallocate all; discard all");
 }
