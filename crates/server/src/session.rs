@@ -29,6 +29,11 @@
 //! statement that reads or writes, where the snapshot is taken), so savepoints set before it
 //! wait in `pending_savepoints` and are opened, in order, when it starts.
 //!
+//! # Prepared statements
+//!
+//! `PREPARE`, `EXECUTE`, `DEALLOCATE` and `DISCARD` are the session's (`session/prepared.rs`):
+//! its SQL-level prepared statements outlive its transactions and end with it.
+//!
 //! # Interrupts
 //!
 //! Every statement starts [`Interrupts::start_statement`] with the session's

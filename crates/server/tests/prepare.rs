@@ -172,6 +172,12 @@ async fn parameters_declared_or_inferred_and_converted() {
     assert_eq!(st.columns()[0].type_(), &tokio_postgres::types::Type::INT4);
     assert_eq!(c.query_one(&st, &[]).await.unwrap().get::<_, i32>(0), 1);
     assert_eq!(c.execute("EXECUTE ins(4, 'four')", &[]).await.unwrap(), 1);
+    // A column that is a parameter has the parameter's type.
+    c.batch_execute("PREPARE same (int8, date) AS SELECT $1 AS n, $2 AS d").await.unwrap();
+    let st = c.prepare("EXECUTE same(21, '2024-02-29')").await.unwrap();
+    let types: Vec<_> = st.columns().iter().map(|c| c.type_().clone()).collect();
+    assert_eq!(types, [tokio_postgres::types::Type::INT8, tokio_postgres::types::Type::DATE]);
+    assert_eq!(rows(&c, "EXECUTE same(21, '2024-02-29')").await, [["21", "2024-02-29"]]);
     // PREPARE itself through the extended protocol.
     c.execute("PREPARE typed (text, varchar(3), numeric(6,2), timestamp, bool, char(2)) AS SELECT $1", &[])
         .await

@@ -42,8 +42,9 @@
 //! SEQUENCES` forgets what `currval` would answer; `DISCARD ALL` does all of that, deallocates
 //! every prepared statement and runs `RESET ALL`, and is refused inside a block (25001).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use sqlparser::ast::{Expr, FromTable, SetExpr, Statement, TableFactor, TableObject};
 
@@ -58,7 +59,8 @@ use crate::Shared;
 struct Entry {
     /// The PREPARE's text.
     text: String,
-    stmt: Stmt,
+    /// Shared with each EXECUTE, which runs it without copying the syntax tree.
+    stmt: Arc<Stmt>,
     params: Vec<SqlType>,
     /// Microseconds since the Unix epoch.
     prepared_at: i64,
@@ -69,6 +71,8 @@ struct Entry {
 thread_local! {
     /// The prepared statements of the session this thread serves, by name.
     static STATEMENTS: RefCell<BTreeMap<String, Entry>> = const { RefCell::new(BTreeMap::new()) };
+    /// Whether a [`Statements`] handle is alive on this thread (there is never more than one).
+    static HELD: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The session's handle on its prepared statements (see the module documentation); they go
@@ -78,6 +82,8 @@ pub struct Statements(());
 
 impl Statements {
     pub fn new() -> Statements {
+        debug_assert!(!HELD.get(), "a second session on one thread would share its prepared statements");
+        HELD.set(true);
         STATEMENTS.with(|m| m.borrow_mut().clear());
         Statements(())
     }
@@ -90,6 +96,7 @@ impl Statements {
 impl Drop for Statements {
     fn drop(&mut self) {
         self.clear();
+        HELD.set(false);
     }
 }
 
@@ -120,8 +127,12 @@ impl<'db> Session<'db> {
     /// The result columns of prepared statement `name`, for Describe of an `EXECUTE name`
     /// (`None`: no such statement, or it returns no rows).
     pub fn prepared_fields(&self, name: &str) -> Option<Vec<super::Field>> {
-        let stmt = STATEMENTS.with(|m| m.borrow().get(name).map(|e| e.stmt.clone()))?;
-        crate::query::describe(self.sh, &stmt, &[]).1
+        let (stmt, params) = STATEMENTS.with(|m| {
+            let m = m.borrow();
+            let e = m.get(name)?;
+            Some((e.stmt.clone(), e.params.iter().copied().map(Some).collect::<Vec<_>>()))
+        })?;
+        crate::query::describe(self.sh, &stmt, &params).1
     }
 
     fn execute_prepared(&mut self, name: &str, args: &[Expr], notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
@@ -137,7 +148,7 @@ impl<'db> Session<'db> {
             }
             Ok((e.stmt.clone(), e.params.clone()))
         })?;
-        let Stmt::Sql(s) = &stmt else { return self.dispatch(&stmt, &[], notices) };
+        let Stmt::Sql(s) = stmt.as_ref() else { return self.dispatch(&stmt, &[], notices) };
         if let Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) = s.as_ref() {
             let command = s.to_string().split_whitespace().next().unwrap_or_default().to_ascii_uppercase();
             self.writable(&command)?;
@@ -161,8 +172,10 @@ impl<'db> Session<'db> {
             Discard::All => {
                 self.outside_block(what.tag())?;
                 self.prepared.clear();
-                self.settings = crate::settings::initial();
+                // RESET ALL's own path.
+                let reset = crate::settings::reset(&mut self.settings, &sqlparser::ast::Reset::ALL);
                 self.settings_changed();
+                reset?;
                 self.sequence_values = Default::default();
             }
             Discard::Sequences => self.sequence_values = Default::default(),
@@ -204,7 +217,7 @@ fn prepare(
     }
     let entry = Entry {
         text: text.to_string(),
-        stmt: stmt.clone(),
+        stmt: Arc::new(stmt.clone()),
         params,
         prepared_at: crate::expr::now_micros(),
         generic_plans: 0,
