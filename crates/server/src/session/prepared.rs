@@ -8,10 +8,9 @@
 //! settled the way the extended protocol's Parse settles them ([`crate::query::describe`]):
 //! the declared ones first, then, for each `$n` past the list, the type of what it is compared
 //! with or assigned to (`a = $2` takes `a`'s type), text where nothing says (`SELECT $1`, as
-//! PostgreSQL resolves an unknown output column). As in
-//! `PrepareQuery`, `$0` is 42P02 (`there is no parameter $0`) and a number no declared type
-//! covers and the statement does not name (`$1` when only `$2` appears) is 42P18. A name in
-//! use is 42P05.
+//! PostgreSQL resolves an unknown output column). As in `PrepareQuery`, `$0` is 42P02 (`there
+//! is no parameter $0`) and a number no declared type covers and the statement does not name
+//! (`$1` when only `$2` appears) is 42P18. A name in use is 42P05.
 //!
 //! # EXECUTE
 //!
