@@ -15,7 +15,8 @@
 //!   session   transaction state (autocommit, BEGIN/COMMIT/ROLLBACK, failed blocks), SET/SHOW
 //!   query     SELECT and Describe (setop: UNION/INTERSECT/EXCEPT);  dml  INSERT/UPDATE/
 //!             DELETE/TRUNCATE;  ddl  CREATE/DROP/ALTER
-//!   plan      index equality/range scan, index-only scan, or sequential scan for a WHERE clause
+//!   plan      index equality/range scan, index-only scan, or sequential scan for a WHERE clause;
+//!             ordered  ORDER BY from index order (forward or backward), LIMIT stopping the scan
 //!   join      FROM lists: joins (index nested loop, hash, nested loop; inner, left, cross)
 //!             and generate_series (series)
 //!   expr      expression evaluation and type inference (pattern: LIKE, ~);  types  SQL types,
@@ -60,6 +61,7 @@ pub mod genfile;
 pub mod interrupt;
 pub mod join;
 pub mod log;
+pub mod ordered;
 pub mod parse;
 pub mod pattern;
 pub mod pgcatalog;

@@ -26,6 +26,9 @@
 //! all-visible are returned without visiting the heap (`select count(*) from t where id
 //! between 1 and 1000` after a VACUUM reads only the index).
 //!
+//! A SELECT may read an index range backward and stop it early ([`fetch_in`]): its ORDER BY and
+//! LIMIT decide that ([`crate::ordered`]).
+//!
 //! An exact match on every column of a unique index ([`Access::is_exact_unique`]) lets UPDATE
 //! and DELETE use the engine's find-and-change-in-one-command calls
 //! ([`settledb::Transaction::update_by_key`]).
@@ -76,6 +79,8 @@ pub enum Access {
         hi: KeyBound,
         exact_unique: Option<Vec<Value>>,
         conjuncts_used: usize,
+        /// How many leading key columns the range pins to one value each (an equality).
+        eq_columns: usize,
     },
     /// Point lookups of `keys` (sorted, distinct): an equality prefix and the values of an
     /// `IN` on the next column. `unique` when each key names at most one row.
@@ -325,7 +330,7 @@ pub fn access(cx: &mut Cx<'_, '_>, t: &Target, selection: Option<&Expr>) -> Resu
         return Ok(Access::Seq);
     }
     let exact_unique = (index.is_unique() && eqs.len() == index.columns().len()).then(|| prefix.clone());
-    Ok(Access::Index { index, lo, hi, exact_unique, conjuncts_used: used.len() })
+    Ok(Access::Index { index, lo, hi, exact_unique, conjuncts_used: used.len(), eq_columns: eqs.len() })
 }
 
 /// A bound's value in the column's stored form; `None` when it is NULL.
@@ -349,20 +354,36 @@ fn constant(cx: &mut Cx<'_, '_>, e: &Expr, col: &ColumnDef) -> Result<Option<Val
 
 /// The rows the access path finds (not yet filtered by the WHERE clause).
 pub fn fetch(cx: &mut Cx<'_, '_>, t: &Target, a: &Access) -> Result<Vec<(Tid, Vec<Value>)>, SqlError> {
+    fetch_in(cx, t, a, ScanDirection::Forward, None)
+}
+
+/// [`fetch`] with an index range read in direction `dir` and stopped after `limit` rows
+/// ([`crate::ordered`]); a sequential scan stops after `limit` rows too, point lookups ignore
+/// both.
+pub fn fetch_in(
+    cx: &mut Cx<'_, '_>,
+    t: &Target,
+    a: &Access,
+    dir: ScanDirection,
+    limit: Option<usize>,
+) -> Result<Vec<(Tid, Vec<Value>)>, SqlError> {
     Ok(match a {
         Access::Nothing => Vec::new(),
         Access::Seq => {
             let mut rows = Vec::new();
             for r in cx.tx.scan(&t.table)? {
+                if limit.is_some_and(|l| rows.len() >= l) {
+                    break;
+                }
                 cx.interrupts.tick()?;
                 rows.push(r?);
             }
             rows
         }
         Access::Index { index, lo, hi, exact_unique, .. } => {
-            let limit = exact_unique.as_ref().map(|_| 1);
+            let limit = if exact_unique.is_some() { Some(1) } else { limit };
             // One engine call: interruptible before and after, not inside.
-            let rows = cx.tx.range(index, lo.clone(), hi.clone(), ScanDirection::Forward, limit)?;
+            let rows = cx.tx.range(index, lo.clone(), hi.clone(), dir, limit)?;
             cx.interrupts.check()?;
             rows
         }
@@ -380,17 +401,19 @@ pub fn fetch(cx: &mut Cx<'_, '_>, t: &Target, a: &Access) -> Result<Vec<(Tid, Ve
 
 /// An index-only scan over the access path's bounds: rows with the key columns (`keys`, the
 /// positions of the index's columns) filled and every other column NULL. The caller has
-/// checked that the statement reads no other column.
+/// checked that the statement reads no other column. `dir` and `limit` as in [`fetch_in`].
 pub fn fetch_index_only(
     cx: &mut Cx<'_, '_>,
     t: &Target,
     a: &Access,
     keys: &[usize],
+    dir: ScanDirection,
+    limit: Option<usize>,
 ) -> Result<Vec<Vec<Datum>>, SqlError> {
     let found = match a {
         Access::Index { index, lo, hi, exact_unique, .. } => {
-            let limit = exact_unique.as_ref().map(|_| 1);
-            cx.tx.index_only(index, lo.clone(), hi.clone(), ScanDirection::Forward, limit)?
+            let limit = if exact_unique.is_some() { Some(1) } else { limit };
+            cx.tx.index_only(index, lo.clone(), hi.clone(), dir, limit)?
         }
         Access::Points { index, keys, unique } => {
             let mut found = Vec::new();

@@ -2,8 +2,10 @@
 //! DISTINCT, LIMIT/OFFSET; and Describe's view of every statement (parameter and result types).
 //!
 //! A SELECT runs as: find rows ([`crate::plan`]), filter by WHERE, group and aggregate when
-//! the query has aggregates or GROUP BY, project, sort, de-duplicate, cut by OFFSET/LIMIT. Rows
-//! are materialized (the result is sent after the statement finished). UNION, INTERSECT and
+//! the query has aggregates or GROUP BY, project, sort, de-duplicate, cut by OFFSET/LIMIT (an
+//! index range read in the ORDER BY's order skips the sort, and may stop at OFFSET + LIMIT
+//! rows: [`crate::ordered`]). Rows are materialized (the result is sent after the statement
+//! finished). UNION, INTERSECT and
 //! EXCEPT combine whole SELECTs ([`crate::setop`]). Window functions, CTEs and `FOR UPDATE`
 //! are refused with 0A000. A FROM list with joins, functions
 //! or subqueries is read by [`crate::join`], whose rows (as wide as all its relations'
@@ -23,7 +25,7 @@ use crate::expr::{
     as_f64, column_name, eval, func_args, func_name, ident_name, infer_params, infer_type, is_aggregate, truth, Scope,
 };
 use crate::parse::Stmt;
-use crate::plan::{access, fetch, Target};
+use crate::plan::{access, Target};
 use crate::session::{datums, Cx, Field, Outcome};
 use crate::types::{compare, Datum, Num, SqlType};
 use crate::Shared;
@@ -196,49 +198,9 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
     let fields: Vec<Field> =
         outs.iter().map(|o| Field { name: o.name.clone(), ty: infer_type(&o.expr, &scope, &[]) }).collect();
 
-    // Input rows.
-    let mut input: Vec<Vec<Datum>> = match &source {
-        Source::None => vec![Vec::new()],
-        Source::Table(t) => {
-            let a = access(cx, t, sel.selection.as_ref())?;
-            match index_only_columns(t, &a, sel, &outs, &order_exprs(q)) {
-                Some(keys) => crate::plan::fetch_index_only(cx, t, &a, &keys)?,
-                None => {
-                    let found = fetch(cx, t, &a)?;
-                    found.into_iter().map(|(_, v)| datums(&v, &t.cols)).collect()
-                }
-            }
-        }
-        Source::View { view, .. } => crate::views::rows(cx.sh, cx.settings, view),
-        Source::Join(j) => j.rows(cx, sel.selection.as_ref())?,
-    };
-    if let Some(w) = &sel.selection {
-        let mut kept = Vec::with_capacity(input.len());
-        for r in input {
-            cx.interrupts.tick()?;
-            if truth(&eval(w, &scope, &r, cx, None)?)? == Some(true) {
-                kept.push(r);
-            }
-        }
-        input = kept;
-    }
-
-    let order: Vec<(Expr, bool, bool)> = match &q.order_by {
-        None => Vec::new(),
-        Some(ob) => match &ob.kind {
-            OrderByKind::Expressions(v) => v
-                .iter()
-                .map(|o| {
-                    let desc = matches!(o.options.sort, Some(OrderBySort::Desc));
-                    // PostgreSQL: NULLs sort as if larger than every value.
-                    let nulls_first = o.options.nulls_first.unwrap_or(desc);
-                    (o.expr.clone(), desc, nulls_first)
-                })
-                .collect(),
-            OrderByKind::All(_) => return Err(SqlError::unsupported("ORDER BY ALL")),
-        },
-    };
-
+    // What happens to the rows once read; known first, so a table's scan can give them in the
+    // ORDER BY's order and stop at the LIMIT ([`crate::ordered`]).
+    let order = order_items(q)?;
     let group_exprs: Vec<Expr> = match &sel.group_by {
         GroupByExpr::Expressions(v, m) if m.is_empty() => v.clone(),
         GroupByExpr::Expressions(..) => return Err(SqlError::unsupported("GROUP BY modifiers")),
@@ -255,6 +217,38 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
         collect_aggs(e, &mut agg_calls);
     }
     let grouped = !group_exprs.is_empty() || !agg_calls.is_empty() || sel.having.is_some();
+    let distinct = matches!(sel.distinct, Some(Distinct::Distinct));
+    let (limit, offset) = limits(cx, q)?;
+
+    // Input rows, filtered by WHERE.
+    let mut sorted_by_scan = false;
+    let input: Vec<Vec<Datum>> = match &source {
+        Source::Table(t) => {
+            let a = access(cx, t, sel.selection.as_ref())?;
+            let shape = crate::ordered::Shape {
+                order: &order,
+                outs: &outs,
+                where_conjuncts: sel.selection.as_ref().map_or(0, |w| crate::plan::conjuncts(w).len()),
+                grouped,
+                distinct,
+                limit,
+                offset,
+            };
+            let scan = crate::ordered::choose(t, &a, &shape);
+            sorted_by_scan = scan.sorted;
+            let keys = index_only_columns(t, &a, sel, &outs, &order_exprs(q));
+            table_rows(cx, t, &a, keys.as_deref(), scan, sel.selection.as_ref())?
+        }
+        other => {
+            let rows = match other {
+                Source::None => vec![Vec::new()],
+                Source::View { view, .. } => crate::views::rows(cx.sh, cx.settings, view),
+                Source::Join(j) => j.rows(cx, sel.selection.as_ref())?,
+                Source::Table(_) => unreachable!("matched above"),
+            };
+            filter(cx, sel.selection.as_ref(), &scope, rows)?
+        }
+    };
 
     // (output row, sort keys)
     let mut produced: Vec<(Vec<Datum>, Vec<Datum>)> = Vec::new();
@@ -315,18 +309,86 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
 
     // The sort below runs to its end once started; its input was read under interrupt checks.
     cx.interrupts.check()?;
-    if !order.is_empty() {
+    if !order.is_empty() && !sorted_by_scan {
         let flags: Vec<(bool, bool)> = order.iter().map(|(_, desc, nulls_first)| (*desc, *nulls_first)).collect();
         produced.sort_by(|a, b| compare_keys(&a.1, &b.1, &flags));
     }
     let mut rows: Vec<Vec<Datum>> = produced.into_iter().map(|(r, _)| r).collect();
-    if matches!(sel.distinct, Some(Distinct::Distinct)) {
+    if distinct {
         let mut seen = std::collections::HashSet::new();
         rows.retain(|r| seen.insert(r.iter().map(|d| format!("{:?}", d.to_text())).collect::<Vec<_>>()));
     }
-    let (limit, offset) = limits(cx, q)?;
     let rows: Vec<Vec<Datum>> = rows.into_iter().skip(offset).take(limit.unwrap_or(usize::MAX)).collect();
     Ok((fields, rows))
+}
+
+/// The ORDER BY items of a query: (expression, descending, NULLs first).
+fn order_items(q: &Query) -> Result<Vec<crate::ordered::OrderItem>, SqlError> {
+    match &q.order_by {
+        None => Ok(Vec::new()),
+        Some(ob) => match &ob.kind {
+            OrderByKind::Expressions(v) => Ok(v
+                .iter()
+                .map(|o| {
+                    let desc = matches!(o.options.sort, Some(OrderBySort::Desc));
+                    // PostgreSQL: NULLs sort as if larger than every value.
+                    let nulls_first = o.options.nulls_first.unwrap_or(desc);
+                    (o.expr.clone(), desc, nulls_first)
+                })
+                .collect()),
+            OrderByKind::All(_) => Err(SqlError::unsupported("ORDER BY ALL")),
+        },
+    }
+}
+
+/// The rows of `rows` the WHERE clause `w` keeps.
+fn filter(
+    cx: &mut Cx<'_, '_>,
+    w: Option<&Expr>,
+    scope: &Scope<'_>,
+    rows: Vec<Vec<Datum>>,
+) -> Result<Vec<Vec<Datum>>, SqlError> {
+    let Some(w) = w else { return Ok(rows) };
+    let mut kept = Vec::with_capacity(rows.len());
+    for r in rows {
+        cx.interrupts.tick()?;
+        if truth(&eval(w, scope, &r, cx, None)?)? == Some(true) {
+            kept.push(r);
+        }
+    }
+    Ok(kept)
+}
+
+/// A table's rows for a SELECT, found by the access path `a` (from the index alone when `keys`
+/// names the index's columns) in the direction `scan` chose, filtered by WHERE. A scan told to
+/// stop early whose recheck dropped a row is read again whole (see [`crate::ordered`]).
+fn table_rows(
+    cx: &mut Cx<'_, '_>,
+    t: &Target,
+    a: &crate::plan::Access,
+    keys: Option<&[usize]>,
+    scan: crate::ordered::ScanOrder,
+    w: Option<&Expr>,
+) -> Result<Vec<Vec<Datum>>, SqlError> {
+    let read = |cx: &mut Cx<'_, '_>, limit: Option<usize>| -> Result<Vec<Vec<Datum>>, SqlError> {
+        match keys {
+            Some(keys) => crate::plan::fetch_index_only(cx, t, a, keys, scan.dir, limit),
+            None => {
+                let found = crate::plan::fetch_in(cx, t, a, scan.dir, limit)?;
+                Ok(found.into_iter().map(|(_, v)| datums(&v, &t.cols)).collect())
+            }
+        }
+    };
+    let scope = t.scope();
+    let found = read(cx, scan.stop_after)?;
+    let n = found.len();
+    let stopped = scan.stop_after.is_some_and(|limit| n >= limit);
+    let kept = filter(cx, w, &scope, found)?;
+    if stopped && kept.len() < n {
+        let all = read(cx, None)?;
+        return filter(cx, w, &scope, all);
+    }
+    Ok(kept)
 }
 
 /// Orders two rows' sort keys; `flags` holds each key's (descending, nulls first).
