@@ -31,9 +31,10 @@
 //! ORDER BY's order (any order, without ORDER BY) and nothing after the scan drops or merges
 //! rows: every WHERE conjunct is one of the range's bounds ([`Access::covers_where`]), and
 //! there is no DISTINCT. The WHERE clause is still re-checked on each row found; should it
-//! reject one of a scan that stopped at the limit (a bound that the index and the re-check
-//! compare differently), the range is read again without a limit, so the result never depends
-//! on the early stop. A sequential scan with no WHERE clause stops the same way.
+//! reject one of a scan that stopped at the limit, the range is read again without a limit,
+//! so the result never depends on the early stop. (A bound rounded to the column's scale,
+//! the one case known where the index and the re-check disagree, answers no conjunct, so it
+//! never stops a scan early.) A sequential scan with no WHERE clause stops the same way.
 //!
 //! Ties on the ORDER BY columns come out in index order (key, then heap TID), one of the
 //! orders SQL allows. Ordered point lookups (`IN`), merge of several ranges and a top-N sort

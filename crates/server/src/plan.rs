@@ -274,11 +274,19 @@ pub fn access(cx: &mut Cx<'_, '_>, t: &Target, selection: Option<&Expr>) -> Resu
     let Some((_, index, eqs, ranges, set)) = best else { return Ok(Access::Seq) };
     let mut prefix = Vec::new();
     let mut used = std::collections::BTreeSet::new();
+    // A bound the column's type cannot hold exactly (1.005 against numeric(6,2)) is rounded
+    // into a key: the scan then finds a superset, the WHERE clause must be rechecked, and the
+    // key is no exact match.
+    let mut all_exact = true;
     for &f in &eqs {
         let (c, _, e, i) = facts[f];
-        let Some(v) = constant(cx, e, &t.cols[c])? else { return Ok(Access::Nothing) };
+        let Some((v, exact)) = constant(cx, e, &t.cols[c])? else { return Ok(Access::Nothing) };
         prefix.push(v);
-        used.insert(i);
+        if exact {
+            used.insert(i);
+        } else {
+            all_exact = false;
+        }
     }
     if let Some(f) = set {
         let (c, ref values) = ins[f];
@@ -314,27 +322,31 @@ pub fn access(cx: &mut Cx<'_, '_>, t: &Target, selection: Option<&Expr>) -> Resu
     let mut hi = KeyBound::Included(prefix.clone());
     for &f in &ranges {
         let (c, op, e, i) = facts[f];
-        let Some(v) = constant(cx, e, &t.cols[c])? else { return Ok(Access::Nothing) };
+        let Some((v, exact)) = constant(cx, e, &t.cols[c])? else { return Ok(Access::Nothing) };
         let mut k = prefix.clone();
         k.push(v);
+        // A rounded bound is taken inclusive, whichever way it was rounded: a superset.
         match op {
-            Op::Gt => lo = KeyBound::Excluded(k),
-            Op::Ge => lo = KeyBound::Included(k),
-            Op::Lt => hi = KeyBound::Excluded(k),
-            Op::Le => hi = KeyBound::Included(k),
+            Op::Gt if exact => lo = KeyBound::Excluded(k),
+            Op::Gt | Op::Ge => lo = KeyBound::Included(k),
+            Op::Lt if exact => hi = KeyBound::Excluded(k),
+            Op::Lt | Op::Le => hi = KeyBound::Included(k),
             Op::Eq => {}
         }
-        used.insert(i);
+        if exact {
+            used.insert(i);
+        }
     }
     if prefix.is_empty() && ranges.is_empty() {
         return Ok(Access::Seq);
     }
-    let exact_unique = (index.is_unique() && eqs.len() == index.columns().len()).then(|| prefix.clone());
+    let exact_unique = (all_exact && index.is_unique() && eqs.len() == index.columns().len()).then(|| prefix.clone());
     Ok(Access::Index { index, lo, hi, exact_unique, conjuncts_used: used.len(), eq_columns: eqs.len() })
 }
 
-/// A bound's value in the column's stored form; `None` when it is NULL.
-fn constant(cx: &mut Cx<'_, '_>, e: &Expr, col: &ColumnDef) -> Result<Option<Value>, SqlError> {
+/// A bound's value in the column's stored form, and whether that form is the value itself
+/// (not rounded to the column's scale); `None` when it is NULL.
+fn constant(cx: &mut Cx<'_, '_>, e: &Expr, col: &ColumnDef) -> Result<Option<(Value, bool)>, SqlError> {
     let d = eval(e, &Scope::empty(), &[], cx, None)?;
     if d.is_null() {
         return Ok(None);
@@ -349,7 +361,9 @@ fn constant(cx: &mut Cx<'_, '_>, e: &Expr, col: &ColumnDef) -> Result<Option<Val
         }
         d => d,
     };
-    d.to_stored(col.ty, &col.name).map(Some)
+    let v = d.to_stored(col.ty, &col.name)?;
+    let exact = crate::types::compare(&Datum::from_stored(&v, col.ty), &d) == Some(std::cmp::Ordering::Equal);
+    Ok(Some((v, exact)))
 }
 
 /// The rows the access path finds (not yet filtered by the WHERE clause).

@@ -259,7 +259,7 @@ async fn ordered_scans_see_what_their_snapshot_sees() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_limited_scan_whose_recheck_drops_a_row_is_read_again() {
+async fn a_rounded_bound_is_not_taken_for_an_exact_one() {
     let dir = tempfile::tempdir().unwrap();
     let srv = TestServer::start(dir.path());
     let c = connect(&srv).await;
@@ -270,12 +270,18 @@ async fn a_limited_scan_whose_recheck_drops_a_row_is_read_again() {
     .await
     .unwrap();
     // The bound 1.005 becomes the column's 1.01, so the index finds the 1.01 rows, which the
-    // recheck (1.01 = 1.005) drops: the scan that stopped after one entry is read again whole
-    // (1 + 2 entries), and the answer is PostgreSQL's, no row.
+    // recheck (1.01 = 1.005) drops. A rounded key answers no conjunct by itself, so the scan
+    // does not stop early: it reads the two 1.01 entries once, and the answer is PostgreSQL's,
+    // no row.
     let (r, read) = run(&c, "select id from nm where n = 1.005 order by n limit 1").await;
     assert!(r.is_empty(), "{r:?}");
-    assert_eq!(read, 3);
+    assert_eq!(read, 2);
+    // The same for a range: the rounded bound is taken inclusive and the whole range read.
     let (r, read) = run(&c, "select n from nm where n >= 1.005 order by n limit 1").await;
+    assert_eq!(r, vec![vec![Some("1.01".to_string())]]);
+    assert_eq!(read, 3);
+    // An exact bound stops the scan after its one row.
+    let (r, read) = run(&c, "select n from nm where n >= 1.01 order by n limit 1").await;
     assert_eq!(r, vec![vec![Some("1.01".to_string())]]);
     assert_eq!(read, 1);
 }
@@ -300,4 +306,53 @@ async fn text_keys_are_sorted_not_read_in_byte_order() {
     let mut ties = ids[..2].to_vec();
     ties.sort();
     assert_eq!((ties, &ids[2..]), (vec!["2".to_string(), "4".to_string()], &["3".to_string(), "1".to_string()][..]));
+}
+
+/// A bound the column cannot hold exactly is rounded into the index key (1.005 into
+/// numeric(6,2) is 1.01): the scan must not lose the rows equal to the rounded key, nor take
+/// it for an exact match (DELETE by a unique key skips the recheck only when it is exact).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rounded_bound_neither_loses_nor_invents_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute(
+        "create table m (id int primary key, n numeric(6,2) not null); \
+         create index m_n on m (n); \
+         insert into m values (1, 1.00), (2, 1.01), (3, 1.01), (4, 1.02); \
+         create table u (n numeric(6,2) primary key); \
+         insert into u values (1.00), (1.01), (1.02)",
+    )
+    .await
+    .unwrap();
+    let count = |sql: &'static str| {
+        let c = &c;
+        async move { c.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    for (sql, want) in [
+        ("select count(*) from m where n > 1.005", 3),
+        ("select count(*) from m where n >= 1.005", 3),
+        ("select count(*) from m where n < 1.015", 3),
+        ("select count(*) from m where n <= 1.015", 3),
+        ("select count(*) from m where n > 1.004 and n < 1.016", 2),
+        ("select count(*) from m where n = 1.005", 0),
+        ("select count(*) from m where n = 1.01", 2),
+        ("select count(*) from u where n > 1.005", 2),
+        ("select count(*) from u where n = 1.005", 0),
+    ] {
+        assert_eq!(count(sql).await, want, "{sql}");
+    }
+    let ids: Vec<i32> = c
+        .query("select id from m where n > 1.005 order by n limit 2", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.iter().all(|&i| i == 2 || i == 3), "{ids:?}");
+    assert_eq!(c.execute("delete from u where n = 1.005", &[]).await.unwrap(), 0);
+    assert_eq!(c.execute("update u set n = n where n = 1.005", &[]).await.unwrap(), 0);
+    assert_eq!(c.execute("delete from m where n < 1.005", &[]).await.unwrap(), 1);
+    assert_eq!(count("select count(*) from u").await, 3);
 }
