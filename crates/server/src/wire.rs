@@ -211,6 +211,27 @@ impl SessionHandle {
     }
 }
 
+/// Rows typed as Describe announced them to the client. The executor types a bare `$n` of the
+/// select list without the statement's parameter types, as text; its value is the bound
+/// parameter's, so it is sent as the type the client was told (and asked for in binary).
+fn as_described(o: Outcome, described: Option<&[Field]>) -> Outcome {
+    match (o, described) {
+        (Outcome::Rows { mut fields, rows, tag }, Some(d)) if d.len() == fields.len() => {
+            for (i, (f, d)) in fields.iter_mut().zip(d).enumerate() {
+                // Only where no value is text: a text value keeps its text type.
+                if f.ty == SqlType::Text
+                    && d.ty != SqlType::Text
+                    && rows.iter().all(|r| !matches!(r.get(i), Some(Datum::Text(_))))
+                {
+                    f.ty = d.ty;
+                }
+            }
+            Outcome::Rows { fields, rows, tag }
+        }
+        (o, _) => o,
+    }
+}
+
 /// A parsed and described statement (the extended protocol's prepared statement).
 #[derive(Debug)]
 pub struct Prepared {
@@ -619,7 +640,8 @@ impl ExtendedQueryHandler for QueryHandler {
             Err(e) => Reply { notices: Vec::new(), result: Err(e) },
         };
         send_notices(client, &reply.notices).await?;
-        match reply.result.and_then(|o| response(o, &portal.result_column_format)) {
+        let described = prepared.fields.as_deref();
+        match reply.result.and_then(|o| response(as_described(o, described), &portal.result_column_format)) {
             Ok(r) => Ok(r),
             Err(e) => {
                 self.h.sh.log.statement_error(&e, &prepared.sql);

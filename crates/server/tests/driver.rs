@@ -1072,3 +1072,19 @@ async fn serial_columns_take_their_sequence() {
     let e = c.query_one("select nextval('sr_id_seq')", &[]).await.unwrap_err();
     assert_eq!(code(&e), "42P01", "the table's sequence went with it");
 }
+
+/// A bare parameter in the select list has the type Describe gave it when its value comes
+/// back, in binary as tokio-postgres asks, not text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_select_list_parameter_comes_back_in_its_declared_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    let st = c
+        .prepare_typed("select $1, $2 + 1", &[tokio_postgres::types::Type::INT8, tokio_postgres::types::Type::INT4])
+        .await
+        .unwrap();
+    assert_eq!(st.columns()[0].type_(), &tokio_postgres::types::Type::INT8);
+    let r = c.query_one(&st, &[&7i64, &41i32]).await.unwrap();
+    assert_eq!((r.get::<_, i64>(0), r.get::<_, i32>(1)), (7, 42));
+}
