@@ -271,6 +271,19 @@ struct Toks<'a> {
 }
 
 impl<'a> Toks<'a> {
+    /// DROP's `[IF EXISTS] name [, ...]`.
+    fn if_exists_names(&mut self) -> Result<(bool, Vec<String>), SqlError> {
+        let if_exists = self.eat_kw("IF");
+        if if_exists && !self.eat_kw("EXISTS") {
+            return Err(self.err());
+        }
+        let mut names = vec![self.ident()?];
+        while self.eat(&Token::Comma) {
+            names.push(self.ident()?);
+        }
+        Ok((if_exists, names))
+    }
+
     fn new(t: &'a [Token]) -> Toks<'a> {
         Toks { t, i: 0 }
     }
@@ -441,14 +454,7 @@ impl<'a> Toks<'a> {
                 }
             }
             _ => {
-                let if_exists = self.eat_kw("IF");
-                if if_exists && !self.eat_kw("EXISTS") {
-                    return Err(self.err());
-                }
-                let mut names = vec![self.ident()?];
-                while self.eat(&Token::Comma) {
-                    names.push(self.ident()?);
-                }
+                let (if_exists, names) = self.if_exists_names()?;
                 let _ = self.eat_kw("CASCADE") || self.eat_kw("RESTRICT");
                 PublicationCmd::Drop { names, if_exists }
             }

@@ -689,12 +689,7 @@ async fn cancel_request_stops_a_running_statement() {
         let r = c.batch_execute("select pg_sleep(120)").await;
         (c, r)
     });
-    // A cancel that arrives before the statement starts is forgotten, so ask until it lands.
-    while !running.is_finished() {
-        token.cancel_query(NoTls).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let (c, r) = running.await.unwrap();
+    let (c, r) = cancel_until_finished(&token, running).await;
     let e = r.unwrap_err();
     assert_eq!(code(&e), "57014");
     assert_eq!(e.as_db_error().unwrap().message(), "canceling statement due to user request");
@@ -730,11 +725,7 @@ async fn cancel_and_statement_timeout_stop_vacuum_and_lock_waits() {
         let r = c.batch_execute("vacuum (verbose) v").await;
         (c, r)
     });
-    while !running.is_finished() {
-        token.cancel_query(NoTls).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let (c, r) = running.await.unwrap();
+    let (c, r) = cancel_until_finished(&token, running).await;
     let e = r.unwrap_err();
     assert_eq!(code(&e), "57014");
     assert_eq!(e.as_db_error().unwrap().message(), "canceling statement due to user request");
@@ -763,20 +754,32 @@ async fn cancel_and_statement_timeout_stop_vacuum_and_lock_waits() {
         let r = c.batch_execute("update v set pad = 'cancelled' where id = 1").await;
         (c, r)
     });
-    // Cancel until the wait ends; the holder commits only after, so a wait the cancel cannot
-    // end would succeed once it does, failing the test, rather than hang it.
-    let mut asked = 0;
-    while !waiting.is_finished() && asked < 200 {
-        token.cancel_query(NoTls).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        asked += 1;
-    }
-    holder.batch_execute("commit").await.unwrap();
+    // The holder commits only after: a wait the cancel cannot end would succeed once it does,
+    // failing the test, rather than hang it.
+    let waiting = tokio::spawn(async move {
+        let outcome = cancel_until_finished(&token, waiting).await;
+        holder.batch_execute("commit").await.unwrap();
+        outcome
+    });
     let (c, r) = waiting.await.unwrap();
     let e = r.unwrap_err();
     assert_eq!(e.as_db_error().map(|d| d.message()), Some("canceling statement due to user request"), "{e}");
     let pad: String = c.query_one("select pad from v where id = 1", &[]).await.unwrap().get(0);
     assert_eq!(pad, "held");
+}
+
+/// Sends cancel requests for `running`'s statement until it ends, for at most 10 s (one that
+/// arrives before the statement starts is forgotten, so they are sent until one lands); then
+/// waits for it and returns what it gave.
+async fn cancel_until_finished<T>(token: &tokio_postgres::CancelToken, running: tokio::task::JoinHandle<T>) -> T {
+    for _ in 0..200 {
+        if running.is_finished() {
+            break;
+        }
+        token.cancel_query(NoTls).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    running.await.unwrap()
 }
 
 /// Reads one backend message: its tag and body.

@@ -27,14 +27,7 @@ impl Toks<'_> {
     pub(super) fn role(&mut self, verb: &str, user: bool) -> Result<RoleCmd, SqlError> {
         let cmd = match verb {
             "DROP" => {
-                let if_exists = self.eat_kw("IF");
-                if if_exists && !self.eat_kw("EXISTS") {
-                    return Err(self.err());
-                }
-                let mut names = vec![self.ident()?];
-                while self.eat(&Token::Comma) {
-                    names.push(self.ident()?);
-                }
+                let (if_exists, names) = self.if_exists_names()?;
                 RoleCmd::Drop { names, if_exists }
             }
             _ => {
