@@ -47,7 +47,8 @@
 use std::collections::BTreeSet;
 
 use sqlparser::ast::{
-    BinaryOperator, Expr, JoinConstraint, JoinOperator, TableFactor, TableFunctionArgs, TableWithJoins,
+    BinaryOperator, Expr, JoinConstraint, JoinOperator, ObjectName, TableAlias, TableFactor, TableFunctionArgs,
+    TableWithJoins,
 };
 
 use crate::catalog::ColumnDef;
@@ -69,6 +70,8 @@ pub enum Leaf {
     Function(crate::srf::SetFunction),
     /// A subquery in FROM (not LATERAL): run once, when the join reads it.
     Derived(Box<sqlparser::ast::Query>),
+    /// A CTE of an enclosing WITH, materialized before the query began ([`crate::cte`]).
+    Cte(std::rc::Rc<crate::cte::CteTable>),
 }
 
 /// One relation of a FROM list.
@@ -250,21 +253,11 @@ impl JoinSource {
     fn add(&mut self, sh: &Shared, f: &TableFactor) -> Result<(), SqlError> {
         let (leaf, names, cols) = match f {
             TableFactor::Table { name, alias, args: None, .. } => {
-                let n = crate::ddl::object_name(name);
-                let a = alias.as_ref().map(|a| ident_name(&a.name));
-                if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
-                    return Err(SqlError::unsupported("column aliases on a table"));
-                }
-                let names = vec![a.clone().unwrap_or_else(|| n.clone())];
-                if let Some(cols) = crate::views::columns(&n) {
-                    (Leaf::View(n), names, cols)
+                if let Some(table) = crate::cte::lookup(name) {
+                    let (names, cols) = crate::cte::from_item(name, &table, alias.as_ref())?;
+                    (Leaf::Cte(table), names, cols)
                 } else {
-                    let t = Target::open(sh, &n, a)?;
-                    let mut cols = t.cols.clone();
-                    if t.is_catalog() {
-                        cols.extend(crate::views::class_extra_columns());
-                    }
-                    (Leaf::Table(t), names, cols)
+                    named_relation(sh, name, alias.as_ref())?
                 }
             }
             TableFactor::Table { name, alias, args: Some(TableFunctionArgs { args, .. }), .. }
@@ -443,6 +436,7 @@ impl JoinSource {
             Leaf::SlotChanges(c) => c.rows(cx)?,
             Leaf::Function(f) => f.rows(cx, scope, &vec![Datum::Null; self.cols.len()])?,
             Leaf::Derived(q) => crate::query::select(cx, q)?.1,
+            Leaf::Cte(t) => t.rows.as_ref().clone(),
         };
         if local.is_empty() {
             return Ok(rows);
@@ -699,6 +693,29 @@ enum Kind {
     Bool,
     Time,
     Bytes,
+}
+
+/// A table or view named in a FROM list: where its rows come from, its names, its columns.
+fn named_relation(
+    sh: &Shared,
+    name: &ObjectName,
+    alias: Option<&TableAlias>,
+) -> Result<(Leaf, Vec<String>, Vec<ColumnDef>), SqlError> {
+    let n = crate::ddl::object_name(name);
+    let a = alias.map(|a| ident_name(&a.name));
+    if alias.is_some_and(|a| !a.columns.is_empty()) {
+        return Err(SqlError::unsupported("column aliases on a table"));
+    }
+    let names = vec![a.clone().unwrap_or_else(|| n.clone())];
+    if let Some(cols) = crate::views::columns(&n) {
+        return Ok((Leaf::View(n), names, cols));
+    }
+    let t = Target::open(sh, &n, a)?;
+    let mut cols = t.cols.clone();
+    if t.is_catalog() {
+        cols.extend(crate::views::class_extra_columns());
+    }
+    Ok((Leaf::Table(t), names, cols))
 }
 
 fn kind(t: SqlType) -> Kind {

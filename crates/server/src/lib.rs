@@ -51,6 +51,7 @@ pub mod catalog;
 pub mod conn;
 pub mod copy;
 pub mod correlate;
+pub mod cte;
 pub mod ddl;
 pub mod dml;
 pub mod error;

@@ -6,8 +6,9 @@
 //! index range read in the ORDER BY's order skips the sort, and may stop at OFFSET + LIMIT
 //! rows: [`crate::ordered`]). Rows are materialized (the result is sent after the statement
 //! finished). UNION, INTERSECT and
-//! EXCEPT combine whole SELECTs ([`crate::setop`]). Window functions, CTEs and `FOR UPDATE`
-//! are refused with 0A000. A FROM list with joins, functions
+//! EXCEPT combine whole SELECTs ([`crate::setop`]); a WITH's CTEs are materialized before the
+//! query that names them ([`crate::cte`]). Window functions and `FOR UPDATE` are refused with
+//! 0A000. A FROM list with joins, functions
 //! or subqueries is read by [`crate::join`], whose rows (as wide as all its relations'
 //! columns) go through the same WHERE, grouping, sorting and projection. Subqueries in
 //! expressions run through the session ([`crate::expr::Env::subquery`], [`crate::correlate`]).
@@ -84,7 +85,7 @@ pub fn from_source(sh: &Shared, sel: &Select) -> Result<Source, SqlError> {
         [] => Ok(Source::None),
         [twj] if twj.joins.is_empty() => match &twj.relation {
             TableFactor::Table { name, alias, args: None, .. }
-                if alias.as_ref().is_none_or(|a| a.columns.is_empty()) =>
+                if alias.as_ref().is_none_or(|a| a.columns.is_empty()) && crate::cte::lookup(name).is_none() =>
             {
                 let n = crate::ddl::object_name(name);
                 let alias = alias.as_ref().map(|a| ident_name(&a.name));
@@ -100,10 +101,8 @@ pub fn from_source(sh: &Shared, sel: &Select) -> Result<Source, SqlError> {
     }
 }
 
+/// The SELECT of a query body (its WITH is the caller's: [`select`], [`describe_query`]).
 fn check_query(q: &Query) -> Result<&Select, SqlError> {
-    if q.with.is_some() {
-        return Err(SqlError::unsupported("WITH (common table expressions)"));
-    }
     if !q.locks.is_empty() {
         return Err(SqlError::unsupported("SELECT ... FOR UPDATE/SHARE"));
     }
@@ -188,6 +187,14 @@ fn join_star(it: &SelectItem, scope: &Scope<'_>) -> Result<Vec<OutCol>, SqlError
 
 /// Runs a query; returns its columns and rows.
 pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Datum>>), SqlError> {
+    match &q.with {
+        Some(with) => crate::cte::select(cx, with, |cx| select_body(cx, q)),
+        None => select_body(cx, q),
+    }
+}
+
+/// Runs a query whose WITH, if any, is in scope.
+fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Datum>>), SqlError> {
     if matches!(q.body.as_ref(), SetExpr::SetOperation { .. } | SetExpr::Query(_)) {
         return crate::setop::select(cx, q);
     }
@@ -716,12 +723,7 @@ fn select_params(sh: &Shared, sel: &Select, scope: &Scope<'_>, params: &mut Vec<
         let mut subs = Vec::new();
         subqueries(e, &mut subs);
         for q in subs {
-            if let Ok(inner) = check_query(q) {
-                if let Ok(source) = from_source(sh, inner) {
-                    select_params(sh, inner, &source.scope(), params);
-                }
-            }
-            limit_params(q, params);
+            describe_query(sh, q, params);
         }
     }
 }
@@ -777,28 +779,7 @@ pub fn describe(sh: &Shared, stmt: &Stmt, client: &[Option<SqlType>]) -> (Vec<Sq
     let mut fields = None;
     if let Stmt::Sql(s) = stmt {
         match s.as_ref() {
-            Statement::Query(q) => {
-                // A set operation's columns are its leftmost SELECT's.
-                let sel = match crate::setop::leftmost(q.body.as_ref()) {
-                    Some(s) if !matches!(q.body.as_ref(), SetExpr::Select(_)) => Ok(s),
-                    _ => check_query(q),
-                };
-                if let Ok(sel) = sel {
-                    if let Ok(source) = from_source(sh, sel) {
-                        let scope = source.scope();
-                        select_params(sh, sel, &scope, &mut params);
-                        limit_params(q, &mut params);
-                        let ptypes: Vec<SqlType> = params.iter().map(|p| p.unwrap_or(SqlType::Text)).collect();
-                        if let Ok(outs) = projection(&sel.projection, &scope) {
-                            fields = Some(
-                                outs.iter()
-                                    .map(|o| Field { name: o.name.clone(), ty: infer_type(&o.expr, &scope, &ptypes) })
-                                    .collect(),
-                            );
-                        }
-                    }
-                }
-            }
+            Statement::Query(q) => fields = describe_query(sh, q, &mut params),
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
                 fields = crate::dml::describe(sh, s, &mut params);
             }
@@ -813,6 +794,46 @@ pub fn describe(sh: &Shared, stmt: &Stmt, client: &[Option<SqlType>]) -> (Vec<Sq
         fields = Some(crate::dml::partition_probe_fields());
     }
     (params.into_iter().map(|p| p.unwrap_or(SqlType::Text)).collect(), fields)
+}
+
+/// 42P01 for a relation the query's FROM list names that does not exist (PREPARE's check),
+/// with its CTEs in scope; a CTE that cannot be described leaves the error to EXECUTE.
+pub fn relations_exist(sh: &Shared, q: &Query) -> Result<(), SqlError> {
+    let sel = match q.body.as_ref() {
+        SetExpr::Select(sel) => Some(sel.as_ref()),
+        body => crate::setop::leftmost(body),
+    };
+    let Some(sel) = sel else { return Ok(()) };
+    match &q.with {
+        Some(with) => {
+            crate::cte::describe(sh, with, &mut Vec::new(), |_| Some(from_source(sh, sel).map(drop))).unwrap_or(Ok(()))
+        }
+        None => from_source(sh, sel).map(drop),
+    }
+}
+
+/// A query's result columns (`None` when it cannot be described), typing its `$n` into
+/// `params`: those of its CTEs, WHERE, select list, subqueries, LIMIT and OFFSET.
+pub(crate) fn describe_query(sh: &Shared, q: &Query, params: &mut Vec<Option<SqlType>>) -> Option<Vec<Field>> {
+    match &q.with {
+        Some(with) => crate::cte::describe(sh, with, params, |params| describe_body(sh, q, params)),
+        None => describe_body(sh, q, params),
+    }
+}
+
+fn describe_body(sh: &Shared, q: &Query, params: &mut Vec<Option<SqlType>>) -> Option<Vec<Field>> {
+    // A set operation's columns are its leftmost SELECT's.
+    let sel = match crate::setop::leftmost(q.body.as_ref()) {
+        Some(s) if !matches!(q.body.as_ref(), SetExpr::Select(_)) => s,
+        _ => check_query(q).ok()?,
+    };
+    let source = from_source(sh, sel).ok()?;
+    let scope = source.scope();
+    select_params(sh, sel, &scope, params);
+    limit_params(q, params);
+    let ptypes: Vec<SqlType> = params.iter().map(|p| p.unwrap_or(SqlType::Text)).collect();
+    let outs = projection(&sel.projection, &scope).ok()?;
+    Some(outs.iter().map(|o| Field { name: o.name.clone(), ty: infer_type(&o.expr, &scope, &ptypes) }).collect())
 }
 
 fn limit_params(q: &Query, params: &mut Vec<Option<SqlType>>) {

@@ -15,11 +15,9 @@ use crate::types::Datum;
 
 type Rows = Vec<Vec<Datum>>;
 
-/// Runs a query whose body is a set operation (or a parenthesized query).
+/// Runs a query whose body is a set operation (or a parenthesized query); its WITH, if any,
+/// is already in scope ([`crate::query::select`]).
 pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Rows), SqlError> {
-    if q.with.is_some() {
-        return Err(SqlError::unsupported("WITH (common table expressions)"));
-    }
     if !q.locks.is_empty() {
         return Err(SqlError::unsupported("FOR UPDATE/SHARE with UNION, INTERSECT or EXCEPT"));
     }

@@ -45,7 +45,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use sqlparser::ast::{Expr, FromTable, SetExpr, Statement, TableFactor, TableObject};
+use sqlparser::ast::{Expr, FromTable, Statement, TableFactor, TableObject};
 
 use super::{Cx, Notice, Outcome, Session};
 use crate::error::SqlError;
@@ -235,16 +235,7 @@ fn relations_exist(sh: &Shared, stmt: &Stmt) -> Result<(), SqlError> {
         _ => None,
     };
     let target = match s.as_ref() {
-        Statement::Query(q) => {
-            let sel = match q.body.as_ref() {
-                SetExpr::Select(sel) => Some(sel.as_ref()),
-                body => crate::setop::leftmost(body),
-            };
-            if let Some(sel) = sel {
-                crate::query::from_source(sh, sel)?;
-            }
-            return Ok(());
-        }
+        Statement::Query(q) => return crate::query::relations_exist(sh, q),
         Statement::Insert(i) => match &i.table {
             TableObject::TableName(n) => Some(crate::ddl::object_name(n)),
             _ => None,
