@@ -1,0 +1,219 @@
+//! Non-recursive common table expressions (`WITH name [(cols)] AS (SELECT ...) SELECT ...`)
+//! through tokio-postgres, on a small employees/departments schema whose answers are worked
+//! out by hand below. Covers: a CTE joined to a table, a CTE reading an earlier one, a CTE read
+//! twice and evaluated once (a `nextval` in it gives both reads the same value), a CTE in an
+//! `IN (SELECT ...)` subquery, column lists, aggregates, ORDER BY/LIMIT, a CTE shadowing a
+//! table, `$n` inside a CTE through the extended protocol (Describe's parameter and column
+//! types) and SQL-level PREPARE, and PostgreSQL's errors (0A000 for WITH RECURSIVE and for a
+//! data-modifying CTE, 42712, 42P10). Before CTEs were built every WITH was 0A000.
+
+mod common;
+
+use common::{code, connect, TestServer};
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+type Row = Vec<Option<String>>;
+
+/// A query's rows in text, as the simple protocol returns them.
+async fn rows(c: &Client, sql: &str) -> Vec<Row> {
+    let msgs = c.simple_query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    msgs.iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Rows given as text literals, `None` for NULL.
+fn expect(v: &[&[Option<&str>]]) -> Vec<Row> {
+    v.iter().map(|r| r.iter().map(|c| c.map(str::to_string)).collect()).collect()
+}
+
+/// The SQLSTATE and message of a statement that must fail.
+async fn error(c: &Client, sql: &str) -> (String, String) {
+    let e = c.simple_query(sql).await.expect_err(sql);
+    let msg = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+    (code(&e), msg)
+}
+
+/// emp:  1 ann eng 100.00 | 2 bob eng 80.00 | 3 cy ops 50.00 | 4 di (none) 70.00 | 5 ed sales 90.50
+async fn schema(c: &Client) {
+    c.batch_execute(
+        "create table dept (id int primary key, title text);
+         insert into dept values (1, 'eng'), (2, 'ops'), (3, 'sales');
+         create table emp (id int primary key, name text, dept int, salary numeric(10,2));
+         insert into emp values (1, 'ann', 1, 100.00), (2, 'bob', 1, 80.00), (3, 'cy', 2, 50.00),
+                                (4, 'di', null, 70.00), (5, 'ed', 3, 90.50);
+         create sequence seq",
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctes_read_like_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = TestServer::start(dir.path());
+    let c = connect(&srv).await;
+    schema(&c).await;
+
+    // Joined to a table, under an alias.
+    let sql = "with rich as (select id, name, dept from emp where salary >= 80)
+               select r.name, d.title from rich r join dept d on d.id = r.dept order by r.name";
+    assert_eq!(
+        rows(&c, sql).await,
+        expect(&[&[Some("ann"), Some("eng")], &[Some("bob"), Some("eng")], &[Some("ed"), Some("sales")]])
+    );
+
+    // The second CTE reads the first; grouping inside a CTE.
+    let sql = "with a as (select dept, salary from emp where dept is not null),
+                    b as (select dept, sum(salary) as total from a group by dept)
+               select dept, total from b order by dept";
+    assert_eq!(
+        rows(&c, sql).await,
+        expect(&[&[Some("1"), Some("180.00")], &[Some("2"), Some("50.00")], &[Some("3"), Some("90.50")]])
+    );
+
+    // Read twice in one FROM list, and once more from a scalar subquery.
+    let sql = "with d as (select id, title from dept)
+               select x.title, y.title, (select count(*) from d) from d x join d y on y.id = x.id + 1 order by x.id";
+    assert_eq!(
+        rows(&c, sql).await,
+        expect(&[&[Some("eng"), Some("ops"), Some("3")], &[Some("ops"), Some("sales"), Some("3")]])
+    );
+
+    // Evaluated once per statement: both reads see the one nextval it took.
+    let sql = "with s as (select nextval('seq') as v) select a.v, b.v from s a, s b";
+    assert_eq!(rows(&c, sql).await, expect(&[&[Some("1"), Some("1")]]));
+
+    // In an IN subquery of the main query.
+    let sql = "with eng as (select id from dept where title = 'eng')
+               select name from emp where dept in (select id from eng) order by name";
+    assert_eq!(rows(&c, sql).await, expect(&[&[Some("ann")], &[Some("bob")]]));
+
+    // A column list renames the leading columns; the rest keep their names.
+    let sql = "with t(k, label) as (select id, title from dept) select label from t where k = 2";
+    assert_eq!(rows(&c, sql).await, expect(&[&[Some("ops")]]));
+    let sql = "with t(k) as (select id, title from dept) select k, title from t order by k desc limit 1";
+    assert_eq!(rows(&c, sql).await, expect(&[&[Some("3"), Some("sales")]]));
+    let st = c.prepare("with t(k, label) as (select id, title from dept) select * from t").await.unwrap();
+    let cols: Vec<(&str, &Type)> = st.columns().iter().map(|c| (c.name(), c.type_())).collect();
+    assert_eq!(cols, vec![("k", &Type::INT4), ("label", &Type::TEXT)]);
+
+    // Aggregates over a CTE.
+    let sql = "with s as (select salary from emp) select count(*), min(salary), max(salary), sum(salary) from s";
+    assert_eq!(rows(&c, sql).await, expect(&[&[Some("5"), Some("50.00"), Some("100.00"), Some("390.50")]]));
+
+    // ORDER BY, LIMIT and OFFSET over a CTE (salaries 100, 90.50, 80, 70, 50).
+    let sql = "with s as (select name, salary from emp) select name from s order by salary desc limit 2 offset 1";
+    assert_eq!(rows(&c, sql).await, expect(&[&[Some("ed")], &[Some("bob")]]));
+
+    // A correlated subquery over a CTE, naming the outer row.
+    let sql = "with d as (select id, title from dept)
+               select name, (select title from d where d.id = emp.dept) from emp where id <= 3 order by id";
+    assert_eq!(
+        rows(&c, sql).await,
+        expect(&[&[Some("ann"), Some("eng")], &[Some("bob"), Some("eng")], &[Some("cy"), Some("ops")]])
+    );
+
+    // A set operation over a CTE; a WITH inside a subquery in FROM.
+    let sql = "with a as (select 1 as x) select x from a union all select x + 1 from a order by 1";
+    assert_eq!(rows(&c, sql).await, expect(&[&[Some("1")], &[Some("2")]]));
+    let sql = "select s.x from (with a as (select title as x from dept where id = 3) select x from a) s";
+    assert_eq!(rows(&c, sql).await, expect(&[&[Some("sales")]]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cte_names_shadow_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = TestServer::start(dir.path());
+    let c = connect(&srv).await;
+    schema(&c).await;
+    let sql = "with dept as (select 42 as id, 'fake' as title) select id, title from dept";
+    assert_eq!(rows(&c, sql).await, expect(&[&[Some("42"), Some("fake")]]));
+    // In its own query a (non-recursive) CTE's name still means the table.
+    let sql = "with dept as (select id from dept where id < 3) select count(*) from dept";
+    assert_eq!(rows(&c, sql).await, expect(&[&[Some("2")]]));
+    // The CTE ends with its statement; a schema-qualified name means the table.
+    assert_eq!(rows(&c, "select count(*) from dept").await, expect(&[&[Some("3")]]));
+    let sql = "with dept as (select 1 as id) select count(*) from public.dept";
+    assert_eq!(rows(&c, sql).await, expect(&[&[Some("3")]]));
+    // INSERT ... SELECT from a CTE.
+    let n = c.execute("insert into dept with n as (select 4 as id, 'hr' as title) select id, title from n", &[]);
+    assert_eq!(n.await.unwrap(), 1);
+    assert_eq!(rows(&c, "select title from dept where id = 4").await, expect(&[&[Some("hr")]]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parameters_inside_ctes() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = TestServer::start(dir.path());
+    let c = connect(&srv).await;
+    schema(&c).await;
+
+    // $1 typed from the CTE's WHERE, $2 from the main query's comparison with a CTE column.
+    let sql = "with e as (select id, name from emp where dept = $1)
+               select name, id * 10 as x from e where id > $2 order by id";
+    let st = c.prepare(sql).await.unwrap();
+    assert_eq!(st.params(), &[Type::INT4, Type::INT4]);
+    let cols: Vec<(&str, &Type)> = st.columns().iter().map(|c| (c.name(), c.type_())).collect();
+    assert_eq!(cols, vec![("name", &Type::TEXT), ("x", &Type::INT4)]);
+    let got: Vec<(String, i32)> =
+        c.query(&st, &[&1i32, &0i32]).await.unwrap().iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(got, vec![("ann".to_string(), 10), ("bob".to_string(), 20)]);
+    let got = c.query(&st, &[&1i32, &1i32]).await.unwrap();
+    assert_eq!(got.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>(), vec!["bob"]);
+
+    // $1 inside a CTE read from an IN subquery.
+    let sql = "with d as (select id from dept where title = $1) select name from emp where dept in (select id from d)";
+    let st = c.prepare(sql).await.unwrap();
+    assert_eq!(st.params(), &[Type::TEXT]);
+    let got = c.query(&st, &[&"ops"]).await.unwrap();
+    assert_eq!(got.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>(), vec!["cy"]);
+
+    // SQL-level PREPARE checks the main query's FROM with the CTE in scope.
+    c.batch_execute(
+        "prepare p(int) as with e as (select name from emp where dept = $1) select name from e order by name",
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows(&c, "execute p(1)").await, expect(&[&[Some("ann")], &[Some("bob")]]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cte_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = TestServer::start(dir.path());
+    let c = connect(&srv).await;
+    schema(&c).await;
+
+    let (sqlstate, msg) =
+        error(&c, "with recursive r(n) as (select 1 union all select n + 1 from r where n < 3) select * from r").await;
+    assert_eq!(sqlstate, "0A000");
+    assert!(msg.contains("WITH RECURSIVE"), "{msg}");
+
+    let (sqlstate, msg) =
+        error(&c, "with x as (insert into dept values (9, 'new') returning id) select * from x").await;
+    assert_eq!(sqlstate, "0A000");
+    assert!(msg.contains("data-modifying"), "{msg}");
+    let (sqlstate, _) = error(&c, "with x as (select 1 as id) insert into dept select id, 'new' from x").await;
+    assert_eq!(sqlstate, "0A000");
+    assert_eq!(rows(&c, "select count(*) from dept").await, expect(&[&[Some("3")]]));
+
+    let (sqlstate, msg) = error(&c, "with x as (select 1), x as (select 2) select * from x").await;
+    assert_eq!((sqlstate.as_str(), msg.as_str()), ("42712", "WITH query name \"x\" specified more than once"));
+
+    let (sqlstate, msg) = error(&c, "with x(a, b) as (select 1) select * from x").await;
+    assert_eq!(
+        (sqlstate.as_str(), msg.as_str()),
+        ("42P10", "WITH query \"x\" has 1 columns available but 2 columns specified")
+    );
+
+    // A CTE is not visible before it is defined, nor after its statement.
+    let (sqlstate, _) = error(&c, "with a as (select * from b), b as (select 1 as y) select * from a").await;
+    assert_eq!(sqlstate, "42P01");
+    let (sqlstate, _) = error(&c, "select * from x").await;
+    assert_eq!(sqlstate, "42P01");
+}
