@@ -435,7 +435,7 @@ impl JoinSource {
             Leaf::Series(s) => s.rows(cx)?,
             Leaf::SlotChanges(c) => c.rows(cx)?,
             Leaf::Function(f) => f.rows(cx, scope, &vec![Datum::Null; self.cols.len()])?,
-            Leaf::Derived(q) => crate::query::select(cx, q)?.1,
+            Leaf::Derived(q) => cx.select_copy(q)?.1,
             Leaf::Cte(t) => t.rows.as_ref().clone(),
         };
         if local.is_empty() {

@@ -129,6 +129,19 @@ pub struct Cx<'a, 'db> {
 
 use crate::sequence::name_of as sequence_name;
 
+impl Cx<'_, '_> {
+    /// Runs a SELECT whose syntax tree is a copy that will be freed (a side of a set
+    /// operation, a correlated subquery bound to its outer row, a derived table): the rows
+    /// its uncorrelated subqueries leave in [`Cx::subqueries`] are keyed by addresses inside
+    /// that copy, which a later copy may reuse, so they go when it returns.
+    pub fn select_copy(&mut self, q: &sqlparser::ast::Query) -> Result<(Vec<Field>, Vec<Vec<Datum>>), SqlError> {
+        let before: std::collections::HashSet<usize> = self.subqueries.keys().copied().collect();
+        let r = query::select(self, q);
+        self.subqueries.retain(|k, _| before.contains(k));
+        r
+    }
+}
+
 impl Env for Cx<'_, '_> {
     fn param(&self, n: usize) -> Result<Datum, SqlError> {
         crate::expr::param_at(self.params, n)
@@ -142,7 +155,7 @@ impl Env for Cx<'_, '_> {
     ) -> Option<Result<std::rc::Rc<Vec<Vec<Datum>>>, SqlError>> {
         if let Some(bound) = crate::correlate::bind_outer(q, outer, row) {
             // Correlated: run for this outer row.
-            return Some(query::select(self, &bound).map(|(_, rows)| std::rc::Rc::new(rows)));
+            return Some(self.select_copy(&bound).map(|(_, rows)| std::rc::Rc::new(rows)));
         }
         let key = q as *const sqlparser::ast::Query as usize;
         if let Some(rows) = self.subqueries.get(&key) {

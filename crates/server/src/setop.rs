@@ -102,7 +102,7 @@ fn side(cx: &mut Cx<'_, '_>, outer: &Query, body: &SetExpr) -> Result<(Vec<Field
             let mut q = outer.clone();
             *q.body = body.clone();
             (q.order_by, q.limit_clause, q.fetch, q.with) = (None, None, None, None);
-            crate::query::select(cx, &q)
+            cx.select_copy(&q)
         }
         other => Err(SqlError::unsupported(format!("the query \"{other}\" in a set operation"))),
     }

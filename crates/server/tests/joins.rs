@@ -596,3 +596,39 @@ async fn index_nested_loop_with_range_bounds() {
         .count() as i64;
     assert_eq!(r.get::<_, i64>(0), want);
 }
+
+/// Each side of a set operation, and each run of a correlated subquery, is a syntax tree of
+/// its own for the statement's cache of uncorrelated subqueries: one side's rows are never
+/// taken for another's (the cache is keyed by the tree's address, and a side's copy is freed
+/// before the next side is built).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_operation_sides_do_not_share_their_subqueries_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute("create table a (x int); insert into a values (1), (2), (3)").await.unwrap();
+    let rows = |sql: &'static str| {
+        let c = &c;
+        async move {
+            let mut v: Vec<i32> = c.query(sql, &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+            v.sort();
+            v
+        }
+    };
+    assert_eq!(
+        rows(
+            "select x from a where x in (select 1) union all select x from a where x in (select 2) \
+              union all select x from a where x in (select 3)"
+        )
+        .await,
+        vec![1, 2, 3]
+    );
+    assert_eq!(
+        rows(
+            "select x from a o where x = (select max(x) from a where x <= o.x and x in (select 2)) \
+              union all select x from a where x in (select 3)"
+        )
+        .await,
+        vec![2, 3]
+    );
+}
