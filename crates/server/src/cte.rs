@@ -147,15 +147,8 @@ fn modifies(q: &Query) -> bool {
 /// A CTE's columns: its query's, renamed by its column list.
 fn columns(alias: &TableAlias, fields: Vec<Field>) -> Result<Vec<ColumnDef>, SqlError> {
     if alias.columns.len() > fields.len() {
-        return Err(SqlError::new(
-            "42P10",
-            format!(
-                "WITH query \"{}\" has {} columns available but {} columns specified",
-                ident_name(&alias.name),
-                fields.len(),
-                alias.columns.len()
-            ),
-        ));
+        let what = format!("WITH query \"{}\"", ident_name(&alias.name));
+        return Err(SqlError::too_many_column_names(&what, fields.len(), alias.columns.len()));
     }
     Ok(fields
         .into_iter()

@@ -35,6 +35,12 @@ impl SqlError {
         SqlError::new("42601", message)
     }
 
+    /// 42P10: a column list (`AS name (a, b)`) naming more columns than `what` (`table "x"`,
+    /// `WITH query "x"`) has.
+    pub fn too_many_column_names(what: &str, available: usize, specified: usize) -> SqlError {
+        SqlError::new("42P10", format!("{what} has {available} columns available but {specified} columns specified"))
+    }
+
     pub fn undefined_table(name: &str) -> SqlError {
         SqlError::new("42P01", format!("relation \"{name}\" does not exist"))
     }

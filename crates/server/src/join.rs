@@ -296,15 +296,8 @@ impl JoinSource {
                     return Err(SqlError::unsupported(format!("the subquery in FROM {}", ident_name(&alias.name))));
                 };
                 if alias.columns.len() > fields.len() {
-                    return Err(SqlError::new(
-                        "42P10",
-                        format!(
-                            "table \"{}\" has {} columns available but {} columns specified",
-                            ident_name(&alias.name),
-                            fields.len(),
-                            alias.columns.len()
-                        ),
-                    ));
+                    let what = format!("table \"{}\"", ident_name(&alias.name));
+                    return Err(SqlError::too_many_column_names(&what, fields.len(), alias.columns.len()));
                 }
                 let cols = fields
                     .into_iter()

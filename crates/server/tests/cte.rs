@@ -9,22 +9,9 @@
 
 mod common;
 
-use common::{code, connect, TestServer};
+use common::{code, connect, rows, Row, TestServer};
 use tokio_postgres::types::Type;
-use tokio_postgres::{Client, SimpleQueryMessage};
-
-type Row = Vec<Option<String>>;
-
-/// A query's rows in text, as the simple protocol returns them.
-async fn rows(c: &Client, sql: &str) -> Vec<Row> {
-    let msgs = c.simple_query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-    msgs.iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect()),
-            _ => None,
-        })
-        .collect()
-}
+use tokio_postgres::Client;
 
 /// Rows given as text literals, `None` for NULL.
 fn expect(v: &[&[Option<&str>]]) -> Vec<Row> {

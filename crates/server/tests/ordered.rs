@@ -10,10 +10,8 @@
 
 mod common;
 
-use common::{connect, TestServer};
-use tokio_postgres::{Client, SimpleQueryMessage};
-
-type Row = Vec<Option<String>>;
+use common::{connect, rows, Row, TestServer};
+use tokio_postgres::Client;
 
 /// One row of `t`: (id, w, d, o, name).
 #[derive(Clone, Debug)]
@@ -35,16 +33,6 @@ fn data() -> Vec<Tup> {
             d: (id % 17 != 0).then_some((id / 2) % 4 + 1),
             o: (id % 11 != 0).then_some((id * 37) % 25),
             name: format!("n{}", id % 7),
-        })
-        .collect()
-}
-
-async fn rows(c: &Client, sql: &str) -> Vec<Row> {
-    let msgs = c.simple_query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-    msgs.iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect()),
-            _ => None,
         })
         .collect()
 }

@@ -282,3 +282,19 @@ impl Drop for PgCluster {
 fn is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
+
+/// A row as the simple protocol returns it: each value's text, `None` for NULL.
+pub type Row = Vec<Option<String>>;
+
+/// A query's rows in text, as the simple protocol returns them.
+pub async fn rows(c: &tokio_postgres::Client, sql: &str) -> Vec<Row> {
+    let msgs = c.simple_query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    msgs.iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
