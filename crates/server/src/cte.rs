@@ -146,9 +146,14 @@ fn modifies(q: &Query) -> bool {
 
 /// A CTE's columns: its query's, renamed by its column list.
 fn columns(alias: &TableAlias, fields: Vec<Field>) -> Result<Vec<ColumnDef>, SqlError> {
+    renamed(&format!("WITH query \"{}\"", ident_name(&alias.name)), alias, fields)
+}
+
+/// A query's output columns renamed by a column list (`name (a, b)`), leading columns first;
+/// 42P10 naming `what` when the list is longer. CTEs and derived tables in FROM.
+pub(crate) fn renamed(what: &str, alias: &TableAlias, fields: Vec<Field>) -> Result<Vec<ColumnDef>, SqlError> {
     if alias.columns.len() > fields.len() {
-        let what = format!("WITH query \"{}\"", ident_name(&alias.name));
-        return Err(SqlError::too_many_column_names(&what, fields.len(), alias.columns.len()));
+        return Err(SqlError::too_many_column_names(what, fields.len(), alias.columns.len()));
     }
     Ok(fields
         .into_iter()

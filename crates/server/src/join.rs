@@ -295,19 +295,7 @@ impl JoinSource {
                 let Some(fields) = crate::query::describe(sh, &stmt, &[]).1 else {
                     return Err(SqlError::unsupported(format!("the subquery in FROM {}", ident_name(&alias.name))));
                 };
-                if alias.columns.len() > fields.len() {
-                    let what = format!("table \"{}\"", ident_name(&alias.name));
-                    return Err(SqlError::too_many_column_names(&what, fields.len(), alias.columns.len()));
-                }
-                let cols = fields
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, f)| ColumnDef {
-                        name: alias.columns.get(i).map_or(f.name, |c| ident_name(&c.name)),
-                        ty: f.ty,
-                        nullable: true,
-                    })
-                    .collect();
+                let cols = crate::cte::renamed(&format!("table \"{}\"", ident_name(&alias.name)), alias, fields)?;
                 (Leaf::Derived(subquery.clone()), vec![ident_name(&alias.name)], cols)
             }
             TableFactor::Table { name, args: Some(_), .. } => {
