@@ -9,7 +9,7 @@
 //!
 //! ```text
 //!   CancelRequest (another connection's thread)           statement_timeout (the session)
-//!        |  (pid, key) -> Registry -> Control.cancel           |  Interrupts.deadline
+//!        |  (pid, key) -> Registry -> Control.cancel           |  Control.deadline
 //!        v                                                     v
 //!   session thread: executor loops call Interrupts::tick() every CHECK_EVERY rows;
 //!   tick() -> check(): cancel set?  -> 57014 "canceling statement due to user request"
@@ -84,6 +84,9 @@ pub struct Control {
     idle_session_timeout_ms: AtomicU64,
     /// The role the connection authenticated as.
     role: std::sync::OnceLock<String>,
+    /// When the running statement's `statement_timeout` runs out, if it has one (read by the
+    /// session and, inside engine calls, by the engine's threads).
+    deadline: Mutex<Option<Instant>>,
 }
 
 impl Control {
@@ -303,30 +306,33 @@ impl PidSecretKeyGenerator for KeyGenerator {
     }
 }
 
-/// The session thread's view: its control block and the running statement's deadline.
+/// The session thread's view: its control block (with the running statement's deadline).
 #[derive(Debug)]
 pub struct Interrupts {
     pub control: Arc<Control>,
-    deadline: Cell<Option<Instant>>,
     countdown: Cell<u32>,
+    /// The same checks for the engine, made once per session ([`Interrupts::engine`]).
+    engine: settledb::Interrupt,
 }
 
 impl Interrupts {
     pub fn new(control: Arc<Control>) -> Interrupts {
-        Interrupts { control, deadline: Cell::new(None), countdown: Cell::new(CHECK_EVERY) }
+        let shared = control.clone();
+        let engine = settledb::Interrupt::new(move || pending(&shared).map_or(Ok(()), |e| Err(e.into())));
+        Interrupts { control, countdown: Cell::new(CHECK_EVERY), engine }
     }
 
     /// A statement starts: a cancel that came earlier is forgotten, and `statement_timeout`
     /// (`None`: off) starts counting.
     pub fn start_statement(&self, timeout: Option<Duration>) {
         self.control.cancel.store(false, Ordering::SeqCst);
-        self.deadline.set(timeout.map(|t| Instant::now() + t));
+        *self.control.deadline.lock() = timeout.map(|t| Instant::now() + t);
         self.countdown.set(CHECK_EVERY);
     }
 
     /// The time the running statement has left, if it has a timeout.
     pub fn remaining(&self) -> Option<Duration> {
-        self.deadline.get().map(|d| d.saturating_duration_since(Instant::now()))
+        self.control.deadline.lock().map(|d| d.saturating_duration_since(Instant::now()))
     }
 
     /// An interruption point in a loop: checks every [`CHECK_EVERY`] calls. Hot path.
@@ -343,15 +349,15 @@ impl Interrupts {
 
     /// An interruption point: the statement ends here if it was cancelled or ran out of time.
     pub fn check(&self) -> Result<(), SqlError> {
-        pending(&self.control, self.deadline.get()).map_or(Ok(()), Err)
+        pending(&self.control).map_or(Ok(()), Err)
     }
 
     /// The running statement's interruption points inside one engine call (a VACUUM's pages,
     /// a lock wait): the same checks as [`Interrupts::check`], made by the engine on its own
     /// threads, which end the call with `settledb::Error::Interrupted` holding the SqlError.
+    /// One per session, shared (the deadline it reads is the running statement's).
     pub fn engine(&self) -> settledb::Interrupt {
-        let (control, deadline) = (self.control.clone(), self.deadline.get());
-        settledb::Interrupt::new(move || pending(&control, deadline).map_or(Ok(()), |e| Err(e.into())))
+        self.engine.clone()
     }
 
     /// `pg_sleep`: sleeps `d`, waking every few milliseconds to check for interrupts.
@@ -370,14 +376,14 @@ impl Interrupts {
 
 /// Why the running statement must stop now, if it must: shutdown, a cancel (taken, so it
 /// stops one statement), or its deadline.
-fn pending(control: &Control, deadline: Option<Instant>) -> Option<SqlError> {
+fn pending(control: &Control) -> Option<SqlError> {
     if control.terminate.load(Ordering::Relaxed) {
         return Some(SqlError::new("57P01", "terminating connection due to administrator command"));
     }
     if control.cancel.swap(false, Ordering::SeqCst) {
         return Some(canceled_by_user());
     }
-    if deadline.is_some_and(|d| Instant::now() >= d) {
+    if control.deadline.lock().is_some_and(|d| Instant::now() >= d) {
         return Some(statement_timeout());
     }
     None
