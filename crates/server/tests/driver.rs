@@ -735,11 +735,17 @@ async fn cancel_and_statement_timeout_stop_vacuum_and_lock_waits() {
         c.query_one("select n_dead_tup from pg_stat_user_tables where relname = 'v'", &[]).await.unwrap().get(0);
     assert_eq!(n, 0);
 
-    // CREATE INDEX reads the table page by page, checking between pages; a stopped build
-    // leaves no index (20,000 rows cannot be read and sorted in 1 ms).
-    c.batch_execute("set statement_timeout = '1ms'").await.unwrap();
-    let e = c.batch_execute("create index v_pad on v (pad)").await.unwrap_err();
+    // CREATE INDEX waits for a writer's lock on the table, and the timeout ends the wait
+    // (the writer commits only after); the build that stopped leaves no index. (Stops
+    // between the pages it reads: settledb's tests/locks.rs.)
+    let writer = connect(&s).await;
+    writer.batch_execute("begin; update v set pad = 'w' where id = 2").await.unwrap();
+    c.batch_execute("set statement_timeout = '300ms'").await.unwrap();
+    // Bounded, so that a wait the timeout cannot end fails the test rather than hang it.
+    let create = tokio::time::timeout(Duration::from_secs(30), c.batch_execute("create index v_pad on v (pad)"));
+    let e = create.await.expect("the wait for the table's lock ended").unwrap_err();
     assert_eq!(e.as_db_error().map(|d| d.message()), Some("canceling statement due to statement timeout"), "{e}");
+    writer.batch_execute("commit").await.unwrap();
     c.batch_execute("set statement_timeout = 0; create index v_pad on v (pad)").await.unwrap();
 
     // A wait for another transaction's row (the engine's wait on its XID).
