@@ -284,6 +284,27 @@ fn create_index(
     Ok(Outcome::Command("CREATE INDEX".into()))
 }
 
+/// `ALTER TABLE [IF EXISTS] table RESET (option, ...)`.
+pub fn reset_options(
+    sh: &Shared,
+    table: &str,
+    if_exists: bool,
+    options: &[String],
+    notices: &mut Vec<Notice>,
+) -> Result<Outcome, SqlError> {
+    if if_exists && sh.db.table(table).is_err() {
+        notices.push(Notice {
+            severity: "NOTICE",
+            code: "00000",
+            message: format!("relation \"{table}\" does not exist, skipping"),
+        });
+        return Ok(Outcome::Command("ALTER TABLE".into()));
+    }
+    let refs: Vec<&str> = options.iter().map(String::as_str).collect();
+    sh.db.alter_table_reset(table, &refs)?;
+    Ok(Outcome::Command("ALTER TABLE".into()))
+}
+
 fn alter(sh: &Shared, table: &str, op: &AlterTableOperation, interrupt: &settledb::Interrupt) -> Result<(), SqlError> {
     match op {
         AlterTableOperation::AddConstraint { constraint: TableConstraint::PrimaryKey(p), .. } => {

@@ -58,6 +58,13 @@ pub enum Stmt {
         name: String,
         value: Option<String>,
     },
+    /// `ALTER TABLE [IF EXISTS] [ONLY] table RESET ( option [, ...] )`: storage parameters
+    /// back to the database's settings (sqlparser 0.63 has no RESET form).
+    AlterTableReset {
+        table: String,
+        if_exists: bool,
+        options: Vec<String>,
+    },
     /// CREATE / ALTER / DROP ROLE or USER ([`crate::roles::command`]; grammar in `role`).
     Role(crate::roles::command::RoleCmd),
     /// PREPARE, EXECUTE, DEALLOCATE in SQL (the session's prepared statements, not the
@@ -222,6 +229,14 @@ pub fn parse_one(sql: &str) -> Result<Stmt, SqlError> {
         {
             return Ok(Stmt::Publication(Toks::new(&toks[2..]).publication(&kw)?));
         }
+        "ALTER"
+            if toks.get(1).and_then(word).is_some_and(|w| w.value.eq_ignore_ascii_case("TABLE"))
+                && toks.iter().any(|t| {
+                    word(t).is_some_and(|w| w.quote_style.is_none() && w.value.eq_ignore_ascii_case("RESET"))
+                }) =>
+        {
+            return Toks::new(&toks[2..]).alter_table_reset();
+        }
         "CREATE" | "ALTER" | "DROP" => {
             let second = toks.get(1).and_then(word).filter(|w| w.quote_style.is_none());
             let second = second.map(|w| w.value.to_ascii_uppercase()).unwrap_or_default();
@@ -356,6 +371,33 @@ impl<'a> Toks<'a> {
             }
             None => Err(self.err()),
         }
+    }
+
+    /// What follows `ALTER TABLE` in `ALTER TABLE ... RESET (...)`.
+    fn alter_table_reset(mut self) -> Result<Stmt, SqlError> {
+        let if_exists = self.eat_kw("IF");
+        if if_exists && !self.eat_kw("EXISTS") {
+            return Err(self.err());
+        }
+        self.eat_kw("ONLY");
+        let mut table = self.ident()?;
+        // A schema-qualified name: the last part names the table.
+        while self.eat(&Token::Period) {
+            table = self.ident()?;
+        }
+        if !self.eat_kw("RESET") {
+            return Err(self.err());
+        }
+        self.expect(&Token::LParen)?;
+        let mut options = vec![self.ident()?];
+        while self.eat(&Token::Comma) {
+            options.push(self.ident()?);
+        }
+        self.expect(&Token::RParen)?;
+        if !self.done() {
+            return Err(self.err());
+        }
+        Ok(Stmt::AlterTableReset { table, if_exists, options })
     }
 
     /// What follows `ALTER SYSTEM`.

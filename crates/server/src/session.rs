@@ -465,6 +465,10 @@ impl<'db> Session<'db> {
                 self.sh.config_sources.alter(name, value.as_deref())?;
                 Ok(Outcome::Command("ALTER SYSTEM".into()))
             }
+            Stmt::AlterTableReset { table, if_exists, options } => {
+                self.outside_block("DDL (CREATE, DROP, ALTER)")?;
+                ddl::reset_options(self.sh, table, *if_exists, options, notices)
+            }
             Stmt::Copy(c) => self.copy_start(c, params),
             Stmt::Publication(c) => {
                 self.outside_block("a publication command")?;

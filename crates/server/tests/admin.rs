@@ -224,3 +224,34 @@ async fn in_lookups_can_be_index_only() {
         "49"
     );
 }
+
+/// `ALTER TABLE ... RESET (...)` through the server: the named storage parameters leave
+/// `pg_class.reloptions`, unknown or unset names are skipped as PostgreSQL 15 skips them,
+/// `IF EXISTS` on a missing table is a NOTICE, and a missing table without it is 42P01.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alter_table_reset_storage_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute(
+        "create table t (a int primary key) with (autovacuum_enabled = false, autovacuum_vacuum_threshold = 7);
+         alter table t set (vacuum_freeze_policy = lazy)",
+    )
+    .await
+    .unwrap();
+    let opts = "select reloptions from pg_class where relname = 't'";
+    assert_eq!(one(&c, opts).await, "autovacuum_enabled=off,autovacuum_vacuum_threshold=7,vacuum_freeze_policy=lazy");
+    c.batch_execute("alter table t reset (autovacuum_enabled, no_such_parameter)").await.unwrap();
+    assert_eq!(one(&c, opts).await, "autovacuum_vacuum_threshold=7,vacuum_freeze_policy=lazy");
+    c.batch_execute("ALTER TABLE ONLY public.t RESET (vacuum_freeze_policy, autovacuum_vacuum_threshold)")
+        .await
+        .unwrap();
+    assert_eq!(one(&c, opts).await, "");
+    c.batch_execute("alter table if exists nope reset (fillfactor)").await.unwrap();
+    let e = c.batch_execute("alter table nope reset (fillfactor)").await.unwrap_err();
+    assert_eq!(code(&e), "42P01", "{e:?}");
+    let e = c.batch_execute("alter table t reset ()").await.unwrap_err();
+    assert_eq!(code(&e), "42601", "{e:?}");
+    let e = c.batch_execute("begin; alter table t reset (vacuum_truncate)").await.unwrap_err();
+    assert_eq!(code(&e), "25001", "{e:?}");
+}

@@ -110,29 +110,8 @@ impl RelOptions {
     /// Sets one option, validated as the database parameter it overrides would be.
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
         let mut c = Config::default();
-        let param = match name {
-            "autovacuum_enabled" => "autovacuum",
-            "autovacuum_freeze_min_age" => "vacuum_freeze_min_age",
-            "autovacuum_freeze_table_age" => "vacuum_freeze_table_age",
-            // Accepted and checked, but govern nothing: settledb has no MultiXacts
-            // (`Config::multixact_ages`).
-            "autovacuum_multixact_freeze_min_age" => "vacuum_multixact_freeze_min_age",
-            "autovacuum_multixact_freeze_table_age" => "vacuum_multixact_freeze_table_age",
-            "autovacuum_multixact_freeze_max_age" => name,
-            "vacuum_freeze_policy"
-            | "vacuum_max_eager_freeze_failure_rate"
-            | "vacuum_fsm_settled"
-            | "vacuum_truncate"
-            | "autovacuum_vacuum_threshold"
-            | "autovacuum_vacuum_scale_factor"
-            | "autovacuum_vacuum_insert_threshold"
-            | "autovacuum_vacuum_insert_scale_factor"
-            | "autovacuum_freeze_max_age"
-            | "autovacuum_vacuum_cost_delay"
-            | "autovacuum_vacuum_cost_limit"
-            | "log_autovacuum_min_duration" => name,
-            _ => return Err(Error::Config(format!("unrecognized parameter \"{name}\""))),
-        };
+        let param =
+            RelOptions::parameter(name).ok_or_else(|| Error::Config(format!("unrecognized parameter \"{name}\"")))?;
         c.set(param, value)?;
         match name {
             "vacuum_freeze_policy" => self.vacuum_freeze_policy = Some(c.vacuum_freeze_policy),
@@ -169,6 +148,43 @@ impl RelOptions {
         self.raw.retain(|(k, _)| k != name);
         self.raw.push((name.to_string(), value.to_string()));
         Ok(())
+    }
+
+    /// The database parameter a storage parameter overrides (and is validated as), or
+    /// `None` for a name that is no storage parameter.
+    fn parameter(name: &str) -> Option<&str> {
+        Some(match name {
+            "autovacuum_enabled" => "autovacuum",
+            "autovacuum_freeze_min_age" => "vacuum_freeze_min_age",
+            "autovacuum_freeze_table_age" => "vacuum_freeze_table_age",
+            // Accepted and checked, but govern nothing: settledb has no MultiXacts
+            // (`Config::multixact_ages`).
+            "autovacuum_multixact_freeze_min_age" => "vacuum_multixact_freeze_min_age",
+            "autovacuum_multixact_freeze_table_age" => "vacuum_multixact_freeze_table_age",
+            "autovacuum_multixact_freeze_max_age" => name,
+            "vacuum_freeze_policy"
+            | "vacuum_max_eager_freeze_failure_rate"
+            | "vacuum_fsm_settled"
+            | "vacuum_truncate"
+            | "autovacuum_vacuum_threshold"
+            | "autovacuum_vacuum_scale_factor"
+            | "autovacuum_vacuum_insert_threshold"
+            | "autovacuum_vacuum_insert_scale_factor"
+            | "autovacuum_freeze_max_age"
+            | "autovacuum_vacuum_cost_delay"
+            | "autovacuum_vacuum_cost_limit"
+            | "log_autovacuum_min_duration" => name,
+            _ => return None,
+        })
+    }
+
+    /// These options without `names` (ALTER TABLE ... RESET); names not set are skipped.
+    pub fn without(&self, names: &[&str]) -> Result<RelOptions> {
+        let mut kept = RelOptions::default();
+        for (k, v) in self.raw.iter().filter(|(k, _)| !names.contains(&k.as_str())) {
+            kept.set(k, v)?;
+        }
+        Ok(kept)
     }
 
     /// `name=value,name=value` (values never contain `,` or `=`).

@@ -522,6 +522,32 @@ fn alter_table_set_overrides_the_freeze_policy_and_persists() {
     check(&db);
 }
 
+/// `ALTER TABLE ... RESET` returns the named parameters to the database's settings, keeps the
+/// others, skips names that are not set (as PostgreSQL does), and survives a restart.
+#[test]
+fn alter_table_reset_returns_to_the_database_setting_and_persists() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config(&[("vacuum_freeze_policy", "eager")])).unwrap();
+    accounts(&db, 3_000);
+    db.alter_table_set("accounts", &[("vacuum_freeze_policy", "lazy"), ("autovacuum_vacuum_threshold", "7")]).unwrap();
+    db.alter_table_reset("accounts", &[]).unwrap();
+    assert_eq!(db.table("accounts").unwrap().options().raw.len(), 2, "an empty reset changes nothing");
+    db.alter_table_reset("accounts", &["vacuum_freeze_policy", "no_such_option", "fillfactor"]).unwrap();
+    let o = db.table("accounts").unwrap().options();
+    assert_eq!(o.raw, vec![("autovacuum_vacuum_threshold".to_string(), "7".to_string())]);
+    assert_eq!((o.vacuum_freeze_policy, o.autovacuum_vacuum_threshold), (None, Some(7)));
+    let r = db.vacuum(Some("accounts"), &VacuumParams { disable_page_skipping: true, ..Default::default() }).unwrap();
+    assert_eq!(r[0].policy, "eager", "the database's policy again");
+    assert!(db.alter_table_reset("no_such_table", &["vacuum_truncate"]).is_err());
+    db.close().unwrap();
+    let db = Database::open(dir.path(), config(&[("vacuum_freeze_policy", "eager")])).unwrap();
+    assert_eq!(
+        db.table("accounts").unwrap().options().raw,
+        vec![("autovacuum_vacuum_threshold".to_string(), "7".to_string())]
+    );
+    check(&db);
+}
+
 /// What a VACUUM leaves, for comparing two of them: every heap page (pageinspect rendering
 /// without LSNs: the two ran in a different WAL order), the visibility map and the free space
 /// map bits of every page.

@@ -457,6 +457,11 @@ impl Table {
         (self.entry.relpages.load(std::sync::atomic::Ordering::Acquire), *self.entry.reltuples.lock())
     }
 
+    /// The table's storage parameters (`pg_class.reloptions`) as they are now.
+    pub fn options(&self) -> crate::catalog::RelOptions {
+        self.entry.options()
+    }
+
     /// The table's replica identity (`relreplident`).
     pub fn replica_identity(&self) -> crate::heap::ReplicaIdentity {
         self.entry.rel.replica_identity.read().0
