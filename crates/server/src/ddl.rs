@@ -55,6 +55,10 @@ pub fn execute(
         }
         Statement::AlterTable(at) => {
             let table = object_name(&at.name);
+            if at.if_exists && sh.db.table(&table).is_err() {
+                notices.push(missing_relation_skipped(&table));
+                return Ok(Outcome::Command("ALTER TABLE".into()));
+            }
             for op in &at.operations {
                 alter(sh, &table, op, interrupt)?;
             }
@@ -284,6 +288,11 @@ fn create_index(
     Ok(Outcome::Command("CREATE INDEX".into()))
 }
 
+/// ALTER TABLE IF EXISTS's notice for a table that is not there.
+fn missing_relation_skipped(table: &str) -> Notice {
+    Notice { severity: "NOTICE", code: "00000", message: format!("relation \"{table}\" does not exist, skipping") }
+}
+
 /// `ALTER TABLE [IF EXISTS] table RESET (option, ...)`.
 pub fn reset_options(
     sh: &Shared,
@@ -293,11 +302,7 @@ pub fn reset_options(
     notices: &mut Vec<Notice>,
 ) -> Result<Outcome, SqlError> {
     if if_exists && sh.db.table(table).is_err() {
-        notices.push(Notice {
-            severity: "NOTICE",
-            code: "00000",
-            message: format!("relation \"{table}\" does not exist, skipping"),
-        });
+        notices.push(missing_relation_skipped(table));
         return Ok(Outcome::Command("ALTER TABLE".into()));
     }
     let refs: Vec<&str> = options.iter().map(String::as_str).collect();

@@ -248,6 +248,7 @@ async fn alter_table_reset_storage_parameters() {
         .unwrap();
     assert_eq!(one(&c, opts).await, "");
     c.batch_execute("alter table if exists nope reset (fillfactor)").await.unwrap();
+    c.batch_execute("alter table if exists nope set (vacuum_truncate = off)").await.unwrap();
     let e = c.batch_execute("alter table nope reset (fillfactor)").await.unwrap_err();
     assert_eq!(code(&e), "42P01", "{e:?}");
     let e = c.batch_execute("alter table t reset ()").await.unwrap_err();
