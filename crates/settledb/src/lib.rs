@@ -41,7 +41,7 @@ pub use db::{Database, DbStats, Index, Reloaded, Scan, Table, Transaction, Trunc
 pub use decode::slot::{SlotInfo, WalStatus};
 pub use error::{Error, Interrupt, InterruptError, Result};
 pub use heap::tuple::{Column, Schema, Type, Value};
-pub use heap::ReplicaIdentity;
+pub use heap::{LockResult, ReplicaIdentity, RowLockMode, RowLockWait};
 pub use index::{KeyBound, ScanDirection};
 pub use stats::TableStatsSnapshot;
 pub use types::{BlockNumber, FullXid, Lsn, OffsetNumber, Oid, Tid, Xid};

@@ -58,6 +58,7 @@ use crate::types::{BlockNumber, Fork, FullXid, Lsn, Oid, Tid, Xid};
 use crate::xact::{BackendId, Snapshot};
 
 mod message;
+mod rowlock;
 mod savepoint;
 mod truncate;
 use savepoint::SubXact;

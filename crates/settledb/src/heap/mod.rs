@@ -53,6 +53,7 @@
 
 pub mod hint;
 pub mod hot;
+pub mod lock;
 mod modify;
 pub mod prune;
 pub mod truncate;
@@ -61,6 +62,7 @@ pub mod usage;
 pub mod visibility;
 pub mod wal;
 
+pub use lock::{lock_tuple, LockResult, RowLockMode, RowLockWait};
 pub use modify::{delete, update};
 pub use usage::{my_heap_usage, HeapUsage};
 

@@ -56,6 +56,11 @@ pub const HEAP_TUPLE_HEADER_SIZE: usize = 23;
 pub const MAX_HEAP_TUPLE_SIZE: usize = 8160;
 pub const HEAP_HASNULL: u16 = 0x0001;
 pub const HEAP_HASVARWIDTH: u16 = 0x0002;
+/// A row lock's strength ([`crate::heap::lock`]): KEY SHARE alone, SHARE with EXCL_LOCK (both
+/// bits, PostgreSQL's `HEAP_XMAX_SHR_LOCK`), NO KEY UPDATE and UPDATE as EXCL_LOCK.
+pub const HEAP_XMAX_KEYSHR_LOCK: u16 = 0x0010;
+pub const HEAP_XMAX_EXCL_LOCK: u16 = 0x0040;
+/// xmax only locks the row (`SELECT ... FOR UPDATE/SHARE`): it did not delete or update it.
 pub const HEAP_XMAX_LOCK_ONLY: u16 = 0x0080;
 pub const HEAP_XMIN_COMMITTED: u16 = 0x0100;
 pub const HEAP_XMIN_INVALID: u16 = 0x0200;
@@ -786,6 +791,8 @@ impl Schema {
 pub fn infomask_names(infomask: u16, infomask2: u16) -> String {
     const KNOWN: u16 = HEAP_HASNULL
         | HEAP_HASVARWIDTH
+        | HEAP_XMAX_KEYSHR_LOCK
+        | HEAP_XMAX_EXCL_LOCK
         | HEAP_XMAX_LOCK_ONLY
         | HEAP_XMIN_FROZEN
         | HEAP_XMAX_COMMITTED
@@ -795,6 +802,8 @@ pub fn infomask_names(infomask: u16, infomask2: u16) -> String {
     let mut names: Vec<String> = [
         (infomask & HEAP_HASNULL != 0, "HASNULL"),
         (infomask & HEAP_HASVARWIDTH != 0, "HASVARWIDTH"),
+        (infomask & HEAP_XMAX_KEYSHR_LOCK != 0, "XMAX_KEYSHR_LOCK"),
+        (infomask & HEAP_XMAX_EXCL_LOCK != 0, "XMAX_EXCL_LOCK"),
         (infomask & HEAP_XMAX_LOCK_ONLY != 0, "XMAX_LOCK_ONLY"),
         (frozen, "XMIN_FROZEN"),
         (!frozen && infomask & HEAP_XMIN_COMMITTED != 0, "XMIN_COMMITTED"),

@@ -20,6 +20,11 @@
 //!   committed             committed, newer than horizon   no      RECENTLY_DEAD
 //! ```
 //!
+//! A lock-only xmax (`HEAP_XMAX_LOCK_ONLY`, `SELECT ... FOR UPDATE`, see [`super::lock`])
+//! never deletes: readers and VACUUM treat the tuple as if xmax were invalid. Only
+//! [`satisfies_update`] looks at it: a running locker other than the writer itself makes the
+//! writer wait; an ended one (committed or aborted) is ignored.
+//!
 //! "Own" means written by the snapshot owner's top-level XID or by one of its current
 //! subtransactions ([`Snapshot::is_current`], `TransactionIdIsCurrentTransactionId`); a
 //! subtransaction rolled back to its savepoint is aborted in the CLOG at once and is then
@@ -60,7 +65,8 @@ pub enum UpdateStatus {
     Invisible,
     /// This transaction already updated or deleted it.
     SelfUpdated,
-    /// Another transaction that is still running updated or deleted it: wait for this XID.
+    /// Another transaction that is still running updated, deleted or locked it: wait for this
+    /// XID.
     BeingUpdated(Xid),
     /// A committed transaction updated it; the newer version is at `ctid` (equal to the
     /// tuple's own TID when it was deleted).
@@ -156,10 +162,20 @@ pub fn satisfies_update(
             Some(false) | None => return Ok(UpdateStatus::Invisible),
         }
     }
-    if xmax_is_irrelevant(h) {
+    let m = h.infomask();
+    if m & HEAP_XMAX_INVALID != 0 || !h.xmax().is_valid() {
         return Ok(UpdateStatus::Ok);
     }
     let xmax = h.xmax();
+    if m & HEAP_XMAX_LOCK_ONLY != 0 {
+        // A row lock ([`super::lock`]): our own, or one whose locker has ended (committed or
+        // aborted alike), is no obstacle; a running locker's makes the writer wait for it, as a
+        // running updater's does (PostgreSQL's `TM_BeingModified`).
+        if snap.is_current(xmax) || !xact.is_running(xmax) {
+            return Ok(UpdateStatus::Ok);
+        }
+        return Ok(UpdateStatus::BeingUpdated(xmax));
+    }
     if snap.is_current(xmax) {
         return Ok(UpdateStatus::SelfUpdated);
     }

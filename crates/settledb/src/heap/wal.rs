@@ -6,6 +6,7 @@
 //! | Heap  | 0x10 | DELETE        | target           |           | offnum, xmax, masks, old key       |
 //! | Heap  | 0x20 | UPDATE        | new page (+tuple)| old page  | old offnum, xmax, masks, new offnum|
 //! | Heap  | 0x40 | HOT_UPDATE    | page (+tuple)    |           | as UPDATE                          |
+//! | Heap  | 0x60 | LOCK          | target           |           | offnum, locker XID, masks          |
 //! | Heap  | 0x70 | INPLACE       | target (+data)   |           | offnum                             |
 //! | Heap2 | 0x10 | PRUNE         | target           |           | prune_xid, redirects, dead, unused |
 //! | Heap2 | 0x20 | VACUUM        | target           | [VM page] | flags, [VM bits], unused offsets   |
@@ -31,8 +32,8 @@
 //! same helpers (`apply_*`), then stamps the page LSN.
 
 use super::tuple::{
-    self, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_TUPLE_HEADER_SIZE, HEAP_XMAX_COMMITTED, HEAP_XMAX_INVALID,
-    HEAP_XMAX_LOCK_ONLY,
+    self, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_TUPLE_HEADER_SIZE, HEAP_XMAX_COMMITTED, HEAP_XMAX_EXCL_LOCK,
+    HEAP_XMAX_INVALID, HEAP_XMAX_KEYSHR_LOCK, HEAP_XMAX_LOCK_ONLY,
 };
 use crate::error::{Error, Result};
 use crate::page::{self, ItemId, LpFlags};
@@ -43,6 +44,8 @@ pub const XLOG_HEAP_INSERT: u8 = 0x00;
 pub const XLOG_HEAP_DELETE: u8 = 0x10;
 pub const XLOG_HEAP_UPDATE: u8 = 0x20;
 pub const XLOG_HEAP_HOT_UPDATE: u8 = 0x40;
+/// A row lock (`SELECT ... FOR UPDATE/SHARE`, [`super::lock`]): PostgreSQL's `XLOG_HEAP_LOCK`.
+pub const XLOG_HEAP_LOCK: u8 = 0x60;
 pub const XLOG_HEAP_INPLACE: u8 = 0x70;
 pub const XLOG_HEAP2_PRUNE: u8 = 0x10;
 pub const XLOG_HEAP2_VACUUM: u8 = 0x20;
@@ -116,10 +119,30 @@ pub fn apply_xmax(page: &mut [u8], off: OffsetNumber, xmax: Xid, cid: u32, infom
     page::clear_flags(page, page::PD_ALL_VISIBLE);
 }
 
+/// Every infomask bit that describes xmax: a new xmax (delete, update, lock) replaces them all.
+pub const XMAX_BITS: u16 =
+    HEAP_XMAX_COMMITTED | HEAP_XMAX_INVALID | HEAP_XMAX_LOCK_ONLY | HEAP_XMAX_EXCL_LOCK | HEAP_XMAX_KEYSHR_LOCK;
+
+/// Stamps a row lock: `xmax` := the locker with `infomask`/`infomask2` (which carry
+/// `HEAP_XMAX_LOCK_ONLY` and the lock's strength), and `t_ctid` pointing at the tuple itself
+/// (a lock is no link to a newer version). `t_cid` is left alone: it may be the cmin this
+/// transaction's own insert needs. The tuple stays live, but the page is no longer all-visible
+/// as far as the flag goes (the live path cleared the map with its own VM_CLEAR record, as a
+/// delete does). Live path and redo alike.
+pub fn apply_lock(page: &mut [u8], off: OffsetNumber, block: BlockNumber, xmax: Xid, infomask: u16, infomask2: u16) {
+    let t = page::item_mut(page, off);
+    tuple::set_xmax(t, xmax);
+    tuple::set_infomask(t, infomask);
+    tuple::set_infomask2(t, infomask2);
+    tuple::set_ctid(t, Tid { block, offset: off });
+    page::clear_flags(page, page::PD_ALL_VISIBLE);
+}
+
 /// Masks an old tuple gets when `xmax` deletes or updates it.
 pub fn xmax_masks(old_infomask: u16, old_infomask2: u16, hot: bool) -> (u16, u16) {
-    let m = old_infomask & !(HEAP_XMAX_COMMITTED | HEAP_XMAX_INVALID | HEAP_XMAX_LOCK_ONLY);
-    let mut m2 = old_infomask2 & !HEAP_HOT_UPDATED;
+    let m = old_infomask & !XMAX_BITS;
+    // KEYS_UPDATED is set only by a FOR UPDATE lock, which this xmax replaces.
+    let mut m2 = old_infomask2 & !(HEAP_HOT_UPDATED | tuple::HEAP_KEYS_UPDATED);
     if hot {
         m2 |= HEAP_HOT_UPDATED;
     }
@@ -269,6 +292,19 @@ pub fn redo_block(rec: &DecodedRecord, block_id: u8, block: BlockNumber, data: &
                 }
             }
         }
+        (Rmgr::Heap, XLOG_HEAP_LOCK) => {
+            let off = OffsetNumber(m.u16()?);
+            let xmax = Xid(m.u32()?);
+            let (im, im2) = (m.u16()?, m.u16()?);
+            check_off(rec, page, off, true)?;
+            let sane = im & HEAP_XMAX_LOCK_ONLY != 0 && im & (HEAP_XMAX_COMMITTED | HEAP_XMAX_INVALID) == 0;
+            // The tuple must be one (redo writes its header fields).
+            let ok_item = tuple::TupleHeader::parse(page::item(page, off)).is_some();
+            if !sane || !ok_item || !xmax.is_normal() {
+                return Err(fail());
+            }
+            apply_lock(page, off, block, xmax, im, im2);
+        }
         (Rmgr::Heap, XLOG_HEAP_INPLACE) => {
             let off = OffsetNumber(m.u16()?);
             check_off(rec, page, off, true)?;
@@ -377,6 +413,12 @@ pub fn describe(rec: &DecodedRecord) -> String {
                 let _flags = m.u8()?;
                 let name = if i == XLOG_HEAP_HOT_UPDATE { "HOT_UPDATE" } else { "UPDATE" };
                 format!("{name} old_xmax: {xmax}, old_off: {old}, new_off: {new}{}", describe_old_row(&mut m)?)
+            }
+            (Rmgr::Heap, XLOG_HEAP_LOCK) => {
+                let off = m.u16()?;
+                let xmax = m.u32()?;
+                let (im, im2) = (m.u16()?, m.u16()?);
+                format!("LOCK xmax: {xmax}, off: {off}, infobits: {}", tuple::infomask_names(im, im2))
             }
             (Rmgr::Heap, XLOG_HEAP_INPLACE) => format!("INPLACE off: {}", m.u16()?),
             (Rmgr::Heap, super::truncate::XLOG_HEAP_TRUNCATE) => {

@@ -78,8 +78,8 @@ use super::wal::{FreezePlan, TupleFreeze, FREEZE_CLEAR_XMAX};
 use crate::config::FreezePolicy;
 use crate::heap::prune::{lp, PageScan};
 use crate::heap::tuple::{
-    self, HEAP_HOT_UPDATED, HEAP_KEYS_UPDATED, HEAP_ONLY_TUPLE, HEAP_XMAX_COMMITTED, HEAP_XMAX_INVALID,
-    HEAP_XMAX_LOCK_ONLY, HEAP_XMIN_COMMITTED, HEAP_XMIN_FROZEN,
+    self, HEAP_HOT_UPDATED, HEAP_KEYS_UPDATED, HEAP_ONLY_TUPLE, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY,
+    HEAP_XMIN_COMMITTED, HEAP_XMIN_FROZEN,
 };
 use crate::heap::visibility::VacuumStatus;
 use crate::page::{self, LpFlags, MAX_HEAP_TUPLES_PER_PAGE};
@@ -424,7 +424,8 @@ pub fn decide(s: &PageSummary, policy: FreezePolicy, f: &PageFacts) -> FreezeDec
 const FREEZE_XMIN: TupleFreeze = TupleFreeze { set: HEAP_XMIN_FROZEN, clear: 0, clear2: 0, flags: 0 };
 const CLEAR_XMAX: TupleFreeze = TupleFreeze {
     set: HEAP_XMAX_INVALID,
-    clear: HEAP_XMAX_COMMITTED | HEAP_XMAX_LOCK_ONLY,
+    // A finished locker's xmax goes with its strength bits (`heap::lock`).
+    clear: crate::heap::wal::XMAX_BITS & !HEAP_XMAX_INVALID,
     clear2: HEAP_HOT_UPDATED | HEAP_KEYS_UPDATED,
     flags: FREEZE_CLEAR_XMAX,
 };
