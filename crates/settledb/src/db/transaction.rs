@@ -80,8 +80,12 @@ pub struct Transaction<'db> {
     /// not copy them per command).
     current_subxids: Arc<Vec<Xid>>,
     cid: u32,
-    /// REPEATABLE READ: the transaction snapshot, taken at the first command.
+    /// REPEATABLE READ: the transaction snapshot, taken at the first command. READ
+    /// COMMITTED inside a statement ([`Transaction::begin_statement`]): the statement's
+    /// snapshot, taken at its first command.
     snapshot: Option<Snapshot>,
+    /// Between [`Transaction::begin_statement`] and [`Transaction::end_statement`].
+    in_statement: bool,
     /// The pruning horizon computed with the last command snapshot.
     horizon: Xid,
     done: bool,
@@ -116,6 +120,7 @@ impl<'db> Transaction<'db> {
             current_subxids: Arc::default(),
             cid: 0,
             snapshot: None,
+            in_statement: false,
             horizon: Xid::INVALID,
             done: false,
             failed: None,
@@ -309,7 +314,7 @@ impl<'db> Transaction<'db> {
         Ok(full)
     }
 
-    /// Makes the kept (REPEATABLE READ) snapshot know the transaction's current XIDs.
+    /// Makes the kept (REPEATABLE READ or statement) snapshot know the transaction's current XIDs.
     fn refresh_snapshot_xids(&mut self) {
         let subs = self.current_subxids.clone();
         let top = self.xid();
@@ -319,31 +324,29 @@ impl<'db> Transaction<'db> {
         }
     }
 
-    /// The snapshot for the next command: the transaction's (REPEATABLE READ) or a new one,
+    /// The snapshot for the next command: the transaction's (REPEATABLE READ), the
+    /// statement's (READ COMMITTED inside [`Transaction::begin_statement`]) or a new one,
     /// advertised in the proc array; also refreshes the pruning horizon.
     fn command_snapshot(&mut self) -> Result<Snapshot> {
         self.active()?;
         let my = self.xid();
-        match self.isolation {
-            IsolationLevel::RepeatableRead => {
-                if self.snapshot.is_none() {
-                    let (snap, horizon) = self.inner.xact.command_snapshot(self.backend, my);
-                    self.snapshot = Some(snap);
-                    self.horizon = horizon;
-                } else {
-                    self.horizon = self.inner.xact.oldest_xmin();
-                }
-                self.refresh_snapshot_xids();
-                Ok(self.snapshot.clone().expect("set above"))
-            }
-            IsolationLevel::ReadCommitted => {
-                let (mut snap, horizon) = self.inner.xact.command_snapshot(self.backend, my);
+        if self.rr() || self.in_statement {
+            if self.snapshot.is_none() {
+                let (snap, horizon) = self.inner.xact.command_snapshot(self.backend, my);
+                self.snapshot = Some(snap);
                 self.horizon = horizon;
-                if !self.current_subxids.is_empty() {
-                    snap.my_subxids = self.current_subxids.clone();
-                }
-                Ok(snap)
+            } else {
+                self.horizon = self.inner.xact.oldest_xmin();
             }
+            self.refresh_snapshot_xids();
+            Ok(self.snapshot.clone().expect("set above"))
+        } else {
+            let (mut snap, horizon) = self.inner.xact.command_snapshot(self.backend, my);
+            self.horizon = horizon;
+            if !self.current_subxids.is_empty() {
+                snap.my_subxids = self.current_subxids.clone();
+            }
+            Ok(snap)
         }
     }
 
@@ -367,10 +370,35 @@ impl<'db> Transaction<'db> {
         Ok(lsn)
     }
 
-    /// Ends a command: a READ COMMITTED transaction stops advertising its command snapshot, so
-    /// an idle transaction does not hold back pruning (scans keep theirs until the next command).
+    /// Ends a command: a READ COMMITTED transaction outside a statement stops advertising its
+    /// command snapshot, so an idle transaction does not hold back pruning (scans keep theirs
+    /// until the next command).
     fn end_command(&mut self) {
+        if self.isolation == IsolationLevel::ReadCommitted && !self.in_statement {
+            self.inner.xact.release_snapshot_xmin(self.backend);
+        }
+    }
+
+    /// Starts a statement: under READ COMMITTED every command until
+    /// [`Transaction::end_statement`] reads with one snapshot, taken at the first of them, as
+    /// a PostgreSQL statement does (a query that makes several calls, say one lookup per key
+    /// of an `IN` list, then never sees a transaction commit between two of them). Writes
+    /// still follow a row's newer committed version ([`Transaction::update_with`]), and each
+    /// command still sees the statement's own earlier changes. Under REPEATABLE READ, where
+    /// the transaction has one snapshot anyway, it changes nothing.
+    pub fn begin_statement(&mut self) {
         if self.isolation == IsolationLevel::ReadCommitted {
+            self.snapshot = None;
+            self.in_statement = true;
+        }
+    }
+
+    /// Ends the statement [`Transaction::begin_statement`] started: its snapshot is dropped
+    /// and no longer holds back pruning.
+    pub fn end_statement(&mut self) {
+        if self.isolation == IsolationLevel::ReadCommitted && self.in_statement {
+            self.in_statement = false;
+            self.snapshot = None;
             self.inner.xact.release_snapshot_xmin(self.backend);
         }
     }
