@@ -37,7 +37,7 @@ pub mod xact;
 
 pub use catalog::TableOptions;
 pub use config::{Config, FreezePolicy, IsolationLevel, WalLevel};
-pub use db::{Database, DbStats, Index, Reloaded, Scan, Table, Transaction, TruncateOptions};
+pub use db::{Database, DbStats, Index, InsertOrConflict, Reloaded, Scan, Table, Transaction, TruncateOptions};
 pub use decode::slot::{SlotInfo, WalStatus};
 pub use error::{Error, Interrupt, InterruptError, Result};
 pub use heap::tuple::{Column, Schema, Type, Value};

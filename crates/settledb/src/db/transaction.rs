@@ -61,9 +61,11 @@ mod message;
 mod rowlock;
 mod savepoint;
 mod truncate;
+mod upsert;
 use savepoint::SubXact;
 pub use truncate::TruncateOptions;
 pub(in crate::db) use truncate::{finish_prepared_storage, StorageSwap};
+pub use upsert::InsertOrConflict;
 
 /// An open transaction. Dropping it without [`Transaction::commit`] rolls it back.
 pub struct Transaction<'db> {

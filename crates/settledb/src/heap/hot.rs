@@ -81,7 +81,7 @@ pub fn hot_search(
         let t = page::item(&g.0, off);
         let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
         if satisfies_mvcc(&h, snap, curcid, env.xact)? {
-            let vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
+            let vals = rel.deform(t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
             return Ok(Some((tid, vals)));
         }
     }
@@ -148,6 +148,21 @@ pub fn unique_state(
     root: Tid,
     me: &Snapshot,
 ) -> Result<(HeapTupleState, Option<Vec<Value>>)> {
+    let (state, live) = unique_version(env, rel, root, me)?;
+    Ok((state, live.map(|(_, v)| v)))
+}
+
+/// A live version of a row: its TID and values.
+pub type LiveVersion = (Tid, Vec<Value>);
+
+/// [`unique_state`], naming the live version too: `INSERT ... ON CONFLICT` locks and updates
+/// the version that conflicts (`db/transaction/upsert.rs`).
+pub fn unique_version(
+    env: &HeapEnv<'_>,
+    rel: &Relation,
+    root: Tid,
+    me: &Snapshot,
+) -> Result<(HeapTupleState, Option<LiveVersion>)> {
     let Some(buf) = read_page_if_exists(env, rel, root.block)? else { return Ok((HeapTupleState::Dead, None)) };
     let g = buf.read();
     if page::is_new(&g.0) {
@@ -183,8 +198,8 @@ pub fn unique_state(
             }
         };
         if !deleted {
-            let vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
-            return Ok((HeapTupleState::Live, Some(vals)));
+            let vals = rel.deform(t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
+            return Ok((HeapTupleState::Live, Some((tid, vals))));
         }
     }
     Ok((HeapTupleState::Dead, None))
