@@ -81,7 +81,7 @@ pub fn hot_search(
         let t = page::item(&g.0, off);
         let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
         if satisfies_mvcc(&h, snap, curcid, env.xact)? {
-            let vals = rel.deform(t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
+            let vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
             return Ok(Some((tid, vals)));
         }
     }
@@ -198,7 +198,7 @@ pub fn unique_version(
             }
         };
         if !deleted {
-            let vals = rel.deform(t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
+            let vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
             return Ok((HeapTupleState::Live, Some((tid, vals))));
         }
     }
