@@ -69,6 +69,7 @@ pub mod pgcatalog;
 pub mod plan;
 pub mod query;
 pub mod roles;
+pub mod rowlock;
 pub mod sequence;
 pub mod series;
 pub mod session;

@@ -249,6 +249,9 @@ pub fn parse_one(sql: &str) -> Result<Stmt, SqlError> {
     if let Some(table) = partition_probe(sql) {
         return Ok(Stmt::PartitionProbe { table });
     }
+    // Locking clauses sqlparser does not parse (FOR NO KEY UPDATE, OF a, b): [`crate::rowlock`].
+    let relocked = crate::rowlock::normalize(sql);
+    let sql = relocked.as_deref().unwrap_or(sql);
     let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
         let m = e.to_string();
         SqlError::syntax(m.strip_prefix("sql parser error: ").unwrap_or(&m).to_string())

@@ -7,8 +7,8 @@
 //! rows: [`crate::ordered`]). Rows are materialized (the result is sent after the statement
 //! finished). UNION, INTERSECT and
 //! EXCEPT combine whole SELECTs ([`crate::setop`]); a WITH's CTEs are materialized before the
-//! query that names them ([`crate::cte`]). Window functions and `FOR UPDATE` are refused with
-//! 0A000. A FROM list with joins, functions
+//! query that names them ([`crate::cte`]). `FOR UPDATE/SHARE` locks the rows of one table
+//! ([`crate::rowlock`]). Window functions are refused with 0A000. A FROM list with joins, functions
 //! or subqueries is read by [`crate::join`], whose rows (as wide as all its relations'
 //! columns) go through the same WHERE, grouping, sorting and projection. Subqueries in
 //! expressions run through the session ([`crate::expr::Env::subquery`], [`crate::correlate`]).
@@ -103,9 +103,6 @@ pub fn from_source(sh: &Shared, sel: &Select) -> Result<Source, SqlError> {
 
 /// The SELECT of a query body (its WITH is the caller's: [`select`], [`describe_query`]).
 fn check_query(q: &Query) -> Result<&Select, SqlError> {
-    if !q.locks.is_empty() {
-        return Err(SqlError::unsupported("SELECT ... FOR UPDATE/SHARE"));
-    }
     match q.body.as_ref() {
         SetExpr::Select(s) => {
             if s.distinct.as_ref().is_some_and(|d| matches!(d, Distinct::On(_))) {
@@ -196,6 +193,7 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
 /// Runs a query whose WITH, if any, is in scope.
 fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Datum>>), SqlError> {
     if matches!(q.body.as_ref(), SetExpr::SetOperation { .. } | SetExpr::Query(_)) {
+        crate::rowlock::check(q, None, false)?;
         return crate::setop::select(cx, q);
     }
     let sel = check_query(q)?;
@@ -226,6 +224,11 @@ fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Da
     let grouped = !group_exprs.is_empty() || !agg_calls.is_empty() || sel.having.is_some();
     let distinct = matches!(sel.distinct, Some(Distinct::Distinct));
     let (limit, offset) = limits(cx, q)?;
+    if !q.locks.is_empty() {
+        crate::rowlock::check(q, Some(sel), !agg_calls.is_empty())?;
+        let plan = crate::rowlock::Plan { sel, outs: &outs, order: &order, limit, offset };
+        return Ok((fields, crate::rowlock::rows(cx, q, &source, &plan)?));
+    }
 
     // Input rows, filtered by WHERE.
     let mut sorted_by_scan = false;
@@ -519,7 +522,7 @@ fn positional(e: &Expr, outs: &[OutCol]) -> Result<Expr, SqlError> {
 }
 
 /// A sort key: an output position (`ORDER BY 2`), an output name, or an expression.
-fn sort_key(
+pub(crate) fn sort_key(
     e: &Expr,
     outs: &[OutCol],
     row: &[Datum],
