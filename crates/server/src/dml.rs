@@ -34,8 +34,9 @@ const SKIP: &str = "settledb-server: row no longer matches";
 const SQL_ERROR: &str = "settledb-server: statement error";
 
 fn target_of_insert(sh: &Shared, i: &Insert) -> Result<Target, SqlError> {
+    let alias = i.table_alias.as_ref().map(|a| ident_name(&a.alias));
     match &i.table {
-        TableObject::TableName(n) => Target::open(sh, &crate::ddl::object_name(n), None),
+        TableObject::TableName(n) => Target::open(sh, &crate::ddl::object_name(n), alias),
         _ => Err(SqlError::unsupported("INSERT INTO a table function")),
     }
 }
@@ -48,11 +49,24 @@ fn writable(t: &Target) -> Result<(), SqlError> {
 }
 
 pub fn insert(cx: &mut Cx<'_, '_>, i: &Insert) -> Result<Outcome, SqlError> {
-    if i.on.is_some() {
-        return Err(SqlError::unsupported("INSERT ... ON CONFLICT"));
-    }
     let t = target_of_insert(cx.sh, i)?;
     writable(&t)?;
+    if let Some(on) = &i.on {
+        return crate::upsert::insert(cx, i, &t, on);
+    }
+    let stored = rows_to_insert(cx, i, &t)?;
+    if stored.len() > 1 {
+        cx.tx.insert_many(&t.table, &stored)?;
+    } else if let Some(v) = stored.first() {
+        cx.tx.insert(&t.table, v)?;
+    }
+    let tag = format!("INSERT 0 {}", stored.len());
+    returning(cx, &t, i.returning.as_deref(), stored.iter().map(|v| datums(v, &t.cols)).collect(), tag)
+}
+
+/// The rows an INSERT proposes, as stored: its VALUES or SELECT, with the defaults of the
+/// columns it leaves out, checked against NOT NULL.
+pub(crate) fn rows_to_insert(cx: &mut Cx<'_, '_>, i: &Insert, t: &Target) -> Result<Vec<Vec<Value>>, SqlError> {
     let positions: Vec<usize> = if i.columns.is_empty() {
         (0..t.cols.len()).collect()
     } else {
@@ -123,17 +137,11 @@ pub fn insert(cx: &mut Cx<'_, '_>, i: &Insert) -> Result<Outcome, SqlError> {
         }
         stored.push(values);
     }
-    if stored.len() > 1 {
-        cx.tx.insert_many(&t.table, &stored)?;
-    } else if let Some(v) = stored.first() {
-        cx.tx.insert(&t.table, v)?;
-    }
-    let tag = format!("INSERT 0 {}", stored.len());
-    returning(cx, &t, i.returning.as_deref(), stored.iter().map(|v| datums(v, &t.cols)).collect(), tag)
+    Ok(stored)
 }
 
 /// Evaluates RETURNING over the rows a statement wrote; a plain command tag without it.
-fn returning(
+pub(crate) fn returning(
     cx: &mut Cx<'_, '_>,
     t: &Target,
     items: Option<&[SelectItem]>,
@@ -176,8 +184,13 @@ fn apply_set(
     for &(p, e) in sets {
         new[p] = eval(e, &scope, old, env, None)?;
     }
+    checked_row(t, &new)
+}
+
+/// A new version of a row of `t` (datums), stored and checked against NOT NULL.
+pub(crate) fn checked_row(t: &Target, new: &[Datum]) -> Result<(Vec<Value>, Vec<Datum>), SqlError> {
     let mut stored = Vec::with_capacity(new.len());
-    for (c, d) in t.cols.iter().zip(&new) {
+    for (c, d) in t.cols.iter().zip(new) {
         let v = d.to_stored(c.ty, &c.name)?;
         if !c.nullable && matches!(v, Value::Null) {
             return Err(SqlError::new(
@@ -276,12 +289,12 @@ pub fn update(cx: &mut Cx<'_, '_>, u: &Update) -> Result<Outcome, SqlError> {
 }
 
 /// Subqueries' rows by the address of their syntax tree.
-type SubqueryRows = std::collections::HashMap<usize, std::rc::Rc<Vec<Vec<Datum>>>>;
+pub(crate) type SubqueryRows = std::collections::HashMap<usize, std::rc::Rc<Vec<Vec<Datum>>>>;
 
 /// An [`crate::expr::Env`] with parameters and the rows of subqueries already run.
-struct Prerun<'a> {
-    params: &'a [Datum],
-    rows: &'a SubqueryRows,
+pub(crate) struct Prerun<'a> {
+    pub(crate) params: &'a [Datum],
+    pub(crate) rows: &'a SubqueryRows,
 }
 
 impl crate::expr::Env for Prerun<'_> {
@@ -305,7 +318,7 @@ impl crate::expr::Env for Prerun<'_> {
 
 /// Runs the subqueries in `exprs` that do not name `t` (uncorrelated), keyed as the
 /// session's statement cache keys them (by the address of their syntax tree).
-fn prerun_subqueries(cx: &mut Cx<'_, '_>, t: &Target, exprs: &[&Expr]) -> Result<SubqueryRows, SqlError> {
+pub(crate) fn prerun_subqueries(cx: &mut Cx<'_, '_>, t: &Target, exprs: &[&Expr]) -> Result<SubqueryRows, SqlError> {
     let mut found = Vec::new();
     for e in exprs {
         crate::query::subqueries(e, &mut found);
@@ -424,6 +437,7 @@ pub fn describe(sh: &Shared, s: &Statement, params: &mut Vec<Option<SqlType>>) -
                     }
                 }
             }
+            crate::upsert::describe_params(&t, i, params);
             (t, i.returning.as_deref())
         }
         Statement::Update(u) => {

@@ -81,6 +81,7 @@ pub mod srf;
 pub mod sysviews;
 pub mod tls;
 pub mod types;
+pub mod upsert;
 pub mod utility;
 pub mod views;
 pub mod walsender;

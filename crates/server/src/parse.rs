@@ -254,7 +254,8 @@ pub fn parse_one(sql: &str) -> Result<Stmt, SqlError> {
     let sql = relocked.as_deref().unwrap_or(sql);
     let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
         let m = e.to_string();
-        SqlError::syntax(m.strip_prefix("sql parser error: ").unwrap_or(&m).to_string())
+        crate::upsert::refused_target(&toks)
+            .unwrap_or_else(|| SqlError::syntax(m.strip_prefix("sql parser error: ").unwrap_or(&m).to_string()))
     })?;
     match stmts.len() {
         0 => Ok(Stmt::Empty),
