@@ -155,6 +155,13 @@ fn literal(d: Datum) -> Expr {
             typed(d.to_text().unwrap_or_default(), DataType::Timestamp(None, sqlparser::ast::TimezoneInfo::None))
         }
         Datum::Date(_) => typed(d.to_text().unwrap_or_default(), DataType::Date),
+        // Printed in the session's zone with its offset, so it reads back as the same instant.
+        Datum::TimestampTz(_) => {
+            typed(d.to_text().unwrap_or_default(), DataType::Timestamp(None, sqlparser::ast::TimezoneInfo::Tz))
+        }
+        Datum::Interval(_) => {
+            typed(d.to_text().unwrap_or_default(), DataType::Interval { fields: None, precision: None })
+        }
         Datum::Bytea(_) => typed(d.to_text().unwrap_or_default(), DataType::Bytea),
     }
 }

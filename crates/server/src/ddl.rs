@@ -141,6 +141,9 @@ fn create_table(sh: &Shared, ct: &CreateTable, notices: &mut Vec<Notice>) -> Res
             other => return Err(SqlError::unsupported(format!("the table constraint \"{other}\""))),
         }
     }
+    let named: Vec<(String, crate::types::SqlType)> =
+        columns.iter().map(|c| c.name.clone()).zip(types.clone()).collect();
+    crate::interval::refuse_key(pk.iter().flatten().chain(uniques.iter().flatten()), &named)?;
     let mut options = TableOptions { primary_key: pk, ..TableOptions::default() };
     let with = match &ct.table_options {
         CreateTableOptions::None => &[][..],
@@ -283,6 +286,7 @@ fn create_index(
         });
         return Ok(Outcome::Command("CREATE INDEX".into()));
     }
+    crate::interval::refuse_index(sh, &table, &cols)?;
     let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
     sh.db.create_index_with(&name, &table, &refs, ci.unique, Some(interrupt))?;
     Ok(Outcome::Command("CREATE INDEX".into()))
@@ -314,12 +318,14 @@ fn alter(sh: &Shared, table: &str, op: &AlterTableOperation, interrupt: &settled
     match op {
         AlterTableOperation::AddConstraint { constraint: TableConstraint::PrimaryKey(p), .. } => {
             let cols = index_columns(&p.columns)?;
+            crate::interval::refuse_index(sh, table, &cols)?;
             let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
             sh.db.add_primary_key_with(table, &refs, Some(interrupt))?;
             Ok(())
         }
         AlterTableOperation::AddConstraint { constraint: TableConstraint::Unique(u), .. } => {
             let cols = index_columns(&u.columns)?;
+            crate::interval::refuse_index(sh, table, &cols)?;
             let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
             sh.db.create_index_with(&format!("{table}_{}_key", cols.join("_")), table, &refs, true, Some(interrupt))?;
             Ok(())

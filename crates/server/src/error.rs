@@ -77,6 +77,8 @@ impl SqlError {
             Datum::Text(_) => "text",
             Datum::Bytea(_) => "bytea",
             Datum::Timestamp(_) => "timestamp without time zone",
+            Datum::TimestampTz(_) => "timestamp with time zone",
+            Datum::Interval(_) => "interval",
             Datum::Date(_) => "date",
             Datum::Null => "unknown",
         };

@@ -183,8 +183,9 @@ pub fn eval(
                 Ok(p) => row[p].clone(),
                 // Functions SQL spells without parentheses.
                 Err(err) => match ident_name(i).as_str() {
-                    "current_timestamp" | "localtimestamp" => Datum::Timestamp(now_micros()),
-                    "current_date" => Datum::Date(now_micros().div_euclid(86_400_000_000) as i32),
+                    n @ ("current_timestamp" | "localtimestamp" | "current_date") => {
+                        crate::datetime::call(n, &[]).unwrap_or(Err(err))?
+                    }
                     "current_user" | "session_user" | "user" | "current_catalog" => Datum::Text("postgres".into()),
                     _ => return Err(err),
                 },
@@ -204,6 +205,9 @@ pub fn eval(
                 }
                 (UnaryOperator::Minus, Datum::Float(x)) => Datum::Float(-x),
                 (UnaryOperator::Minus, Datum::Num(n)) => Datum::Num(Num { mantissa: -n.mantissa, scale: n.scale }),
+                (UnaryOperator::Minus, Datum::Interval(i)) => {
+                    Datum::Interval(i.checked_neg().ok_or_else(crate::interval::out_of_range)?)
+                }
                 (UnaryOperator::Minus, Datum::Text(s)) => negate_text(&s)?,
                 (UnaryOperator::Plus, v) => v,
                 (UnaryOperator::Not, v) => match truth(&v)? {
@@ -355,6 +359,25 @@ pub fn eval(
             let v = ev(expr, env)?;
             cast(v, ty)?
         }
+        Expr::Extract { field, expr, .. } => {
+            let v = ev(expr, env)?;
+            if v.is_null() {
+                return Ok(Datum::Null);
+            }
+            crate::datetime::extract(&field.to_string(), &v)?
+        }
+        Expr::Interval(iv) => {
+            let v = ev(&iv.value, env)?;
+            let unit = iv.last_field.as_ref().or(iv.leading_field.as_ref()).map(|f| f.to_string().to_ascii_lowercase());
+            match v.to_text() {
+                None => Datum::Null,
+                Some(s) => Datum::Interval(crate::interval::parse(&s, unit.as_deref())?),
+            }
+        }
+        Expr::AtTimeZone { timestamp, time_zone } => {
+            let (v, z) = (ev(timestamp, env)?, ev(time_zone, env)?);
+            crate::datetime::call("timezone", &[z, v]).unwrap_or(Ok(Datum::Null))?
+        }
         Expr::TypedString(ts) => {
             let ty = sql_type(&ts.data_type)?;
             let s = match &ts.value.value {
@@ -497,7 +520,9 @@ fn binary(op: &BinaryOperator, l: Datum, r: Datum) -> Result<Datum, SqlError> {
         B::StringConcat => {
             Ok(Datum::Text(format!("{}{}", l.to_text().unwrap_or_default(), r.to_text().unwrap_or_default())))
         }
-        B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo => arith(op, l, r),
+        B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo => {
+            crate::datetime::arith(op, &l, &r).unwrap_or_else(|| arith(op, l, r))
+        }
         B::PGRegexMatch | B::PGRegexIMatch | B::PGRegexNotMatch | B::PGRegexNotIMatch => {
             let (s, p) = (l.to_text().unwrap_or_default(), r.to_text().unwrap_or_default());
             let insensitive = matches!(op, B::PGRegexIMatch | B::PGRegexNotIMatch);
@@ -615,6 +640,10 @@ pub fn as_f64(d: &Datum) -> Result<f64, SqlError> {
 
 /// Scalar functions that need no session.
 fn call(f: &Function, name: &str, args: Vec<Datum>, env: &mut dyn Env) -> Result<Datum, SqlError> {
+    // Before the session's: `age(timestamp)` is answered here, `age(xid)` there.
+    if let Some(r) = crate::datetime::call(name, &args) {
+        return r;
+    }
     if let Some(r) = env.session_function(name, &args) {
         return r;
     }
@@ -627,10 +656,6 @@ fn call(f: &Function, name: &str, args: Vec<Datum>, env: &mut dyn Env) -> Result
     };
     let text = |d: &Datum| d.to_text();
     Ok(match name {
-        "now" | "current_timestamp" | "statement_timestamp" | "transaction_timestamp" | "clock_timestamp" => {
-            arity(0)?;
-            Datum::Timestamp(now_micros())
-        }
         "coalesce" => args.into_iter().find(|a| !a.is_null()).unwrap_or(Datum::Null),
         "nullif" => {
             arity(2)?;
@@ -911,6 +936,12 @@ pub fn type_from_name(s: &str) -> Result<SqlType, SqlError> {
         None => (lower.clone(), String::new()),
     };
     let base = base.trim_start_matches("pg_catalog.");
+    // `timestamp(3) with time zone`: the precision is not kept (microseconds always).
+    let base = if base.starts_with("timestamp") && lower.ends_with("with time zone") && !lower.contains("without") {
+        "timestamptz"
+    } else {
+        base
+    };
     let nums: Vec<u32> = args.split(',').filter_map(|x| x.trim().parse().ok()).collect();
     Ok(match base {
         "bool" | "boolean" => SqlType::Bool,
@@ -931,6 +962,8 @@ pub fn type_from_name(s: &str) -> Result<SqlType, SqlError> {
         "varchar" | "character varying" => SqlType::Varchar(nums.first().copied()),
         "char" | "character" | "bpchar" => SqlType::Char(nums.first().copied().unwrap_or(1)),
         "timestamp" | "timestamp without time zone" => SqlType::Timestamp,
+        "timestamptz" | "timestamp with time zone" => SqlType::TimestampTz,
+        b if b.starts_with("interval") => SqlType::Interval,
         "date" => SqlType::Date,
         "bytea" => SqlType::Bytea,
         _ => return Err(SqlError::new("42704", format!("type \"{s}\" is not supported by settledb"))),
@@ -943,8 +976,9 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
         Expr::Identifier(i) => match scope.resolve(std::slice::from_ref(i)) {
             Ok(p) => scope.cols[p].ty,
             Err(_) => match ident_name(i).as_str() {
-                "current_timestamp" | "localtimestamp" => SqlType::Timestamp,
-                "current_date" => SqlType::Date,
+                n @ ("current_timestamp" | "localtimestamp" | "current_date") => {
+                    crate::datetime::infer_call(n, &[]).unwrap_or(SqlType::Text)
+                }
                 _ => SqlType::Text,
             },
         },
@@ -976,6 +1010,9 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
             | BinaryOperator::Divide
             | BinaryOperator::Modulo => {
                 let (a, b) = (infer_type(left, scope, params), infer_type(right, scope, params));
+                if let Some(t) = crate::datetime::infer_arith(op, a, b) {
+                    return t;
+                }
                 match (a, b) {
                     (SqlType::Float8, _) | (_, SqlType::Float8) => SqlType::Float8,
                     (SqlType::Numeric { .. }, _) | (_, SqlType::Numeric { .. }) => {
@@ -1011,10 +1048,20 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
         | Expr::Exists { .. }
         | Expr::InSubquery { .. } => SqlType::Bool,
         Expr::Cast { data_type, .. } => sql_type(data_type).unwrap_or(SqlType::Text),
+        Expr::Extract { .. } => SqlType::Numeric { precision: 38, scale: 6 },
+        Expr::Interval(_) => SqlType::Interval,
+        Expr::AtTimeZone { timestamp, .. } => match infer_type(timestamp, scope, params) {
+            SqlType::TimestampTz => SqlType::Timestamp,
+            _ => SqlType::TimestampTz,
+        },
         Expr::TypedString(ts) => sql_type(&ts.data_type).unwrap_or(SqlType::Text),
         Expr::Function(f) => {
             let args = func_args(f).ok().flatten().unwrap_or_default();
             let first = args.first().map(|a| infer_type(a, scope, params));
+            let types: Vec<SqlType> = args.iter().map(|a| infer_type(a, scope, params)).collect();
+            if let Some(t) = crate::datetime::infer_call(&func_name(f), &types) {
+                return t;
+            }
             match func_name(f).as_str() {
                 "count" | "txid_current" | "age" | "length" | "char_length" | "pg_relation_size" => SqlType::Int8,
                 "sum" => match first {
@@ -1027,9 +1074,6 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
                     _ => SqlType::Numeric { precision: 38, scale: 0 },
                 },
                 "min" | "max" | "abs" | "coalesce" | "nullif" => first.unwrap_or(SqlType::Text),
-                "now" | "current_timestamp" | "statement_timestamp" | "transaction_timestamp" | "clock_timestamp" => {
-                    SqlType::Timestamp
-                }
                 "random" => SqlType::Float8,
                 "pg_table_is_visible" => SqlType::Bool,
                 "array_length" | "array_upper" | "array_lower" => SqlType::Int4,
@@ -1063,6 +1107,9 @@ pub fn column_name(e: &Expr) -> String {
             other => column_name(other),
         },
         Expr::Nested(x) => column_name(x),
+        Expr::Extract { .. } => "extract".into(),
+        Expr::Interval(_) => "interval".into(),
+        Expr::AtTimeZone { .. } => "timezone".into(),
         _ => "?column?".into(),
     }
 }

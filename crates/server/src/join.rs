@@ -673,6 +673,10 @@ enum Kind {
     Text,
     Bool,
     Time,
+    /// An instant (timestamptz): hashes as itself, joins by hash only with its own kind.
+    Instant,
+    /// An interval: hashed by its span (`crate::interval::Interval::span`).
+    Span,
     Bytes,
 }
 
@@ -706,6 +710,8 @@ fn kind(t: SqlType) -> Kind {
         SqlType::Text | SqlType::Varchar(_) | SqlType::Char(_) => Kind::Text,
         SqlType::Bool => Kind::Bool,
         SqlType::Timestamp | SqlType::Date => Kind::Time,
+        SqlType::TimestampTz => Kind::Instant,
+        SqlType::Interval => Kind::Span,
         SqlType::Bytea => Kind::Bytes,
     }
 }

@@ -378,7 +378,7 @@ pub fn get_replica_identity_index(db: &Database, relid: &Datum) -> Datum {
 }
 
 /// The types settledb has, as `pg_type` lists them: name, length, category.
-const TYPES: [(SqlType, &str, i64, &str); 12] = [
+const TYPES: [(SqlType, &str, i64, &str); 14] = [
     (SqlType::Bool, "bool", 1, "B"),
     (SqlType::Int2, "int2", 2, "N"),
     (SqlType::Int4, "int4", 4, "N"),
@@ -389,6 +389,8 @@ const TYPES: [(SqlType, &str, i64, &str); 12] = [
     (SqlType::Varchar(None), "varchar", -1, "S"),
     (SqlType::Char(1), "bpchar", -1, "S"),
     (SqlType::Timestamp, "timestamp", 8, "D"),
+    (SqlType::TimestampTz, "timestamptz", 8, "D"),
+    (SqlType::Interval, "interval", 16, "T"),
     (SqlType::Date, "date", 4, "D"),
     (SqlType::Bytea, "bytea", -1, "U"),
 ];

@@ -394,6 +394,7 @@ impl<'db> Session<'db> {
         self.interrupts.control.set_idle_in_transaction_timeout(idle);
         let idle = settings::duration_of(&self.settings, "idle_session_timeout");
         self.interrupts.control.set_idle_session_timeout(idle);
+        crate::datetime::zone::set_session(&self.settings);
     }
 
     /// What ReadyForQuery reports now.
@@ -422,6 +423,7 @@ impl<'db> Session<'db> {
             self.copy_failed();
         }
         self.interrupts.start_statement(self.statement_timeout);
+        crate::datetime::statement_started(self.in_block);
         let mut notices = Vec::new();
         let result = self.dispatch(stmt, params, &mut notices);
         if result.is_err() && self.in_block {
@@ -559,8 +561,10 @@ impl<'db> Session<'db> {
     fn sql(&mut self, s: &Statement, params: &[Datum], notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
         match s {
             Statement::Set(set) => {
+                let zone = self.settings.get("timezone").cloned();
                 let r = self.set(set);
                 self.settings_changed();
+                crate::datetime::zone::report(zone, &self.settings, notices);
                 r
             }
             Statement::Savepoint { name } => self.savepoint(&ident_name(name)),
@@ -582,8 +586,10 @@ impl<'db> Session<'db> {
                 Ok(Outcome::Rows { fields: vec![field], rows: vec![vec![Datum::Text(v)]], tag: "SHOW".into() })
             }
             Statement::Reset(r) => {
+                let zone = self.settings.get("timezone").cloned();
                 let r = settings::reset(&mut self.settings, &r.reset);
                 self.settings_changed();
+                crate::datetime::zone::report(zone, &self.settings, notices);
                 r.map(|()| Outcome::Command("RESET".into()))
             }
             Statement::CreateTable(_)

@@ -123,9 +123,12 @@ pub fn set(db: &Database, s: &mut BTreeMap<String, String>, name: &str, value: &
             return refuse("backslashes in strings are always literal")
         }
         "bytea_output" if lower != "hex" => return refuse("bytea is written in hex"),
-        "intervalstyle" if lower != "postgres" => return refuse("there is no interval type"),
-        "timezone" if !matches!(lower.as_str(), "utc" | "gmt" | "etc/utc" | "z" | "0" | "+0" | "+00" | "00:00") => {
-            return refuse("timestamps carry no zone; the session zone is UTC")
+        "intervalstyle" if lower != "postgres" => return refuse("intervals are written in the postgres style"),
+        "timezone" => {
+            // Stored as SHOW prints it (`Europe/Paris`, `<+05:30>-05:30`); see datetime::zone.
+            let (shown, _) = crate::datetime::zone::parse_setting(value)?;
+            s.insert(name.to_string(), shown);
+            return Ok(());
         }
         "statement_timeout" | "idle_in_transaction_session_timeout" | "idle_session_timeout" => {
             // Stored as SHOW prints it, so the session reads one spelling.

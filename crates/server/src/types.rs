@@ -16,12 +16,16 @@
 //!  varchar(n)     1043   Text                 length-checked
 //!  char(n)        1042   Text                 blank-padded to n on the way in
 //!  timestamp      1114   Timestamp            microseconds since 1970-01-01 00:00:00
+//!  timestamptz    1184   Timestamp            microseconds since 1970-01-01 00:00:00 UTC;
+//!                                             text in/out in the session's TimeZone
+//!  interval       1186   Bytea                the 16 bytes of its binary form; no indexes
 //!  date           1082   Int4                 days since 1970-01-01
 //!  bytea            17   Bytea
 //! ```
 //!
-//! Text I/O follows PostgreSQL's output functions with `DateStyle = ISO, MDY` and
-//! `bytea_output = hex`; binary I/O follows the `*send`/`*recv` formats (big-endian integers,
+//! Text I/O follows PostgreSQL's output functions with `DateStyle = ISO, MDY`,
+//! `IntervalStyle = postgres` and `bytea_output = hex` (dates, timestamps and intervals in
+//! [`crate::datetime`] and [`crate::interval`]); binary I/O follows the `*send`/`*recv` formats (big-endian integers,
 //! timestamps and dates counted from 2000-01-01). Binary numeric is not supported.
 //!
 //! Runtime values are [`Datum`]s. A string literal or a text-format parameter whose type is not
@@ -52,6 +56,8 @@ pub enum SqlType {
     Varchar(Option<u32>),
     Char(u32),
     Timestamp,
+    TimestampTz,
+    Interval,
     Date,
     Bytea,
 }
@@ -65,8 +71,8 @@ impl SqlType {
             SqlType::Int8 | SqlType::Numeric { .. } => Type::Int8,
             SqlType::Float8 => Type::Float8,
             SqlType::Text | SqlType::Varchar(_) | SqlType::Char(_) => Type::Text,
-            SqlType::Timestamp => Type::Timestamp,
-            SqlType::Bytea => Type::Bytea,
+            SqlType::Timestamp | SqlType::TimestampTz => Type::Timestamp,
+            SqlType::Bytea | SqlType::Interval => Type::Bytea,
         }
     }
 
@@ -97,6 +103,8 @@ impl SqlType {
             SqlType::Varchar(_) => T::VARCHAR,
             SqlType::Char(_) => T::BPCHAR,
             SqlType::Timestamp => T::TIMESTAMP,
+            SqlType::TimestampTz => T::TIMESTAMPTZ,
+            SqlType::Interval => T::INTERVAL,
             SqlType::Date => T::DATE,
             SqlType::Bytea => T::BYTEA,
         }
@@ -114,7 +122,9 @@ impl SqlType {
             25 | 19 => SqlType::Text,
             1043 => SqlType::Varchar(None),
             1042 => SqlType::Char(1),
-            1114 | 1184 => SqlType::Timestamp,
+            1114 => SqlType::Timestamp,
+            1184 => SqlType::TimestampTz,
+            1186 => SqlType::Interval,
             1082 => SqlType::Date,
             17 => SqlType::Bytea,
             _ => return None,
@@ -135,6 +145,8 @@ impl SqlType {
             SqlType::Varchar(Some(n)) => format!("character varying({n})"),
             SqlType::Char(n) => format!("character({n})"),
             SqlType::Timestamp => "timestamp without time zone".into(),
+            SqlType::TimestampTz => "timestamp with time zone".into(),
+            SqlType::Interval => "interval".into(),
             SqlType::Date => "date".into(),
             SqlType::Bytea => "bytea".into(),
         }
@@ -189,6 +201,8 @@ impl SqlType {
             "varchar" => SqlType::Varchar(num()),
             "char" => SqlType::Char(num()?),
             "timestamp" => SqlType::Timestamp,
+            "timestamptz" => SqlType::TimestampTz,
+            "interval" => SqlType::Interval,
             "date" => SqlType::Date,
             "bytea" => SqlType::Bytea,
             _ => return None,
@@ -207,6 +221,8 @@ impl SqlType {
             SqlType::Varchar(_) => "varchar",
             SqlType::Char(_) => "bpchar",
             SqlType::Timestamp => "timestamp",
+            SqlType::TimestampTz => "timestamptz",
+            SqlType::Interval => "interval",
             SqlType::Date => "date",
             SqlType::Bytea => "bytea",
         }
@@ -301,6 +317,9 @@ pub enum Datum {
     Text(String),
     Bytea(Vec<u8>),
     Timestamp(i64),
+    /// An instant, microseconds since 1970-01-01 UTC.
+    TimestampTz(i64),
+    Interval(crate::interval::Interval),
     Date(i32),
 }
 
@@ -314,6 +333,10 @@ impl Datum {
         match (v, ty) {
             (Value::Null, _) => Datum::Null,
             (Value::Int4(d), SqlType::Date) => Datum::Date(*d),
+            (Value::Timestamp(t), SqlType::TimestampTz) => Datum::TimestampTz(*t),
+            (Value::Bytea(b), SqlType::Interval) => {
+                crate::interval::Interval::from_bytes(b).map_or_else(|| Datum::Bytea(b.clone()), Datum::Interval)
+            }
             (Value::Int8(m), SqlType::Numeric { scale, .. }) => Datum::Num(Num { mantissa: i128::from(*m), scale }),
             (Value::Int4(x), _) => Datum::Int(i64::from(*x)),
             (Value::Int8(x), _) => Datum::Int(*x),
@@ -359,7 +382,8 @@ impl Datum {
             }
             (Datum::Text(s), _) => Value::Text(s),
             (Datum::Bytea(b), _) => Value::Bytea(b),
-            (Datum::Timestamp(t), _) => Value::Timestamp(t),
+            (Datum::Timestamp(t) | Datum::TimestampTz(t), _) => Value::Timestamp(t),
+            (Datum::Interval(i), _) => Value::Bytea(i.to_bytes()),
             (Datum::Date(d), _) => Value::Int4(d),
             (d, ty) => return Err(SqlError::datatype_mismatch(column, ty, &d)),
         })
@@ -368,6 +392,9 @@ impl Datum {
     /// Converts a datum to `ty` (an implicit or assignment cast); text is parsed by the type's
     /// input function.
     pub fn coerce(&self, ty: SqlType) -> Result<Datum, SqlError> {
+        if let Some(r) = crate::datetime::coerce(self, ty) {
+            return r;
+        }
         Ok(match (self, ty) {
             (Datum::Null, _) => Datum::Null,
             (Datum::Text(s), t) if !matches!(t, SqlType::Text | SqlType::Varchar(_) | SqlType::Char(_)) => {
@@ -415,6 +442,8 @@ impl Datum {
             Datum::Text(s) => s.clone(),
             Datum::Bytea(b) => settledb::pgtext::bytea_out(b),
             Datum::Timestamp(t) => timestamp_out(*t),
+            Datum::TimestampTz(t) => crate::datetime::timestamptz_out(*t),
+            Datum::Interval(i) => i.to_string(),
             Datum::Date(d) => date_out(*d),
         })
     }
@@ -431,7 +460,8 @@ impl Datum {
             (Datum::Float(f), _) => f.to_be_bytes().to_vec(),
             (Datum::Text(s), _) => s.as_bytes().to_vec(),
             (Datum::Bytea(b), _) => b.clone(),
-            (Datum::Timestamp(t), _) => (t - PG_EPOCH_MICROS).to_be_bytes().to_vec(),
+            (Datum::Timestamp(t) | Datum::TimestampTz(t), _) => (t - PG_EPOCH_MICROS).to_be_bytes().to_vec(),
+            (Datum::Interval(i), _) => i.to_bytes(),
             (Datum::Date(x), _) => (x - PG_EPOCH_DAYS).to_be_bytes().to_vec(),
             (Datum::Num(_), _) => return Err(SqlError::unsupported("binary output of numeric")),
         }))
@@ -458,9 +488,17 @@ impl Datum {
                 Datum::Text(String::from_utf8(b.to_vec()).map_err(|_| SqlError::bad_utf8())?)
             }
             SqlType::Bytea => Datum::Bytea(b.to_vec()),
-            SqlType::Timestamp => {
-                Datum::Timestamp(i64::from_be_bytes(arr(8)?.try_into().map_err(|_| bad())?) + PG_EPOCH_MICROS)
+            SqlType::Timestamp | SqlType::TimestampTz => {
+                let t = i64::from_be_bytes(arr(8)?.try_into().map_err(|_| bad())?)
+                    .checked_add(PG_EPOCH_MICROS)
+                    .ok_or_else(|| SqlError::new("22008", "timestamp out of range"))?;
+                if ty == SqlType::TimestampTz {
+                    Datum::TimestampTz(t)
+                } else {
+                    Datum::Timestamp(t)
+                }
             }
+            SqlType::Interval => Datum::Interval(crate::interval::Interval::from_bytes(b).ok_or_else(bad)?),
             SqlType::Date => Datum::Date(i32::from_be_bytes(arr(4)?.try_into().map_err(|_| bad())?) + PG_EPOCH_DAYS),
             SqlType::Numeric { .. } => return Err(SqlError::unsupported("binary input of numeric")),
         })
@@ -475,6 +513,8 @@ impl Datum {
             Datum::Num(n) => SqlType::Numeric { precision: 38, scale: n.scale },
             Datum::Bytea(_) => SqlType::Bytea,
             Datum::Timestamp(_) => SqlType::Timestamp,
+            Datum::TimestampTz(_) => SqlType::TimestampTz,
+            Datum::Interval(_) => SqlType::Interval,
             Datum::Date(_) => SqlType::Date,
             Datum::Null | Datum::Text(_) => SqlType::Text,
         }
@@ -516,6 +556,8 @@ pub fn compare(a: &Datum, b: &Datum) -> Option<Ordering> {
         (D::Date(x), D::Date(y)) => x.cmp(y),
         (D::Date(x), D::Timestamp(y)) => (i64::from(*x) * 86_400_000_000).cmp(y),
         (D::Timestamp(x), D::Date(y)) => x.cmp(&(i64::from(*y) * 86_400_000_000)),
+        (D::TimestampTz(_) | D::Interval(_), D::TimestampTz(_) | D::Timestamp(_) | D::Date(_) | D::Interval(_))
+        | (D::Timestamp(_) | D::Date(_), D::TimestampTz(_)) => crate::datetime::compare(a, b)?,
         // An untyped string meets a typed value: read it as that type.
         (D::Text(s), other) => compare(&parse_text(s, other.natural_type()).ok()?, other)?,
         (other, D::Text(s)) => compare(other, &parse_text(s, other.natural_type()).ok()?)?,
@@ -554,8 +596,9 @@ pub fn parse_text(s: &str, ty: SqlType) -> Result<Datum, SqlError> {
         }),
         SqlType::Text | SqlType::Varchar(_) | SqlType::Char(_) => Datum::Text(s.to_string()),
         SqlType::Bytea => Datum::Bytea(bytea_in(s).ok_or_else(bad)?),
-        SqlType::Timestamp => Datum::Timestamp(timestamp_in(t).ok_or_else(bad)?),
-        SqlType::Date => Datum::Date(date_in(t).ok_or_else(bad)?),
+        SqlType::Timestamp | SqlType::TimestampTz | SqlType::Interval | SqlType::Date => {
+            crate::datetime::parse_text(t, ty)?
+        }
     })
 }
 
@@ -597,59 +640,6 @@ fn bytea_in(s: &str) -> Option<Vec<u8>> {
 // PostgreSQL's text output of the engine's types lives with the engine (logical decoding's
 // output plugins print values too).
 pub use settledb::pgtext::{civil_from_days, date_out, days_from_civil, float_out, timestamp_out};
-
-fn date_in(s: &str) -> Option<i32> {
-    let mut it = s.splitn(3, '-');
-    let y: i64 = it.next()?.trim().parse().ok()?;
-    let m: u32 = it.next()?.trim().parse().ok()?;
-    let d: u32 = it.next()?.trim().parse().ok()?;
-    if !(1..=12).contains(&m) || d == 0 || d > days_in_month(y, m) {
-        return None;
-    }
-    i32::try_from(days_from_civil(y, m, d)).ok()
-}
-
-fn days_in_month(y: i64, m: u32) -> u32 {
-    match m {
-        4 | 6 | 9 | 11 => 30,
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        _ => 31,
-    }
-}
-
-fn timestamp_in(s: &str) -> Option<i64> {
-    let (date, time) = match s.find([' ', 'T']) {
-        Some(i) => (&s[..i], s[i + 1..].trim()),
-        None => (s, ""),
-    };
-    let days = i64::from(date_in(date)?);
-    // A trailing zone (+00, Z) is accepted and ignored: timestamp without time zone.
-    let time = time.trim_end_matches('Z');
-    let time = match time.find(['+']).or_else(|| time.rfind('-').filter(|&i| i > 0)) {
-        Some(i) => &time[..i],
-        None => time,
-    };
-    let mut micros = 0i64;
-    if !time.is_empty() {
-        let mut parts = time.split(':');
-        let h: i64 = parts.next()?.parse().ok()?;
-        let mi: i64 = parts.next()?.parse().ok()?;
-        let sec = parts.next().unwrap_or("0");
-        let (whole, frac) = sec.split_once('.').unwrap_or((sec, ""));
-        let sec: i64 = whole.parse().ok()?;
-        if h > 24 || mi > 59 || sec > 60 || frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let mut f = frac.to_string();
-        f.truncate(6);
-        while f.len() < 6 {
-            f.push('0');
-        }
-        micros = ((h * 60 + mi) * 60 + sec) * 1_000_000 + f.parse::<i64>().ok()?;
-    }
-    days.checked_mul(86_400_000_000)?.checked_add(micros)
-}
 
 #[cfg(test)]
 mod tests {

@@ -317,6 +317,11 @@ where
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
     for n in notices {
+        if let Some((name, value)) = crate::datetime::zone::parameter_status(n) {
+            let m = pgwire::messages::startup::ParameterStatus::new(name.into(), value.into());
+            client.feed(PgWireBackendMessage::ParameterStatus(m)).await?;
+            continue;
+        }
         let info = ErrorInfo::new(n.severity.into(), n.code.into(), n.message.clone());
         client.feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(info))).await?;
     }

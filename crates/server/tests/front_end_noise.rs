@@ -99,6 +99,8 @@ const TYPES: &[SqlType] = &[
     SqlType::Varchar(Some(3)),
     SqlType::Char(2),
     SqlType::Timestamp,
+    SqlType::TimestampTz,
+    SqlType::Interval,
     SqlType::Date,
     SqlType::Bytea,
 ];
@@ -150,6 +152,9 @@ const OPERANDS: &[&str] = &[
     "2::int2",
     "'2024-02-29'::date",
     "'2024-02-29 10:00'::timestamp",
+    "'2024-02-29 10:00+05:30'::timestamptz",
+    "interval '1 mon -2 days 03:00'",
+    "'P1Y2.5M'::interval",
     "'\\x00ff'::bytea",
     "3::numeric(4,1)",
     "0.000000000000000001",

@@ -278,6 +278,9 @@ impl HashKey {
             Datum::Bool(b) => HashKey::Bool(b),
             Datum::Timestamp(t) => HashKey::Time(t),
             Datum::Date(d) => HashKey::Time(i64::from(d) * 86_400_000_000),
+            // Only meets its own kind (join::Kind::Instant, Kind::Span).
+            Datum::TimestampTz(t) => HashKey::Time(t),
+            Datum::Interval(i) => HashKey::Exact(i.span(), 0),
             Datum::Bytea(b) => HashKey::Bytes(b),
         })
     }

@@ -292,6 +292,8 @@ fn type_name(d: &Datum) -> &'static str {
         Datum::Num(_) => "numeric",
         Datum::Bytea(_) => "bytea",
         Datum::Timestamp(_) => "timestamp without time zone",
+        Datum::TimestampTz(_) => "timestamp with time zone",
+        Datum::Interval(_) => "interval",
         Datum::Date(_) => "date",
     }
 }
