@@ -644,7 +644,11 @@ impl<'db> Session<'db> {
                 sequence_values: &mut self.sequence_values,
                 subqueries: HashMap::new(),
             };
+            // One snapshot for the whole statement under READ COMMITTED, however many engine
+            // calls it makes (settledb::Transaction::begin_statement).
+            cx.tx.begin_statement();
             let r = f(&mut cx);
+            cx.tx.end_statement();
             (r, cx.set_config)
         };
         if r.is_ok() && !set_config.is_empty() {
