@@ -21,8 +21,12 @@
 //! | indisprimary | bool   | the table's primary key                                   |
 //! | reloptions   | text   | storage parameters, `name=value,...` ([`RelOptions`])      |
 //! | relreplident | text   | replica identity: `d` default, `f` full, `n` nothing       |
+//! | relmissing   | bytea  | the columns' missing values (`heap::tuple::encode_missing`) |
 //!
-//! `relreplident` may be null (rows written before it existed): `d`.
+//! `relreplident` may be null (rows written before it existed): `d`. `relmissing` is null
+//! unless `ALTER TABLE ... ADD COLUMN ... DEFAULT` gave a column a missing value (PostgreSQL
+//! keeps it per attribute, `pg_attribute.attmissingval`): the value rows written before the
+//! column existed read for it. Rows written before `relmissing` existed read it as null.
 //!
 //! Rows are inserted and deleted by MVCC transactions, so a crash in the middle of CREATE or
 //! DROP TABLE leaves the catalog as if it had not started. At startup the catalog is read with
@@ -304,6 +308,29 @@ impl TableEntry {
         }
     }
 
+    /// The entry ALTER TABLE publishes in place of `self` after changing the table's
+    /// definition (columns, their missing values, its name): `rel` on the same storage, with
+    /// the same indexes, its `pg_class` row now at `row`, and everything else (statistics,
+    /// options, relfrozenxid, size estimates) carried over.
+    pub fn with_new_definition(&self, rel: Arc<Relation>, row: Tid) -> TableEntry {
+        assert_eq!((rel.oid, rel.relfilenode), (self.rel.oid, self.rel.relfilenode), "same table, same storage");
+        rel.replica_identity.write().0 = self.rel.replica_identity.read().0;
+        TableEntry {
+            rel,
+            indexes: RwLock::new(self.indexes.read().clone()),
+            row: Mutex::new(row),
+            relfrozenxid: AtomicU32::new(self.relfrozenxid.load(Ordering::Acquire)),
+            relminmxid: AtomicU32::new(self.relminmxid.load(Ordering::Acquire)),
+            relpages: AtomicU32::new(self.relpages.load(Ordering::Acquire)),
+            reltuples: Mutex::new(*self.reltuples.lock()),
+            options: RwLock::new(self.options()),
+            maintenance_lock: Mutex::new(()),
+            stats: self.stats.clone(),
+            stats_changed: std::sync::atomic::AtomicBool::new(true),
+            superseded: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
     /// A copy of the table's storage parameters.
     pub fn options(&self) -> RelOptions {
         self.options.read().clone()
@@ -335,6 +362,7 @@ pub fn pg_class_schema() -> Schema {
             col("indisprimary", Type::Bool),
             col("reloptions", Type::Text),
             Column { name: "relreplident".to_string(), ty: Type::Text, nullable: true },
+            Column { name: "relmissing".to_string(), ty: Type::Bytea, nullable: true },
         ],
     }
 }
@@ -355,6 +383,8 @@ pub struct ClassRow {
     pub index: Option<IndexMeta>,
     pub options: RelOptions,
     pub replica_identity: ReplicaIdentity,
+    /// The columns' missing values, one per column (NULL: none), or empty when none has one.
+    pub missing: Vec<Value>,
 }
 
 impl ClassRow {
@@ -381,6 +411,12 @@ impl ClassRow {
             Value::Bool(self.index.as_ref().is_some_and(|m| m.primary)),
             Value::Text(self.options.encode()),
             Value::Text(self.replica_identity.code().to_string()),
+            match crate::heap::tuple::encode_missing(&self.missing) {
+                Ok(Some(b)) => Value::Bytea(b),
+                // A missing value too big for a tuple is refused before a row is formed
+                // (`db::alter`); none at all is NULL.
+                Ok(None) | Err(_) => Value::Null,
+            },
         ]
     }
 
@@ -447,7 +483,15 @@ impl ClassRow {
             }
             _ => return Err(bad("bad relreplident")),
         };
+        let missing = match v.get(16) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Bytea(b)) => {
+                crate::heap::tuple::decode_missing(&schema, b).map_err(|e| bad(&format!("bad relmissing: {e}")))?
+            }
+            _ => return Err(bad("bad relmissing")),
+        };
         Ok(ClassRow {
+            missing,
             replica_identity,
             kind,
             index,
@@ -509,7 +553,10 @@ impl Catalog {
     /// Builds the cache entry for a row and publishes it. `next` is the next XID (relfrozenxid
     /// is ordered as a 64-bit XID widened against it).
     pub fn publish(&self, row: &ClassRow, tid: Tid, next: FullXid) -> Arc<TableEntry> {
-        let rel = Arc::new(Relation::new(row.oid, &row.relname, row.relfilenode, row.schema.clone(), row.fillfactor));
+        let rel = Arc::new(
+            Relation::new(row.oid, &row.relname, row.relfilenode, row.schema.clone(), row.fillfactor)
+                .with_missing(row.missing.clone()),
+        );
         rel.replica_identity.write().0 = row.replica_identity;
         let e = Arc::new(TableEntry {
             rel,
@@ -576,8 +623,10 @@ impl Catalog {
     }
 
     /// Publishes `new` in place of `old`, the entry of the same table (TRUNCATE gives a table
-    /// and its indexes new storage; its ROLLBACK publishes the old entry again). Indexes are
-    /// replaced by name; `old` is marked superseded and `new` current.
+    /// and its indexes new storage; its ROLLBACK publishes the old entry again; ALTER TABLE's
+    /// column changes and RENAME publish a new definition on the same storage). Indexes are
+    /// replaced by name, the table by its name (the old one forgotten when it changed); `old`
+    /// is marked superseded and `new` current.
     pub fn replace(&self, old: &Arc<TableEntry>, new: &Arc<TableEntry>, next: FullXid) {
         assert_eq!(old.rel.oid, new.rel.oid, "an entry is replaced by one of the same table");
         {
@@ -591,7 +640,14 @@ impl Catalog {
             }
         }
         self.refresh_indexed_columns(new);
-        self.by_name.write().insert(new.rel.name.clone(), new.clone());
+        {
+            let mut by_name = self.by_name.write();
+            // ALTER TABLE ... RENAME TO publishes the table under its new name.
+            if old.rel.name != new.rel.name && by_name.get(&old.rel.name).is_some_and(|e| Arc::ptr_eq(e, old)) {
+                by_name.remove(&old.rel.name);
+            }
+            by_name.insert(new.rel.name.clone(), new.clone());
+        }
         {
             let mut by_oid = self.by_oid.write();
             by_oid.insert(new.rel.oid, new.clone());

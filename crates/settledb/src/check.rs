@@ -49,7 +49,7 @@ use crate::db::{Database, Inner};
 use crate::error::{Error, Result};
 use crate::heap::tuple::Value;
 use crate::heap::tuple::{
-    self, TupleHeader, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_XMAX_COMMITTED, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY,
+    TupleHeader, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_XMAX_COMMITTED, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY,
     HEAP_XMIN_COMMITTED, HEAP_XMIN_FROZEN, HEAP_XMIN_INVALID,
 };
 use crate::heap::visibility::{satisfies_vacuum, VacuumStatus};
@@ -333,7 +333,7 @@ impl Ctx<'_> {
                         self.problem(out, tid, "invalid tuple header".into());
                         continue;
                     };
-                    if let Err(e) = tuple::deform_tuple(&self.rel.schema, t) {
+                    if let Err(e) = self.rel.deform(t) {
                         self.problem(out, tid, format!("data does not decode: {e}"));
                     }
                     if h.infomask() & HEAP_XMIN_FROZEN != HEAP_XMIN_FROZEN {
@@ -535,7 +535,7 @@ fn check_index(db: &Database, table: &TableEntry, def: &IndexDef, out: &mut Vec<
                 ) {
                     continue;
                 }
-                let Ok(vals) = tuple::deform_tuple(&rel.schema, t) else { continue };
+                let Ok(vals) = rel.deform(t) else { continue };
                 let key = def.key_of(&vals);
                 if !by_tid.get(&tid).is_some_and(|keys| keys.contains(&key)) {
                     out.push(format!(

@@ -409,7 +409,17 @@ fn catalog_rows_round_trip_through_tuples() {
             unique: rng.gen(),
             primary: rng.gen(),
         });
+        // Missing values (ADD COLUMN ... DEFAULT) on some int4 columns of every fourth table.
+        let mut missing: Vec<Value> = schema
+            .columns
+            .iter()
+            .map(|c| if i % 4 == 1 && c.ty == Type::Int4 { Value::Int4(rng.gen()) } else { Value::Null })
+            .collect();
+        if missing.iter().all(|v| *v == Value::Null) {
+            missing.clear();
+        }
         let row = ClassRow {
+            missing,
             oid: Oid(rng.gen()),
             relname: text(&mut rng, 60).replace('\0', ""),
             relfilenode: Oid(rng.gen()),

@@ -86,6 +86,7 @@ impl RelationLookup for CatalogLookup<'_> {
                 namespace: "public".into(),
                 name: e.rel.name.clone(),
                 schema: e.rel.schema.clone(),
+                missing: e.rel.missing.clone(),
                 replica_identity,
                 key_columns,
             });
@@ -99,6 +100,7 @@ impl RelationLookup for CatalogLookup<'_> {
             namespace: "public".into(),
             name: row.relname,
             schema: row.schema,
+            missing: row.missing,
             replica_identity: row.replica_identity,
             key_columns: Vec::new(),
         })

@@ -49,6 +49,7 @@
 //! closes it is the victim), and `lock_timeout` bounds every wait
 //! ([`Error::LockNotAvailable`]). [`Database::locks`] is `pg_locks`.
 
+mod alter;
 pub mod autovacuum;
 pub(crate) mod ddl;
 mod decoding;
@@ -81,6 +82,7 @@ use crate::types::{Fork, FullXid, Lsn, Oid, Xid};
 use crate::wal::control::{ControlFile, DbState};
 use crate::wal::{RecordBuilder, Rmgr, Wal, WalStats};
 use crate::xact::{TransactionManager, XactOptions};
+pub use alter::{AlterTable, Altered};
 pub use ddl::Index;
 pub use decoding::{DecodeLimits, DecodeResult, DecodeSummary};
 pub use publication::PublicationTarget;

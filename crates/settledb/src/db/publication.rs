@@ -244,6 +244,7 @@ fn class_row() -> ClassRow {
         index: None,
         options: Default::default(),
         replica_identity: Default::default(),
+        missing: Vec::new(),
     }
 }
 

@@ -384,6 +384,7 @@ pub fn bootstrap_catalog(env: &HeapEnv<'_>, catalog: &Catalog) -> Result<()> {
         index: None,
         options: Default::default(),
         replica_identity: Default::default(),
+        missing: Vec::new(),
     };
     let rel = Relation::new(PG_CLASS_OID, "pg_class", PG_CLASS_OID, catalog::pg_class_schema(), 100);
     let snap = Snapshot::simple(Xid::FIRST_NORMAL, Xid::FIRST_NORMAL, vec![], Some(Xid::BOOTSTRAP));

@@ -1,8 +1,10 @@
 //! Historic catalog snapshots (PostgreSQL's `snapbuild.c`, for the one kind of catalog row that
 //! changes under a fixed identity here: publications).
 //!
-//! Relations never change their columns under an OID, so the decoder needs no historic
-//! snapshot to decode rows (see [`super::logical`]). Publications do change under their
+//! Relations do change their columns under an OID (ALTER TABLE ADD COLUMN, RENAME), but only
+//! by rewriting their `pg_class` row, which is in the WAL: the decoder follows those rows in
+//! WAL order and needs no historic snapshot to decode rows (see [`super::logical`]).
+//! Publications do change under their
 //! name (ALTER PUBLICATION … ADD TABLE, SET (publish = …), DROP and CREATE again), and
 //! `pgoutput` must filter a change with the publications as they stood *at that change's LSN*,
 //! as PostgreSQL's pgoutput reads `pg_publication` through the historic snapshot of the

@@ -14,10 +14,16 @@
 //! handed to the plugin at its commit unless the commit record starts before the slot's
 //! `confirmed_flush` (already consumed: PostgreSQL's `SnapBuildXactNeedsSkip`).
 //!
-//! No historic catalog snapshot is needed: a relation's columns never change under its OID
-//! (the engine has no ALTER TABLE … ADD/DROP COLUMN; DROP and CREATE make a new OID), so a
-//! change is decoded with the schema it was written under as long as the decoder can find
-//! the relation by OID. It looks first at the `pg_class` rows it has read from the WAL (a table
+//! No historic catalog snapshot is needed. A relation's columns change under its OID only by
+//! ALTER TABLE (ADD COLUMN appends one, with the missing value rows stored before read for
+//! it; RENAME COLUMN / RENAME TO change names; `db::alter`), which writes the table's new
+//! `pg_class` row under AccessExclusive: every transaction that changed the table before
+//! committed before that row, and every one after began after it, so a change is decoded with
+//! the description the decoder has learned at the change's point in the WAL (pgoutput sends a
+//! new Relation message when that description differs from the one it sent). A decoder that
+//! finds a relation not yet learned takes the catalog's *current* description instead: changes
+//! read before it reaches a later ALTER's `pg_class` row then carry the added column (NULL or
+//! its missing value) and the new names. It looks first at the `pg_class` rows it has read from the WAL (a table
 //! created, written and dropped while decoding lagged is still known), then at the catalog it
 //! was given. A heap record names its relation by file node, which TRUNCATE changes: the
 //! decoder maps file nodes to tables from the same `pg_class` rows, in WAL order, so the
@@ -67,7 +73,7 @@ use super::reorderbuffer::{Change, ChangeKind, ReorderBuffer, StreamSink};
 use crate::catalog::{self, ClassRow, RelKind};
 use crate::error::{Error, Result};
 use crate::heap::truncate::{TruncateRecord, XLOG_HEAP_TRUNCATE};
-use crate::heap::tuple::{deform_logged_tuple_into, deform_tuple, Schema, Value};
+use crate::heap::tuple::{deform_logged_tuple_with_into, deform_tuple, Schema, Value};
 use crate::heap::wal::{decode_row_change, encode_tuple, for_each_inserted_tuple, insert_rel, RowChange};
 use crate::heap::ReplicaIdentity;
 use crate::types::{Lsn, Oid, Tid, Xid};
@@ -93,6 +99,10 @@ pub struct RelInfo {
     pub namespace: String,
     pub name: String,
     pub schema: Schema,
+    /// The columns' missing values (`pg_class.relmissing`): what a row logged before
+    /// `ALTER TABLE ... ADD COLUMN ... DEFAULT` holds for the column (an old row or key
+    /// logged by a later UPDATE or DELETE may be such a row). Empty: NULL for every column.
+    pub missing: Vec<Value>,
     /// `relreplident`, and the primary key's columns (positions in `schema`; empty without
     /// one): what an update's or delete's old row holds.
     pub replica_identity: ReplicaIdentity,
@@ -101,8 +111,8 @@ pub struct RelInfo {
 
 impl PartialEq for RelInfo {
     fn eq(&self, o: &RelInfo) -> bool {
-        (self.oid, &self.namespace, &self.name, &self.schema, self.replica_identity, &self.key_columns)
-            == (o.oid, &o.namespace, &o.name, &o.schema, o.replica_identity, &o.key_columns)
+        (self.oid, &self.namespace, &self.name, &self.schema, &self.missing, self.replica_identity, &self.key_columns)
+            == (o.oid, &o.namespace, &o.name, &o.schema, &o.missing, o.replica_identity, &o.key_columns)
     }
 }
 
@@ -831,6 +841,7 @@ impl<'a> LogicalDecoder<'a> {
                     namespace: "public".into(),
                     name: row.relname,
                     schema: row.schema,
+                    missing: row.missing,
                     replica_identity: row.replica_identity,
                     key_columns: before.map(|b| b.key_columns.clone()).unwrap_or_default(),
                 },
@@ -1088,7 +1099,7 @@ impl<'a> LogicalDecoder<'a> {
 /// Decodes a queued change's tuples with its relation's schema, into `bufs`' vectors.
 fn row_data(rel: &RelInfo, kind: ChangeKind, c: &Change<'_>, bufs: &mut RowBuffers) -> Result<RowData> {
     let deform = |t: &[u8], mut into: Vec<Value>| {
-        deform_logged_tuple_into(&rel.schema, t, &mut into)
+        deform_logged_tuple_with_into(&rel.schema, &rel.missing, t, &mut into)
             .map(|()| into)
             .map_err(|e| Error::invalid(format!("logical decoding: a row of \"{}\" at {}: {e}", rel.name, c.lsn)))
     };

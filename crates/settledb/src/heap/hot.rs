@@ -13,9 +13,7 @@
 //! whether the chain still holds a version that conflicts with a new key; [`chain_dead_to_all`]
 //! tells an index scan whether the entry can be killed (marked LP_DEAD, [`crate::btree::kill`]).
 
-use super::tuple::{
-    self, TupleHeader, Value, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY,
-};
+use super::tuple::{TupleHeader, Value, HEAP_HOT_UPDATED, HEAP_ONLY_TUPLE, HEAP_XMAX_INVALID, HEAP_XMAX_LOCK_ONLY};
 use super::visibility::{satisfies_mvcc, satisfies_vacuum, xid_status, VacuumStatus};
 use super::{corrupt_tuple, read_page_if_exists, HeapEnv, Relation};
 use crate::error::Result;
@@ -81,7 +79,7 @@ pub fn hot_search(
         let t = page::item(&g.0, off);
         let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
         if satisfies_mvcc(&h, snap, curcid, env.xact)? {
-            let vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
+            let vals = rel.deform(t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
             return Ok(Some((tid, vals)));
         }
     }
@@ -198,7 +196,7 @@ pub fn unique_version(
             }
         };
         if !deleted {
-            let vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
+            let vals = rel.deform(t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
             return Ok((HeapTupleState::Live, Some((tid, vals))));
         }
     }

@@ -182,7 +182,7 @@ fn lock_once(
     if prior.is_some_and(|x| h.xmin() != x) {
         return gone;
     }
-    let values = || tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e));
+    let values = || rel.deform(t).map_err(|e| corrupt_tuple(rel, tid, &e));
     let m = h.infomask();
     let lock_only = m & tuple::HEAP_XMAX_LOCK_ONLY != 0 && m & HEAP_XMAX_INVALID == 0;
     if lock_only && tx.snapshot.is_current(h.xmax()) {

@@ -167,6 +167,10 @@ pub struct Relation {
     /// Heap pages read from disk and found in shared buffers, since the last collection.
     pub blks_read: std::sync::atomic::AtomicU64,
     pub blks_hit: std::sync::atomic::AtomicU64,
+    /// The columns' missing values (`pg_class.relmissing`, PostgreSQL's `attmissingval`):
+    /// what a row written before `ALTER TABLE ... ADD COLUMN ... DEFAULT` reads for the
+    /// column (see [`Relation::deform`]); empty or NULL where a column has none.
+    pub missing: Vec<Value>,
 }
 
 impl Relation {
@@ -190,7 +194,22 @@ impl Relation {
             vacuum_memory: std::sync::OnceLock::new(),
             blks_read: std::sync::atomic::AtomicU64::new(0),
             blks_hit: std::sync::atomic::AtomicU64::new(0),
+            missing: Vec::new(),
         }
+    }
+
+    /// [`Relation::new`] whose rows written before some columns were added read those
+    /// columns' `missing` values.
+    pub fn with_missing(mut self, missing: Vec<Value>) -> Relation {
+        self.missing = if missing.iter().all(|v| matches!(v, Value::Null)) { Vec::new() } else { missing };
+        self
+    }
+
+    /// A stored tuple's values by the relation's schema and missing values
+    /// ([`tuple::deform_tuple_with`]).
+    #[inline]
+    pub fn deform(&self, t: &[u8]) -> std::result::Result<Vec<Value>, String> {
+        tuple::deform_tuple_with(&self.schema, &self.missing, t)
     }
 
     /// Takes the counts kept since the last call (for the statistics collector).
@@ -397,7 +416,7 @@ fn old_row_for_wal(rel: &Relation, old: &[u8], new_vals: Option<&[Value]>) -> Re
         }
         ReplicaIdentity::Default if key.is_empty() => Ok(None),
         ReplicaIdentity::Default => {
-            let old_vals = tuple::deform_tuple(&rel.schema, old).map_err(|e| Error::invalid(e.to_string()))?;
+            let old_vals = rel.deform(old).map_err(|e| Error::invalid(e.to_string()))?;
             if let Some(new_vals) = new_vals {
                 let changed = key.iter().any(|&c| old_vals.get(usize::from(c)) != new_vals.get(usize::from(c)));
                 if !changed {
@@ -718,7 +737,7 @@ pub fn fetch(env: &HeapEnv<'_>, rel: &Relation, snap: &Snapshot, curcid: u32, ti
     if !visibility::satisfies_mvcc(&h, snap, curcid, env.xact)? {
         return Ok(None);
     }
-    tuple::deform_tuple(&rel.schema, t).map(Some).map_err(|e| corrupt_tuple(rel, tid, &e))
+    rel.deform(t).map(Some).map_err(|e| corrupt_tuple(rel, tid, &e))
 }
 
 /// Sequential-scan one page: the visible tuples of `block` with their values. Prunes the page
@@ -748,7 +767,7 @@ pub fn scan_page(
         let Some(t) = normal_item(rel, &g.0, tid)? else { continue };
         let h = TupleHeader::parse(t).ok_or_else(|| corrupt_tuple(rel, tid, "invalid tuple header"))?;
         if visibility::satisfies_mvcc(&h, snap, curcid, env.xact)? {
-            let vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
+            let vals = rel.deform(t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
             out.push((tid, vals));
         }
     }
@@ -768,7 +787,7 @@ pub fn scan_page_any(env: &HeapEnv<'_>, rel: &Relation, block: BlockNumber) -> R
     for o in 1..=page::max_offset(&g.0) {
         let tid = Tid { block, offset: OffsetNumber(o) };
         let Some(t) = normal_item(rel, &g.0, tid)? else { continue };
-        let vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
+        let vals = rel.deform(t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
         out.push((tid, vals));
     }
     Ok(out)

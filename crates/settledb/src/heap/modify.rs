@@ -155,7 +155,7 @@ fn update_once(
     if let Some(a) = check_update_status(tx, st, tid)? {
         return Ok(a);
     }
-    let old_vals = tuple::deform_tuple(&rel.schema, t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
+    let old_vals = rel.deform(t).map_err(|e| corrupt_tuple(rel, tid, &e))?;
     let (old_m, old_m2) = (h.infomask(), h.infomask2());
     let new_vals = f(&old_vals)?;
     let mut nt = tuple::form_tuple(&rel.schema, &new_vals)?;

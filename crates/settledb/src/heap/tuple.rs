@@ -41,7 +41,10 @@
 //!
 //! * `t_hoff >= 23`, MAXALIGNed, `<= t_len`; with `HEAP_HASNULL` the bitmap
 //!   (`ceil(natts / 8)` bytes) fits before `t_hoff`. [`TupleHeader::parse`] checks this.
-//! * Attributes past `natts` read as NULL (columns added after the row was written).
+//! * Attributes past `natts` read as NULL (columns added after the row was written), or as
+//!   the column's *missing value* when the reader is given one ([`deform_tuple_with`]):
+//!   `ALTER TABLE ... ADD COLUMN c DEFAULT 5` stores `5` once in the catalog (PostgreSQL's
+//!   `attmissingval`) instead of rewriting every row, and rows written before read it.
 //! * [`deform_tuple`] and [`Schema::decode`] run on bytes from disk: they return an error
 //!   describing the damage and never panic.
 //! * Hint bits: `XMIN_COMMITTED | XMIN_INVALID` together mean frozen (`HEAP_XMIN_FROZEN`).
@@ -638,32 +641,30 @@ fn get_value(r: &mut Reader<'_>, ty: Type, what: &dyn std::fmt::Display) -> std:
 /// tuple's `natts` are NULL; attributes the tuple has beyond the schema are ignored. Any
 /// malformed byte is reported as an error naming the column; never panics.
 pub fn deform_tuple(schema: &Schema, tuple: &[u8]) -> std::result::Result<Vec<Value>, String> {
+    deform_tuple_with(schema, &[], tuple)
+}
+
+/// [`deform_tuple`] where attribute `i` past the tuple's `natts` reads as `missing[i]` (NULL
+/// where `missing` is shorter): the columns' missing values (`attmissingval`), which
+/// `ALTER TABLE ... ADD COLUMN ... DEFAULT` records instead of rewriting the rows.
+pub fn deform_tuple_with(schema: &Schema, missing: &[Value], tuple: &[u8]) -> std::result::Result<Vec<Value>, String> {
     if let Some(p) = header_problem(tuple) {
         return Err(p);
     }
     let h = TupleHeader(tuple);
     let nulls = (h.infomask() & HEAP_HASNULL != 0).then(|| &tuple[HEAP_TUPLE_HEADER_SIZE..]);
-    deform_data(schema, h.natts() as usize, nulls, h.data())
-}
-
-/// The attributes of a tuple given as its attribute count, its null bitmap (when it has one)
-/// and its data area.
-fn deform_data(
-    schema: &Schema,
-    natts: usize,
-    nulls: Option<&[u8]>,
-    data: &[u8],
-) -> std::result::Result<Vec<Value>, String> {
     let mut out = Vec::with_capacity(schema.columns.len());
-    deform_data_into(schema, natts, nulls, data, &mut out)?;
+    deform_data_into(schema, missing, h.natts() as usize, nulls, h.data(), &mut out)?;
     Ok(out)
 }
 
-/// [`deform_data`] into `out`, which ends with one value per column: a text or bytea value
+/// The attributes of a tuple given as its attribute count, its null bitmap (when it has one)
+/// and its data area, into `out`, which ends with one value per column: a text or bytea value
 /// lands in the buffer of the one `out` already held at its place, if that was one of the same
 /// type (a reader of many rows of one table allocates once per column, not once per row).
 fn deform_data_into(
     schema: &Schema,
+    missing: &[Value],
     natts: usize,
     nulls: Option<&[u8]>,
     data: &[u8],
@@ -672,7 +673,15 @@ fn deform_data_into(
     let mut r = Reader { data, pos: 0 };
     out.truncate(schema.columns.len());
     for (i, c) in schema.columns.iter().enumerate() {
-        let null = i >= natts || nulls.is_some_and(|b| b[i / 8] & (1 << (i % 8)) == 0);
+        if i >= natts {
+            let v = missing.get(i).cloned().unwrap_or(Value::Null);
+            match out.get_mut(i) {
+                Some(slot) => *slot = v,
+                None => out.push(v),
+            }
+            continue;
+        }
+        let null = nulls.is_some_and(|b| b[i / 8] & (1 << (i % 8)) == 0);
         let what = ColumnLabel(c);
         match (out.get_mut(i), null) {
             (Some(slot), true) => *slot = Value::Null,
@@ -719,6 +728,16 @@ pub fn deform_logged_tuple_into(
     logged: &[u8],
     out: &mut Vec<Value>,
 ) -> std::result::Result<(), String> {
+    deform_logged_tuple_with_into(schema, &[], logged, out)
+}
+
+/// [`deform_logged_tuple_into`] with the columns' missing values (see [`deform_tuple_with`]).
+pub fn deform_logged_tuple_with_into(
+    schema: &Schema,
+    missing: &[Value],
+    logged: &[u8],
+    out: &mut Vec<Value>,
+) -> std::result::Result<(), String> {
     let Some((head, body)) = logged.split_first_chunk::<LOGGED_TUPLE_HEADER>() else {
         return Err(format!("logged tuple of {} bytes is shorter than its 5-byte header", logged.len()));
     };
@@ -736,7 +755,27 @@ pub fn deform_logged_tuple_into(
         return Err(format!("null bitmap of {natts} attributes does not fit before t_hoff {hoff}"));
     }
     let nulls = (bitmap > 0).then_some(body);
-    deform_data_into(schema, natts, nulls, &body[hoff - HEAP_TUPLE_HEADER_SIZE..], out)
+    deform_data_into(schema, missing, natts, nulls, &body[hoff - HEAP_TUPLE_HEADER_SIZE..], out)
+}
+
+/// The catalog form of a table's missing values (`pg_class.relmissing`): one heap tuple, in
+/// the format above, of the table's columns, column `i` holding its missing value or NULL for
+/// none. `None` when no column has one (the column is then NULL in `pg_class`).
+pub fn encode_missing(missing: &[Value]) -> Result<Option<Vec<u8>>> {
+    if missing.iter().all(|v| matches!(v, Value::Null)) {
+        return Ok(None);
+    }
+    build_tuple(missing).map(Some)
+}
+
+/// Decodes [`encode_missing`]'s tuple against the table's `schema`: one value per column
+/// (NULL for none). Bytes from disk: a malformed tuple is described, never a panic.
+pub fn decode_missing(schema: &Schema, b: &[u8]) -> std::result::Result<Vec<Value>, String> {
+    let cols = schema.columns.len();
+    if let Some(n) = TupleHeader::parse(b).map(|h| usize::from(h.natts())).filter(|&n| n > cols) {
+        return Err(format!("missing values for {n} columns, the table has {cols}"));
+    }
+    deform_tuple(schema, b)
 }
 
 const SCHEMA_FORMAT_VERSION: u8 = 1;

@@ -109,6 +109,7 @@ fn rel(identity: ReplicaIdentity) -> RelInfo {
                 Column { name: "val".into(), ty: Type::Text, nullable: true },
             ],
         },
+        missing: Vec::new(),
         replica_identity: identity,
         key_columns: vec![0],
     }
