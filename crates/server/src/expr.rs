@@ -416,10 +416,12 @@ pub fn eval(
             Datum::Text(array_text(rows.iter().map(|r| r[0].to_text())))
         }
         Expr::Function(f) => {
-            if is_aggregate(f) {
+            // Aggregates and window calls were computed over the rows (query.rs, window.rs).
+            if is_aggregate(f) || f.over.is_some() {
                 let key = e.to_string();
-                return aggs.and_then(|m| m.get(&key).cloned()).ok_or_else(|| {
-                    SqlError::new("42803", format!("aggregate function {} is not allowed here", func_name(f)))
+                return aggs.and_then(|m| m.get(&key).cloned()).ok_or_else(|| match f.over {
+                    Some(_) => crate::window::not_allowed_here(),
+                    None => SqlError::new("42803", format!("aggregate function {} is not allowed here", func_name(f))),
                 });
             }
             let args = func_args(f)?.ok_or_else(|| SqlError::unsupported("* as a function argument"))?;
@@ -1074,6 +1076,7 @@ pub fn infer_type(e: &Expr, scope: &Scope<'_>, params: &[SqlType]) -> SqlType {
                     _ => SqlType::Numeric { precision: 38, scale: 0 },
                 },
                 "min" | "max" | "abs" | "coalesce" | "nullif" => first.unwrap_or(SqlType::Text),
+                w if crate::window::is_window_only(w) => crate::window::result_type(w, first),
                 "random" => SqlType::Float8,
                 "pg_table_is_visible" => SqlType::Bool,
                 "array_length" | "array_upper" | "array_lower" => SqlType::Int4,

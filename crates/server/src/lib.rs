@@ -45,6 +45,7 @@
 //!
 //! See `docs/server.md` for what is supported and what is not.
 
+pub mod aggregate;
 pub mod auth;
 pub mod autoconf;
 pub mod catalog;
@@ -87,6 +88,7 @@ pub mod upsert;
 pub mod utility;
 pub mod views;
 pub mod walsender;
+pub mod window;
 pub mod wire;
 
 use std::net::SocketAddr;

@@ -8,7 +8,8 @@
 //! finished). UNION, INTERSECT and
 //! EXCEPT combine whole SELECTs ([`crate::setop`]); a WITH's CTEs are materialized before the
 //! query that names them ([`crate::cte`]). `FOR UPDATE/SHARE` locks the rows of one table
-//! ([`crate::rowlock`]). Window functions are refused with 0A000. A FROM list with joins, functions
+//! ([`crate::rowlock`]). Window functions run over the rows once WHERE, grouping and HAVING
+//! are done, before projection ([`crate::window`]). A FROM list with joins, functions
 //! or subqueries is read by [`crate::join`], whose rows (as wide as all its relations'
 //! columns) go through the same WHERE, grouping, sorting and projection. Subqueries in
 //! expressions run through the session ([`crate::expr::Env::subquery`], [`crate::correlate`]).
@@ -28,7 +29,7 @@ use crate::expr::{
 use crate::parse::Stmt;
 use crate::plan::{access, Target};
 use crate::session::{datums, Cx, Field, Outcome};
-use crate::types::{compare, Datum, Num, SqlType};
+use crate::types::{compare, Datum, SqlType};
 use crate::Shared;
 
 pub fn execute(cx: &mut Cx<'_, '_>, s: &Statement) -> Result<Outcome, SqlError> {
@@ -206,6 +207,7 @@ fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Da
     // What happens to the rows once read; known first, so a table's scan can give them in the
     // ORDER BY's order and stop at the LIMIT ([`crate::ordered`]).
     let order = order_items(q)?;
+    let windows = crate::window::Plan::build(sel, &outs, &order, cx)?;
     let group_exprs: Vec<Expr> = match &sel.group_by {
         GroupByExpr::Expressions(v, m) if m.is_empty() => v.clone(),
         GroupByExpr::Expressions(..) => return Err(SqlError::unsupported("GROUP BY modifiers")),
@@ -218,7 +220,7 @@ fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Da
     if let Some(h) = &sel.having {
         collect_aggs(h, &mut agg_calls);
     }
-    for (e, _, _) in &order {
+    for e in order.iter().map(|(e, _, _)| e).chain(windows.exprs()) {
         collect_aggs(e, &mut agg_calls);
     }
     let grouped = !group_exprs.is_empty() || !agg_calls.is_empty() || sel.having.is_some();
@@ -239,7 +241,7 @@ fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Da
                 order: &order,
                 outs: &outs,
                 where_conjuncts: sel.selection.as_ref().map_or(0, |w| crate::plan::conjuncts(w).len()),
-                grouped,
+                grouped: grouped || !windows.is_empty(),
                 distinct,
                 limit,
                 offset,
@@ -260,19 +262,16 @@ fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Da
         }
     };
 
-    // (output row, sort keys)
+    // (output row, sort keys); with window functions, first the rows they run over.
     let mut produced: Vec<(Vec<Datum>, Vec<Datum>)> = Vec::new();
+    let mut windowed: crate::window::Rows = Vec::new();
     let mut emit =
         |cx: &mut Cx<'_, '_>, rep: &[Datum], aggs: Option<&HashMap<String, Datum>>| -> Result<(), SqlError> {
-            let mut row = Vec::with_capacity(outs.len());
-            for o in &outs {
-                row.push(eval(&o.expr, &scope, rep, cx, aggs)?);
+            if !windows.is_empty() {
+                windowed.push((rep.to_vec(), aggs.cloned().unwrap_or_default()));
+                return Ok(());
             }
-            let mut keys = Vec::with_capacity(order.len());
-            for (e, _, _) in &order {
-                keys.push(sort_key(e, &outs, &row, &scope, rep, cx, aggs)?);
-            }
-            produced.push((row, keys));
+            produced.push(produce(cx, &outs, &order, &scope, rep, aggs)?);
             Ok(())
         };
     if grouped {
@@ -317,6 +316,15 @@ fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Da
         }
     }
 
+    if !windows.is_empty() {
+        let window_order = windows.compute(cx, &scope, &mut windowed)?;
+        for i in window_order {
+            cx.interrupts.tick()?;
+            let (rep, aggs) = &windowed[i];
+            produced.push(produce(cx, &outs, &order, &scope, rep, Some(aggs))?);
+        }
+    }
+
     // The sort below runs to its end once started; its input was read under interrupt checks.
     cx.interrupts.check()?;
     if !order.is_empty() && !sorted_by_scan {
@@ -330,6 +338,27 @@ fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Da
     }
     let rows: Vec<Vec<Datum>> = rows.into_iter().skip(offset).take(limit.unwrap_or(usize::MAX)).collect();
     Ok((fields, rows))
+}
+
+/// One output row and its sort keys, from the representative input row `rep` and the values
+/// of its group's aggregates (and window calls).
+fn produce(
+    cx: &mut Cx<'_, '_>,
+    outs: &[OutCol],
+    order: &[crate::ordered::OrderItem],
+    scope: &Scope<'_>,
+    rep: &[Datum],
+    aggs: Option<&HashMap<String, Datum>>,
+) -> Result<(Vec<Datum>, Vec<Datum>), SqlError> {
+    let mut row = Vec::with_capacity(outs.len());
+    for o in outs {
+        row.push(eval(&o.expr, scope, rep, cx, aggs)?);
+    }
+    let mut keys = Vec::with_capacity(order.len());
+    for (e, _, _) in order {
+        keys.push(sort_key(e, outs, &row, scope, rep, cx, aggs)?);
+    }
+    Ok((row, keys))
 }
 
 /// The ORDER BY items of a query: (expression, descending, NULLs first).
@@ -498,6 +527,8 @@ fn referenced(e: &Expr, scope: &Scope<'_>, used: &mut std::collections::BTreeSet
         Expr::InList { expr, list, .. } => {
             referenced(expr, scope, used) && list.iter().all(|x| referenced(x, scope, used))
         }
+        // A window clause or FILTER reads columns this walk does not look at.
+        Expr::Function(f) if f.over.is_some() || f.filter.is_some() => false,
         Expr::Function(f) => match func_args(f) {
             Ok(Some(args)) => args.iter().all(|a| referenced(a, scope, used)),
             Ok(None) => true,
@@ -584,11 +615,12 @@ pub fn limits(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Option<usize>, usize), 
     }
 }
 
-/// Collects the aggregate calls in an expression.
+/// Collects the aggregate calls in an expression (not window aggregates, but those in their
+/// arguments: `sum(x)` of `sum(sum(x)) OVER ()`).
 pub fn collect_aggs(e: &Expr, out: &mut Vec<Expr>) {
     match e {
-        Expr::Function(f) if is_aggregate(f) && !out.contains(e) => out.push(e.clone()),
-        Expr::Function(f) if is_aggregate(f) => {}
+        Expr::Function(f) if is_aggregate(f) && f.over.is_none() && !out.contains(e) => out.push(e.clone()),
+        Expr::Function(f) if is_aggregate(f) && f.over.is_none() => {}
         Expr::Function(f) => {
             for a in func_args(f).ok().flatten().unwrap_or_default() {
                 collect_aggs(a, out);
@@ -619,97 +651,35 @@ pub fn collect_aggs(e: &Expr, out: &mut Vec<Expr>) {
     }
 }
 
-/// Computes one aggregate over a group's rows.
+/// Computes one aggregate over a group's rows (those its FILTER keeps).
 fn aggregate(call: &Expr, rows: &[&Vec<Datum>], scope: &Scope<'_>, cx: &mut Cx<'_, '_>) -> Result<Datum, SqlError> {
     let Expr::Function(f) = call else { return Ok(Datum::Null) };
     let name = func_name(f);
     let distinct = matches!(&f.args, FunctionArguments::List(l) if matches!(l.duplicate_treatment, Some(DuplicateTreatment::Distinct)));
-    if f.filter.is_some() || f.over.is_some() {
-        return Err(SqlError::unsupported("aggregate FILTER and window functions"));
-    }
     let args = func_args(f)?;
-    let Some(args) = args else {
-        // count(*)
-        return Ok(Datum::Int(rows.len() as i64));
+    let mut state = crate::aggregate::State::new(&name, args.is_none())
+        .ok_or_else(|| SqlError::new("42883", format!("function {name} does not exist")))?;
+    let arg = match args.as_deref() {
+        None => None,
+        Some([arg]) => Some(*arg),
+        Some(_) => return Err(SqlError::new("42883", format!("function {name} takes one argument"))),
     };
-    let [arg] = args.as_slice() else {
-        return Err(SqlError::new("42883", format!("function {name} takes one argument")));
-    };
-    let mut vals = Vec::with_capacity(rows.len());
+    let mut seen = std::collections::HashSet::new();
     for r in rows {
         cx.interrupts.tick()?;
+        if let Some(w) = &f.filter {
+            if truth(&eval(w, scope, r, cx, None)?)? != Some(true) {
+                continue;
+            }
+        }
+        state.add_row();
+        let Some(arg) = arg else { continue };
         let v = eval(arg, scope, r, cx, None)?;
-        if !v.is_null() {
-            vals.push(v);
+        if !distinct || (!v.is_null() && seen.insert(format!("{:?}", v.to_text()))) {
+            state.add(&v);
         }
     }
-    if distinct {
-        let mut seen = std::collections::HashSet::new();
-        vals.retain(|v| seen.insert(format!("{:?}", v.to_text())));
-    }
-    Ok(match name.as_str() {
-        "count" => Datum::Int(vals.len() as i64),
-        "min" | "max" => {
-            let mut best: Option<Datum> = None;
-            for v in vals {
-                let better = match &best {
-                    None => true,
-                    Some(b) => {
-                        let o = compare(&v, b).unwrap_or(Ordering::Equal);
-                        if name == "min" {
-                            o == Ordering::Less
-                        } else {
-                            o == Ordering::Greater
-                        }
-                    }
-                };
-                if better {
-                    best = Some(v);
-                }
-            }
-            best.unwrap_or(Datum::Null)
-        }
-        "sum" | "avg" => {
-            if vals.is_empty() {
-                return Ok(Datum::Null);
-            }
-            let n = vals.len() as i128;
-            if vals.iter().any(|v| matches!(v, Datum::Float(_))) {
-                let mut s = 0.0;
-                for v in &vals {
-                    s += as_f64(v)?;
-                }
-                return Ok(Datum::Float(if name == "avg" { s / n as f64 } else { s }));
-            }
-            let scale = vals.iter().map(|v| if let Datum::Num(x) = v { x.scale } else { 0 }).max().unwrap_or(0);
-            let mut total: i128 = 0;
-            for v in &vals {
-                let m = match v {
-                    Datum::Int(x) => Num { mantissa: i128::from(*x), scale: 0 },
-                    Datum::Num(x) => *x,
-                    other => {
-                        return Err(SqlError::new(
-                            "42883",
-                            format!("function {name}({}) does not exist", other.natural_type().display()),
-                        ))
-                    }
-                };
-                let m = m.rescale(scale).ok_or_else(|| SqlError::out_of_range("numeric"))?;
-                total = total.checked_add(m.mantissa).ok_or_else(|| SqlError::out_of_range("numeric"))?;
-            }
-            if name == "avg" {
-                let q = Num { mantissa: total, scale }
-                    .rescale(scale.max(16))
-                    .ok_or_else(|| SqlError::out_of_range("numeric"))?;
-                Datum::Num(Num { mantissa: q.mantissa / n, scale: q.scale })
-            } else if scale == 0 {
-                i64::try_from(total).map_or(Datum::Num(Num { mantissa: total, scale: 0 }), Datum::Int)
-            } else {
-                Datum::Num(Num { mantissa: total, scale })
-            }
-        }
-        _ => Datum::Null,
-    })
+    state.result()
 }
 
 /// Types the `$n` of a SELECT's WHERE and select list, and of the (uncorrelated) subqueries
@@ -723,6 +693,7 @@ fn select_params(sh: &Shared, sel: &Select, scope: &Scope<'_>, params: &mut Vec<
     }
     for e in exprs {
         infer_params(e, scope, params);
+        crate::window::infer_params(e, scope, params);
         let mut subs = Vec::new();
         subqueries(e, &mut subs);
         for q in subs {
