@@ -20,7 +20,8 @@
 //!   join      FROM lists: joins (index nested loop, hash, nested loop; inner, left, cross)
 //!             and generate_series (series)
 //!   expr      expression evaluation and type inference (pattern: LIKE, ~);  types  SQL types,
-//!             text/binary I/O
+//!             text/binary I/O;  datetime  timestamptz, TimeZone, date/time operators and
+//!             functions;  interval  the interval type
 //!   catalog   the SQL column types the engine does not keep (DIR/server_catalog)
 //!   copy      COPY FROM STDIN / TO STDOUT;  utility  VACUUM;  settings  GUCs;  log  server log
 //!   interrupt cancel requests, statement_timeout, the idle timeouts, max_connections:
