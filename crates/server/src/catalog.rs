@@ -187,6 +187,66 @@ impl SqlCatalog {
         self.write(db, &mut g)
     }
 
+    /// Changes `table`'s entry with `f` and rewrites the file (ALTER TABLE). A table the file
+    /// does not describe yet starts from `old_types`, its columns' types before the change
+    /// ([`SqlCatalog::columns`]), without defaults.
+    pub fn update(
+        &self,
+        db: &Database,
+        table: &str,
+        old_types: Vec<SqlType>,
+        f: impl FnOnce(&mut TableSql),
+    ) -> Result<(), SqlError> {
+        let mut g = self.types.write();
+        let entry = g.entry(table.to_string()).or_default();
+        if entry.types.len() != old_types.len() {
+            *entry = TableSql { defaults: vec![None; old_types.len()], types: old_types, parsed: None };
+        }
+        f(entry);
+        entry.parse_defaults()?;
+        self.write(db, &mut g)
+    }
+
+    /// ALTER TABLE ... ADD COLUMN: the new column's type and default, after the others'.
+    pub fn add_column(
+        &self,
+        db: &Database,
+        table: &str,
+        old_types: Vec<SqlType>,
+        ty: SqlType,
+        default: Option<String>,
+    ) -> Result<(), SqlError> {
+        self.update(db, table, old_types, |t| {
+            t.types.push(ty);
+            t.defaults.push(default);
+        })
+    }
+
+    /// ALTER TABLE ... ALTER COLUMN ... SET / DROP DEFAULT (`None`).
+    pub fn set_default(
+        &self,
+        db: &Database,
+        table: &str,
+        old_types: Vec<SqlType>,
+        column: usize,
+        default: Option<String>,
+    ) -> Result<(), SqlError> {
+        self.update(db, table, old_types, |t| {
+            if let Some(d) = t.defaults.get_mut(column) {
+                *d = default;
+            }
+        })
+    }
+
+    /// ALTER TABLE ... RENAME TO: the entry follows the table.
+    pub fn rename(&self, db: &Database, from: &str, to: &str) -> Result<(), SqlError> {
+        let mut g = self.types.write();
+        if let Some(t) = g.remove(from) {
+            g.insert(to.to_string(), t);
+        }
+        self.write(db, &mut g)
+    }
+
     /// Forgets a dropped table.
     pub fn remove(&self, db: &Database, table: &str) -> Result<(), SqlError> {
         let mut g = self.types.write();

@@ -314,7 +314,12 @@ pub fn reset_options(
     Ok(Outcome::Command("ALTER TABLE".into()))
 }
 
-fn alter(sh: &Shared, table: &str, op: &AlterTableOperation, interrupt: &settledb::Interrupt) -> Result<(), SqlError> {
+pub(crate) fn alter(
+    sh: &Shared,
+    table: &str,
+    op: &AlterTableOperation,
+    interrupt: &settledb::Interrupt,
+) -> Result<(), SqlError> {
     match op {
         AlterTableOperation::AddConstraint { constraint: TableConstraint::PrimaryKey(p), .. } => {
             let cols = index_columns(&p.columns)?;

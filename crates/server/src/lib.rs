@@ -14,7 +14,7 @@
 //!   parse     statement splitting, our parser for VACUUM/ANALYZE/CHECKPOINT/COPY, sqlparser
 //!   session   transaction state (autocommit, BEGIN/COMMIT/ROLLBACK, failed blocks), SET/SHOW
 //!   query     SELECT and Describe (setop: UNION/INTERSECT/EXCEPT);  dml  INSERT/UPDATE/
-//!             DELETE/TRUNCATE;  ddl  CREATE/DROP/ALTER
+//!             DELETE/TRUNCATE;  ddl  CREATE/DROP/ALTER;  alter  ALTER TABLE's column changes
 //!   plan      index equality/range scan, index-only scan, or sequential scan for a WHERE clause;
 //!             ordered  ORDER BY from index order (forward or backward), LIMIT stopping the scan
 //!   join      FROM lists: joins (index nested loop, hash, nested loop; inner, left, cross)
@@ -47,6 +47,7 @@
 //! See `docs/server.md` for what is supported and what is not.
 
 pub mod aggregate;
+pub mod alter;
 pub mod auth;
 pub mod autoconf;
 pub mod catalog;

@@ -592,6 +592,11 @@ impl<'db> Session<'db> {
                 crate::datetime::zone::report(zone, &self.settings, notices);
                 r.map(|()| Outcome::Command("RESET".into()))
             }
+            Statement::AlterTable(at) if crate::alter::changes_columns(at) => {
+                self.outside_block("DDL (CREATE, DROP, ALTER)")?;
+                let interrupt = self.interrupts.engine();
+                crate::alter::execute(self, at, &interrupt, notices)
+            }
             Statement::CreateTable(_)
             | Statement::CreateSequence { .. }
             | Statement::Drop { .. }

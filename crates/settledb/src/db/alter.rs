@@ -97,7 +97,7 @@ impl Database {
     /// ALTER TABLE `name` with one definition change, in a transaction of its own (see the
     /// module doc). Errors use PostgreSQL's messages: `column "c" of relation "t" already
     /// exists` ([`Error::AlreadyExists`]), `column "c" of relation "t" does not exist`
-    /// ([`Error::NotFound`]), `column "c" of relation "t" contains null values` and
+    /// (RENAME COLUMN: `column "c" does not exist`; [`Error::NotFound`]), `column "c" of relation "t" contains null values` and
     /// `column "c" is in a primary key` ([`Error::InvalidInput`]).
     pub fn alter_table(&self, name: &str, change: &AlterTable) -> Result<Altered> {
         let inner = &self.inner;
@@ -128,7 +128,9 @@ impl Database {
                 add_column(self, &entry, &mut row, column, missing)?;
             }
             AlterTable::RenameColumn { from, to } => {
-                let p = position(&row.schema, from, name)?;
+                // PostgreSQL's renameatt words it without the relation.
+                let p = position(&row.schema, from, name)
+                    .map_err(|_| Error::NotFound(format!("column \"{from}\" does not exist")))?;
                 if row.schema.columns.iter().any(|c| &c.name == to) {
                     return Err(column_exists(to, name));
                 }
