@@ -1,5 +1,5 @@
-//! Non-recursive common table expressions: `WITH name [(col, ...)] AS [[NOT] MATERIALIZED]
-//! (SELECT ...) [, ...] SELECT ...`.
+//! Common table expressions: `WITH [RECURSIVE] name [(col, ...)] AS [[NOT] MATERIALIZED]
+//! (SELECT ...) [, ...] SELECT ...`; the recursive ones are in [`recursive`].
 //!
 //! Every CTE is materialized, as PostgreSQL does with a CTE marked `MATERIALIZED` (its
 //! `nodeCtescan.c`): its query runs once per statement, in the statement's transaction and
@@ -28,8 +28,10 @@
 //!
 //! A CTE's columns are its query's output columns (names and the types Describe infers),
 //! renamed by its column list. Errors, as PostgreSQL 15's parse analysis reports them:
-//! `WITH RECURSIVE` and a data-modifying CTE are 0A000 (not built), a name given twice in one
-//! WITH is 42712, and a column list longer than the query's columns 42P10.
+//! a data-modifying CTE is 0A000 (not built), a name given twice in one WITH is 42712, and a
+//! column list longer than the query's columns 42P10.
+
+mod recursive;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -96,9 +98,14 @@ pub fn select<T>(
     check(with)?;
     let frame = Frame::enter();
     for cte in &with.cte_tables {
-        let (fields, rows) = crate::query::select(cx, &cte.query)?;
-        let cols = columns(&cte.alias, fields)?;
-        frame.push(ident_name(&cte.alias.name), CteTable { cols, rows: Rc::new(rows) });
+        let table = match recursive_terms(with, cte)? {
+            Some(terms) => recursive::run(cx, cte, &terms)?,
+            None => {
+                let (fields, rows) = crate::query::select(cx, &cte.query)?;
+                CteTable { cols: columns(&cte.alias, fields)?, rows: Rc::new(rows) }
+            }
+        };
+        frame.push(ident_name(&cte.alias.name), table);
     }
     body(cx)
 }
@@ -115,19 +122,27 @@ pub fn describe<T>(
     check(with).ok()?;
     let frame = Frame::enter();
     for cte in &with.cte_tables {
-        let fields = crate::query::describe_query(sh, &cte.query, params)?;
-        let cols = columns(&cte.alias, fields).ok()?;
+        let cols = match recursive_terms(with, cte).ok()? {
+            Some(terms) => recursive::describe(sh, cte, &terms, params)?,
+            None => columns(&cte.alias, crate::query::describe_query(sh, &cte.query, params)?).ok()?,
+        };
         frame.push(ident_name(&cte.alias.name), CteTable { cols, rows: Rc::default() });
     }
     body(params)
 }
 
-/// What PostgreSQL refuses before running anything: recursion, data-modifying CTEs (both
-/// not built here) and a name given twice.
-fn check(with: &With) -> Result<(), SqlError> {
+/// A CTE's recursive terms: only under WITH RECURSIVE, and only when it names itself.
+fn recursive_terms<'a>(with: &With, cte: &'a Cte) -> Result<Option<recursive::Terms<'a>>, SqlError> {
     if with.recursive {
-        return Err(SqlError::unsupported("WITH RECURSIVE (recursive common table expressions)"));
+        recursive::terms(cte)
+    } else {
+        Ok(None)
     }
+}
+
+/// What PostgreSQL refuses before running anything: data-modifying CTEs (not built here) and
+/// a name given twice.
+fn check(with: &With) -> Result<(), SqlError> {
     for (i, cte) in with.cte_tables.iter().enumerate() {
         if modifies(&cte.query) {
             return Err(SqlError::unsupported("a data-modifying statement (INSERT, UPDATE, DELETE) in WITH"));

@@ -81,7 +81,7 @@ fn output_column(e: &Expr, fields: &[Field]) -> Result<usize, SqlError> {
 
 /// One operand: a SELECT (run with none of the outer query's ORDER BY or LIMIT), a
 /// parenthesized query, or a set operation of two operands.
-fn side(cx: &mut Cx<'_, '_>, outer: &Query, body: &SetExpr) -> Result<(Vec<Field>, Rows), SqlError> {
+pub(crate) fn side(cx: &mut Cx<'_, '_>, outer: &Query, body: &SetExpr) -> Result<(Vec<Field>, Rows), SqlError> {
     match body {
         SetExpr::SetOperation { left, op, set_quantifier, right } => {
             let (fields, l) = side(cx, outer, left)?;
@@ -109,7 +109,7 @@ fn side(cx: &mut Cx<'_, '_>, outer: &Query, body: &SetExpr) -> Result<(Vec<Field
 }
 
 /// A row's identity for duplicate elimination (NULLs equal, as DISTINCT treats them).
-fn key(row: &[Datum]) -> Vec<Option<String>> {
+pub(crate) fn key(row: &[Datum]) -> Vec<Option<String>> {
     row.iter().map(Datum::to_text).collect()
 }
 
