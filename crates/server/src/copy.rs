@@ -125,6 +125,7 @@ impl<'a> CopyIn<'a> {
         if self.rows.len() >= BATCH_ROWS || (all && !self.rows.is_empty()) {
             let rows = std::mem::take(&mut self.rows);
             tx.insert_many(&self.target.table, &rows)?;
+            crate::constraints::after_insert(self.sh, tx, &self.target, &rows)?;
             self.count += rows.len() as u64;
         }
         Ok(())
@@ -224,6 +225,7 @@ impl<'a> CopyIn<'a> {
                 )));
             }
         }
+        crate::constraints::check_stored(&self.target, &row).map_err(|e| self.context(e))?;
         self.rows.push(row);
         Ok(())
     }

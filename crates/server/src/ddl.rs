@@ -6,8 +6,9 @@
 //! (see [`crate::session`]). `UNIQUE` column constraints become unique indexes named
 //! `<table>_<column>_key`, as PostgreSQL names them. A column's `DEFAULT` expression is
 //! kept in the server's catalog and evaluated by INSERT for the columns it does not list (or
-//! lists as `DEFAULT`); `CHECK` and foreign keys are refused with 0A000. CREATE / DROP
-//! SEQUENCE go to [`crate::sequence`].
+//! lists as `DEFAULT`). `CHECK` and foreign keys (in CREATE TABLE, ALTER TABLE ADD / DROP
+//! CONSTRAINT) are [`crate::constraints`]'s. CREATE / DROP SEQUENCE go to
+//! [`crate::sequence`].
 
 use settledb::{Column, Schema, TableOptions};
 use sqlparser::ast::{
@@ -32,7 +33,9 @@ pub fn execute(
 ) -> Result<Outcome, SqlError> {
     match s {
         Statement::CreateTable(ct) => create_table(sh, ct, notices),
-        Statement::Drop { object_type, if_exists, names, .. } => drop(sh, *object_type, *if_exists, names, notices),
+        Statement::Drop { object_type, if_exists, names, cascade, .. } => {
+            drop(sh, *object_type, *if_exists, names, *cascade, notices)
+        }
         Statement::CreateIndex(ci) => create_index(sh, ci, interrupt, notices),
         Statement::CreateSequence {
             if_not_exists, name, sequence_options, temporary: false, owned_by: None, ..
@@ -60,7 +63,10 @@ pub fn execute(
                 return Ok(Outcome::Command("ALTER TABLE".into()));
             }
             for op in &at.operations {
-                alter(sh, &table, op, interrupt)?;
+                match op {
+                    AlterTableOperation::DropConstraint { .. } => drop_constraint(sh, &table, op, notices)?,
+                    op => alter(sh, &table, op, interrupt)?,
+                }
             }
             Ok(Outcome::Command("ALTER TABLE".into()))
         }
@@ -100,6 +106,7 @@ fn create_table(sh: &Shared, ct: &CreateTable, notices: &mut Vec<Notice>) -> Res
     // `serial` columns: an integer column whose default is its own sequence's nextval, made
     // after the table (as PostgreSQL's `<table>_<column>_seq`) and dropped with it.
     let mut serials: Vec<(String, i64)> = Vec::new();
+    let mut pending = crate::constraints::define::Pending::default();
     for c in &ct.columns {
         let cname = ident_name(&c.name);
         let serial = serial_type(&c.data_type);
@@ -127,6 +134,8 @@ fn create_table(sh: &Shared, ct: &CreateTable, notices: &mut Vec<Notice>) -> Res
                     nullable = false;
                 }
                 ColumnOption::Unique(_) => uniques.push(vec![cname.clone()]),
+                ColumnOption::Check(check) => pending.check(o.name.as_ref(), check),
+                ColumnOption::ForeignKey(fk) => pending.foreign_key(o.name.as_ref(), fk, Some(&c.name)),
                 other => return Err(SqlError::unsupported(format!("the column option \"{other}\""))),
             }
         }
@@ -138,6 +147,8 @@ fn create_table(sh: &Shared, ct: &CreateTable, notices: &mut Vec<Notice>) -> Res
         match con {
             TableConstraint::PrimaryKey(p) => set_pk(&mut pk, index_columns(&p.columns)?)?,
             TableConstraint::Unique(u) => uniques.push(index_columns(&u.columns)?),
+            TableConstraint::Check(check) => pending.check(None, check),
+            TableConstraint::ForeignKey(fk) => pending.foreign_key(None, fk, None),
             other => return Err(SqlError::unsupported(format!("the table constraint \"{other}\""))),
         }
     }
@@ -158,15 +169,26 @@ fn create_table(sh: &Shared, ct: &CreateTable, notices: &mut Vec<Notice>) -> Res
             options.options.set(&k, &v).map_err(SqlError::from)?;
         }
     }
+    crate::constraints::define::refuse_unbuilt(&pending)?;
     sh.db.create_table(&name, Schema { columns }, options)?;
     sh.catalog.set(&sh.db, &name, crate::catalog::TableSql { types, defaults, parsed: None })?;
     for (seq, max) in serials {
         let max = sqlparser::ast::Expr::value(sqlparser::ast::Value::Number(max.to_string(), false));
         sh.sequences.create_owned(&seq, &[sqlparser::ast::SequenceOptions::MaxValue(Some(max))], Some(&name))?;
     }
+    let mut unique_names = Vec::new();
     for cols in uniques {
         let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
+        unique_names.push(format!("{name}_{}_key", cols.join("_")));
         sh.db.create_index(&format!("{name}_{}_key", cols.join("_")), &name, &refs, true)?;
+    }
+    // A constraint refused now (an unknown referenced table, a type mismatch, ...) takes the
+    // table with it, as PostgreSQL's CREATE TABLE makes nothing when it fails.
+    if let Err(e) = crate::constraints::define::created(sh, &name, pending, &unique_names) {
+        sh.db.drop_table(&name)?;
+        sh.catalog.remove(&sh.db, &name)?;
+        sh.sequences.drop_owned_by(&name)?;
+        return Err(e);
     }
     Ok(Outcome::Command("CREATE TABLE".into()))
 }
@@ -214,6 +236,7 @@ fn drop(
     kind: ObjectType,
     if_exists: bool,
     names: &[ObjectName],
+    cascade: bool,
     notices: &mut Vec<Notice>,
 ) -> Result<Outcome, SqlError> {
     let (tag, what) = match kind {
@@ -243,6 +266,9 @@ fn drop(
             }
         }
     }
+    if kind == ObjectType::Table {
+        crate::constraints::define::before_drop_tables(sh, &names, cascade, notices)?;
+    }
     for n in &names {
         match kind {
             ObjectType::Table if sh.db.table(n).is_ok() => {
@@ -256,6 +282,9 @@ fn drop(
             }
             _ => {}
         }
+    }
+    if kind == ObjectType::Table {
+        crate::constraints::define::after_drop_tables(sh)?;
     }
     Ok(Outcome::Command(tag.into()))
 }
@@ -332,9 +361,22 @@ pub(crate) fn alter(
             let cols = index_columns(&u.columns)?;
             crate::interval::refuse_index(sh, table, &cols)?;
             let refs: Vec<&str> = cols.iter().map(String::as_str).collect();
-            sh.db.create_index_with(&format!("{table}_{}_key", cols.join("_")), table, &refs, true, Some(interrupt))?;
-            Ok(())
+            let index = format!("{table}_{}_key", cols.join("_"));
+            sh.db.create_index_with(&index, table, &refs, true, Some(interrupt))?;
+            crate::constraints::define::created(sh, table, Default::default(), &[index])
         }
+        AlterTableOperation::AddConstraint { constraint: TableConstraint::Check(c), .. } => {
+            crate::constraints::define::add(sh, table, crate::constraints::define::Adding::Check(None, c), interrupt)
+        }
+        AlterTableOperation::AddConstraint { constraint: TableConstraint::ForeignKey(fk), .. } => {
+            crate::constraints::define::add(
+                sh,
+                table,
+                crate::constraints::define::Adding::ForeignKey(None, fk),
+                interrupt,
+            )
+        }
+        AlterTableOperation::DropConstraint { .. } => drop_constraint(sh, table, op, &mut Vec::new()),
         AlterTableOperation::SetOptionsParens { options } => {
             let pairs = storage_options(options)?;
             let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -343,6 +385,18 @@ pub(crate) fn alter(
         }
         other => Err(SqlError::unsupported(format!("ALTER TABLE ... {other}"))),
     }
+}
+
+/// `ALTER TABLE ... DROP CONSTRAINT [IF EXISTS] name [CASCADE | RESTRICT]`.
+fn drop_constraint(
+    sh: &Shared,
+    table: &str,
+    op: &AlterTableOperation,
+    notices: &mut Vec<Notice>,
+) -> Result<(), SqlError> {
+    let AlterTableOperation::DropConstraint { if_exists, name, drop_behavior } = op else { return Ok(()) };
+    let cascade = matches!(drop_behavior, Some(sqlparser::ast::DropBehavior::Cascade));
+    crate::constraints::define::drop(sh, table, &ident_name(name), *if_exists, cascade, notices)
 }
 
 /// CREATE / ALTER / DROP PUBLICATION on the engine's `pg_publication` (see

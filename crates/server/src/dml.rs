@@ -60,6 +60,7 @@ pub fn insert(cx: &mut Cx<'_, '_>, i: &Insert) -> Result<Outcome, SqlError> {
     } else if let Some(v) = stored.first() {
         cx.tx.insert(&t.table, v)?;
     }
+    crate::constraints::after_insert(cx.sh, cx.tx, &t, &stored)?;
     let tag = format!("INSERT 0 {}", stored.len());
     returning(cx, &t, i.returning.as_deref(), stored.iter().map(|v| datums(v, &t.cols)).collect(), tag)
 }
@@ -135,6 +136,7 @@ pub(crate) fn rows_to_insert(cx: &mut Cx<'_, '_>, i: &Insert, t: &Target) -> Res
                 ));
             }
         }
+        crate::constraints::check_stored(t, &values)?;
         stored.push(values);
     }
     Ok(stored)
@@ -201,6 +203,9 @@ pub(crate) fn checked_row(t: &Target, new: &[Datum]) -> Result<(Vec<Value>, Vec<
         stored.push(v);
     }
     let datums = datums(&stored, &t.cols);
+    if let Some(rules) = &t.rules {
+        crate::constraints::check::row(rules, &t.name, &t.cols, &datums)?;
+    }
     Ok((stored, datums))
 }
 
@@ -231,6 +236,10 @@ pub fn update(cx: &mut Cx<'_, '_>, u: &Update) -> Result<Outcome, SqlError> {
     let subquery_rows = prerun_subqueries(cx, &t, &exprs)?;
     let failure: RefCell<Option<SqlError>> = RefCell::new(None);
     let written: RefCell<Vec<Vec<Datum>>> = RefCell::new(Vec::new());
+    // (old, new) of the last run, for the foreign keys' end-of-statement checks.
+    let track = t.rules.as_ref().is_some_and(|r| r.has_foreign_keys());
+    let last: RefCell<Option<(Vec<Value>, Vec<Value>)>> = RefCell::new(None);
+    let mut pairs = Vec::new();
     let scope = t.scope();
     // The change, run by the engine on the version it locks (again on a newer one under READ
     // COMMITTED when a concurrent update committed first).
@@ -248,6 +257,9 @@ pub fn update(cx: &mut Cx<'_, '_>, u: &Update) -> Result<Outcome, SqlError> {
         match r {
             Ok(Some((stored, d))) => {
                 written.borrow_mut().push(d);
+                if track {
+                    *last.borrow_mut() = Some((row.to_vec(), stored.clone()));
+                }
                 Ok(stored)
             }
             Ok(None) => Err(EngineError::NotFound(SKIP.into())),
@@ -274,6 +286,7 @@ pub fn update(cx: &mut Cx<'_, '_>, u: &Update) -> Result<Outcome, SqlError> {
         let n = settle(r, &failure)?;
         count += n;
         keep(n, &mut rows);
+        pairs.extend(last.borrow_mut().take().filter(|_| n == 1));
     } else {
         let found = fetch(cx, &t, &acc)?;
         let mut change = change;
@@ -283,8 +296,10 @@ pub fn update(cx: &mut Cx<'_, '_>, u: &Update) -> Result<Outcome, SqlError> {
             let n = settle(r, &failure)?;
             count += n;
             keep(n, &mut rows);
+            pairs.extend(last.borrow_mut().take().filter(|_| n == 1));
         }
     }
+    crate::constraints::after_update(cx.sh, cx.tx, &t, pairs)?;
     returning(cx, &t, u.returning.as_deref(), rows, format!("UPDATE {count}"))
 }
 
@@ -360,7 +375,8 @@ pub fn delete(cx: &mut Cx<'_, '_>, d: &Delete) -> Result<Outcome, SqlError> {
     writable(&t)?;
     let acc = access(cx, &t, d.selection.as_ref())?;
     let total = d.selection.as_ref().map_or(0, |w| conjuncts(w).len());
-    if d.returning.is_none() && acc.covers_where(total) {
+    let referenced = t.rules.as_ref().is_some_and(|r| r.is_referenced());
+    if d.returning.is_none() && acc.covers_where(total) && !referenced {
         if let Some((index, key)) = acc.is_exact_unique() {
             let n = usize::from(cx.tx.delete_by_key(index, key)?);
             return Ok(Outcome::Command(format!("DELETE {n}")));
@@ -369,6 +385,7 @@ pub fn delete(cx: &mut Cx<'_, '_>, d: &Delete) -> Result<Outcome, SqlError> {
     let found = fetch(cx, &t, &acc)?;
     let scope = t.scope();
     let mut deleted = Vec::new();
+    let mut olds = Vec::new();
     for (tid, row) in found {
         cx.interrupts.tick()?;
         let old = datums(&row, &t.cols);
@@ -379,8 +396,12 @@ pub fn delete(cx: &mut Cx<'_, '_>, d: &Delete) -> Result<Outcome, SqlError> {
         }
         if cx.tx.delete(&t.table, tid)? {
             deleted.push(old);
+            if referenced {
+                olds.push(row);
+            }
         }
     }
+    crate::constraints::after_delete(cx.sh, cx.tx, &t, olds)?;
     let tag = format!("DELETE {}", deleted.len());
     returning(cx, &t, d.returning.as_deref(), deleted, tag)
 }
@@ -396,10 +417,12 @@ pub fn truncate(cx: &mut Cx<'_, '_>, tr: &Truncate) -> Result<Outcome, SqlError>
         writable(&t)?;
         names.push(t.table.name().to_string());
     }
+    let cascade = matches!(tr.cascade, Some(CascadeOption::Cascade));
+    crate::constraints::define::truncate_targets(cx.sh, &mut names, cascade, cx.notices)?;
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let options = settledb::TruncateOptions {
         restart_seqs: matches!(tr.identity, Some(TruncateIdentityOption::Restart)),
-        cascade: matches!(tr.cascade, Some(CascadeOption::Cascade)),
+        cascade,
     };
     cx.tx.truncate(&refs, options)?;
     Ok(Outcome::Command("TRUNCATE TABLE".into()))

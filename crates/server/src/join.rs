@@ -403,7 +403,7 @@ impl JoinSource {
                 let rows = fetch(cx, t, &a)?.into_iter().map(|(_, v)| datums(&v, &t.cols));
                 if t.is_catalog() {
                     rows.map(|mut r| {
-                        let extra = crate::views::class_extras(cx.db, &t.cols, &r);
+                        let extra = crate::views::class_extras(cx.sh, &t.cols, &r);
                         r.extend(extra);
                         r
                     })

@@ -52,6 +52,7 @@ pub mod auth;
 pub mod autoconf;
 pub mod catalog;
 pub mod conn;
+pub mod constraints;
 pub mod copy;
 pub mod correlate;
 pub mod cte;
@@ -158,6 +159,8 @@ fn spawn_connection(
 pub struct Shared {
     pub db: Database,
     pub catalog: catalog::SqlCatalog,
+    /// CHECK and FOREIGN KEY constraints, UNIQUE constraints' names (`DIR/server_constraints`).
+    pub constraints: constraints::Constraints,
     /// `CREATE SEQUENCE`'s sequences.
     pub sequences: sequence::Sequences,
     pub log: log::Log,
@@ -319,6 +322,7 @@ impl Server {
             log.line("LOG", &format!("redo done at {}: {} WAL records replayed", r.end_lsn, r.records_replayed));
         }
         let catalog = catalog::SqlCatalog::open(&opts.dir)?;
+        let constraints = constraints::Constraints::open(&opts.dir)?;
         let sequences = sequence::Sequences::open(&opts.dir)?;
         let roles = Arc::new(roles::Roles::open(&opts.dir, opts.password.take())?);
         // The output plugins show the columns' SQL types (numeric, date, smallint, ...).
@@ -344,6 +348,7 @@ impl Server {
         let sh = Arc::new(Shared {
             db,
             catalog,
+            constraints,
             sequences,
             log,
             trust: opts.trust,

@@ -252,6 +252,9 @@ pub fn parse_one(sql: &str) -> Result<Stmt, SqlError> {
     // Locking clauses sqlparser does not parse (FOR NO KEY UPDATE, OF a, b): [`crate::rowlock`].
     let relocked = crate::rowlock::normalize(sql);
     let sql = relocked.as_deref().unwrap_or(sql);
+    // psql's `\d` foreign-key queries: [`crate::constraints::pg::psql_rewrite`].
+    let described = crate::constraints::pg::psql_rewrite(sql);
+    let sql = described.as_deref().unwrap_or(sql);
     let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
         let m = e.to_string();
         crate::upsert::refused_target(&toks)

@@ -25,8 +25,8 @@
 //!
 //! For psql's `\d table` there are also `pg_attrdef` (a row per column default, `adbin` the
 //! default's SQL text, which `pg_get_expr` returns), `pg_type` and `pg_collation` (the types
-//! settledb has; the default, C and POSIX collations), `pg_constraint` (a primary key per
-//! table that has one, its OID the index's), and the catalogs of features settledb does not
+//! settledb has; the default, C and POSIX collations), `pg_constraint` (see
+//! [`crate::constraints::pg`]), and the catalogs of features settledb does not
 //! have, empty with PostgreSQL's columns: `pg_policy`, `pg_statistic_ext`, `pg_inherits`,
 //! `pg_publication_namespace`; `pg_publication_rel` lists the tables a publication names. The functions: `format_type`, `pg_get_indexdef`,
 //! `pg_get_constraintdef` (identifiers quoted as PostgreSQL's `quote_identifier` quotes them),
@@ -38,7 +38,7 @@ use settledb::{Database, ReplicaIdentity, Table};
 use crate::catalog::ColumnDef;
 use crate::roles::Role;
 use crate::types::{Datum, SqlType};
-use crate::views::{OWNER, PG_CATALOG_NAMESPACE, PUBLIC_NAMESPACE};
+use crate::views::{OWNER, PG_CATALOG_NAMESPACE};
 
 fn col(name: &str, ty: SqlType) -> ColumnDef {
     ColumnDef { name: name.into(), ty, nullable: true }
@@ -98,22 +98,7 @@ pub fn columns(name: &str) -> Option<Vec<ColumnDef>> {
         "pg_collation" => {
             &[("oid", Int8), ("collname", Text), ("collnamespace", Int8), ("collowner", Int8), ("collprovider", Text)]
         }
-        "pg_constraint" => &[
-            ("oid", Int8),
-            ("conname", Text),
-            ("connamespace", Int8),
-            ("contype", Text),
-            ("condeferrable", Bool),
-            ("condeferred", Bool),
-            ("convalidated", Bool),
-            ("conrelid", Int8),
-            ("contypid", Int8),
-            ("conindid", Int8),
-            ("conparentid", Int8),
-            ("confrelid", Int8),
-            ("conislocal", Bool),
-            ("conkey", Text),
-        ],
+        "pg_constraint" => return Some(crate::constraints::pg::columns()),
         "pg_policy" => &[
             ("oid", Int8),
             ("polname", Text),
@@ -212,7 +197,7 @@ pub fn rows(sh: &crate::Shared, name: &str) -> Vec<Vec<Datum>> {
                 ]
             })
             .collect(),
-        "pg_constraint" => sh.db.tables().iter().filter_map(|t| primary_key(&sh.db, t)).collect(),
+        "pg_constraint" => crate::constraints::pg::rows(sh),
         "pg_publication_rel" => publication_rels(&sh.db),
         "pg_roles" => sh.roles.all().iter().map(role_row).collect(),
         "pg_user" => sh.roles.all().iter().filter(|r| r.login).map(user_row).collect(),
@@ -454,31 +439,6 @@ fn defaults(sh: &crate::Shared, t: &Table) -> Vec<Vec<Datum>> {
             ])
         })
         .collect()
-}
-
-/// `t`'s primary key as a `pg_constraint` row (its OID the index's), if it has one.
-fn primary_key(db: &Database, t: &Table) -> Option<Vec<Datum>> {
-    let ix = db.indexes(t).into_iter().find(|ix| ix.is_primary())?;
-    let names: Vec<&str> = t.schema().columns.iter().map(|c| c.name.as_str()).collect();
-    let key: Vec<String> =
-        ix.columns().iter().map(|c| names.iter().position(|n| n == c).map_or(0, |p| p + 1).to_string()).collect();
-    let oid = i64::from(ix.oid().0);
-    Some(vec![
-        Datum::Int(oid),
-        Datum::Text(ix.name().to_string()),
-        Datum::Int(PUBLIC_NAMESPACE),
-        Datum::Text("p".into()),
-        Datum::Bool(false),
-        Datum::Bool(false),
-        Datum::Bool(true),
-        Datum::Int(i64::from(t.oid().0)),
-        Datum::Int(0),
-        Datum::Int(oid),
-        Datum::Int(0),
-        Datum::Int(0),
-        Datum::Bool(true),
-        Datum::Text(format!("{{{}}}", key.join(","))),
-    ])
 }
 
 /// A row per table a `FOR TABLE` publication names (a `FOR ALL TABLES` one has none).

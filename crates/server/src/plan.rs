@@ -48,13 +48,16 @@ pub struct Target {
     pub cols: Vec<ColumnDef>,
     pub name: String,
     pub alias: Option<String>,
+    /// Its constraints ([`crate::constraints`]); `None` when it has none.
+    pub rules: Option<std::sync::Arc<crate::constraints::TableRules>>,
 }
 
 impl Target {
     pub fn open(sh: &crate::Shared, name: &str, alias: Option<String>) -> Result<Target, SqlError> {
         let table = sh.db.table(name).map_err(|_| SqlError::undefined_table(name))?;
         let cols = sh.catalog.columns(&table);
-        Ok(Target { table, cols, name: name.to_string(), alias })
+        let rules = sh.constraints.rules(&sh.db, &table);
+        Ok(Target { table, cols, name: name.to_string(), alias, rules })
     }
 
     pub fn scope(&self) -> Scope<'_> {

@@ -324,6 +324,11 @@ impl Env for Cx<'_, '_> {
                 },
                 None => return crate::slotfuncs::call(self.db, name, args),
             },
+            "pg_get_constraintdef"
+                if args.first().and_then(|a| crate::constraints::pg::constraintdef(self.sh, a)).is_some() =>
+            {
+                Ok(args.first().and_then(|a| crate::constraints::pg::constraintdef(self.sh, a)).unwrap_or(Datum::Null))
+            }
             _ => match crate::pgcatalog::call(self.db, name, args) {
                 Some(d) => Ok(d),
                 None => return crate::slotfuncs::call(self.db, name, args),

@@ -89,6 +89,7 @@ pub fn insert(cx: &mut Cx<'_, '_>, i: &Insert, t: &Target, on: &OnInsert) -> Res
             cx.interrupts.tick()?;
             cx.tx.insert(&t.table, &values)?;
             done.rows.push(datums(&values, &t.cols));
+            done.writes.inserted.push(values);
         }
     } else {
         let update = match &oc.action {
@@ -99,6 +100,10 @@ pub fn insert(cx: &mut Cx<'_, '_>, i: &Insert, t: &Target, on: &OnInsert) -> Res
             cx.interrupts.tick()?;
             upsert_row(cx, t, &arbiters, update.as_ref(), values, &mut done)?;
         }
+    }
+    if let Some(rules) = &t.rules {
+        let writes = std::mem::take(&mut done.writes);
+        crate::constraints::fkey::after_statement(cx.sh, cx.tx, t, rules, writes)?;
     }
     let tag = format!("INSERT 0 {}", done.rows.len());
     returning(cx, t, i.returning.as_deref(), done.rows, tag)
@@ -111,6 +116,8 @@ struct Done {
     tids: HashSet<Tid>,
     /// Those rows as datums, for RETURNING, in order.
     rows: Vec<Vec<Datum>>,
+    /// What the foreign keys check at the end (kept only when the table has some).
+    writes: crate::constraints::fkey::Writes,
 }
 
 /// The unique indexes a conflict is looked for in, with their columns' positions in `t`.
@@ -307,6 +314,9 @@ fn upsert_row(
             InsertOrConflict::Inserted(tid) => {
                 done.tids.insert(tid);
                 done.rows.push(datums(values, &t.cols));
+                if t.rules.is_some() {
+                    done.writes.inserted.push(values.to_vec());
+                }
                 return Ok(());
             }
             InsertOrConflict::Conflict { arbiter, tid } => (arbiter, tid),
@@ -323,6 +333,7 @@ fn upsert_row(
         let excluded = datums(values, &t.cols);
         let failure: RefCell<Option<SqlError>> = RefCell::new(None);
         let written: RefCell<Option<Vec<Value>>> = RefCell::new(None);
+        let old: RefCell<Option<Vec<Value>>> = RefCell::new(None);
         // Run by the engine on the version it locks (again on a newer one under READ
         // COMMITTED when a concurrent update committed first).
         let change = |row: &[Value]| -> settledb::Result<Vec<Value>> {
@@ -332,6 +343,7 @@ fn upsert_row(
             match update.apply(t, &datums(row, &t.cols), &excluded) {
                 Ok(Some(new)) => {
                     *written.borrow_mut() = Some(new.clone());
+                    *old.borrow_mut() = t.rules.as_ref().map(|_| row.to_vec());
                     Ok(new)
                 }
                 Ok(None) => Err(EngineError::NotFound(SKIP.into())),
@@ -346,6 +358,9 @@ fn upsert_row(
                 let new = written.borrow_mut().take().unwrap_or_default();
                 done.tids.insert(new_tid);
                 done.rows.push(datums(&new, &t.cols));
+                if let Some(o) = old.borrow_mut().take() {
+                    done.writes.updated.push((o, new));
+                }
                 return Ok(());
             }
             Err(EngineError::NotFound(m)) if m == SKIP => return Ok(()),

@@ -238,8 +238,9 @@ pub const BTREE_AM: i64 = 403;
 /// The `pg_class` columns PostgreSQL has and the engine's catalog does not keep, as a join
 /// reads them: `relnamespace` (pg_catalog for the engine's catalogs, public for the rest),
 /// `relowner`, `relam` (heap for tables, btree for indexes), `relnatts` (the columns),
-/// `relhasindex`, and what psql's `\d` reads of the features settledb does not have (no checks,
-/// rules, triggers, row security, partitions, tablespaces, typed tables or TOAST; permanent).
+/// `relhasindex`, `relchecks` and `relhastriggers` (CHECK constraints; a foreign key on either
+/// side, [`crate::constraints`]), and what psql's `\d` reads of the features settledb does not
+/// have (no rules, row security, partitions, tablespaces, typed tables or TOAST; permanent).
 pub fn class_extra_columns() -> Vec<ColumnDef> {
     use SqlType::{Bool, Int2, Int8, Text};
     [
@@ -265,7 +266,8 @@ pub fn class_extra_columns() -> Vec<ColumnDef> {
 }
 
 /// The values of [`class_extra_columns`] for one `pg_class` row.
-pub fn class_extras(db: &Database, cols: &[ColumnDef], row: &[Datum]) -> Vec<Datum> {
+pub fn class_extras(sh: &crate::Shared, cols: &[ColumnDef], row: &[Datum]) -> Vec<Datum> {
+    let db = &sh.db;
     let get = |n: &str| cols.iter().position(|c| c.name == n).and_then(|i| row.get(i));
     // The engine's own catalogs (pg_class, pg_publication) have OIDs below the first normal
     // one, as PostgreSQL's do, and live in pg_catalog.
@@ -276,6 +278,10 @@ pub fn class_extras(db: &Database, cols: &[ColumnDef], row: &[Datum]) -> Vec<Dat
         _ => matches!(get("relname"), Some(Datum::Text(n)) if n == "pg_class"),
     };
     let index = matches!(get("relkind"), Some(Datum::Text(k)) if k == "i");
+    let counts = match get("oid") {
+        Some(Datum::Int(oid)) if !index => crate::constraints::pg::class_counts(sh, *oid),
+        _ => (0, false),
+    };
     vec![
         Datum::Int(if catalog { PG_CATALOG_NAMESPACE } else { PUBLIC_NAMESPACE }),
         Datum::Int(OWNER),
@@ -291,9 +297,11 @@ pub fn class_extras(db: &Database, cols: &[ColumnDef], row: &[Datum]) -> Vec<Dat
             !index
                 && matches!(get("relname"), Some(Datum::Text(n)) if db.table(n).is_ok_and(|t| !db.indexes(&t).is_empty())),
         ),
-        Datum::Int(0),
+        // relchecks and relhastriggers (foreign keys are triggers in PostgreSQL), which psql's
+        // `\d` reads to decide whether to list them.
+        Datum::Int(counts.0),
         Datum::Bool(false),
-        Datum::Bool(false),
+        Datum::Bool(counts.1),
         Datum::Bool(false),
         Datum::Bool(false),
         Datum::Bool(false),
