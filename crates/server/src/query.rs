@@ -194,7 +194,7 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
 /// Runs a query whose WITH, if any, is in scope.
 fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Datum>>), SqlError> {
     if matches!(q.body.as_ref(), SetExpr::SetOperation { .. } | SetExpr::Query(_)) {
-        crate::rowlock::check(q, None, false)?;
+        crate::rowlock::check(q, None, false, false)?;
         return crate::setop::select(cx, q);
     }
     let sel = check_query(q)?;
@@ -227,7 +227,7 @@ fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Da
     let distinct = matches!(sel.distinct, Some(Distinct::Distinct));
     let (limit, offset) = limits(cx, q)?;
     if !q.locks.is_empty() {
-        crate::rowlock::check(q, Some(sel), !agg_calls.is_empty())?;
+        crate::rowlock::check(q, Some(sel), !agg_calls.is_empty(), !windows.is_empty())?;
         let plan = crate::rowlock::Plan { sel, outs: &outs, order: &order, limit, offset };
         return Ok((fields, crate::rowlock::rows(cx, q, &source, &plan)?));
     }

@@ -55,8 +55,8 @@ fn clause_name(l: &LockClause) -> &'static str {
 
 /// The refusals PostgreSQL's `CheckSelectLocking` makes, in its order, for a query whose body
 /// is `sel` (`None`: a set operation). `aggregates`: the select list, HAVING or ORDER BY
-/// calls one.
-pub fn check(q: &Query, sel: Option<&Select>, aggregates: bool) -> Result<(), SqlError> {
+/// calls one; `windows`: it calls a window function.
+pub fn check(q: &Query, sel: Option<&Select>, aggregates: bool, windows: bool) -> Result<(), SqlError> {
     let Some(first) = q.locks.first() else { return Ok(()) };
     let what = clause_name(first);
     let refuse = |with: &str| Err(SqlError::new("0A000", format!("{what} is not allowed with {with}")));
@@ -76,6 +76,9 @@ pub fn check(q: &Query, sel: Option<&Select>, aggregates: bool) -> Result<(), Sq
     }
     if aggregates {
         return refuse("aggregate functions");
+    }
+    if windows {
+        return refuse("window functions");
     }
     Ok(())
 }

@@ -165,6 +165,11 @@ async fn refusals_match_postgresql() {
     let c = setup(&s).await;
     for (sql, state, msg) in [
         ("select count(*) from t for update", "0A000", "FOR UPDATE is not allowed with aggregate functions"),
+        (
+            "select id, row_number() over () from t for update",
+            "0A000",
+            "FOR UPDATE is not allowed with window functions",
+        ),
         ("select distinct v from t for update", "0A000", "FOR UPDATE is not allowed with DISTINCT clause"),
         ("select v from t group by v for update", "0A000", "FOR UPDATE is not allowed with GROUP BY clause"),
         ("select 1 from t having true for share", "0A000", "FOR SHARE is not allowed with HAVING clause"),
