@@ -34,6 +34,7 @@ use crate::Shared;
 
 pub fn execute(cx: &mut Cx<'_, '_>, s: &Statement) -> Result<Outcome, SqlError> {
     match s {
+        Statement::Query(q) if q.with.is_some() => crate::cte::statement(cx, q),
         Statement::Query(q) => {
             let (fields, rows) = select(cx, q)?;
             let tag = format!("SELECT {}", rows.len());
@@ -192,7 +193,7 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
 }
 
 /// Runs a query whose WITH, if any, is in scope.
-fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Datum>>), SqlError> {
+pub(crate) fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Datum>>), SqlError> {
     if matches!(q.body.as_ref(), SetExpr::SetOperation { .. } | SetExpr::Query(_)) {
         crate::rowlock::check(q, None, false, false)?;
         return crate::setop::select(cx, q);
@@ -753,7 +754,7 @@ pub fn describe(sh: &Shared, stmt: &Stmt, client: &[Option<SqlType>]) -> (Vec<Sq
     let mut fields = None;
     if let Stmt::Sql(s) = stmt {
         match s.as_ref() {
-            Statement::Query(q) => fields = describe_query(sh, q, &mut params),
+            Statement::Query(q) => fields = crate::cte::describe_statement(sh, q, &mut params),
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
                 fields = crate::dml::describe(sh, s, &mut params);
             }

@@ -617,7 +617,13 @@ impl<'db> Session<'db> {
                 self.writable(&command)?;
                 self.in_transaction(params, notices, |cx| query::execute(cx, s))
             }
-            Statement::Query(_) => self.in_transaction(params, notices, |cx| query::execute(cx, s)),
+            Statement::Query(q) => {
+                // A WITH's INSERT, UPDATE or DELETE writes (crate::cte).
+                if let Some(command) = crate::cte::writes(q) {
+                    self.writable(command)?;
+                }
+                self.in_transaction(params, notices, |cx| query::execute(cx, s))
+            }
             other => Err(SqlError::unsupported(format!("the statement \"{}\"", statement_head(other)))),
         }
     }

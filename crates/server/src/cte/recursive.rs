@@ -136,7 +136,7 @@ pub fn run(cx: &mut Cx<'_, '_>, cte: &Cte, t: &Terms<'_>) -> Result<CteTable, Sq
     while !working.is_empty() {
         cx.interrupts.check()?;
         let frame = Frame::enter();
-        frame.push(t.name.clone(), CteTable { cols: cols.clone(), rows: Rc::new(working) });
+        frame.push(t.name.clone(), CteTable { cols: cols.clone(), rows: Rc::new(working), returning: true });
         let (step_fields, mut new) = crate::setop::side(cx, t.query, t.step)?;
         drop(frame);
         same_columns(&t.name, &fields, &step_fields)?;
@@ -146,7 +146,7 @@ pub fn run(cx: &mut Cx<'_, '_>, cte: &Cte, t: &Terms<'_>) -> Result<CteTable, Sq
         rows.extend(new.iter().cloned());
         working = new;
     }
-    Ok(CteTable { cols, rows: Rc::new(rows) })
+    Ok(CteTable { cols, rows: Rc::new(rows), returning: true })
 }
 
 /// Describe's view: the non-recursive term's columns, with the recursive term described
@@ -160,7 +160,7 @@ pub fn describe(
     let fields = crate::query::describe_query(sh, &operand(t.query, t.seed), params)?;
     let cols = columns(&cte.alias, fields).ok()?;
     let frame = Frame::enter();
-    frame.push(t.name.clone(), CteTable { cols: cols.clone(), rows: Rc::default() });
+    frame.push(t.name.clone(), CteTable { cols: cols.clone(), rows: Rc::default(), returning: true });
     crate::query::describe_query(sh, &operand(t.query, t.step), params)?;
     drop(frame);
     Some(cols)
