@@ -57,7 +57,7 @@ use crate::parse::{CopyCmd, Stmt};
 use crate::types::Datum;
 use crate::{copy, ddl, query, settings, utility, Shared};
 
-mod prepared;
+pub(crate) mod prepared;
 pub use prepared::{view_columns as prepared_statements_columns, view_rows as prepared_statements_rows};
 
 /// A notice sent before a statement's result (`INFO`, `NOTICE`, `WARNING`).
@@ -361,7 +361,7 @@ pub struct Session<'db> {
     /// What `nextval` gave this session (`currval`).
     sequence_values: crate::sequence::SessionValues,
     pub interrupts: Interrupts,
-    /// The SQL-level prepared statements (`PREPARE`; see `session/prepared.rs`).
+    /// The prepared statements, PREPARE's and named Parse's (see `session/prepared.rs`).
     prepared: prepared::Statements,
 }
 

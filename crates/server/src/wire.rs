@@ -39,9 +39,11 @@
 //! stores the result as the prepared statement ([`Prepared`]); Bind's parameters are decoded
 //! by the types the client gave or, when it gave none (pgbench, psql), by the types inferred
 //! from where each `$n` appears (`aid = $1` takes `aid`'s type). Results are sent in the format
-//! each column was asked for (text or binary). These are pgwire's, apart from the session's
-//! SQL-level ones (`PREPARE`, `crate::session`'s `prepared` module), whose result columns
-//! Describe of an `EXECUTE name` reports.
+//! each column was asked for (text or binary). The unnamed statement and the portals are kept
+//! in pgwire's store; a named statement in the session's table with PREPARE's
+//! ([`crate::session::prepared`]), which our Parse, Bind, Describe and Close consult, so the
+//! two kinds share one namespace as in PostgreSQL. Describe of an `EXECUTE name` reports that
+//! statement's result columns.
 
 use std::cell::Cell;
 use std::fmt::Debug;
@@ -57,19 +59,23 @@ use pgwire::api::cancel::CancelHandler;
 use pgwire::api::copy::{send_copy_both_response, send_copy_in_response, send_copy_out_response, CopyHandler};
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{
-    send_execution_response, send_query_response, send_ready_for_query, ExtendedQueryHandler, SimpleQueryHandler,
+    send_describe_response, send_execution_response, send_query_response, send_ready_for_query, ExtendedQueryHandler,
+    SimpleQueryHandler,
 };
 use pgwire::api::results::{
-    CopyResponse, DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo, QueryResponse, Response,
-    Tag,
+    CopyResponse, DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldFormat, FieldInfo,
+    QueryResponse, Response, Tag,
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
-use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type};
+use pgwire::api::store::{Entry as Stored, PortalStore};
+use pgwire::api::{ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type, DEFAULT_NAME};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::data::DataRow;
-use pgwire::messages::extendedquery::Sync as PgSync;
+use pgwire::messages::extendedquery::{
+    Bind, BindComplete, Close, CloseComplete, Describe, Parse, ParseComplete, Sync as PgSync, TARGET_TYPE_BYTE_PORTAL,
+    TARGET_TYPE_BYTE_STATEMENT,
+};
 use pgwire::messages::response::{EmptyQueryResponse, NoticeResponse, ReadyForQuery, TransactionStatus};
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
@@ -78,6 +84,7 @@ use crate::auth::Startup;
 use crate::error::SqlError;
 use crate::interrupt::{Cancel, Control, TxStatus};
 use crate::parse::{parse_one, split_statements, Stmt};
+use crate::session::prepared::{self, Prepared, StoredPrepared};
 use crate::session::{Field, Notice, Outcome, Reply, Session};
 use crate::types::{parse_text, Datum, SqlType};
 use crate::Shared;
@@ -230,15 +237,6 @@ fn as_described(o: Outcome, described: Option<&[Field]>) -> Outcome {
         }
         (o, _) => o,
     }
-}
-
-/// A parsed and described statement (the extended protocol's prepared statement).
-#[derive(Debug)]
-pub struct Prepared {
-    pub sql: String,
-    pub stmt: Stmt,
-    pub params: Vec<SqlType>,
-    pub fields: Option<Vec<Field>>,
 }
 
 /// The handlers pgwire calls: a template per server, and from it one set per connection,
@@ -558,7 +556,7 @@ impl QueryParser for SqlParser {
                 fields = session.call(move |s| s.prepared_fields(&name)).await.ok().flatten();
             }
         }
-        Ok(Some(Arc::new(Prepared { sql: sql.to_string(), stmt, params, fields })))
+        Ok(Some(Arc::new(Prepared::new(sql.to_string(), stmt, params, fields))))
     }
 
     fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
@@ -599,6 +597,23 @@ fn bind_params(portal: &Portal<Arc<Prepared>>) -> Result<Vec<Datum>, SqlError> {
     Ok(out)
 }
 
+/// The statement a Bind or Describe names, with the name to report: the unnamed one from
+/// pgwire's store, a named one from the session's table ([`prepared`]).
+fn statement<'n, C>(client: &C, name: Option<&'n str>) -> (&'n str, Option<StoredPrepared>)
+where
+    C: ClientPortalStore,
+    C::PortalStore: PortalStore<Statement = Arc<Prepared>>,
+{
+    match name.filter(|n| !n.is_empty()) {
+        Some(name) => (name, prepared::lookup(name)),
+        None => ("", client.portal_store().get_statement(DEFAULT_NAME)),
+    }
+}
+
+fn statement_not_found(name: &str) -> SqlError {
+    SqlError::new("26000", format!("prepared statement \"{name}\" does not exist"))
+}
+
 #[async_trait]
 impl ExtendedQueryHandler for QueryHandler {
     type Statement = Arc<Prepared>;
@@ -606,6 +621,114 @@ impl ExtendedQueryHandler for QueryHandler {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         self.h.parser.clone()
+    }
+
+    /// Parse: the unnamed statement is pgwire's, replaced by each unnamed Parse; a named one
+    /// goes to the session's table, where a name in use is 42P05 (either kind).
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let parsed = StoredStatement::parse(client, &message, self.query_parser()).await?;
+        match message.name.as_deref().filter(|n| !n.is_empty()) {
+            None => match parsed {
+                Some(stmt) => client.portal_store().put_statement(Arc::new(stmt)),
+                None => client.portal_store().put_empty_statement(DEFAULT_NAME),
+            },
+            Some(name) => {
+                let stored = parsed.map_or(Stored::Empty, |s| Stored::Value(Arc::new(s)));
+                if let Err(e) = prepared::parsed(name, stored) {
+                    // Like any error, it fails a transaction block.
+                    if let Ok(s) = self.h.session(client) {
+                        let _ = s.call(|s| s.statement_failed()).await;
+                    }
+                    self.h.sh.log.statement_error(&e, &message.query);
+                    return Err(e.into_pgwire());
+                }
+            }
+        }
+        client.send(PgWireBackendMessage::ParseComplete(ParseComplete::new())).await?;
+        Ok(())
+    }
+
+    /// Bind: a portal of the unnamed statement or of a named one of either kind (hot path:
+    /// one lookup in the session's table, no copy of the statement).
+    async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let (name, found) = statement(client, message.statement_name.as_deref());
+        match found {
+            Some(Stored::Value(statement)) => {
+                let portal = Portal::try_new(&message, statement)?;
+                client.portal_store().put_portal(Arc::new(portal));
+            }
+            Some(Stored::Empty) => {
+                if !message.parameters.is_empty() {
+                    let e = SqlError::new(
+                        "08P01",
+                        format!(
+                            "bind message supplies {} parameters, but prepared statement \"{name}\" requires 0",
+                            message.parameters.len()
+                        ),
+                    );
+                    return Err(e.into_pgwire());
+                }
+                client.portal_store().put_empty_portal(message.portal_name.as_deref().unwrap_or(DEFAULT_NAME));
+            }
+            None => return Err(statement_not_found(name).into_pgwire()),
+        }
+        client.send(PgWireBackendMessage::BindComplete(BindComplete::new())).await?;
+        Ok(())
+    }
+
+    /// Describe of a statement finds it where Bind does; of a portal, in pgwire's store.
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if message.target_type != TARGET_TYPE_BYTE_STATEMENT {
+            return self._on_describe(client, message).await;
+        }
+        let (name, found) = statement(client, message.name.as_deref());
+        match found {
+            Some(Stored::Value(stmt)) => {
+                let r = self.do_describe_statement(client, &stmt).await?;
+                send_describe_response(client, &r).await?;
+            }
+            Some(Stored::Empty) => send_describe_response(client, &DescribeStatementResponse::no_data()).await?,
+            None => return Err(statement_not_found(name).into_pgwire()),
+        }
+        Ok(())
+    }
+
+    /// Close of a statement removes it from whichever table holds it (and so from
+    /// `pg_prepared_statements`); closing one that does not exist is no error.
+    async fn on_close<C>(&self, client: &mut C, message: Close) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let named = message.name.as_deref().filter(|n| !n.is_empty());
+        match (message.target_type, named) {
+            (TARGET_TYPE_BYTE_STATEMENT, Some(name)) => prepared::close(name),
+            (TARGET_TYPE_BYTE_STATEMENT, None) => client.portal_store().rm_statement(DEFAULT_NAME),
+            (TARGET_TYPE_BYTE_PORTAL, name) => client.portal_store().rm_portal(name.unwrap_or(DEFAULT_NAME)),
+            _ => {}
+        }
+        client.send(PgWireBackendMessage::CloseComplete(CloseComplete::new())).await?;
+        Ok(())
     }
 
     /// Sync: ReadyForQuery with the session's status.
@@ -638,6 +761,7 @@ impl ExtendedQueryHandler for QueryHandler {
         let session = self.h.session(client).map_err(SqlError::into_pgwire)?;
         let prepared = portal.statement.statement.clone();
         let params = bind_params(portal).map_err(SqlError::into_pgwire)?;
+        prepared.count_plan();
         // The prepared statement is shared with the session thread, not copied (hot path).
         let shared = prepared.clone();
         let reply = match session.call(move |s| s.execute(&shared.stmt, &params)).await {

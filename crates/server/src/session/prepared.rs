@@ -1,5 +1,6 @@
-//! SQL-level prepared statements (`PREPARE`, `EXECUTE`, `DEALLOCATE`) and `DISCARD`, as
-//! PostgreSQL 15's `commands/prepare.c` and `commands/discard.c` do them.
+//! The session's prepared statements, SQL-level (`PREPARE`, `EXECUTE`, `DEALLOCATE`) and the
+//! protocol's (a named Parse), in one table, and `DISCARD`, as PostgreSQL 15's
+//! `commands/prepare.c` and `commands/discard.c` do them.
 //!
 //! # PREPARE
 //!
@@ -24,6 +25,30 @@
 //! parameters and `generic_plans` those of one without (PostgreSQL always uses a generic plan
 //! there).
 //!
+//! # One namespace
+//!
+//! As in PostgreSQL (`prepared_queries`, one hash table per backend), both kinds live in one
+//! table, by name: [`Prepared`] (the text, the parsed statement, its parameter types and
+//! result columns) inside pgwire's `StoredStatement`, the form Bind makes a portal of without
+//! copying. PREPARE adds one (`from_sql` true, parameter types from the statement); the wire
+//! layer's Parse of a named statement adds one through [`parsed`] (`from_sql` false), so a
+//! name in use is 42P05 for either. EXECUTE runs either kind; Bind and Describe
+//! ([`lookup`]) find either; DEALLOCATE, DEALLOCATE ALL, DISCARD ALL and Close ([`close`])
+//! remove either. The unnamed statement is not here: it is pgwire's (its store's
+//! `POSTGRESQL_DEFAULT_NAME`), replaced by each unnamed Parse, and not listed, as in
+//! PostgreSQL. `pg_prepared_statements` ([`view_rows`]) lists the table.
+//!
+//! ```text
+//!   PREPARE q ...  ─┐                          ┌─ EXECUTE q / s0
+//!   Parse "s0" ... ─┼─> STATEMENTS (by name) ──┼─ Bind "q" / "s0", Describe S
+//!                   │   name -> Entry          ├─ DEALLOCATE [ALL], DISCARD ALL, Close S
+//!   Parse ""  ─> pgwire's store (unnamed)      └─ pg_prepared_statements
+//! ```
+//!
+//! Executions are counted in [`Prepared`] (atomics: Bind/Execute is the hot path of
+//! `pgbench -M prepared`, and a lookup by name, a reference count and a relaxed add are all it
+//! costs here, no allocation and no lock beyond the thread-local's borrow flag).
+//!
 //! # Lifetime and where they live
 //!
 //! Prepared statements belong to the session: they survive COMMIT and ROLLBACK (a PREPARE in
@@ -31,9 +56,9 @@
 //! with the connection. They are kept in a thread-local of the connection's thread, which the
 //! session has to itself for its whole life (`crate::wire`), because the executor reads the
 //! `pg_prepared_statements` view ([`view_rows`]) through `crate::views::rows`, which is given
-//! no session. The session holds a [`Statements`] handle; dropping it (the session ending)
-//! empties the thread's map. The protocol's named statements (Parse with a name) are pgwire's
-//! and are not listed.
+//! no session, and pgwire's Parse and Bind handlers, which run on that thread, reach it with
+//! no call into the session. The session holds a [`Statements`] handle; dropping it (the
+//! session ending) empties the thread's map; a Parse on a thread without one is refused.
 //!
 //! # DISCARD
 //!
@@ -43,33 +68,66 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use pgwire::api::stmt::StoredStatement;
+use pgwire::api::store::Entry as Stored;
 use sqlparser::ast::{Expr, FromTable, Statement, TableFactor, TableObject};
 
-use super::{Cx, Notice, Outcome, Session};
+use super::{Cx, Field, Notice, Outcome, Session};
 use crate::error::SqlError;
 use crate::expr::{cast, eval, Scope};
 use crate::parse::{Discard, PrepareCmd, Stmt};
 use crate::types::{Datum, SqlType};
 use crate::Shared;
 
-/// One SQL-level prepared statement.
+/// A parsed and described statement: what Parse makes of its query and PREPARE of its
+/// statement, and what Bind, Describe and EXECUTE use.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The text `pg_prepared_statements` shows: Parse's query, or the whole PREPARE.
+    pub sql: String,
+    pub stmt: Stmt,
+    /// Each `$n`'s type, declared or inferred.
+    pub params: Vec<SqlType>,
+    /// The result columns (`None`: it returns no rows).
+    pub fields: Option<Vec<Field>>,
+    /// Executions with no parameters (PostgreSQL's generic plans) and with some (custom).
+    generic_plans: AtomicU64,
+    custom_plans: AtomicU64,
+}
+
+impl Prepared {
+    pub fn new(sql: String, stmt: Stmt, params: Vec<SqlType>, fields: Option<Vec<Field>>) -> Prepared {
+        Prepared { sql, stmt, params, fields, generic_plans: AtomicU64::new(0), custom_plans: AtomicU64::new(0) }
+    }
+
+    /// Counts one execution, where PostgreSQL chooses its plan (hot path: one relaxed add).
+    pub fn count_plan(&self) {
+        let plans = if self.params.is_empty() { &self.generic_plans } else { &self.custom_plans };
+        plans.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A prepared statement as the extended protocol keeps it (pgwire's types): Bind makes a
+/// portal of it without copying. `Empty` is a Parse of an empty query.
+pub type StoredPrepared = Stored<StoredStatement<Arc<Prepared>>>;
+
+/// One prepared statement of the session, of either kind.
 struct Entry {
-    /// The PREPARE's text.
-    text: String,
-    /// Shared with each EXECUTE, which runs it without copying the syntax tree.
-    stmt: Arc<Stmt>,
-    params: Vec<SqlType>,
+    stored: StoredPrepared,
+    /// Made by PREPARE (true) or by a Parse message (false).
+    from_sql: bool,
     /// Microseconds since the Unix epoch.
     prepared_at: i64,
-    generic_plans: u64,
-    custom_plans: u64,
 }
 
 thread_local! {
     /// The prepared statements of the session this thread serves, by name.
     static STATEMENTS: RefCell<BTreeMap<String, Entry>> = const { RefCell::new(BTreeMap::new()) };
+    /// How many EXECUTEs are running inside one another on this thread.
+    static EXECUTE_DEPTH: Cell<u32> = const { Cell::new(0) };
     /// Whether a [`Statements`] handle is alive on this thread (there is never more than one).
     static HELD: Cell<bool> = const { Cell::new(false) };
 }
@@ -99,8 +157,51 @@ impl Drop for Statements {
     }
 }
 
+/// How deep EXECUTEs may nest (a statement executing another, which executes another...).
+const EXECUTE_DEPTH_MAX: u32 = 32;
+
+/// Puts [`EXECUTE_DEPTH`] back to what it was when dropped.
+struct Nested(u32);
+
+impl Drop for Nested {
+    fn drop(&mut self) {
+        EXECUTE_DEPTH.set(self.0);
+    }
+}
+
 fn does_not_exist(name: &str) -> SqlError {
     SqlError::new("26000", format!("prepared statement \"{name}\" does not exist"))
+}
+
+fn already_exists(name: &str) -> SqlError {
+    SqlError::new("42P05", format!("prepared statement \"{name}\" already exists"))
+}
+
+/// Keeps what a Parse named `name` made (a name in use is 42P05), on the connection's thread.
+/// The unnamed statement is not kept here: it is pgwire's, replaced by each unnamed Parse.
+pub fn parsed(name: &str, stored: StoredPrepared) -> Result<(), SqlError> {
+    debug_assert!(!name.is_empty(), "the unnamed statement is pgwire's");
+    if !HELD.get() {
+        return Err(SqlError::new("XX000", "no session on this connection's thread"));
+    }
+    STATEMENTS.with(|m| match m.borrow_mut().entry(name.to_string()) {
+        std::collections::btree_map::Entry::Occupied(_) => Err(already_exists(name)),
+        std::collections::btree_map::Entry::Vacant(v) => {
+            v.insert(Entry { stored, from_sql: false, prepared_at: crate::expr::now_micros() });
+            Ok(())
+        }
+    })
+}
+
+/// The statement named `name`, of either kind, for Bind and Describe (hot path: a lookup
+/// and a reference count, no allocation).
+pub fn lookup(name: &str) -> Option<StoredPrepared> {
+    STATEMENTS.with(|m| m.borrow().get(name).map(|e| e.stored.clone()))
+}
+
+/// Close of statement `name`: it goes, whichever kind it is; closing none is no error.
+pub fn close(name: &str) {
+    STATEMENTS.with(|m| m.borrow_mut().remove(name));
 }
 
 impl<'db> Session<'db> {
@@ -126,41 +227,51 @@ impl<'db> Session<'db> {
     /// The result columns of prepared statement `name`, for Describe of an `EXECUTE name`
     /// (`None`: no such statement, or it returns no rows).
     pub fn prepared_fields(&self, name: &str) -> Option<Vec<super::Field>> {
-        let (stmt, params) = STATEMENTS.with(|m| {
-            let m = m.borrow();
-            let e = m.get(name)?;
-            Some((e.stmt.clone(), e.params.iter().copied().map(Some).collect::<Vec<_>>()))
-        })?;
-        crate::query::describe(self.sh, &stmt, &params).1
+        lookup(name)?.value()?.statement.fields.clone()
     }
 
     fn execute_prepared(&mut self, name: &str, args: &[Expr], notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
-        let (stmt, params) = STATEMENTS.with(|m| {
-            let m = m.borrow();
-            let e = m.get(name).ok_or_else(|| does_not_exist(name))?;
-            if args.len() != e.params.len() {
-                return Err(SqlError::new(
-                    "42601",
-                    format!("wrong number of parameters for prepared statement \"{name}\""),
-                )
-                .with_detail(format!("Expected {} parameters but got {}.", e.params.len(), args.len())));
-            }
-            Ok((e.stmt.clone(), e.params.clone()))
-        })?;
-        let Stmt::Sql(s) = stmt.as_ref() else { return self.dispatch(&stmt, &[], notices) };
+        let stored = lookup(name).ok_or_else(|| does_not_exist(name))?;
+        // A Parse of an empty query: nothing runs.
+        let Some(stored) = stored.value() else { return Ok(Outcome::Command(String::new())) };
+        let prepared = stored.statement.clone();
+        if args.len() != prepared.params.len() {
+            return Err(SqlError::new(
+                "42601",
+                format!("wrong number of parameters for prepared statement \"{name}\""),
+            )
+            .with_detail(format!("Expected {} parameters but got {}.", prepared.params.len(), args.len())));
+        }
+        // A Parse may name `EXECUTE x` itself, and statements may execute each other in a
+        // cycle: PostgreSQL stops that at its stack depth limit, and so does this.
+        let depth = EXECUTE_DEPTH.get();
+        if depth >= EXECUTE_DEPTH_MAX {
+            return Err(SqlError::new("54001", "stack depth limit exceeded")
+                .with_hint("EXECUTE nests prepared statements too deeply (a statement executing itself?)."));
+        }
+        EXECUTE_DEPTH.set(depth + 1);
+        // Set back however the run ends (a panic is caught above the session).
+        let _depth = Nested(depth);
+        self.execute_stmt(args, &prepared, notices)
+    }
+
+    /// EXECUTE's run of `prepared` with `args`.
+    fn execute_stmt(
+        &mut self,
+        args: &[Expr],
+        prepared: &Prepared,
+        notices: &mut Vec<Notice>,
+    ) -> Result<Outcome, SqlError> {
+        let stmt = &prepared.stmt;
+        let Stmt::Sql(s) = stmt else { return self.dispatch(stmt, &[], notices) };
         if let Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) = s.as_ref() {
             let command = s.to_string().split_whitespace().next().unwrap_or_default().to_ascii_uppercase();
             self.writable(&command)?;
         }
         self.in_transaction(&[], notices, |cx| {
-            let values = arguments(cx, args, &params)?;
+            let values = arguments(cx, args, &prepared.params)?;
             // Counted where PostgreSQL chooses the plan: after the arguments, before the run.
-            STATEMENTS.with(|m| {
-                if let Some(e) = m.borrow_mut().get_mut(name) {
-                    let plans = if params.is_empty() { &mut e.generic_plans } else { &mut e.custom_plans };
-                    *plans += 1;
-                }
-            });
+            prepared.count_plan();
             with_params(cx, &values, |cx| crate::query::execute(cx, s))
         })
     }
@@ -195,7 +306,7 @@ fn prepare(
     placeholders: &[u64],
 ) -> Result<(), SqlError> {
     if STATEMENTS.with(|m| m.borrow().contains_key(name)) {
-        return Err(SqlError::new("42P05", format!("prepared statement \"{name}\" already exists")));
+        return Err(already_exists(name));
     }
     // The protocol allows 65535 parameters; a larger number could not be bound anyway.
     if let Some(&n) = placeholders.iter().find(|&&n| n == 0 || n > u64::from(u16::MAX)) {
@@ -203,7 +314,7 @@ fn prepare(
     }
     relations_exist(sh, stmt)?;
     let client: Vec<Option<SqlType>> = declared.iter().copied().map(Some).collect();
-    let (mut params, _) = crate::query::describe(sh, stmt, &client);
+    let (mut params, fields) = crate::query::describe(sh, stmt, &client);
     // A `$n` where the inference does not look (a select list, a subquery) is text, as
     // PostgreSQL takes a parameter whose type nothing decides.
     let named_max = placeholders.last().map_or(0, |&n| n as usize);
@@ -214,14 +325,11 @@ fn prepare(
     if let Some(i) = (declared.len() + 1..=params.len()).find(|&i| !named(i)) {
         return Err(SqlError::new("42P18", format!("could not determine data type of parameter ${i}")));
     }
-    let entry = Entry {
-        text: text.to_string(),
-        stmt: Arc::new(stmt.clone()),
-        params,
-        prepared_at: crate::expr::now_micros(),
-        generic_plans: 0,
-        custom_plans: 0,
-    };
+    let prepared = Prepared::new(text.to_string(), stmt.clone(), params, fields);
+    // Bind takes the parameter types from the statement (none declared by a client).
+    let stored = StoredStatement::new(name.to_string(), Arc::new(prepared), Vec::new());
+    let entry =
+        Entry { stored: Stored::Value(Arc::new(stored)), from_sql: true, prepared_at: crate::expr::now_micros() };
     STATEMENTS.with(|m| m.borrow_mut().insert(name.to_string(), entry));
     Ok(())
 }
@@ -339,21 +447,23 @@ pub fn view_columns() -> Vec<crate::catalog::ColumnDef> {
     .collect()
 }
 
-/// `pg_prepared_statements`' rows: this thread's session's SQL-level prepared statements.
+/// `pg_prepared_statements`' rows: this thread's session's prepared statements, both kinds.
 pub fn view_rows() -> Vec<Vec<Datum>> {
     STATEMENTS.with(|m| {
         m.borrow()
             .iter()
             .map(|(name, e)| {
-                let types: Vec<String> = e.params.iter().map(|t| regtype(*t)).collect();
+                let p = e.stored.value().map(|s| &s.statement);
+                let types: Vec<String> = p.map_or(&[][..], |p| &p.params).iter().map(|t| regtype(*t)).collect();
+                let plans = |c: fn(&Prepared) -> &AtomicU64| p.map_or(0, |p| c(p).load(Ordering::Relaxed));
                 vec![
                     Datum::Text(name.clone()),
-                    Datum::Text(e.text.clone()),
+                    Datum::Text(p.map_or_else(String::new, |p| p.sql.clone())),
                     Datum::Timestamp(e.prepared_at),
                     Datum::Text(format!("{{{}}}", types.join(","))),
-                    Datum::Bool(true),
-                    Datum::Int(e.generic_plans as i64),
-                    Datum::Int(e.custom_plans as i64),
+                    Datum::Bool(e.from_sql),
+                    Datum::Int(plans(|p| &p.generic_plans) as i64),
+                    Datum::Int(plans(|p| &p.custom_plans) as i64),
                 ]
             })
             .collect()
