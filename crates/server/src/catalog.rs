@@ -95,11 +95,14 @@ impl TableSql {
     }
 }
 
-fn escape(s: &str) -> String {
+/// Backslash, tab and newline escaped, so a value fits one tab-separated field of a line
+/// (this file's and the constraints file's).
+pub(crate) fn escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('\t', "\\t").replace('\n', "\\n")
 }
 
-fn unescape(s: &str) -> String {
+/// [`escape`] undone.
+pub(crate) fn unescape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars();
     while let Some(c) = chars.next() {

@@ -11,29 +11,8 @@ use std::sync::Arc;
 use settledb::Database;
 
 use super::{Action, Constraint, ForeignKey, Kind};
+use crate::catalog::{escape, unescape};
 use crate::error::SqlError;
-
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('\t', "\\t").replace('\n', "\\n")
-}
-
-fn unescape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('t') => out.push('\t'),
-            Some('n') => out.push('\n'),
-            Some(other) => out.push(other),
-            None => out.push('\\'),
-        }
-    }
-    out
-}
 
 fn hex(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02x}")).collect()
