@@ -466,24 +466,7 @@ pub fn describe(sh: &Shared, s: &Statement, params: &mut Vec<Option<SqlType>>) -
         Statement::Update(u) => {
             let (name, alias) = single_table(&u.table.relation).ok()?;
             let t = Target::open(sh, &name, alias).ok()?;
-            let scope = t.scope();
-            for a in &u.assignments {
-                if let AssignmentTarget::ColumnName(c) = &a.target {
-                    let n = crate::ddl::object_name(c);
-                    if let (Some(p), Some(k)) =
-                        (t.cols.iter().position(|x| x.name == n), crate::expr::placeholder(&a.value))
-                    {
-                        if params.len() < k {
-                            params.resize(k, None);
-                        }
-                        params[k - 1].get_or_insert(t.cols[p].ty);
-                    }
-                }
-                infer_params(&a.value, &scope, params);
-            }
-            if let Some(w) = &u.selection {
-                infer_params(w, &scope, params);
-            }
+            assignment_params(&t, &t.scope(), &u.assignments, u.selection.as_ref(), params);
             (t, u.returning.as_deref())
         }
         Statement::Delete(d) => {
@@ -512,4 +495,30 @@ pub fn partition_probe_fields() -> Vec<Field> {
         Field { name: "partstrat".into(), ty: SqlType::Text },
         Field { name: "count".into(), ty: SqlType::Int8 },
     ]
+}
+
+/// Describe's parameter types from an UPDATE's (or DO UPDATE's) `SET` list and `WHERE`: a bare
+/// `$n` assigned to a column takes the column's type; the rest are inferred in `scope`.
+pub(crate) fn assignment_params(
+    t: &Target,
+    scope: &crate::expr::Scope<'_>,
+    assignments: &[sqlparser::ast::Assignment],
+    selection: Option<&Expr>,
+    params: &mut Vec<Option<SqlType>>,
+) {
+    for a in assignments {
+        if let AssignmentTarget::ColumnName(c) = &a.target {
+            let n = crate::ddl::object_name(c);
+            if let (Some(p), Some(k)) = (t.cols.iter().position(|x| x.name == n), crate::expr::placeholder(&a.value)) {
+                if params.len() < k {
+                    params.resize(k, None);
+                }
+                params[k - 1].get_or_insert(t.cols[p].ty);
+            }
+        }
+        infer_params(&a.value, scope, params);
+    }
+    if let Some(w) = selection {
+        infer_params(w, scope, params);
+    }
 }

@@ -59,7 +59,7 @@ use sqlparser::tokenizer::Token;
 
 use crate::dml::{checked_row, prerun_subqueries, returning, rows_to_insert, Prerun};
 use crate::error::SqlError;
-use crate::expr::{eval, ident_name, infer_params, truth, Scope, ScopeRel};
+use crate::expr::{eval, ident_name, truth, Scope, ScopeRel};
 use crate::plan::Target;
 use crate::session::{datums, Cx, Outcome};
 use crate::types::{Datum, SqlType};
@@ -379,22 +379,7 @@ pub fn describe_params(t: &Target, i: &Insert, params: &mut Vec<Option<SqlType>>
         return;
     };
     let both = Both::new(t);
-    let scope = both.scope();
-    for a in &u.assignments {
-        if let AssignmentTarget::ColumnName(c) = &a.target {
-            let n = crate::ddl::object_name(c);
-            if let (Some(p), Some(k)) = (t.cols.iter().position(|x| x.name == n), crate::expr::placeholder(&a.value)) {
-                if params.len() < k {
-                    params.resize(k, None);
-                }
-                params[k - 1].get_or_insert(t.cols[p].ty);
-            }
-        }
-        infer_params(&a.value, &scope, params);
-    }
-    if let Some(w) = &u.selection {
-        infer_params(w, &scope, params);
-    }
+    crate::dml::assignment_params(t, &both.scope(), &u.assignments, u.selection.as_ref(), params);
 }
 
 /// For a statement sqlparser could not parse: 0A000 when it is an `INSERT ... ON CONFLICT`

@@ -9,28 +9,8 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{connect, rows, TestServer};
+use common::{bounded, connect, rows, until_waiting, TestServer};
 use tokio_postgres::Client;
-
-async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), f).await.unwrap_or_else(|_| panic!("{what} never finished"))
-}
-
-/// Waits until `n` lock requests wait (a session blocked).
-async fn until_waiting(c: &Client, n: i64) {
-    bounded("a session blocking", async {
-        loop {
-            let w: i64 = c.query_one("select count(*) from pg_locks where not granted", &[]).await.unwrap().get(0);
-            if w >= n {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await
-}
 
 /// The error a statement fails with: (SQLSTATE, message, DETAIL).
 async fn fails(c: &Client, sql: &str) -> (String, String, String) {

@@ -11,29 +11,8 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{code, connect, rows, TestServer};
+use common::{bounded, code, connect, rows, until_waiting, TestServer};
 use tokio_postgres::Client;
-
-/// Bounds a step that must finish: only a hang takes a minute.
-async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), f).await.unwrap_or_else(|_| panic!("{what} never finished"))
-}
-
-/// Waits until `n` lock requests wait (a session blocked).
-async fn until_waiting(c: &Client, n: i64) {
-    bounded("a session blocking", async {
-        loop {
-            let w: i64 = c.query_one("select count(*) from pg_locks where not granted", &[]).await.unwrap().get(0);
-            if w >= n {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await
-}
 
 async fn setup(s: &TestServer) -> Client {
     let c = connect(s).await;

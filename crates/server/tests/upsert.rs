@@ -13,9 +13,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{code, connect, rows, Row, TestServer};
+use common::{bounded, code, connect, rows, until_waiting, Row, TestServer};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -44,25 +42,6 @@ async fn run(c: &Client, sql: &str) -> (u64, Vec<Row>) {
         }
     }
     (n.expect("a command tag"), out)
-}
-
-/// Bounds a concurrent step: a hang fails the test instead of stalling it.
-async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(120), f).await.unwrap_or_else(|_| panic!("{what} did not finish"))
-}
-
-/// Waits until `pg_locks` shows `n` lock requests not granted (a session blocked).
-async fn until_waiting(c: &Client, n: i64) {
-    bounded("waiting for a blocked session", async {
-        loop {
-            let w: i64 = c.query_one("select count(*) from pg_locks where not granted", &[]).await.unwrap().get(0);
-            if w >= n {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

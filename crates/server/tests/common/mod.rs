@@ -298,3 +298,26 @@ pub async fn rows(c: &tokio_postgres::Client, sql: &str) -> Vec<Row> {
         })
         .collect()
 }
+
+/// Bounds a step of a concurrency test that must finish: only a hang takes this long, and it
+/// fails the test instead of stalling it.
+pub async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(std::time::Duration::from_secs(120), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} never finished"))
+}
+
+/// Waits (bounded) until `pg_locks` shows at least `n` lock requests not granted: a session
+/// blocked on another's lock.
+pub async fn until_waiting(c: &tokio_postgres::Client, n: i64) {
+    bounded("a session blocking", async {
+        loop {
+            let w: i64 = c.query_one("select count(*) from pg_locks where not granted", &[]).await.unwrap().get(0);
+            if w >= n {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    })
+    .await
+}
