@@ -313,7 +313,7 @@ fn follow(
     let (cut, last_written) = (std::cell::Cell::new(false), std::cell::Cell::new(None::<Lsn>));
     let mut passes = 0u64;
     let mut write_error = None;
-    let mut on_row = |row: settledb::decode::logical::OutputRow| {
+    let mut on_row = |row: &settledb::decode::logical::OutputRow| {
         if cut.get() || endpos.is_some_and(|e| row.lsn > e) {
             cut.set(true);
             return Ok(());

@@ -40,7 +40,7 @@ pub use config::{Config, FreezePolicy, IsolationLevel, WalLevel};
 pub use db::{Database, DbStats, Index, InsertOrConflict, Reloaded, Scan, Table, Transaction, TruncateOptions};
 pub use decode::slot::{SlotInfo, WalStatus};
 pub use error::{Error, Interrupt, InterruptError, Result};
-pub use heap::tuple::{Column, Schema, Type, Value};
+pub use heap::tuple::{Column, Schema, Type, Value, ValueRef};
 pub use heap::{LockResult, ReplicaIdentity, RowLockMode, RowLockWait};
 pub use index::{KeyBound, ScanDirection};
 pub use stats::TableStatsSnapshot;

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::heap::tuple::{Type, Value};
+use crate::heap::tuple::{Type, ValueRef};
 
 /// float8 output with `extra_float_digits = 1`: the shortest text that reads back exactly.
 pub fn float_out(f: f64) -> String {
@@ -154,17 +154,18 @@ pub fn quote_literal(s: &str) -> String {
     q
 }
 
-/// A value's text output as PostgreSQL prints it (`t`/`f` for booleans); `None` for NULL.
-pub fn value_text(v: &Value) -> Option<String> {
+/// A value's text output as PostgreSQL prints it (`t`/`f` for booleans); `None` for NULL. A
+/// text value's bytes that are not UTF-8 are shown with U+FFFD in their place.
+pub fn value_text(v: ValueRef<'_>) -> Option<String> {
     Some(match v {
-        Value::Null => return None,
-        Value::Int4(x) => x.to_string(),
-        Value::Int8(x) => x.to_string(),
-        Value::Float8(f) => float_out(*f),
-        Value::Bool(b) => if *b { "t" } else { "f" }.into(),
-        Value::Text(s) => s.clone(),
-        Value::Bytea(b) => bytea_out(b),
-        Value::Timestamp(t) => timestamp_out(*t),
+        ValueRef::Null => return None,
+        ValueRef::Int4(x) => x.to_string(),
+        ValueRef::Int8(x) => x.to_string(),
+        ValueRef::Float8(f) => float_out(f),
+        ValueRef::Bool(b) => if b { "t" } else { "f" }.into(),
+        ValueRef::Text(s) => String::from_utf8_lossy(s).into_owned(),
+        ValueRef::Bytea(b) => bytea_out(b),
+        ValueRef::Timestamp(t) => timestamp_out(t),
     })
 }
 
@@ -211,8 +212,8 @@ mod tests {
         assert_eq!(timestamp_out(253_402_300_800_000_000), "10000-01-01 00:00:00");
         assert_eq!(timestamp_out(1_700_000_000_120_000), "2023-11-14 22:13:20.12");
         assert_eq!(bytea_out(&[0xde, 0xad]), "\\xdead");
-        assert_eq!(value_text(&Value::Bool(true)).as_deref(), Some("t"));
-        assert_eq!(value_text(&Value::Null), None);
+        assert_eq!(value_text(ValueRef::Bool(true)).as_deref(), Some("t"));
+        assert_eq!(value_text(ValueRef::Null), None);
         assert_eq!(quote_literal("it's"), "'it''s'");
         assert_eq!(quote_literal("a\\b"), "E'a\\\\b'");
     }

@@ -476,8 +476,8 @@ fn a_following_session_reads_on_and_matches_a_one_off_session() {
     let mut open = Some(open);
     let mut rows = Vec::new();
     let mut passes = 0;
-    let mut sink = |r: settledb::decode::logical::OutputRow| {
-        rows.push(String::from_utf8(r.data).unwrap());
+    let mut sink = |r: &settledb::decode::logical::OutputRow| {
+        rows.push(String::from_utf8(r.data.clone()).unwrap());
         Ok(())
     };
     let mut follow = |_pos: settledb::Lsn| -> settledb::Result<bool> {

@@ -455,7 +455,7 @@ fn a_copied_slot_decodes_what_its_source_would() {
     let mut streamed = Vec::new();
     let s = db
         .decode_slot_into("dst", no_limits, &[], true, &mut |row| {
-            streamed.push(row);
+            streamed.push(row.clone());
             Ok(())
         })
         .unwrap();

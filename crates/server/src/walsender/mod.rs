@@ -510,10 +510,10 @@ fn spawn_decoder(sh: Arc<Shared>, slot: String, start: Lsn, options: Vec<(String
             full.stamp(now_pg_micros());
             tx.blocking_send(Event::Rows(full)).map_err(|_| gone())
         };
-        let mut sink = |row: OutputRow| {
+        let mut sink = |row: &OutputRow| {
             let full = {
                 let mut b = batch.borrow_mut();
-                b.push(&row);
+                b.push(row);
                 b.ends.len() >= BATCH_ROWS
             };
             if full {

@@ -148,7 +148,7 @@ impl Database {
         limits: DecodeLimits,
         options: &[(String, Option<String>)],
         confirm: bool,
-        sink: &mut dyn FnMut(OutputRow) -> Result<()>,
+        sink: &mut dyn FnMut(&OutputRow) -> Result<()>,
     ) -> Result<DecodeSummary> {
         let d = self.decodable_slot(slot_name)?;
         let mut plugin = self.output_plugin(&d, options)?;
@@ -223,7 +223,7 @@ impl Database {
         slot_name: &str,
         limits: DecodeLimits,
         options: &[(String, Option<String>)],
-        sink: &mut dyn FnMut(OutputRow) -> Result<()>,
+        sink: &mut dyn FnMut(&OutputRow) -> Result<()>,
         follow: &mut dyn FnMut(Lsn) -> Result<bool>,
     ) -> Result<DecodeSummary> {
         let d = self.decodable_slot(slot_name)?;

@@ -73,7 +73,7 @@ use super::reorderbuffer::{Change, ChangeKind, ReorderBuffer, StreamSink};
 use crate::catalog::{self, ClassRow, RelKind};
 use crate::error::{Error, Result};
 use crate::heap::truncate::{TruncateRecord, XLOG_HEAP_TRUNCATE};
-use crate::heap::tuple::{deform_logged_tuple_with_into, deform_tuple, Schema, Value};
+use crate::heap::tuple::{deform_logged_tuple_refs, deform_tuple, Schema, Value, ValueRef};
 use crate::heap::wal::{decode_row_change, encode_tuple, for_each_inserted_tuple, insert_rel, RowChange};
 use crate::heap::ReplicaIdentity;
 use crate::types::{Lsn, Oid, Tid, Xid};
@@ -155,22 +155,24 @@ pub enum RowKind {
     Delete,
 }
 
-/// One decoded row change.
+/// One decoded row change, its values borrowed from the change's logged tuples (and the
+/// table's missing values): a plugin writes them out or copies what it keeps
+/// ([`ValueRef::to_value`]).
 #[derive(Clone, Debug)]
-pub enum RowData {
+pub enum RowData<'a> {
     Insert {
-        new: Vec<Value>,
+        new: Vec<ValueRef<'a>>,
     },
     /// `old` is the logged old key (non-key columns NULL) or whole old row, if any;
     /// `old_whole` says which (the table's replica identity when the change was logged:
     /// FULL logs the whole row).
     Update {
-        old: Option<Vec<Value>>,
+        old: Option<Vec<ValueRef<'a>>>,
         old_whole: bool,
-        new: Vec<Value>,
+        new: Vec<ValueRef<'a>>,
     },
     Delete {
-        old: Option<Vec<Value>>,
+        old: Option<Vec<ValueRef<'a>>>,
         old_whole: bool,
     },
 }
@@ -193,7 +195,7 @@ pub trait OutputPlugin {
     fn wants_change(&mut self, _rel: &RelInfo, _lsn: Lsn, _kind: RowKind, _has_old: bool) -> Result<bool> {
         Ok(true)
     }
-    fn change(&mut self, out: &mut Output, txn: &TxnInfo, lsn: Lsn, rel: &RelInfo, row: &RowData) -> Result<()>;
+    fn change(&mut self, out: &mut Output, txn: &TxnInfo, lsn: Lsn, rel: &RelInfo, row: &RowData<'_>) -> Result<()>;
     /// A logical message: `txn` is `None` for a non-transactional one.
     fn message(
         &mut self,
@@ -228,7 +230,7 @@ pub trait OutputPlugin {
         _xid: Xid,
         _lsn: Lsn,
         _rel: &RelInfo,
-        _row: &RowData,
+        _row: &RowData<'_>,
     ) -> Result<()> {
         Err(missing_stream_callback("stream_change_cb"))
     }
@@ -372,20 +374,38 @@ pub struct OutputRow {
 /// Where a plugin's rows go: collected in `rows`, or handed one by one to a sink
 /// ([`Output::to_sink`]) so that a session's rows need not all sit in memory at once (one
 /// transaction of 8,000,000 rows is 8,000,000 rows at its commit).
+///
+/// A sink borrows each row and copies what it keeps, and the row's buffer comes back to the
+/// plugin for its next message ([`Output::buffer`]): a session with a sink allocates no
+/// message buffer per row.
 #[derive(Default)]
 pub struct Output<'s> {
     pub rows: Vec<OutputRow>,
-    sink: Option<&'s mut dyn FnMut(OutputRow) -> Result<()>>,
+    sink: Option<&'s mut RowSink<'s>>,
     /// The sink's first error; later rows are dropped until the caller takes it.
     error: Option<Error>,
     /// Rows written (to `rows` or to the sink).
     pub written: u64,
+    /// The last row's buffer once the sink is done with it, emptied.
+    spare: Vec<u8>,
 }
+
+/// What takes an output's rows one by one, borrowed.
+pub type RowSink<'s> = dyn FnMut(&OutputRow) -> Result<()> + 's;
+
+/// The largest buffer kept for the next message (a larger one was a large row's).
+const SPARE_BYTES: usize = 64 << 10;
 
 impl<'s> Output<'s> {
     /// An output that hands every row to `sink` instead of collecting it.
-    pub fn to_sink(sink: &'s mut dyn FnMut(OutputRow) -> Result<()>) -> Output<'s> {
-        Output { rows: Vec::new(), sink: Some(sink), error: None, written: 0 }
+    pub fn to_sink(sink: &'s mut RowSink<'s>) -> Output<'s> {
+        Output { rows: Vec::new(), sink: Some(sink), error: None, written: 0, spare: Vec::new() }
+    }
+
+    /// An empty buffer for the next message's bytes, to give back through [`Output::write`]:
+    /// the last message's when a sink took it.
+    pub fn buffer(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.spare)
     }
 
     pub fn write(&mut self, lsn: Lsn, xid: Xid, data: Vec<u8>) {
@@ -396,8 +416,13 @@ impl<'s> Output<'s> {
         let row = OutputRow { lsn, xid, data };
         match &mut self.sink {
             Some(sink) => {
-                if let Err(e) = sink(row) {
+                if let Err(e) = sink(&row) {
                     self.error = Some(e);
+                }
+                let mut data = row.data;
+                if data.capacity() <= SPARE_BYTES && data.capacity() > self.spare.capacity() {
+                    data.clear();
+                    self.spare = data;
                 }
             }
             None => self.rows.push(row),
@@ -427,44 +452,45 @@ struct Relations<'a> {
     /// Tables by file node: learned from `pg_class` rows in WAL order (so the changes after a
     /// TRUNCATE, in its new storage, find their table), then asked of the catalog.
     by_filenode: FxHashMap<Oid, Oid>,
-    /// Per table, the buffers its last change's rows were decoded into, for its next one's
-    /// (every change handed to the plugin looks its relation up here first).
-    rows: FxHashMap<Oid, RowBuffers>,
+    /// The vectors the last change's rows were decoded into, for the next one's.
+    rows: RowBuffers,
 }
 
-/// A decoded row's new and old values, kept from one change of a table to the next so that a
-/// text column's buffer is reused rather than allocated per row
-/// ([`crate::heap::tuple::deform_logged_tuple_into`]): that allocation was a tenth of the
-/// decoder thread in `settle bench replicate`. They are kept per table because a
-/// transaction's changes alternate between tables (TPC-C's New-Order writes five), whose
-/// columns would not line up. At most [`ROW_BUFFER_TABLES`] tables' are kept (a session
-/// over many thousands of tables starts again from none).
+/// The vectors of a decoded row's new and old values, kept from one change to the next so
+/// that decoding a row allocates nothing. They hold no values between changes, so any
+/// lifetime's values fit.
 #[derive(Default)]
 struct RowBuffers {
-    new: Vec<Value>,
-    old: Vec<Value>,
+    new: Vec<ValueRef<'static>>,
+    old: Vec<ValueRef<'static>>,
 }
-
-const ROW_BUFFER_TABLES: usize = 1024;
 
 impl RowBuffers {
     /// Takes back the vectors of a row the plugin is done with.
-    fn recycle(&mut self, row: RowData) {
+    fn recycle(&mut self, row: RowData<'_>) {
         match row {
-            RowData::Insert { new } => self.new = new,
+            RowData::Insert { new } => self.new = emptied(new),
             RowData::Update { old, new, .. } => {
-                self.new = new;
+                self.new = emptied(new);
                 if let Some(old) = old {
-                    self.old = old;
+                    self.old = emptied(old);
                 }
             }
             RowData::Delete { old, .. } => {
                 if let Some(old) = old {
-                    self.old = old;
+                    self.old = emptied(old);
                 }
             }
         }
     }
+}
+
+/// `v` emptied, as a vector of values of any lifetime. The collect of an emptied vector's
+/// iterator into one of a type of the same size and alignment reuses its allocation (the
+/// standard library's in-place collection), so this moves the buffer and allocates nothing.
+fn emptied<'b>(mut v: Vec<ValueRef<'_>>) -> Vec<ValueRef<'b>> {
+    v.clear();
+    v.into_iter().map(|_| ValueRef::Null).collect()
 }
 
 impl Relations<'_> {
@@ -546,10 +572,7 @@ fn emit(
                 return Ok(());
             }
             let rel = rel.clone();
-            if rels.rows.len() >= ROW_BUFFER_TABLES && !rels.rows.contains_key(&c.rel) {
-                rels.rows.clear();
-            }
-            let bufs = rels.rows.entry(c.rel).or_default();
+            let bufs = &mut rels.rows;
             let row = row_data(&rel, kind, c, bufs)?;
             let r = match txn {
                 Some(txn) => plugin.change(out, txn, c.lsn, &rel, &row),
@@ -669,7 +692,7 @@ impl<'a> LogicalDecoder<'a> {
                 learned: FxHashMap::default(),
                 known: FxHashMap::default(),
                 by_filenode: FxHashMap::default(),
-                rows: FxHashMap::default(),
+                rows: RowBuffers::default(),
             },
             first_lsn: FxHashMap::default(),
             two_phase_at: None,
@@ -1097,9 +1120,10 @@ impl<'a> LogicalDecoder<'a> {
 }
 
 /// Decodes a queued change's tuples with its relation's schema, into `bufs`' vectors.
-fn row_data(rel: &RelInfo, kind: ChangeKind, c: &Change<'_>, bufs: &mut RowBuffers) -> Result<RowData> {
-    let deform = |t: &[u8], mut into: Vec<Value>| {
-        deform_logged_tuple_with_into(&rel.schema, &rel.missing, t, &mut into)
+fn row_data<'a>(rel: &'a RelInfo, kind: ChangeKind, c: &Change<'a>, bufs: &mut RowBuffers) -> Result<RowData<'a>> {
+    let deform = |t: &'a [u8], into: Vec<ValueRef<'static>>| {
+        let mut into = emptied(into);
+        deform_logged_tuple_refs(&rel.schema, &rel.missing, t, &mut into)
             .map(|()| into)
             .map_err(|e| Error::invalid(format!("logical decoding: a row of \"{}\" at {}: {e}", rel.name, c.lsn)))
     };

@@ -68,7 +68,7 @@ use super::test_decoding::parse_bool;
 use crate::catalog::publication::{PublicationRow, PublishActions};
 use crate::error::{Error, Result};
 use crate::heap::truncate::TruncateRecord;
-use crate::heap::tuple::Value;
+use crate::heap::tuple::ValueRef;
 use crate::heap::ReplicaIdentity;
 use crate::pgtext;
 use crate::types::{Lsn, Oid, Xid};
@@ -467,7 +467,14 @@ impl PgOutput {
     }
 
     /// The I, U or D message.
-    fn change_message(&self, rel: &RelInfo, cols: &[SqlColumn], row: &RowData, xid: Option<Xid>) -> Vec<u8> {
+    fn change_message(
+        &self,
+        buf: Vec<u8>,
+        rel: &RelInfo,
+        cols: &[SqlColumn],
+        row: &RowData<'_>,
+        xid: Option<Xid>,
+    ) -> Vec<u8> {
         // What the WAL logged decides K or O (PostgreSQL decides by the relation's
         // relreplident as of the change, which is what the logging followed).
         let old_kind = |whole: bool| if whole { b'O' } else { b'K' };
@@ -476,15 +483,15 @@ impl PgOutput {
             RowData::Update { .. } => b'U',
             RowData::Delete { .. } => b'D',
         };
-        let mut w = Writer::with_capacity(tag, 16 + message_room(row));
+        let mut w = Writer::reusing(buf, tag, 16 + message_room(row));
         if let Some(x) = xid {
             w.u32(x.0);
         }
         w.u32(rel.oid.0);
         let binary = self.opts.binary;
-        let tuple = |w: &mut Writer, values: &[Value]| {
+        let tuple = |w: &mut Writer, values: &[ValueRef<'_>]| {
             w.i16(i16::try_from(values.len()).unwrap_or(i16::MAX));
-            for (v, c) in values.iter().zip(cols) {
+            for (&v, c) in values.iter().zip(cols) {
                 write_value(w, v, c.format, binary);
             }
         };
@@ -560,20 +567,21 @@ struct RelCache {
 /// A TupleData column straight into the message (a hot path: once per value): integers,
 /// numerics and text in their text form without an intermediate string; the rest through
 /// [`datum_as`].
-fn write_value(w: &mut Writer, v: &Value, format: ValueFormat, binary: bool) {
+fn write_value(w: &mut Writer, v: ValueRef<'_>, format: ValueFormat, binary: bool) {
     match (v, format, binary) {
-        (Value::Null, ..) => {
+        (ValueRef::Null, ..) => {
             w.u8(b'n');
         }
-        (Value::Text(t), ValueFormat::Stored, _) if !binary => {
-            w.u8(b't').counted(t.as_bytes());
+        // As stored, as PostgreSQL's pgoutput sends a text datum's bytes.
+        (ValueRef::Text(t), ValueFormat::Stored, _) if !binary => {
+            w.u8(b't').counted(t);
         }
-        (Value::Int4(x), ValueFormat::Stored | ValueFormat::Int2, false) => write_decimal(w, i64::from(*x), 0),
-        (Value::Int8(x), ValueFormat::Stored, false) => write_decimal(w, *x, 0),
-        (Value::Int8(x), ValueFormat::Numeric { scale }, false) => write_decimal(w, *x, scale),
-        (Value::Int4(x), ValueFormat::Numeric { scale }, false) => write_decimal(w, i64::from(*x), scale),
-        (Value::Timestamp(t), ValueFormat::Stored, false) => write_text(w, |out| pgtext::push_timestamp(out, *t)),
-        (Value::Int4(d), ValueFormat::Date, false) => write_text(w, |out| pgtext::push_date(out, *d)),
+        (ValueRef::Int4(x), ValueFormat::Stored | ValueFormat::Int2, false) => write_decimal(w, i64::from(x), 0),
+        (ValueRef::Int8(x), ValueFormat::Stored, false) => write_decimal(w, x, 0),
+        (ValueRef::Int8(x), ValueFormat::Numeric { scale }, false) => write_decimal(w, x, scale),
+        (ValueRef::Int4(x), ValueFormat::Numeric { scale }, false) => write_decimal(w, i64::from(x), scale),
+        (ValueRef::Timestamp(t), ValueFormat::Stored, false) => write_text(w, |out| pgtext::push_timestamp(out, t)),
+        (ValueRef::Int4(d), ValueFormat::Date, false) => write_text(w, |out| pgtext::push_date(out, d)),
         _ => {
             w.tuple_datum(&datum_as(v, format, binary));
         }
@@ -582,9 +590,9 @@ fn write_value(w: &mut Writer, v: &Value, format: ValueFormat, binary: bool) {
 
 /// About the bytes a change's TupleData take (a text value's own length, up to 24 for any
 /// other): the message's first allocation.
-fn message_room(row: &RowData) -> usize {
-    let tuple = |values: &[Value]| -> usize {
-        2 + values.iter().map(|v| 5 + if let Value::Text(t) = v { t.len() } else { 20 }).sum::<usize>()
+fn message_room(row: &RowData<'_>) -> usize {
+    let tuple = |values: &[ValueRef<'_>]| -> usize {
+        2 + values.iter().map(|v| 5 + if let ValueRef::Text(t) = v { t.len() } else { 20 }).sum::<usize>()
     };
     match row {
         RowData::Insert { new } => tuple(new),
@@ -610,8 +618,8 @@ fn write_text(w: &mut Writer, push: impl FnOnce(&mut Vec<u8>)) {
 }
 
 /// A value as a TupleData column, shown as its SQL type (`format`).
-pub fn datum_as(v: &Value, format: ValueFormat, binary: bool) -> Datum {
-    if format == ValueFormat::Stored || matches!(v, Value::Null) {
+pub fn datum_as(v: ValueRef<'_>, format: ValueFormat, binary: bool) -> Datum {
+    if format == ValueFormat::Stored || v.is_null() {
         return datum(v, binary);
     }
     if binary {
@@ -624,22 +632,24 @@ pub fn datum_as(v: &Value, format: ValueFormat, binary: bool) -> Datum {
 }
 
 /// A value as a TupleData column: its send format with `binary`, else its text output.
-pub fn datum(v: &Value, binary: bool) -> Datum {
-    if matches!(v, Value::Null) {
+pub fn datum(v: ValueRef<'_>, binary: bool) -> Datum {
+    if v.is_null() {
         return Datum::Null;
     }
     if !binary {
+        if let ValueRef::Text(t) = v {
+            return Datum::Text(t.to_vec());
+        }
         return Datum::Text(pgtext::value_text(v).unwrap_or_default().into_bytes());
     }
     Datum::Binary(match v {
-        Value::Null => Vec::new(),
-        Value::Int4(x) => x.to_be_bytes().to_vec(),
-        Value::Int8(x) => x.to_be_bytes().to_vec(),
-        Value::Float8(f) => f.to_bits().to_be_bytes().to_vec(),
-        Value::Bool(b) => vec![u8::from(*b)],
-        Value::Text(s) => s.as_bytes().to_vec(),
-        Value::Bytea(b) => b.clone(),
-        Value::Timestamp(t) => (t - PG_EPOCH_OFFSET_US).to_be_bytes().to_vec(),
+        ValueRef::Null => Vec::new(),
+        ValueRef::Int4(x) => x.to_be_bytes().to_vec(),
+        ValueRef::Int8(x) => x.to_be_bytes().to_vec(),
+        ValueRef::Float8(f) => f.to_bits().to_be_bytes().to_vec(),
+        ValueRef::Bool(b) => vec![u8::from(b)],
+        ValueRef::Text(s) | ValueRef::Bytea(s) => s.to_vec(),
+        ValueRef::Timestamp(t) => (t - PG_EPOCH_OFFSET_US).to_be_bytes().to_vec(),
     })
 }
 
@@ -669,7 +679,7 @@ impl OutputPlugin for PgOutput {
         }
         self.maybe_send_relation(out, lsn, txn.xid, rel, None);
         let cols = self.sql_columns(rel);
-        let m = self.change_message(rel, &cols, row, None);
+        let m = self.change_message(out.buffer(), rel, &cols, row, None);
         out.write(lsn, txn.xid, m);
         Ok(())
     }
@@ -762,7 +772,7 @@ impl OutputPlugin for PgOutput {
         }
         self.maybe_send_relation(out, lsn, top, rel, Some((top, xid)));
         let cols = self.sql_columns(rel);
-        let m = self.change_message(rel, &cols, row, Some(xid));
+        let m = self.change_message(out.buffer(), rel, &cols, row, Some(xid));
         out.write(lsn, top, m);
         Ok(())
     }

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use super::logical::RelInfo;
-use crate::heap::tuple::{Type, Value};
+use crate::heap::tuple::{Type, ValueRef};
 use crate::pgtext;
 
 /// What a layer above the engine knows of a relation's columns.
@@ -108,11 +108,11 @@ pub fn push_decimal(out: &mut Vec<u8>, m: i64, scale: u8) {
 }
 
 /// A value's text output as its SQL type (`None` for NULL).
-pub fn text(v: &Value, format: ValueFormat) -> Option<String> {
+pub fn text(v: ValueRef<'_>, format: ValueFormat) -> Option<String> {
     match (format, v) {
-        (ValueFormat::Numeric { scale }, Value::Int8(m)) => Some(numeric_text(*m, scale)),
-        (ValueFormat::Numeric { scale }, Value::Int4(m)) => Some(numeric_text(i64::from(*m), scale)),
-        (ValueFormat::Date, Value::Int4(d)) => Some(pgtext::date_out(*d)),
+        (ValueFormat::Numeric { scale }, ValueRef::Int8(m)) => Some(numeric_text(m, scale)),
+        (ValueFormat::Numeric { scale }, ValueRef::Int4(m)) => Some(numeric_text(i64::from(m), scale)),
+        (ValueFormat::Date, ValueRef::Int4(d)) => Some(pgtext::date_out(d)),
         _ => pgtext::value_text(v),
     }
 }
@@ -122,12 +122,12 @@ const PG_DATE_EPOCH_DAYS: i32 = 10_957;
 
 /// A value's send format as its SQL type (`int2send`, `numeric_send`, `date_send`); `None`
 /// where the storage type's applies.
-pub fn binary(v: &Value, format: ValueFormat) -> Option<Vec<u8>> {
+pub fn binary(v: ValueRef<'_>, format: ValueFormat) -> Option<Vec<u8>> {
     match (format, v) {
-        (ValueFormat::Int2, Value::Int4(x)) => Some((*x as i16).to_be_bytes().to_vec()),
-        (ValueFormat::Date, Value::Int4(d)) => Some((d - PG_DATE_EPOCH_DAYS).to_be_bytes().to_vec()),
-        (ValueFormat::Numeric { scale }, Value::Int8(m)) => Some(numeric_send(*m, scale)),
-        (ValueFormat::Numeric { scale }, Value::Int4(m)) => Some(numeric_send(i64::from(*m), scale)),
+        (ValueFormat::Int2, ValueRef::Int4(x)) => Some((x as i16).to_be_bytes().to_vec()),
+        (ValueFormat::Date, ValueRef::Int4(d)) => Some((d - PG_DATE_EPOCH_DAYS).to_be_bytes().to_vec()),
+        (ValueFormat::Numeric { scale }, ValueRef::Int8(m)) => Some(numeric_send(m, scale)),
+        (ValueFormat::Numeric { scale }, ValueRef::Int4(m)) => Some(numeric_send(i64::from(m), scale)),
         _ => None,
     }
 }

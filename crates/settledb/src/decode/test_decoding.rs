@@ -50,7 +50,7 @@ use super::logical::{Output, OutputPlugin, RelInfo, RowData, TxnInfo};
 use super::sqltypes::{self, columns_of, ColumnTypes, SqlColumn, ValueFormat};
 use crate::error::{Error, Result};
 use crate::heap::truncate::TruncateRecord;
-use crate::heap::tuple::{Type, Value};
+use crate::heap::tuple::{Type, ValueRef};
 use crate::pgtext;
 use crate::types::{Lsn, Oid, Xid};
 
@@ -492,9 +492,9 @@ fn timestamptz(us: i64) -> String {
 
 /// Appends ` name[type]:value` per column; `skip_nulls` for old keys and rows. Values are
 /// written straight into the line (a hot path: once per column of every row).
-fn tuple(s: &mut Vec<u8>, rel: &RelInfo, names: &RelText, values: &[Value], skip_nulls: bool) {
-    for (((c, name), sql), v) in rel.schema.columns.iter().zip(&names.columns).zip(&names.sql).zip(values) {
-        if skip_nulls && matches!(v, Value::Null) {
+fn tuple(s: &mut Vec<u8>, rel: &RelInfo, names: &RelText, values: &[ValueRef<'_>], skip_nulls: bool) {
+    for (((c, name), sql), &v) in rel.schema.columns.iter().zip(&names.columns).zip(&names.sql).zip(values) {
+        if skip_nulls && v.is_null() {
             continue;
         }
         s.extend_from_slice(name.as_bytes());
@@ -502,18 +502,18 @@ fn tuple(s: &mut Vec<u8>, rel: &RelInfo, names: &RelText, values: &[Value], skip
             match sqltypes::text(v, sql.format) {
                 None => s.extend_from_slice(b"null"),
                 Some(text) if sql.bare() => s.extend_from_slice(text.as_bytes()),
-                Some(text) => literal(s, Type::Text, &text),
+                Some(text) => literal(s, Type::Text, text.as_bytes()),
             }
             continue;
         }
         match v {
-            Value::Null => s.extend_from_slice(b"null"),
-            Value::Int4(x) => push_int(s, i64::from(*x)),
-            Value::Int8(x) => push_int(s, *x),
-            Value::Text(t) => literal(s, c.ty, t),
+            ValueRef::Null => s.extend_from_slice(b"null"),
+            ValueRef::Int4(x) => push_int(s, i64::from(x)),
+            ValueRef::Int8(x) => push_int(s, x),
+            ValueRef::Text(t) => literal(s, c.ty, t),
             v => match pgtext::value_text(v) {
                 None => s.extend_from_slice(b"null"),
-                Some(text) => literal(s, c.ty, &text),
+                Some(text) => literal(s, c.ty, text.as_bytes()),
             },
         }
     }
@@ -539,13 +539,14 @@ fn push_int(s: &mut Vec<u8>, v: i64) {
 }
 
 /// `print_literal`: numbers bare, booleans as words, the rest quoted.
-fn literal(s: &mut Vec<u8>, ty: Type, text: &str) {
+fn literal(s: &mut Vec<u8>, ty: Type, text: &[u8]) {
     match ty {
-        Type::Int4 | Type::Int8 | Type::Float8 => s.extend_from_slice(text.as_bytes()),
-        Type::Bool => s.extend_from_slice(if text == "t" { b"true" } else { b"false" }),
+        Type::Int4 | Type::Int8 | Type::Float8 => s.extend_from_slice(text),
+        Type::Bool => s.extend_from_slice(if text == b"t" { b"true" } else { b"false" }),
         _ => {
+            // Byte by byte: a quote is one byte in UTF-8 and never part of another character.
             s.push(b'\'');
-            for &b in text.as_bytes() {
+            for &b in text {
                 if b == b'\'' {
                     s.push(b'\'');
                 }
@@ -742,9 +743,9 @@ mod tests {
         assert_eq!(quote_identifier("user"), "\"user\"");
         assert_eq!(quote_identifier("a\"b"), "\"a\"\"b\"");
         let mut s = Vec::new();
-        literal(&mut s, Type::Text, "it's");
-        literal(&mut s, Type::Bool, "f");
-        literal(&mut s, Type::Float8, "1.5");
+        literal(&mut s, Type::Text, b"it's");
+        literal(&mut s, Type::Bool, b"f");
+        literal(&mut s, Type::Float8, b"1.5");
         push_int(&mut s, i64::MIN);
         push_int(&mut s, 0);
         push_int(&mut s, -7);

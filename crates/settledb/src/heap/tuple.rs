@@ -174,6 +174,60 @@ impl Value {
     }
 }
 
+impl Value {
+    /// The value borrowed.
+    pub fn as_ref(&self) -> ValueRef<'_> {
+        match self {
+            Value::Null => ValueRef::Null,
+            Value::Int4(x) => ValueRef::Int4(*x),
+            Value::Int8(x) => ValueRef::Int8(*x),
+            Value::Float8(x) => ValueRef::Float8(*x),
+            Value::Bool(x) => ValueRef::Bool(*x),
+            Value::Text(s) => ValueRef::Text(s.as_bytes()),
+            Value::Bytea(b) => ValueRef::Bytea(b),
+            Value::Timestamp(t) => ValueRef::Timestamp(*t),
+        }
+    }
+}
+
+/// A [`Value`] borrowed from the bytes it was read from: what the logical decoder hands its
+/// output plugins, which write most values straight into their messages
+/// ([`deform_logged_tuple_refs`]).
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum ValueRef<'a> {
+    Null,
+    Int4(i32),
+    Int8(i64),
+    Float8(f64),
+    Bool(bool),
+    /// A text value's bytes as stored, not checked to be UTF-8 (the engine stores only valid
+    /// text, and a WAL record's CRC vouches for its bytes): a reader that needs a `str` checks
+    /// them ([`ValueRef::to_value`]); one that only copies them out need not.
+    Text(&'a [u8]),
+    Bytea(&'a [u8]),
+    Timestamp(i64),
+}
+
+impl ValueRef<'_> {
+    /// The owned value; a text value that is not UTF-8 is an error naming `what`.
+    pub fn to_value(self, what: &dyn std::fmt::Display) -> std::result::Result<Value, String> {
+        Ok(match self {
+            ValueRef::Null => Value::Null,
+            ValueRef::Int4(x) => Value::Int4(x),
+            ValueRef::Int8(x) => Value::Int8(x),
+            ValueRef::Float8(x) => Value::Float8(x),
+            ValueRef::Bool(x) => Value::Bool(x),
+            ValueRef::Text(b) => Value::Text(text(b, what)?.to_owned()),
+            ValueRef::Bytea(b) => Value::Bytea(b.to_vec()),
+            ValueRef::Timestamp(t) => Value::Timestamp(t),
+        })
+    }
+
+    pub fn is_null(self) -> bool {
+        matches!(self, ValueRef::Null)
+    }
+}
+
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Column {
     pub name: String,
@@ -618,22 +672,23 @@ fn not_utf8(e: std::str::Utf8Error, what: &dyn std::fmt::Display) -> String {
 }
 
 #[inline(always)]
-fn get_value(r: &mut Reader<'_>, ty: Type, what: &dyn std::fmt::Display) -> std::result::Result<Value, String> {
+fn get_value_ref<'a>(
+    r: &mut Reader<'a>,
+    ty: Type,
+    what: &dyn std::fmt::Display,
+) -> std::result::Result<ValueRef<'a>, String> {
     Ok(match ty {
-        Type::Int4 => Value::Int4(i32::from_le_bytes(r.fixed::<4>(ty.align(), what)?)),
-        Type::Int8 => Value::Int8(i64::from_le_bytes(r.fixed::<8>(ty.align(), what)?)),
-        Type::Timestamp => Value::Timestamp(i64::from_le_bytes(r.fixed::<8>(ty.align(), what)?)),
-        Type::Float8 => Value::Float8(f64::from_le_bytes(r.fixed::<8>(ty.align(), what)?)),
+        Type::Int4 => ValueRef::Int4(i32::from_le_bytes(r.fixed::<4>(ty.align(), what)?)),
+        Type::Int8 => ValueRef::Int8(i64::from_le_bytes(r.fixed::<8>(ty.align(), what)?)),
+        Type::Timestamp => ValueRef::Timestamp(i64::from_le_bytes(r.fixed::<8>(ty.align(), what)?)),
+        Type::Float8 => ValueRef::Float8(f64::from_le_bytes(r.fixed::<8>(ty.align(), what)?)),
         Type::Bool => match r.take(1, what)? {
-            [0] => Value::Bool(false),
-            [1] => Value::Bool(true),
+            [0] => ValueRef::Bool(false),
+            [1] => ValueRef::Bool(true),
             b => return Err(format!("{what} has invalid bool byte {:#04x}", b.first().copied().unwrap_or(0))),
         },
-        Type::Text => {
-            let b = r.varlena(what)?;
-            Value::Text(text(b, what)?.to_owned())
-        }
-        Type::Bytea => Value::Bytea(r.varlena(what)?.to_vec()),
+        Type::Text => ValueRef::Text(r.varlena(what)?),
+        Type::Bytea => ValueRef::Bytea(r.varlena(what)?),
     })
 }
 
@@ -658,10 +713,42 @@ pub fn deform_tuple_with(schema: &Schema, missing: &[Value], tuple: &[u8]) -> st
     Ok(out)
 }
 
-/// The attributes of a tuple given as its attribute count, its null bitmap (when it has one)
-/// and its data area, into `out`, which ends with one value per column: a text or bytea value
-/// lands in the buffer of the one `out` already held at its place, if that was one of the same
-/// type (a reader of many rows of one table allocates once per column, not once per row).
+/// Walks a tuple's attributes, given as its attribute count, its null bitmap (when it has one)
+/// and its data area: `each` gets every column of `schema` in order, with what the tuple holds
+/// for it (`None` past the tuple's `natts`, where the column's missing value applies), a text
+/// or bytea value as the bytes it is stored as. The one walk under [`deform_data_into`] and
+/// [`deform_data_refs`].
+#[inline(always)]
+fn walk_data<'a>(
+    schema: &Schema,
+    natts: usize,
+    nulls: Option<&[u8]>,
+    data: &'a [u8],
+    mut each: impl FnMut(usize, &Column, Option<ValueRef<'a>>) -> std::result::Result<(), String>,
+) -> std::result::Result<(), String> {
+    let mut r = Reader { data, pos: 0 };
+    for (i, c) in schema.columns.iter().enumerate() {
+        if i >= natts {
+            each(i, c, None)?;
+            continue;
+        }
+        let v = if nulls.is_some_and(|b| b[i / 8] & (1 << (i % 8)) == 0) {
+            ValueRef::Null
+        } else {
+            get_value_ref(&mut r, c.ty, &ColumnLabel(c))?
+        };
+        each(i, c, Some(v))?;
+    }
+    if natts <= schema.columns.len() && r.pos != r.data.len() {
+        return Err(format!("{} trailing bytes after the last attribute", r.data.len().saturating_sub(r.pos)));
+    }
+    Ok(())
+}
+
+/// The attributes of a tuple ([`walk_data`]'s arguments) into `out`, which ends with one value
+/// per column: a text or bytea value lands in the buffer of the one `out` already held at its
+/// place, if that was one of the same type (a reader of many rows of one table allocates once
+/// per column, not once per row).
 fn deform_data_into(
     schema: &Schema,
     missing: &[Value],
@@ -670,41 +757,49 @@ fn deform_data_into(
     data: &[u8],
     out: &mut Vec<Value>,
 ) -> std::result::Result<(), String> {
-    let mut r = Reader { data, pos: 0 };
     out.truncate(schema.columns.len());
-    for (i, c) in schema.columns.iter().enumerate() {
-        if i >= natts {
+    walk_data(schema, natts, nulls, data, |i, c, v| {
+        let Some(v) = v else {
             let v = missing.get(i).cloned().unwrap_or(Value::Null);
             match out.get_mut(i) {
                 Some(slot) => *slot = v,
                 None => out.push(v),
             }
-            continue;
-        }
-        let null = nulls.is_some_and(|b| b[i / 8] & (1 << (i % 8)) == 0);
-        let what = ColumnLabel(c);
-        match (out.get_mut(i), null) {
-            (Some(slot), true) => *slot = Value::Null,
-            (None, true) => out.push(Value::Null),
-            (Some(Value::Text(s)), false) if c.ty == Type::Text => {
-                let b = r.varlena(&what)?;
-                let t = text(b, &what)?;
+            return Ok(());
+        };
+        match (out.get_mut(i), v) {
+            (Some(Value::Text(s)), ValueRef::Text(b)) => {
+                let t = text(b, &ColumnLabel(c))?;
                 s.clear();
                 s.push_str(t);
             }
-            (Some(Value::Bytea(v)), false) if c.ty == Type::Bytea => {
-                let b = r.varlena(&what)?;
-                v.clear();
-                v.extend_from_slice(b);
+            (Some(Value::Bytea(buf)), ValueRef::Bytea(b)) => {
+                buf.clear();
+                buf.extend_from_slice(b);
             }
-            (Some(slot), false) => *slot = get_value(&mut r, c.ty, &what)?,
-            (None, false) => out.push(get_value(&mut r, c.ty, &what)?),
+            (Some(slot), v) => *slot = v.to_value(&ColumnLabel(c))?,
+            (None, v) => out.push(v.to_value(&ColumnLabel(c))?),
         }
-    }
-    if natts <= schema.columns.len() && r.pos != r.data.len() {
-        return Err(format!("{} trailing bytes after the last attribute", r.data.len().saturating_sub(r.pos)));
-    }
-    Ok(())
+        Ok(())
+    })
+}
+
+/// The attributes of a tuple ([`walk_data`]'s arguments) as values borrowed from its bytes
+/// (and from `missing`), one per column, into `out` (cleared first). Nothing is copied and a
+/// text value's bytes are not checked here (see [`ValueRef::Text`]).
+fn deform_data_refs<'a>(
+    schema: &Schema,
+    missing: &'a [Value],
+    natts: usize,
+    nulls: Option<&[u8]>,
+    data: &'a [u8],
+    out: &mut Vec<ValueRef<'a>>,
+) -> std::result::Result<(), String> {
+    out.clear();
+    walk_data(schema, natts, nulls, data, |i, _, v| {
+        out.push(v.unwrap_or_else(|| missing.get(i).map_or(ValueRef::Null, Value::as_ref)));
+        Ok(())
+    })
 }
 
 /// Bytes of a logged tuple's header ([`deform_logged_tuple`]): `t_infomask2` u16,
@@ -738,6 +833,27 @@ pub fn deform_logged_tuple_with_into(
     logged: &[u8],
     out: &mut Vec<Value>,
 ) -> std::result::Result<(), String> {
+    let (natts, nulls, data) = logged_parts(logged)?;
+    deform_data_into(schema, missing, natts, nulls, data, out)
+}
+
+/// [`deform_logged_tuple_with_into`] as values borrowed from `logged` and `missing`
+/// ([`ValueRef`]), into `out`: the logical decoder's path, which copies nothing.
+pub fn deform_logged_tuple_refs<'a>(
+    schema: &Schema,
+    missing: &'a [Value],
+    logged: &'a [u8],
+    out: &mut Vec<ValueRef<'a>>,
+) -> std::result::Result<(), String> {
+    let (natts, nulls, data) = logged_parts(logged)?;
+    deform_data_refs(schema, missing, natts, nulls, data, out)
+}
+
+/// A tuple's attribute count, null bitmap (if any) and data area.
+type TupleParts<'a> = (usize, Option<&'a [u8]>, &'a [u8]);
+
+/// A logged tuple's [`TupleParts`], its header checked as a whole tuple's would be.
+fn logged_parts(logged: &[u8]) -> std::result::Result<TupleParts<'_>, String> {
     let Some((head, body)) = logged.split_first_chunk::<LOGGED_TUPLE_HEADER>() else {
         return Err(format!("logged tuple of {} bytes is shorter than its 5-byte header", logged.len()));
     };
@@ -755,7 +871,7 @@ pub fn deform_logged_tuple_with_into(
         return Err(format!("null bitmap of {natts} attributes does not fit before t_hoff {hoff}"));
     }
     let nulls = (bitmap > 0).then_some(body);
-    deform_data_into(schema, missing, natts, nulls, &body[hoff - HEAP_TUPLE_HEADER_SIZE..], out)
+    Ok((natts, nulls, &body[hoff - HEAP_TUPLE_HEADER_SIZE..]))
 }
 
 /// The catalog form of a table's missing values (`pg_class.relmissing`): one heap tuple, in

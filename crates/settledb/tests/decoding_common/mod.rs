@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use settledb::decode::logical::{Output, OutputPlugin, RelInfo, RowData, TxnInfo};
-use settledb::{Lsn, Value, Xid};
+use settledb::{Lsn, Value, ValueRef, Xid};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
@@ -59,11 +59,14 @@ impl Recorder {
     }
 }
 
-fn change_item(rel: &RelInfo, row: &RowData) -> Item {
+fn change_item(rel: &RelInfo, row: &RowData<'_>) -> Item {
+    let owned = |values: &Vec<ValueRef<'_>>| -> Vec<Value> {
+        values.iter().map(|v| v.to_value(&rel.name).expect("decoded text is UTF-8")).collect()
+    };
     let (kind, old, new) = match row {
-        RowData::Insert { new } => ("insert", None, Some(new.clone())),
-        RowData::Update { old, new, .. } => ("update", old.clone(), Some(new.clone())),
-        RowData::Delete { old, .. } => ("delete", old.clone(), None),
+        RowData::Insert { new } => ("insert", None, Some(owned(new))),
+        RowData::Update { old, new, .. } => ("update", old.as_ref().map(owned), Some(owned(new))),
+        RowData::Delete { old, .. } => ("delete", old.as_ref().map(owned), None),
     };
     Item::Change { table: rel.name.clone(), kind, old, new }
 }
@@ -78,7 +81,7 @@ impl OutputPlugin for Recorder {
         txn: &TxnInfo,
         _: Lsn,
         rel: &RelInfo,
-        row: &RowData,
+        row: &RowData<'_>,
     ) -> settledb::Result<()> {
         self.push(out, txn.xid, Ev::Item(change_item(rel, row)))
     }
@@ -122,7 +125,7 @@ impl OutputPlugin for Recorder {
         xid: Xid,
         _: Lsn,
         rel: &RelInfo,
-        row: &RowData,
+        row: &RowData<'_>,
     ) -> settledb::Result<()> {
         self.push(out, top, Ev::StreamItem { top, xid, item: change_item(rel, row) })
     }

@@ -173,9 +173,14 @@ impl Writer {
     /// grows at most once, where growing from one byte took half a dozen reallocations, a
     /// sixth of the decoder thread's time in `settle bench replicate`.
     pub fn with_capacity(tag: u8, bytes: usize) -> Writer {
-        let mut v = Vec::with_capacity(bytes.max(1));
-        v.push(tag);
-        Writer(v)
+        Writer::reusing(Vec::new(), tag, bytes)
+    }
+    /// [`Writer::with_capacity`] into `buf`, emptied first (a buffer an output gave back).
+    pub fn reusing(mut buf: Vec<u8>, tag: u8, bytes: usize) -> Writer {
+        buf.clear();
+        buf.reserve(bytes.max(1));
+        buf.push(tag);
+        Writer(buf)
     }
     pub fn u8(&mut self, v: u8) -> &mut Writer {
         self.0.push(v);

@@ -136,9 +136,9 @@ fn a_transaction_is_begin_relation_changes_commit() {
     let mut out = Output::default();
     let (t, r) = (txn(), rel(ReplicaIdentity::Default));
     p.begin(&mut out, &t).unwrap();
-    let one = vec![Value::Int4(1), Value::Text("one".into())];
+    let one = vec![ValueRef::Int4(1), ValueRef::Text(b"one")];
     p.change(&mut out, &t, Lsn(0x110), &r, &RowData::Insert { new: one.clone() }).unwrap();
-    let key = vec![Value::Int4(1), Value::Null];
+    let key = vec![ValueRef::Int4(1), ValueRef::Null];
     p.change(
         &mut out,
         &t,
@@ -201,7 +201,7 @@ fn unpublished_actions_and_empty_transactions_send_nothing() {
         &t,
         Lsn(0x130),
         &r,
-        &RowData::Delete { old: Some(vec![Value::Int4(1), Value::Null]), old_whole: false },
+        &RowData::Delete { old: Some(vec![ValueRef::Int4(1), ValueRef::Null]), old_whole: false },
     )
     .unwrap();
     p.message(&mut out, Some(&t), Lsn(0x140), true, "pfx", b"x").unwrap();
@@ -210,7 +210,8 @@ fn unpublished_actions_and_empty_transactions_send_nothing() {
     // Another table is in no publication.
     let other = RelInfo { oid: Oid(99999), epoch: RelInfo::next_epoch(), ..rel(ReplicaIdentity::Default) };
     p.begin(&mut out, &t).unwrap();
-    p.change(&mut out, &t, Lsn(0x150), &other, &RowData::Insert { new: vec![Value::Int4(1), Value::Null] }).unwrap();
+    p.change(&mut out, &t, Lsn(0x150), &other, &RowData::Insert { new: vec![ValueRef::Int4(1), ValueRef::Null] })
+        .unwrap();
     p.commit(&mut out, &t).unwrap();
     assert!(out.rows.is_empty());
 }
@@ -239,7 +240,7 @@ fn a_missing_publication_is_postgresql_15s_error_at_the_first_change() {
         &t,
         Lsn(0x110),
         &rel(ReplicaIdentity::Default),
-        &RowData::Insert { new: vec![Value::Int4(1), Value::Null] },
+        &RowData::Insert { new: vec![ValueRef::Int4(1), ValueRef::Null] },
     );
     assert_eq!(e.unwrap_err().to_string(), Error::NotFound("publication \"q\" does not exist".into()).to_string());
 }
@@ -266,7 +267,7 @@ fn streamed_blocks_carry_xids_and_binary_values_their_send_format() {
         Xid(728),
         Lsn(0x110),
         &r,
-        &RowData::Insert { new: vec![Value::Int4(7), Value::Null] },
+        &RowData::Insert { new: vec![ValueRef::Int4(7), ValueRef::Null] },
     )
     .unwrap();
     p.stream_message(&mut out, t.xid, Xid(728), Lsn(0x118), true, "pfx", b"hi").unwrap();
@@ -278,7 +279,7 @@ fn streamed_blocks_carry_xids_and_binary_values_their_send_format() {
         t.xid,
         Lsn(0x120),
         &r,
-        &RowData::Delete { old: Some(vec![Value::Int4(7), Value::Null]), old_whole: true },
+        &RowData::Delete { old: Some(vec![ValueRef::Int4(7), ValueRef::Null]), old_whole: true },
     )
     .unwrap();
     p.stream_stop(&mut out, t.xid, Lsn(0x120)).unwrap();
@@ -320,12 +321,12 @@ fn streamed_blocks_carry_xids_and_binary_values_their_send_format() {
 
 #[test]
 fn binary_send_formats() {
-    assert_eq!(datum(&Value::Int8(-2), true), Datum::Binary((-2i64).to_be_bytes().to_vec()));
-    assert_eq!(datum(&Value::Float8(1.5), true), Datum::Binary(1.5f64.to_bits().to_be_bytes().to_vec()));
-    assert_eq!(datum(&Value::Bool(true), true), Datum::Binary(vec![1]));
-    assert_eq!(datum(&Value::Bool(true), false), Datum::Text(b"t".to_vec()));
-    assert_eq!(datum(&Value::Timestamp(PG_EPOCH_OFFSET_US + 1), true), Datum::Binary(1i64.to_be_bytes().to_vec()));
-    assert_eq!(datum(&Value::Bytea(vec![0xde]), false), Datum::Text(b"\\xde".to_vec()));
+    assert_eq!(datum(ValueRef::Int8(-2), true), Datum::Binary((-2i64).to_be_bytes().to_vec()));
+    assert_eq!(datum(ValueRef::Float8(1.5), true), Datum::Binary(1.5f64.to_bits().to_be_bytes().to_vec()));
+    assert_eq!(datum(ValueRef::Bool(true), true), Datum::Binary(vec![1]));
+    assert_eq!(datum(ValueRef::Bool(true), false), Datum::Text(b"t".to_vec()));
+    assert_eq!(datum(ValueRef::Timestamp(PG_EPOCH_OFFSET_US + 1), true), Datum::Binary(1i64.to_be_bytes().to_vec()));
+    assert_eq!(datum(ValueRef::Bytea(&[0xde]), false), Datum::Text(b"\\xde".to_vec()));
 }
 
 #[test]
@@ -348,7 +349,7 @@ fn two_phase_messages_are_protocol_3s() {
     let mut out = Output::default();
     let (t, r) = (txn(), rel(ReplicaIdentity::Default));
     p.begin_prepare(&mut out, &t, "g1").unwrap();
-    p.change(&mut out, &t, Lsn(0x110), &r, &RowData::Insert { new: vec![Value::Int4(1), Value::Null] }).unwrap();
+    p.change(&mut out, &t, Lsn(0x110), &r, &RowData::Insert { new: vec![ValueRef::Int4(1), ValueRef::Null] }).unwrap();
     p.prepare(&mut out, &t, "g1").unwrap();
     let fin = TxnInfo { commit_lsn: Lsn(0x300), end_lsn: Lsn(0x330), commit_time_us: PG_EPOCH_OFFSET_US + 7, ..t };
     p.commit_prepared(&mut out, &fin, "g1").unwrap();

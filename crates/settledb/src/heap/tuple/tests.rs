@@ -323,3 +323,61 @@ fn deforming_into_a_reused_vector_gives_each_row_as_alone() {
     let e = deform_logged_tuple_into(&schema, &bad, &mut into).unwrap_err();
     assert!(e.contains("column \"a\" (text) is not valid UTF-8"), "{e}");
 }
+
+/// The borrowed deform the logical decoder uses gives each row's values as the owned one does,
+/// attributes past a short tuple's `natts` from the missing values, and a text value's bytes as
+/// stored: unchecked, where the owned deform refuses bytes that are not UTF-8.
+#[test]
+fn borrowed_deform_matches_the_owned_one() {
+    let schema = Schema {
+        columns: vec![
+            col("a", Type::Text, true),
+            col("b", Type::Bytea, true),
+            col("c", Type::Int8, true),
+            col("d", Type::Timestamp, true),
+            col("e", Type::Bool, true),
+        ],
+    };
+    let rows = [
+        vec![
+            Value::Text("first".into()),
+            Value::Bytea(vec![1, 2]),
+            Value::Int8(7),
+            Value::Timestamp(-5),
+            Value::Bool(true),
+        ],
+        vec![Value::Null, Value::Null, Value::Int8(i64::MIN), Value::Null, Value::Bool(false)],
+        vec![Value::Text("é".into()), Value::Bytea(Vec::new()), Value::Null, Value::Timestamp(1), Value::Null],
+    ];
+    let logged = |schema: &Schema, row: &[Value]| {
+        let t = form_tuple(schema, row).unwrap();
+        let mut out = Vec::new();
+        crate::heap::wal::encode_tuple(&mut out, &t);
+        out
+    };
+    for row in &rows {
+        let l = logged(&schema, row);
+        let mut refs = vec![ValueRef::Int4(3); 9];
+        deform_logged_tuple_refs(&schema, &[], &l, &mut refs).unwrap();
+        let owned: Vec<Value> = refs.iter().map(|v| v.to_value(&"v").unwrap()).collect();
+        assert_eq!(&owned, row);
+        assert_eq!(refs, row.iter().map(Value::as_ref).collect::<Vec<_>>());
+    }
+    // A row stored before two columns were added reads their missing values.
+    let narrow = Schema { columns: schema.columns[..3].to_vec() };
+    let l = logged(&narrow, &rows[0][..3]);
+    let missing = [Value::Null, Value::Null, Value::Null, Value::Timestamp(9), Value::Null];
+    let mut refs = Vec::new();
+    deform_logged_tuple_refs(&schema, &missing, &l, &mut refs).unwrap();
+    assert_eq!(refs[3..], [ValueRef::Timestamp(9), ValueRef::Null]);
+    // Bytes that are not UTF-8 come through as stored; only the owned form refuses them.
+    let mut bad = logged(&schema, &rows[0]);
+    let at = bad.windows(5).position(|w| w == b"first").unwrap();
+    bad[at] = 0xff;
+    let mut refs = Vec::new();
+    deform_logged_tuple_refs(&schema, &[], &bad, &mut refs).unwrap();
+    assert_eq!(refs[0], ValueRef::Text(b"\xffirst"));
+    assert!(refs[0].to_value(&"column a").unwrap_err().contains("column a is not valid UTF-8"));
+    // A malformed tuple is an error, not a panic.
+    assert!(deform_logged_tuple_refs(&schema, &[], &bad[..bad.len() - 3], &mut Vec::new()).is_err());
+}
