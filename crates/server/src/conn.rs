@@ -42,6 +42,11 @@
 //!   the client gets FATAL 25P03 and the connection closes, which ends the session and rolls
 //!   its transaction back;
 //! - **idle_session_timeout**: the same outside a block, with FATAL 57P05.
+//!
+//! The WAL sender's rows bypass pgwire's encoder: its decoder thread lays out each batch as
+//! whole CopyData messages, which go into [`Deferred`]'s buffer as they are ([`RawFrames`]),
+//! behind whatever pgwire holds. Fed one message at a time through the codec, they cost the
+//! connection's thread a future, an encode and two copies per row.
 
 use std::io;
 use std::pin::Pin;
@@ -143,6 +148,33 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Deferred<S> {
         let this = self.get_mut();
         ready!(this.poll_drain(cx))?;
         Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
+
+/// A connection that also takes bytes already framed as backend messages.
+pub trait RawFrames {
+    /// Queues `frames` (whole backend messages) behind every message fed before them;
+    /// `Pending` while earlier bytes must go out first.
+    fn poll_write_frames(&mut self, cx: &mut Context<'_>, frames: &[u8]) -> Poll<io::Result<()>>;
+}
+
+impl<S, C> RawFrames for Framed<Deferred<S>, C>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    Framed<Deferred<S>, C>: futures::Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
+{
+    fn poll_write_frames(&mut self, cx: &mut Context<'_>, frames: &[u8]) -> Poll<io::Result<()>> {
+        // What the codec holds goes first (a flush of `Deferred` is a no-op: it only moves the
+        // codec's bytes into its buffer).
+        if !self.write_buffer().is_empty() {
+            ready!(futures::Sink::<PgWireBackendMessage>::poll_flush(Pin::new(&mut *self), cx))?;
+        }
+        let d = self.get_mut();
+        if d.pending.len() >= WRITE_THROUGH {
+            ready!(d.poll_drain(cx))?;
+        }
+        d.pending.extend_from_slice(frames);
+        Poll::Ready(Ok(()))
     }
 }
 

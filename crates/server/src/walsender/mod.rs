@@ -12,19 +12,19 @@
 //!
 //! `START_REPLICATION` switches the connection to CopyBoth. A decoder thread
 //! ([`spawn_decoder`]) runs one decoding session that follows the WAL
-//! ([`settledb::Database::decode_slot_follow`]): it reads from the slot's `restart_lsn`,
-//! skips what committed before the client's requested position (or the slot's
-//! `confirmed_flush_lsn`, if later), and hands the output rows over a bounded channel in
-//! batches of up to [`BATCH_ROWS`], each row already an XLogData message (`w`: the row's LSN,
-//! the end of the WAL decoded, the send time, the plugin's bytes) in the batch's one buffer
-//! ([`Batch`]); at the flushed end of the WAL it reports the position decoded to and waits
-//! for the next WAL flush (at most [`IDLE_WAIT`]), then reads on from where it stopped, its
-//! reorder buffer kept, so a commit reaches the client as soon as it is durable. The
-//! connection's task sends each message of a batch as CopyData and, when the position
-//! decoded to passes the last row sent, a keepalive (`k`) carrying it, which is what lets
-//! `pg_recvlogical --endpos` stop when no row reaches it. The client's standby status
-//! updates (`r`) advance the slot's `confirmed_flush_lsn` (and with it `restart_lsn` and
-//! `catalog_xmin`) to the flush position they report: the slot moves only as far as the
+//! ([`settledb::Database::decode_slot_follow`]): it reads from the slot's `restart_lsn`, skips
+//! what committed before the client's requested position (or the slot's `confirmed_flush_lsn`,
+//! if later), and hands the output rows over a bounded channel in batches of up to
+//! [`BATCH_ROWS`], each row already a CopyData message holding an XLogData message (`w`: the
+//! row's LSN, the end of the WAL decoded, the send time, the plugin's bytes) in the batch's
+//! one buffer ([`Batch`]); at the flushed end of the WAL it reports the position decoded to
+//! and waits for the next WAL flush (at most [`IDLE_WAIT`]), then reads on from where it
+//! stopped, its reorder buffer kept, so a commit reaches the client as soon as it is durable.
+//! The connection's task writes a batch's bytes as they are ([`crate::conn::RawFrames`]) and,
+//! when the position decoded to passes the last row sent, a keepalive (`k`) carrying it, which
+//! is what lets `pg_recvlogical --endpos` stop when no row reaches it. The client's standby
+//! status updates (`r`) advance the slot's `confirmed_flush_lsn` (and with it `restart_lsn`
+//! and `catalog_xmin`) to the flush position they report: the slot moves only as far as the
 //! consumer has made the rows durable, so a consumer that reconnects after a crash on either
 //! side gets every row it did not confirm. A client's
 //! CopyDone ends the stream (CopyDone back, `CommandComplete` for the COPY and for the
@@ -62,6 +62,7 @@ use settledb::decode::logical::OutputRow;
 use settledb::Lsn;
 
 use self::command::{Command, SnapshotAction};
+use crate::conn::RawFrames;
 use crate::error::SqlError;
 use crate::wire::SessionHandle;
 use crate::Shared;
@@ -274,6 +275,7 @@ pub async fn run<S>(
 where
     S: Sink<PgWireBackendMessage, Error = io::Error>
         + Stream<Item = Result<PgWireFrontendMessage, PgWireError>>
+        + RawFrames
         + Unpin,
 {
     let done = match cmd {
@@ -558,6 +560,7 @@ async fn stream<S>(
 where
     S: Sink<PgWireBackendMessage, Error = io::Error>
         + Stream<Item = Result<PgWireFrontendMessage, PgWireError>>
+        + RawFrames
         + Unpin,
 {
     let Some(d) = sh.db.replication_slot(slot) else {
@@ -600,9 +603,7 @@ where
             ev = decoder.events.recv() => match ev {
                 Some(Event::Rows(batch)) => {
                     st.sent_rows(&batch);
-                    for message in batch.messages() {
-                        socket.feed(copy_data(message)).await?;
-                    }
+                    futures::future::poll_fn(|cx| socket.poll_write_frames(cx, batch.frames())).await?;
                 }
                 Some(Event::Decoded(lsn)) => {
                     if let Some(k) = st.decoded(lsn) {
@@ -821,8 +822,9 @@ fn now_pg_micros() -> i64 {
     unix - PG_EPOCH_MICROS
 }
 
-/// Output rows as the XLogData messages that carry them, back to back (`w`, the row's LSN,
-/// the end of the WAL sent so far, the send time, the row). A message's send time is written
+/// Output rows as the CopyData messages that carry them, back to back, each an XLogData
+/// message (`w`, the row's LSN, the end of the WAL sent so far, the send time, the row): the
+/// connection writes the batch as it is ([`crate::conn::RawFrames`]). A message's send time is written
 /// when the batch is handed to the connection ([`Batch::stamp`]), which sends it at once.
 struct Batch {
     bytes: BytesMut,
@@ -835,7 +837,9 @@ struct Batch {
     last_row: Lsn,
 }
 
-/// Where a message's send time sits: after `w`, its LSN and the WAL end.
+/// A CopyData message's header: `d` and its length.
+const COPY_DATA_HEADER: usize = 5;
+/// Where an XLogData message's send time sits: after `w`, its LSN and the WAL end.
 const SEND_TIME_AT: usize = 17;
 /// An XLogData message's header: `w`, LSN, WAL end, send time.
 const XLOG_DATA_HEADER: usize = 25;
@@ -853,7 +857,10 @@ impl Batch {
     fn push(&mut self, row: &OutputRow) {
         self.wal_end = self.wal_end.max(row.lsn);
         self.last_row = self.last_row.max(row.lsn);
-        self.bytes.reserve(XLOG_DATA_HEADER + row.data.len());
+        let len = XLOG_DATA_HEADER + row.data.len();
+        self.bytes.reserve(COPY_DATA_HEADER + len);
+        self.bytes.put_u8(b'd');
+        self.bytes.put_u32(u32::try_from(4 + len).unwrap_or(u32::MAX));
         self.bytes.put_u8(b'w');
         self.bytes.put_u64(row.lsn.0);
         self.bytes.put_u64(self.wal_end.0);
@@ -870,20 +877,15 @@ impl Batch {
     fn stamp(&mut self, now_micros: i64) {
         let mut start = 0;
         for &end in &self.ends {
-            self.bytes[start + SEND_TIME_AT..start + XLOG_DATA_HEADER].copy_from_slice(&now_micros.to_be_bytes());
+            let at = start + COPY_DATA_HEADER + SEND_TIME_AT;
+            self.bytes[at..at + 8].copy_from_slice(&now_micros.to_be_bytes());
             start = end;
         }
     }
 
-    /// The messages, sharing the batch's buffer.
-    fn messages(self) -> impl Iterator<Item = Bytes> {
-        let bytes = self.bytes.freeze();
-        let mut start = 0;
-        self.ends.into_iter().map(move |end| {
-            let m = bytes.slice(start..end);
-            start = end;
-            m
-        })
+    /// The batch's CopyData messages, back to back.
+    fn frames(&self) -> &[u8] {
+        &self.bytes
     }
 }
 
@@ -931,9 +933,17 @@ mod tests {
         b.push(&row(0x1_0000_0040, b"COMMIT 7"));
         b.stamp(0x0102_0304_0506_0708);
         assert_eq!((b.wal_end, b.last_row), (Lsn(0x1_0000_0040), Lsn(0x1_0000_0040)));
-        let m: Vec<Bytes> = b.messages().collect();
+        // Whole CopyData messages back to back: `d`, the length (itself included), XLogData.
+        let mut m = Vec::new();
+        let mut rest = b.frames();
+        while let Some((&tag, after)) = rest.split_first() {
+            assert_eq!(tag, b'd');
+            let len = u32::from_be_bytes(after[..4].try_into().unwrap()) as usize;
+            m.push(&after[4..len]);
+            rest = &after[len..];
+        }
         assert_eq!(m.len(), 3);
-        let field = |w: &Bytes, at: usize| u64::from_be_bytes(w[at..at + 8].try_into().unwrap());
+        let field = |w: &[u8], at: usize| u64::from_be_bytes(w[at..at + 8].try_into().unwrap());
         for (w, (lsn, end, data)) in m.iter().zip([
             (0x1_0000_0010, 0x1_0000_0020, &b"BEGIN 7"[..]),
             (0x1_0000_0030, 0x1_0000_0030, &b""[..]),
