@@ -523,22 +523,66 @@ pub fn repair_fragmentation(page: &mut [u8]) {
     }
     // Highest item first, each moved up against the last one placed: every destination lies
     // at or above its source and above every item still to move, so moving in place is safe.
+    // Items lying back to back (each ends where the one above it begins, as a page filled from
+    // the end has them) all move by the same distance, so such a run moves with one copy, as
+    // PostgreSQL's `compactify_tuples` does: a page that lost three tuples of sixty moves
+    // three blocks, not fifty tuples one by one.
+    let unpack = |key: u64| ((key >> 32) as usize, (key >> 16 & 0xFFFF) as usize, (key & 0xFFFF) as usize);
     let mut upper = special;
-    for &key in items.iter() {
-        let (off, len, i) = ((key >> 32) as usize, (key >> 16 & 0xFFFF) as usize, (key & 0xFFFF) as usize);
-        upper -= maxalign(len);
-        if off != upper {
-            page.copy_within(off..off + len, upper);
-            let pos = PAGE_HEADER_SIZE + (i - 1) * ITEM_ID_SIZE;
-            let id = ItemId::from_u32(rd32(page, pos));
-            wr32(page, pos, ItemId { off: upper as u16, ..id }.to_u32());
+    let mut k = 0;
+    while k < items.len() {
+        let (top_off, top_len, _) = unpack(items[k]);
+        // A run only where nothing moves down (a page whose items overlap can ask for that):
+        // there, one copy of the run is the same as copying its items one after the other.
+        let mut j = k + 1;
+        let mut src_lo = top_off;
+        if upper - maxalign(top_len) >= top_off {
+            while let Some(&next) = items.get(j) {
+                let (off, len, _) = unpack(next);
+                if off + maxalign(len) != src_lo {
+                    break;
+                }
+                src_lo = off;
+                j += 1;
+            }
         }
-        page[upper + len..upper + maxalign(len)].fill(0);
+        let run_end = top_off + top_len;
+        let dst_lo = upper - (top_off + maxalign(top_len) - src_lo);
+        if dst_lo != src_lo {
+            page.copy_within(src_lo..run_end, dst_lo);
+        }
+        for &key in &items[k..j] {
+            let (off, len, i) = unpack(key);
+            upper -= maxalign(len);
+            if off != upper {
+                let pos = PAGE_HEADER_SIZE + (i - 1) * ITEM_ID_SIZE;
+                let id = ItemId::from_u32(rd32(page, pos));
+                wr32(page, pos, ItemId { off: upper as u16, ..id }.to_u32());
+            }
+            zero_padding(page, upper, len);
+        }
+        debug_assert_eq!(upper, dst_lo, "a run's items end where its copy ends");
+        k = j;
     }
     page[lower..upper].fill(0);
     set_upper(page, upper as u16);
     let f = flags(page);
     set_flags(page, if nunused > 0 { f | PD_HAS_FREE_LINES } else { f & !PD_HAS_FREE_LINES });
+}
+
+/// Zeroes the MAXALIGN padding after an item of `len` bytes (at least 1) at `at`: one word
+/// read and written instead of a `memset` call of at most 7 bytes, which cost about as much
+/// as moving the item. Hot path.
+#[inline]
+pub fn zero_padding(page: &mut [u8], at: usize, len: usize) {
+    debug_assert!(len > 0, "an item with storage has bytes");
+    let end = at + maxalign(len);
+    let pad = end - at - len;
+    if pad > 0 {
+        let word = &mut page[end - 8..end];
+        let v = u64::from_le_bytes([word[0], word[1], word[2], word[3], word[4], word[5], word[6], word[7]]);
+        word.copy_from_slice(&(v & (u64::MAX >> (8 * pad))).to_le_bytes());
+    }
 }
 
 /// `PageTruncateLinePointerArray`: drops the UNUSED line pointers at the end of the array
