@@ -309,6 +309,7 @@ impl<'a> Cursor<'a> {
 }
 
 /// One block header as read, before its payload.
+#[derive(Clone, Copy)]
 struct RawBlock {
     id: u8,
     tag: BufferTag,
@@ -357,6 +358,9 @@ fn restore_image(stored: &[u8], hole_off: usize, hole_len: usize) -> std::result
     page.into_boxed_slice().try_into().map_err(|_| "image is not one page".to_string())
 }
 
+/// Block headers [`decode_into`] keeps from its first pass over them.
+const KEPT_HEADERS: usize = 4;
+
 /// Decodes a whole record (header included) found at `lsn` whose CRC already matched.
 /// Returns a description of what is wrong when the body is malformed.
 pub(crate) fn decode(lsn: Lsn, rec: &[u8]) -> std::result::Result<DecodedRecord, String> {
@@ -392,23 +396,31 @@ pub(crate) fn decode_into(
         return Err(format!("{nblocks} block references, at most {MAX_BLOCKS_PER_RECORD}"));
     }
     // The block headers come first, then the main data's length, then each block's payload:
-    // the headers are read (and checked) once to find where the payloads start, and again
-    // beside them.
+    // the headers are read (and checked) once to find where the payloads start, and used
+    // again beside them: kept from the first pass when there are few (most records name one
+    // or two blocks), read again otherwise.
     let headers = c.bytes;
+    let mut kept = [None; KEPT_HEADERS];
     let mut ids = [0u64; 4]; // The block IDs seen, one bit per possible u8.
-    for _ in 0..nblocks {
+    for k in 0..nblocks {
         let b = decode_block_header(&mut c)?;
         let (word, bit) = (usize::from(b.id / 64), 1u64 << (b.id % 64));
         if ids[word] & bit != 0 {
             return Err(format!("duplicate block id {}", b.id));
         }
         ids[word] |= bit;
+        if let Some(slot) = kept.get_mut(k) {
+            *slot = Some(b);
+        }
     }
     let main_len = c.u32("main data length")? as usize;
     let mut h2 = Cursor { bytes: headers };
     out.blocks.truncate(nblocks);
     for k in 0..nblocks {
-        let b = decode_block_header(&mut h2)?;
+        let b = match kept.get(k).copied().flatten() {
+            Some(b) if nblocks <= KEPT_HEADERS => b,
+            _ => decode_block_header(&mut h2)?,
+        };
         let image = match b.image {
             Some((stored, hole_off, hole_len)) => {
                 let bytes = c.take(stored, "page image")?;
