@@ -3,7 +3,9 @@
 //! when it is dropped; `max_slot_wal_keep_size` invalidates a slot left too far behind, with
 //! PostgreSQL's log line; a slot's `catalog_xmin` keeps dead catalog rows (not user rows)
 //! and VACUUM VERBOSE names it; every bad input is a clear error that loses nothing. Each
-//! test ends with the verifier (`check_database`). No timing: checkpoints are explicit.
+//! test ends with the verifier (`check_database`). No timing: checkpoints are explicit (one
+//! test waits for the background writer's running-transactions record, which comes every
+//! 15 s, as PostgreSQL's does).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -241,6 +243,36 @@ fn checkpoints_keep_the_wal_a_slot_needs() {
     db.checkpoint().unwrap();
     assert!(!segment_exists(&fs, restart), "released once the slot is dropped");
     assert_check_clean(&db, "after the checkpoints");
+    db.close().unwrap();
+}
+
+/// Between checkpoints the background writer logs the running transactions while WAL is
+/// written (PostgreSQL's `LogStandbySnapshot` every 15 s), so a slot whose consumer keeps up
+/// moves its `restart_lsn` on without waiting for a checkpoint (there is none here: a day's
+/// `checkpoint_timeout`, a terabyte's `max_wal_size`).
+#[test]
+fn restart_lsn_moves_between_checkpoints() {
+    let fs = FaultFs::new();
+    let db = open(&fs);
+    let t = db.create_table("t", schema(), TableOptions::default()).unwrap();
+    let created = db.create_logical_replication_slot("follower", "pgoutput", false).unwrap();
+    let checkpoints = db.stats().checkpoints;
+    let deadline = std::time::Instant::now() + 3 * settledb::db::LOG_SNAPSHOT_INTERVAL;
+    let mut n = 0;
+    let moved = loop {
+        write_rows(&db, &t, n, 10);
+        n += 10;
+        db.replication_slot_advance("follower", Lsn(u64::MAX)).unwrap();
+        let s = slot(&db.replication_slots(), "follower").clone();
+        if s.restart_lsn > created.restart_lsn {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "restart_lsn never moved past {:?}", created.restart_lsn);
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert_eq!(db.stats().checkpoints, checkpoints, "no checkpoint moved it");
+    assert!(created.catalog_xmin.unwrap().precedes(moved.catalog_xmin.unwrap()), "catalog_xmin moves on with it");
+    assert_check_clean(&db, "after the advance");
     db.close().unwrap();
 }
 

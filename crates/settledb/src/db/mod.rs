@@ -361,14 +361,38 @@ impl Inner {
         }
     }
 
-    /// The background writer: writes pages bulk writers have finished with (write-behind).
+    /// The background writer: writes pages bulk writers have finished with (write-behind),
+    /// and logs the running transactions every [`LOG_SNAPSHOT_INTERVAL`] while WAL is written.
     fn bgwriter_loop(self: Arc<Inner>) {
+        let mut last_snapshot = (Instant::now(), self.wal.insert_lsn());
         while !self.shutdown.load(Ordering::Acquire) {
-            if let Err(e) = self.pool.write_behind(Duration::from_millis(200)) {
+            let done = self.pool.write_behind(Duration::from_millis(200)).and_then(|_| {
+                if last_snapshot.0.elapsed() < LOG_SNAPSHOT_INTERVAL {
+                    return Ok(());
+                }
+                last_snapshot = (Instant::now(), self.log_snapshot_if_written(last_snapshot.1)?);
+                Ok(())
+            });
+            if let Err(e) = done {
                 *self.bg_error.lock() = Some(e.to_string());
                 return;
             }
         }
+    }
+
+    /// With `wal_level = logical`, logs a running-transactions record when WAL was written
+    /// since `last` (the end of the one logged last), and returns where it ends; returns `last`
+    /// otherwise. PostgreSQL's background writer does the same every 15 s
+    /// (`LogStandbySnapshot`, `LOG_SNAPSHOT_INTERVAL_MS`), at `wal_level = replica` too, for hot
+    /// standbys, which settledb has none of. A logical slot's `restart_lsn` only moves to such a
+    /// record ([`crate::decode::slot::restart_point`]): without them between checkpoints, a
+    /// slot whose consumer keeps up would still hold a checkpoint interval of WAL, and a decoder
+    /// that starts again would read all of it.
+    fn log_snapshot_if_written(&self, last: Lsn) -> Result<Lsn> {
+        if self.config.get().wal_level != crate::config::WalLevel::Logical || self.wal.insert_lsn() == last {
+            return Ok(last);
+        }
+        self.xact.log_running_xacts(&*self.wal)
     }
 
     /// The checkpointer: a checkpoint every `checkpoint_timeout`, or sooner when half of
@@ -390,6 +414,10 @@ impl Inner {
         }
     }
 }
+
+/// How often the background writer logs the running transactions
+/// (`Inner::log_snapshot_if_written`), with `wal_level = logical`.
+pub const LOG_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(15);
 
 /// An open database (data directory).
 pub struct Database {

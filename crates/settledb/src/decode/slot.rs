@@ -48,10 +48,11 @@
 //! logged under the proc-array lock ([`crate::xact::TransactionManager::log_running_xacts`]),
 //! so every transaction with a record before R is listed in R or had finished; those listed
 //! finished before R2, hence before `confirmed_flush_lsn`: a decoder starting at R misses
-//! nothing it must send. Checkpoints log such records, so a slot whose consumer keeps up
-//! moves on at every checkpoint. Finding R reads the WAL from the current `restart_lsn` to the
-//! new position, under the slots' lock: an advance costs a read of the WAL the slot holds
-//! (the decoder will learn the same from the records it decodes anyway).
+//! nothing it must send. Checkpoints log such records, and so does the background writer
+//! every 15 s while WAL is written (`db::LOG_SNAPSHOT_INTERVAL`), so a slot whose consumer
+//! keeps up moves on within about that long. Finding R reads the WAL from the current
+//! `restart_lsn` to the new position, under the slots' lock: an advance costs a read of the WAL
+//! the slot holds (the decoder will learn the same from the records it decodes anyway).
 //!
 //! When `restart_lsn` or `catalog_xmin` moves, the state file is written before the new
 //! minima are pushed down (so WAL or rows are released only once the slot's file no longer
