@@ -193,6 +193,13 @@ impl State {
     }
 }
 
+/// Whether a foreign key's column positions lie within its tables' columns.
+fn fits(db: &Database, child: u32, parent: u32, fk: &ForeignKey) -> bool {
+    let width = |oid: u32| db.table_by_oid(settledb::Oid(oid)).map_or(0, |t| t.schema().columns.len());
+    let (c, p) = (width(child), width(parent));
+    fk.cols.iter().all(|&i| i < c) && fk.parent_cols.iter().all(|&i| i < p) && fk.cols.len() == fk.parent_cols.len()
+}
+
 impl Constraints {
     /// Reads `DIR/server_constraints` (absent: none).
     pub fn open(dir: &Path) -> Result<Constraints, SqlError> {
@@ -254,7 +261,10 @@ impl Constraints {
                         rules.checks.push(CheckRule { name: c.name.clone(), expr });
                     }
                 }
-                Kind::ForeignKey(fk) => {
+                // Column positions come from the file: one past either table's columns is a
+                // damaged file (columns are never dropped), left out as a CHECK that does not
+                // parse is, rather than read out of a row's bounds.
+                Kind::ForeignKey(fk) if (c.table == oid || fk.parent == oid) && fits(db, c.table, fk.parent, fk) => {
                     if c.table == oid {
                         rules.outgoing.push(c.clone());
                     }
