@@ -74,8 +74,16 @@ pub fn push_date(out: &mut Vec<u8>, d: i32) {
     }
 }
 
+/// The longest [`timestamp_text`]: `YYYY-MM-DD HH:MM:SS.ffffff`.
+pub const TIMESTAMP_TEXT_MAX: usize = 26;
+
 /// [`timestamp_out`] appended to `out`, digit by digit.
 pub fn push_timestamp(out: &mut Vec<u8>, t: i64) {
+    let mut buf = [0u8; TIMESTAMP_TEXT_MAX];
+    if let Some(n) = timestamp_text(&mut buf, t) {
+        out.extend_from_slice(&buf[..n]);
+        return;
+    }
     let days = t.div_euclid(86_400_000_000);
     let rem = t.rem_euclid(86_400_000_000) as u64;
     let bc = push_ymd(out, days);
@@ -85,13 +93,8 @@ pub fn push_timestamp(out: &mut Vec<u8>, t: i64) {
     push_digits(out, rem / 60_000_000 % 60, 2);
     out.push(b':');
     push_digits(out, rem / 1_000_000 % 60, 2);
-    let mut us = rem % 1_000_000;
-    if us != 0 {
-        let mut width = 6;
-        while us.is_multiple_of(10) {
-            us /= 10;
-            width -= 1;
-        }
+    let (us, width) = fraction(rem);
+    if width > 0 {
         out.push(b'.');
         push_digits(out, us, width);
     }
@@ -100,10 +103,56 @@ pub fn push_timestamp(out: &mut Vec<u8>, t: i64) {
     }
 }
 
+/// [`timestamp_out`] of a timestamp in years 1 to 9999 (every one a program writes, in
+/// practice), written at the start of `buf` (at least [`TIMESTAMP_TEXT_MAX`] bytes); its
+/// length, or `None` for any other year.
+pub fn timestamp_text(buf: &mut [u8], t: i64) -> Option<usize> {
+    let days = t.div_euclid(86_400_000_000);
+    let rem = t.rem_euclid(86_400_000_000) as u64;
+    let (y, m, d) = civil_from_days(days);
+    if !(1..=9999).contains(&y) {
+        return None;
+    }
+    buf[..19].copy_from_slice(b"0000-00-00 00:00:00");
+    put_ymd(buf, y as u64, m, d);
+    put_pair(&mut buf[11..], rem / 3_600_000_000);
+    put_pair(&mut buf[14..], rem / 60_000_000 % 60);
+    put_pair(&mut buf[17..], rem / 1_000_000 % 60);
+    let (us, width) = fraction(rem);
+    if width == 0 {
+        return Some(19);
+    }
+    buf[19] = b'.';
+    buf[20..20 + width].fill(b'0');
+    digits_before(buf, 20 + width, us);
+    Some(20 + width)
+}
+
+/// The microseconds of a time of day without their trailing zeros, and how many digits they
+/// then take (0 for none).
+fn fraction(rem: u64) -> (u64, usize) {
+    let mut us = rem % 1_000_000;
+    if us == 0 {
+        return (0, 0);
+    }
+    let mut width = 6;
+    while us.is_multiple_of(10) {
+        us /= 10;
+        width -= 1;
+    }
+    (us, width)
+}
+
 /// `YYYY-MM-DD` of a day since 1970-01-01 (the year of an era before year 1 counted as
 /// PostgreSQL shows it, 1 BC for year 0); whether it is BC.
 fn push_ymd(out: &mut Vec<u8>, days: i64) -> bool {
     let (y, m, d) = civil_from_days(days);
+    if (1..=9999).contains(&y) {
+        let mut b = *b"0000-00-00";
+        put_ymd(&mut b, y as u64, m, d);
+        out.extend_from_slice(&b);
+        return false;
+    }
     let bc = y <= 0;
     push_digits(out, if bc { (1 - y) as u64 } else { y as u64 }, 4);
     out.push(b'-');
@@ -113,16 +162,59 @@ fn push_ymd(out: &mut Vec<u8>, days: i64) -> bool {
     bc
 }
 
-/// `v` in decimal, zero-padded to at least `width` digits.
-fn push_digits(out: &mut Vec<u8>, mut v: u64, width: usize) {
-    let mut buf = [b'0'; 20];
-    let mut at = buf.len();
-    while v > 0 {
-        at -= 1;
-        buf[at] = b'0' + (v % 10) as u8;
-        v /= 10;
+/// A year of four digits, a month and a day into `b`'s `YYYY-MM-DD` places.
+fn put_ymd(b: &mut [u8], y: u64, m: u32, d: u32) {
+    put_pair(b, y / 100);
+    put_pair(&mut b[2..], y % 100);
+    put_pair(&mut b[5..], u64::from(m));
+    put_pair(&mut b[8..], u64::from(d));
+}
+
+/// `v` (below 100) as two digits at the start of `b`.
+fn put_pair(b: &mut [u8], v: u64) {
+    b[0] = b'0' + (v / 10) as u8;
+    b[1] = b'0' + (v % 10) as u8;
+}
+
+/// How many decimal digits `v` has (1 for zero).
+#[inline]
+pub fn decimal_digits(v: u64) -> usize {
+    v.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// The two-digit numbers 00 to 99, each as its two ASCII digits.
+const PAIRS: &[u8; 200] = b"\
+    0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
+
+/// Writes `v` in decimal into `buf` so that its last digit is just before `end`, two digits
+/// at a time; returns where the first digit is ([`decimal_digits`] before `end`).
+#[inline]
+pub fn digits_before(buf: &mut [u8], mut end: usize, mut v: u64) -> usize {
+    while v >= 100 {
+        let p = (v % 100) as usize * 2;
+        v /= 100;
+        end -= 2;
+        buf[end..end + 2].copy_from_slice(&PAIRS[p..p + 2]);
     }
-    at = at.min(buf.len() - width.min(buf.len()));
+    if v >= 10 {
+        let p = v as usize * 2;
+        end -= 2;
+        buf[end..end + 2].copy_from_slice(&PAIRS[p..p + 2]);
+    } else {
+        end -= 1;
+        buf[end] = b'0' + v as u8;
+    }
+    end
+}
+
+/// `v` in decimal, zero-padded to at least `width` digits (at most 20).
+fn push_digits(out: &mut Vec<u8>, v: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let at = digits_before(&mut buf, 20, v).min(20 - width.min(20));
     out.extend_from_slice(&buf[at..]);
 }
 
@@ -218,9 +310,6 @@ mod tests {
         assert_eq!(quote_literal("a\\b"), "E'a\\\\b'");
     }
 
-    /// The digit-by-digit writers agree with formatting through `format!` over the range
-    /// PostgreSQL's types hold (4713 BC on; up to about 287,000 AD, where microseconds since
-    /// 1970 still fit 63 bits), fractions included.
     #[test]
     fn dates_and_timestamps_are_written_as_formatted() {
         let formatted = |t: i64| {
@@ -255,6 +344,14 @@ mod tests {
             let date =
                 if y <= 0 { format!("{:04}-{m:02}-{day:02} BC", 1 - y) } else { format!("{y:04}-{m:02}-{day:02}") };
             assert_eq!(date_out(d), date, "{d}");
+        }
+        // Each side of the edges of years 1 and 9999, where four-digit years are written in
+        // one piece.
+        for edge in [-62_135_596_800_000_000_i64, 253_402_300_800_000_000] {
+            for k in -4..4 {
+                let t = edge + k * 43_200_000_000 - 1;
+                assert_eq!(timestamp_out(t), formatted(t), "{t}");
+            }
         }
     }
 }

@@ -580,7 +580,13 @@ fn write_value(w: &mut Writer, v: ValueRef<'_>, format: ValueFormat, binary: boo
         (ValueRef::Int8(x), ValueFormat::Stored, false) => write_decimal(w, x, 0),
         (ValueRef::Int8(x), ValueFormat::Numeric { scale }, false) => write_decimal(w, x, scale),
         (ValueRef::Int4(x), ValueFormat::Numeric { scale }, false) => write_decimal(w, i64::from(x), scale),
-        (ValueRef::Timestamp(t), ValueFormat::Stored, false) => write_text(w, |out| pgtext::push_timestamp(out, t)),
+        (ValueRef::Timestamp(t), ValueFormat::Stored, false) => {
+            let mut field = [0u8; 5 + pgtext::TIMESTAMP_TEXT_MAX];
+            match pgtext::timestamp_text(&mut field[5..], t) {
+                Some(n) => write_field(w, &mut field, n),
+                None => write_text(w, |out| pgtext::push_timestamp(out, t)),
+            }
+        }
         (ValueRef::Int4(d), ValueFormat::Date, false) => write_text(w, |out| pgtext::push_date(out, d)),
         _ => {
             w.tuple_datum(&datum_as(v, format, binary));
@@ -603,7 +609,21 @@ fn message_room(row: &RowData<'_>) -> usize {
 
 /// A `t` column holding `m / 10^scale` in text (an integer for scale 0).
 fn write_decimal(w: &mut Writer, m: i64, scale: u8) {
-    write_text(w, |out| sqltypes::push_decimal(out, m, scale));
+    let mut field = [0u8; 5 + sqltypes::DECIMAL_TEXT_MAX];
+    let n = sqltypes::decimal_text(&mut field[5..], m, scale);
+    write_field(w, &mut field, n);
+}
+
+/// A `t` column of `n` bytes of text, laid out in `field` after five bytes for its kind and
+/// length: the whole field is copied into the message at once (a copy of known size, where
+/// a kind, a length and the text written one after the other cost a call each), then cut to
+/// its length.
+fn write_field<const N: usize>(w: &mut Writer, field: &mut [u8; N], n: usize) {
+    field[0] = b't';
+    field[1..5].copy_from_slice(&(n as u32).to_be_bytes());
+    let len = w.0.len() + 5 + n;
+    w.0.extend_from_slice(field);
+    w.0.truncate(len);
 }
 
 /// A `t` column whose text `push` writes straight into the message, its length filled in

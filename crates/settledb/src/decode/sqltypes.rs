@@ -81,30 +81,59 @@ pub fn numeric_text(m: i64, scale: u8) -> String {
     String::from_utf8(out).expect("digits, a sign and a point are ASCII")
 }
 
+/// 10^0 to 10^19, every power of ten a u64 holds.
+const POW10: [u64; 20] = {
+    let mut p = [1u64; 20];
+    let mut i = 1;
+    while i < 20 {
+        p[i] = p[i - 1] * 10;
+        i += 1;
+    }
+    p
+};
+
+/// The longest [`decimal_text`]: a sign, a zero, the point and 19 places.
+pub const DECIMAL_TEXT_MAX: usize = 22;
+
 /// Appends `m / 10^scale` as `numeric_out` writes it (`-0.05`; with `scale` 0, the integer as
-/// `int4out`/`int8out` write it), without an allocation: output plugins write every integer
-/// and numeric column of every row through it.
+/// `int4out`/`int8out` write it), without an allocation.
 pub fn push_decimal(out: &mut Vec<u8>, m: i64, scale: u8) {
-    let mut buf = itoa::Buffer::new();
-    let digits = buf.format(m.unsigned_abs()).as_bytes();
+    let mut buf = [0u8; DECIMAL_TEXT_MAX];
+    let n = decimal_text(&mut buf, m, scale);
+    out.extend_from_slice(&buf[..n]);
+}
+
+/// Writes `m / 10^scale` as [`push_decimal`] appends it at the start of `buf` (at least
+/// [`DECIMAL_TEXT_MAX`] bytes) and returns its length: output plugins write every integer and
+/// numeric column of every row through it, into a buffer of their own on the stack.
+#[inline]
+pub fn decimal_text(buf: &mut [u8], m: i64, scale: u8) -> usize {
     // 19 places at most: |i64::MIN| has 19 digits.
     let scale = usize::from(scale).min(19);
+    let v = m.unsigned_abs();
+    let (int, frac) = match scale {
+        0 => (v, 0),
+        s => {
+            let unit = POW10[s];
+            (v / unit, v % unit)
+        }
+    };
+    let sign = usize::from(m < 0);
+    let point = sign + pgtext::decimal_digits(int);
     if m < 0 {
-        out.push(b'-');
+        buf[0] = b'-';
     }
+    pgtext::digits_before(buf, point, int);
     if scale == 0 {
-        out.extend_from_slice(digits);
-    } else if digits.len() > scale {
-        let (int, frac) = digits.split_at(digits.len() - scale);
-        out.extend_from_slice(int);
-        out.push(b'.');
-        out.extend_from_slice(frac);
-    } else {
-        // A zero before the point, and the fraction's leading zeros.
-        out.extend_from_slice(b"0.");
-        out.extend(std::iter::repeat_n(b'0', scale - digits.len()));
-        out.extend_from_slice(digits);
+        return point;
     }
+    let end = point + 1 + scale;
+    buf[point] = b'.';
+    // The fraction's leading zeros, then its digits.
+    let first = end - pgtext::decimal_digits(frac);
+    buf[point + 1..first].fill(b'0');
+    pgtext::digits_before(buf, end, frac);
+    end
 }
 
 /// A value's text output as its SQL type (`None` for NULL).
@@ -190,6 +219,8 @@ mod tests {
         assert_eq!(numeric_text(i64::MIN, 0), i64::MIN.to_string());
         assert_eq!(numeric_text(i64::MIN, 4), "-922337203685477.5808");
         assert_eq!(numeric_text(7, 0), "7");
+        assert_eq!(numeric_text(i64::MIN, 19), "-0.9223372036854775808");
+        assert_eq!(numeric_text(-5, 19), "-0.0000000000000000005");
         // Against the arithmetic definition, for many values and scales.
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         for _ in 0..20_000 {

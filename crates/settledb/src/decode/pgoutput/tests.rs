@@ -382,3 +382,26 @@ fn two_phase_messages_are_protocol_3s() {
     );
     assert!(matches!(&m[4], Message::CommitPrepared { commit_lsn: 0x300, commit_time: 7, gid, .. } if gid == "g1"));
 }
+
+#[test]
+fn numbers_and_timestamps_are_written_as_their_text_output() {
+    // The one-copy fields against the text functions every other output uses.
+    let field = |v: ValueRef<'_>, format: ValueFormat| {
+        let mut w = Writer(Vec::new());
+        write_value(&mut w, v, format, false);
+        w.0
+    };
+    let text = |s: String| [&[b't'][..], &(s.len() as u32).to_be_bytes(), s.as_bytes()].concat();
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    for _ in 0..20_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let m = (x as i64) >> (x % 64);
+        let scale = (x % 23) as u8;
+        assert_eq!(field(ValueRef::Int8(m), ValueFormat::Numeric { scale }), text(sqltypes::numeric_text(m, scale)));
+        assert_eq!(field(ValueRef::Int8(m), ValueFormat::Stored), text(m.to_string()));
+        assert_eq!(field(ValueRef::Int4(m as i32), ValueFormat::Stored), text((m as i32).to_string()));
+        assert_eq!(field(ValueRef::Timestamp(m), ValueFormat::Stored), text(pgtext::timestamp_out(m)));
+    }
+}
