@@ -718,6 +718,10 @@ pub fn deform_tuple_with(schema: &Schema, missing: &[Value], tuple: &[u8]) -> st
 /// for it (`None` past the tuple's `natts`, where the column's missing value applies), a text
 /// or bytea value as the bytes it is stored as. The one walk under [`deform_data_into`] and
 /// [`deform_data_refs`].
+///
+/// Every row a scan or a decoder reads comes through here, so the walk itself only notes that
+/// bytes are malformed; the error that says what and where comes from walking them again
+/// ([`describe_malformed`]).
 #[inline(always)]
 fn walk_data<'a>(
     schema: &Schema,
@@ -726,7 +730,7 @@ fn walk_data<'a>(
     data: &'a [u8],
     mut each: impl FnMut(usize, &Column, Option<ValueRef<'a>>) -> std::result::Result<(), String>,
 ) -> std::result::Result<(), String> {
-    let mut r = Reader { data, pos: 0 };
+    let mut pos = 0;
     for (i, c) in schema.columns.iter().enumerate() {
         if i >= natts {
             each(i, c, None)?;
@@ -735,9 +739,90 @@ fn walk_data<'a>(
         let v = if nulls.is_some_and(|b| b[i / 8] & (1 << (i % 8)) == 0) {
             ValueRef::Null
         } else {
-            get_value_ref(&mut r, c.ty, &ColumnLabel(c))?
+            match read_value(data, &mut pos, c.ty) {
+                Some(v) => v,
+                None => return Err(describe_malformed(schema, natts, nulls, data)),
+            }
         };
         each(i, c, Some(v))?;
+    }
+    if natts <= schema.columns.len() && pos != data.len() {
+        return Err(describe_malformed(schema, natts, nulls, data));
+    }
+    Ok(())
+}
+
+/// The attribute of type `ty` at `*pos` (aligned first), `*pos` moved past it; `None` where
+/// its bytes are malformed. [`get_value_ref`]'s checks, without building their messages.
+#[inline(always)]
+fn read_value<'a>(data: &'a [u8], pos: &mut usize, ty: Type) -> Option<ValueRef<'a>> {
+    #[inline(always)]
+    fn fixed<const N: usize>(data: &[u8], pos: &mut usize) -> Option<[u8; N]> {
+        let at = align_to(*pos, N);
+        let b = data.get(at..at + N)?.try_into().ok()?;
+        *pos = at + N;
+        Some(b)
+    }
+    Some(match ty {
+        Type::Int4 => ValueRef::Int4(i32::from_le_bytes(fixed(data, pos)?)),
+        Type::Int8 => ValueRef::Int8(i64::from_le_bytes(fixed(data, pos)?)),
+        Type::Timestamp => ValueRef::Timestamp(i64::from_le_bytes(fixed(data, pos)?)),
+        Type::Float8 => ValueRef::Float8(f64::from_le_bytes(fixed(data, pos)?)),
+        Type::Bool => {
+            let b = *data.get(*pos)?;
+            *pos += 1;
+            match b {
+                0 => ValueRef::Bool(false),
+                1 => ValueRef::Bool(true),
+                _ => return None,
+            }
+        }
+        Type::Text => ValueRef::Text(read_varlena(data, pos)?),
+        Type::Bytea => ValueRef::Bytea(read_varlena(data, pos)?),
+    })
+}
+
+/// [`Reader::varlena`]'s reading, `None` for what it refuses.
+#[inline(always)]
+fn read_varlena<'a>(data: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
+    let first = *data.get(*pos)?;
+    if first & 1 == 1 {
+        // A 1-byte header counting itself: a length of 0 is an empty range, refused.
+        let total = usize::from(first >> 1);
+        let b = data.get(*pos + 1..*pos + total)?;
+        *pos += total;
+        return Some(b);
+    }
+    if !pos.is_multiple_of(4) && first != 0 {
+        return None;
+    }
+    let at = align_to(*pos, 4);
+    let h = u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?);
+    let len = (h >> 2) as usize;
+    if h & 3 != 0 || len < 4 {
+        return None;
+    }
+    let b = data.get(at + 4..at + len)?;
+    *pos = at + len;
+    Some(b)
+}
+
+/// What is wrong with a tuple's data that [`walk_data`] found malformed, naming the column
+/// and the offset.
+#[cold]
+#[inline(never)]
+fn describe_malformed(schema: &Schema, natts: usize, nulls: Option<&[u8]>, data: &[u8]) -> String {
+    checked_walk(schema, natts, nulls, data).err().unwrap_or_else(|| "malformed attribute data".to_string())
+}
+
+/// [`walk_data`]'s walk with every check's message, values unused.
+fn checked_walk(schema: &Schema, natts: usize, nulls: Option<&[u8]>, data: &[u8]) -> std::result::Result<(), String> {
+    let mut r = Reader { data, pos: 0 };
+    for (i, c) in schema.columns.iter().enumerate().take(natts) {
+        if nulls.is_some_and(|b| b[i / 8] & (1 << (i % 8)) == 0) {
+            continue;
+        }
+        get_value_ref(&mut r, c.ty, &ColumnLabel(c))?;
     }
     if natts <= schema.columns.len() && r.pos != r.data.len() {
         return Err(format!("{} trailing bytes after the last attribute", r.data.len().saturating_sub(r.pos)));

@@ -381,3 +381,48 @@ fn borrowed_deform_matches_the_owned_one() {
     // A malformed tuple is an error, not a panic.
     assert!(deform_logged_tuple_refs(&schema, &[], &bad[..bad.len() - 3], &mut Vec::new()).is_err());
 }
+
+/// Reads walk a tuple noting only that its bytes are malformed, and a second walk says what
+/// is wrong: on mangled data areas both must refuse the same tuples, with the second walk's
+/// message.
+#[test]
+fn the_reading_walk_refuses_what_the_describing_walk_refuses() {
+    let mut rng = StdRng::seed_from_u64(0xfa57);
+    let (mut refused, mut accepted) = (0, 0);
+    for _ in 0..3000 {
+        let s = random_schema(&mut rng);
+        let row: Vec<Value> = s
+            .columns
+            .iter()
+            .map(|c| if c.nullable && rng.gen_bool(0.3) { Value::Null } else { random_value(&mut rng, c.ty) })
+            .collect();
+        let t = form_tuple(&s, &row).unwrap();
+        let hoff = TupleHeader(&t).hoff() as usize;
+        for _ in 0..10 {
+            let mut bad = t.clone();
+            if rng.gen_bool(0.3) {
+                bad.truncate(rng.gen_range(hoff..=t.len()));
+            } else if bad.len() > hoff {
+                for _ in 0..rng.gen_range(1..4) {
+                    let i = rng.gen_range(hoff..bad.len());
+                    bad[i] ^= 1 << rng.gen_range(0..8);
+                }
+            }
+            if header_problem(&bad).is_some() {
+                continue;
+            }
+            let h = TupleHeader(&bad);
+            let natts = usize::from(h.natts());
+            let nulls = (h.infomask() & HEAP_HASNULL != 0).then(|| &bad[HEAP_TUPLE_HEADER_SIZE..]);
+            let mut out = Vec::new();
+            let read = deform_data_refs(&s, &[], natts, nulls, h.data(), &mut out);
+            assert_eq!(read, checked_walk(&s, natts, nulls, h.data()), "schema {s:?}");
+            if read.is_ok() {
+                accepted += 1;
+            } else {
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 1_000 && accepted > 1_000, "{refused} refused, {accepted} accepted");
+}
