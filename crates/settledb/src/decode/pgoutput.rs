@@ -59,6 +59,8 @@
 
 use std::sync::Arc;
 
+use std::collections::hash_map::Entry;
+
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::historic::CatalogHistory;
@@ -286,6 +288,10 @@ pub struct PgOutput {
     /// Per relation, the description's epoch they were worked out for, the columns' SQL
     /// types and the Relation message's body.
     rel_cache: FxHashMap<Oid, RelCache>,
+    /// What the publications publish of the relation last asked about, as of a history
+    /// epoch: a change is asked about twice (before its tuples are deformed and with them),
+    /// and a transaction's changes mostly follow one another on few tables.
+    last_actions: Option<(Oid, usize, PublishActions)>,
 }
 
 impl PgOutput {
@@ -302,6 +308,7 @@ impl PgOutput {
             truncated: Vec::new(),
             types: None,
             rel_cache: FxHashMap::default(),
+            last_actions: None,
         })
     }
 
@@ -311,25 +318,14 @@ impl PgOutput {
         self
     }
 
-    /// `rel`'s columns' SQL types and Relation message body, worked out once per
-    /// description (a hot path: once per row).
-    fn rel_cache(&mut self, rel: &RelInfo) -> &RelCache {
-        let fresh = self.rel_cache.get(&rel.oid).is_some_and(|c| c.epoch == rel.epoch);
-        if !fresh {
-            let cols = Arc::new(columns_of(self.types.as_ref(), rel));
-            let body = Arc::new(relation_body(rel, &cols));
-            self.rel_cache.insert(rel.oid, RelCache { epoch: rel.epoch, cols, body });
-        }
-        &self.rel_cache[&rel.oid]
-    }
-
-    fn sql_columns(&mut self, rel: &RelInfo) -> Arc<Vec<SqlColumn>> {
-        self.rel_cache(rel).cols.clone()
-    }
-
     /// What the named publications publish of relation `rel`, as of `lsn`.
     fn actions(&mut self, rel: Oid, lsn: Lsn) -> Result<PublishActions> {
         let epoch = self.history.epoch(lsn);
+        if let Some((r, e, a)) = self.last_actions {
+            if (r, e) == (rel, epoch) {
+                return Ok(a);
+            }
+        }
         if self.publications.as_ref().is_none_or(|(e, _)| *e != epoch) {
             let snap = self.history.snapshot_at(lsn).ok_or_else(|| {
                 Error::invalid(format!("pgoutput: a change at {lsn} before the decoding start point"))
@@ -349,6 +345,7 @@ impl PgOutput {
             a.delete |= p.actions.delete;
             a.truncate |= p.actions.truncate;
         }
+        self.last_actions = Some((rel, epoch, a));
         Ok(a)
     }
 
@@ -382,21 +379,26 @@ impl PgOutput {
         rel: &RelInfo,
         stream: Option<(Xid, Xid)>,
     ) {
-        let body = self.rel_cache(rel).body.clone();
-        let sent = match stream {
-            None => &mut self.rel_sent,
-            Some((top, _)) => self.stream_rel_sent.entry(top).or_default(),
-        };
-        if sent.get(&rel.oid).is_some_and(|b| Arc::ptr_eq(b, &body) || **b == *body) {
-            return;
-        }
-        let mut w = Writer::new(b'R');
-        if let Some((_, xid)) = stream {
-            w.u32(xid.0);
-        }
-        w.0.extend_from_slice(&body);
-        out.write(lsn, owner, w.finish());
-        sent.insert(rel.oid, body);
+        let body = &cached(&mut self.rel_cache, self.types.as_ref(), rel).body;
+        send_relation(&mut self.rel_sent, &mut self.stream_rel_sent, out, lsn, owner, rel.oid, body, stream);
+    }
+
+    /// A published change: its Relation message if not sent in this context, then the change
+    /// (`xid` in it inside a streamed block, `stream` as [`PgOutput::maybe_send_relation`]'s).
+    /// One look at the relation's cached description serves both.
+    fn send_change(
+        &mut self,
+        out: &mut Output,
+        lsn: Lsn,
+        owner: Xid,
+        rel: &RelInfo,
+        row: &RowData<'_>,
+        stream: Option<(Xid, Xid)>,
+    ) {
+        let cache = cached(&mut self.rel_cache, self.types.as_ref(), rel);
+        send_relation(&mut self.rel_sent, &mut self.stream_rel_sent, out, lsn, owner, rel.oid, &cache.body, stream);
+        let m = change_message(out.buffer(), rel, &cache.cols, row, stream.map(|(_, xid)| xid), self.opts.binary);
+        out.write(lsn, owner, m);
     }
 
     /// `pgoutput_truncate` (also its stream callback, `stream` then `(top, xid)`): the
@@ -466,56 +468,6 @@ impl PgOutput {
         }
     }
 
-    /// The I, U or D message.
-    fn change_message(
-        &self,
-        buf: Vec<u8>,
-        rel: &RelInfo,
-        cols: &[SqlColumn],
-        row: &RowData<'_>,
-        xid: Option<Xid>,
-    ) -> Vec<u8> {
-        // What the WAL logged decides K or O (PostgreSQL decides by the relation's
-        // relreplident as of the change, which is what the logging followed).
-        let old_kind = |whole: bool| if whole { b'O' } else { b'K' };
-        let tag = match row {
-            RowData::Insert { .. } => b'I',
-            RowData::Update { .. } => b'U',
-            RowData::Delete { .. } => b'D',
-        };
-        let mut w = Writer::reusing(buf, tag, 16 + message_room(row));
-        if let Some(x) = xid {
-            w.u32(x.0);
-        }
-        w.u32(rel.oid.0);
-        let binary = self.opts.binary;
-        let tuple = |w: &mut Writer, values: &[ValueRef<'_>]| {
-            w.i16(i16::try_from(values.len()).unwrap_or(i16::MAX));
-            for (&v, c) in values.iter().zip(cols) {
-                write_value(w, v, c.format, binary);
-            }
-        };
-        match row {
-            RowData::Insert { new } => {
-                w.u8(b'N');
-                tuple(&mut w, new);
-            }
-            RowData::Update { old, old_whole, new } => {
-                if let Some(old) = old {
-                    w.u8(old_kind(*old_whole));
-                    tuple(&mut w, old);
-                }
-                w.u8(b'N');
-                tuple(&mut w, new);
-            }
-            RowData::Delete { old, old_whole } => {
-                w.u8(old_kind(*old_whole));
-                tuple(&mut w, old.as_deref().unwrap_or_default());
-            }
-        }
-        w.finish()
-    }
-
     fn write_begin(&mut self, out: &mut Output, txn: &TxnInfo, lsn: Lsn) {
         let mut w = Writer::new(b'B');
         w.u64(txn.commit_lsn.0).i64(pg_time(txn.commit_time_us)).u32(txn.xid.0);
@@ -541,6 +493,108 @@ impl PgOutput {
     }
 }
 
+/// The I, U or D message, in `buf` (emptied first); `binary` as the option.
+fn change_message(
+    buf: Vec<u8>,
+    rel: &RelInfo,
+    cols: &[SqlColumn],
+    row: &RowData<'_>,
+    xid: Option<Xid>,
+    binary: bool,
+) -> Vec<u8> {
+    // What the WAL logged decides K or O (PostgreSQL decides by the relation's
+    // relreplident as of the change, which is what the logging followed).
+    let old_kind = |whole: bool| if whole { b'O' } else { b'K' };
+    let tag = match row {
+        RowData::Insert { .. } => b'I',
+        RowData::Update { .. } => b'U',
+        RowData::Delete { .. } => b'D',
+    };
+    let mut w = Writer::reusing(buf, tag, 16 + message_room(row));
+    if let Some(x) = xid {
+        w.u32(x.0);
+    }
+    w.u32(rel.oid.0);
+    let tuple = |w: &mut Writer, values: &[ValueRef<'_>]| {
+        w.i16(i16::try_from(values.len()).unwrap_or(i16::MAX));
+        for (&v, c) in values.iter().zip(cols) {
+            write_value(w, v, c.format, binary);
+        }
+    };
+    match row {
+        RowData::Insert { new } => {
+            w.u8(b'N');
+            tuple(&mut w, new);
+        }
+        RowData::Update { old, old_whole, new } => {
+            if let Some(old) = old {
+                w.u8(old_kind(*old_whole));
+                tuple(&mut w, old);
+            }
+            w.u8(b'N');
+            tuple(&mut w, new);
+        }
+        RowData::Delete { old, old_whole } => {
+            w.u8(old_kind(*old_whole));
+            tuple(&mut w, old.as_deref().unwrap_or_default());
+        }
+    }
+    w.finish()
+}
+
+/// `rel`'s columns' SQL types and Relation message body from `cache`, worked out once per
+/// description (a hot path: once per row, one lookup).
+fn cached<'c>(
+    cache: &'c mut FxHashMap<Oid, RelCache>,
+    types: Option<&Arc<dyn ColumnTypes>>,
+    rel: &RelInfo,
+) -> &'c RelCache {
+    let fresh = |rel: &RelInfo| {
+        let cols = columns_of(types, rel);
+        let body = Arc::new(relation_body(rel, &cols));
+        RelCache { epoch: rel.epoch, cols, body }
+    };
+    match cache.entry(rel.oid) {
+        Entry::Occupied(e) => {
+            let c = e.into_mut();
+            if c.epoch != rel.epoch {
+                *c = fresh(rel);
+            }
+            c
+        }
+        Entry::Vacant(e) => e.insert(fresh(rel)),
+    }
+}
+
+/// Sends a relation's Relation message (`body`) unless the context (`rel_sent`, or the
+/// streamed transaction's set when `stream` is `(top, xid)`) sent the same one.
+#[allow(clippy::too_many_arguments)]
+fn send_relation(
+    rel_sent: &mut FxHashMap<Oid, Arc<Vec<u8>>>,
+    stream_rel_sent: &mut FxHashMap<Xid, FxHashMap<Oid, Arc<Vec<u8>>>>,
+    out: &mut Output,
+    lsn: Lsn,
+    owner: Xid,
+    rel: Oid,
+    body: &Arc<Vec<u8>>,
+    stream: Option<(Xid, Xid)>,
+) {
+    let sent = match stream {
+        None => rel_sent,
+        Some((top, _)) => stream_rel_sent.entry(top).or_default(),
+    };
+    if sent.get(&rel).is_some_and(|b| Arc::ptr_eq(b, body) || **b == **body) {
+        return;
+    }
+    let mut w = Writer::new(b'R');
+    if let Some((_, xid)) = stream {
+        w.u32(xid.0);
+    }
+    w.0.extend_from_slice(body);
+    out.write(lsn, owner, w.finish());
+    sent.insert(rel, body.clone());
+}
+
 /// A Relation message after its tag and optional XID.
 fn relation_body(rel: &RelInfo, cols: &[SqlColumn]) -> Vec<u8> {
     let mut w = Writer::default();
@@ -560,7 +614,7 @@ fn relation_body(rel: &RelInfo, cols: &[SqlColumn]) -> Vec<u8> {
 /// What [`PgOutput`] keeps per relation description.
 struct RelCache {
     epoch: u64,
-    cols: Arc<Vec<SqlColumn>>,
+    cols: Vec<SqlColumn>,
     body: Arc<Vec<u8>>,
 }
 
@@ -697,10 +751,7 @@ impl OutputPlugin for PgOutput {
         if !self.sent_begin {
             self.write_begin(out, txn, lsn);
         }
-        self.maybe_send_relation(out, lsn, txn.xid, rel, None);
-        let cols = self.sql_columns(rel);
-        let m = self.change_message(out.buffer(), rel, &cols, row, None);
-        out.write(lsn, txn.xid, m);
+        self.send_change(out, lsn, txn.xid, rel, row, None);
         Ok(())
     }
 
@@ -790,10 +841,7 @@ impl OutputPlugin for PgOutput {
         if !self.publishes(rel, lsn, row)? {
             return Ok(());
         }
-        self.maybe_send_relation(out, lsn, top, rel, Some((top, xid)));
-        let cols = self.sql_columns(rel);
-        let m = self.change_message(out.buffer(), rel, &cols, row, Some(xid));
-        out.write(lsn, top, m);
+        self.send_change(out, lsn, top, rel, row, Some((top, xid)));
         Ok(())
     }
 
