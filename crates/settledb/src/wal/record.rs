@@ -283,28 +283,49 @@ struct Cursor<'a> {
     bytes: &'a [u8],
 }
 
+// Every record's fields are read through these: inlined, with the message built out of line.
 impl<'a> Cursor<'a> {
+    #[inline]
     fn take(&mut self, n: usize, what: &str) -> std::result::Result<&'a [u8], String> {
-        if n > self.bytes.len() {
-            return Err(format!("{what} needs {n} bytes, only {} left", self.bytes.len()));
+        match self.bytes.split_at_checked(n) {
+            Some((now, rest)) => {
+                self.bytes = rest;
+                Ok(now)
+            }
+            None => Err(self.short(n, what)),
         }
-        let (now, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(now)
     }
 
+    #[cold]
+    #[inline(never)]
+    fn short(&self, n: usize, what: &str) -> String {
+        format!("{what} needs {n} bytes, only {} left", self.bytes.len())
+    }
+
+    #[inline]
+    fn array<const N: usize>(&mut self, what: &str) -> std::result::Result<[u8; N], String> {
+        match self.bytes.split_first_chunk::<N>() {
+            Some((now, rest)) => {
+                self.bytes = rest;
+                Ok(*now)
+            }
+            None => Err(self.short(N, what)),
+        }
+    }
+
+    #[inline]
     fn u8(&mut self, what: &str) -> std::result::Result<u8, String> {
-        Ok(self.take(1, what)?[0])
+        Ok(self.array::<1>(what)?[0])
     }
 
+    #[inline]
     fn u16(&mut self, what: &str) -> std::result::Result<u16, String> {
-        let b = self.take(2, what)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
+        Ok(u16::from_le_bytes(self.array(what)?))
     }
 
+    #[inline]
     fn u32(&mut self, what: &str) -> std::result::Result<u32, String> {
-        let b = self.take(4, what)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        Ok(u32::from_le_bytes(self.array(what)?))
     }
 }
 
@@ -318,6 +339,7 @@ struct RawBlock {
     image: Option<(usize, usize, usize)>,
 }
 
+#[inline]
 fn decode_block_header(c: &mut Cursor<'_>) -> std::result::Result<RawBlock, String> {
     let id = c.u8("block id")?;
     let fork_byte = c.u8("fork")?;
