@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use settledb::decode::message::LogicalMessage;
-use settledb::heap::wal::decode_old_row;
+use settledb::heap::wal::{decode_old_row, decode_row_change, encode_tuple, logged_row_change, RowChange};
 use settledb::heap::{OLD_KEY, OLD_TUPLE};
 use settledb::io::{FileSystem, RealFs};
 use settledb::wal::control::ControlFile;
@@ -68,6 +68,31 @@ fn heap(recs: &[DecodedRecord], info: u8) -> Vec<&DecodedRecord> {
 /// The values of a logged old row, decoded with the table's schema.
 fn old_row(rec: &DecodedRecord) -> Option<(u8, Vec<Value>)> {
     decode_old_row(rec).unwrap().map(|(k, t)| (k, settledb::heap::tuple::deform_tuple(&schema(), &t).unwrap()))
+}
+
+/// Logical decoding reads an update's or delete's rows borrowed from the record, in their
+/// logged form: the same rows as the whole tuples decoded from it, re-encoded.
+fn assert_logged_rows_match(rec: &DecodedRecord) {
+    let logged = logged_row_change(rec).unwrap().expect("an update or a delete");
+    let encoded = |t: &[u8]| {
+        let mut b = Vec::new();
+        encode_tuple(&mut b, t);
+        b
+    };
+    let old_form = |old: Option<(u8, Vec<u8>)>| old.map(|(k, t)| [vec![k], encoded(&t)].concat()).unwrap_or_default();
+    match decode_row_change(rec).unwrap().expect("a row change") {
+        RowChange::Update { rel, old, new } => {
+            assert_eq!(logged.rel, rel);
+            assert_eq!(logged.new, Some(&encoded(&new)[..]));
+            assert_eq!(logged.old, &old_form(old)[..]);
+        }
+        RowChange::Delete { rel, old } => {
+            assert_eq!(logged.rel, rel);
+            assert_eq!(logged.new, None);
+            assert_eq!(logged.old, &old_form(old)[..]);
+        }
+        RowChange::Insert { .. } => panic!("an insert at {}", rec.lsn),
+    }
 }
 
 /// The workload both levels run: a row written before a checkpoint so that the next insert
@@ -135,6 +160,9 @@ fn logical_level_logs_what_a_decoder_needs() {
     let del: Vec<_> = deletes.iter().filter(|r| r.blocks[0].tag.rel == t.oid()).collect();
     assert_eq!(del.len(), 1);
     assert_eq!(old_row(del[0]), Some((OLD_KEY, vec![Value::Int4(2), Value::Null])));
+    for r in updates.iter().chain(del.iter().copied()) {
+        assert_logged_rows_match(r);
+    }
 
     // Records written in the savepoints name the top-level transaction; the top-level's own
     // records do not need to.
@@ -226,6 +254,9 @@ fn replica_identity_full_and_nothing() {
     let n = of(nothing.oid());
     assert_eq!(n.len(), 1);
     assert_eq!(old_row(n[0]), None);
+    for r in f.iter().chain(&n) {
+        assert_logged_rows_match(r);
+    }
 }
 
 #[test]

@@ -74,7 +74,9 @@ use crate::catalog::{self, ClassRow, RelKind};
 use crate::error::{Error, Result};
 use crate::heap::truncate::{TruncateRecord, XLOG_HEAP_TRUNCATE};
 use crate::heap::tuple::{deform_logged_tuple_refs, deform_tuple, Schema, Value, ValueRef};
-use crate::heap::wal::{decode_row_change, encode_tuple, for_each_inserted_tuple, insert_rel, RowChange};
+use crate::heap::wal::{
+    decode_row_change, for_each_inserted_tuple, insert_rel, logged_row_change, LoggedRowChange, RowChange,
+};
 use crate::heap::ReplicaIdentity;
 use crate::types::{Lsn, Oid, Tid, Xid};
 use crate::wal::{DecodedRecord, Rmgr};
@@ -669,9 +671,6 @@ pub struct LogicalDecoder<'a> {
     prepared: FxHashMap<Xid, Prepared>,
     /// Committed (or, decoding two-phase, prepared) transactions handed over.
     pub transactions: u64,
-    /// Where rows a record carries as whole tuples (updates, deletes) are put back in their
-    /// logged form before they are queued.
-    scratch: Vec<u8>,
 }
 
 /// A PREPARE the decoder read, kept until its COMMIT or ROLLBACK PREPARED.
@@ -702,7 +701,6 @@ impl<'a> LogicalDecoder<'a> {
             history: CatalogHistory::default(),
             catalog_writers: FxHashSet::default(),
             transactions: 0,
-            scratch: Vec::new(),
         }
     }
 
@@ -755,6 +753,16 @@ impl<'a> LogicalDecoder<'a> {
                     let rel = self.rels.table_of(rel);
                     return self.queue_inserts(top, rec, rel, plugin, out);
                 }
+                if let Some(row) = logged_row_change(rec)?.filter(|r| r.rel.0 >= FIRST_USER_OID) {
+                    // A user relation's row updated or deleted: as hot, and queued as it
+                    // was logged, likewise.
+                    if skipped {
+                        return Ok(());
+                    }
+                    let rel = self.rels.table_of(row.rel);
+                    return self.queue_logged_row(top, rec, rel, &row, plugin, out);
+                }
+                // What is left is a catalog's row, which is learned from and never sent.
                 let Some(change) = decode_row_change(rec)? else { return Ok(()) };
                 for oid in self.learn_catalog(&change)? {
                     plugin.relation_changed(oid);
@@ -767,10 +775,7 @@ impl<'a> LogicalDecoder<'a> {
                 if rel.0 < FIRST_USER_OID && rel != catalog::PG_CLASS_OID {
                     self.catalog_writers.insert(top);
                 }
-                if skipped {
-                    return Ok(());
-                }
-                self.queue_row(top, rec, change, plugin, out)
+                Ok(())
             }
             Rmgr::LogicalMsg => {
                 let m = LogicalMessage::decode(&rec.main_data, rec.lsn)?;
@@ -894,46 +899,22 @@ impl<'a> LogicalDecoder<'a> {
         })
     }
 
-    fn queue_row(
+    /// Queues the update or delete a record logged for user relation `rel`, its rows as
+    /// slices of the record (nothing copied).
+    fn queue_logged_row(
         &mut self,
         top: Xid,
         rec: &DecodedRecord,
-        change: RowChange,
+        rel: Oid,
+        row: &LoggedRowChange<'_>,
         plugin: &mut dyn OutputPlugin,
         out: &mut Output,
     ) -> Result<()> {
-        let rel = match &change {
-            RowChange::Insert { rel, .. } | RowChange::Update { rel, .. } | RowChange::Delete { rel, .. } => *rel,
-        };
-        if rel.0 < FIRST_USER_OID {
-            return Ok(());
-        }
-        let rel = self.rels.table_of(rel);
         self.first_lsn.entry(top).or_insert(rec.lsn);
-        // Tuples are queued in their logged form; an old row or key after its kind byte.
-        let mut old_buf = Vec::new();
-        if let RowChange::Update { old: Some((kind, t)), .. } | RowChange::Delete { old: Some((kind, t)), .. } = &change
-        {
-            old_buf.push(*kind);
-            encode_tuple(&mut old_buf, t);
-        }
-        let mut new_buf = std::mem::take(&mut self.scratch);
+        let kind = if row.new.is_some() { ChangeKind::Update } else { ChangeKind::Delete };
+        let c = Change { lsn: rec.lsn, xid: rec.xid, kind, rel, old: row.old, new: row.new.unwrap_or_default() };
         let (rb, mut sink) = self.sink(plugin, out, rec.end_lsn);
-        let mut queue = |kind: ChangeKind, new: Option<&Vec<u8>>| {
-            new_buf.clear();
-            if let Some(t) = new {
-                encode_tuple(&mut new_buf, t);
-            }
-            let c = Change { lsn: rec.lsn, xid: rec.xid, kind, rel, old: &old_buf, new: &new_buf };
-            rb.queue_change(top, &c, &mut sink)
-        };
-        let result = match &change {
-            RowChange::Insert { tuples, .. } => tuples.iter().try_for_each(|t| queue(ChangeKind::Insert, Some(t))),
-            RowChange::Update { new, .. } => queue(ChangeKind::Update, Some(new)),
-            RowChange::Delete { .. } => queue(ChangeKind::Delete, None),
-        };
-        self.scratch = new_buf;
-        result
+        rb.queue_change(top, &c, &mut sink)
     }
 
     /// A TRUNCATE record becomes one change of its transaction, in its place among the others.

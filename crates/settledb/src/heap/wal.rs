@@ -366,6 +366,14 @@ fn describe_old_row(m: &mut Cursor<'_>) -> Result<String> {
 /// kind ([`super::OLD_KEY`] or [`super::OLD_TUPLE`]) and the rebuilt tuple, or `None` when the
 /// record carries none. `main_data` is the record's whole main data.
 pub fn decode_old_row(rec: &DecodedRecord) -> Result<Option<(u8, Vec<u8>)>> {
+    let Some(logged) = old_row_logged(rec)? else { return Ok(None) };
+    let t = decode_tuple(&mut Cursor::new(&logged[1..], rec.lsn), None, Xid::INVALID, Tid::default())?;
+    Ok(Some((logged[0], t)))
+}
+
+/// The old row or key a DELETE or UPDATE record logged, as its kind byte followed by the
+/// tuple in its logged form (a slice of the record), or `None` when none was logged.
+fn old_row_logged(rec: &DecodedRecord) -> Result<Option<&[u8]>> {
     let mut m = Cursor::new(&rec.main_data, rec.lsn);
     match (rec.rmgr, rec.info & 0xF0) {
         (Rmgr::Heap, XLOG_HEAP_DELETE) => {
@@ -380,13 +388,54 @@ pub fn decode_old_row(rec: &DecodedRecord) -> Result<Option<(u8, Vec<u8>)>> {
     if len == 0 {
         return Ok(None);
     }
-    let kind = m.u8()?;
+    let logged = m.bytes(1 + len)?;
+    let kind = logged[0];
     if kind != super::OLD_KEY && kind != super::OLD_TUPLE {
         return Err(Error::corrupt_wal(rec.lsn, format!("unknown old-row kind 0x{kind:02X}")));
     }
-    let body = m.bytes(len)?;
-    let t = decode_tuple(&mut Cursor::new(body, rec.lsn), None, Xid::INVALID, Tid::default())?;
-    Ok(Some((kind, t)))
+    if len < tuple::LOGGED_TUPLE_HEADER {
+        return Err(Error::corrupt_wal(rec.lsn, format!("{}: an old row of {len} bytes", describe(rec))));
+    }
+    Ok(Some(logged))
+}
+
+/// An UPDATE's, HOT_UPDATE's or DELETE's rows in their logged form, borrowed from the record
+/// (what [`decode_row_change`] gives as whole tuples): logical decoding's path for a user
+/// table's rows, which copies and allocates nothing per row. The tuples' headers are checked
+/// when they are deformed, as [`for_each_inserted_tuple`]'s are.
+pub struct LoggedRowChange<'a> {
+    pub rel: Oid,
+    /// The old row or key after its kind byte ([`super::OLD_KEY`], [`super::OLD_TUPLE`]);
+    /// empty when none was logged.
+    pub old: &'a [u8],
+    /// The new tuple (updates only).
+    pub new: Option<&'a [u8]>,
+}
+
+/// [`LoggedRowChange`] of an update or delete record; `None` for any other record.
+pub fn logged_row_change(rec: &DecodedRecord) -> Result<Option<LoggedRowChange<'_>>> {
+    let update = match (rec.rmgr, rec.info & 0xF0) {
+        (Rmgr::Heap, XLOG_HEAP_DELETE) => false,
+        (Rmgr::Heap, XLOG_HEAP_UPDATE | XLOG_HEAP_HOT_UPDATE) => true,
+        _ => return Ok(None),
+    };
+    let block = rec
+        .blocks
+        .iter()
+        .find(|b| b.id == 0)
+        .ok_or_else(|| Error::corrupt_wal(rec.lsn, format!("{} has no block 0", describe(rec))))?;
+    let new = if update {
+        if block.data.len() < tuple::LOGGED_TUPLE_HEADER {
+            return Err(Error::corrupt_wal(
+                rec.lsn,
+                format!("{}: a new tuple of {} bytes (written at wal_level replica?)", describe(rec), block.data.len()),
+            ));
+        }
+        Some(&block.data[..])
+    } else {
+        None
+    };
+    Ok(Some(LoggedRowChange { rel: block.tag.rel, old: old_row_logged(rec)?.unwrap_or_default(), new }))
 }
 
 /// One-line description of a heap record for `settle waldump`.
