@@ -38,7 +38,7 @@ use super::tuple::{
 use crate::error::{Error, Result};
 use crate::page::{self, ItemId, LpFlags};
 use crate::types::{BlockNumber, OffsetNumber, Oid, Tid, Xid};
-use crate::wal::{DecodedRecord, Rmgr};
+use crate::wal::{DecodedBlock, DecodedRecord, Rmgr};
 
 pub const XLOG_HEAP_INSERT: u8 = 0x00;
 pub const XLOG_HEAP_DELETE: u8 = 0x10;
@@ -412,6 +412,14 @@ pub struct LoggedRowChange<'a> {
     pub new: Option<&'a [u8]>,
 }
 
+/// The block a heap row record changes (its block 0).
+fn block0(rec: &DecodedRecord) -> Result<&DecodedBlock> {
+    rec.blocks
+        .iter()
+        .find(|b| b.id == 0)
+        .ok_or_else(|| Error::corrupt_wal(rec.lsn, format!("{} has no block 0", describe(rec))))
+}
+
 /// [`LoggedRowChange`] of an update or delete record; `None` for any other record.
 pub fn logged_row_change(rec: &DecodedRecord) -> Result<Option<LoggedRowChange<'_>>> {
     let update = match (rec.rmgr, rec.info & 0xF0) {
@@ -419,11 +427,7 @@ pub fn logged_row_change(rec: &DecodedRecord) -> Result<Option<LoggedRowChange<'
         (Rmgr::Heap, XLOG_HEAP_UPDATE | XLOG_HEAP_HOT_UPDATE) => true,
         _ => return Ok(None),
     };
-    let block = rec
-        .blocks
-        .iter()
-        .find(|b| b.id == 0)
-        .ok_or_else(|| Error::corrupt_wal(rec.lsn, format!("{} has no block 0", describe(rec))))?;
+    let block = block0(rec)?;
     let new = if update {
         if block.data.len() < tuple::LOGGED_TUPLE_HEADER {
             return Err(Error::corrupt_wal(
@@ -535,11 +539,7 @@ pub fn for_each_inserted_tuple(rec: &DecodedRecord, f: &mut dyn FnMut(&[u8]) -> 
         (Rmgr::Heap2, XLOG_HEAP2_MULTI_INSERT) => true,
         _ => return Err(Error::corrupt_wal(rec.lsn, format!("{} is not an insert", describe(rec)))),
     };
-    let block = rec
-        .blocks
-        .iter()
-        .find(|b| b.id == 0)
-        .ok_or_else(|| Error::corrupt_wal(rec.lsn, format!("{} has no block 0", describe(rec))))?;
+    let block = block0(rec)?;
     if block.data.is_empty() {
         return Err(Error::corrupt_wal(
             rec.lsn,
@@ -571,11 +571,7 @@ pub fn decode_row_change(rec: &DecodedRecord) -> Result<Option<RowChange>> {
         (Rmgr::Heap2, XLOG_HEAP2_MULTI_INSERT) => XLOG_HEAP2_MULTI_INSERT,
         _ => return Ok(None),
     };
-    let block = rec
-        .blocks
-        .iter()
-        .find(|b| b.id == 0)
-        .ok_or_else(|| Error::corrupt_wal(rec.lsn, format!("{} has no block 0", describe(rec))))?;
+    let block = block0(rec)?;
     let rel = block.tag.rel;
     let data = || -> Result<Cursor<'_>> {
         if block.data.is_empty() {

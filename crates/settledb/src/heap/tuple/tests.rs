@@ -160,6 +160,14 @@ fn random_value(rng: &mut StdRng, ty: Type) -> Value {
     }
 }
 
+/// A row of `s`, a nullable column NULL three times in ten.
+fn random_row(rng: &mut StdRng, s: &Schema) -> Vec<Value> {
+    s.columns
+        .iter()
+        .map(|c| if c.nullable && rng.gen_bool(0.3) { Value::Null } else { random_value(rng, c.ty) })
+        .collect()
+}
+
 fn random_schema(rng: &mut StdRng) -> Schema {
     let n = rng.gen_range(0..20);
     Schema {
@@ -177,11 +185,7 @@ fn random_rows_round_trip() {
     for _ in 0..3000 {
         let s = random_schema(&mut rng);
         assert_eq!(Schema::decode(&s.encode()).unwrap(), s);
-        let row: Vec<Value> = s
-            .columns
-            .iter()
-            .map(|c| if c.nullable && rng.gen_bool(0.3) { Value::Null } else { random_value(&mut rng, c.ty) })
-            .collect();
+        let row = random_row(&mut rng, &s);
         let t = form_tuple(&s, &row).unwrap();
         let h = TupleHeader::parse(&t).unwrap();
         assert_eq!(h.hoff() as usize % 8, 0);
@@ -201,11 +205,7 @@ fn tuples_formed_into_a_shared_buffer_equal_tuples_formed_alone() {
         let mut arena = vec![0xAAu8; rng.gen_range(0..9)];
         let mut formed = Vec::new();
         for _ in 0..rng.gen_range(1..12) {
-            let row: Vec<Value> = s
-                .columns
-                .iter()
-                .map(|c| if c.nullable && rng.gen_bool(0.3) { Value::Null } else { random_value(&mut rng, c.ty) })
-                .collect();
+            let row = random_row(&mut rng, &s);
             let start = form_tuple_into(&s, &row, &mut arena).unwrap();
             assert_eq!(start % 8, 0);
             formed.push((start..arena.len(), form_tuple(&s, &row).unwrap()));
@@ -227,11 +227,7 @@ fn decoders_never_panic_on_garbage() {
     let mut rng = StdRng::seed_from_u64(99);
     for _ in 0..2000 {
         let s = random_schema(&mut rng);
-        let row: Vec<Value> = s
-            .columns
-            .iter()
-            .map(|c| if c.nullable && rng.gen_bool(0.3) { Value::Null } else { random_value(&mut rng, c.ty) })
-            .collect();
+        let row = random_row(&mut rng, &s);
         let t = form_tuple(&s, &row).unwrap();
         let enc = s.encode();
         for _ in 0..10 {
@@ -391,11 +387,7 @@ fn the_reading_walk_refuses_what_the_describing_walk_refuses() {
     let (mut refused, mut accepted) = (0, 0);
     for _ in 0..3000 {
         let s = random_schema(&mut rng);
-        let row: Vec<Value> = s
-            .columns
-            .iter()
-            .map(|c| if c.nullable && rng.gen_bool(0.3) { Value::Null } else { random_value(&mut rng, c.ty) })
-            .collect();
+        let row = random_row(&mut rng, &s);
         let t = form_tuple(&s, &row).unwrap();
         let hoff = TupleHeader(&t).hoff() as usize;
         for _ in 0..10 {
