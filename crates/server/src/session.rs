@@ -20,6 +20,32 @@
 //! again. Dropping the session (the client went away) drops the transaction, which rolls it
 //! back.
 //!
+//! # A Query message of several statements: the implicit block
+//!
+//! As in PostgreSQL (`exec_simple_query`), the statements of one simple-protocol Query
+//! message run outside BEGIN as one *implicit* transaction block: the wire layer brackets
+//! them with [`Session::begin_message`] and [`Session::end_message`], which commits what
+//! they did; an error rolls all of it back and the rest of the message is not run.
+//!
+//! ```text
+//!   INSERT; INSERT; SELECT 1/0        nothing stays
+//!   INSERT; BEGIN; INSERT             BEGIN upgrades the implicit block: the block holds
+//!                                     both INSERTs and is still open after the message
+//!   INSERT; COMMIT; INSERT; 1/0       COMMIT (with PostgreSQL's warning "there is no
+//!                                     transaction in progress") commits the first INSERT;
+//!                                     a new implicit block holds the second, rolled back
+//!   INSERT; ROLLBACK; INSERT          the first INSERT is rolled back, the second commits
+//! ```
+//!
+//! What refuses to run in a block (VACUUM, ALTER SYSTEM, DISCARD ALL) is refused in the
+//! implicit block too (25001), and SAVEPOINT and its family need an explicit block (25P01).
+//! One difference: the engine runs DDL (and ANALYZE, role and publication commands) in
+//! transactions of its own, so such a statement cannot join the implicit block. Rather than
+//! refuse it (which would break `psql -c "CREATE TABLE ...; INSERT ..."`), the statements
+//! before it commit, it runs and commits, and the statements after it form a new implicit
+//! block: an error later in the message rolls back only what came after the DDL. Inside an
+//! explicit block DDL stays refused (25001).
+//!
 //! # Savepoints
 //!
 //! `SAVEPOINT name`, `RELEASE [SAVEPOINT] name` and `ROLLBACK TO [SAVEPOINT] name` map onto
@@ -128,6 +154,9 @@ pub struct Cx<'a, 'db> {
 }
 
 use crate::sequence::name_of as sequence_name;
+
+/// How a refusal of DDL inside a transaction block names it.
+const DDL: &str = "DDL (CREATE, DROP, ALTER)";
 
 impl Cx<'_, '_> {
     /// Runs a SELECT whose syntax tree is a copy that will be freed (a side of a set
@@ -363,6 +392,12 @@ pub struct Session<'db> {
     pub interrupts: Interrupts,
     /// The prepared statements, PREPARE's and named Parse's (see `session/prepared.rs`).
     prepared: prepared::Statements,
+    /// Running a Query message of several statements (module documentation): outside a
+    /// block they share the implicit block's transaction.
+    multi_statement: bool,
+    /// The implicit block has begun: a statement ran in it since the message began or since
+    /// a COMMIT, ROLLBACK or DDL in it ended the previous one (`now()` stays the same in it).
+    implicit_open: bool,
 }
 
 impl<'db> Session<'db> {
@@ -383,6 +418,8 @@ impl<'db> Session<'db> {
             sequence_values: Default::default(),
             interrupts: Interrupts::new(control),
             prepared: prepared::Statements::new(),
+            multi_statement: false,
+            implicit_open: false,
         };
         s.settings_changed();
         s
@@ -420,6 +457,54 @@ impl<'db> Session<'db> {
         self.in_block
     }
 
+    /// Whether statements now run in a multi-statement message's implicit block.
+    fn implicit(&self) -> bool {
+        self.multi_statement && !self.in_block
+    }
+
+    /// A Query message of several statements begins: outside a block they run as one
+    /// implicit transaction block, until [`Session::end_message`].
+    pub fn begin_message(&mut self) {
+        self.multi_statement = true;
+        self.implicit_open = false;
+    }
+
+    /// The message's statements are done (or one failed): the implicit block's transaction,
+    /// if one is open, commits. A COPY FROM STDIN the message started keeps it open: the
+    /// COPY's end commits it, or its failure rolls it back, with the statements before it.
+    pub fn end_message(&mut self) -> Result<(), SqlError> {
+        let implicit = self.implicit();
+        if implicit {
+            self.end_implicit();
+        }
+        self.multi_statement = false;
+        let r = match self.tx.take() {
+            Some(tx) if implicit && self.copy.is_none() => tx.commit().map_err(SqlError::from),
+            tx => {
+                self.tx = tx;
+                Ok(())
+            }
+        };
+        self.publish_status();
+        r
+    }
+
+    /// An error in the implicit block: everything it did is rolled back.
+    fn abort_implicit(&mut self) {
+        self.end_implicit();
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.rollback();
+        }
+    }
+
+    /// The implicit block ends (its transaction is committed or rolled back by the caller):
+    /// what SET TRANSACTION chose in it goes with it.
+    fn end_implicit(&mut self) {
+        self.implicit_open = false;
+        self.block_isolation = None;
+        self.block_read_only = false;
+    }
+
     /// Runs one statement with bound parameters.
     pub fn execute(&mut self, stmt: &Stmt, params: &[Datum]) -> Reply {
         if self.copy.is_some() {
@@ -428,12 +513,19 @@ impl<'db> Session<'db> {
             self.copy_failed();
         }
         self.interrupts.start_statement(self.statement_timeout);
-        crate::datetime::statement_started(self.in_block);
+        crate::datetime::statement_started(self.in_block || self.implicit_open);
+        if self.implicit() {
+            self.implicit_open = true;
+        }
         let mut notices = Vec::new();
         let result = self.dispatch(stmt, params, &mut notices);
-        if result.is_err() && self.in_block {
-            // Any error inside a block fails it, as PostgreSQL aborts the transaction.
-            self.failed = true;
+        if result.is_err() {
+            if self.in_block {
+                // Any error inside a block fails it, as PostgreSQL aborts the transaction.
+                self.failed = true;
+            } else if self.multi_statement {
+                self.abort_implicit();
+            }
         }
         self.publish_status();
         Reply { notices, result }
@@ -459,7 +551,7 @@ impl<'db> Session<'db> {
                 utility::vacuum(self.db, &self.settings, v, self.interrupts.engine(), notices)
             }
             Stmt::Analyze(a) => {
-                self.outside_block("ANALYZE")?;
+                self.on_its_own("ANALYZE")?;
                 utility::analyze(self.db, &a.tables, a.verbose, a.skip_locked, notices)?;
                 Ok(Outcome::Command("ANALYZE".into()))
             }
@@ -473,17 +565,17 @@ impl<'db> Session<'db> {
                 Ok(Outcome::Command("ALTER SYSTEM".into()))
             }
             Stmt::AlterTableReset { table, if_exists, options } => {
-                self.outside_block("DDL (CREATE, DROP, ALTER)")?;
+                self.on_its_own(DDL)?;
                 ddl::reset_options(self.sh, table, *if_exists, options, notices)
             }
             Stmt::Copy(c) => self.copy_start(c, params),
             Stmt::Publication(c) => {
-                self.outside_block("a publication command")?;
+                self.on_its_own("a publication command")?;
                 crate::ddl::publication(self.db, c, notices)
             }
             Stmt::Role(c) => {
                 // Role changes are not transactional here (crate::roles).
-                self.outside_block("CREATE, ALTER or DROP ROLE")?;
+                self.on_its_own("CREATE, ALTER or DROP ROLE")?;
                 crate::roles::command::execute(&self.sh.roles, self.interrupts.control.role(), c, notices)
             }
             Stmt::PartitionProbe { table } => {
@@ -550,15 +642,34 @@ impl<'db> Session<'db> {
 
     /// 25006 for a write (`what`: its command) in a READ ONLY block.
     fn writable(&self, what: &str) -> Result<(), SqlError> {
-        if self.in_block && self.block_read_only {
+        if (self.in_block || self.multi_statement) && self.block_read_only {
             return Err(SqlError::new("25006", format!("cannot execute {what} in a read-only transaction")));
         }
         Ok(())
     }
 
+    /// 25001 for what cannot run in a transaction block, the implicit block of a
+    /// multi-statement message included (PostgreSQL's `PreventInTransactionBlock`).
     fn outside_block(&self, what: &str) -> Result<(), SqlError> {
+        if self.in_block || self.multi_statement {
+            return Err(SqlError::new("25001", format!("{what} cannot run inside a transaction block")));
+        }
+        Ok(())
+    }
+
+    /// For what the engine runs in a transaction of its own (DDL, ANALYZE, role and
+    /// publication commands): refused in an explicit block (25001); in a multi-statement
+    /// message's implicit block, what the block did so far commits first and the statements
+    /// after it start a new one (module documentation).
+    fn on_its_own(&mut self, what: &str) -> Result<(), SqlError> {
         if self.in_block {
             return Err(SqlError::new("25001", format!("{what} cannot run inside a transaction block")));
+        }
+        if self.multi_statement {
+            self.end_implicit();
+            if let Some(tx) = self.tx.take() {
+                tx.commit()?;
+            }
         }
         Ok(())
     }
@@ -567,7 +678,7 @@ impl<'db> Session<'db> {
         match s {
             Statement::Set(set) => {
                 let zone = self.settings.get("timezone").cloned();
-                let r = self.set(set);
+                let r = self.set(set, notices);
                 self.settings_changed();
                 crate::datetime::zone::report(zone, &self.settings, notices);
                 r
@@ -598,7 +709,7 @@ impl<'db> Session<'db> {
                 r.map(|()| Outcome::Command("RESET".into()))
             }
             Statement::AlterTable(at) if crate::alter::changes_columns(at) => {
-                self.outside_block("DDL (CREATE, DROP, ALTER)")?;
+                self.on_its_own(DDL)?;
                 let interrupt = self.interrupts.engine();
                 crate::alter::execute(self, at, &interrupt, notices)
             }
@@ -609,7 +720,7 @@ impl<'db> Session<'db> {
             | Statement::AlterTable(_) => {
                 // The engine runs DDL in transactions of its own: refuse it inside a block
                 // rather than pretend it would roll back with the block.
-                self.outside_block("DDL (CREATE, DROP, ALTER)")?;
+                self.on_its_own(DDL)?;
                 ddl::execute(self.sh, s, &self.interrupts.engine(), notices)
             }
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) | Statement::Truncate(_) => {
@@ -683,6 +794,19 @@ impl<'db> Session<'db> {
             }
             self.tx = Some(tx);
             r
+        } else if self.multi_statement {
+            // The implicit block keeps its transaction; an error rolls it back.
+            match r {
+                Ok(o) => {
+                    self.tx = Some(tx);
+                    Ok(o)
+                }
+                Err(e) => {
+                    self.end_implicit();
+                    let _ = tx.rollback();
+                    Err(e)
+                }
+            }
         } else {
             match r {
                 Ok(o) => {
@@ -731,8 +855,18 @@ impl<'db> Session<'db> {
             return Ok(Outcome::Begin("BEGIN".into()));
         }
         let (isolation, read_only) = isolation_of(modes)?;
-        self.block_isolation = isolation;
-        self.block_read_only = read_only.unwrap_or(false);
+        // BEGIN in a multi-statement message's implicit block turns it into a normal block,
+        // its transaction included; a statement of it has taken the snapshot, so another
+        // isolation level can no longer be had (PostgreSQL says so in SET TRANSACTION's words).
+        if let (Some(tx), Some(level)) = (&self.tx, isolation) {
+            if tx.isolation() != level {
+                return Err(SqlError::new("25001", "SET TRANSACTION ISOLATION LEVEL must be called before any query"));
+            }
+        }
+        // Outside any block these are unset; in the implicit block SET TRANSACTION may have
+        // set them, and BEGIN keeps what it does not change.
+        self.block_isolation = isolation.or(self.block_isolation);
+        self.block_read_only = read_only.unwrap_or(self.block_read_only);
         self.in_block = true;
         self.failed = false;
         // The transaction itself starts lazily, at the first statement that needs it; its
@@ -742,6 +876,7 @@ impl<'db> Session<'db> {
 
     fn end_block(&mut self) {
         self.in_block = false;
+        self.implicit_open = false;
         self.failed = false;
         self.block_isolation = None;
         self.block_read_only = false;
@@ -826,7 +961,11 @@ impl<'db> Session<'db> {
                 code: "25P01",
                 message: "there is no transaction in progress".into(),
             });
-            return Outcome::End("COMMIT".into());
+            if !self.multi_statement {
+                return Outcome::End("COMMIT".into());
+            }
+            // In the implicit block: what it did commits, warning and all, as in PostgreSQL.
+            self.end_implicit();
         }
         let failed = self.failed;
         self.end_block();
@@ -852,7 +991,11 @@ impl<'db> Session<'db> {
                 code: "25P01",
                 message: "there is no transaction in progress".into(),
             });
-            return Outcome::End("ROLLBACK".into());
+            if !self.multi_statement {
+                return Outcome::End("ROLLBACK".into());
+            }
+            // In the implicit block: what it did is rolled back (falls through).
+            self.end_implicit();
         }
         self.end_block();
         if let Some(tx) = self.tx.take() {
@@ -861,7 +1004,7 @@ impl<'db> Session<'db> {
         Outcome::End("ROLLBACK".into())
     }
 
-    fn set(&mut self, set: &Set) -> Result<Outcome, SqlError> {
+    fn set(&mut self, set: &Set, notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
         match set {
             Set::SingleAssignment { variable, values, .. } => {
                 let name = variable.to_string().to_ascii_lowercase();
@@ -877,8 +1020,14 @@ impl<'db> Session<'db> {
                 Ok(Outcome::Command("SET".into()))
             }
             Set::SetTransaction { modes, .. } => {
-                if !self.in_block {
-                    return Err(SqlError::new("25P01", "SET TRANSACTION can only be used in transaction blocks"));
+                if !self.in_block && !self.multi_statement {
+                    // Nothing to apply it to: PostgreSQL warns and goes on.
+                    notices.push(Notice {
+                        severity: "WARNING",
+                        code: "25P01",
+                        message: "SET TRANSACTION can only be used in transaction blocks".into(),
+                    });
+                    return Ok(Outcome::Command("SET".into()));
                 }
                 // PostgreSQL checks in this order: a snapshot taken, then a savepoint open.
                 if self.tx.is_some() {
@@ -968,6 +1117,8 @@ impl<'db> Session<'db> {
     pub fn statement_failed(&mut self) {
         if self.in_block {
             self.failed = true;
+        } else if self.multi_statement {
+            self.abort_implicit();
         }
     }
 

@@ -462,29 +462,50 @@ impl SimpleQueryHandler for QueryHandler {
             let _ = session.call(|s| s.statement_failed()).await;
             return Ok(vec![error_response(&e)]);
         }
+        // The whole message is parsed before any of it runs, as PostgreSQL does: a statement
+        // that does not parse leaves the ones before it unrun.
+        let mut stmts = Vec::new();
         for piece in split_statements(query) {
-            let stmt = match parse_one(piece) {
-                Ok(s) => s,
+            match parse_one(piece) {
+                Ok(s) => stmts.push((piece, s)),
                 Err(e) => {
                     self.h.sh.log.statement_error(&e, piece);
                     let _ = session.call(|s| s.statement_failed()).await;
-                    out.push(error_response(&e));
-                    break;
+                    return Ok(vec![error_response(&e)]);
                 }
-            };
+            }
+        }
+        // Several statements: outside BEGIN, one implicit transaction block (crate::session).
+        let multi = stmts.len() > 1;
+        if multi {
+            let _ = session.call(|s| s.begin_message()).await;
+        }
+        for (piece, stmt) in stmts {
             let reply = run(&session, stmt, Vec::new()).await;
             send_notices(client, &reply.notices).await?;
-            let stop = reply.result.is_err();
+            let mut stop = reply.result.is_err();
             let copy_in = matches!(reply.result, Ok(Outcome::CopyIn { .. }));
             match reply.result.and_then(|o| response(o, &Format::UnifiedText)) {
                 Ok(r) => out.push(r),
                 Err(e) => {
                     self.h.sh.log.statement_error(&e, piece);
                     out.push(error_response(&e));
+                    if !stop {
+                        // The statement ran but its result could not be sent: it fails.
+                        let _ = session.call(|s| s.statement_failed()).await;
+                        stop = true;
+                    }
                 }
             }
             if stop || copy_in {
                 break;
+            }
+        }
+        if multi {
+            let ended = session.call(|s| s.end_message()).await;
+            if let Err(e) = ended.and_then(|r| r) {
+                self.h.sh.log.statement_error(&e, query);
+                out.push(error_response(&e));
             }
         }
         Ok(out)

@@ -212,11 +212,12 @@ async fn in_lookups_can_be_index_only() {
     let c = connect(&s).await;
     c.batch_execute(
         "create table k (a int, b int, primary key (a, b));
-         insert into k select a, b from generate_series(1, 4) a, generate_series(1, 300) b;
-         vacuum k;",
+         insert into k select a, b from generate_series(1, 4) a, generate_series(1, 300) b;",
     )
     .await
     .unwrap();
+    // VACUUM in a message of its own: in one of several statements it is refused (25001).
+    c.batch_execute("vacuum k").await.unwrap();
     let rows = c.query("select b from k where a = 2 and b in (7, 3, 301, 7) order by b", &[]).await.unwrap();
     assert_eq!(rows.iter().map(|r| r.get(0)).collect::<Vec<i32>>(), [3, 7]);
     assert_eq!(

@@ -730,7 +730,8 @@ async fn cancel_and_statement_timeout_stop_vacuum_and_lock_waits() {
     assert_eq!(code(&e), "57014");
     assert_eq!(e.as_db_error().unwrap().message(), "canceling statement due to user request");
     // The session goes on, and a VACUUM left to run finishes the work.
-    c.batch_execute("reset vacuum_cost_delay; vacuum v").await.unwrap();
+    c.batch_execute("reset vacuum_cost_delay").await.unwrap();
+    c.batch_execute("vacuum v").await.unwrap();
     let n: i64 =
         c.query_one("select n_dead_tup from pg_stat_user_tables where relname = 'v'", &[]).await.unwrap().get(0);
     assert_eq!(n, 0);
