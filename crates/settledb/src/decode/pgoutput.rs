@@ -57,9 +57,8 @@
 //! Without two-phase decoding a prepared transaction is sent at its COMMIT PREPARED as
 //! `B` … `C`, as PostgreSQL does.
 
-use std::sync::Arc;
-
 use std::collections::hash_map::Entry;
+use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
