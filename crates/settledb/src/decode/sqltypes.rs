@@ -76,9 +76,9 @@ pub fn columns_of(types: Option<&Arc<dyn ColumnTypes>>, rel: &RelInfo) -> Vec<Sq
 
 /// A scaled integer as numeric's text (`numeric_out`): `-12345` at scale 2 is `-123.45`.
 pub fn numeric_text(m: i64, scale: u8) -> String {
-    let mut out = Vec::with_capacity(24);
-    push_decimal(&mut out, m, scale);
-    String::from_utf8(out).expect("digits, a sign and a point are ASCII")
+    let mut buf = [0u8; DECIMAL_TEXT_MAX];
+    let n = decimal_text(&mut buf, m, scale);
+    String::from_utf8(buf[..n].to_vec()).expect("digits, a sign and a point are ASCII")
 }
 
 /// 10^0 to 10^19, every power of ten a u64 holds.
@@ -95,17 +95,10 @@ const POW10: [u64; 20] = {
 /// The longest [`decimal_text`]: a sign, a zero, the point and 19 places.
 pub const DECIMAL_TEXT_MAX: usize = 22;
 
-/// Appends `m / 10^scale` as `numeric_out` writes it (`-0.05`; with `scale` 0, the integer as
-/// `int4out`/`int8out` write it), without an allocation.
-pub fn push_decimal(out: &mut Vec<u8>, m: i64, scale: u8) {
-    let mut buf = [0u8; DECIMAL_TEXT_MAX];
-    let n = decimal_text(&mut buf, m, scale);
-    out.extend_from_slice(&buf[..n]);
-}
-
-/// Writes `m / 10^scale` as [`push_decimal`] appends it at the start of `buf` (at least
-/// [`DECIMAL_TEXT_MAX`] bytes) and returns its length: output plugins write every integer and
-/// numeric column of every row through it, into a buffer of their own on the stack.
+/// Writes `m / 10^scale` as `numeric_out` writes it (`-0.05`; with `scale` 0, the integer as
+/// `int4out`/`int8out` write it) at the start of `buf` (at least [`DECIMAL_TEXT_MAX`] bytes)
+/// and returns its length: output plugins write every integer and numeric column of every row
+/// through it, into a buffer of their own on the stack.
 #[inline]
 pub fn decimal_text(buf: &mut [u8], m: i64, scale: u8) -> usize {
     // 19 places at most: |i64::MIN| has 19 digits.
