@@ -556,8 +556,9 @@ fn a_slot_snapshot_sees_exactly_what_the_slot_does_not_send() {
                 });
             }
             let creating = s.spawn(|| {
-                let (info, mut tx) =
-                    db.create_logical_replication_slot_with_snapshot(&name, "test_decoding", false).unwrap();
+                let (info, mut tx) = db
+                    .create_logical_replication_slot_with_snapshot(&name, "test_decoding", Default::default())
+                    .unwrap();
                 let seen: BTreeSet<i32> = tx.scan(&t).unwrap().map(|r| id_of(&r.unwrap().1)).collect();
                 tx.commit().unwrap();
                 (seen, info)
@@ -594,4 +595,113 @@ fn id_of(row: &[Value]) -> i32 {
         Value::Int4(id) => id,
         ref v => panic!("id {v:?}"),
     }
+}
+
+/// A temporary slot holds WAL and decodes like any slot, but nothing of it reaches the disk:
+/// a checkpoint writes no state for it, and a clean restart or a crash forgets it.
+#[test]
+fn a_temporary_slot_never_reaches_the_disk() {
+    let fs = FaultFs::new();
+    let db = open(&fs);
+    let t = db.create_table("t", schema(), TableOptions::default()).unwrap();
+    let options = settledb::SlotOptions { two_phase: false, temporary: true };
+    let info = db.create_logical_replication_slot_with("scratch", "test_decoding", options).unwrap();
+    assert!(info.temporary && !info.two_phase);
+    db.create_logical_replication_slot("kept", "test_decoding", false).unwrap();
+    assert!(slot(&db.replication_slots(), "scratch").temporary);
+    assert!(!slot(&db.replication_slots(), "kept").temporary);
+    let restart = info.restart_lsn.unwrap();
+    for i in 0..3 {
+        write_rows(&db, &t, i * 1000, 1000);
+        db.checkpoint().unwrap();
+    }
+    assert!(!fs.exists(&Path::new(DIR).join("pg_replslot/scratch")), "no directory, before or after checkpoints");
+    db.drop_replication_slot("kept").unwrap();
+    db.checkpoint().unwrap();
+    assert!(segment_exists(&fs, restart), "the temporary slot alone holds the WAL from {restart}");
+    let got = db.logical_slot_get_changes("scratch", Default::default(), &[]).unwrap().rows;
+    assert_eq!(got.iter().filter(|r| r.data.starts_with(b"table public.t: INSERT")).count(), 3000);
+    assert_check_clean(&db, "with a temporary slot");
+
+    // Dropping it releases the WAL and leaves nothing behind.
+    db.drop_replication_slot("scratch").unwrap();
+    db.checkpoint().unwrap();
+    assert!(!segment_exists(&fs, restart), "released once dropped");
+    assert!(matches!(db.drop_replication_slot("scratch"), Err(settledb::Error::NotFound(_))));
+
+    // A clean shutdown and a crash both forget one.
+    db.create_logical_replication_slot_with("scratch", "test_decoding", options).unwrap();
+    db.create_logical_replication_slot("kept", "test_decoding", false).unwrap();
+    db.close().unwrap();
+    let db = open(&fs);
+    let names: Vec<String> = db.replication_slots().into_iter().map(|s| s.slot_name).collect();
+    assert_eq!(names, ["kept"], "after a clean restart");
+    db.create_logical_replication_slot_with("scratch", "test_decoding", options).unwrap();
+    db.abandon();
+    let fs = fs.crash(CrashMode::LoseUnsynced);
+    let db = open(&fs);
+    let names: Vec<String> = db.replication_slots().into_iter().map(|s| s.slot_name).collect();
+    assert_eq!(names, ["kept"], "after a crash");
+    assert_check_clean(&db, "after the crash");
+    db.close().unwrap();
+}
+
+/// A slot's exported snapshot, imported by another transaction, reads exactly what the
+/// exporter reads, and keeps reading it after the exporter ended: rows deleted and vacuumed
+/// meanwhile are still there for it. The name works only while the exporter lives, and only
+/// for a REPEATABLE READ transaction before its first command.
+#[test]
+fn an_exported_snapshot_reads_what_the_slot_does_not_send() {
+    let fs = FaultFs::new();
+    let db = open(&fs);
+    let t = db.create_table("t", schema(), TableOptions::default()).unwrap();
+    write_rows(&db, &t, 0, 100);
+    let (info, mut exporter) =
+        db.create_logical_replication_slot_with_snapshot("export_1", "test_decoding", Default::default()).unwrap();
+    let name = exporter.export_snapshot().unwrap();
+    assert_eq!(name.split('-').count(), 3, "PostgreSQL's shape: {name}");
+    // Written after the slot's consistent point: sent by the slot, invisible to the snapshot.
+    write_rows(&db, &t, 100, 10);
+    let ids = |tx: &mut settledb::Transaction<'_>| -> Vec<i32> {
+        let mut v: Vec<i32> = tx.scan(&t).unwrap().map(|r| id_of(&r.unwrap().1)).collect();
+        v.sort_unstable();
+        v
+    };
+
+    let mut rc = db.begin_with(settledb::IsolationLevel::ReadCommitted).unwrap();
+    assert!(rc.import_snapshot(&name).unwrap_err().to_string().contains("REPEATABLE READ"));
+    drop(rc);
+    let mut late = db.begin_with(settledb::IsolationLevel::RepeatableRead).unwrap();
+    ids(&mut late);
+    assert!(late.import_snapshot(&name).unwrap_err().to_string().contains("before any query"));
+    drop(late);
+    let mut importer = db.begin_with(settledb::IsolationLevel::RepeatableRead).unwrap();
+    importer.import_snapshot(&name).unwrap();
+    let expected: Vec<i32> = (0..100).collect();
+    assert_eq!(ids(&mut exporter), expected);
+    assert_eq!(ids(&mut importer), expected);
+    exporter.commit().unwrap();
+
+    // The exporter is gone: its name is too, but the importer holds the snapshot's xmin.
+    let mut after = db.begin_with(settledb::IsolationLevel::RepeatableRead).unwrap();
+    assert_eq!(
+        after.import_snapshot(&name).unwrap_err().to_string(),
+        format!("invalid snapshot identifier: \"{name}\"")
+    );
+    drop(after);
+    let mut tx = db.begin().unwrap();
+    let doomed: Vec<settledb::Tid> = tx.scan(&t).unwrap().map(|r| r.unwrap().0).take(50).collect();
+    for tid in doomed {
+        assert!(tx.delete(&t, tid).unwrap());
+    }
+    tx.commit().unwrap();
+    db.vacuum(Some("t"), &VacuumParams::default()).unwrap();
+    assert_eq!(ids(&mut importer), expected, "rows deleted after the export are kept for the importer");
+    importer.commit().unwrap();
+
+    let sent = db.logical_slot_get_changes("export_1", Default::default(), &[]).unwrap().rows;
+    let inserts = sent.iter().filter(|r| r.data.starts_with(b"table public.t: INSERT")).count();
+    assert_eq!(inserts, 10, "the slot sends what the snapshot does not see ({info:?})");
+    assert_check_clean(&db, "after the import");
+    db.close().unwrap();
 }

@@ -202,6 +202,8 @@ pub(crate) struct Inner {
     /// The running-transactions records the last decoding session read, so that confirming
     /// what it decoded does not read the same WAL again (see `slots::RunningXactsSeen`).
     pub(crate) running_xacts_seen: Mutex<Option<slots::RunningXactsSeen>>,
+    /// The snapshots transactions export now (`SNAPSHOT 'export'`, see `transaction::export`).
+    pub(crate) exported_snapshots: transaction::ExportedSnapshots,
     /// The columns' SQL types a layer above the engine gives, for the output plugins.
     pub(crate) column_types: parking_lot::RwLock<Option<Arc<dyn crate::decode::sqltypes::ColumnTypes>>>,
 }
@@ -585,6 +587,7 @@ impl Database {
             slots,
             slot_stats,
             running_xacts_seen: Mutex::new(None),
+            exported_snapshots: Default::default(),
             column_types: parking_lot::RwLock::new(None),
         });
         startup::note_wal_level(&inner.wal, &mut inner.control.lock(), inner.config.get().wal_level, fresh)?;

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use super::{Database, Inner};
 use crate::config::{Config, WalLevel};
 use crate::decode::slot::{
-    self, ReplicationSlots, RunningXactsAt, SlotData, SlotInfo, SlotMinima, WalPosition, DATABASE_OID, MAX_NAME_LEN,
+    self, ReplicationSlots, RunningXactsAt, SlotData, SlotInfo, SlotMinima, SlotOptions, WalPosition, DATABASE_OID,
+    MAX_NAME_LEN,
 };
 use crate::error::{Error, Result};
 use crate::io::FileSystem;
@@ -155,25 +156,38 @@ impl Database {
     /// slot". Errors, with nothing changed: `wal_level` is not `logical`, an invalid or used
     /// name, `max_replication_slots` reached, an invalid plugin name, or an I/O failure.
     pub fn create_logical_replication_slot(&self, name: &str, plugin: &str, two_phase: bool) -> Result<SlotInfo> {
-        self.create_slot(name, plugin, two_phase, None)
+        self.create_logical_replication_slot_with(name, plugin, SlotOptions { two_phase, temporary: false })
     }
 
-    /// Creates a logical slot as [`Database::create_logical_replication_slot`] does, and
+    /// Creates a logical slot as [`Database::create_logical_replication_slot`] does, with
+    /// `options`: a temporary slot is never written to disk (see [`crate::decode::slot`],
+    /// "Temporary slots"); its creator drops it.
+    pub fn create_logical_replication_slot_with(
+        &self,
+        name: &str,
+        plugin: &str,
+        options: SlotOptions,
+    ) -> Result<SlotInfo> {
+        self.create_slot(name, plugin, options, None)
+    }
+
+    /// Creates a logical slot as [`Database::create_logical_replication_slot_with`] does, and
     /// returns with it a REPEATABLE READ transaction whose snapshot sees exactly what the slot
     /// will not send: every transaction that committed before the slot's consistent point
     /// (`confirmed_flush_lsn`), and none after (PostgreSQL's `CREATE_REPLICATION_SLOT …
     /// (SNAPSHOT 'use')`, which a subscriber's table synchronization reads the table with
-    /// before it streams the rest from the slot). The consistent point is chosen at a moment
-    /// no commit is between its WAL record and its CLOG update, so the two agree to the
-    /// transaction.
+    /// before it streams the rest from the slot, and `(SNAPSHOT 'export')`, which exports
+    /// it: [`super::Transaction::export_snapshot`]). The consistent point is chosen at a
+    /// moment no commit is between its WAL record and its CLOG update, so the two agree to
+    /// the transaction.
     pub fn create_logical_replication_slot_with_snapshot(
         &self,
         name: &str,
         plugin: &str,
-        two_phase: bool,
+        options: SlotOptions,
     ) -> Result<(SlotInfo, super::Transaction<'_>)> {
         let mut tx = self.begin_with(crate::config::IsolationLevel::RepeatableRead)?;
-        let info = self.create_slot(name, plugin, two_phase, Some(&mut tx))?;
+        let info = self.create_slot(name, plugin, options, Some(&mut tx))?;
         Ok((info, tx))
     }
 
@@ -183,9 +197,10 @@ impl Database {
         &self,
         name: &str,
         plugin: &str,
-        two_phase: bool,
+        options: SlotOptions,
         tx: Option<&mut super::Transaction<'_>>,
     ) -> Result<SlotInfo> {
+        let SlotOptions { two_phase, temporary } = options;
         let inner = &self.inner;
         if inner.config.get().max_replication_slots == 0 {
             return Err(Error::invalid("replication slots can only be used if max_replication_slots > 0".to_string()));
@@ -233,6 +248,7 @@ impl Database {
                 confirmed_flush: end,
                 invalidated_at: Lsn::INVALID,
                 invalidated: false,
+                temporary,
             };
             g.create_ephemeral(d);
             inner.push_slot_minima(g.minima());
@@ -320,7 +336,7 @@ impl Database {
                 "all replication slots are in use; HINT: Free one or increase max_replication_slots.",
             ));
         }
-        let d = SlotData { name: dst.to_string(), ..from };
+        let d = SlotData { name: dst.to_string(), temporary: false, ..from };
         let created = g.create(d.clone());
         inner.push_slot_minima(g.minima());
         created?;

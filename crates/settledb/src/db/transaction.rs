@@ -57,11 +57,13 @@ use crate::stats::TableCounts;
 use crate::types::{BlockNumber, Fork, FullXid, Lsn, Oid, Tid, Xid};
 use crate::xact::{BackendId, Snapshot};
 
+mod export;
 mod message;
 mod rowlock;
 mod savepoint;
 mod truncate;
 mod upsert;
+pub(crate) use export::ExportedSnapshots;
 use savepoint::SubXact;
 pub use truncate::TruncateOptions;
 pub(in crate::db) use truncate::{finish_prepared_storage, StorageSwap};
@@ -106,6 +108,8 @@ pub struct Transaction<'db> {
     lock_timeout: Option<std::time::Duration>,
     /// Tables TRUNCATE gave new storage, oldest first (see `truncate`).
     swaps: Vec<truncate::StorageSwap>,
+    /// It exported its snapshot (see `export`): the export ends with it.
+    exported: bool,
 }
 
 impl<'db> Transaction<'db> {
@@ -132,6 +136,7 @@ impl<'db> Transaction<'db> {
             held: Vec::new(),
             lock_timeout: inner.config.lock_timeout(),
             swaps: Vec::new(),
+            exported: false,
         }
     }
 
@@ -713,6 +718,7 @@ impl<'db> Transaction<'db> {
 
     /// Leaves the proc array and releases every table lock (in bulk), as the transaction ends.
     fn unregister(&mut self) {
+        self.withdraw_exports();
         self.inner.xact.unregister_backend(self.backend);
         self.inner.lmgr.release_all(&self.owner);
         self.held.clear();

@@ -110,10 +110,19 @@
 //! `ReplicationSlotControlLock` together). Lock order: checkpoint lock, slots, proc array,
 //! WAL insert.
 //!
+//! # Temporary slots
+//!
+//! A slot created temporary (PostgreSQL's `RS_TEMPORARY`, [`SlotData::temporary`]) is never
+//! written: no directory, no state file, nothing for a checkpoint to save. It holds WAL and
+//! catalog rows like any slot while it exists, and a restart (or a crash) forgets it. The
+//! engine does not know sessions: whoever created it drops it when its session ends, as
+//! `settle serve` does for the connection that created it (and on any error in that
+//! connection, as PostgreSQL does).
+//!
 //! # Non-goals (for now)
 //!
-//! Physical slots, temporary slots, `active` (always false here: `settle serve` marks a slot
-//! its WAL sender streams), failover
+//! Physical slots, `active` (always false here: `settle serve` marks a slot
+//! its WAL sender streams or a session holds as temporary), failover
 //! and synced slots (PostgreSQL 17), invalidation for other causes than removed WAL.
 
 use std::collections::BTreeMap;
@@ -167,6 +176,19 @@ pub struct SlotData {
     /// The `restart_lsn` it had when invalidated; `INVALID` for a valid slot.
     pub invalidated_at: Lsn,
     pub invalidated: bool,
+    /// A temporary slot, in memory only (see the module doc, "Temporary slots"); never in a
+    /// state file, so [`SlotData::decode`] always gives `false`.
+    pub temporary: bool,
+}
+
+/// How a new logical slot is made (the flags of `pg_create_logical_replication_slot` and
+/// `CREATE_REPLICATION_SLOT`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotOptions {
+    /// Decode prepared transactions at PREPARE.
+    pub two_phase: bool,
+    /// In memory only, dropped by its creator (see the module doc, "Temporary slots").
+    pub temporary: bool,
 }
 
 /// Checks a slot name as `ReplicationSlotValidateName` does.
@@ -275,6 +297,7 @@ impl SlotData {
             restart_lsn: Lsn(u64_at(20)),
             confirmed_flush: Lsn(u64_at(28)),
             invalidated_at: Lsn(u64_at(36)),
+            temporary: false,
         };
         if d.invalidated != (d.restart_lsn == Lsn::INVALID) {
             return Err(format!("restart_lsn {} disagrees with the invalidated flag", d.restart_lsn));
@@ -458,9 +481,14 @@ impl SlotsGuard<'_> {
         self.slots.get(name).map(|s| &s.data)
     }
 
-    /// Writes a new slot's directory (`CreateSlotOnDisk`) and adds it. On error nothing is
-    /// added, and at most a directory without `state` is left, which the next startup removes.
+    /// Writes a new slot's directory (`CreateSlotOnDisk`) and adds it; a temporary slot is
+    /// only added. On error nothing is added, and at most a directory without `state` is
+    /// left, which the next startup removes.
     pub fn create(&mut self, d: SlotData) -> Result<()> {
+        if d.temporary {
+            self.slots.insert(d.name.clone(), Slot { data: d, dirty: false, ephemeral: false });
+            return Ok(());
+        }
         let fs = &*self.owner.fs;
         let path = self.owner.dir.join(&d.name);
         if fs.exists(&path) {
@@ -494,7 +522,7 @@ impl SlotsGuard<'_> {
         if !self.slots.contains_key(name) {
             return Err(Error::NotFound(format!("replication slot \"{name}\" does not exist")));
         }
-        if self.slots.get(name).is_some_and(|s| s.ephemeral) {
+        if self.slots.get(name).is_some_and(|s| s.ephemeral || s.data.temporary) {
             return self
                 .slots
                 .remove(name)
@@ -516,13 +544,13 @@ impl SlotsGuard<'_> {
     /// Replaces a slot's state; written at once when `save`, else at the next checkpoint.
     pub fn update(&mut self, d: SlotData, save: bool) -> Result<()> {
         let dir = self.owner.dir.join(&d.name);
-        let ephemeral = self.slots.get(&d.name).is_some_and(|s| s.ephemeral);
-        if save && !ephemeral {
+        let in_memory = d.temporary || self.slots.get(&d.name).is_some_and(|s| s.ephemeral);
+        if save && !in_memory {
             save_to_path(&*self.owner.fs, &dir, &d)?;
         }
         match self.slots.get_mut(&d.name) {
             Some(s) => {
-                s.dirty = !save && (s.dirty || s.data != d);
+                s.dirty = !save && !d.temporary && (s.dirty || s.data != d);
                 s.data = d;
                 Ok(())
             }
@@ -534,7 +562,7 @@ impl SlotsGuard<'_> {
     /// fails stays dirty.
     pub fn save_dirty(&mut self) -> Result<usize> {
         let mut n = 0;
-        for s in self.slots.values_mut().filter(|s| s.dirty && !s.ephemeral) {
+        for s in self.slots.values_mut().filter(|s| s.dirty && !s.ephemeral && !s.data.temporary) {
             save_to_path(&*self.owner.fs, &self.owner.dir.join(&s.data.name), &s.data)?;
             s.dirty = false;
             n += 1;
@@ -706,7 +734,7 @@ pub struct SlotInfo {
     pub slot_type: &'static str,
     pub datoid: Oid,
     pub database: String,
-    /// Always false: temporary slots are not built yet.
+    /// Kept in memory only, dropped with the session that created it.
     pub temporary: bool,
     /// Always false: no walsender or decoding session holds a slot yet.
     pub active: bool,
@@ -733,7 +761,7 @@ impl SlotInfo {
             slot_type: "logical",
             datoid: d.database,
             database: DATABASE_NAME.to_string(),
-            temporary: false,
+            temporary: d.temporary,
             active: false,
             active_pid: None,
             xmin: some_xid(d.xmin),

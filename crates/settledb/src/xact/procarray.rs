@@ -827,6 +827,17 @@ impl TransactionManager {
         Ok(())
     }
 
+    /// Advertises the xmin of a snapshot `backend` imported (PostgreSQL's
+    /// `ProcArrayInstallImportedXmin`) and returns the pruning horizon. The caller guarantees
+    /// that the snapshot's exporter still advertises an xmin no newer, so nothing the snapshot
+    /// needs has been removed.
+    pub fn install_imported_xmin(&self, backend: BackendId, xmin: Xid) -> Xid {
+        let mut procs = self.procs.lock();
+        let full = procs.next.widen(xmin);
+        procs.backends.insert(backend, Some(full));
+        procs.horizon().xid()
+    }
+
     /// Withdraws the backend's advertised xmin (its last snapshot is gone).
     pub fn release_snapshot_xmin(&self, backend: BackendId) {
         if let Some(slot) = self.procs.lock().backends.get_mut(&backend) {

@@ -13,6 +13,7 @@ fn sample() -> SlotData {
         confirmed_flush: Lsn(0x0100_0060),
         invalidated_at: Lsn::INVALID,
         invalidated: false,
+        temporary: false,
     }
 }
 
