@@ -140,7 +140,11 @@ impl Startup {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let user = client.metadata().get("user").cloned().unwrap_or_default();
-        match authorize(&self.sh, &user, self.scram.is_some()) {
+        // The startup packet's `options` settings must be valid before the session starts
+        // (PostgreSQL refuses the connection); the session applies them once it runs.
+        let params = client.metadata().iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        let checked = crate::settings::check_startup(&self.sh.db, params);
+        match checked.and_then(|()| authorize(&self.sh, &user, self.scram.is_some())) {
             Ok(superuser) => {
                 let on = if superuser { "on" } else { "off" };
                 client.metadata_mut().insert(IS_SUPERUSER.into(), on.into());

@@ -245,6 +245,9 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
             if !registered {
                 registered = true;
                 register(&sh.registry, &mut slot, &socket, &control);
+                if let Err(e) = startup_settings(&socket, session.as_deref()).await {
+                    return fatal(&mut socket, sh, e).await;
+                }
             }
             match idle_limit(&socket, &control) {
                 Some((limit, ended)) => match tokio::time::timeout(limit, socket.next()).await {
@@ -269,6 +272,12 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
             match sh.registry.admit() {
                 Some(s) => slot = Some(s),
                 None => return fatal(&mut socket, sh, crate::interrupt::too_many_clients()).await,
+            }
+        }
+        if control.exported() && matches!(msg, PgWireFrontendMessage::Query(_) | PgWireFrontendMessage::Parse(_)) {
+            // A snapshot a replication command exported lasts until the next command.
+            if let Some(s) = session.as_deref() {
+                let _ = s.call(|s| s.clear_exported()).await;
             }
         }
         if let PgWireFrontendMessage::Query(q) = &msg {
@@ -342,6 +351,23 @@ fn replication_client<C: ClientInfo>(c: &C) -> walsender::Client {
     }
 }
 
+/// Applies the settings the client's startup packet gave to its session
+/// ([`crate::settings::startup`]); the error that ends the connection, if one does.
+async fn startup_settings<C: ClientInfo>(
+    client: &C,
+    session: Option<&crate::wire::SessionHandle>,
+) -> Result<(), SqlError> {
+    let Some(session) = session else { return Ok(()) };
+    let params = client.metadata().iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    for (name, value, strict) in crate::settings::startup(params)? {
+        let r = session.call(move |s| s.startup_setting(&name, &value)).await?;
+        if strict {
+            r?;
+        }
+    }
+    Ok(())
+}
+
 /// Registers the session under the BackendKeyData its client was given at startup, and
 /// records the role it logged in as.
 fn register<C: ClientInfo>(
@@ -350,8 +376,9 @@ fn register<C: ClientInfo>(
     client: &C,
     control: &Arc<Control>,
 ) {
+    let (pid, key) = client.pid_and_secret_key();
+    control.set_pid(pid);
     if let Some(slot) = slot.as_mut() {
-        let (pid, key) = client.pid_and_secret_key();
         registry.register(slot, pid, key.to_bytes().to_vec(), control.clone());
     }
     // Authentication is done: the role it accepted is the session's.

@@ -84,6 +84,11 @@ pub struct Control {
     idle_session_timeout_ms: AtomicU64,
     /// The role the connection authenticated as.
     role: std::sync::OnceLock<String>,
+    /// The process ID its client was given (BackendKeyData).
+    pid: std::sync::OnceLock<i32>,
+    /// The session holds a snapshot a replication command exported, until the connection's
+    /// next command.
+    exported: AtomicBool,
     /// When the running statement's `statement_timeout` runs out, if it has one (read by the
     /// session and, inside engine calls, by the engine's threads).
     deadline: Mutex<Option<Instant>>,
@@ -94,6 +99,27 @@ impl Control {
     /// does not change).
     pub fn set_role(&self, role: &str) {
         let _ = self.role.set(role.to_string());
+    }
+
+    /// Records the process ID the connection's client was given (the first call wins).
+    pub fn set_pid(&self, pid: i32) {
+        let _ = self.pid.set(pid);
+    }
+
+    /// The session's process ID, as its BackendKeyData gave it; 0 for a session made without
+    /// a connection.
+    pub fn pid(&self) -> i32 {
+        self.pid.get().copied().unwrap_or(0)
+    }
+
+    /// Whether the session holds an exported snapshot (see [`Control::set_exported`]).
+    pub fn exported(&self) -> bool {
+        self.exported.load(Ordering::SeqCst)
+    }
+
+    /// Set by the session when it starts or stops holding an exported snapshot.
+    pub fn set_exported(&self, on: bool) {
+        self.exported.store(on, Ordering::SeqCst);
     }
 
     /// The session's role (`current_user`); a session made without a connection (as the fuzz

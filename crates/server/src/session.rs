@@ -84,6 +84,7 @@ use crate::types::Datum;
 use crate::{copy, ddl, query, settings, utility, Shared};
 
 pub(crate) mod prepared;
+mod replication;
 pub use prepared::{view_columns as prepared_statements_columns, view_rows as prepared_statements_rows};
 
 /// A notice sent before a statement's result (`INFO`, `NOTICE`, `WARNING`).
@@ -345,14 +346,6 @@ impl Env for Cx<'_, '_> {
                 "25001",
                 "cannot create logical replication slot in transaction that has performed writes",
             )),
-            // A slot a replication connection streams is not dropped under it (55006).
-            "pg_drop_replication_slot" => match args.first().and_then(Datum::to_text) {
-                Some(slot) => match self.sh.senders.check_inactive(&slot) {
-                    Ok(()) => return crate::slotfuncs::call(self.db, name, args),
-                    Err(e) => Err(e),
-                },
-                None => return crate::slotfuncs::call(self.db, name, args),
-            },
             "pg_get_constraintdef"
                 if args.first().and_then(|a| crate::constraints::pg::constraintdef(self.sh, a)).is_some() =>
             {
@@ -360,7 +353,14 @@ impl Env for Cx<'_, '_> {
             }
             _ => match crate::pgcatalog::call(self.db, name, args) {
                 Some(d) => Ok(d),
-                None => return crate::slotfuncs::call(self.db, name, args),
+                None => {
+                    let caller = crate::slotfuncs::Caller {
+                        db: self.db,
+                        senders: &self.sh.senders,
+                        pid: self.interrupts.control.pid(),
+                    };
+                    return crate::slotfuncs::call(&caller, name, args);
+                }
             },
         };
         Some(r)
@@ -398,6 +398,9 @@ pub struct Session<'db> {
     /// The implicit block has begun: a statement ran in it since the message began or since
     /// a COMMIT, ROLLBACK or DDL in it ended the previous one (`now()` stays the same in it).
     implicit_open: bool,
+    /// The transaction whose snapshot a replication command exported, kept until the
+    /// connection's next command (see `session/replication.rs`).
+    exported: Option<Transaction<'db>>,
 }
 
 impl<'db> Session<'db> {
@@ -420,6 +423,7 @@ impl<'db> Session<'db> {
             prepared: prepared::Statements::new(),
             multi_statement: false,
             implicit_open: false,
+            exported: None,
         };
         s.settings_changed();
         s
@@ -437,6 +441,13 @@ impl<'db> Session<'db> {
         let idle = settings::duration_of(&self.settings, "idle_session_timeout");
         self.interrupts.control.set_idle_session_timeout(idle);
         crate::datetime::zone::set_session(&self.settings);
+    }
+
+    /// A setting the client's startup packet gave (see [`settings::startup`]).
+    pub fn startup_setting(&mut self, name: &str, value: &str) -> Result<(), SqlError> {
+        settings::set(self.db, &mut self.settings, name, value)?;
+        self.settings_changed();
+        Ok(())
     }
 
     /// What ReadyForQuery reports now.
@@ -520,6 +531,8 @@ impl<'db> Session<'db> {
         let mut notices = Vec::new();
         let result = self.dispatch(stmt, params, &mut notices);
         if result.is_err() {
+            // As PostgreSQL, an error drops the session's temporary slots.
+            self.slot_caller().drop_temporary_slots();
             if self.in_block {
                 // Any error inside a block fails it, as PostgreSQL aborts the transaction.
                 self.failed = true;
@@ -591,53 +604,6 @@ impl<'db> Session<'db> {
             Stmt::Discard(d) => self.discard(*d),
             Stmt::Sql(s) => self.sql(s, params, notices),
         }
-    }
-
-    /// `CREATE_REPLICATION_SLOT … (SNAPSHOT 'use')` on a replication connection: creates the
-    /// slot, and the block's transaction reads with the slot's snapshot from here on (it sees
-    /// what committed before the slot's consistent point, and nothing after). PostgreSQL's
-    /// conditions: inside a READ ONLY, REPEATABLE READ block, before its first query, not in
-    /// a savepoint. An error fails the block.
-    pub fn create_slot_using_snapshot(
-        &mut self,
-        slot: &str,
-        plugin: &str,
-        two_phase: bool,
-    ) -> Result<settledb::SlotInfo, SqlError> {
-        let r = self.slot_snapshot(slot, plugin, two_phase);
-        if r.is_err() {
-            self.statement_failed();
-        }
-        r
-    }
-
-    fn slot_snapshot(&mut self, slot: &str, plugin: &str, two_phase: bool) -> Result<settledb::SlotInfo, SqlError> {
-        const WHAT: &str = "CREATE_REPLICATION_SLOT ... (SNAPSHOT 'use')";
-        let refuse = |why: &str| Err(SqlError::new("25000", format!("{WHAT} {why}")));
-        if self.failed {
-            return Err(SqlError::in_failed_transaction());
-        }
-        if !self.in_block {
-            return refuse("must be called inside a transaction");
-        }
-        if self.isolation() != IsolationLevel::RepeatableRead {
-            return refuse("must be called in REPEATABLE READ isolation mode transaction");
-        }
-        if !self.block_read_only {
-            return refuse("must be called in a read-only transaction");
-        }
-        if self.tx.is_some() {
-            return refuse("must be called before any query");
-        }
-        if !self.pending_savepoints.is_empty() {
-            return refuse("must not be called in a subtransaction");
-        }
-        let (info, tx) = self
-            .db
-            .create_logical_replication_slot_with_snapshot(slot, plugin, two_phase)
-            .map_err(crate::slotfuncs::slot_error)?;
-        self.tx = Some(tx);
-        Ok(info)
     }
 
     /// 25006 for a write (`what`: its command) in a READ ONLY block.
@@ -1019,6 +985,13 @@ impl<'db> Session<'db> {
                 settings::set(self.db, &mut self.settings, &name, &value)?;
                 Ok(Outcome::Command("SET".into()))
             }
+            Set::SetTransaction { snapshot: Some(id), .. } => {
+                let name = match &id.value {
+                    sqlparser::ast::Value::SingleQuotedString(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                self.set_transaction_snapshot(&name, notices)
+            }
             Set::SetTransaction { modes, .. } => {
                 if !self.in_block && !self.multi_statement {
                     // Nothing to apply it to: PostgreSQL warns and goes on.
@@ -1113,8 +1086,10 @@ impl<'db> Session<'db> {
     }
 
     /// A statement that failed before reaching the session (it did not parse, or is not
-    /// supported): inside a transaction block that fails the block, as any error does.
+    /// supported): inside a transaction block that fails the block, as any error does, and
+    /// the session's temporary slots are dropped.
     pub fn statement_failed(&mut self) {
+        self.slot_caller().drop_temporary_slots();
         if self.in_block {
             self.failed = true;
         } else if self.multi_statement {

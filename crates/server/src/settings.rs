@@ -9,7 +9,8 @@
 //!   output is always the shortest exact form (what PostgreSQL 12+ prints for values >= 1).
 //!   `statement_timeout` and `idle_in_transaction_session_timeout` take PostgreSQL's time
 //!   syntax (`100`, `'5s'`, `'1min'`; stored as SHOW prints them) and are enforced by the
-//!   session (see [`crate::interrupt`]).
+//!   session (see [`crate::interrupt`]); so does `wal_sender_timeout`, which a replication
+//!   connection's stream applies (see [`crate::walsender`]).
 //! - **Engine parameters that apply per statement**: `default_transaction_isolation`, and for
 //!   VACUUM `vacuum_freeze_policy`, `vacuum_cost_delay`, `vacuum_cost_limit`,
 //!   `vacuum_truncate`, and `lock_timeout` for the session's lock waits (DML and reads; DDL
@@ -40,6 +41,8 @@ const CLIENT: &[(&str, &str)] = &[
     ("statement_timeout", "0"),
     ("timezone", "UTC"),
     ("bytea_output", "hex"),
+    // Read by a replication connection's stream when it starts (`crate::walsender`).
+    ("wal_sender_timeout", "1min"),
 ];
 
 /// Read-only settings clients ask about.
@@ -59,9 +62,8 @@ const FIXED: &[(&str, &str)] = &[
     // Role passwords are stored as SCRAM-SHA-256 verifiers (psql's \password asks).
     ("password_encryption", "scram-sha-256"),
     // Replication clients ask (pg_recvlogical, pg_receivewal): the mode `initdb` gives a data
-    // directory, and the replication timeout the walsender applies (`crate::walsender`).
+    // directory.
     ("data_directory_mode", "0700"),
-    ("wal_sender_timeout", "1min"),
 ];
 
 /// Engine parameters a session may change for its own statements.
@@ -73,6 +75,77 @@ const SESSION_ENGINE: &[&str] = &[
     "vacuum_truncate",
     "lock_timeout",
 ];
+
+/// The settings a client's startup packet gives, in the order to apply them, and whether a
+/// failure is fatal: first its parameters that are client settings (`application_name`,
+/// `DateStyle`, ...; one the server refuses is skipped, as the session's output already
+/// answers it, and `client_encoding` is the protocol layer's), then what its `options`
+/// parameter sets (`-c name=value` or `--name=value`, separated by spaces, a backslash
+/// escaping the next character), which PostgreSQL applies strictly: a bad one ends the
+/// connection. 42601 for `options` that are not of that form.
+pub fn startup<'a>(params: impl Iterator<Item = (&'a str, &'a str)>) -> Result<Vec<(String, String, bool)>, SqlError> {
+    let mut out = Vec::new();
+    let mut options = None;
+    for (k, v) in params {
+        let k = k.to_ascii_lowercase();
+        if k == "options" {
+            options = Some(v);
+        } else if k != "client_encoding" && CLIENT.iter().any(|(c, _)| *c == k) {
+            out.push((k, v.to_string(), false));
+        }
+    }
+    let words = split_options(options.unwrap_or(""));
+    let mut it = words.iter();
+    while let Some(w) = it.next() {
+        let pair = if w == "-c" {
+            it.next().map(String::as_str)
+        } else {
+            w.strip_prefix("-c").or_else(|| w.strip_prefix("--")).filter(|p| !p.is_empty())
+        };
+        let Some((name, value)) = pair.and_then(|p| p.split_once('=')) else {
+            return Err(SqlError::new("42601", format!("invalid command-line argument for server process: {w}"))
+                .with_hint("Pass settings as -c name=value."));
+        };
+        out.push((name.replace('-', "_").to_ascii_lowercase(), value.to_string(), true));
+    }
+    Ok(out)
+}
+
+/// Checks the settings of a startup packet's `options` as [`startup`] reads them, each with
+/// SET's checks, without applying them: the error that refuses the connection, if any.
+pub fn check_startup<'a>(db: &Database, params: impl Iterator<Item = (&'a str, &'a str)>) -> Result<(), SqlError> {
+    let mut probe = initial();
+    for (name, value, strict) in startup(params)? {
+        let r = set(db, &mut probe, &name, &value);
+        if strict {
+            r?;
+        }
+    }
+    Ok(())
+}
+
+/// The `options` startup parameter's words: split at unescaped whitespace, `\x` meaning `x`.
+fn split_options(s: &str) -> Vec<String> {
+    let (mut words, mut word, mut escaped) = (Vec::new(), String::new(), false);
+    for c in s.chars() {
+        if escaped {
+            word.push(c);
+            escaped = false;
+        } else if c == '\\' {
+            escaped = true;
+        } else if c.is_whitespace() {
+            if !word.is_empty() {
+                words.push(std::mem::take(&mut word));
+            }
+        } else {
+            word.push(c);
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
 
 pub fn initial() -> BTreeMap<String, String> {
     CLIENT.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -130,7 +203,7 @@ pub fn set(db: &Database, s: &mut BTreeMap<String, String>, name: &str, value: &
             s.insert(name.to_string(), shown);
             return Ok(());
         }
-        "statement_timeout" | "idle_in_transaction_session_timeout" | "idle_session_timeout" => {
+        "statement_timeout" | "idle_in_transaction_session_timeout" | "idle_session_timeout" | "wal_sender_timeout" => {
             // Stored as SHOW prints it, so the session reads one spelling.
             let v = parse_ms(name, value)?;
             s.insert(name.to_string(), if v == 0 { "0".into() } else { ms(v) });
@@ -426,6 +499,29 @@ mod tests {
         assert_eq!(super::size(8192), "8kB");
         assert_eq!(super::ms(300_000), "5min");
         assert_eq!(super::ms(200), "200ms");
+    }
+
+    #[test]
+    fn startup_options_are_read_as_postgresql_reads_them() {
+        let params = [
+            ("user", "u"),
+            ("application_name", "sub"),
+            ("client_encoding", "SQL_ASCII"),
+            ("options", "-c wal_sender_timeout=5s  --statement-timeout=1min -cdatestyle=ISO,\\ MDY"),
+        ];
+        let got = super::startup(params.iter().copied()).unwrap();
+        let want = [
+            ("application_name", "sub", false),
+            ("wal_sender_timeout", "5s", true),
+            ("statement_timeout", "1min", true),
+            ("datestyle", "ISO, MDY", true),
+        ];
+        let got: Vec<(&str, &str, bool)> = got.iter().map(|(k, v, f)| (k.as_str(), v.as_str(), *f)).collect();
+        assert_eq!(got, want);
+        for bad in ["-x y", "-c", "-c noequals", "--"] {
+            let e = super::startup([("options", bad)].into_iter()).unwrap_err();
+            assert_eq!(e.code, "42601", "{bad}");
+        }
     }
 
     #[test]

@@ -7,30 +7,83 @@
 //! `SELECT pg_create_logical_replication_slot(...)` prints; `pg_drop_replication_slot`
 //! returns `void` (an empty text). Errors keep PostgreSQL's SQLSTATEs, with the hint and
 //! detail split out of the engine's message.
+//!
+//! A temporary slot (`temporary => true`) belongs to the calling session
+//! ([`crate::walsender::Senders`] records it): it is active for that session only, and is
+//! dropped when the session ends or hits an error. A slot another session holds (streams, or
+//! owns as temporary) is refused to drop and advance with 55006.
 
-use settledb::{Database, Lsn};
+use settledb::{Database, Lsn, SlotInfo, SlotOptions};
 
 use crate::error::SqlError;
 use crate::types::Datum;
+use crate::walsender::Senders;
+
+/// Who calls a slot function: the database, who holds which slot, and the calling session's
+/// process ID.
+pub struct Caller<'a> {
+    pub db: &'a Database,
+    pub senders: &'a Senders,
+    pub pid: i32,
+}
+
+impl Caller<'_> {
+    /// Creates a logical slot; a temporary one is recorded as this session's.
+    pub fn create_slot(&self, slot: &str, plugin: &str, options: SlotOptions) -> Result<SlotInfo, SqlError> {
+        if !options.temporary {
+            return self.db.create_logical_replication_slot_with(slot, plugin, options).map_err(slot_error);
+        }
+        self.temporary(slot, || self.db.create_logical_replication_slot_with(slot, plugin, options))
+    }
+
+    /// Runs `create` (which makes temporary slot `slot`) with the slot recorded as this
+    /// session's: the record comes first, so no other session can take the slot meanwhile,
+    /// and goes if the creation fails.
+    pub fn temporary<T>(&self, slot: &str, create: impl FnOnce() -> settledb::Result<T>) -> Result<T, SqlError> {
+        if !self.senders.claim_temporary(slot, self.pid) {
+            return Err(SqlError::new("42710", format!("replication slot \"{slot}\" already exists")));
+        }
+        let made = create();
+        if made.is_err() {
+            self.senders.release_temporary(slot);
+        }
+        made.map_err(slot_error)
+    }
+
+    /// Drops a slot no other session holds.
+    pub fn drop_slot(&self, slot: &str) -> Result<(), SqlError> {
+        self.senders.check_free(slot, self.pid)?;
+        self.db.drop_replication_slot(slot).map_err(slot_error)?;
+        self.senders.release_temporary(slot);
+        Ok(())
+    }
+
+    /// Drops the temporary slots this session owns (it ends, or hit an error).
+    pub fn drop_temporary_slots(&self) {
+        for slot in self.senders.temporary_of(self.pid) {
+            let _ = self.db.drop_replication_slot(&slot);
+            self.senders.release_temporary(&slot);
+        }
+    }
+}
 
 /// Calls `name` when it is a slot function; `None` otherwise.
-pub fn call(db: &Database, name: &str, args: &[Datum]) -> Option<Result<Datum, SqlError>> {
+pub fn call(c: &Caller<'_>, name: &str, args: &[Datum]) -> Option<Result<Datum, SqlError>> {
+    let db = c.db;
     let text = |i: usize| args.get(i).and_then(Datum::to_text);
     let r = match name {
         "pg_create_logical_replication_slot" => (|| {
             let (Some(slot), Some(plugin)) = (text(0), text(1)) else {
                 return Err(SqlError::new("22004", "slot name and plugin must not be null"));
             };
-            if matches!(args.get(2), Some(Datum::Bool(true))) {
-                return Err(SqlError::new("0A000", "temporary replication slots are not supported"));
-            }
+            let temporary = matches!(args.get(2), Some(Datum::Bool(true)));
             let two_phase = matches!(args.get(3), Some(Datum::Bool(true)));
-            let info = db.create_logical_replication_slot(&slot, &plugin, two_phase).map_err(slot_error)?;
+            let info = c.create_slot(&slot, &plugin, SlotOptions { two_phase, temporary })?;
             let lsn = info.confirmed_flush_lsn.unwrap_or(Lsn::INVALID);
             Ok(Datum::Text(format!("({},{lsn})", info.slot_name)))
         })(),
         "pg_drop_replication_slot" => match text(0) {
-            Some(slot) => db.drop_replication_slot(&slot).map(|()| Datum::Text(String::new())).map_err(slot_error),
+            Some(slot) => c.drop_slot(&slot).map(|()| Datum::Text(String::new())),
             None => Err(SqlError::new("22004", "slot name must not be null")),
         },
         "pg_replication_slot_advance" => (|| {
@@ -39,6 +92,7 @@ pub fn call(db: &Database, name: &str, args: &[Datum]) -> Option<Result<Datum, S
             };
             let upto = parse_lsn(&to)
                 .ok_or_else(|| SqlError::new("22P02", format!("invalid input syntax for type pg_lsn: \"{to}\"")))?;
+            c.senders.check_free(&slot, c.pid)?;
             let end = db.replication_slot_advance(&slot, upto).map_err(slot_error)?;
             Ok(Datum::Text(format!("({slot},{end})")))
         })(),

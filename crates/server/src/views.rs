@@ -470,11 +470,12 @@ pub fn rows(sh: &crate::Shared, settings: &std::collections::BTreeMap<String, St
             .replication_slots()
             .into_iter()
             .map(|mut s| {
-                // A slot a replication connection is streaming is active, owned by that
-                // connection's process ID (the engine itself never holds one for long).
-                if let Some(sender) = sh.senders.snapshot().into_iter().find(|x| x.slot == s.slot_name) {
+                // A slot a replication connection is streaming, or a session owns as
+                // temporary, is active for that connection's process ID (the engine itself
+                // never holds one for long).
+                if let Some(pid) = sh.senders.active_pid(&s.slot_name) {
                     s.active = true;
-                    s.active_pid = Some(sender.pid as _);
+                    s.active_pid = Some(pid as _);
                 }
                 let opt = |x: Option<i64>| x.map_or(Datum::Null, Datum::Int);
                 let text = |x: Option<String>| x.map_or(Datum::Null, Datum::Text);

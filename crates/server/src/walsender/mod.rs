@@ -29,13 +29,21 @@
 //! side gets every row it did not confirm. A client's
 //! CopyDone ends the stream (CopyDone back, `CommandComplete` for the COPY and for the
 //! command, ReadyForQuery); a client
-//! silent for longer than [`WAL_SENDER_TIMEOUT`] (PostgreSQL's default `wal_sender_timeout`)
-//! is disconnected, after a keepalive asking for a reply at half that time.
+//! silent for longer than the connection's `wal_sender_timeout` (PostgreSQL's default
+//! [`WAL_SENDER_TIMEOUT`]; settable per connection, with `SET` or the startup packet's
+//! `options=-c wal_sender_timeout=…`; 0 turns it off) is disconnected, after a keepalive
+//! asking for a reply at half that time.
+//!
+//! # Slots and snapshots
+//!
+//! `CREATE_REPLICATION_SLOT` takes PostgreSQL 15's options: `TEMPORARY` (the slot belongs
+//! to the connection and goes when it ends or hits an error), and `SNAPSHOT 'export'` (the
+//! default), `'use'` or `'nothing'`; what the session does for them is in
+//! `crate::session`'s replication module.
 //!
 //! # Not done
 //!
-//! Temporary slots, snapshot export (`SNAPSHOT 'export'`; `'use'` is done), setting
-//! `wal_sender_timeout`, and physical replication.
+//! Physical replication.
 //!
 //! # pg_stat_replication
 //!
@@ -59,11 +67,12 @@ use pgwire::messages::response::{CommandComplete, ReadyForQuery, TransactionStat
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use settledb::db::DecodeLimits;
 use settledb::decode::logical::OutputRow;
-use settledb::Lsn;
+use settledb::{Lsn, SlotOptions};
 
 use self::command::{Command, SnapshotAction};
 use crate::conn::RawFrames;
 use crate::error::SqlError;
+use crate::slotfuncs::Caller;
 use crate::wire::SessionHandle;
 use crate::Shared;
 
@@ -195,11 +204,15 @@ impl LagTracker {
     }
 }
 
-/// The streams running now, by a key of their own.
+/// The streams running now, by a key of their own, and the temporary slots, by the session
+/// that owns each: together, who holds which slot.
 #[derive(Default)]
 pub struct Senders {
     next: std::sync::atomic::AtomicU64,
     live: parking_lot::Mutex<std::collections::BTreeMap<u64, SenderState>>,
+    /// Temporary slots and their sessions' process IDs: a temporary slot is active for its
+    /// session from creation to drop, as PostgreSQL's is.
+    temporary: parking_lot::Mutex<std::collections::BTreeMap<String, i32>>,
 }
 
 impl Senders {
@@ -207,31 +220,56 @@ impl Senders {
         self.live.lock().values().cloned().collect()
     }
 
-    /// The process ID of the connection streaming `slot`, if one is.
+    /// The process ID of the connection streaming `slot` or owning it as temporary, if one
+    /// does (`pg_replication_slots.active_pid`).
     pub fn active_pid(&self, slot: &str) -> Option<i32> {
-        self.live.lock().values().find(|s| s.slot == slot).map(|s| s.pid)
+        let streaming = self.live.lock().values().find(|s| s.slot == slot).map(|s| s.pid);
+        streaming.or_else(|| self.temporary.lock().get(slot).copied())
     }
 
-    /// PostgreSQL's error for a slot another connection is streaming (55006), if it is.
-    pub fn check_inactive(&self, slot: &str) -> Result<(), SqlError> {
+    /// PostgreSQL's error (55006) for a slot another session holds, if one does; `me` is the
+    /// asking session's process ID.
+    pub fn check_free(&self, slot: &str, me: i32) -> Result<(), SqlError> {
         match self.active_pid(slot) {
-            Some(pid) => Err(SqlError::new("55006", format!("replication slot \"{slot}\" is active for PID {pid}"))),
-            None => Ok(()),
+            Some(pid) if pid != me => Err(active_for(slot, pid)),
+            _ => Ok(()),
         }
     }
 
-    /// Registers a stream of `s.slot` unless one runs already (checked and added at once).
+    /// Registers a stream of `s.slot` unless one runs already or another session owns the
+    /// slot as temporary (checked and added at once).
     fn register_inactive(&self, s: SenderState) -> Result<u64, SqlError> {
         let mut live = self.live.lock();
         if let Some(other) = live.values().find(|x| x.slot == s.slot) {
-            return Err(SqlError::new(
-                "55006",
-                format!("replication slot \"{}\" is active for PID {}", s.slot, other.pid),
-            ));
+            return Err(active_for(&s.slot, other.pid));
+        }
+        if let Some(&owner) = self.temporary.lock().get(&s.slot).filter(|&&p| p != s.pid) {
+            return Err(active_for(&s.slot, owner));
         }
         let key = self.next.fetch_add(1, Ordering::Relaxed);
         live.insert(key, s);
         Ok(key)
+    }
+
+    /// Reserves `slot` as a temporary slot of session `pid` before it is created; false when
+    /// the name is held already (the creation then fails on the name anyway).
+    pub fn claim_temporary(&self, slot: &str, pid: i32) -> bool {
+        let mut t = self.temporary.lock();
+        if t.contains_key(slot) {
+            return false;
+        }
+        t.insert(slot.to_string(), pid);
+        true
+    }
+
+    /// Forgets temporary slot `slot` (dropped, or its creation failed).
+    pub fn release_temporary(&self, slot: &str) {
+        self.temporary.lock().remove(slot);
+    }
+
+    /// The temporary slots session `pid` owns.
+    pub fn temporary_of(&self, pid: i32) -> Vec<String> {
+        self.temporary.lock().iter().filter(|(_, &p)| p == pid).map(|(s, _)| s.clone()).collect()
     }
 
     fn update(&self, key: u64, f: impl FnOnce(&mut SenderState)) {
@@ -239,6 +277,10 @@ impl Senders {
             f(s);
         }
     }
+}
+
+fn active_for(slot: &str, pid: i32) -> SqlError {
+    SqlError::new("55006", format!("replication slot \"{slot}\" is active for PID {pid}"))
 }
 
 /// Removes a stream from [`Senders`] when it ends, however it ends.
@@ -280,14 +322,21 @@ where
 {
     let done = match cmd {
         Command::StartLogical { slot, start, options } => {
-            return stream(socket, sh, &slot, start, options, client).await
+            let timeout = match session {
+                Some(s) => s
+                    .call(|s| crate::settings::duration_of(&s.settings, "wal_sender_timeout"))
+                    .await
+                    .unwrap_or(Some(WAL_SENDER_TIMEOUT)),
+                None => Some(WAL_SENDER_TIMEOUT),
+            };
+            return stream(socket, sh, &slot, start, options, client, timeout).await;
         }
         Command::IdentifySystem => identify_system(socket, sh, &client.dbname).await,
         Command::CreateSlot { slot, temporary, plugin, two_phase, snapshot } => {
-            let how = SlotRequest { temporary, plugin, two_phase, snapshot };
-            create_slot(socket, sh, &slot, how, session).await
+            let how = SlotRequest { options: SlotOptions { two_phase, temporary }, plugin, snapshot };
+            create_slot(socket, sh, &slot, how, client, session).await
         }
-        Command::DropSlot { slot, wait } => match drop_slot(sh, &slot, wait).await {
+        Command::DropSlot { slot, wait } => match drop_slot(sh, &slot, wait, client.pid).await {
             Ok(()) => Ok(complete(socket, "DROP_REPLICATION_SLOT").await),
             Err(e) => Err(e),
         },
@@ -295,7 +344,7 @@ where
     };
     match done {
         Ok(r) => r?,
-        Err(e) => error(socket, sh, &e).await?,
+        Err(e) => return refuse(socket, sh, &e, session).await,
     }
     ready_in(socket, session).await
 }
@@ -306,7 +355,8 @@ where
     S: Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
 {
     if let Some(s) = session {
-        // As any error inside a transaction block, it fails the block.
+        // As any error inside a transaction block, it fails the block; and as any error, it
+        // drops the session's temporary slots.
         let _ = s.call(|s| s.statement_failed()).await;
     }
     error(socket, sh, e).await?;
@@ -315,16 +365,21 @@ where
 
 type Answer = Result<io::Result<()>, SqlError>;
 
-/// `DROP_REPLICATION_SLOT slot [WAIT]`: a slot another connection streams is refused (55006),
-/// or with WAIT waited for, as PostgreSQL does (here for at most [`WAL_SENDER_TIMEOUT`], after
-/// which a silent client is gone anyway).
-async fn drop_slot(sh: &Shared, slot: &str, wait: bool) -> Result<(), SqlError> {
+/// `DROP_REPLICATION_SLOT slot [WAIT]`: a slot another connection holds (streams, or owns as
+/// temporary) is refused (55006), or with WAIT waited for, as PostgreSQL does (here for at
+/// most [`WAL_SENDER_TIMEOUT`], after which a silent client is gone anyway). `me` is the
+/// asking connection's process ID: its own temporary slot it may drop.
+async fn drop_slot(sh: &Shared, slot: &str, wait: bool, me: i32) -> Result<(), SqlError> {
     let deadline = Instant::now() + WAL_SENDER_TIMEOUT;
-    while wait && sh.senders.active_pid(slot).is_some() && Instant::now() < deadline {
+    while wait && sh.senders.active_pid(slot).is_some_and(|p| p != me) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    sh.senders.check_inactive(slot)?;
-    sh.db.drop_replication_slot(slot).map_err(crate::slotfuncs::slot_error)
+    caller(sh, me).drop_slot(slot)
+}
+
+/// Connection `pid` as a caller of the slot functions.
+fn caller(sh: &Shared, pid: i32) -> Caller<'_> {
+    Caller { db: &sh.db, senders: &sh.senders, pid }
 }
 
 async fn identify_system<S>(socket: &mut S, sh: &Shared, dbname: &str) -> Answer
@@ -339,49 +394,46 @@ where
 
 /// What `CREATE_REPLICATION_SLOT` asks for besides the slot's name.
 struct SlotRequest {
-    temporary: bool,
+    options: SlotOptions,
     plugin: String,
-    two_phase: bool,
     snapshot: SnapshotAction,
 }
 
 /// `CREATE_REPLICATION_SLOT`. With `SNAPSHOT 'use'` the slot is created by the connection's
 /// session, whose transaction block (READ ONLY, REPEATABLE READ, no query yet) then reads
 /// with the slot's snapshot: a subscriber's table synchronization copies the table with it
-/// before it streams the rest from the slot.
+/// before it streams the rest from the slot. With `SNAPSHOT 'export'` (the default) the
+/// session exports that snapshot until the connection's next command, and the row names it.
+/// A `TEMPORARY` slot belongs to the connection (see `crate::session`, "Temporary slots").
 async fn create_slot<S>(
     socket: &mut S,
     sh: &Shared,
     slot: &str,
     how: SlotRequest,
+    client: &Client,
     session: Option<&SessionHandle>,
 ) -> Answer
 where
     S: Sink<PgWireBackendMessage, Error = io::Error> + Unpin,
 {
-    let SlotRequest { temporary, plugin, two_phase, snapshot } = how;
-    if temporary {
-        return Err(SqlError::new("0A000", "temporary replication slots are not supported by settledb"));
-    }
-    let info = match snapshot {
-        SnapshotAction::Nothing => {
-            sh.db.create_logical_replication_slot(slot, &plugin, two_phase).map_err(crate::slotfuncs::slot_error)?
-        }
+    let SlotRequest { options, plugin, snapshot } = how;
+    let in_session = || session.ok_or_else(|| SqlError::new("XX000", "no session for this connection"));
+    let (name, p) = (slot.to_string(), plugin.clone());
+    let (info, snapshot_name) = match snapshot {
+        SnapshotAction::Nothing => (caller(sh, client.pid).create_slot(slot, &plugin, options)?, None),
         SnapshotAction::Export => {
-            return Err(SqlError::new("0A000", "exporting a snapshot is not supported by settledb")
-                .with_hint("Create the slot with (SNAPSHOT 'nothing') or NOEXPORT_SNAPSHOT, or with (SNAPSHOT 'use') in a transaction."))
+            let s = in_session()?;
+            let (info, exported) = s.call(move |s| s.create_slot_exporting(&name, &p, options)).await??;
+            (info, Some(exported))
         }
         SnapshotAction::Use => {
-            let Some(session) = session else {
-                return Err(SqlError::new("XX000", "no session for this connection"));
-            };
-            let (name, p) = (slot.to_string(), plugin.clone());
-            session.call(move |s| s.create_slot_using_snapshot(&name, &p, two_phase)).await??
+            let s = in_session()?;
+            (s.call(move |s| s.create_slot_using_snapshot(&name, &p, options)).await??, None)
         }
     };
     let columns = [("slot_name", TEXT), ("consistent_point", TEXT), ("snapshot_name", TEXT), ("output_plugin", TEXT)];
     let point = info.confirmed_flush_lsn.unwrap_or(Lsn::INVALID).to_string();
-    let row = [Some(info.slot_name.clone()), Some(point), None, Some(plugin)];
+    let row = [Some(info.slot_name.clone()), Some(point), snapshot_name, Some(plugin)];
     Ok(one_row(socket, &columns, &row, "CREATE_REPLICATION_SLOT").await)
 }
 
@@ -556,6 +608,7 @@ async fn stream<S>(
     start: Lsn,
     options: Vec<(String, Option<String>)>,
     client: &Client,
+    timeout: Option<Duration>,
 ) -> io::Result<()>
 where
     S: Sink<PgWireBackendMessage, Error = io::Error>
@@ -591,14 +644,17 @@ where
     sh.log.line("LOG", &format!("starting logical decoding for slot \"{slot}\" at {from}"));
     socket.send(PgWireBackendMessage::CopyBothResponse(CopyBothResponse::new(0, 0, vec![]))).await?;
     let mut decoder = spawn_decoder(sh.clone(), slot.to_string(), from, options);
-    let mut st = StreamState::new(sh, slot, key, from);
+    let mut st = StreamState::new(sh, slot, key, from, timeout);
+    // One clock for the whole stream: a sleep made afresh per event would never end while
+    // events come faster than it (the decoder reports its position every pass).
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + st.tick_every(), st.tick_every());
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         // Hand what was queued to the connection's buffer, which goes out when the loop next
         // waits (see `crate::conn`); rows queue back to back while the decoder keeps up.
         if decoder.events.is_empty() {
             socket.flush().await?;
         }
-        let tick = tokio::time::sleep(Duration::from_secs(1));
         tokio::select! {
             ev = decoder.events.recv() => match ev {
                 Some(Event::Rows(batch)) => {
@@ -650,10 +706,12 @@ where
                     Some(Err(e)) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
                 }
             },
-            _ = tick => match st.tick() {
+            _ = ticker.tick() => match st.tick() {
                 Tick::TimedOut => {
-                    sh.log.line("LOG", "terminating walsender process due to replication timeout");
-                    return Ok(());
+                    // As PostgreSQL's walsender: logged, not sent, and the connection closes.
+                    let why = "terminating walsender process due to replication timeout";
+                    sh.log.line("LOG", why);
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, why));
                 }
                 Tick::Send(Some(k)) => socket.feed(copy_data(k)).await?,
                 Tick::Send(None) => {}
@@ -680,6 +738,8 @@ struct StreamState<'a> {
     reported: ConfirmAtEnd<'a>,
     last_confirm: Instant,
     lag: LagTracker,
+    /// The connection's `wal_sender_timeout` (`None`: 0, never).
+    timeout: Option<Duration>,
 }
 
 /// What a tick of the stream's clock asks for.
@@ -691,7 +751,7 @@ enum Tick {
 }
 
 impl<'a> StreamState<'a> {
-    fn new(sh: &'a Shared, slot: &'a str, key: u64, from: Lsn) -> StreamState<'a> {
+    fn new(sh: &'a Shared, slot: &'a str, key: u64, from: Lsn, timeout: Option<Duration>) -> StreamState<'a> {
         let now = Instant::now();
         StreamState {
             sh,
@@ -706,7 +766,15 @@ impl<'a> StreamState<'a> {
             reported: ConfirmAtEnd { sh, slot, flush: std::cell::Cell::new(Lsn::INVALID) },
             last_confirm: now,
             lag: LagTracker::default(),
+            timeout,
         }
+    }
+
+    /// How often the stream's clock ticks: every second, or four times per
+    /// `wal_sender_timeout` when that is shorter than four seconds.
+    fn tick_every(&self) -> Duration {
+        self.timeout
+            .map_or(Duration::from_secs(1), |t| (t / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)))
     }
 
     /// A batch of rows is about to go out.
@@ -772,10 +840,11 @@ impl<'a> StreamState<'a> {
     fn tick(&mut self) -> Tick {
         self.confirm_due();
         let silent = self.last_heard.elapsed();
-        if silent >= WAL_SENDER_TIMEOUT {
+        let limit = self.timeout.unwrap_or(Duration::MAX);
+        if silent >= limit {
             return Tick::TimedOut;
         }
-        let ask = silent >= WAL_SENDER_TIMEOUT / 2 && !self.asked_reply;
+        let ask = silent >= limit / 2 && !self.asked_reply;
         if !ask && self.last_keepalive.elapsed() < KEEPALIVE_EVERY {
             return Tick::Send(None);
         }
