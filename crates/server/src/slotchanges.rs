@@ -7,7 +7,9 @@
 //! the binary forms, which a binary plugin such as `pgoutput` needs: the text forms refuse it
 //! as PostgreSQL does). A NULL `upto_lsn` or `upto_nchanges` means no limit; the options come
 //! in name/value pairs, a NULL value meaning "given without a value". The `get` forms confirm
-//! what they return (the slot advances); `peek` leaves the slot where it was.
+//! what they return (the slot advances); `peek` leaves the slot where it was. A slot another
+//! connection streams, or owns as temporary, is refused with 55006, as PostgreSQL refuses a
+//! slot it cannot acquire.
 
 use sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, TableAlias};
 
@@ -120,6 +122,8 @@ impl SlotChanges {
             };
             options.push((name, pair[1].to_text()));
         }
+        // A slot another connection streams or owns as temporary is not decoded here (55006).
+        cx.sh.senders.check_free(&slot, cx.interrupts.control.pid())?;
         let limits = settledb::db::DecodeLimits { upto_lsn, upto_nchanges, ..Default::default() };
         let db = cx.db;
         let r = if self.confirm {

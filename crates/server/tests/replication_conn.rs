@@ -160,6 +160,7 @@ fn temporary_slots_belong_to_their_connection() {
     // Another session can neither drop it nor stream it; its owner can stream it.
     assert_eq!(b.code("SELECT pg_drop_replication_slot('tmp')"), "55006");
     assert_eq!(b.code("SELECT pg_replication_slot_advance('tmp', '0/1')"), "55006");
+    assert_eq!(b.code("SELECT * FROM pg_logical_slot_peek_changes('tmp', NULL, NULL)"), "55006");
     let mut c = Raw::replication(&s);
     assert_eq!(c.code("START_REPLICATION SLOT tmp LOGICAL 0/0"), "55006");
     assert_eq!(c.code("DROP_REPLICATION_SLOT tmp"), "55006");
@@ -181,6 +182,7 @@ fn temporary_slots_belong_to_their_connection() {
     // A SQL session's temporary slot: its own to drop, and gone on its next error.
     b.query("SELECT pg_create_logical_replication_slot('mine', 'test_decoding', true)").unwrap();
     assert_eq!(b.value("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'mine'"), b.pid.to_string());
+    assert_eq!(b.value("SELECT count(*) FROM pg_logical_slot_get_changes('mine', NULL, NULL)"), "0");
     b.query("SELECT pg_drop_replication_slot('mine')").unwrap();
     b.query("SELECT pg_create_logical_replication_slot('mine', 'test_decoding', true)").unwrap();
     assert_eq!(b.code("SELECT 1/0"), "22012");
