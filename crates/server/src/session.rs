@@ -214,6 +214,8 @@ impl Env for Cx<'_, '_> {
                 },
             },
             "txid_current" => self.tx.assign_xid().map(|x| Datum::Int(x.0 as i64)).map_err(SqlError::from),
+            // Valid until the transaction ends (session/replication.rs has the import side).
+            "pg_export_snapshot" => self.tx.export_snapshot().map(Datum::Text).map_err(SqlError::from),
             "age" => match args.first() {
                 Some(Datum::Int(x)) => {
                     let next = self.db.next_xid().xid().0;

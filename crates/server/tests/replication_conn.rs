@@ -1,8 +1,8 @@
 //! What a replication connection (`replication=database`) owns besides its stream, spoken
 //! in raw protocol messages as a CDC tool speaks them: temporary slots (active for their
 //! connection only, dropped at its end and on any error), the snapshot `CREATE_REPLICATION_SLOT`
-//! exports (`SNAPSHOT 'export'`, the default) and `SET TRANSACTION SNAPSHOT` in another
-//! session, and a per-connection `wal_sender_timeout` from the startup packet's `options`.
+//! exports (`SNAPSHOT 'export'`, the default; `pg_export_snapshot()` in any session) and
+//! `SET TRANSACTION SNAPSHOT` in another session, and a per-connection `wal_sender_timeout` from the startup packet's `options`.
 //! Waits are for events (a connection closing), bounded; nothing is timed.
 
 mod common;
@@ -245,6 +245,22 @@ fn an_exported_snapshot_reads_what_the_slot_does_not_send() {
     r.query(&format!("SET TRANSACTION SNAPSHOT '{name3}'")).unwrap();
     assert_eq!(r.value("SELECT count(*) FROM t"), "60");
     r.query("COMMIT").unwrap();
+    // pg_export_snapshot() in an ordinary session, READ COMMITTED: valid until its transaction
+    // ends, whatever its later statements read.
+    let mut e = Raw::normal(&s);
+    e.query("BEGIN").unwrap();
+    let exported = e.value("SELECT pg_export_snapshot()");
+    w.query("INSERT INTO t VALUES (61)").unwrap();
+    assert_eq!(e.value("SELECT count(*) FROM t"), "61");
+    r.query("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
+    r.query(&format!("SET TRANSACTION SNAPSHOT '{exported}'")).unwrap();
+    assert_eq!(r.value("SELECT count(*) FROM t"), "60");
+    r.query("COMMIT").unwrap();
+    e.query("COMMIT").unwrap();
+    r.query("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
+    assert_eq!(r.code(&format!("SET TRANSACTION SNAPSHOT '{exported}'")), "22023", "after its COMMIT");
+    r.query("ROLLBACK").unwrap();
+
     // The connection's end ends it too.
     drop(a);
     let mut late = Raw::normal(&s);

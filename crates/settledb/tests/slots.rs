@@ -705,3 +705,37 @@ fn an_exported_snapshot_reads_what_the_slot_does_not_send() {
     assert_check_clean(&db, "after the import");
     db.close().unwrap();
 }
+
+/// `pg_export_snapshot()` under READ COMMITTED: the export keeps its snapshot's rows for an
+/// importer although the exporter's own statements have moved on to newer snapshots, until
+/// the exporter ends.
+#[test]
+fn a_read_committed_export_holds_its_snapshot_until_its_transaction_ends() {
+    let fs = FaultFs::new();
+    let db = open(&fs);
+    let t = db.create_table("t", schema(), TableOptions::default()).unwrap();
+    write_rows(&db, &t, 0, 20);
+    let count = |tx: &mut settledb::Transaction<'_>| tx.scan(&t).unwrap().count();
+    let mut exporter = db.begin_with(settledb::IsolationLevel::ReadCommitted).unwrap();
+    let name = exporter.export_snapshot().unwrap();
+    let mut tx = db.begin().unwrap();
+    let doomed: Vec<settledb::Tid> = tx.scan(&t).unwrap().map(|r| r.unwrap().0).take(10).collect();
+    for tid in doomed {
+        assert!(tx.delete(&t, tid).unwrap());
+    }
+    tx.commit().unwrap();
+    // The exporter's next statement reads with a new snapshot, and advertises its xmin.
+    assert_eq!(count(&mut exporter), 10);
+    db.vacuum(Some("t"), &VacuumParams::default()).unwrap();
+    let mut importer = db.begin_with(settledb::IsolationLevel::RepeatableRead).unwrap();
+    importer.import_snapshot(&name).unwrap();
+    assert_eq!(count(&mut importer), 20, "the export kept the deleted rows");
+    importer.commit().unwrap();
+    exporter.commit().unwrap();
+    let mut late = db.begin_with(settledb::IsolationLevel::RepeatableRead).unwrap();
+    assert!(matches!(late.import_snapshot(&name), Err(settledb::Error::NotFound(_))));
+    drop(late);
+    db.vacuum(Some("t"), &VacuumParams::default()).unwrap();
+    assert_check_clean(&db, "after the export ended");
+    db.close().unwrap();
+}

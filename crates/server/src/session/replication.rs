@@ -11,7 +11,8 @@
 //! asks it to let go, [`Session::clear_exported`], when [`crate::interrupt::Control::exported`]
 //! says it holds one), or until it ends. Meanwhile any other session may adopt the snapshot
 //! with `SET TRANSACTION SNAPSHOT 'name'`, first thing in a REPEATABLE READ block, and read
-//! exactly the data the slot will not send.
+//! exactly the data the slot will not send. `pg_export_snapshot()` exports any transaction's
+//! snapshot the same way, until that transaction ends.
 //!
 //! # Temporary slots
 //!

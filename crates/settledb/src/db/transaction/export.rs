@@ -8,10 +8,14 @@
 //!
 //! The registry maps a name to a copy of the exporter's snapshot. An export lives as long as
 //! the exporting transaction: [`Transaction`]'s end removes its exports before it leaves the
-//! proc array. An import advertises the snapshot's xmin for the importer under the registry's
-//! lock, so the exporter, whose own advertised xmin is the same, still holds back pruning at
-//! that moment: nothing the snapshot needs can have been removed (PostgreSQL checks the same
-//! with `ProcArrayInstallImportedXmin`). From then on the importer holds it itself.
+//! proc array. Each export advertises its snapshot's xmin in the proc array under a backend
+//! of its own, taken while the exporter advertises that same xmin (its snapshot was just
+//! taken): a READ COMMITTED exporter moves its own xmin on at its next statement, and the
+//! export still holds back pruning (PostgreSQL registers an exported snapshot with the
+//! transaction for the same reason). An import advertises the xmin for the importer under
+//! the registry's lock, while the export still holds it: nothing the snapshot needs can have
+//! been removed (PostgreSQL checks the same with `ProcArrayInstallImportedXmin`). From then on
+//! the importer holds it itself.
 //!
 //! An exported snapshot lists the exporter's own XIDs as running, when it has any: the
 //! importer must not see the exporter's uncommitted rows (the exporter's snapshot calls them
@@ -35,13 +39,29 @@ use crate::xact::{BackendId, Snapshot};
 #[derive(Default)]
 pub(crate) struct ExportedSnapshots {
     next: AtomicU32,
-    by_name: Mutex<HashMap<String, (BackendId, Snapshot)>>,
+    by_name: Mutex<HashMap<String, Export>>,
+}
+
+/// One exported snapshot.
+struct Export {
+    /// The exporting transaction's backend.
+    exporter: BackendId,
+    /// The backend under which the export advertises the snapshot's xmin.
+    holder: BackendId,
+    snapshot: Snapshot,
 }
 
 impl ExportedSnapshots {
-    /// Removes every export of `backend` (its transaction is ending).
-    fn withdraw(&self, backend: BackendId) {
-        self.by_name.lock().retain(|_, (b, _)| *b != backend);
+    /// Removes every export of `exporter` (its transaction is ending), each no longer holding
+    /// back pruning.
+    fn withdraw(&self, exporter: BackendId, xact: &crate::xact::TransactionManager) {
+        self.by_name.lock().retain(|_, e| {
+            if e.exporter != exporter {
+                return true;
+            }
+            xact.unregister_backend(e.holder);
+            false
+        });
     }
 }
 
@@ -65,21 +85,23 @@ fn as_seen_by_another(snap: &Snapshot) -> Snapshot {
 }
 
 impl Transaction<'_> {
-    /// Exports this REPEATABLE READ transaction's snapshot (taking it now if no command has
-    /// yet) and returns its name, which [`Transaction::import_snapshot`] accepts until this
-    /// transaction ends.
+    /// Exports this transaction's snapshot (PostgreSQL's `pg_export_snapshot()`): a
+    /// REPEATABLE READ transaction's, taken now if no command has yet; under READ COMMITTED
+    /// the current statement's, or a new one. Returns its name, which
+    /// [`Transaction::import_snapshot`] accepts until this transaction ends.
     pub fn export_snapshot(&mut self) -> Result<String> {
         self.active()?;
-        if self.isolation != IsolationLevel::RepeatableRead {
-            return Err(Error::invalid("only a REPEATABLE READ transaction's snapshot can be exported"));
-        }
+        // Taken and advertised as this backend's xmin: the export's holder may take it over.
         let snap = self.command_snapshot()?;
+        let holder = self.inner.xact.new_backend_id();
+        self.inner.xact.install_imported_xmin(holder, snap.xmin);
         let registry = &self.inner.exported_snapshots;
         let mut map = registry.by_name.lock();
-        let mine = map.values().filter(|(b, _)| *b == self.backend).count();
+        let mine = map.values().filter(|e| e.exporter == self.backend).count();
         let n = registry.next.fetch_add(1, Ordering::Relaxed);
         let name = format!("{:08X}-{:08X}-{}", self.backend.0, n, mine + 1);
-        map.insert(name.clone(), (self.backend, as_seen_by_another(&snap)));
+        let export = Export { exporter: self.backend, holder, snapshot: as_seen_by_another(&snap) };
+        map.insert(name.clone(), export);
         self.exported = true;
         Ok(name)
     }
@@ -99,10 +121,10 @@ impl Transaction<'_> {
             return Err(Error::invalid("SET TRANSACTION SNAPSHOT must be called before any query"));
         }
         let map = self.inner.exported_snapshots.by_name.lock();
-        let Some((_, snap)) = map.get(name) else {
+        let Some(Export { snapshot: snap, .. }) = map.get(name) else {
             return Err(Error::NotFound(format!("invalid snapshot identifier: \"{name}\"")));
         };
-        // Under the registry's lock: the exporter still advertises this xmin (module doc).
+        // Under the registry's lock: the export still advertises this xmin (module doc).
         self.horizon = self.inner.xact.install_imported_xmin(self.backend, snap.xmin);
         self.snapshot = Some(snap.clone());
         drop(map);
@@ -113,7 +135,7 @@ impl Transaction<'_> {
     /// The transaction ends: its exports go first, while its xmin still holds.
     pub(super) fn withdraw_exports(&mut self) {
         if std::mem::take(&mut self.exported) {
-            self.inner.exported_snapshots.withdraw(self.backend);
+            self.inner.exported_snapshots.withdraw(self.backend, &self.inner.xact);
         }
     }
 }
