@@ -356,11 +356,7 @@ impl Env for Cx<'_, '_> {
             _ => match crate::pgcatalog::call(self.db, name, args) {
                 Some(d) => Ok(d),
                 None => {
-                    let caller = crate::slotfuncs::Caller {
-                        db: self.db,
-                        senders: &self.sh.senders,
-                        pid: self.interrupts.control.pid(),
-                    };
+                    let caller = crate::slotfuncs::Caller::new(self.sh, self.interrupts.control.pid());
                     return crate::slotfuncs::call(&caller, name, args);
                 }
             },

@@ -78,8 +78,9 @@ const SESSION_ENGINE: &[&str] = &[
 
 /// The settings a client's startup packet gives, in the order to apply them, and whether a
 /// failure is fatal: first its parameters that are client settings (`application_name`,
-/// `DateStyle`, ...; one the server refuses is skipped, as the session's output already
-/// answers it, and `client_encoding` is the protocol layer's), then what its `options`
+/// `DateStyle`, ...; a value SET would refuse is skipped, so a connection that worked
+/// before these were applied still does; `client_encoding` is the protocol layer's), then
+/// what its `options`
 /// parameter sets (`-c name=value` or `--name=value`, separated by spaces, a backslash
 /// escaping the next character), which PostgreSQL applies strictly: a bad one ends the
 /// connection. 42601 for `options` that are not of that form.

@@ -27,7 +27,12 @@ pub struct Caller<'a> {
     pub pid: i32,
 }
 
-impl Caller<'_> {
+impl<'a> Caller<'a> {
+    /// Session `pid` of the server `sh` as a caller.
+    pub fn new(sh: &'a crate::Shared, pid: i32) -> Caller<'a> {
+        Caller { db: &sh.db, senders: &sh.senders, pid }
+    }
+
     /// Creates a logical slot; a temporary one is recorded as this session's.
     pub fn create_slot(&self, slot: &str, plugin: &str, options: SlotOptions) -> Result<SlotInfo, SqlError> {
         if !options.temporary {

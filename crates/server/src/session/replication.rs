@@ -30,7 +30,7 @@ use crate::slotfuncs::{slot_error, Caller};
 impl<'db> Session<'db> {
     /// This session as a caller of the slot functions.
     pub(crate) fn slot_caller(&self) -> Caller<'_> {
-        Caller { db: self.db, senders: &self.sh.senders, pid: self.interrupts.control.pid() }
+        Caller::new(self.sh, self.interrupts.control.pid())
     }
 
     /// `CREATE_REPLICATION_SLOT … (SNAPSHOT 'use')` on a replication connection: creates the

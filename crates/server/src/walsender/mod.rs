@@ -374,12 +374,7 @@ async fn drop_slot(sh: &Shared, slot: &str, wait: bool, me: i32) -> Result<(), S
     while wait && sh.senders.active_pid(slot).is_some_and(|p| p != me) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    caller(sh, me).drop_slot(slot)
-}
-
-/// Connection `pid` as a caller of the slot functions.
-fn caller(sh: &Shared, pid: i32) -> Caller<'_> {
-    Caller { db: &sh.db, senders: &sh.senders, pid }
+    Caller::new(sh, me).drop_slot(slot)
 }
 
 async fn identify_system<S>(socket: &mut S, sh: &Shared, dbname: &str) -> Answer
@@ -420,7 +415,7 @@ where
     let in_session = || session.ok_or_else(|| SqlError::new("XX000", "no session for this connection"));
     let (name, p) = (slot.to_string(), plugin.clone());
     let (info, snapshot_name) = match snapshot {
-        SnapshotAction::Nothing => (caller(sh, client.pid).create_slot(slot, &plugin, options)?, None),
+        SnapshotAction::Nothing => (Caller::new(sh, client.pid).create_slot(slot, &plugin, options)?, None),
         SnapshotAction::Export => {
             let s = in_session()?;
             let (info, exported) = s.call(move |s| s.create_slot_exporting(&name, &p, options)).await??;
