@@ -285,6 +285,7 @@ impl Database {
         'passes: loop {
             let mut reader = WalReader::new(inner.fs.clone(), inner.wal.dir(), pos, inner.wal.segment_size());
             reader.skip_page_images();
+            reader.read_bodies_of(crate::decode::logical::reads_body);
             while reader.next_into(&mut rec)? {
                 // Nothing that is not durable yet: a record ending past the flushed end could
                 // be a commit a crash takes back.

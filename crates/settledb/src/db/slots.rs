@@ -113,6 +113,7 @@ impl Inner {
         }
         let mut reader = WalReader::new(self.fs.clone(), self.wal.dir(), from, self.wal.segment_size());
         reader.skip_page_images();
+        reader.read_bodies_of(|rmgr, _| rmgr == Rmgr::Standby);
         let mut out = Vec::new();
         while let Some(rec) = reader.next()? {
             if rec.lsn >= to {

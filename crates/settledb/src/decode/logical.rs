@@ -76,6 +76,7 @@ use crate::heap::truncate::{TruncateRecord, XLOG_HEAP_TRUNCATE};
 use crate::heap::tuple::{deform_logged_tuple_refs, deform_tuple, Schema, Value, ValueRef};
 use crate::heap::wal::{
     decode_row_change, for_each_inserted_tuple, insert_rel, logged_row_change, LoggedRowChange, RowChange,
+    XLOG_HEAP2_MULTI_INSERT,
 };
 use crate::heap::ReplicaIdentity;
 use crate::types::{Lsn, Oid, Tid, Xid};
@@ -678,6 +679,19 @@ struct Prepared {
     gid: String,
     /// The PREPARE record's start, end and time, and the transaction's first change.
     txn: TxnInfo,
+}
+
+/// Whether [`LogicalDecoder::process`] reads the body of a record of this resource manager
+/// and info: the WAL reader leaves the others unread ([`crate::wal::WalReader::read_bodies_of`]).
+/// B-tree, pruning, freezing and visibility-map records, checkpoints and page images are
+/// what a decoder passes over; rows, transaction ends, messages and running transactions are
+/// what it reads. Every resource manager is named, so that a new one is decided on here.
+pub fn reads_body(rmgr: Rmgr, info: u8) -> bool {
+    match rmgr {
+        Rmgr::Heap | Rmgr::Xact | Rmgr::LogicalMsg | Rmgr::Standby => true,
+        Rmgr::Heap2 => info & 0xF0 == XLOG_HEAP2_MULTI_INSERT,
+        Rmgr::Xlog | Rmgr::Clog | Rmgr::Storage | Rmgr::Btree | Rmgr::Catalog => false,
+    }
 }
 
 impl<'a> LogicalDecoder<'a> {
