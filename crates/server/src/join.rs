@@ -68,6 +68,8 @@ pub enum Leaf {
     SlotChanges(crate::slotchanges::SlotChanges),
     /// A set-returning catalog function whose arguments may read the relations before it.
     Function(crate::srf::SetFunction),
+    /// A function that is not set-returning ([`crate::fromcall`]): one row.
+    Call(crate::fromcall::FromCall),
     /// A subquery in FROM (not LATERAL): run once, when the join reads it.
     Derived(Box<sqlparser::ast::Query>),
     /// A CTE of an enclosing WITH, materialized before the query began ([`crate::cte`]).
@@ -298,8 +300,9 @@ impl JoinSource {
                 let cols = crate::cte::renamed(&format!("table \"{}\"", ident_name(&alias.name)), alias, fields)?;
                 (Leaf::Derived(subquery.clone()), vec![ident_name(&alias.name)], cols)
             }
-            TableFactor::Table { name, args: Some(_), .. } => {
-                return Err(SqlError::new("42883", format!("function {name}() does not exist")))
+            TableFactor::Table { name, alias, args: Some(TableFunctionArgs { args, .. }), .. } => {
+                let (c, names, cols) = crate::fromcall::FromCall::plan(sh, name, args, alias.as_ref())?;
+                (Leaf::Call(c), names, cols)
             }
             other => return Err(SqlError::unsupported(format!("FROM {other}"))),
         };
@@ -416,6 +419,7 @@ impl JoinSource {
             Leaf::Series(s) => s.rows(cx)?,
             Leaf::SlotChanges(c) => c.rows(cx)?,
             Leaf::Function(f) => f.rows(cx, scope, &vec![Datum::Null; self.cols.len()])?,
+            Leaf::Call(c) => c.rows(cx)?,
             Leaf::Derived(q) => cx.select_copy(q)?.1,
             Leaf::Cte(t) => t.rows.as_ref().clone(),
         };

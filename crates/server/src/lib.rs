@@ -18,7 +18,7 @@
 //!   plan      index equality/range scan, index-only scan, or sequential scan for a WHERE clause;
 //!             ordered  ORDER BY from index order (forward or backward), LIMIT stopping the scan
 //!   join      FROM lists: joins (index nested loop, hash, nested loop; inner, left, cross)
-//!             and generate_series (series)
+//!             and generate_series (series); fromcall  any other function in FROM
 //!   expr      expression evaluation and type inference (pattern: LIKE, ~);  types  SQL types,
 //!             text/binary I/O;  datetime  timestamptz, TimeZone, date/time operators and
 //!             functions;  interval  the interval type
@@ -62,6 +62,7 @@ pub mod dml;
 pub mod error;
 pub mod expr;
 pub mod frames;
+pub mod fromcall;
 pub mod fuzzing;
 pub mod genfile;
 pub mod interrupt;

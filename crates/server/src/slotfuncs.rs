@@ -109,6 +109,26 @@ pub fn call(c: &Caller<'_>, name: &str, args: &[Datum]) -> Option<Result<Datum, 
     Some(r)
 }
 
+/// The fields of the record a slot function returns (PostgreSQL's `OUT` parameters), for the
+/// function called in FROM ([`crate::fromcall`]); `None` for the others.
+pub fn record_fields(name: &str) -> Option<&'static [&'static str]> {
+    match name {
+        "pg_create_logical_replication_slot" => Some(&["slot_name", "lsn"]),
+        "pg_replication_slot_advance" => Some(&["slot_name", "end_lsn"]),
+        _ => None,
+    }
+}
+
+/// The `n` fields of a record [`call`] returned in composite text form, `(name,X/Y)`: a slot
+/// name has no comma, quote or parenthesis (`[a-z0-9_]`), nor has an LSN, so the text splits at
+/// its commas.
+pub fn split_record(text: &str, n: usize) -> Vec<Datum> {
+    let inner = text.strip_prefix('(').and_then(|t| t.strip_suffix(')')).unwrap_or(text);
+    let mut fields: Vec<Datum> = inner.splitn(n, ',').map(|f| Datum::Text(f.to_string())).collect();
+    fields.resize(n, Datum::Null);
+    fields
+}
+
 /// `X/Y` (hexadecimal halves) as PostgreSQL's `pg_lsn` input reads it.
 pub fn parse_lsn(s: &str) -> Option<Lsn> {
     let (hi, lo) = s.trim().split_once('/')?;

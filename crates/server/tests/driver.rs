@@ -340,6 +340,51 @@ async fn replication_slots_over_sql() {
     s.stop();
 }
 
+/// A function that is not set-returning, called in FROM, is a one-row relation as in
+/// PostgreSQL: `SELECT * FROM pg_create_logical_replication_slot(...)` (the documentation's
+/// form) has the record's columns, a scalar function one column named after it or its alias.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_in_from_are_one_row_relations() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start_with_settings(dir.path(), &[("wal_level", "logical")]);
+    let c = connect(&s).await;
+    let names = |r: &tokio_postgres::Row| r.columns().iter().map(|c| c.name().to_string()).collect::<Vec<_>>();
+    let rows = c.query("select * from pg_create_logical_replication_slot('s1', 'test_decoding')", &[]).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(names(&rows[0]), ["slot_name", "lsn"]);
+    assert_eq!(rows[0].get::<_, String>(0), "s1");
+    let lsn: String = rows[0].get(1);
+    assert!(lsn.starts_with("0/"), "{lsn}");
+    let listed: String = c.query_one("select slot_name from pg_replication_slots", &[]).await.unwrap().get(0);
+    assert_eq!(listed, "s1", "the slot was made once");
+    let row = c
+        .query_one("select slot_name, end_lsn from pg_replication_slot_advance('s1', pg_current_wal_lsn())", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "s1");
+    let row = c
+        .query_one("select * from pg_replication_slot_advance('s1', pg_current_wal_lsn()) as a (s, e)", &[])
+        .await
+        .unwrap();
+    assert_eq!(names(&row), ["s", "e"]);
+
+    let row = c.query_one("select * from txid_current()", &[]).await.unwrap();
+    assert_eq!(names(&row), ["txid_current"]);
+    assert!(row.get::<_, i64>(0) > 0);
+    let row = c.query_one("select x + 1 from txid_current() x", &[]).await.unwrap();
+    assert!(row.get::<_, i64>(0) > 1, "an alias names the column");
+    let row = c.query_one("select * from pg_current_wal_lsn() as t (l)", &[]).await.unwrap();
+    assert_eq!(names(&row), ["l"]);
+    let e = c.query_one("select * from txid_current() as t (a, b)", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "42P10");
+    let e = c.query_one("select * from no_such_function(1)", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "42883");
+
+    let rows = c.query("select * from pg_drop_replication_slot('s1')", &[]).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert!(c.query("select * from pg_replication_slots", &[]).await.unwrap().is_empty());
+}
+
 /// Waits until `pg_locks` shows `n` lock requests not granted (a session blocked).
 async fn until_waiting(c: &Client, n: i64) {
     let start = std::time::Instant::now();
