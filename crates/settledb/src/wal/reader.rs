@@ -110,8 +110,8 @@ impl WalReader {
     /// Reads the bodies of only the records `wanted(rmgr, info)` accepts; the others come back
     /// with their header's fields alone (no blocks, no main data, [`Xid::INVALID`] as
     /// `toplevel_xid`), their bodies neither read nor CRC-checked. For a reader that looks at
-    /// a few kinds of record (logical decoding skips B-tree and pruning records, a third of
-    /// TPC-C's WAL, two fifths of its bytes) and reads only WAL known to be valid, as far as
+    /// a few kinds of record (logical decoding skips B-tree and pruning records, two fifths of
+    /// TPC-C's WAL by count and by bytes) and reads only WAL known to be valid, as far as
     /// the flushed end: a skipped record's header still passes steps 2-4 of the module doc,
     /// and its `xl_tot_len` is what finds the next record, whose own `xl_prev` check then
     /// fails if that length was wrong. Past the valid end a skipped record is not known to be
