@@ -379,6 +379,9 @@ pub struct Session<'db> {
     /// BEGIN READ ONLY or SET TRANSACTION READ ONLY: the block may not write.
     block_read_only: bool,
     pub settings: BTreeMap<String, String>,
+    /// What RESET puts back: the settings as the connection began, the startup packet's
+    /// included.
+    reset_to: BTreeMap<String, String>,
     pub copy: Option<copy::CopyIn<'db>>,
     copy_error: Option<SqlError>,
     /// Savepoints set in the block before its engine transaction started, outermost first.
@@ -412,6 +415,7 @@ impl<'db> Session<'db> {
             block_isolation: None,
             block_read_only: false,
             settings: settings::initial(),
+            reset_to: settings::initial(),
             copy: None,
             copy_error: None,
             pending_savepoints: Vec::new(),
@@ -444,6 +448,7 @@ impl<'db> Session<'db> {
     /// A setting the client's startup packet gave (see [`settings::startup`]).
     pub fn startup_setting(&mut self, name: &str, value: &str) -> Result<(), SqlError> {
         settings::set(self.db, &mut self.settings, name, value)?;
+        settings::set(self.db, &mut self.reset_to, name, value)?;
         self.settings_changed();
         Ok(())
     }
@@ -667,7 +672,7 @@ impl<'db> Session<'db> {
             }
             Statement::Reset(r) => {
                 let zone = self.settings.get("timezone").cloned();
-                let r = settings::reset(&mut self.settings, &r.reset);
+                let r = settings::reset(&mut self.settings, &self.reset_to, &r.reset);
                 self.settings_changed();
                 crate::datetime::zone::report(zone, &self.settings, notices);
                 r.map(|()| Outcome::Command("RESET".into()))
@@ -975,7 +980,7 @@ impl<'db> Session<'db> {
                 if let [Expr::Identifier(i)] = values.as_slice() {
                     if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default") {
                         // SET name TO DEFAULT is RESET name.
-                        settings::reset_name(&mut self.settings, &name);
+                        settings::reset_name(&mut self.settings, &self.reset_to, &name);
                         return Ok(Outcome::Command("SET".into()));
                     }
                 }

@@ -258,26 +258,30 @@ pub fn set(db: &Database, s: &mut BTreeMap<String, String>, name: &str, value: &
     Err(SqlError::new("42704", format!("unrecognized configuration parameter \"{name}\"")))
 }
 
-pub fn reset(s: &mut BTreeMap<String, String>, r: &Reset) -> Result<(), SqlError> {
+/// RESET ALL and RESET `name`: back to `start`, the session's settings as its connection
+/// began (the defaults and what the startup packet set, as PostgreSQL resets to the values the
+/// session started with).
+pub fn reset(s: &mut BTreeMap<String, String>, start: &BTreeMap<String, String>, r: &Reset) -> Result<(), SqlError> {
     match r {
         Reset::ALL => {
-            *s = initial();
+            s.clone_from(start);
             Ok(())
         }
         Reset::ConfigurationParameter(n) => {
-            reset_name(s, &n.to_string().to_ascii_lowercase());
+            reset_name(s, start, &n.to_string().to_ascii_lowercase());
             Ok(())
         }
         Reset::SessionAuthorization => Ok(()),
     }
 }
 
-/// RESET `name` (and `SET name TO DEFAULT`): a client setting back to its value at connect
-/// time, an engine parameter back to the engine's.
-pub fn reset_name(s: &mut BTreeMap<String, String>, name: &str) {
-    match CLIENT.iter().find(|(k, _)| *k == name) {
-        Some((k, v)) => {
-            s.insert(k.to_string(), v.to_string());
+/// RESET `name` (and `SET name TO DEFAULT`): a setting back to its value when the connection
+/// began (`start`, see [`reset`]); an engine parameter the connection did not set goes back to
+/// the engine's.
+pub fn reset_name(s: &mut BTreeMap<String, String>, start: &BTreeMap<String, String>, name: &str) {
+    match start.get(name) {
+        Some(v) => {
+            s.insert(name.to_string(), v.clone());
         }
         None => {
             s.remove(name);

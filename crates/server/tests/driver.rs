@@ -1143,3 +1143,35 @@ async fn a_select_list_parameter_comes_back_in_its_declared_type() {
     let r = c.query_one(&st, &[&7i64, &41i32]).await.unwrap();
     assert_eq!((r.get::<_, i64>(0), r.get::<_, i32>(1)), (7, 42));
 }
+
+/// RESET, RESET ALL, SET … TO DEFAULT and DISCARD ALL put a setting back to what the
+/// connection began with, the startup packet's `options` included (as PostgreSQL does), and a
+/// setting the connection did not give back to the server's default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_returns_to_the_startup_packets_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let url = format!("{} options='-c statement_timeout=5s -c application_name=starter'", s.conn_string());
+    let (c, conn) = tokio_postgres::connect(&url, NoTls).await.expect("connect");
+    tokio::spawn(conn);
+    let show = |name: &'static str| {
+        let c = &c;
+        async move { c.query_one(&format!("show {name}"), &[]).await.unwrap().get::<_, String>(0) }
+    };
+    assert_eq!(show("statement_timeout").await, "5s");
+    c.batch_execute("set statement_timeout = '1min'; set extra_float_digits = 3").await.unwrap();
+    assert_eq!(show("statement_timeout").await, "1min");
+    c.batch_execute("reset statement_timeout").await.unwrap();
+    assert_eq!(show("statement_timeout").await, "5s");
+    c.batch_execute("set statement_timeout = '2min'; set statement_timeout to default").await.unwrap();
+    assert_eq!(show("statement_timeout").await, "5s");
+    c.batch_execute("set statement_timeout = '3min'; set application_name = 'other'; reset all").await.unwrap();
+    assert_eq!(show("statement_timeout").await, "5s");
+    assert_eq!(show("application_name").await, "starter");
+    assert_eq!(show("extra_float_digits").await, "1", "not given at startup: the server's default");
+    c.batch_execute("set statement_timeout = '4min'").await.unwrap();
+    c.batch_execute("discard all").await.unwrap();
+    assert_eq!(show("statement_timeout").await, "5s");
+    drop(c);
+    s.stop();
+}

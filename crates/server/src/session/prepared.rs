@@ -283,7 +283,7 @@ impl<'db> Session<'db> {
                 self.outside_block(what.tag())?;
                 self.prepared.clear();
                 // RESET ALL's own path.
-                let reset = crate::settings::reset(&mut self.settings, &sqlparser::ast::Reset::ALL);
+                let reset = crate::settings::reset(&mut self.settings, &self.reset_to, &sqlparser::ast::Reset::ALL);
                 self.settings_changed();
                 reset?;
                 self.sequence_values = Default::default();
