@@ -509,11 +509,18 @@ impl Relations<'_> {
 
     /// A hot path: once per change handed over.
     fn get(&mut self, oid: Oid, lsn: Lsn) -> Result<&Arc<RelInfo>> {
+        self.get_with_rows(oid, lsn).map(|(rel, _)| rel)
+    }
+
+    /// [`Relations::get`], and the row buffers beside it (borrowed apart, so that a change's
+    /// relation need not be cloned to decode its rows).
+    fn get_with_rows(&mut self, oid: Oid, lsn: Lsn) -> Result<(&Arc<RelInfo>, &mut RowBuffers)> {
         use std::collections::hash_map::Entry;
-        match self.known.entry(oid) {
-            Entry::Occupied(e) => Ok(e.into_mut()),
+        let Relations { catalog, learned, known, rows, .. } = self;
+        match known.entry(oid) {
+            Entry::Occupied(e) => Ok((e.into_mut(), rows)),
             Entry::Vacant(v) => {
-                let r = self.learned.get(&oid).cloned().or_else(|| self.catalog.relation(oid).map(Arc::new));
+                let r = learned.get(&oid).cloned().or_else(|| catalog.relation(oid).map(Arc::new));
                 let r = r.ok_or_else(|| {
                     Error::invalid(format!(
                         "logical decoding: relation with OID {} at {lsn} is not known (dropped before decoding \
@@ -521,7 +528,7 @@ impl Relations<'_> {
                         oid.0
                     ))
                 })?;
-                Ok(v.insert(r))
+                Ok((v.insert(r), rows))
             }
         }
     }
@@ -565,7 +572,7 @@ fn emit(
             }
         }
         kind => {
-            let rel = rels.get(c.rel, c.lsn)?;
+            let (rel, bufs) = rels.get_with_rows(c.rel, c.lsn)?;
             let row_kind = match kind {
                 ChangeKind::Insert => RowKind::Insert,
                 ChangeKind::Update => RowKind::Update,
@@ -574,12 +581,10 @@ fn emit(
             if !plugin.wants_change(rel, c.lsn, row_kind, !c.old.is_empty())? {
                 return Ok(());
             }
-            let rel = rel.clone();
-            let bufs = &mut rels.rows;
-            let row = row_data(&rel, kind, c, bufs)?;
+            let row = row_data(rel, kind, c, bufs)?;
             let r = match txn {
-                Some(txn) => plugin.change(out, txn, c.lsn, &rel, &row),
-                None => plugin.stream_change(out, top, c.xid, c.lsn, &rel, &row),
+                Some(txn) => plugin.change(out, txn, c.lsn, rel, &row),
+                None => plugin.stream_change(out, top, c.xid, c.lsn, rel, &row),
             };
             bufs.recycle(row);
             r
