@@ -64,8 +64,8 @@ impl FromCall {
             for (c, n) in cols.iter_mut().zip(&a.columns) {
                 c.name = ident_name(&n.name);
             }
-            if record.is_none() && a.columns.is_empty() {
-                cols[0].name = relation.clone();
+            if let (None, true, Some(only)) = (record, a.columns.is_empty(), cols.first_mut()) {
+                only.name = relation.clone();
             }
         }
         Ok((FromCall { query: query.clone(), fields: record.map(<[_]>::len) }, vec![relation], cols))

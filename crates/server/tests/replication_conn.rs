@@ -2,7 +2,8 @@
 //! in raw protocol messages as a CDC tool speaks them: temporary slots (active for their
 //! connection only, dropped at its end and on any error), the snapshot `CREATE_REPLICATION_SLOT`
 //! exports (`SNAPSHOT 'export'`, the default; `pg_export_snapshot()` in any session) and
-//! `SET TRANSACTION SNAPSHOT` in another session, and a per-connection `wal_sender_timeout` from the startup packet's `options`.
+//! `SET TRANSACTION SNAPSHOT` in another session, and a per-connection `wal_sender_timeout`
+//! from the startup packet's `options`.
 //! Waits are for events (a connection closing), bounded; nothing is timed.
 
 mod common;
@@ -133,6 +134,23 @@ fn server(dir: &std::path::Path) -> TestServer {
     TestServer::start_with_settings(dir, &[("wal_level", "logical")])
 }
 
+/// `sql`'s value in a REPEATABLE READ transaction that imports snapshot `name` first.
+fn read_in_snapshot(r: &mut Raw, name: &str, sql: &str) -> String {
+    r.query("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
+    r.query(&format!("SET TRANSACTION SNAPSHOT '{name}'")).unwrap();
+    let v = r.value(sql);
+    r.query("COMMIT").unwrap();
+    v
+}
+
+/// The SQLSTATE of importing snapshot `name` first thing in a REPEATABLE READ transaction.
+fn import_refused(r: &mut Raw, name: &str) -> String {
+    r.query("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
+    let code = r.code(&format!("SET TRANSACTION SNAPSHOT '{name}'"));
+    r.query("ROLLBACK").unwrap();
+    code
+}
+
 /// Waits (bounded) until `query` on `c` returns `want`.
 fn until(c: &mut Raw, query: &str, want: &str) {
     for _ in 0..600 {
@@ -206,10 +224,7 @@ fn an_exported_snapshot_reads_what_the_slot_does_not_send() {
     w.query("INSERT INTO t SELECT g FROM generate_series(51, 60) g").unwrap();
 
     let mut r = Raw::normal(&s);
-    r.query("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
-    r.query(&format!("SET TRANSACTION SNAPSHOT '{name}'")).unwrap();
-    assert_eq!(r.value("SELECT count(*) || ' ' || max(id) FROM t"), "50 50");
-    r.query("COMMIT").unwrap();
+    assert_eq!(read_in_snapshot(&mut r, &name, "SELECT count(*) || ' ' || max(id) FROM t"), "50 50");
 
     // PostgreSQL's checks, in its order.
     r.query("BEGIN").unwrap();
@@ -219,15 +234,11 @@ fn an_exported_snapshot_reads_what_the_slot_does_not_send() {
     r.query("SELECT 1").unwrap();
     assert_eq!(r.code(&format!("SET TRANSACTION SNAPSHOT '{name}'")), "25001", "after a query");
     r.query("ROLLBACK").unwrap();
-    r.query("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
-    assert_eq!(r.code("SET TRANSACTION SNAPSHOT '00000000-00000000-9'"), "22023");
-    r.query("ROLLBACK").unwrap();
+    assert_eq!(import_refused(&mut r, "00000000-00000000-9"), "22023");
 
     // The connection's next command ends the export.
     a.query("IDENTIFY_SYSTEM").unwrap();
-    r.query("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
-    assert_eq!(r.code(&format!("SET TRANSACTION SNAPSHOT '{name}'")), "22023", "after the next command");
-    r.query("ROLLBACK").unwrap();
+    assert_eq!(import_refused(&mut r, &name), "22023", "after the next command");
 
     // The slot sends exactly the rows the snapshot did not see.
     let sent =
@@ -241,10 +252,7 @@ fn an_exported_snapshot_reads_what_the_slot_does_not_send() {
     let row = a.query("CREATE_REPLICATION_SLOT ex3 LOGICAL test_decoding EXPORT_SNAPSHOT").unwrap();
     let name3 = row[0][2].clone().expect("a snapshot name");
     assert_ne!(name3, name);
-    r.query("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
-    r.query(&format!("SET TRANSACTION SNAPSHOT '{name3}'")).unwrap();
-    assert_eq!(r.value("SELECT count(*) FROM t"), "60");
-    r.query("COMMIT").unwrap();
+    assert_eq!(read_in_snapshot(&mut r, &name3, "SELECT count(*) FROM t"), "60");
     // pg_export_snapshot() in an ordinary session, READ COMMITTED: valid until its transaction
     // ends, whatever its later statements read.
     let mut e = Raw::normal(&s);
@@ -252,14 +260,9 @@ fn an_exported_snapshot_reads_what_the_slot_does_not_send() {
     let exported = e.value("SELECT pg_export_snapshot()");
     w.query("INSERT INTO t VALUES (61)").unwrap();
     assert_eq!(e.value("SELECT count(*) FROM t"), "61");
-    r.query("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
-    r.query(&format!("SET TRANSACTION SNAPSHOT '{exported}'")).unwrap();
-    assert_eq!(r.value("SELECT count(*) FROM t"), "60");
-    r.query("COMMIT").unwrap();
+    assert_eq!(read_in_snapshot(&mut r, &exported, "SELECT count(*) FROM t"), "60");
     e.query("COMMIT").unwrap();
-    r.query("BEGIN ISOLATION LEVEL REPEATABLE READ").unwrap();
-    assert_eq!(r.code(&format!("SET TRANSACTION SNAPSHOT '{exported}'")), "22023", "after its COMMIT");
-    r.query("ROLLBACK").unwrap();
+    assert_eq!(import_refused(&mut r, &exported), "22023", "after its COMMIT");
 
     // The connection's end ends it too.
     drop(a);

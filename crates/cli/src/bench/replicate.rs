@@ -222,6 +222,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// One publisher's run against the subscriber on `sub`. `cpu` reads the publisher's CPU
 /// seconds (settledb: its WAL sender's threads; PostgreSQL: its WAL sender process).
 fn run_one(
+    run: usize,
     publisher: &'static str,
     port: u16,
     sub: u16,
@@ -302,7 +303,7 @@ fn run_one(
     let bytes_sent = relay.bytes_down() - bytes_before;
     psql(sub, "postgres", "DROP SUBSCRIPTION bench")?;
     Ok(Figures {
-        run: 0,
+        run,
         publisher,
         changes,
         publisher_cpu_seconds: used,
@@ -316,8 +317,8 @@ fn run_one(
     })
 }
 
-/// One round of `settle serve` as the publisher, in this process, started afresh.
-fn settledb_run(a: &ReplicateArgs) -> Result<Figures> {
+/// Round `run` of `settle serve` as the publisher, in this process, started afresh.
+fn settledb_run(a: &ReplicateArgs, run: usize) -> Result<Figures> {
     let mut config = settledb::Config::default();
     config.set("wal_level", "logical")?;
     config.set("fsync", "off")?;
@@ -341,12 +342,12 @@ fn settledb_run(a: &ReplicateArgs) -> Result<Figures> {
             Some(then) => now.iter().map(|(tid, s)| s - then.get(tid).copied().unwrap_or(0.0)).sum(),
         })
     };
-    run_one("settledb", server.port, a.subscriber_port, a, &cpu)
+    run_one(run, "settledb", server.port, a.subscriber_port, a, &cpu)
 }
 
-/// One round of a PostgreSQL 15 publisher, started afresh (the subscriber's tables start
+/// Round `run` of a PostgreSQL 15 publisher, started afresh (the subscriber's tables start
 /// again from the load).
-fn postgres_run(a: &ReplicateArgs) -> Result<Figures> {
+fn postgres_run(a: &ReplicateArgs, run: usize) -> Result<Figures> {
     let settings: Vec<(String, String)> = [("wal_level", "logical"), ("timezone", "UTC"), ("fsync", "off")]
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -359,7 +360,7 @@ fn postgres_run(a: &ReplicateArgs) -> Result<Figures> {
         let pid = psql(port, "postgres", "SELECT pid FROM pg_stat_replication LIMIT 1")?;
         Ok(pid.parse::<u32>().ok().and_then(procstat::cpu_precise).unwrap_or(0.0))
     };
-    run_one("postgres", a.peer_port, a.subscriber_port, a, &cpu)
+    run_one(run, "postgres", a.peer_port, a.subscriber_port, a, &cpu)
 }
 
 pub fn run(a: ReplicateArgs) -> Result<ExitCode> {
@@ -378,9 +379,9 @@ pub fn run(a: ReplicateArgs) -> Result<ExitCode> {
     let sub = Postgres::start_with(a.subscriber_port, &sub_settings, &[])?;
     let mut rows = Vec::new();
     for run in 1..=a.runs {
-        rows.push(Figures { run, ..settledb_run(&a)? });
+        rows.push(settledb_run(&a, run)?);
         if a.peer {
-            rows.push(Figures { run, ..postgres_run(&a)? });
+            rows.push(postgres_run(&a, run)?);
         }
     }
     drop(sub);
