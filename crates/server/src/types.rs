@@ -26,7 +26,8 @@
 //! Text I/O follows PostgreSQL's output functions with `DateStyle = ISO, MDY`,
 //! `IntervalStyle = postgres` and `bytea_output = hex` (dates, timestamps and intervals in
 //! [`crate::datetime`] and [`crate::interval`]); binary I/O follows the `*send`/`*recv` formats (big-endian integers,
-//! timestamps and dates counted from 2000-01-01). Binary numeric is not supported.
+//! timestamps and dates counted from 2000-01-01, numerics in base-10000 digits
+//! ([`numeric_recv`])).
 //!
 //! Runtime values are [`Datum`]s. A string literal or a text-format parameter whose type is not
 //! known yet is a `Datum::Text` and is converted when it meets a typed column (PostgreSQL's
@@ -463,7 +464,7 @@ impl Datum {
             (Datum::Timestamp(t) | Datum::TimestampTz(t), _) => (t - PG_EPOCH_MICROS).to_be_bytes().to_vec(),
             (Datum::Interval(i), _) => i.to_bytes(),
             (Datum::Date(x), _) => (x - PG_EPOCH_DAYS).to_be_bytes().to_vec(),
-            (Datum::Num(_), _) => return Err(SqlError::unsupported("binary output of numeric")),
+            (Datum::Num(n), _) => settledb::decode::sqltypes::numeric_send(n.mantissa, n.scale),
         }))
     }
 
@@ -500,7 +501,7 @@ impl Datum {
             }
             SqlType::Interval => Datum::Interval(crate::interval::Interval::from_bytes(b).ok_or_else(bad)?),
             SqlType::Date => Datum::Date(i32::from_be_bytes(arr(4)?.try_into().map_err(|_| bad())?) + PG_EPOCH_DAYS),
-            SqlType::Numeric { .. } => return Err(SqlError::unsupported("binary input of numeric")),
+            SqlType::Numeric { .. } => Datum::Num(numeric_recv(b)?),
         })
     }
 
@@ -519,6 +520,53 @@ impl Datum {
             Datum::Null | Datum::Text(_) => SqlType::Text,
         }
     }
+}
+
+/// PostgreSQL's `numeric_recv`: ndigits, weight, sign and dscale (16 bits each), then
+/// `ndigits` base-10000 digits, the first worth 10000^weight. Digits finer than dscale are
+/// cut off, as PostgreSQL cuts them. Malformed bytes are 22P03, as in PostgreSQL; values
+/// beyond [`Num`]'s 38 digits are 22003, and NaN and the infinities, which it cannot hold,
+/// 0A000.
+pub fn numeric_recv(b: &[u8]) -> Result<Num, SqlError> {
+    let invalid = |what: &str| SqlError::new("22P03", format!("invalid {what} in external \"numeric\" value"));
+    let field = |i: usize| b.get(2 * i..2 * i + 2).map(|x| i16::from_be_bytes([x[0], x[1]]));
+    let (Some(ndigits), Some(weight), Some(sign), Some(dscale)) = (field(0), field(1), field(2), field(3)) else {
+        return Err(invalid("length"));
+    };
+    if ndigits < 0 || b.len() != 8 + 2 * ndigits as usize {
+        return Err(invalid("length"));
+    }
+    let negative = match sign as u16 {
+        0x0000 => false,
+        0x4000 => true,
+        0xC000 => return Err(SqlError::unsupported("numeric NaN")),
+        0xD000 | 0xF000 => return Err(SqlError::unsupported("numeric infinity")),
+        _ => return Err(invalid("sign")),
+    };
+    // PostgreSQL's NUMERIC_DSCALE_MAX.
+    if !(0..=0x3FFF).contains(&dscale) {
+        return Err(invalid("scale"));
+    }
+    let too_wide = || SqlError::new("22003", "value overflows numeric format");
+    let scale = u8::try_from(dscale).ok().filter(|&s| s <= 38).ok_or_else(too_wide)?;
+    let mut mantissa: i128 = 0;
+    for (i, d) in (0..ndigits as usize).filter_map(|i| field(4 + i)).enumerate() {
+        if !(0..10_000).contains(&d) {
+            return Err(invalid("digit"));
+        }
+        // The digit's place in the mantissa, which counts units of 10^-dscale.
+        let place = 4 * (i32::from(weight) - i as i32) + i32::from(dscale);
+        let part = match place {
+            _ if d == 0 => 0,
+            p if p >= 0 => {
+                10i128.checked_pow(p as u32).and_then(|f| f.checked_mul(i128::from(d))).ok_or_else(too_wide)?
+            }
+            p if p > -4 => i128::from(d) / 10i128.pow(p.unsigned_abs()),
+            _ => 0,
+        };
+        mantissa = mantissa.checked_add(part).ok_or_else(too_wide)?;
+    }
+    Ok(Num { mantissa: if negative { -mantissa } else { mantissa }, scale })
 }
 
 fn trim_to_length(s: String, n: usize, tyname: &str, column: &str) -> Result<String, SqlError> {
@@ -644,6 +692,64 @@ pub use settledb::pgtext::{civil_from_days, date_out, days_from_civil, float_out
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `numeric_send`'s layout: ndigits, weight, sign, dscale, digits.
+    fn numeric_bytes(weight: i16, sign: u16, dscale: i16, digits: &[i16]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&(digits.len() as i16).to_be_bytes());
+        v.extend_from_slice(&weight.to_be_bytes());
+        v.extend_from_slice(&sign.to_be_bytes());
+        v.extend_from_slice(&dscale.to_be_bytes());
+        for d in digits {
+            v.extend_from_slice(&d.to_be_bytes());
+        }
+        v
+    }
+
+    /// Binary numerics as PostgreSQL 15.18 sends them (`SELECT numeric_send(x)`), both ways.
+    #[test]
+    fn numeric_binary_is_postgresqls() {
+        let ty = SqlType::Numeric { precision: 38, scale: 4 };
+        for (text, bytes) in [
+            ("300000.00", numeric_bytes(1, 0, 2, &[30])),
+            ("-123.45", numeric_bytes(0, 0x4000, 2, &[123, 4500])),
+            ("0.1219", numeric_bytes(-1, 0, 4, &[1219])),
+            ("0.00", numeric_bytes(0, 0, 2, &[])),
+            ("123456789", numeric_bytes(2, 0, 0, &[1, 2345, 6789])),
+            ("0.00000005", numeric_bytes(-2, 0, 8, &[5])),
+            ("99999999999999999999999999999999999999", {
+                let mut d = vec![99];
+                d.extend([9999; 9]);
+                numeric_bytes(9, 0, 0, &d)
+            }),
+        ] {
+            let n = Num::parse(text).unwrap();
+            assert_eq!(
+                Datum::Num(n).to_binary(SqlType::Numeric { precision: 38, scale: n.scale }).unwrap(),
+                Some(bytes.clone()),
+                "{text}"
+            );
+            assert_eq!(Datum::from_binary(&bytes, ty).unwrap().to_text().as_deref(), Some(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn numeric_binary_input_is_checked() {
+        let ty = SqlType::Numeric { precision: 10, scale: 2 };
+        let recv = |b: &[u8]| Datum::from_binary(b, ty).map(|d| d.to_text().unwrap()).map_err(|e| e.code);
+        // Digits finer than dscale are cut off (1.23456 sent with dscale 2).
+        assert_eq!(recv(&numeric_bytes(0, 0, 2, &[1, 2345, 6000])), Ok("1.23".into()));
+        assert_eq!(recv(&numeric_bytes(0, 0x4000, 1, &[7, 9999])).as_deref(), Ok("-7.9"));
+        assert_eq!(recv(&numeric_bytes(0, 0, 0, &[10_000])).unwrap_err(), "22P03", "a digit past 9999");
+        assert_eq!(recv(&numeric_bytes(0, 0x1234, 0, &[1])).unwrap_err(), "22P03", "an unknown sign");
+        assert_eq!(recv(&numeric_bytes(0, 0, -1, &[1])).unwrap_err(), "22P03", "a negative scale");
+        assert_eq!(recv(&numeric_bytes(0, 0, 0, &[1])[..9]).unwrap_err(), "22P03", "a short digit");
+        assert_eq!(recv(&[0, 1]).unwrap_err(), "22P03", "a short header");
+        assert_eq!(recv(&numeric_bytes(0, 0xC000, 0, &[])).unwrap_err(), "0A000", "NaN");
+        assert_eq!(recv(&numeric_bytes(0, 0xD000, 0, &[])).unwrap_err(), "0A000", "infinity");
+        assert_eq!(recv(&numeric_bytes(10, 0, 0, &[1])).unwrap_err(), "22003", "10000^10 has 41 digits");
+        assert_eq!(recv(&numeric_bytes(0, 0, 39, &[1])).unwrap_err(), "22003", "39 places");
+    }
 
     #[test]
     fn text_round_trips() {

@@ -61,6 +61,79 @@ async fn types_round_trip_in_binary() {
     assert_eq!(code(&e), "22001");
 }
 
+/// A numeric in its binary form, as it travels: tokio-postgres has no numeric type of its own,
+/// and asks for every result column in binary.
+#[derive(Debug, PartialEq)]
+struct RawNumeric(Vec<u8>);
+
+impl<'a> tokio_postgres::types::FromSql<'a> for RawNumeric {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<RawNumeric, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(RawNumeric(raw.to_vec()))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::NUMERIC
+    }
+}
+
+impl tokio_postgres::types::ToSql for RawNumeric {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(&self.0);
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::NUMERIC
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+/// `numeric_send`'s bytes: ndigits, weight, sign, dscale, then the base-10000 digits.
+fn numeric(weight: i16, negative: bool, dscale: i16, digits: &[i16]) -> RawNumeric {
+    let mut v = Vec::new();
+    for x in [digits.len() as i16, weight, if negative { 0x4000 } else { 0 }, dscale] {
+        v.extend_from_slice(&x.to_be_bytes());
+    }
+    for d in digits {
+        v.extend_from_slice(&d.to_be_bytes());
+    }
+    RawNumeric(v)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn numerics_travel_in_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    let c = connect(&s).await;
+    c.batch_execute("create table money (id int4 primary key, n numeric(12,2))").await.unwrap();
+    // -123.45, and 1.005 (three places: the column rounds it to 1.01, as PostgreSQL does).
+    let insert = "insert into money values ($1, $2)";
+    c.execute(insert, &[&1i32, &numeric(0, true, 2, &[123, 4500])]).await.unwrap();
+    c.execute(insert, &[&2i32, &numeric(0, false, 3, &[1, 50])]).await.unwrap();
+    let rows = c.query("select n, n::text from money order by id", &[]).await.unwrap();
+    let got: Vec<(RawNumeric, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(
+        got,
+        vec![
+            (numeric(0, true, 2, &[123, 4500]), "-123.45".to_string()),
+            (numeric(0, false, 2, &[1, 100]), "1.01".to_string()),
+        ]
+    );
+    // A parameter compared with the column, and an aggregate's numeric result, in binary too.
+    let row = c.query_one("select sum(n) from money where n > $1", &[&numeric(0, false, 0, &[])]).await.unwrap();
+    assert_eq!(row.get::<_, RawNumeric>(0), numeric(0, false, 2, &[1, 100]));
+    // NaN has no place in settledb's numeric; a malformed value is PostgreSQL's 22P03.
+    let nan = RawNumeric(vec![0, 0, 0, 0, 0xC0, 0, 0, 0]);
+    assert_eq!(code(&c.execute(insert, &[&3i32, &nan]).await.unwrap_err()), "0A000");
+    assert_eq!(code(&c.execute(insert, &[&3i32, &numeric(0, false, 0, &[10_000])]).await.unwrap_err()), "22P03");
+    assert_eq!(code(&c.execute(insert, &[&3i32, &numeric(3, false, 0, &[1])]).await.unwrap_err()), "22003");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_carry_sqlstates() {
     let dir = tempfile::tempdir().unwrap();

@@ -148,8 +148,8 @@ pub fn binary(v: ValueRef<'_>, format: ValueFormat) -> Option<Vec<u8>> {
     match (format, v) {
         (ValueFormat::Int2, ValueRef::Int4(x)) => Some((x as i16).to_be_bytes().to_vec()),
         (ValueFormat::Date, ValueRef::Int4(d)) => Some((d - PG_DATE_EPOCH_DAYS).to_be_bytes().to_vec()),
-        (ValueFormat::Numeric { scale }, ValueRef::Int8(m)) => Some(numeric_send(m, scale)),
-        (ValueFormat::Numeric { scale }, ValueRef::Int4(m)) => Some(numeric_send(i64::from(m), scale)),
+        (ValueFormat::Numeric { scale }, ValueRef::Int8(m)) => Some(numeric_send(i128::from(m), scale)),
+        (ValueFormat::Numeric { scale }, ValueRef::Int4(m)) => Some(numeric_send(i128::from(m), scale)),
         _ => None,
     }
 }
@@ -157,7 +157,7 @@ pub fn binary(v: ValueRef<'_>, format: ValueFormat) -> Option<Vec<u8>> {
 /// `numeric_send` of `m / 10^scale`: ndigits, weight, sign, dscale, then base-10000 digits
 /// (the integer part's groups counted from the decimal point, the fraction's padded to
 /// whole groups; leading and trailing zero groups left out, as PostgreSQL strips them).
-pub fn numeric_send(m: i64, scale: u8) -> Vec<u8> {
+pub fn numeric_send(m: i128, scale: u8) -> Vec<u8> {
     let digits = m.unsigned_abs().to_string();
     let scale_n = usize::from(scale);
     let padded =
