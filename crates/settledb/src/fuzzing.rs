@@ -311,7 +311,7 @@ fn repair_record(rec: &mut [u8], prev: Lsn) {
     }
     let len = rec.len() as u32;
     rec[0..4].copy_from_slice(&len.to_le_bytes());
-    let body_crc = crc32c::crc32c(&rec[record::RECORD_HEADER_SIZE..]);
+    let body_crc = crate::crc::crc32c(&rec[record::RECORD_HEADER_SIZE..]);
     record::finish(rec, body_crc, prev);
 }
 
@@ -538,7 +538,7 @@ pub fn control_file(data: &[u8]) {
     let mut bytes = input.rest().to_vec();
     if ctl & REPAIR != 0 && bytes.len() >= wal::control::CONTROL_FILE_SIZE {
         let crc_at = wal::control::CONTROL_FILE_SIZE - 4;
-        let crc = crc32c::crc32c(&bytes[..crc_at]);
+        let crc = crate::crc::crc32c(&bytes[..crc_at]);
         bytes[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
     }
     let Ok(c) = ControlFile::decode(&bytes, Path::new("global/pg_control")) else { return };
@@ -796,7 +796,7 @@ pub fn twophase_state(data: &[u8]) {
     let mut bytes = input.rest().to_vec();
     if ctl & REPAIR != 0 && bytes.len() >= 4 {
         let n = bytes.len();
-        let crc = crc32c::crc32c(&bytes[..n - 4]);
+        let crc = crate::crc::crc32c(&bytes[..n - 4]);
         bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
     }
     if let Ok(state) = TwoPhaseState::decode(&bytes) {
@@ -844,7 +844,7 @@ pub fn slot_state(data: &[u8]) {
     let mut bytes = input.rest().to_vec();
     if ctl & REPAIR != 0 && bytes.len() >= 4 {
         let n = bytes.len();
-        let crc = crc32c::crc32c(&bytes[..n - 4]);
+        let crc = crate::crc::crc32c(&bytes[..n - 4]);
         bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
     }
     let decoded = SlotData::decode(&bytes).ok();
@@ -982,7 +982,7 @@ pub fn spill_file(data: &[u8]) {
             if !bytes.is_empty() {
                 file[body.clone()].iter_mut().for_each(|b| *b = filler.next().expect("cycled"));
             }
-            let crc = crc32c::crc32c(&file[body.clone()]);
+            let crc = crate::crc::crc32c(&file[body.clone()]);
             file[at + 12..at + 16].copy_from_slice(&crc.to_le_bytes());
             at = body.end;
         }

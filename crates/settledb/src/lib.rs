@@ -14,6 +14,7 @@ pub mod catalog;
 pub mod check;
 pub mod config;
 pub mod counter;
+pub mod crc;
 pub mod db;
 pub mod decode;
 pub mod error;

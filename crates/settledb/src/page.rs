@@ -609,10 +609,10 @@ pub fn truncate_line_pointer_array(page: &mut [u8]) {
 /// Like PostgreSQL's 16-bit checksum, a random corruption escapes with probability about
 /// 2^-16; every single-bit error is caught.
 pub fn compute_checksum(page: &[u8], block: BlockNumber) -> u16 {
-    let mut crc = crc32c::crc32c(&page[..OFF_CHECKSUM]);
-    crc = crc32c::crc32c_append(crc, &[0, 0]);
-    crc = crc32c::crc32c_append(crc, &page[OFF_CHECKSUM + 2..]);
-    crc = crc32c::crc32c_append(crc, &block.0.to_le_bytes());
+    let mut crc = crate::crc::crc32c(&page[..OFF_CHECKSUM]);
+    crc = crate::crc::crc32c_append(crc, &[0, 0]);
+    crc = crate::crc::crc32c_append(crc, &page[OFF_CHECKSUM + 2..]);
+    crc = crate::crc::crc32c_append(crc, &block.0.to_le_bytes());
     match (crc ^ (crc >> 16)) as u16 {
         0 => 1,
         c => c,

@@ -625,7 +625,7 @@ impl StatsFile {
                 b.extend_from_slice(&v.to_le_bytes());
             }
         }
-        let crc = crc32c::crc32c(&b);
+        let crc = crate::crc::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
     }
@@ -679,7 +679,7 @@ impl StatsFile {
         }
         let crc_at = expected - 4;
         let stored = u32_at(crc_at).unwrap_or(0);
-        let computed = crc32c::crc32c(&bytes[..crc_at]);
+        let computed = crate::crc::crc32c(&bytes[..crc_at]);
         if stored != computed {
             return Err(corrupt(format!("incorrect checksum: stored {stored:08X}, computed {computed:08X}")));
         }
@@ -882,7 +882,7 @@ mod tests {
             old.extend_from_slice(&b[rec..rec + 4 + 8 * 20]);
         }
         old.extend_from_slice(&b[tables_at + f.tables.len() * TABLE_RECORD_SIZE..b.len() - 4]);
-        let crc = crc32c::crc32c(&old);
+        let crc = crate::crc::crc32c(&old);
         old.extend_from_slice(&crc.to_le_bytes());
         let read = StatsFile::decode(&old, Path::new("stats.bin")).unwrap();
         let tables = f
@@ -934,7 +934,7 @@ mod tests {
         let mut b = f.encode();
         b.truncate(b.len() - 8); // the CRC and the slot count
         b[4..8].copy_from_slice(&2u32.to_le_bytes());
-        let crc = crc32c::crc32c(&b);
+        let crc = crate::crc::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         assert_eq!(StatsFile::decode(&b, Path::new("stats.bin")).unwrap(), f);
     }
@@ -948,7 +948,7 @@ mod tests {
         old[8..12].copy_from_slice(&19u32.to_le_bytes());
         old.extend_from_slice(&b[HEADER_SIZE..HEADER_SIZE + 8 * 19]);
         old.extend_from_slice(&b[HEADER_SIZE + 8 * DB_FIELDS..b.len() - 4]);
-        let crc = crc32c::crc32c(&old);
+        let crc = crate::crc::crc32c(&old);
         old.extend_from_slice(&crc.to_le_bytes());
         let read = StatsFile::decode(&old, Path::new("stats.bin")).unwrap();
         let no_wal_io = DbTotals { wal_buffers_full: 0, wal_write: 0, wal_sync: 0, ..f.db };
@@ -958,7 +958,7 @@ mod tests {
         old[8..12].copy_from_slice(&20u32.to_le_bytes());
         old.extend_from_slice(&b[HEADER_SIZE..HEADER_SIZE + 8 * 20]);
         old.extend_from_slice(&b[HEADER_SIZE + 8 * DB_FIELDS..b.len() - 4]);
-        let crc = crc32c::crc32c(&old);
+        let crc = crate::crc::crc32c(&old);
         old.extend_from_slice(&crc.to_le_bytes());
         let read = StatsFile::decode(&old, Path::new("stats.bin")).unwrap();
         assert_eq!(read, StatsFile { db: no_wal_io, ..f });

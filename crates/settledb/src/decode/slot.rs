@@ -229,7 +229,7 @@ impl SlotData {
         v.push(self.plugin.len().min(MAX_NAME_LEN) as u8);
         v.extend_from_slice(self.name.as_bytes());
         v.extend_from_slice(self.plugin.as_bytes());
-        let crc = crc32c::crc32c(&v);
+        let crc = crate::crc::crc32c(&v);
         v.extend_from_slice(&crc.to_le_bytes());
         v
     }
@@ -241,7 +241,7 @@ impl SlotData {
         }
         let (body, crc_bytes) = bytes.split_at(bytes.len() - 4);
         let stored = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
-        let computed = crc32c::crc32c(body);
+        let computed = crate::crc::crc32c(body);
         if stored != computed {
             return Err(format!("checksum mismatch: stored {stored:08X}, computed {computed:08X}"));
         }

@@ -518,7 +518,7 @@ pub fn repair_relsize(bytes: &mut Vec<u8>) {
     bytes.truncate(12 + count as usize * 8);
     bytes[4..8].copy_from_slice(&count.to_le_bytes());
     let n = bytes.len();
-    let crc = crc32c::crc32c(&bytes[..n - 4]);
+    let crc = crate::crc::crc32c(&bytes[..n - 4]);
     bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -534,6 +534,6 @@ pub fn repair_stats(bytes: &mut [u8]) {
         bytes[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
     }
     let n = bytes.len();
-    let crc = crc32c::crc32c(&bytes[..n - 4]);
+    let crc = crate::crc::crc32c(&bytes[..n - 4]);
     bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
 }

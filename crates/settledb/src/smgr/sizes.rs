@@ -70,7 +70,7 @@ impl Sizes {
             v.extend_from_slice(&r.0.to_le_bytes());
             v.extend_from_slice(&n.to_le_bytes());
         }
-        let crc = crc32c::crc32c(&v);
+        let crc = crate::crc::crc32c(&v);
         v.extend_from_slice(&crc.to_le_bytes());
         v
     }
@@ -83,7 +83,7 @@ impl Sizes {
         }
         let (body, crc) = bytes.split_at(bytes.len() - 4);
         let want = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-        let got = crc32c::crc32c(body);
+        let got = crate::crc::crc32c(body);
         if got != want {
             return Err(bad(format!("checksum {got:08X} does not match the stored {want:08X}")));
         }

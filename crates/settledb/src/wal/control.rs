@@ -104,7 +104,7 @@ impl ControlFile {
         b[60..64].copy_from_slice(&self.oldest_xid.0.to_le_bytes());
         b[64..68].copy_from_slice(&self.next_oid.0.to_le_bytes());
         b[68..76].copy_from_slice(&self.time_secs.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..CRC_AT]);
+        let crc = crate::crc::crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -127,7 +127,7 @@ impl ControlFile {
             return Err(corrupt(format!("length is {} bytes, expected {CONTROL_FILE_SIZE}", bytes.len())));
         }
         let stored = le_u32(bytes, CRC_AT).unwrap_or(0);
-        let computed = crc32c::crc32c(&bytes[..CRC_AT]);
+        let computed = crate::crc::crc32c(&bytes[..CRC_AT]);
         if stored != computed {
             return Err(corrupt(format!("incorrect checksum: stored {stored:08X}, computed {computed:08X}")));
         }

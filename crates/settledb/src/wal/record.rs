@@ -188,8 +188,8 @@ pub(crate) fn assemble_head(
     if tot_len > MAX_RECORD_SIZE {
         return Err(Error::invalid(format!("WAL record of {tot_len} bytes exceeds the maximum of {MAX_RECORD_SIZE}")));
     }
-    let mut body_crc = crc32c::crc32c(&head[RECORD_HEADER_SIZE..]);
-    for_each_payload(rec, images, |piece| body_crc = crc32c::crc32c_append(body_crc, piece));
+    let mut body_crc = crate::crc::crc32c(&head[RECORD_HEADER_SIZE..]);
+    for_each_payload(rec, images, |piece| body_crc = crate::crc::crc32c_append(body_crc, piece));
     head[0..4].copy_from_slice(&(tot_len as u32).to_le_bytes());
     head[4..8].copy_from_slice(&rec.xid.0.to_le_bytes());
     head[16] = rec.info;
@@ -239,7 +239,7 @@ fn u32_len(len: usize) -> Result<u32> {
 /// its header, the first [`RECORD_HEADER_SIZE`] bytes of `buf`.
 pub(crate) fn finish(buf: &mut [u8], body_crc: u32, prev: Lsn) {
     buf[PREV_OFFSET..PREV_OFFSET + 8].copy_from_slice(&prev.0.to_le_bytes());
-    let crc = crc32c::crc32c_append(body_crc, &buf[..CRC_OFFSET]);
+    let crc = crate::crc::crc32c_append(body_crc, &buf[..CRC_OFFSET]);
     buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -273,7 +273,7 @@ impl Header {
 /// Checks the CRC of a whole record (header included).
 pub(crate) fn crc_matches(rec: &[u8], expected: u32) -> bool {
     match (rec.get(..CRC_OFFSET), rec.get(RECORD_HEADER_SIZE..)) {
-        (Some(head), Some(body)) => crc32c::crc32c_append(crc32c::crc32c(body), head) == expected,
+        (Some(head), Some(body)) => crate::crc::crc32c_append(crate::crc::crc32c(body), head) == expected,
         _ => false,
     }
 }

@@ -133,7 +133,7 @@ impl TwoPhaseState {
                 v.extend_from_slice(&f.0.to_le_bytes());
             }
         }
-        let crc = crc32c::crc32c(&v);
+        let crc = crate::crc::crc32c(&v);
         v.extend_from_slice(&crc.to_le_bytes());
         v
     }
@@ -145,7 +145,7 @@ impl TwoPhaseState {
         }
         let (body, crc_bytes) = bytes.split_at(bytes.len() - 4);
         let stored = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
-        let computed = crc32c::crc32c(body);
+        let computed = crate::crc::crc32c(body);
         if stored != computed {
             return Err(format!("CRC mismatch: stored {stored:08X}, computed {computed:08X}"));
         }
@@ -360,7 +360,7 @@ mod tests {
         let older = |cut: usize, version: u16| {
             let mut v = v3[..v3.len() - cut].to_vec();
             v[4..6].copy_from_slice(&version.to_le_bytes());
-            let crc = crc32c::crc32c(&v);
+            let crc = crate::crc::crc32c(&v);
             v.extend_from_slice(&crc.to_le_bytes());
             v
         };
@@ -369,13 +369,13 @@ mod tests {
         let v3 = s1.encode();
         let mut v1 = v3[..v3.len() - 16].to_vec();
         v1[4..6].copy_from_slice(&1u16.to_le_bytes());
-        let crc = crc32c::crc32c(&v1);
+        let crc = crate::crc::crc32c(&v1);
         v1.extend_from_slice(&crc.to_le_bytes());
         assert_eq!(TwoPhaseState::decode(&v1), Ok(s1));
         // A lock list with a bad mode is refused even under a good CRC.
         let bad = TwoPhaseState { locks: vec![(Oid(16384), 1)], ..sample() }.encode();
         let mut body = bad[..bad.len() - 4].to_vec();
-        let crc = crc32c::crc32c(&body);
+        let crc = crate::crc::crc32c(&body);
         body.extend_from_slice(&crc.to_le_bytes());
         assert!(TwoPhaseState::decode(&body).unwrap_err().contains("modes"));
     }

@@ -137,7 +137,7 @@ impl SpillLog {
                 }
             }
         }
-        let crc = pieces.clone().fold(0u32, crc32c::crc32c_append);
+        let crc = pieces.clone().fold(0u32, crate::crc::crc32c_append);
         let cur = self.current.as_mut().expect("a current segment");
         let loc = RunLoc { segment: cur.segment, offset: cur.len, len: len32 };
         self.buf.extend_from_slice(&RUN_MAGIC.to_le_bytes());
@@ -207,7 +207,7 @@ impl SpillLog {
         }
         let crc = word(12);
         out.drain(..RUN_HEADER);
-        if crc32c::crc32c(out) != crc {
+        if crate::crc::crc32c(out) != crc {
             return Err(bad("CRC mismatch".into()));
         }
         Ok(())

@@ -430,7 +430,7 @@ fn a_spill_run_that_does_not_parse_or_is_cut_short_names_the_file_and_offset() {
     let len = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
     bytes[16] = 0xFF;
     bytes[17] = 0x7F;
-    let crc = crc32c::crc32c(&bytes[16..16 + len]);
+    let crc = crate::crc::crc32c(&bytes[16..16 + len]);
     bytes[12..16].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(p, &bytes).unwrap();
     match rb.commit(Xid(3), &mut |_| Ok(())).unwrap_err() {

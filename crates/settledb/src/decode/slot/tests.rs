@@ -52,7 +52,7 @@ fn version_1_state_loads() {
     v1.extend_from_slice(&1u16.to_le_bytes());
     v1.extend_from_slice(&v2[6..44]);
     v1.extend_from_slice(&v2[52..v2.len() - 4]);
-    v1.extend_from_slice(&crc32c::crc32c(&v1).to_le_bytes());
+    v1.extend_from_slice(&crate::crc::crc32c(&v1).to_le_bytes());
     assert_eq!(SlotData::decode(&v1), Ok(SlotData { two_phase_at: Lsn::INVALID, ..d }));
 }
 
