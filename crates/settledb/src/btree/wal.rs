@@ -28,7 +28,6 @@
 //! bytes as the original operation.
 
 use crate::error::{Error, Result};
-use crate::page::{self as pg, BLCKSZ};
 use crate::types::{BlockNumber, OffsetNumber};
 use crate::wal::Cursor;
 use crate::wal::DecodedRecord;
@@ -43,31 +42,7 @@ pub const XLOG_BTREE_VACUUM: u8 = 0x40;
 pub const XLOG_BTREE_DELETE_PAGE: u8 = 0x50;
 pub const XLOG_BTREE_DELETE: u8 = 0x60;
 
-/// The block data of a `will_init` page image.
-pub fn image_data(page: &[u8]) -> Vec<u8> {
-    let (lower, upper) = (pg::lower(page) as usize, pg::upper(page) as usize);
-    let (lower, upper) = if lower <= upper && upper <= BLCKSZ { (lower, upper) } else { (BLCKSZ, BLCKSZ) };
-    let mut v = Vec::with_capacity(4 + BLCKSZ - (upper - lower));
-    v.extend_from_slice(&(lower as u16).to_le_bytes());
-    v.extend_from_slice(&((upper - lower) as u16).to_le_bytes());
-    v.extend_from_slice(&page[..lower]);
-    v.extend_from_slice(&page[upper..]);
-    v
-}
-
-fn restore_image(rec: &DecodedRecord, data: &[u8], page: &mut [u8]) -> Result<()> {
-    let mut c = Cursor::new(data, rec.lsn);
-    let lower = c.u16()? as usize;
-    let hole = c.u16()? as usize;
-    let rest = c.rest();
-    if lower + hole > BLCKSZ || rest.len() + hole != BLCKSZ {
-        return Err(Error::corrupt_wal(rec.lsn, "B-tree page image has the wrong length"));
-    }
-    page[..lower].copy_from_slice(&rest[..lower]);
-    page[lower..lower + hole].fill(0);
-    page[lower + hole..].copy_from_slice(&rest[lower..]);
-    Ok(())
-}
+pub use crate::wal::newpage::{image_data, restore_image};
 
 /// Removes the items at `offsets` (ascending) from a leaf, compacting the rest in order (VACUUM
 /// and simple deletion, and their redo); `info` VACUUM also clears the page's vacuum cycle ID.

@@ -209,6 +209,7 @@ pub fn redo_page(rec: &DecodedRecord, b: &wal::DecodedBlock, page: &mut [u8]) ->
             Rmgr::Heap2 if crate::vm::is_vm_record(rec) => crate::vm::redo_block(rec, b.id, tag.block, page)?,
             Rmgr::Heap | Rmgr::Heap2 => heap::wal::redo_block(rec, b.id, tag.block, &b.data, page)?,
             Rmgr::Btree => crate::btree::wal::redo_block(rec, b.id, tag.block, &b.data, page)?,
+            Rmgr::Xlog if rec.info == wal::newpage::XLOG_FPI => wal::newpage::restore_image(rec, &b.data, page)?,
             other => {
                 return Err(Error::corrupt_wal(rec.lsn, format!("{} records carry no page changes", other.name())));
             }
@@ -304,6 +305,7 @@ pub fn describe_storage(rec: &DecodedRecord) -> String {
 pub fn describe_record(rec: &DecodedRecord) -> String {
     match rec.rmgr {
         Rmgr::Xlog if rec.info == XLOG_PARAMETER_CHANGE => describe_parameter_change(rec),
+        Rmgr::Xlog if rec.info == wal::newpage::XLOG_FPI => "FPI".to_string(),
         Rmgr::Xlog => CheckpointInfo::describe(rec),
         Rmgr::Storage => describe_storage(rec),
         Rmgr::Heap2 if crate::vm::is_vm_record(rec) => crate::vm::describe(rec),
@@ -338,6 +340,7 @@ pub fn replay(
             }
         }
         match rec.rmgr {
+            Rmgr::Xlog if rec.info == wal::newpage::XLOG_FPI => redo_blocks(&rec, pool)?,
             Rmgr::Xlog | Rmgr::Catalog | Rmgr::Standby | Rmgr::LogicalMsg => {}
             Rmgr::Xact => xact.redo(&rec)?,
             Rmgr::Clog => xact.clog().redo(&rec)?,

@@ -148,6 +148,7 @@
 pub mod control;
 mod cursor;
 pub mod desc;
+pub mod newpage;
 pub mod reader;
 pub mod record;
 pub mod segment;
