@@ -38,7 +38,10 @@ pub mod xact;
 
 pub use catalog::TableOptions;
 pub use config::{Config, FreezePolicy, IsolationLevel, WalLevel};
-pub use db::{Database, DbStats, Index, InsertOrConflict, Reloaded, Scan, Table, Transaction, TruncateOptions};
+pub use db::{
+    Database, DbStats, Index, InsertOrConflict, Reloaded, Scan, Table, Transaction, TruncateOptions, VacuumFullParams,
+    VacuumFullReport,
+};
 pub use decode::slot::{SlotInfo, SlotOptions, WalStatus};
 pub use error::{Error, Interrupt, InterruptError, Result};
 pub use heap::tuple::{Column, Schema, Type, Value, ValueRef};

@@ -43,8 +43,9 @@ struct Builder<'i, 'e> {
     ring: Ring,
 }
 
-/// Sorts and loads `entries` into the empty index `ix`.
-pub fn build(ix: &BtreeIndex, env: &HeapEnv<'_>, entries: Vec<(Vec<Value>, Tid)>) -> Result<()> {
+/// Sorts and loads `entries` into the empty index `ix`; a unique index's keys are checked
+/// for duplicates when `check_unique`.
+pub fn build(ix: &BtreeIndex, env: &HeapEnv<'_>, entries: Vec<(Vec<Value>, Tid)>, check_unique: bool) -> Result<()> {
     if ix.meta(env)?.root != P_NONE || ix.num_pages(env)? != 1 {
         return Err(Error::invalid(format!("index \"{}\" is not empty", ix.name)));
     }
@@ -65,7 +66,7 @@ pub fn build(ix: &BtreeIndex, env: &HeapEnv<'_>, entries: Vec<(Vec<Value>, Tid)>
     tuples.sort_unstable_by(|a, b| {
         bp::leaf_key(&a.0).0.cmp(bp::leaf_key(&b.0).0).then(bp::leaf_key(&a.0).1.cmp(&bp::leaf_key(&b.0).1))
     });
-    if ix.unique {
+    if ix.unique && check_unique {
         for w in tuples.windows(2) {
             let (ka, kb) = (bp::leaf_key(&w[0].0).0, bp::leaf_key(&w[1].0).0);
             if ka == kb && !w[0].1 {

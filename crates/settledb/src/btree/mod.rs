@@ -350,7 +350,15 @@ impl BtreeIndex {
 
     /// Bulk build from unsorted (key, tid) entries into an empty index; see [`build`].
     pub fn build(&self, env: &HeapEnv<'_>, entries: Vec<(Vec<Value>, Tid)>) -> Result<()> {
-        build::build(self, env, entries)
+        build::build(self, env, entries, true)
+    }
+
+    /// [`BtreeIndex::build`] of a unique index without the duplicate check: the entries of a
+    /// table VACUUM FULL rewrote, which index every version some snapshot may still see, so
+    /// one key may have several versions (all but one dead to the newest snapshots). The old
+    /// index held the table unique; inserts check uniqueness against the heap as always.
+    pub fn rebuild(&self, env: &HeapEnv<'_>, entries: Vec<(Vec<Value>, Tid)>) -> Result<()> {
+        build::build(self, env, entries, false)
     }
 
     /// Inserts one entry; see [`insert`].

@@ -87,7 +87,7 @@ pub use ddl::Index;
 pub use decoding::{DecodeLimits, DecodeResult, DecodeSummary};
 pub use publication::PublicationTarget;
 pub use startup::RecoveryReport;
-pub use transaction::{InsertOrConflict, Scan, Transaction, TruncateOptions};
+pub use transaction::{InsertOrConflict, Scan, Transaction, TruncateOptions, VacuumFullParams, VacuumFullReport};
 pub use vacuum::PagePin;
 
 /// pg_stat_database-style counters.

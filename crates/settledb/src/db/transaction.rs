@@ -63,11 +63,13 @@ mod rowlock;
 mod savepoint;
 mod truncate;
 mod upsert;
+mod vacuum_full;
 pub(crate) use export::ExportedSnapshots;
 use savepoint::SubXact;
 pub use truncate::TruncateOptions;
 pub(in crate::db) use truncate::{finish_prepared_storage, StorageSwap};
 pub use upsert::InsertOrConflict;
+pub use vacuum_full::{VacuumFullParams, VacuumFullReport};
 
 /// An open transaction. Dropping it without [`Transaction::commit`] rolls it back.
 pub struct Transaction<'db> {
@@ -162,11 +164,17 @@ impl<'db> Transaction<'db> {
     /// Takes `mode` on the table for the rest of the transaction, unless already held.
     /// Hot path: a search of the (short) list of locks held.
     fn lock_rel(&mut self, entry: &TableEntry, mode: LockMode) -> Result<()> {
+        self.lock_rel_with(entry, mode, WaitPolicy::Wait)
+    }
+
+    /// [`Transaction::lock_rel`] that, under [`WaitPolicy::NoWait`], fails with
+    /// [`Error::LockNotAvailable`] rather than wait.
+    fn lock_rel_with(&mut self, entry: &TableEntry, mode: LockMode, policy: WaitPolicy) -> Result<()> {
         let oid = entry.rel.oid;
         if self.held.iter().any(|&(o, m, _)| o == oid && m == mode) {
             return Ok(());
         }
-        let r = self.inner.lmgr.lock(&self.owner, oid, mode, WaitPolicy::Wait, self.lock_timeout);
+        let r = self.inner.lmgr.lock(&self.owner, oid, mode, policy, self.lock_timeout);
         if let Err(e) = r {
             // A failed lock wait ends the statement with an error that aborts the transaction.
             self.failed = Some(e.to_string());

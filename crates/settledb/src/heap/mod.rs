@@ -56,6 +56,7 @@ pub mod hot;
 pub mod lock;
 mod modify;
 pub mod prune;
+pub mod rewrite;
 pub mod truncate;
 pub mod tuple;
 pub mod usage;

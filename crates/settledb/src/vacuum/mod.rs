@@ -395,7 +395,7 @@ struct LazyVacuum<'a> {
 }
 
 /// `x` if it is a normal XID not after `cap`, else FirstNormalTransactionId.
-fn normal_or_first(x: Xid, cap: Xid) -> Xid {
+pub(crate) fn normal_or_first(x: Xid, cap: Xid) -> Xid {
     if !x.is_normal() || x.follows(cap) {
         Xid::FIRST_NORMAL
     } else {

@@ -54,6 +54,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::Transaction;
+use crate::btree::BtreeIndex;
 use crate::catalog::{self, ClassRow, IndexDef, TableEntry};
 use crate::db::{ddl, startup, Index, Inner, Table};
 use crate::error::{Error, Result};
@@ -85,6 +86,53 @@ impl StorageSwap {
         let mut v = vec![entry.rel.relfilenode];
         v.extend(entry.indexes.read().iter().map(|d| d.btree.relfilenode()));
         v
+    }
+}
+
+/// What a table's new storage is filled with: nothing ([`Empty`], TRUNCATE) or the old
+/// heap's surviving rows (VACUUM FULL, `super::vacuum_full`).
+pub(super) trait Refill {
+    /// Fills `new`, the empty heap on `old`'s new storage.
+    fn heap(&mut self, old: &TableEntry, new: &Relation) -> Result<Filled>;
+    /// Fills `btree`, the new storage (an empty B-tree) of index `def`, from the new heap.
+    fn index(&mut self, new: &Relation, def: &IndexDef, btree: &BtreeIndex) -> Result<Filled>;
+}
+
+/// What a filled relation's `pg_class` row says of it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Filled {
+    /// `relpages`, `None`: 0 with `reltuples` -1 (never vacuumed or analyzed).
+    pub relpages: Option<u32>,
+    pub reltuples: f64,
+    /// A heap's `relfrozenxid` (`None` for an index).
+    pub relfrozenxid: Option<Xid>,
+}
+
+impl Filled {
+    fn stamp(&self, row: &mut ClassRow) {
+        if let Some(p) = self.relpages {
+            row.relpages = i32::try_from(p).unwrap_or(i32::MAX);
+            row.reltuples = self.reltuples;
+        }
+        if let Some(x) = self.relfrozenxid {
+            row.relfrozenxid = x;
+        }
+    }
+}
+
+/// TRUNCATE's filling: none. The new heap's `relfrozenxid` is the oldest running XID, as no
+/// row in it can be older.
+struct Empty {
+    relfrozenxid: Xid,
+}
+
+impl Refill for Empty {
+    fn heap(&mut self, _old: &TableEntry, _new: &Relation) -> Result<Filled> {
+        Ok(Filled { relpages: None, reltuples: -1.0, relfrozenxid: Some(self.relfrozenxid) })
+    }
+
+    fn index(&mut self, _new: &Relation, _def: &IndexDef, _btree: &BtreeIndex) -> Result<Filled> {
+        Ok(Filled { relpages: None, reltuples: -1.0, relfrozenxid: None })
     }
 }
 
@@ -133,7 +181,8 @@ impl Transaction<'_> {
         let pg_class = inner.catalog.get("pg_class").ok_or_else(|| Error::NotFound("pg_class".into()))?;
         self.ensure_xid()?;
         let mut made: Vec<Oid> = Vec::new();
-        let r = self.new_storage(old, &pg_class.rel, &mut made);
+        let mut empty = Empty { relfrozenxid: inner.xact.oldest_xmin() };
+        let r = self.new_storage(old, &pg_class.rel, &mut made, &mut empty);
         let new = match r {
             Ok(new) => new,
             Err(e) => {
@@ -149,22 +198,28 @@ impl Transaction<'_> {
         Ok(())
     }
 
-    /// Steps 1 and 2 of the module doc; `made` collects the file nodes created.
-    fn new_storage(
+    /// Steps 1 and 2 of the module doc, the new storage filled by `fill` (empty for
+    /// TRUNCATE); `made` collects the file nodes created.
+    pub(super) fn new_storage(
         &mut self,
         old: &Arc<TableEntry>,
         pg_class: &Relation,
         made: &mut Vec<Oid>,
+        fill: &mut dyn Refill,
     ) -> Result<Arc<TableEntry>> {
         let inner: &Inner = self.inner;
         let smgr = inner.pool.smgr();
         let filenode = inner.catalog.allocate_oid();
         startup::log_create(&inner.wal, smgr, filenode, Fork::Main)?;
         made.push(filenode);
-        let relfrozenxid = inner.xact.oldest_xmin();
+        let rel = Arc::new(
+            Relation::new(old.rel.oid, &old.rel.name, filenode, old.rel.schema.clone(), old.rel.fillfactor)
+                .with_missing(old.rel.missing.clone()),
+        );
+        let heap = fill.heap(old, &rel)?;
         let tid = self.rewrite_class_row(pg_class, *old.row.lock(), &old.rel.name, |row| {
             row.relfilenode = filenode;
-            row.relfrozenxid = relfrozenxid;
+            heap.stamp(row);
         })?;
         let mut defs = Vec::new();
         for d in old.indexes.read().clone() {
@@ -182,7 +237,11 @@ impl Transaction<'_> {
             };
             let btree = Arc::new(ddl::new_btree(d.oid, ix_node, &d.name, &key_schema, d.meta.unique));
             btree.create_empty(&inner.env())?;
-            let ix_tid = self.rewrite_class_row(pg_class, *d.row.lock(), &d.name, |row| row.relfilenode = ix_node)?;
+            let filled = fill.index(&rel, &d, &btree)?;
+            let ix_tid = self.rewrite_class_row(pg_class, *d.row.lock(), &d.name, |row| {
+                row.relfilenode = ix_node;
+                filled.stamp(row);
+            })?;
             defs.push(Arc::new(IndexDef {
                 oid: d.oid,
                 name: d.name.clone(),
@@ -193,9 +252,12 @@ impl Transaction<'_> {
                 dropped: parking_lot::RwLock::new(false),
             }));
         }
-        let rel =
-            Arc::new(Relation::new(old.rel.oid, &old.rel.name, filenode, old.rel.schema.clone(), old.rel.fillfactor));
-        Ok(Arc::new(old.with_new_storage(rel, defs, tid, relfrozenxid)))
+        let entry = old.with_new_storage(rel, defs, tid, heap.relfrozenxid.unwrap_or(old.relfrozenxid()));
+        if let Some(pages) = heap.relpages {
+            entry.relpages.store(pages, Ordering::Release);
+            *entry.reltuples.lock() = heap.reltuples;
+        }
+        Ok(Arc::new(entry))
     }
 
     /// Replaces a `pg_class` row with a new version (`relpages` 0, `reltuples` -1, and what
@@ -395,7 +457,7 @@ fn republish(inner: &Inner, old: &Arc<TableEntry>) -> Result<()> {
 }
 
 /// Drops a relation's buffers (every fork) and removes its files.
-fn drop_files(inner: &Inner, relfilenode: Oid) -> Result<()> {
+pub(super) fn drop_files(inner: &Inner, relfilenode: Oid) -> Result<()> {
     inner.pool.drop_relation_buffers(relfilenode, None, BlockNumber(0))?;
     inner.pool.smgr().unlink(relfilenode)
 }
