@@ -68,6 +68,7 @@ pub fn execute(
     if sh.db.table(&table).is_err() {
         if at.if_exists {
             notices.push(Notice {
+                detail: None,
                 severity: "NOTICE",
                 code: "00000",
                 message: format!("relation \"{table}\" does not exist, skipping"),
@@ -255,6 +256,7 @@ fn volatile(column: &str) -> SqlError {
 
 fn column_exists_skipping(column: &str, table: &str) -> Notice {
     Notice {
+        detail: None,
         severity: "NOTICE",
         code: "42701",
         message: format!("column \"{column}\" of relation \"{table}\" already exists, skipping"),

@@ -49,6 +49,7 @@ pub fn execute(
                     return Err(SqlError::new("42P07", format!("relation \"{name}\" already exists")));
                 }
                 notices.push(Notice {
+                    detail: None,
                     severity: "NOTICE",
                     code: "42P07",
                     message: format!("relation \"{name}\" already exists, skipping"),
@@ -87,6 +88,7 @@ fn create_table(sh: &Shared, ct: &CreateTable, notices: &mut Vec<Notice>) -> Res
     if sh.db.table(&name).is_ok() {
         if ct.if_not_exists {
             notices.push(Notice {
+                detail: None,
                 severity: "NOTICE",
                 code: "42P07",
                 message: format!("relation \"{name}\" already exists, skipping"),
@@ -256,6 +258,7 @@ fn drop(
         if !exists {
             if if_exists {
                 notices.push(Notice {
+                    detail: None,
                     severity: "NOTICE",
                     code: "00000",
                     message: format!("{what} \"{n}\" does not exist, skipping"),
@@ -309,6 +312,7 @@ fn create_index(
     };
     if ci.if_not_exists && sh.db.index(&name).is_ok() {
         notices.push(Notice {
+            detail: None,
             severity: "NOTICE",
             code: "42P07",
             message: format!("relation \"{name}\" already exists, skipping"),
@@ -323,7 +327,12 @@ fn create_index(
 
 /// ALTER TABLE IF EXISTS's notice for a table that is not there.
 fn missing_relation_skipped(table: &str) -> Notice {
-    Notice { severity: "NOTICE", code: "00000", message: format!("relation \"{table}\" does not exist, skipping") }
+    Notice {
+        detail: None,
+        severity: "NOTICE",
+        code: "00000",
+        message: format!("relation \"{table}\" does not exist, skipping"),
+    }
 }
 
 /// `ALTER TABLE [IF EXISTS] table RESET (option, ...)`.
@@ -445,6 +454,7 @@ pub fn publication(
             for name in names {
                 match db.drop_publication(name) {
                     Err(settledb::Error::NotFound(_)) if *if_exists => notices.push(Notice {
+                        detail: None,
                         severity: "NOTICE",
                         code: "00000",
                         message: format!("publication \"{name}\" does not exist, skipping"),

@@ -103,7 +103,7 @@ pub struct VacuumCmd {
     pub disable_page_skipping: bool,
     pub skip_locked: bool,
     pub index_cleanup: Option<String>,
-    pub process_toast: bool,
+    pub process_toast: Option<bool>,
     pub truncate: Option<bool>,
     pub parallel: Option<u32>,
 }
@@ -591,7 +591,7 @@ impl<'a> Toks<'a> {
                     "ANALYZE" => v.analyze = on()?,
                     "DISABLE_PAGE_SKIPPING" => v.disable_page_skipping = on()?,
                     "SKIP_LOCKED" => v.skip_locked = on()?,
-                    "PROCESS_TOAST" => v.process_toast = on()?,
+                    "PROCESS_TOAST" => v.process_toast = Some(on()?),
                     "TRUNCATE" => v.truncate = Some(on()?),
                     "INDEX_CLEANUP" => {
                         let s = val.unwrap_or_else(|| "on".into());
@@ -827,7 +827,14 @@ mod tests {
         .unwrap() else {
             panic!()
         };
-        assert!(v.verbose && !v.freeze && v.skip_locked && v.process_toast && v.disable_page_skipping && v.analyze);
+        assert!(
+            v.verbose
+                && !v.freeze
+                && v.skip_locked
+                && v.process_toast == Some(true)
+                && v.disable_page_skipping
+                && v.analyze
+        );
         assert_eq!(v.index_cleanup.as_deref(), Some("off"));
         assert_eq!((v.truncate, v.parallel), (Some(false), Some(2)));
         assert_eq!(v.tables, vec!["t", "u"]);

@@ -93,6 +93,8 @@ pub struct Notice {
     pub severity: &'static str,
     pub code: &'static str,
     pub message: String,
+    /// The DETAIL field (psql prints it on its own `DETAIL:  ` line).
+    pub detail: Option<String>,
 }
 
 /// A result column.
@@ -817,6 +819,7 @@ impl<'db> Session<'db> {
     fn begin(&mut self, modes: &[TransactionMode], notices: &mut Vec<Notice>) -> Result<Outcome, SqlError> {
         if self.in_block {
             notices.push(Notice {
+                detail: None,
                 severity: "WARNING",
                 code: "25001",
                 message: "there is already a transaction in progress".into(),
@@ -926,6 +929,7 @@ impl<'db> Session<'db> {
     fn commit(&mut self, notices: &mut Vec<Notice>) -> Outcome {
         if !self.in_block {
             notices.push(Notice {
+                detail: None,
                 severity: "WARNING",
                 code: "25P01",
                 message: "there is no transaction in progress".into(),
@@ -946,7 +950,12 @@ impl<'db> Session<'db> {
         match tx.map(Transaction::commit) {
             Some(Err(e)) => {
                 // The client still learns the outcome; the block is over either way.
-                notices.push(Notice { severity: "WARNING", code: "40001", message: format!("commit failed: {e}") });
+                notices.push(Notice {
+                    detail: None,
+                    severity: "WARNING",
+                    code: "40001",
+                    message: format!("commit failed: {e}"),
+                });
                 Outcome::End("ROLLBACK".into())
             }
             _ => Outcome::End("COMMIT".into()),
@@ -956,6 +965,7 @@ impl<'db> Session<'db> {
     fn rollback(&mut self, notices: &mut Vec<Notice>) -> Outcome {
         if !self.in_block {
             notices.push(Notice {
+                detail: None,
                 severity: "WARNING",
                 code: "25P01",
                 message: "there is no transaction in progress".into(),
@@ -999,6 +1009,7 @@ impl<'db> Session<'db> {
                 if !self.in_block && !self.multi_statement {
                     // Nothing to apply it to: PostgreSQL warns and goes on.
                     notices.push(Notice {
+                        detail: None,
                         severity: "WARNING",
                         code: "25P01",
                         message: "SET TRANSACTION can only be used in transaction blocks".into(),

@@ -2,7 +2,10 @@
 //!
 //! PostgreSQL 15's options map onto [`VacuumParams`]: `FREEZE`, `VERBOSE`,
 //! `DISABLE_PAGE_SKIPPING`, `INDEX_CLEANUP`, `TRUNCATE`, `PARALLEL`, `SKIP_LOCKED` directly.
-//! `FULL` (a table rewrite) is refused with 0A000. `ANALYZE` runs the engine's table-level
+//! `FULL` rewrites each table ([`settledb::Database::vacuum_full`]; `FREEZE`, `VERBOSE`,
+//! `ANALYZE` and `SKIP_LOCKED` apply, `INDEX_CLEANUP` and `TRUNCATE` mean nothing to it, and
+//! `DISABLE_PAGE_SKIPPING`, `PARALLEL` and `PROCESS_TOAST false` are refused as PostgreSQL
+//! refuses them); the system catalogs are not rewritten. `ANALYZE` runs the engine's table-level
 //! ANALYZE after the vacuum. With `SKIP_LOCKED` a table whose lock another session holds (a
 //! running VACUUM, ANALYZE or DDL) is skipped with PostgreSQL's WARNING (`skipping vacuum of
 //! "t" --- lock not available`); without, VACUUM waits for it. `PROCESS_TOAST` is accepted:
@@ -15,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use settledb::{Database, FreezePolicy, IndexCleanup, VacuumParams, VacuumReport};
+use settledb::{Database, FreezePolicy, IndexCleanup, VacuumFullParams, VacuumParams, VacuumReport};
 
 use crate::error::SqlError;
 use crate::parse::VacuumCmd;
@@ -29,7 +32,7 @@ pub fn vacuum(
     notices: &mut Vec<Notice>,
 ) -> Result<Outcome, SqlError> {
     if v.full {
-        return Err(SqlError::unsupported("VACUUM FULL"));
+        return vacuum_full(db, v, interrupt, notices);
     }
     let bad = |e: String| SqlError::new("22023", e);
     let mut params = VacuumParams {
@@ -91,6 +94,69 @@ pub fn vacuum(
     Ok(Outcome::Command("VACUUM".into()))
 }
 
+/// `VACUUM (FULL ...)`: each table named, or every table, rewritten by
+/// [`Database::vacuum_full`] in a transaction of its own. The system catalogs are not
+/// rewritten: named, one is refused (0A000); with no table named they get a plain VACUUM.
+/// PostgreSQL's refusals of options FULL does not take come first.
+fn vacuum_full(
+    db: &Database,
+    v: &VacuumCmd,
+    interrupt: settledb::Interrupt,
+    notices: &mut Vec<Notice>,
+) -> Result<Outcome, SqlError> {
+    let refuse = |m: &str| Err(SqlError::new("0A000", m));
+    if v.disable_page_skipping {
+        return refuse("VACUUM option DISABLE_PAGE_SKIPPING cannot be used with FULL");
+    }
+    if v.process_toast == Some(false) {
+        return refuse("PROCESS_TOAST required with VACUUM FULL");
+    }
+    if v.parallel.is_some() {
+        return refuse("VACUUM FULL cannot be performed in parallel");
+    }
+    let is_catalog = |t: &str| settledb::catalog::is_system_catalog(t);
+    if let Some(t) = v.tables.iter().find(|t| is_catalog(t)) {
+        return Err(SqlError::unsupported(format!("VACUUM FULL of system catalog \"{t}\"")));
+    }
+    let params = VacuumFullParams { freeze: v.freeze, skip_locked: v.skip_locked, interrupt: Some(interrupt.clone()) };
+    let all = v.tables.is_empty();
+    let names: Vec<String> =
+        if all { db.tables().iter().map(|t| t.name().to_string()).collect() } else { v.tables.clone() };
+    for t in &names {
+        let r = if is_catalog(t) {
+            let plain = VacuumParams {
+                skip_locked: v.skip_locked,
+                verbose: v.verbose,
+                freeze: v.freeze,
+                interrupt: Some(interrupt.clone()),
+                ..VacuumParams::default()
+            };
+            db.vacuum(Some(t), &plain).map(|r| {
+                if v.verbose {
+                    notices.extend(r.iter().flat_map(verbose_notices));
+                }
+            })
+        } else {
+            db.vacuum_full(t, &params).map(|r| {
+                if v.verbose {
+                    for (message, detail) in r.verbose_messages() {
+                        notices.push(Notice { severity: "INFO", code: "00000", message, detail });
+                    }
+                }
+            })
+        };
+        match r {
+            Ok(()) => {}
+            Err(settledb::Error::LockNotAvailable(_)) if v.skip_locked => notices.push(skipping("vacuum", t)),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if v.analyze {
+        analyze(db, &v.tables, v.verbose, v.skip_locked, notices)?;
+    }
+    Ok(Outcome::Command("VACUUM".into()))
+}
+
 /// ANALYZE of the tables named, or of every table: the engine's table-level ANALYZE
 /// (`settledb::analyze`: relpages, reltuples, the live and dead estimates; no column
 /// statistics). VERBOSE sends PostgreSQL's two INFO messages per table; the sample PostgreSQL
@@ -115,7 +181,7 @@ pub fn analyze(
             Err(e) => return Err(e.into()),
         };
         if verbose {
-            let info = |message: String| Notice { severity: "INFO", code: "00000", message };
+            let info = |message: String| Notice { severity: "INFO", code: "00000", message, detail: None };
             notices.push(info(format!("analyzing \"{schema}.{}\"", r.table)));
             notices.push(info(format!(
                 "\"{}\": scanned {} of {} pages, containing {} live rows and {} dead rows; {} rows in sample, {} \
@@ -130,6 +196,7 @@ pub fn analyze(
 /// PostgreSQL's WARNING for a table SKIP_LOCKED passed over.
 fn skipping(what: &str, table: &str) -> Notice {
     Notice {
+        detail: None,
         severity: "WARNING",
         code: "55P03",
         message: format!("skipping {what} of \"{table}\" --- lock not available"),
@@ -142,7 +209,7 @@ pub fn verbose_notices(r: &VacuumReport) -> Vec<Notice> {
     let mut out: Vec<Notice> = Vec::new();
     for line in r.verbose_text().lines() {
         match line.strip_prefix("INFO:  ") {
-            Some(m) => out.push(Notice { severity: "INFO", code: "00000", message: m.to_string() }),
+            Some(m) => out.push(Notice { severity: "INFO", code: "00000", message: m.to_string(), detail: None }),
             None => {
                 if let Some(last) = out.last_mut() {
                     last.message.push('\n');

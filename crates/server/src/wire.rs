@@ -320,7 +320,8 @@ where
             client.feed(PgWireBackendMessage::ParameterStatus(m)).await?;
             continue;
         }
-        let info = ErrorInfo::new(n.severity.into(), n.code.into(), n.message.clone());
+        let mut info = ErrorInfo::new(n.severity.into(), n.code.into(), n.message.clone());
+        info.detail = n.detail.clone();
         client.feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(info))).await?;
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! The real `psql` against `settle serve`'s server: a script with `-f` (DDL, DML, types,
 //! errors with their SQLSTATE-bearing messages, a rolled-back block), `VACUUM (VERBOSE)`
-//! showing PostgreSQL's INFO block, and `pg_isready`.
+//! showing PostgreSQL's INFO block, `VACUUM (FULL, VERBOSE)` with its INFO and DETAIL lines,
+//! and `pg_isready`.
 
 mod common;
 
@@ -103,6 +104,60 @@ fn vacuum_verbose_sends_info_notices() {
     // VACUUM refuses to run in a block, as in PostgreSQL.
     let o = run(&psql, &["-X", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-c", "begin", "-c", "vacuum v"]);
     assert!(text(&o).1.contains("VACUUM cannot run inside a transaction block"));
+}
+
+/// `VACUUM FULL` rewrites the table: psql shows PostgreSQL 15's two INFO messages and the
+/// DETAIL line, `pg_relation_size` falls, the rows and the primary key are intact, and the
+/// options FULL does not take are refused as PostgreSQL refuses them.
+#[test]
+fn vacuum_full_rewrites_the_table() {
+    let Some(psql) = require("psql") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::start(dir.path());
+    psql_value(&psql, &s, "create table f (id int primary key, pad text)");
+    let pad = "x".repeat(200);
+    psql_value(&psql, &s, &format!("insert into f select g, '{pad}' from generate_series(1, 3000) g"));
+    psql_value(&psql, &s, "delete from f where id % 3 <> 0");
+    let size = || psql_value(&psql, &s, "select pg_relation_size('f')").parse::<u64>().unwrap();
+    let before = size();
+    let o = run(&psql, &["-X", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-c", "VACUUM (FULL, VERBOSE) f"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim(), "VACUUM");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines[0], "INFO:  vacuuming \"public.f\"", "{err}");
+    let pages = before / 8192;
+    assert_eq!(
+        lines[1],
+        format!("INFO:  \"public.f\": found 2000 removable, 1000 nonremovable row versions in {pages} pages"),
+        "{err}"
+    );
+    assert_eq!(lines[2], "DETAIL:  0 dead row versions cannot be removed yet.", "{err}");
+    assert!(lines[3].starts_with("CPU: user: ") && lines[3].contains(" elapsed: "), "{err}");
+    let after = size();
+    assert!(after * 2 < before, "{after} bytes from {before}");
+    assert_eq!(psql_value(&psql, &s, "select count(*), sum(id) from f"), "1000|1501500");
+    assert_eq!(psql_value(&psql, &s, &format!("select pad = '{pad}' from f where id = 2997")), "t");
+    let dup = run(
+        &psql,
+        &["-X", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-c", "insert into f values (3, 'd')"],
+    );
+    assert!(text(&dup).1.contains("duplicate key value violates unique constraint \"f_pkey\""), "{:?}", text(&dup));
+    // Plain `VACUUM FULL` (every table) works too; what FULL cannot take is refused.
+    assert_eq!(psql_value(&psql, &s, "vacuum full"), "VACUUM");
+    for (sql, want) in [
+        ("vacuum (full, disable_page_skipping) f", "VACUUM option DISABLE_PAGE_SKIPPING cannot be used with FULL"),
+        ("vacuum (full, parallel 2) f", "VACUUM FULL cannot be performed in parallel"),
+        ("vacuum (full, process_toast false) f", "PROCESS_TOAST required with VACUUM FULL"),
+        ("vacuum full pg_class", "VACUUM FULL of system catalog \"pg_class\" is not supported"),
+    ] {
+        let o = run(&psql, &["-X", "-h", "127.0.0.1", "-p", &s.port(), "-U", "postgres", "-c", sql]);
+        assert!(text(&o).1.contains(want), "{sql}: {:?}", text(&o));
+    }
+    // The rewrite survives a restart.
+    s.stop();
+    let s = TestServer::start(dir.path());
+    assert_eq!(psql_value(&psql, &s, "select count(*), sum(id) from f"), "1000|1501500");
 }
 
 #[test]

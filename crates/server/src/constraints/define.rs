@@ -395,6 +395,7 @@ pub fn drop(
     if found.is_none() && index.is_none() {
         if if_exists {
             notices.push(Notice {
+                detail: None,
                 severity: "NOTICE",
                 code: "00000",
                 message: format!("constraint \"{name}\" of relation \"{table}\" does not exist, skipping"),
@@ -451,7 +452,7 @@ fn cascade_notice(notices: &mut Vec<Notice>, dropped: &[Arc<Constraint>], sh: &S
         [one] => format!("drop cascades to {one}"),
         _ => format!("drop cascades to {} other objects", lines.len()),
     };
-    let mut n = Notice { severity: "NOTICE", code: "00000", message };
+    let mut n = Notice { severity: "NOTICE", code: "00000", message, detail: None };
     if lines.len() > 1 {
         // PostgreSQL puts the list in the DETAIL; a notice here has none, so it follows.
         n.message = format!(
@@ -563,6 +564,7 @@ pub fn truncate_targets(
                     .with_hint(format!("Truncate table \"{child}\" at the same time, or use TRUNCATE ... CASCADE.")));
             }
             notices.push(Notice {
+                detail: None,
                 severity: "NOTICE",
                 code: "00000",
                 message: format!("truncate cascades to table \"{child}\""),

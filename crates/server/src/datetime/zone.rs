@@ -67,7 +67,7 @@ pub fn report(
     let now = settings.get("timezone");
     if now.is_some() && now != before.as_ref() {
         let message = now.cloned().unwrap_or_default();
-        notices.push(crate::session::Notice { severity: PARAMETER_STATUS, code: "", message });
+        notices.push(crate::session::Notice { severity: PARAMETER_STATUS, code: "", message, detail: None });
     }
 }
 

@@ -164,6 +164,7 @@ fn drop_roles(
                 return Err(undefined(name));
             }
             notices.push(Notice {
+                detail: None,
                 severity: "NOTICE",
                 code: "00000",
                 message: format!("role \"{name}\" does not exist, skipping"),
@@ -194,6 +195,7 @@ fn verifier(
     let Some(Secret(text)) = given else { return Ok(Some(None)) };
     if text.is_empty() {
         notices.push(Notice {
+            detail: None,
             severity: "NOTICE",
             code: "00000",
             message: "empty string is not a valid password, clearing password".into(),

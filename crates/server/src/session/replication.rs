@@ -142,6 +142,7 @@ impl<'db> Session<'db> {
         let in_block = self.in_block || self.multi_statement;
         if !in_block {
             notices.push(Notice {
+                detail: None,
                 severity: "WARNING",
                 code: "25P01",
                 message: "SET TRANSACTION can only be used in transaction blocks".into(),
