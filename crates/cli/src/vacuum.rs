@@ -11,6 +11,9 @@
 //! INFO block; otherwise one line per table. The database is closed with a shutdown
 //! checkpoint, so the directory is clean afterwards.
 //!
+//! `--full` rewrites each table instead (`VACUUM FULL`, [`settledb::Database::vacuum_full`]):
+//! every table but the system catalogs when none is named; `--freeze` and `--verbose` apply.
+//!
 //! `--only-database-stats` vacuums no table: like PostgreSQL 16's `VACUUM (ONLY_DATABASE_STATS)`
 //! it recomputes the database frozen XID by scanning all of `pg_class`, prints it beside the
 //! value settledb keeps incrementally and the scan's time, and exits 1 if they differ.
@@ -53,6 +56,10 @@ pub struct VacuumArgs {
     /// Freezing policy for this run (default: the vacuum_freeze_policy setting).
     #[arg(long, value_name = "lazy|pg16|eager|adaptive", value_parser = parse_policy)]
     policy: Option<FreezePolicy>,
+    /// VACUUM FULL: rewrite the table (default: every table but the system catalogs) into
+    /// new storage holding only what some snapshot may still see, and rebuild its indexes.
+    #[arg(long, conflicts_with_all = ["disable_page_skipping", "parallel", "policy", "only_database_stats"])]
+    full: bool,
     /// Vacuum no table: recompute the database frozen XID by a full scan of pg_class.
     #[arg(long, conflicts_with = "table")]
     only_database_stats: bool,
@@ -101,6 +108,13 @@ pub fn run(a: VacuumArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if a.full {
+        let r = vacuum_full(&db, a.table.as_deref(), a.freeze, a.verbose);
+        let closed = db.close();
+        r?;
+        closed?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let params = VacuumParams {
         verbose: a.verbose,
         freeze: a.freeze,
@@ -128,6 +142,40 @@ pub fn run(a: VacuumArgs) -> Result<ExitCode> {
     }
     db.close()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--full`: each table rewritten in a transaction of its own, reported in PostgreSQL's
+/// words with `--verbose` (its INFO and DETAIL lines), else one line per table.
+fn vacuum_full(db: &Database, table: Option<&str>, freeze: bool, verbose: bool) -> Result<()> {
+    let names: Vec<String> = match table {
+        Some(t) => vec![t.to_string()],
+        None => db
+            .tables()
+            .iter()
+            .map(|t| t.name().to_string())
+            .filter(|n| !settledb::catalog::is_system_catalog(n))
+            .collect(),
+    };
+    let params = settledb::VacuumFullParams { freeze, ..Default::default() };
+    for t in &names {
+        let r = db.vacuum_full(t, &params)?;
+        if verbose {
+            for (message, detail) in r.verbose_messages() {
+                println!("INFO:  {message}");
+                if let Some(d) = detail {
+                    println!("DETAIL:  {d}");
+                }
+            }
+        } else {
+            let c = &r.counts;
+            println!(
+                "rewrote \"{}\": {} pages into {}, {} row versions removed, {} kept ({} dead but not yet removable, {} \
+                 frozen), relfrozenxid {}",
+                r.table, c.old_pages, c.new_pages, c.removed, c.kept, c.recently_dead, c.frozen, r.relfrozenxid
+            );
+        }
+    }
+    Ok(())
 }
 
 /// One line for a table vacuumed without `--verbose`.

@@ -237,6 +237,38 @@ fn vacuum_verbose_reports_then_maps_summarize() {
     assert!(ok && out.contains("no problems"), "{out}{err}");
 }
 
+/// `settle vacuum --full` rewrites the table: PostgreSQL's VACUUM FULL lines with
+/// `--verbose`, a smaller table, a clean `check`; `--full` refuses the options it cannot take.
+#[test]
+fn vacuum_full_rewrites_the_table() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    table_with_dead_rows(&dir);
+    let d = dir.to_str().unwrap();
+    let (ok, out, err) = settle(&["vacuum", d, "t", "--full", "--verbose"]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "INFO:  vacuuming \"public.t\"", "{out}");
+    assert!(
+        lines[1].starts_with("INFO:  \"public.t\": found 200 removable, 1800 nonremovable row versions in "),
+        "{out}"
+    );
+    assert_eq!(lines[2], "DETAIL:  0 dead row versions cannot be removed yet.", "{out}");
+    assert!(lines[3].starts_with("CPU: user: "), "{out}");
+    // Nothing is left to remove, and the table is smaller than it was.
+    let (ok, out, err) = settle(&["vacuum", d, "--full", "--freeze"]);
+    assert!(ok, "{err}");
+    let t = out.lines().find(|l| l.starts_with("rewrote \"t\": ")).expect(&out);
+    let pages: Vec<u32> = t.split(' ').filter_map(|w| w.parse().ok()).take(2).collect();
+    assert!(pages[1] < pages[0], "{t}");
+    assert!(t.contains(" 0 row versions removed, 1800 kept (0 dead but not yet removable, 1800 frozen)"), "{t}");
+    assert!(!out.contains("pg_class"), "the catalogs are not rewritten: {out}");
+    let (ok, out, err) = settle(&["check", d]);
+    assert!(ok && out.contains("no problems"), "{out}{err}");
+    let (ok, _, err) = settle(&["vacuum", d, "--full", "--parallel", "2"]);
+    assert!(!ok && err.contains("cannot be used with"), "{err}");
+}
+
 #[test]
 fn vacuum_and_inspect_reject_bad_input_without_panicking() {
     let tmp = tempfile::tempdir().unwrap();
