@@ -18,6 +18,7 @@
 //!   restored from their `XLOG FPI` records).
 //! * `a_crash_right_after_the_commit_replays_the_new_pages`: nothing of the new storage
 //!   reached the disk but the WAL, and recovery rebuilds it.
+//! * `a_slot_decodes_across_the_rewrite`: a logical slot's changes on either side of it.
 //! * `a_catalog_or_a_missing_table_is_refused`.
 
 use std::collections::BTreeSet;
@@ -402,6 +403,44 @@ fn a_crash_right_after_the_commit_replays_the_new_pages() {
     assert_check_clean(&db2, "after the crash");
     db2.abandon();
     db.abandon();
+}
+
+/// Under `wal_level = logical` a slot decodes the rows written before a VACUUM FULL, nothing of
+/// the rewrite itself (its page images are no changes), and the rows written to the new file
+/// nodes afterwards as the table's, before and after a restart.
+#[test]
+fn a_slot_decodes_across_the_rewrite() {
+    use settledb::db::DecodeLimits;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = || Config { wal_level: settledb::WalLevel::Logical, ..config() };
+    let db = Database::open(dir.path(), cfg()).unwrap();
+    setup(&db, 0);
+    db.create_logical_replication_slot("s", "test_decoding", false).unwrap();
+    let (t, pk) = (db.table("t").unwrap(), db.index("t_pkey").unwrap());
+    let mut tx = db.begin().unwrap();
+    for id in 0..300 {
+        tx.insert(&t, &[Value::Int4(id), Value::Text(v_of(id, 0))]).unwrap();
+    }
+    tx.commit().unwrap();
+    churn(&db, 300);
+    db.vacuum_full("t", &VacuumFullParams::default()).unwrap();
+    let mut tx = db.begin().unwrap();
+    tx.insert(&t, &[Value::Int4(1000), Value::Text("after".into())]).unwrap();
+    let (tid, _) = tx.get(&pk, &[Value::Int4(299)]).unwrap().unwrap();
+    tx.update(&t, tid, &[Value::Int4(299), Value::Text("updated after".into())]).unwrap();
+    tx.commit().unwrap();
+    db.close().unwrap();
+
+    let db = Database::open(dir.path(), cfg()).unwrap();
+    let opts = vec![("include-xids".to_string(), Some("0".to_string()))];
+    let r = db.logical_slot_get_changes("s", DecodeLimits::default(), &opts).unwrap();
+    let lines: Vec<String> = r.rows.into_iter().map(|r| String::from_utf8(r.data).unwrap()).collect();
+    let count = |what: &str| lines.iter().filter(|l| l.starts_with(&format!("table public.t: {what}: "))).count();
+    assert_eq!((count("INSERT"), count("DELETE"), count("UPDATE")), (301, 75, 76), "{lines:#?}");
+    let n = lines.len();
+    assert!(lines[n - 3].starts_with("table public.t: INSERT: id[integer]:1000 v[text]:'after'"), "{lines:#?}");
+    assert!(lines[n - 2].starts_with("table public.t: UPDATE: id[integer]:299 v[text]:'updated after'"), "{lines:#?}");
+    assert_eq!(lines.iter().filter(|l| *l == "BEGIN").count(), 4, "the load, the churn, the rewrite, the last");
 }
 
 #[test]
