@@ -247,6 +247,21 @@ impl IndexDef {
     pub fn key_of(&self, row: &[Value]) -> Vec<Value> {
         self.meta.columns.iter().map(|&c| row.get(usize::from(c)).cloned().unwrap_or(Value::Null)).collect()
     }
+
+    /// [`IndexDef::key_of`] a row deformed as borrowed values
+    /// ([`crate::heap::tuple::deform_tuple_refs`]): only the key's columns are copied out.
+    /// `what` names the row in the error for a text value that is not UTF-8.
+    pub fn key_of_refs(
+        &self,
+        row: &[crate::heap::tuple::ValueRef<'_>],
+        what: &dyn std::fmt::Display,
+    ) -> std::result::Result<Vec<Value>, String> {
+        self.meta
+            .columns
+            .iter()
+            .map(|&c| row.get(usize::from(c)).map_or(Ok(Value::Null), |v| v.to_value(what)))
+            .collect()
+    }
 }
 
 /// A table as the catalog knows it.

@@ -63,7 +63,10 @@ pub fn build(ix: &BtreeIndex, env: &HeapEnv<'_>, entries: Vec<(Vec<Value>, Tid)>
         tuples.push((t, nulls));
     }
     drop(entries);
-    tuples.sort_unstable_by(|a, b| {
+    // A stable sort for its run detection: a table's rows are often in key order but for
+    // the rows updated since, which lie in key order at its end (a rewritten table's, an
+    // index built after a load and some updates); two runs merge in one pass.
+    tuples.sort_by(|a, b| {
         bp::leaf_key(&a.0).0.cmp(bp::leaf_key(&b.0).0).then(bp::leaf_key(&a.0).1.cmp(&bp::leaf_key(&b.0).1))
     });
     if ix.unique && check_unique {

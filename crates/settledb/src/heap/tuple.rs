@@ -713,6 +713,23 @@ pub fn deform_tuple_with(schema: &Schema, missing: &[Value], tuple: &[u8]) -> st
     Ok(out)
 }
 
+/// [`deform_tuple_with`] as values borrowed from `tuple` and `missing` ([`ValueRef`]), into
+/// `out`: for a reader that wants a few columns of many rows (an index build) without
+/// allocating the rest.
+pub fn deform_tuple_refs<'a>(
+    schema: &Schema,
+    missing: &'a [Value],
+    tuple: &'a [u8],
+    out: &mut Vec<ValueRef<'a>>,
+) -> std::result::Result<(), String> {
+    if let Some(p) = header_problem(tuple) {
+        return Err(p);
+    }
+    let h = TupleHeader(tuple);
+    let nulls = (h.infomask() & HEAP_HASNULL != 0).then(|| &tuple[HEAP_TUPLE_HEADER_SIZE..]);
+    deform_data_refs(schema, missing, h.natts() as usize, nulls, h.data(), out)
+}
+
 /// Walks a tuple's attributes, given as its attribute count, its null bitmap (when it has one)
 /// and its data area: `each` gets every column of `schema` in order, with what the tuple holds
 /// for it (`None` past the tuple's `natts`, where the column's missing value applies), a text

@@ -218,14 +218,16 @@ fn entries(
         }
         let buf = heap::read_page(&env, rel, BlockNumber(b), None)?;
         let g = buf.read();
+        let mut refs = Vec::with_capacity(rel.schema.columns.len());
         for o in 1..=page::max_offset(&g.0) {
             let off = OffsetNumber(o);
             if page::item_id(&g.0, off).flags != LpFlags::Normal {
                 continue;
             }
             let tid = Tid { block: BlockNumber(b), offset: off };
-            let vals = rel.deform(page::item(&g.0, off)).map_err(|e| heap::corrupt_tuple(rel, tid, &e))?;
-            out.push((def.key_of(&vals), tid));
+            let bad = |e: String| heap::corrupt_tuple(rel, tid, &e);
+            heap::tuple::deform_tuple_refs(&rel.schema, &rel.missing, page::item(&g.0, off), &mut refs).map_err(bad)?;
+            out.push((def.key_of_refs(&refs, &tid).map_err(bad)?, tid));
         }
     }
     Ok(out)
