@@ -334,45 +334,52 @@ fn freeze_freezes_every_copied_row() {
     assert_check_clean(&db, "after VACUUM (FULL, FREEZE) and VACUUM");
 }
 
-#[test]
-fn crash_before_and_after_the_commit() {
-    let n = 600;
-    let dir = Path::new("/data");
-    let cfg =
-        Config::from_pairs(vec![("checkpoint_timeout", "1d"), ("max_wal_size", "1TB"), ("wal_writer_delay", "10s")])
-            .unwrap();
+fn crash_config() -> Config {
+    Config::from_pairs(vec![("checkpoint_timeout", "1d"), ("max_wal_size", "1TB"), ("wal_writer_delay", "10s")])
+        .unwrap()
+}
+
+/// A FaultFs database with `t` churned (`n` rows) and checkpointed.
+fn churned_on_fault_fs(n: i32) -> (Arc<FaultFs>, Database) {
     let fs = FaultFs::new();
-    let db = Database::open_with_fs(fs.clone(), dir, cfg.clone()).unwrap();
+    let db = Database::open_with_fs(fs.clone(), Path::new("/data"), crash_config()).unwrap();
     setup(&db, n);
     churn(&db, n);
     db.checkpoint().unwrap();
-    let before = files(&*fs, dir);
+    (fs, db)
+}
+
+/// Crashes `fs` in `mode` and checks that recovery shows the churned rows, by a scan and both
+/// indexes, with exactly the files `files_want` and a clean `check`.
+fn assert_recovers(fs: &FaultFs, mode: CrashMode, n: i32, files_want: &BTreeSet<String>, what: &str) {
+    let dir = Path::new("/data");
+    let crashed = fs.crash(mode);
+    let db = Database::open_with_fs(crashed.clone(), dir, crash_config()).unwrap();
+    let mut tx = db.begin().unwrap();
+    assert_sees(&db, &mut tx, n, &expected(n, true), &format!("{mode:?}: {what}"));
+    tx.commit().unwrap();
+    assert_eq!(&files(&*crashed, dir), files_want, "{mode:?}: {what}: the files");
+    assert_check_clean(&db, what);
+    db.abandon();
+}
+
+#[test]
+fn crash_before_and_after_the_commit() {
+    let n = 600;
+    let (fs, db) = churned_on_fault_fs(n);
+    let before = files(&*fs, Path::new("/data"));
     let mut tx = db.begin().unwrap();
     let r = tx.vacuum_full("t", &VacuumFullParams::default()).unwrap();
     assert_eq!(r.counts.removed, (n / 2) as u64);
     db.checkpoint().unwrap(); // the new files' pages reach the disk before the crash
     for mode in [CrashMode::LoseUnsynced, CrashMode::Random { seed: 11 }] {
-        let crashed = fs.crash(mode);
-        let db2 = Database::open_with_fs(crashed.clone(), dir, cfg.clone()).unwrap();
-        let mut tx2 = db2.begin().unwrap();
-        assert_sees(&db2, &mut tx2, n, &expected(n, true), &format!("{mode:?}: crash before the commit"));
-        tx2.commit().unwrap();
-        assert_eq!(files(&*crashed, dir), before, "{mode:?}: only the old files remain");
-        assert_check_clean(&db2, "crash before the commit");
-        db2.abandon();
+        assert_recovers(&fs, mode, n, &before, "crash before the commit: only the old files remain");
     }
     tx.commit().unwrap();
-    let after = files(&*fs, dir);
+    let after = files(&*fs, Path::new("/data"));
     assert_ne!(after, before);
     for mode in [CrashMode::LoseUnsynced, CrashMode::Random { seed: 11 }] {
-        let crashed = fs.crash(mode);
-        let db2 = Database::open_with_fs(crashed.clone(), dir, cfg.clone()).unwrap();
-        let mut tx2 = db2.begin().unwrap();
-        assert_sees(&db2, &mut tx2, n, &expected(n, true), &format!("{mode:?}: crash after the commit"));
-        tx2.commit().unwrap();
-        assert_eq!(files(&*crashed, dir), after, "{mode:?}: only the new files remain");
-        assert_check_clean(&db2, "crash after the commit");
-        db2.abandon();
+        assert_recovers(&fs, mode, n, &after, "crash after the commit: only the new files remain");
     }
     db.abandon();
 }
@@ -382,26 +389,11 @@ fn crash_before_and_after_the_commit() {
 #[test]
 fn a_crash_right_after_the_commit_replays_the_new_pages() {
     let n = 600;
-    let dir = Path::new("/data");
-    let cfg =
-        Config::from_pairs(vec![("checkpoint_timeout", "1d"), ("max_wal_size", "1TB"), ("wal_writer_delay", "10s")])
-            .unwrap();
-    let fs = FaultFs::new();
-    let db = Database::open_with_fs(fs.clone(), dir, cfg.clone()).unwrap();
-    setup(&db, n);
-    churn(&db, n);
-    db.checkpoint().unwrap();
+    let (fs, db) = churned_on_fault_fs(n);
     let r = db.vacuum_full("t", &VacuumFullParams::default()).unwrap();
     assert!(r.counts.new_pages > 1, "{r:?}");
-    let after = files(&*fs, dir);
-    let crashed = fs.crash(CrashMode::LoseUnsynced);
-    let db2 = Database::open_with_fs(crashed.clone(), dir, cfg).unwrap();
-    let mut tx = db2.begin().unwrap();
-    assert_sees(&db2, &mut tx, n, &expected(n, true), "after the crash");
-    tx.commit().unwrap();
-    assert_eq!(files(&*crashed, dir), after);
-    assert_check_clean(&db2, "after the crash");
-    db2.abandon();
+    let after = files(&*fs, Path::new("/data"));
+    assert_recovers(&fs, CrashMode::LoseUnsynced, n, &after, "a crash right after the commit");
     db.abandon();
 }
 
