@@ -122,7 +122,7 @@ pub fn rewrite(
             if status == VacuumStatus::RecentlyDead {
                 w.counts.recently_dead += 1;
             }
-            w.add(tid, std::mem::take(&mut scratch), follows)?;
+            w.add(tid, &mut scratch, follows)?;
         }
         w.counts.old_pages = b + 1;
     }
@@ -170,8 +170,9 @@ impl<'w, 'a> Writer<'w, 'a> {
         let (xmin, xmax, mut m, m2, ctid) = (h.xmin(), h.xmax(), h.infomask(), h.infomask2(), h.ctid());
         let xmax_set = m & HEAP_XMAX_INVALID == 0 && xmax.is_valid();
         let mut follows = None;
-        // Every status but these two means the inserter committed.
-        if !matches!(status, VacuumStatus::InsertInProgress) {
+        // Every status left (DEAD tuples stay behind) but INSERT_IN_PROGRESS means the
+        // inserter committed.
+        if status != VacuumStatus::InsertInProgress {
             m |= HEAP_XMIN_COMMITTED;
             if xmin.is_normal() && xmin.precedes(self.cutoffs.freeze_limit) && m & HEAP_XMIN_FROZEN != HEAP_XMIN_FROZEN
             {
@@ -203,13 +204,14 @@ impl<'w, 'a> Writer<'w, 'a> {
         Ok(follows)
     }
 
-    /// Writes `t` (old TID `tid`), or holds it back until its successor `follows` is written.
-    fn add(&mut self, tid: Tid, mut t: Vec<u8>, follows: Option<Tid>) -> Result<()> {
+    /// Writes `t` (old TID `tid`), or holds it back (taking it) until its successor `follows`
+    /// is written.
+    fn add(&mut self, tid: Tid, t: &mut Vec<u8>, follows: Option<Tid>) -> Result<()> {
         if let Some(next) = follows {
             match self.placed.remove(&next) {
-                Some(new_next) => tuple::set_ctid(&mut t, new_next),
+                Some(new_next) => tuple::set_ctid(t, new_next),
                 None => {
-                    self.waiting.insert(next, (tid, t));
+                    self.waiting.insert(next, (tid, std::mem::take(t)));
                     return Ok(());
                 }
             }
@@ -219,24 +221,21 @@ impl<'w, 'a> Writer<'w, 'a> {
 
     /// Writes `t` (old TID `tid`; `linked`: its `t_ctid` already names its successor's new
     /// place), then each predecessor that was waiting for the version just written.
-    fn write_chain(&mut self, mut tid: Tid, mut t: Vec<u8>, mut linked: bool) -> Result<()> {
-        loop {
-            let new_tid = self.place(&mut t, linked)?;
-            match self.waiting.remove(&tid) {
-                Some((pred_tid, mut pred)) => {
-                    tuple::set_ctid(&mut pred, new_tid);
-                    (tid, t, linked) = (pred_tid, pred, true);
-                }
-                None => {
-                    let h =
-                        TupleHeader::parse(&t).ok_or_else(|| corrupt_tuple(self.rel, tid, "invalid tuple header"))?;
-                    if h.infomask() & HEAP_UPDATED != 0 && !h.xmin().precedes(self.cutoffs.oldest_xmin) {
-                        self.placed.insert(tid, new_tid);
-                    }
-                    return Ok(());
-                }
-            }
+    fn write_chain(&mut self, tid: Tid, t: &mut [u8], linked: bool) -> Result<()> {
+        let (mut tid, mut new_tid) = (tid, self.place(t, linked)?);
+        let mut last: Option<Vec<u8>> = None;
+        while let Some((pred_tid, mut pred)) = self.waiting.remove(&tid) {
+            tuple::set_ctid(&mut pred, new_tid);
+            new_tid = self.place(&mut pred, true)?;
+            (tid, last) = (pred_tid, Some(pred));
         }
+        // The last version written may be the successor of one still to come.
+        let h = TupleHeader::parse(last.as_deref().unwrap_or(t))
+            .ok_or_else(|| corrupt_tuple(self.rel, tid, "invalid tuple header"))?;
+        if h.infomask() & HEAP_UPDATED != 0 && !h.xmin().precedes(self.cutoffs.oldest_xmin) {
+            self.placed.insert(tid, new_tid);
+        }
+        Ok(())
     }
 
     /// Puts `t` on the page being filled (finishing it first if `t` does not fit); its new
@@ -296,8 +295,8 @@ impl<'w, 'a> Writer<'w, 'a> {
     /// last versions of their rows, each followed by whatever waited for it, then the last page.
     fn finish(mut self) -> Result<RewriteCounts> {
         while let Some(&next) = self.waiting.keys().min() {
-            let Some((tid, t)) = self.waiting.remove(&next) else { break };
-            self.write_chain(tid, t, false)?;
+            let Some((tid, mut t)) = self.waiting.remove(&next) else { break };
+            self.write_chain(tid, &mut t, false)?;
         }
         self.flush()?;
         Ok(self.counts)
