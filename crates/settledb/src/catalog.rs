@@ -249,18 +249,20 @@ impl IndexDef {
     }
 
     /// [`IndexDef::key_of`] a row deformed as borrowed values
-    /// ([`crate::heap::tuple::deform_tuple_refs`]): only the key's columns are copied out.
-    /// `what` names the row in the error for a text value that is not UTF-8.
-    pub fn key_of_refs(
+    /// ([`crate::heap::tuple::deform_tuple_refs`]), into `key` (cleared first): only the
+    /// key's columns are copied out. `what` names the row in the error for a text value that
+    /// is not UTF-8.
+    pub fn key_of_refs_into(
         &self,
         row: &[crate::heap::tuple::ValueRef<'_>],
         what: &dyn std::fmt::Display,
-    ) -> std::result::Result<Vec<Value>, String> {
-        self.meta
-            .columns
-            .iter()
-            .map(|&c| row.get(usize::from(c)).map_or(Ok(Value::Null), |v| v.to_value(what)))
-            .collect()
+        key: &mut Vec<Value>,
+    ) -> std::result::Result<(), String> {
+        key.clear();
+        for &c in &self.meta.columns {
+            key.push(row.get(usize::from(c)).map_or(Ok(Value::Null), |v| v.to_value(what))?);
+        }
+        Ok(())
     }
 }
 

@@ -20,6 +20,7 @@ use super::wal::XLOG_BTREE_NEWPAGES;
 use super::{keys, BtreeIndex, Meta, WPage, LEAF_FILLFACTOR, NONLEAF_FILLFACTOR};
 use crate::buffer::Ring;
 use crate::error::{Error, Result};
+use crate::heap::tuple::Type;
 use crate::heap::tuple::Value;
 use crate::heap::HeapEnv;
 use crate::page::{maxalign, PageBuf, BLCKSZ, ITEM_ID_SIZE, PAGE_HEADER_SIZE};
@@ -43,47 +44,117 @@ struct Builder<'i, 'e> {
     ring: Ring,
 }
 
+/// The entries of a bulk build: every key encoded into one buffer, so that gathering,
+/// sorting and loading millions of them allocates nothing per entry but the leaf tuple the
+/// page is laid out from.
+pub struct BuildKeys {
+    types: Vec<Type>,
+    bytes: Vec<u8>,
+    spans: Vec<KeySpan>,
+}
+
+/// One entry of [`BuildKeys`]: where its encoded key lies, and its heap TID.
+#[derive(Clone, Copy)]
+struct KeySpan {
+    start: usize,
+    len: u32,
+    tid: Tid,
+    nulls: bool,
+}
+
+impl BuildKeys {
+    /// No entries yet, for an index whose key columns have `types`.
+    pub fn new(types: &[Type]) -> BuildKeys {
+        BuildKeys { types: types.to_vec(), bytes: Vec::new(), spans: Vec::new() }
+    }
+
+    /// Adds the entry `(key, tid)`.
+    pub fn push(&mut self, key: &[Value], tid: Tid) -> Result<()> {
+        if key.len() != self.types.len() {
+            return Err(Error::invalid(format!("index key has {} columns, the index {}", key.len(), self.types.len())));
+        }
+        let start = self.bytes.len();
+        if let Err(e) = keys::encode_into(&mut self.bytes, &self.types, key) {
+            self.bytes.truncate(start);
+            return Err(Error::invalid(e));
+        }
+        let len = self.bytes.len() - start;
+        let size = bp::TUPLE_HEADER_SIZE + len;
+        if size > MAX_ITEM_SIZE {
+            self.bytes.truncate(start);
+            return Err(Error::invalid(format!("index row size {size} exceeds btree maximum {MAX_ITEM_SIZE}")));
+        }
+        let nulls = key.contains(&Value::Null);
+        self.spans.push(KeySpan { start, len: len as u32, tid, nulls });
+        Ok(())
+    }
+
+    /// Takes back the last entry pushed if an entry pushed at or after position `since` has
+    /// the same key (a HOT chain's versions share their root's TID: one entry per distinct
+    /// key). True if it did.
+    pub fn drop_last_if_repeated(&mut self, since: usize) -> bool {
+        let Some((last, earlier)) = self.spans.split_last() else { return false };
+        let key = self.key(last);
+        if earlier.get(since..).is_some_and(|e| e.iter().any(|s| self.key(s) == key)) {
+            self.bytes.truncate(last.start);
+            self.spans.pop();
+            return true;
+        }
+        false
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    fn key(&self, s: &KeySpan) -> &[u8] {
+        &self.bytes[s.start..s.start + s.len as usize]
+    }
+}
+
 /// Sorts and loads `entries` into the empty index `ix`; a unique index's keys are checked
 /// for duplicates when `check_unique`.
 pub fn build(ix: &BtreeIndex, env: &HeapEnv<'_>, entries: Vec<(Vec<Value>, Tid)>, check_unique: bool) -> Result<()> {
+    let mut keys = BuildKeys::new(&ix.key_types);
+    for (key, tid) in &entries {
+        keys.push(key, *tid).map_err(|e| Error::invalid(format!("index \"{}\": {e}", ix.name)))?;
+    }
+    drop(entries);
+    build_keys(ix, env, keys, check_unique)
+}
+
+/// [`build`] of entries gathered as [`BuildKeys`].
+pub fn build_keys(ix: &BtreeIndex, env: &HeapEnv<'_>, mut keys: BuildKeys, check_unique: bool) -> Result<()> {
     if ix.meta(env)?.root != P_NONE || ix.num_pages(env)? != 1 {
         return Err(Error::invalid(format!("index \"{}\" is not empty", ix.name)));
     }
-    let mut tuples = Vec::with_capacity(entries.len());
-    for (key, tid) in &entries {
-        if key.len() != ix.key_types.len() {
-            return Err(Error::invalid(format!("index \"{}\" key has {} columns", ix.name, key.len())));
-        }
-        let enc = keys::encode(&ix.key_types, key).map_err(Error::invalid)?;
-        let nulls = key.contains(&Value::Null);
-        let t = bp::make_leaf_tuple(&enc, *tid, nulls);
-        if t.len() > MAX_ITEM_SIZE {
-            return Err(Error::invalid(format!("index row size {} exceeds btree maximum {MAX_ITEM_SIZE}", t.len())));
-        }
-        tuples.push((t, nulls));
+    if keys.types != ix.key_types {
+        return Err(Error::invalid(format!("index \"{}\": entries gathered for other key types", ix.name)));
     }
-    drop(entries);
     // A stable sort for its run detection: a table's rows are often in key order but for
     // the rows updated since, which lie in key order at its end (a rewritten table's, an
     // index built after a load and some updates); two runs merge in one pass.
-    tuples.sort_by(|a, b| {
-        bp::leaf_key(&a.0).0.cmp(bp::leaf_key(&b.0).0).then(bp::leaf_key(&a.0).1.cmp(&bp::leaf_key(&b.0).1))
-    });
+    let mut spans = std::mem::take(&mut keys.spans);
+    spans.sort_by(|a, b| keys.key(a).cmp(keys.key(b)).then(a.tid.cmp(&b.tid)));
     if ix.unique && check_unique {
-        for w in tuples.windows(2) {
-            let (ka, kb) = (bp::leaf_key(&w[0].0).0, bp::leaf_key(&w[1].0).0);
-            if ka == kb && !w[0].1 {
+        for w in spans.windows(2) {
+            let (ka, kb) = (keys.key(&w[0]), keys.key(&w[1]));
+            if ka == kb && !w[0].nulls {
                 let vals = keys::decode(&ix.key_types, ka).map_err(Error::invalid)?;
                 return Err(Error::UniqueViolation { index: ix.name.clone(), key: ix.render_key(&vals) });
             }
         }
     }
-    if tuples.is_empty() {
+    if spans.is_empty() {
         return Ok(());
     }
     let mut b = Builder { ix, env, levels: Vec::new(), ring: Ring::new(16 << 20) };
-    for (t, _) in tuples {
-        b.add(0, t)?;
+    for s in &spans {
+        b.add(0, bp::make_leaf_tuple(keys.key(s), s.tid, s.nulls))?;
     }
     b.finish()
 }
@@ -186,5 +257,48 @@ impl Builder<'_, '_> {
         let mut w = WPage { g: buf.write(), buf };
         w.g.0.copy_from_slice(&p.0);
         self.ix.log_images(self.env, XLOG_BTREE_NEWPAGES, &mut [&mut w])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{BlockNumber, OffsetNumber};
+
+    fn tid(b: u32, o: u16) -> Tid {
+        Tid { block: BlockNumber(b), offset: OffsetNumber(o) }
+    }
+
+    #[test]
+    fn build_keys_keep_one_entry_per_distinct_key_of_a_chain() {
+        let mut k = BuildKeys::new(&[Type::Int4, Type::Text]);
+        let key = |i: i32, s: &str| vec![Value::Int4(i), Value::Text(s.into())];
+        k.push(&key(1, "a"), tid(0, 1)).unwrap();
+        let chain = k.len();
+        k.push(&key(2, "b"), tid(0, 2)).unwrap();
+        assert!(!k.drop_last_if_repeated(chain), "the chain's first key");
+        k.push(&key(2, "c"), tid(0, 2)).unwrap();
+        assert!(!k.drop_last_if_repeated(chain), "a second, different key of the chain stays");
+        k.push(&key(2, "b"), tid(0, 2)).unwrap();
+        assert!(k.drop_last_if_repeated(chain), "a key the chain already has goes");
+        // Equal to an entry before the chain: not a repeat within it.
+        k.push(&key(1, "a"), tid(0, 2)).unwrap();
+        assert!(!k.drop_last_if_repeated(chain));
+        assert_eq!(k.len(), 4);
+        let keys: Vec<&[u8]> = k.spans.iter().map(|s| k.key(s)).collect();
+        assert_eq!(keys[0], keys[3]);
+        assert_ne!(keys[1], keys[2]);
+        assert_eq!(k.bytes.len(), k.spans.iter().map(|s| s.len as usize).sum::<usize>(), "nothing left behind");
+    }
+
+    #[test]
+    fn a_bad_key_leaves_the_gathered_entries_as_they_were() {
+        let mut k = BuildKeys::new(&[Type::Int4]);
+        k.push(&[Value::Int4(7)], tid(1, 1)).unwrap();
+        let err = k.push(&[Value::Int4(1), Value::Int4(2)], tid(1, 2)).unwrap_err();
+        assert!(err.to_string().contains("2 columns"), "{err}");
+        let err = k.push(&[Value::Text("x".into())], tid(1, 3)).unwrap_err();
+        assert!(!err.to_string().is_empty());
+        assert_eq!((k.len(), k.bytes.len()), (1, k.key(&k.spans[0]).len()));
     }
 }

@@ -353,12 +353,23 @@ impl BtreeIndex {
         build::build(self, env, entries, true)
     }
 
-    /// [`BtreeIndex::build`] of a unique index without the duplicate check: the entries of a
-    /// table VACUUM FULL rewrote, which index every version some snapshot may still see, so
-    /// one key may have several versions (all but one dead to the newest snapshots). The old
-    /// index held the table unique; inserts check uniqueness against the heap as always.
-    pub fn rebuild(&self, env: &HeapEnv<'_>, entries: Vec<(Vec<Value>, Tid)>) -> Result<()> {
-        build::build(self, env, entries, false)
+    /// An empty gathering of entries for [`BtreeIndex::build_from`]: the cheap way to bulk
+    /// build from millions of rows.
+    pub fn new_build_keys(&self) -> build::BuildKeys {
+        build::BuildKeys::new(&self.key_types)
+    }
+
+    /// [`BtreeIndex::build`] from entries gathered as [`build::BuildKeys`].
+    pub fn build_from(&self, env: &HeapEnv<'_>, keys: build::BuildKeys) -> Result<()> {
+        build::build_keys(self, env, keys, true)
+    }
+
+    /// [`BtreeIndex::build_from`] of a unique index without the duplicate check: the entries
+    /// of a table VACUUM FULL rewrote, which index every version some snapshot may still see,
+    /// so one key may have several versions (all but one dead to the newest snapshots). The
+    /// old index held the table unique; inserts check uniqueness against the heap as always.
+    pub fn rebuild_from(&self, env: &HeapEnv<'_>, keys: build::BuildKeys) -> Result<()> {
+        build::build_keys(self, env, keys, false)
     }
 
     /// Inserts one entry; see [`insert`].

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use super::truncate::{Filled, Refill};
 use super::Transaction;
+use crate::btree::build::BuildKeys;
 use crate::btree::BtreeIndex;
 use crate::catalog::{self, IndexDef, TableEntry};
 use crate::db::{Database, Inner};
@@ -194,24 +195,26 @@ impl Refill for Rewritten<'_> {
 
     fn index(&mut self, new: &Relation, def: &IndexDef, btree: &BtreeIndex) -> Result<Filled> {
         let env = self.inner.env();
-        let entries = entries(self.inner, new, def, self.interrupt.as_ref())?;
-        let n = entries.len();
-        btree.rebuild(&env, entries)?;
+        let mut keys = btree.new_build_keys();
+        entries(self.inner, new, def, self.interrupt.as_ref(), &mut keys)?;
+        let n = keys.len();
+        btree.rebuild_from(&env, keys)?;
         Ok(Filled { relpages: Some(btree.num_pages(&env)?), reltuples: n as f64, relfrozenxid: None })
     }
 }
 
-/// Every tuple of the rewritten heap under index `def`'s key: each is a version some snapshot
-/// may see, and none is heap-only.
+/// Every tuple of the rewritten heap under index `def`'s key, into `out`: each is a version
+/// some snapshot may see, and none is heap-only.
 fn entries(
     inner: &Inner,
     rel: &Relation,
     def: &IndexDef,
     interrupt: Option<&Interrupt>,
-) -> Result<Vec<(Vec<heap::tuple::Value>, Tid)>> {
+    out: &mut BuildKeys,
+) -> Result<()> {
     let env = inner.env();
     let nblocks = inner.pool.smgr().nblocks(rel.relfilenode, Fork::Main)?;
-    let mut out = Vec::new();
+    let mut key = Vec::with_capacity(def.meta.columns.len());
     for b in 0..nblocks {
         if let Some(i) = interrupt {
             i.check()?;
@@ -227,8 +230,9 @@ fn entries(
             let tid = Tid { block: BlockNumber(b), offset: off };
             let bad = |e: String| heap::corrupt_tuple(rel, tid, &e);
             heap::tuple::deform_tuple_refs(&rel.schema, &rel.missing, page::item(&g.0, off), &mut refs).map_err(bad)?;
-            out.push((def.key_of_refs(&refs, &tid).map_err(bad)?, tid));
+            def.key_of_refs_into(&refs, &tid, &mut key).map_err(bad)?;
+            out.push(&key, tid)?;
         }
     }
-    Ok(out)
+    Ok(())
 }
