@@ -19,6 +19,8 @@
 //! * `a_crash_right_after_the_commit_replays_the_new_pages`: nothing of the new storage
 //!   reached the disk but the WAL, and recovery rebuilds it.
 //! * `a_slot_decodes_across_the_rewrite`: a logical slot's changes on either side of it.
+//! * `an_interrupted_rewrite_leaves_the_table_as_it_was`: stopped in the copy or in an index
+//!   build, no new file stays and the rows are untouched.
 //! * `a_catalog_or_a_missing_table_is_refused`.
 
 use std::collections::BTreeSet;
@@ -433,6 +435,51 @@ fn a_slot_decodes_across_the_rewrite() {
     assert!(lines[n - 3].starts_with("table public.t: INSERT: id[integer]:1000 v[text]:'after'"), "{lines:#?}");
     assert!(lines[n - 2].starts_with("table public.t: UPDATE: id[integer]:299 v[text]:'updated after'"), "{lines:#?}");
     assert_eq!(lines.iter().filter(|l| *l == "BEGIN").count(), 4, "the load, the churn, the rewrite, the last");
+}
+
+/// An interrupt (a cancel, a statement timeout) during the copy or during an index build
+/// stops the rewrite: the table keeps its rows and its files, no new file is left behind,
+/// and the next VACUUM FULL runs to its end.
+#[test]
+fn an_interrupted_rewrite_leaves_the_table_as_it_was() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let n = 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let fs: Arc<dyn FileSystem> = Arc::new(settledb::io::RealFs);
+    let db = Database::open(dir.path(), config()).unwrap();
+    setup(&db, n);
+    churn(&db, n);
+    let before = files(&*fs, dir.path());
+    let old_pages = pages(&db) as usize;
+    // Checks: one before the lock, one per old page the copy reads, then one per new page each
+    // index build reads. Stop in the middle of the copy, then in the second index's build.
+    for stop_at in [old_pages / 2, old_pages + old_pages / 2 + 3] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        let interrupt = settledb::Interrupt::new(move || {
+            if c.fetch_add(1, Ordering::Relaxed) >= stop_at {
+                Err("canceling statement due to user request".into())
+            } else {
+                Ok(())
+            }
+        });
+        let e =
+            db.vacuum_full("t", &VacuumFullParams { interrupt: Some(interrupt), ..Default::default() }).unwrap_err();
+        assert!(matches!(e, Error::Interrupted(_)), "{e:?}");
+        assert!(calls.load(Ordering::Relaxed) > stop_at, "it was checked past {stop_at}");
+        assert_eq!(files(&*fs, dir.path()), before, "stopped at check {stop_at}: the old files only");
+        let mut tx = db.begin().unwrap();
+        assert_sees(&db, &mut tx, n, &expected(n, true), &format!("stopped at check {stop_at}"));
+        tx.commit().unwrap();
+        assert_check_clean(&db, "after an interrupted VACUUM FULL");
+    }
+    // (The reads above pruned some pages: fewer dead rows are left to count as removed.)
+    let r = db.vacuum_full("t", &VacuumFullParams::default()).unwrap();
+    assert_eq!((r.counts.kept, r.counts.recently_dead), ((n - n / 4) as u64, 0), "{r:?}");
+    assert_ne!(files(&*fs, dir.path()), before);
+    let mut tx = db.begin().unwrap();
+    assert_sees(&db, &mut tx, n, &expected(n, true), "after the VACUUM FULL that ran to its end");
+    tx.commit().unwrap();
 }
 
 #[test]
