@@ -90,6 +90,7 @@ pub fn rewrite(
 ) -> Result<RewriteCounts> {
     let nblocks = env.pool.smgr().nblocks(old.relfilenode, Fork::Main)?;
     let mut w = Writer::new(env, new, cutoffs);
+    w.counts.old_pages = nblocks;
     let mut read_ring = Ring::new(256 << 10);
     let mut scratch = Vec::new();
     for b in 0..nblocks {
@@ -124,7 +125,6 @@ pub fn rewrite(
             }
             w.add(tid, &mut scratch, follows)?;
         }
-        w.counts.old_pages = b + 1;
     }
     w.finish()
 }
@@ -191,7 +191,6 @@ impl<'w, 'a> Writer<'w, 'a> {
                     | tuple::HEAP_XMAX_EXCL_LOCK
                     | tuple::HEAP_XMAX_KEYSHR_LOCK))
                     | HEAP_XMAX_INVALID;
-                tuple::set_ctid(t, tid);
             }
             _ => {}
         }
@@ -294,9 +293,13 @@ impl<'w, 'a> Writer<'w, 'a> {
     /// Writes the predecessors still waiting (their successors were dead after all) as the
     /// last versions of their rows, each followed by whatever waited for it, then the last page.
     fn finish(mut self) -> Result<RewriteCounts> {
-        while let Some(&next) = self.waiting.keys().min() {
-            let Some((tid, mut t)) = self.waiting.remove(&next) else { break };
-            self.write_chain(tid, &mut t, false)?;
+        let mut rest: Vec<Tid> = self.waiting.keys().copied().collect();
+        rest.sort_unstable();
+        for next in rest {
+            // Gone already if it was the predecessor of one written before it here.
+            if let Some((tid, mut t)) = self.waiting.remove(&next) {
+                self.write_chain(tid, &mut t, false)?;
+            }
         }
         self.flush()?;
         Ok(self.counts)
