@@ -661,10 +661,23 @@ fn message_room(row: &RowData<'_>) -> usize {
 }
 
 /// A `t` column holding `m / 10^scale` in text (an integer for scale 0).
+///
+/// The text is written from its end back, the kind and length just before it, and the
+/// field copied into the message as a block of fixed size ([`write_field`]'s reasoning),
+/// from a buffer long enough that the block never runs past it.
 fn write_decimal(w: &mut Writer, m: i64, scale: u8) {
-    let mut field = [0u8; 5 + sqltypes::DECIMAL_TEXT_MAX];
-    let n = sqltypes::decimal_text(&mut field[5..], m, scale);
-    write_field(w, &mut field, n);
+    const MAX: usize = sqltypes::DECIMAL_TEXT_MAX;
+    let mut buf = [0u8; 5 + 2 * MAX];
+    let end = 5 + MAX;
+    let start = sqltypes::decimal_text_before(&mut buf, end, m, scale);
+    let n = end - start;
+    let at = start - 5;
+    buf[at] = b't';
+    buf[at + 1..start].copy_from_slice(&(n as u32).to_be_bytes());
+    let field = buf[at..].first_chunk::<{ 5 + MAX }>().expect("the text starts MAX bytes or more before the end");
+    let len = w.0.len() + 5 + n;
+    w.0.extend_from_slice(field);
+    w.0.truncate(len);
 }
 
 /// A `t` column of `n` bytes of text, laid out in `field` after five bytes for its kind and

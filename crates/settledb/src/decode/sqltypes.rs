@@ -77,8 +77,8 @@ pub fn columns_of(types: Option<&Arc<dyn ColumnTypes>>, rel: &RelInfo) -> Vec<Sq
 /// A scaled integer as numeric's text (`numeric_out`): `-12345` at scale 2 is `-123.45`.
 pub fn numeric_text(m: i64, scale: u8) -> String {
     let mut buf = [0u8; DECIMAL_TEXT_MAX];
-    let n = decimal_text(&mut buf, m, scale);
-    String::from_utf8(buf[..n].to_vec()).expect("digits, a sign and a point are ASCII")
+    let at = decimal_text_before(&mut buf, DECIMAL_TEXT_MAX, m, scale);
+    String::from_utf8(buf[at..].to_vec()).expect("digits, a sign and a point are ASCII")
 }
 
 /// 10^0 to 10^19, every power of ten a u64 holds.
@@ -92,41 +92,38 @@ const POW10: [u64; 20] = {
     p
 };
 
-/// The longest [`decimal_text`]: a sign, a zero, the point and 19 places.
+/// The longest [`decimal_text_before`]: a sign, a zero, the point and 19 places.
 pub const DECIMAL_TEXT_MAX: usize = 22;
 
 /// Writes `m / 10^scale` as `numeric_out` writes it (`-0.05`; with `scale` 0, the integer as
-/// `int4out`/`int8out` write it) at the start of `buf` (at least [`DECIMAL_TEXT_MAX`] bytes)
-/// and returns its length: output plugins write every integer and numeric column of every row
-/// through it, into a buffer of their own on the stack.
+/// `int4out`/`int8out` write it) so that it ends just before `end` in `buf` (with at least
+/// [`DECIMAL_TEXT_MAX`] bytes before `end`), and returns where it starts.
+///
+/// Output plugins write every integer and numeric column of every row through it, into a
+/// buffer of their own on the stack. Written from its last digit back, the text needs no
+/// count of its digits first, and a caller can put its own header just before it.
 #[inline]
-pub fn decimal_text(buf: &mut [u8], m: i64, scale: u8) -> usize {
+pub fn decimal_text_before(buf: &mut [u8], end: usize, m: i64, scale: u8) -> usize {
     // 19 places at most: |i64::MIN| has 19 digits.
     let scale = usize::from(scale).min(19);
     let v = m.unsigned_abs();
-    let (int, frac) = match scale {
-        0 => (v, 0),
-        s => {
-            let unit = POW10[s];
-            (v / unit, v % unit)
-        }
+    let mut start = if scale == 0 {
+        pgtext::digits_before(buf, end, v)
+    } else {
+        let unit = POW10[scale];
+        let (int, frac) = (v / unit, v % unit);
+        let point = end - 1 - scale;
+        // The fraction's digits, its leading zeros, the point, then the integer part.
+        let first = pgtext::digits_before(buf, end, frac);
+        buf[point + 1..first].fill(b'0');
+        buf[point] = b'.';
+        pgtext::digits_before(buf, point, int)
     };
-    let sign = usize::from(m < 0);
-    let point = sign + pgtext::decimal_digits(int);
     if m < 0 {
-        buf[0] = b'-';
+        start -= 1;
+        buf[start] = b'-';
     }
-    pgtext::digits_before(buf, point, int);
-    if scale == 0 {
-        return point;
-    }
-    let end = point + 1 + scale;
-    buf[point] = b'.';
-    // The fraction's leading zeros, then its digits.
-    let first = end - pgtext::decimal_digits(frac);
-    buf[point + 1..first].fill(b'0');
-    pgtext::digits_before(buf, end, frac);
-    end
+    start
 }
 
 /// A value's text output as its SQL type (`None` for NULL).

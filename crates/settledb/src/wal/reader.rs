@@ -46,7 +46,7 @@ use crate::types::Lsn;
 
 use super::record::{self, Header, MAX_RECORD_SIZE, MIN_RECORD_SIZE, RECORD_HEADER_SIZE};
 use super::segment::{segment_file_name, segment_path};
-use super::{DecodedRecord, Rmgr};
+use super::{DecodedBlock, DecodedRecord, Rmgr};
 
 /// Reads records sequentially from a start position.
 pub struct WalReader {
@@ -70,6 +70,26 @@ pub struct WalReader {
     images: bool,
     /// The records whose bodies are read ([`WalReader::read_bodies_of`]); all when `None`.
     wanted: Option<fn(Rmgr, u8) -> bool>,
+    /// Block references a record with fewer blocks than the one before left over, their data
+    /// buffers kept for the next record with more (a commit between two row changes would
+    /// otherwise free one and allocate another).
+    spare_blocks: Vec<DecodedBlock>,
+}
+
+/// Checks a whole record's CRC and decodes it into `out` (with page images when `images`;
+/// block buffers reused from `spare`).
+fn validate(
+    lsn: Lsn,
+    h: &Header,
+    rec: &[u8],
+    out: &mut DecodedRecord,
+    images: bool,
+    spare: &mut Vec<DecodedBlock>,
+) -> std::result::Result<(), Stop> {
+    if !record::crc_matches(rec, h.crc) {
+        return Err(format!("incorrect resource manager data checksum in record at {lsn}"));
+    }
+    record::decode_into(lsn, rec, out, images, spare).map_err(|detail| format!("invalid record at {lsn}: {detail}"))
 }
 
 /// The read-ahead window's size (see the module doc).
@@ -97,6 +117,7 @@ impl WalReader {
             buf: Vec::new(),
             ahead: (u64::MAX, 0, Vec::new()),
             images: true,
+            spare_blocks: Vec::new(),
             wanted: None,
         }
     }
@@ -192,7 +213,7 @@ impl WalReader {
         let tot_len = h.tot_len as usize;
         if let Some(wanted) = self.wanted {
             if !wanted(rmgr, h.info) {
-                out.blocks.clear();
+                self.spare_blocks.extend(out.blocks.drain(..).map(|b| DecodedBlock { image: None, ..b }));
                 out.main_data.clear();
                 (out.lsn, out.end_lsn, out.prev) = (lsn, Lsn(lsn.0 + tot_len as u64), h.prev);
                 (out.xid, out.toplevel_xid, out.rmgr, out.info) = (h.xid, crate::types::Xid::INVALID, rmgr, h.info);
@@ -201,18 +222,22 @@ impl WalReader {
         }
         // Hot path: the whole record lies in the read-ahead window, and is checked and decoded
         // where it is rather than copied out first (a full-page image is 8 kB).
-        if let Some(rec) = self.in_window(lsn, tot_len) {
-            return Ok(self.validate(lsn, &h, rec, out));
-        }
-        let mut buf = std::mem::take(&mut self.buf);
-        buf.clear();
-        buf.extend_from_slice(&head);
-        let result = match self.read_body(lsn, tot_len, &mut buf) {
-            Ok(Ok(())) => Ok(self.validate(lsn, &h, &buf, out)),
-            Ok(Err(stop)) => Ok(Err(stop)),
-            Err(e) => Err(e),
+        let mut spare = std::mem::take(&mut self.spare_blocks);
+        let result = if let Some(rec) = self.in_window(lsn, tot_len) {
+            Ok(validate(lsn, &h, rec, out, self.images, &mut spare))
+        } else {
+            let mut buf = std::mem::take(&mut self.buf);
+            buf.clear();
+            buf.extend_from_slice(&head);
+            let result = match self.read_body(lsn, tot_len, &mut buf) {
+                Ok(Ok(())) => Ok(validate(lsn, &h, &buf, out, self.images, &mut spare)),
+                Ok(Err(stop)) => Ok(Err(stop)),
+                Err(e) => Err(e),
+            };
+            self.buf = buf;
+            result
         };
-        self.buf = buf;
+        self.spare_blocks = spare;
         result
     }
 
@@ -246,13 +271,6 @@ impl WalReader {
             return Err(format!("record with incorrect prev-link {} at {lsn}", h.prev));
         }
         Ok(rmgr)
-    }
-
-    fn validate(&self, lsn: Lsn, h: &Header, rec: &[u8], out: &mut DecodedRecord) -> std::result::Result<(), Stop> {
-        if !record::crc_matches(rec, h.crc) {
-            return Err(format!("incorrect resource manager data checksum in record at {lsn}"));
-        }
-        record::decode_into(lsn, rec, out, self.images).map_err(|detail| format!("invalid record at {lsn}: {detail}"))
     }
 
     /// The `len` stream bytes from `lsn`, if the read-ahead window holds them all.

@@ -387,7 +387,7 @@ const KEPT_HEADERS: usize = 4;
 /// Returns a description of what is wrong when the body is malformed.
 pub(crate) fn decode(lsn: Lsn, rec: &[u8]) -> std::result::Result<DecodedRecord, String> {
     let mut out = DecodedRecord::empty();
-    decode_into(lsn, rec, &mut out, true)?;
+    decode_into(lsn, rec, &mut out, true, &mut Vec::new())?;
     Ok(out)
 }
 
@@ -397,11 +397,15 @@ pub(crate) fn decode(lsn: Lsn, rec: &[u8]) -> std::result::Result<DecodedRecord,
 /// Without `images` a block's full-page image is skipped (its bytes still counted and checked
 /// to fit), and the block's `image` is `None`: logical decoding reads tuples from block data
 /// and never a page image, which would cost a page's allocation and copy each.
+///
+/// Blocks `out` held beyond this record's go to `spare`, and blocks it lacks are taken from
+/// there first, so their data buffers are reused across records of different block counts.
 pub(crate) fn decode_into(
     lsn: Lsn,
     rec: &[u8],
     out: &mut DecodedRecord,
     images: bool,
+    spare: &mut Vec<DecodedBlock>,
 ) -> std::result::Result<(), String> {
     let head: &[u8; RECORD_HEADER_SIZE] =
         rec.get(..RECORD_HEADER_SIZE).and_then(|h| h.try_into().ok()).ok_or("record shorter than its header")?;
@@ -437,7 +441,9 @@ pub(crate) fn decode_into(
     }
     let main_len = c.u32("main data length")? as usize;
     let mut h2 = Cursor { bytes: headers };
-    out.blocks.truncate(nblocks);
+    if out.blocks.len() > nblocks {
+        spare.extend(out.blocks.drain(nblocks..).map(|b| DecodedBlock { image: None, ..b }));
+    }
     for k in 0..nblocks {
         let b = match kept.get(k).copied().flatten() {
             Some(b) if nblocks <= KEPT_HEADERS => b,
@@ -456,14 +462,18 @@ pub(crate) fn decode_into(
         };
         let data = c.take(b.data_len, "block data")?;
         let will_init = b.flags & FLAG_WILL_INIT != 0;
-        match out.blocks.get_mut(k) {
-            Some(o) => {
-                (o.id, o.tag, o.will_init, o.image) = (b.id, b.tag, will_init, image);
-                o.data.clear();
-                o.data.extend_from_slice(data);
+        if out.blocks.len() == k {
+            match spare.pop() {
+                Some(o) => out.blocks.push(o),
+                None => {
+                    out.blocks.push(DecodedBlock { id: b.id, tag: b.tag, will_init, image: None, data: Vec::new() })
+                }
             }
-            None => out.blocks.push(DecodedBlock { id: b.id, tag: b.tag, will_init, image, data: data.to_vec() }),
         }
+        let o = &mut out.blocks[k];
+        (o.id, o.tag, o.will_init, o.image) = (b.id, b.tag, will_init, image);
+        o.data.clear();
+        o.data.extend_from_slice(data);
     }
     out.main_data.clear();
     out.main_data.extend_from_slice(c.take(main_len, "main data")?);
