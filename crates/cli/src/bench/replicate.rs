@@ -194,7 +194,7 @@ const CAUGHT_UP: &str = "SELECT (SELECT sum(d_next_o_id) FROM bmsql_district), (
 
 /// One connection to the subscriber, open across the catch-up, that polls [`CAUGHT_UP`]. A
 /// `psql` every 50 ms would start a process here and a backend on the subscriber each time,
-/// tens of milliseconds of CPU a second on the two cores the measured publisher shares.
+/// on the two cores the measured publisher shares.
 struct Poller(postgres::Client);
 
 impl Poller {
@@ -206,8 +206,11 @@ impl Poller {
     /// [`CAUGHT_UP`]'s row as `psql -At` prints it (`a|b|c`; NULL as nothing).
     fn caught_up(&mut self) -> Result<String> {
         let row = self.0.query_one(CAUGHT_UP, &[])?;
-        let cols: Vec<String> =
-            (0..row.len()).map(|i| row.get::<_, Option<i64>>(i).map(|v| v.to_string()).unwrap_or_default()).collect();
+        let mut cols = Vec::with_capacity(row.len());
+        for i in 0..row.len() {
+            let v: Option<i64> = row.try_get(i).context("reading the subscriber's catch-up row")?;
+            cols.push(v.map(|v| v.to_string()).unwrap_or_default());
+        }
         Ok(cols.join("|"))
     }
 }

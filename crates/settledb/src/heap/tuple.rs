@@ -703,13 +703,9 @@ pub fn deform_tuple(schema: &Schema, tuple: &[u8]) -> std::result::Result<Vec<Va
 /// where `missing` is shorter): the columns' missing values (`attmissingval`), which
 /// `ALTER TABLE ... ADD COLUMN ... DEFAULT` records instead of rewriting the rows.
 pub fn deform_tuple_with(schema: &Schema, missing: &[Value], tuple: &[u8]) -> std::result::Result<Vec<Value>, String> {
-    if let Some(p) = header_problem(tuple) {
-        return Err(p);
-    }
-    let h = TupleHeader(tuple);
-    let nulls = (h.infomask() & HEAP_HASNULL != 0).then(|| &tuple[HEAP_TUPLE_HEADER_SIZE..]);
+    let (natts, nulls, data) = tuple_parts(tuple)?;
     let mut out = Vec::with_capacity(schema.columns.len());
-    deform_data_into(schema, missing, h.natts() as usize, nulls, h.data(), &mut out)?;
+    deform_data_into(schema, missing, natts, nulls, data, &mut out)?;
     Ok(out)
 }
 
@@ -722,12 +718,19 @@ pub fn deform_tuple_refs<'a>(
     tuple: &'a [u8],
     out: &mut Vec<ValueRef<'a>>,
 ) -> std::result::Result<(), String> {
+    let (natts, nulls, data) = tuple_parts(tuple)?;
+    deform_data_refs(schema, missing, natts, nulls, data, out)
+}
+
+/// A whole tuple's [`TupleParts`], its header checked first ([`logged_parts`] for a logged
+/// tuple).
+fn tuple_parts(tuple: &[u8]) -> std::result::Result<TupleParts<'_>, String> {
     if let Some(p) = header_problem(tuple) {
         return Err(p);
     }
     let h = TupleHeader(tuple);
     let nulls = (h.infomask() & HEAP_HASNULL != 0).then(|| &tuple[HEAP_TUPLE_HEADER_SIZE..]);
-    deform_data_refs(schema, missing, h.natts() as usize, nulls, h.data(), out)
+    Ok((h.natts() as usize, nulls, h.data()))
 }
 
 /// Walks a tuple's attributes, given as its attribute count, its null bitmap (when it has one)
