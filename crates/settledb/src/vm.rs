@@ -233,6 +233,41 @@ fn effective_clear_mask(bits: VmBits) -> u8 {
     }
 }
 
+/// The visibility map page a scan in block order is on, kept pinned between calls
+/// ([`VisibilityMap::get_pinned`], [`VisibilityMap::lock_and_set`]), or the knowledge that
+/// the map page is not there (the fork is missing or shorter).
+///
+/// A missing map page is remembered as missing, bits clear, until the holder sets bits
+/// under it ([`VisibilityMap::lock_and_set`] pins the page it creates) or moves on to another
+/// map page. Asking again would find out the same thing at the price of the storage
+/// manager's locks for every heap page: a first VACUUM of a table, before its map exists,
+/// spent 4% of its CPU doing so, its two workers contending for those locks. It can go
+/// stale only when another thread extends the fork meanwhile, which VACUUM's parallel
+/// workers do for their own heap pages, never for another worker's (a heap page's bits are
+/// set only by the worker that processes it); and a page read as clear is only a page the
+/// scan does not skip.
+#[derive(Default)]
+pub struct MapPin<'p> {
+    buf: Option<Buffer<'p>>,
+    missing: Option<BlockNumber>,
+}
+
+impl<'p> MapPin<'p> {
+    /// Drops the pin and forgets a missing page.
+    pub fn clear(&mut self) {
+        *self = MapPin::default();
+    }
+
+    /// The pinned map page, if any.
+    pub fn buffer(&self) -> Option<&Buffer<'p>> {
+        self.buf.as_ref()
+    }
+
+    fn block(&self) -> Option<BlockNumber> {
+        self.buf.as_ref().map(|b| b.block())
+    }
+}
+
 /// The visibility map of one heap relation.
 pub struct VisibilityMap {
     /// The heap relation's file node (the map is its `_vm` fork).
@@ -275,19 +310,26 @@ impl VisibilityMap {
 
     /// Like [`Self::get`], keeping the map page pinned in `pin` for the next call
     /// (PostgreSQL's `vmbuffer`): one map page covers 32,672 heap pages, so a scan in block
-    /// order looks the map page up once instead of once per heap page.
+    /// order looks the map page up once instead of once per heap page. A map page that is not
+    /// there is remembered too (see [`MapPin`]).
     pub fn get_pinned<'p>(
         &self,
         pool: &'p BufferPool,
         heap_block: BlockNumber,
-        pin: &mut Option<Buffer<'p>>,
+        pin: &mut MapPin<'p>,
     ) -> Result<VmBits> {
         let (map_block, _, _) = location(heap_block);
-        if pin.as_ref().map(|b| b.block()) != Some(map_block) {
-            *pin = None;
-            *pin = self.existing(pool, map_block)?;
+        if pin.missing == Some(map_block) {
+            return Ok(VmBits::NONE);
         }
-        Ok(match pin {
+        if pin.block() != Some(map_block) {
+            pin.clear();
+            pin.buf = self.existing(pool, map_block)?;
+            if pin.buf.is_none() {
+                pin.missing = Some(map_block);
+            }
+        }
+        Ok(match &pin.buf {
             Some(b) => bits_at(&b.read().0, heap_block),
             None => VmBits::NONE,
         })
@@ -406,17 +448,17 @@ impl VisibilityMap {
         pool: &'p BufferPool,
         heap_block: BlockNumber,
         bits: VmBits,
-        pin: &mut Option<Buffer<'p>>,
+        pin: &mut MapPin<'p>,
     ) -> Result<Option<(crate::sync::RwLockWriteGuard<'p, page::PageBuf>, bool)>> {
         if bits.0 & !VmBits::VALID.0 != 0 || !bits.all_visible() {
             return Err(Error::invalid(format!("invalid visibility map bits 0x{:02X} to set", bits.0)));
         }
         let (map_block, _, _) = location(heap_block);
-        if pin.as_ref().map(|b| b.block()) != Some(map_block) {
-            *pin = None;
-            *pin = Some(self.pin_or_extend(pool, map_block)?);
+        if pin.block() != Some(map_block) {
+            pin.clear();
+            pin.buf = Some(self.pin_or_extend(pool, map_block)?);
         }
-        let map_buf = pin.as_ref().ok_or_else(|| Error::invalid("visibility map page not pinned"))?;
+        let map_buf = pin.buf.as_ref().ok_or_else(|| Error::invalid("visibility map page not pinned"))?;
         let mut g = map_buf.write();
         if bits_at(&g.0, heap_block).contains(bits) {
             return Ok(None);

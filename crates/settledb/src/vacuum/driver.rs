@@ -152,7 +152,7 @@ pub(crate) fn vacuum_rel(db: VacuumEnv<'_>, entry: &Arc<TableEntry>, params: &Va
     let orig_pages = lv.scan(&config, params, &settings, &start)?;
     lv.cleanup_indexes()?;
     // Truncation drops the map's buffers past the new end: no pin may be held on them.
-    lv.leader.vm_pin = None;
+    lv.leader.vm_pin.clear();
     let new_pages = if settings.truncate && !lv.failsafe { lv.truncate_heap(orig_pages)? } else { orig_pages };
     lv.r.new_pages = new_pages;
     lv.r.removed_pages = orig_pages - new_pages;

@@ -166,7 +166,7 @@ fn phase1_worker(
         round.stop.store(true, Ordering::Release);
     }
     r?;
-    w.vm_pin = None;
+    w.vm_pin.clear();
     Ok(Outcome { counts: std::mem::take(&mut w.c), usage: Worker::usage_since(&usage0), slept: w.cost.slept })
 }
 
@@ -186,7 +186,7 @@ fn phase3_worker(
         stop.store(true, Ordering::Release);
     }
     r?;
-    w.vm_pin = None;
+    w.vm_pin.clear();
     Ok(Outcome { counts: std::mem::take(&mut w.c), usage: Worker::usage_since(&usage0), slept: w.cost.slept })
 }
 

@@ -42,7 +42,7 @@ use crate::heap::wal::{apply_prune, PrunePlan, XLOG_HEAP2_PRUNE_FREEZE};
 use crate::heap::{self, HeapEnv, Relation};
 use crate::page::{self, LpFlags, BLCKSZ, PD_ALL_VISIBLE};
 use crate::types::{BlockNumber, Lsn, OffsetNumber, Xid};
-use crate::vm::VmBits;
+use crate::vm::{MapPin, VmBits};
 use crate::wal::{BlockRef, RecordBuilder, Rmgr};
 
 use super::adaptive::{Freezing, Verdicts};
@@ -206,7 +206,7 @@ pub(super) struct Worker<'a> {
     pub env: HeapEnv<'a>,
     pub ring: Ring,
     /// The visibility map page of the pages being processed, kept pinned (`vmbuffer`).
-    pub vm_pin: Option<Buffer<'a>>,
+    pub vm_pin: MapPin<'a>,
     pub fsm_pending: Vec<(BlockNumber, u8)>,
     pub cost: CostDelay,
     pub c: ScanCounts,
@@ -224,7 +224,7 @@ impl<'a> Worker<'a> {
         Worker {
             env: db.heap(),
             ring: Ring::new(256 << 10),
-            vm_pin: None,
+            vm_pin: MapPin::default(),
             fsm_pending: Vec::with_capacity(FSM_BATCH),
             cost,
             c: ScanCounts::default(),
@@ -559,7 +559,7 @@ impl<'a> Worker<'a> {
         if let Some((mut g, _)) = map {
             page::set_lsn(&mut g.0, lsn);
             drop(g);
-            if let Some(pin) = &self.vm_pin {
+            if let Some(pin) = self.vm_pin.buffer() {
                 pin.mark_dirty();
             }
         }

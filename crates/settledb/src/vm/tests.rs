@@ -414,3 +414,33 @@ fn map_redo_refuses_a_heap_block_on_another_map_page() {
         redo_block(&right, 0, BlockNumber(1), &mut p.0).unwrap();
     }
 }
+
+/// A pin remembers a missing map page; the bits its holder then sets under that page (which
+/// creates it) read back through the same pin, in the map page it had found missing and in
+/// the next one, while a heap page of a map page that was never created reads clear.
+#[test]
+fn a_pin_that_found_its_map_page_missing_reads_the_bits_its_holder_sets() {
+    let fs = FaultFs::new();
+    let db = open(&fs);
+    let inner = db.inner();
+    let env = inner.env();
+    let vm = VisibilityMap::new(REL);
+    for b in [5, HPP + 5] {
+        make_heap_page(&env, b);
+    }
+    let mut pin = MapPin::default();
+    for b in [5, 6, 2 * HPP] {
+        assert_eq!(vm.get_pinned(env.pool, BlockNumber(b), &mut pin).unwrap(), VmBits::NONE, "block {b}");
+    }
+    for b in [5, HPP + 5] {
+        assert_eq!(vm.get_pinned(env.pool, BlockNumber(b), &mut pin).unwrap(), VmBits::NONE, "block {b}");
+        let (g, _) = vm.lock_and_set(env.pool, BlockNumber(b), VmBits::ALL_VISIBLE, &mut pin).unwrap().unwrap();
+        drop(g);
+        assert_eq!(vm.get_pinned(env.pool, BlockNumber(b), &mut pin).unwrap(), VmBits::ALL_VISIBLE, "block {b}");
+        assert_eq!(vm.get(env.pool, BlockNumber(b)).unwrap(), VmBits::ALL_VISIBLE, "block {b}");
+    }
+    assert_eq!(vm.get_pinned(env.pool, BlockNumber(5), &mut pin).unwrap(), VmBits::ALL_VISIBLE);
+    assert_eq!(vm.get_pinned(env.pool, BlockNumber(2 * HPP), &mut pin).unwrap(), VmBits::NONE);
+    pin.clear();
+    assert!(pin.buffer().is_none());
+}
