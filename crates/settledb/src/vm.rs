@@ -96,7 +96,7 @@
 //!   tuples visible to everyone, ALL_FROZEN needs every tuple frozen ([`flags_disagreement`]
 //!   and the tuple checks in `check`).
 //! * VACUUM's part: phase I reads the map to skip all-visible pages (all-frozen ones in an aggressive
-//!   run), and after pruning and freezing a page whose tuples are all visible (and frozen) calls
+//!   run), through a [`MapPin`] per worker, and after pruning and freezing a page whose tuples are all visible (and frozen) calls
 //!   `set` under the page's exclusive lock; after truncating empty tail pages it calls
 //!   `truncate`. VACUUM VERBOSE's `visibility map:` line and `settle inspect` report `count`.
 
