@@ -95,10 +95,11 @@
 //! * `check` compares every bit with its heap page: ALL_VISIBLE needs `PD_ALL_VISIBLE` and only
 //!   tuples visible to everyone, ALL_FROZEN needs every tuple frozen ([`flags_disagreement`]
 //!   and the tuple checks in `check`).
-//! * VACUUM's part: phase I reads the map to skip all-visible pages (all-frozen ones in an aggressive
-//!   run), through a [`MapPin`] per worker, and after pruning and freezing a page whose tuples are all visible (and frozen) calls
-//!   `set` under the page's exclusive lock; after truncating empty tail pages it calls
-//!   `truncate`. VACUUM VERBOSE's `visibility map:` line and `settle inspect` report `count`.
+//! * VACUUM's part: phase I reads the map to skip all-visible pages (all-frozen ones in an
+//!   aggressive run), through a [`MapPin`] per worker, and after pruning and freezing a page
+//!   whose tuples are all visible (and frozen) calls `set` under the page's exclusive lock;
+//!   after truncating empty tail pages it calls `truncate`. VACUUM VERBOSE's `visibility map:`
+//!   line and `settle inspect` report `count`.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -241,7 +242,7 @@ fn effective_clear_mask(bits: VmBits) -> u8 {
 /// under it ([`VisibilityMap::lock_and_set`] pins the page it creates) or moves on to another
 /// map page. Asking again would find out the same thing at the price of the storage
 /// manager's locks for every heap page: a first VACUUM of a table, before its map exists,
-/// spent 4% of its CPU doing so, its two workers contending for those locks. It can go
+/// spent 4% of its workers' CPU doing so, the two contending for those locks. It can go
 /// stale only when another thread extends the fork meanwhile, which VACUUM's parallel
 /// workers do for their own heap pages, never for another worker's (a heap page's bits are
 /// set only by the worker that processes it); and a page read as clear is only a page the
