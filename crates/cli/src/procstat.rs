@@ -34,17 +34,18 @@ pub fn self_cpu(ticks: f64) -> f64 {
 }
 
 /// The CPU seconds so far (`schedstat`, to the nanosecond) of each live thread of this
-/// process whose name starts with one of `prefixes`, by thread ID.
-pub fn threads_cpu(prefixes: &[&str]) -> std::collections::HashMap<u32, f64> {
+/// process whose name starts with one of `prefixes`, by thread ID, with the index in
+/// `prefixes` of the first prefix its name starts with.
+pub fn threads_cpu(prefixes: &[&str]) -> std::collections::HashMap<u32, (usize, f64)> {
     let mut out = std::collections::HashMap::new();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return out };
     for t in tasks.flatten() {
         let Some(tid) = t.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
         let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if prefixes.iter().any(|p| comm.starts_with(p)) {
+        if let Some(which) = prefixes.iter().position(|p| comm.starts_with(p)) {
             let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
             let ns = s.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-            out.insert(tid, ns / 1e9);
+            out.insert(tid, (which, ns / 1e9));
         }
     }
     out

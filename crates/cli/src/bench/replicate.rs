@@ -28,7 +28,8 @@
 //!    would do) or this benchmark's (its polling, the byte-counting relay); PostgreSQL's is
 //!    its WAL sender process's (from `pg_stat_replication`), which starts with the
 //!    subscription. Both to the nanosecond (`/proc/.../schedstat`), as the catch-up takes a
-//!    fraction of a second. The changes are the rows
+//!    fraction of a second. settledb's is also printed split: its decoder thread's share, the
+//!    rest being the connection's thread writing the batches out. The changes are the rows
 //!    the run inserted, updated and deleted (`pg_stat_user_tables`, on each publisher); the
 //!    bytes are those the relay carried from the publisher to the subscriber meanwhile.
 //!    Catch-up seconds include the subscriber starting its worker (within 100 ms). The
@@ -97,6 +98,9 @@ struct Figures {
     publisher: &'static str,
     changes: u64,
     publisher_cpu_seconds: f64,
+    /// Of `publisher_cpu_seconds`, the decoder thread's (settledb only; the rest is the
+    /// connection's thread).
+    decoder_cpu_seconds: Option<f64>,
     cpu_us_per_change: f64,
     catch_up_seconds: f64,
     bytes_sent: u64,
@@ -245,6 +249,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// What a publisher's CPU reading gives: its WAL sender's seconds since the first reading,
+/// and of those the decoder thread's, where it has one (settledb).
+type CpuReading = (f64, Option<f64>);
+
 /// One publisher's run against the subscriber on `sub`. `cpu` reads the publisher's CPU
 /// seconds (settledb: its WAL sender's threads; PostgreSQL: its WAL sender process).
 fn run_one(
@@ -253,7 +261,7 @@ fn run_one(
     port: u16,
     sub: u16,
     a: &ReplicateArgs,
-    cpu: &dyn Fn() -> Result<f64>,
+    cpu: &dyn Fn() -> Result<CpuReading>,
 ) -> Result<Figures> {
     eprintln!("{publisher}: loading one TPC-C warehouse on both sides ...");
     let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
@@ -321,12 +329,14 @@ fn run_one(
     let changes = published_changes(port)? - changes_before;
     let want = psql(port, "postgres", CAUGHT_UP)?;
     let mut poll = Poller::connect(sub)?;
-    let (before, bytes_before) = (cpu()?, relay.bytes_down());
+    let ((before, decoder_before), bytes_before) = (cpu()?, relay.bytes_down());
     let t0 = Instant::now();
     psql(sub, "postgres", "ALTER SUBSCRIPTION bench ENABLE")?;
     wait_for("the subscriber to catch up", Duration::from_secs(900), || Ok(poll.caught_up()? == want))?;
     let catch_up_seconds = t0.elapsed().as_secs_f64();
-    let used = cpu()? - before;
+    let (after, decoder_after) = cpu()?;
+    let used = after - before;
+    let decoder = decoder_after.zip(decoder_before).map(|(a, b)| a - b);
     let bytes_sent = relay.bytes_down() - bytes_before;
     psql(sub, "postgres", "DROP SUBSCRIPTION bench")?;
     Ok(Figures {
@@ -334,6 +344,7 @@ fn run_one(
         publisher,
         changes,
         publisher_cpu_seconds: used,
+        decoder_cpu_seconds: decoder,
         cpu_us_per_change: used * 1e6 / changes.max(1) as f64,
         catch_up_seconds,
         bytes_sent,
@@ -358,16 +369,23 @@ fn settledb_run(a: &ReplicateArgs, run: usize) -> Result<Figures> {
     // the baseline; the second sums each such thread's CPU since (a thread that ended
     // meanwhile drops out instead of taking its whole past with it).
     let base = std::cell::RefCell::new(None);
-    let cpu = || -> Result<f64> {
+    let cpu = || -> Result<CpuReading> {
+        const DECODER: usize = 0;
         let now = procstat::threads_cpu(&["walsender-", "settle-session"]);
         let mut b = base.borrow_mut();
-        Ok(match b.as_ref() {
-            None => {
-                *b = Some(now);
-                0.0
+        let Some(then) = b.as_ref() else {
+            *b = Some(now);
+            return Ok((0.0, Some(0.0)));
+        };
+        let since = |(tid, (which, s)): (&u32, &(usize, f64))| (*which, s - then.get(tid).map_or(0.0, |t| t.1));
+        let (mut all, mut decoder) = (0.0, 0.0);
+        for (which, s) in now.iter().map(since) {
+            all += s;
+            if which == DECODER {
+                decoder += s;
             }
-            Some(then) => now.iter().map(|(tid, s)| s - then.get(tid).copied().unwrap_or(0.0)).sum(),
-        })
+        }
+        Ok((all, Some(decoder)))
     };
     run_one(run, "settledb", server.port, a.subscriber_port, a, &cpu)
 }
@@ -383,9 +401,9 @@ fn postgres_run(a: &ReplicateArgs, run: usize) -> Result<Figures> {
     let port = a.peer_port;
     // The WAL sender is a new process each time the subscription connects: read the one
     // streaming now (0 before it exists: it starts after the first reading).
-    let cpu = || -> Result<f64> {
+    let cpu = || -> Result<CpuReading> {
         let pid = psql(port, "postgres", "SELECT pid FROM pg_stat_replication LIMIT 1")?;
-        Ok(pid.parse::<u32>().ok().and_then(procstat::cpu_precise).unwrap_or(0.0))
+        Ok((pid.parse::<u32>().ok().and_then(procstat::cpu_precise).unwrap_or(0.0), None))
     };
     run_one(run, "postgres", a.peer_port, a.subscriber_port, a, &cpu)
 }
@@ -473,6 +491,14 @@ pub fn run(a: ReplicateArgs) -> Result<ExitCode> {
             r.lag_p50_ms,
             r.lag_p99_ms
         );
+    }
+    for r in &rows {
+        if let Some(d) = r.decoder_cpu_seconds {
+            println!(
+                "  run {} {}: decoder thread {:.3} s of the {:.3} s, the connection's thread the rest",
+                r.run, r.publisher, d, r.publisher_cpu_seconds
+            );
+        }
     }
     for (what, ok) in &targets {
         println!("  [{}] {what}", if *ok { "met" } else { "MISSED" });
