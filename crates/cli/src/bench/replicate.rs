@@ -29,7 +29,7 @@
 //!    its WAL sender process's (from `pg_stat_replication`), which starts with the
 //!    subscription. Both to the nanosecond (`/proc/.../schedstat`), as the catch-up takes a
 //!    fraction of a second. settledb's is also printed split: its decoder thread's share, the
-//!    rest being the connection's thread writing the batches out. The changes are the rows
+//!    rest being the session threads' (the connection's, writing the batches out). The changes are the rows
 //!    the run inserted, updated and deleted (`pg_stat_user_tables`, on each publisher); the
 //!    bytes are those the relay carried from the publisher to the subscriber meanwhile.
 //!    Catch-up seconds include the subscriber starting its worker (within 100 ms). The
@@ -99,7 +99,7 @@ struct Figures {
     changes: u64,
     publisher_cpu_seconds: f64,
     /// Of `publisher_cpu_seconds`, the decoder thread's (settledb only; the rest is the
-    /// connection's thread).
+    /// session threads', the connection's writing the batches out).
     decoder_cpu_seconds: Option<f64>,
     cpu_us_per_change: f64,
     catch_up_seconds: f64,
@@ -495,7 +495,7 @@ pub fn run(a: ReplicateArgs) -> Result<ExitCode> {
     for r in &rows {
         if let Some(d) = r.decoder_cpu_seconds {
             println!(
-                "  run {} {}: decoder thread {:.3} s of the {:.3} s, the connection's thread the rest",
+                "  run {} {}: decoder thread {:.3} s of the {:.3} s, the session threads the rest",
                 r.run, r.publisher, d, r.publisher_cpu_seconds
             );
         }
