@@ -29,9 +29,10 @@
 //!    its WAL sender process's (from `pg_stat_replication`), which starts with the
 //!    subscription. Both to the nanosecond (`/proc/.../schedstat`), as the catch-up takes a
 //!    fraction of a second. settledb's is also printed split: its decoder thread's share, the
-//!    rest being the session threads' (the connection's, writing the batches out). The changes are the rows
-//!    the run inserted, updated and deleted (`pg_stat_user_tables`, on each publisher); the
-//!    bytes are those the relay carried from the publisher to the subscriber meanwhile.
+//!    rest being the session threads' (the connection's, writing the batches out). The
+//!    changes are the rows the run inserted, updated and deleted (`pg_stat_user_tables`, on
+//!    each publisher); the bytes are those the relay carried from the publisher to the
+//!    subscriber meanwhile.
 //!    Catch-up seconds include the subscriber starting its worker (within 100 ms). The
 //!    subscriber is polled for the end of the catch-up every 50 ms over one connection kept
 //!    open (a `psql` each time would start a process and a backend twenty times a second on
@@ -254,7 +255,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 type CpuReading = (f64, Option<f64>);
 
 /// One publisher's run against the subscriber on `sub`. `cpu` reads the publisher's CPU
-/// seconds (settledb: its WAL sender's threads; PostgreSQL: its WAL sender process).
+/// seconds (settledb: its WAL sender's threads, and of those its decoder thread's;
+/// PostgreSQL: its WAL sender process).
 fn run_one(
     run: usize,
     publisher: &'static str,
