@@ -107,7 +107,9 @@ impl Worker<'_> {
         let buf = heap::read_page(&env, ctx.rel, block, Some(&mut self.ring))?;
         let mut g = buf.write();
         let p = &mut g.0;
-        let offsets: Vec<OffsetNumber> = offs.iter().map(|&o| OffsetNumber(o)).collect();
+        let mut offsets = std::mem::take(&mut self.unused);
+        offsets.clear();
+        offsets.extend(offs.iter().map(|&o| OffsetNumber(o)));
         let unchanged = seen.filter(|s| s.lsn == page::lsn(p));
         vwal::apply_unused(p, &offsets, Lsn(0))?;
         let (all_visible, all_frozen, has_lpdead) = match unchanged {
@@ -143,6 +145,7 @@ impl Worker<'_> {
         }
         let cat = ctx.fsm_category(page::heap_free_space(p), all_visible);
         drop(g);
+        self.unused = offsets;
         self.note_free(ctx, block, cat)?;
         ctx.progress.heap_blks_vacuumed.fetch_add(1, Ordering::Relaxed);
         Ok(())

@@ -216,6 +216,8 @@ pub(super) struct Worker<'a> {
     freeze: Vec<FreezePlan>,
     /// A record's main data, reused.
     pub main: Vec<u8>,
+    /// Phase III's offsets to free on the page at hand, reused.
+    pub unused: Vec<OffsetNumber>,
     pub memo: XidMemo,
 }
 
@@ -233,6 +235,7 @@ impl<'a> Worker<'a> {
             plan: PrunePlan::default(),
             freeze: Vec::new(),
             main: Vec::with_capacity(64),
+            unused: Vec::new(),
             memo: XidMemo::default(),
         }
     }
