@@ -15,6 +15,15 @@ pub fn clock_ticks() -> f64 {
         .unwrap_or(100.0)
 }
 
+/// CPU seconds the hypervisor ran someone else while this machine's CPUs had work (the
+/// `steal` column of `/proc/stat`, summed over the CPUs), so far; `None` where it is missing.
+pub fn machine_steal(ticks: f64) -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    // cpu user nice system idle iowait irq softirq steal ...
+    let steal: f64 = stat.lines().next()?.split_whitespace().nth(8)?.parse().ok()?;
+    Some(steal / ticks)
+}
+
 /// A process's parent and CPU seconds, its reaped children's included (`/proc/<pid>/stat`).
 pub fn cpu(pid: u32, ticks: f64) -> Option<(u32, f64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -325,6 +325,8 @@ fn vacuum_bench_runs_both_vacuums() {
     assert_eq!(second["full_page_images"], 0);
     assert_eq!(second["scanned_pages"], second["pages"]);
     assert!(first["verbose"].as_str().unwrap().contains("INFO:  finished vacuuming"), "{first}");
+    // The hypervisor's steal around each VACUUM, from /proc/stat (zero on bare metal).
+    assert!(first["steal_seconds"].as_f64().is_some_and(|s| s >= 0.0), "{first}");
     let third = &v["vacuums"][2];
     assert_eq!((&third["phase"], &third["wal_bytes"]), (&serde_json::json!("full-scan"), &serde_json::json!(0)));
     assert_eq!(v["vacuums"].as_array().unwrap().len(), 3);

@@ -71,6 +71,14 @@
 //! sequential write rate (no fsync: both engines run with `fsync=off`), whichever is longer;
 //! and how many times that floor the VACUUM took.
 //!
+//! # Steal
+//!
+//! On a virtual machine the hypervisor may run other guests on our CPUs while the VACUUM has
+//! work for them (`steal` in `/proc/stat`). Each VACUUM's share of it, summed over the CPUs, is
+//! printed beside its time (`steal s`): a run whose time went up with its steal was slowed by
+//! the machine, not by the engine. settledb's VACUUM keeps both CPUs busy and PostgreSQL's one,
+//! so the same steal rate costs settledb more of its time.
+//!
 //! The same work: `lazy` freezes as PostgreSQL 15 does (nothing here: no XID is older than
 //! FreezeLimit), so it is compared with PostgreSQL's default run. `eager` freezes every page it
 //! sets all-visible, including the 4,099 pages of new versions that PostgreSQL 15 leaves
@@ -203,6 +211,10 @@ pub struct VacuumFigures {
     pub cpu_system_seconds: f64,
     /// Checkpoints that completed during the VACUUM (settledb; should be 0).
     pub checkpoints_during: Option<u64>,
+    /// CPU seconds the hypervisor gave to other guests while the VACUUM ran (both CPUs; for
+    /// PostgreSQL, around the psql call that timed it): time the VACUUM may have waited for
+    /// that is no engine's doing.
+    pub steal_seconds: Option<f64>,
     /// Seconds in each `pg_stat_progress_vacuum` phase, sampled (settledb).
     pub phase_seconds: Vec<(String, f64)>,
     /// The VACUUM (VERBOSE) output.
@@ -219,6 +231,8 @@ pub struct SummaryRow {
     /// CPU time (user + system) of the vacuuming thread or backend, in the same run: a steadier
     /// figure than elapsed time on a machine others are using.
     pub cpu_seconds: f64,
+    /// The hypervisor's steal during the same run's VACUUM.
+    pub steal_seconds: Option<f64>,
     pub wal_bytes: u64,
     pub full_page_images: u64,
     pub all_frozen_pages: Option<u64>,
@@ -477,6 +491,8 @@ fn timed_vacuum(
     phase: &'static str,
 ) -> Result<(VacuumReport, VacuumFigures)> {
     let before = db.stats();
+    let ticks = crate::procstat::clock_ticks();
+    let steal_before = crate::procstat::machine_steal(ticks);
     let stop = AtomicBool::new(false);
     let (result, elapsed, samples) = std::thread::scope(|s| {
         let sampler = s.spawn(|| sample_phases(db, &stop));
@@ -486,6 +502,7 @@ fn timed_vacuum(
         stop.store(true, Ordering::Relaxed);
         (result, elapsed, sampler.join().unwrap_or_default())
     });
+    let steal_seconds = steal_since(steal_before, ticks);
     let r = result?.into_iter().next().context("VACUUM returned no report")?;
     let after = db.stats();
     let phase_seconds = phase_durations(&samples, elapsed);
@@ -507,6 +524,7 @@ fn timed_vacuum(
         cpu_user_seconds: r.user_cpu.as_secs_f64(),
         cpu_system_seconds: r.system_cpu.as_secs_f64(),
         checkpoints_during: Some(after.checkpoints - before.checkpoints),
+        steal_seconds,
         phase_seconds,
         verbose: r.verbose_text(),
     };
@@ -612,6 +630,8 @@ fn postgres_vacuum(
 ) -> Result<VacuumFigures> {
     let sql = format!("VACUUM ({options}) {TABLE}");
     let min_age = if freeze { "SET vacuum_freeze_min_age = 0" } else { "SELECT 1" };
+    let ticks = crate::procstat::clock_ticks();
+    let steal_before = crate::procstat::machine_steal(ticks);
     let (out, err) = pg.psql(&[
         min_age,
         "SELECT pg_current_wal_insert_lsn()",
@@ -620,6 +640,7 @@ fn postgres_vacuum(
         "\\timing off",
         "SELECT pg_current_wal_insert_lsn()",
     ])?;
+    let steal_seconds = steal_since(steal_before, ticks);
     let lsns: Vec<u64> = out.lines().filter_map(parse_lsn).collect();
     let [lsn0, lsn1] = lsns[..] else { bail!("expected two WAL positions from psql, got {out:?}") };
     let ms = out
@@ -664,9 +685,15 @@ fn postgres_vacuum(
         cpu_user_seconds: at(&cpu, 0),
         cpu_system_seconds: at(&cpu, 1),
         checkpoints_during: None,
+        steal_seconds,
         phase_seconds: Vec::new(),
         verbose,
     })
+}
+
+/// Hypervisor steal since `before` (see [`crate::procstat::machine_steal`]).
+fn steal_since(before: Option<f64>, ticks: f64) -> Option<f64> {
+    Some(crate::procstat::machine_steal(ticks)? - before?).map(|s| s.max(0.0))
 }
 
 /// An LSN as PostgreSQL prints it (`1/65C898E0`), as a byte position.
@@ -727,6 +754,7 @@ fn summarize(all: &[VacuumFigures], prep: &[PrepFigures], rates: &Rates) -> Vec<
                 runs: all.iter().filter(|f| f.engine == engine && f.phase == phase).count(),
                 seconds: m.seconds,
                 cpu_seconds: m.cpu_user_seconds + m.cpu_system_seconds,
+                steal_seconds: m.steal_seconds,
                 wal_bytes: m.wal_bytes,
                 full_page_images: m.full_page_images,
                 all_frozen_pages: m.all_frozen_pages,
@@ -806,7 +834,8 @@ fn print_run(p: &PrepFigures, v: &[VacuumFigures]) {
     let mut full_scans = 0;
     for f in v {
         let what = if f.phase == "vacuum" { "VACUUM (VERBOSE)" } else { "VACUUM (VERBOSE, DISABLE_PAGE_SKIPPING)" };
-        println!("-- {what} {TABLE}: {:.3} s, {} WAL bytes", f.seconds, f.wal_bytes);
+        let steal = f.steal_seconds.map_or_else(String::new, |s| format!(", hypervisor steal {s:.2} CPU s"));
+        println!("-- {what} {TABLE}: {:.3} s, {} WAL bytes{steal}", f.seconds, f.wal_bytes);
         let repeat = f.phase == "full-scan" && {
             full_scans += 1;
             full_scans > 1
@@ -841,11 +870,12 @@ fn print_summary(r: &VacuumBenchReport) {
     }
     println!("{TABLE} at scale {} ({} rows), {of}:", r.scale, r.rows);
     println!(
-        "{:<18} {:<10} {:>9} {:>9} {:>14} {:>8} {:>10} {:>12} {:>10} {:>20} {:>8}",
+        "{:<18} {:<10} {:>9} {:>9} {:>7} {:>14} {:>8} {:>10} {:>12} {:>10} {:>20} {:>8}",
         "engine",
         "phase",
         "seconds",
         "CPU s",
+        "steal s",
         "WAL bytes",
         "FPIs",
         "all-frozen",
@@ -858,11 +888,12 @@ fn print_summary(r: &VacuumBenchReport) {
     for s in &r.summary {
         let floor = format!("{:.3} ({:.3}/{:.3})", s.floor.seconds, s.floor.scan_seconds, s.floor.write_seconds);
         println!(
-            "{:<18} {:<10} {:>9.3} {:>9.2} {:>14} {:>8} {:>10} {:>12} {:>10} {:>20} {:>8.1}",
+            "{:<18} {:<10} {:>9.3} {:>9.2} {:>7} {:>14} {:>8} {:>10} {:>12} {:>10} {:>20} {:>8.1}",
             s.engine,
             s.phase,
             s.seconds,
             s.cpu_seconds,
+            s.steal_seconds.map_or_else(|| "-".to_string(), |v| format!("{v:.2}")),
             s.wal_bytes,
             s.full_page_images,
             s.all_frozen_pages.map_or_else(|| "-".to_string(), |n| n.to_string()),
@@ -925,6 +956,7 @@ mod tests {
             runs: 1,
             seconds,
             cpu_seconds: seconds,
+            steal_seconds: None,
             wal_bytes,
             full_page_images: 0,
             all_frozen_pages: None,
