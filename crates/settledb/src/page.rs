@@ -226,17 +226,9 @@ fn wr32(p: &mut [u8], at: usize, v: u32) {
 /// Initializes an empty page with `special_size` bytes of special space (0 for heap pages).
 pub fn init(page: &mut [u8], special_size: usize) {
     assert_eq!(page.len(), BLCKSZ, "a page is BLCKSZ bytes");
-    page.fill(0);
-    init_header(page, special_size);
-}
-
-/// The header [`init`] writes, alone: the rest of the page is left as it is (for a caller that
-/// writes every other byte itself).
-pub fn init_header(page: &mut [u8], special_size: usize) {
-    assert_eq!(page.len(), BLCKSZ, "a page is BLCKSZ bytes");
     let special_size = maxalign(special_size);
     assert!(special_size <= BLCKSZ - PAGE_HEADER_SIZE, "special space too large");
-    page[..PAGE_HEADER_SIZE].fill(0);
+    page.fill(0);
     let special = (BLCKSZ - special_size) as u16;
     wr16(page, OFF_LOWER, PAGE_HEADER_SIZE as u16);
     set_upper(page, special);

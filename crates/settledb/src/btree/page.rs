@@ -336,9 +336,8 @@ pub fn delete_items(p: &mut [u8], remove: &[u16]) -> bool {
     if need > USABLE {
         return false;
     }
-    // The page `page::init` and the copies would give, written once: the header (LSN kept),
-    // every kept item and its line pointer, zeros between them; the special area stays.
-    page::init_header(p, SPECIAL_SIZE);
+    page::init(p, SPECIAL_SIZE);
+    p[SPECIAL_OFF..].copy_from_slice(&old.0[SPECIAL_OFF..]);
     page::set_lsn(p, page::lsn(&old.0));
     let (mut lower, mut upper, mut r) = (PAGE_HEADER_SIZE, SPECIAL_OFF, 0usize);
     for o in 1..=n {
@@ -349,33 +348,14 @@ pub fn delete_items(p: &mut [u8], remove: &[u16]) -> bool {
         let id = lp(o);
         let (off, len) = (id.off as usize, id.len as usize);
         upper -= maxalign(len);
-        copy_item(p, upper, &old.0, off, len);
+        p[upper..upper + len].copy_from_slice(&old.0[off..off + len]);
         let new = page::ItemId::normal(upper as u16, len as u16).to_u32();
         p[lower..lower + ITEM_ID_SIZE].copy_from_slice(&new.to_le_bytes());
         lower += ITEM_ID_SIZE;
     }
-    p[lower..upper].fill(0);
     page::set_lower(p, lower as u16);
     page::set_upper(p, upper as u16);
     true
-}
-
-/// Copies the `len`-byte item at `from` in `old` to `at` in `p`, with zeros in its MAXALIGN
-/// padding. Word by word: a leaf entry is a word or two, and a `memcpy` call for each of a
-/// leaf's hundreds of entries cost more than the copying (VACUUM's phase II).
-#[inline]
-fn copy_item(p: &mut [u8], at: usize, old: &[u8; BLCKSZ], from: usize, len: usize) {
-    let span = maxalign(len);
-    if len == 0 || from + span > BLCKSZ || at + span > BLCKSZ {
-        p[at..at + len].copy_from_slice(&old[from..from + len]);
-        p[at + len..at + span].fill(0);
-        return;
-    }
-    for i in (0..span).step_by(8) {
-        let w: [u8; 8] = old[from + i..from + i + 8].try_into().expect("eight bytes");
-        p[at + i..at + i + 8].copy_from_slice(&w);
-    }
-    page::zero_padding(p, at, len);
 }
 
 /// Copies of every item on the page.
