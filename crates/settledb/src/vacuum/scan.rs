@@ -386,7 +386,7 @@ impl<'a> Worker<'a> {
         let tuples_frozen = freeze::freeze_plans(s, decision.mode, &mut self.freeze);
         if !self.freeze.is_empty() {
             self.scan.write_pending_hints(p);
-            vwal::apply_freeze(p, &self.freeze, Lsn(0))?;
+            vwal::apply_planned_freeze(p, &self.freeze);
             if tuples_frozen > 0 {
                 self.c.frozen_pages += 1;
                 self.c.tuples_frozen += tuples_frozen;

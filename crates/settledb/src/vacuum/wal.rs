@@ -152,8 +152,23 @@ pub fn decode_freeze(c: &mut Cursor<'_>) -> Result<Vec<FreezePlan>> {
 /// all of them) must be a NORMAL tuple with a valid header; otherwise nothing is changed and
 /// an error names the offset. Returns how many tuple headers changed.
 ///
-/// Hot path (a whole-page freeze in phase I, and its redo): one pass checks, one changes.
+/// Redo's path: one pass checks the plans against the page, one changes it.
 pub fn apply_freeze(p: &mut [u8], plans: &[FreezePlan], lsn: Lsn) -> Result<usize> {
+    check_freeze(p, plans, lsn)?;
+    Ok(freeze_checked(p, plans))
+}
+
+/// [`apply_freeze`] for plans made from this page under the lock still held (VACUUM's phase I):
+/// every tuple they name was read by the scan that planned them, so the check pass is left out
+/// (debug builds still make it).
+pub fn apply_planned_freeze(p: &mut [u8], plans: &[FreezePlan]) -> usize {
+    debug_assert!(check_freeze(p, plans, Lsn(0)).is_ok(), "plans made from this page fit it");
+    freeze_checked(p, plans)
+}
+
+/// Whether every tuple `plans` name is a NORMAL tuple with a valid header on `p`; the error
+/// names the first that is not.
+fn check_freeze(p: &[u8], plans: &[FreezePlan], lsn: Lsn) -> Result<()> {
     let max = usize::from(page::max_offset(p));
     let bad = |off: usize| Error::corrupt_wal(lsn, format!("freeze plan names offset {off}, not a tuple on the page"));
     // Where the valid NORMAL tuple at `off` lies, if it is one.
@@ -178,7 +193,12 @@ pub fn apply_freeze(p: &mut [u8], plans: &[FreezePlan], lsn: Lsn) -> Result<usiz
             }
         }
     }
-    // Every tuple named is a NORMAL one with a valid header now.
+    Ok(())
+}
+
+/// Changes the headers `plans` name, which [`check_freeze`] accepted; returns how many.
+fn freeze_checked(p: &mut [u8], plans: &[FreezePlan]) -> usize {
+    let max = usize::from(page::max_offset(p));
     let mut n = 0;
     for pl in plans {
         let clear_xmax = pl.flags & FREEZE_CLEAR_XMAX != 0;
@@ -205,7 +225,7 @@ pub fn apply_freeze(p: &mut [u8], plans: &[FreezePlan], lsn: Lsn) -> Result<usiz
             change(p, usize::from(off.0));
         }
     }
-    Ok(n)
+    n
 }
 
 /// Flags of the PRUNE_FREEZE and VACUUM records.
