@@ -41,8 +41,8 @@
 //! the LP_DEAD items of its pages and sets their map bits, working through its own share
 //! first and then helping with the others'. One map page covers some 32,000 heap pages, so
 //! threads in different shares set bits on different map pages: with one counter for all they
-//! worked side by side, each waiting for the other's exclusive lock on the same map page (a
-//! fifth of phase III's time idle on two cores, in `settle bench vacuum`).
+//! worked side by side, each waiting for the other's exclusive lock on the same map page (in
+//! a perf timeline of `settle bench vacuum` on two cores, 15% of phase III's CPU time idle).
 //!
 //! # How many workers
 //!
