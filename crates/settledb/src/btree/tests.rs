@@ -811,7 +811,7 @@ fn a_kill_dirties_only_pages_changed_since_the_checkpoint() {
 
 /// `delete_items` lays a leaf out exactly as `rebuild` of the items it keeps would, whatever
 /// the order its items lie in on the page, their sizes (padding included), LP_DEAD hints,
-/// stray bytes in padding and free space, the header's flags and the special area.
+/// stray bytes in padding and free space, the header's LSN and prune XID, the special area.
 #[test]
 fn delete_items_equals_rebuild_of_the_kept_items() {
     let mut rng = StdRng::seed_from_u64(0xde1e7e);

@@ -203,16 +203,17 @@ fn freeze_checked(p: &mut [u8], plans: &[FreezePlan]) -> usize {
     for pl in plans {
         let clear_xmax = pl.flags & FREEZE_CLEAR_XMAX != 0;
         let mut change = |p: &mut [u8], off: usize| {
+            // Checked already (or planned from this page); still, an offset off the page or
+            // bytes too few for a header (24, what change_masks rewrites) are skipped rather
+            // than trusted, so that no page can make this panic.
+            if off == 0 || off > max {
+                return;
+            }
             let id = crate::heap::prune::lp(p, off);
-            if id.flags == LpFlags::Normal {
-                let start = usize::from(id.off);
-                tuple::change_masks(
-                    &mut p[start..start + usize::from(id.len)],
-                    pl.set,
-                    pl.clear,
-                    pl.clear2,
-                    clear_xmax,
-                );
+            let start = usize::from(id.off);
+            let t = p.get_mut(start..start + usize::from(id.len)).filter(|t| t.len() >= 24);
+            if let (LpFlags::Normal, Some(t)) = (id.flags, t) {
+                tuple::change_masks(t, pl.set, pl.clear, pl.clear2, clear_xmax);
                 n += 1;
             }
         };
@@ -489,4 +490,31 @@ pub fn describe_prune_freeze(main: &[u8], lsn: Lsn) -> Result<String> {
 pub fn describe_unused(main: &[u8], lsn: Lsn) -> Result<String> {
     let (offs, vm) = decode_unused(main, lsn)?;
     Ok(format!("VACUUM nunused: {}{}", offs.len(), describe_vm(vm)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What phase I's unchecked freeze meets on a page whose bytes do not hold what a plan
+    /// names (only corruption could make that): offsets off the page and a NORMAL item too
+    /// short for a header are skipped, never a panic; redo's `apply_freeze` refuses both.
+    #[test]
+    fn unchecked_freeze_skips_what_holds_no_header() {
+        let mut p = crate::page::PageBuf::zeroed();
+        crate::page::init(&mut p.0, 0);
+        let short = crate::page::add_item(&mut p.0, &[0u8; 10], None, true).unwrap();
+        let f = TupleFreeze { set: tuple::HEAP_XMIN_FROZEN, ..TupleFreeze::default() };
+        let mut all = FreezePlan::new(f);
+        all.all_normal = true;
+        let mut listed = FreezePlan::new(f);
+        listed.offsets = vec![short, OffsetNumber(0), OffsetNumber(7), OffsetNumber(u16::MAX)];
+        let before = p.clone();
+        for plan in [all, listed] {
+            let plans = [plan];
+            assert!(apply_freeze(&mut p.0, &plans, Lsn(1)).is_err());
+            assert_eq!(freeze_checked(&mut p.0, &plans), 0);
+            assert!(p.0 == before.0, "nothing changed");
+        }
+    }
 }
