@@ -50,7 +50,7 @@ mod frozen;
 pub mod publication;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -543,6 +543,9 @@ pub struct Catalog {
     frozen: Mutex<frozen::FrozenXidIndex>,
     /// The database's `autovacuum_freeze_max_age`, for tables that do not override it.
     freeze_max_age: u32,
+    /// Bumped after every change to what the catalog publishes (tables, their definitions,
+    /// indexes, storage parameters): see [`Catalog::generation`].
+    generation: AtomicU64,
 }
 
 impl Default for Catalog {
@@ -564,7 +567,22 @@ impl Catalog {
             frozen_ids_lock: Mutex::new(()),
             frozen: Mutex::new(frozen::FrozenXidIndex::new()),
             freeze_max_age: autovacuum_freeze_max_age,
+            generation: AtomicU64::new(0),
         }
+    }
+
+    /// A number that changes whenever a table or index is published, replaced or forgotten,
+    /// or a table's storage parameters change (not for statistics or relfrozenxid). A cache
+    /// built from the catalog (the server's relation cache) reads it *before* it reads the
+    /// catalog and is valid while it stays the same: every change is made before the number
+    /// moves, so a cache that saw part of a change carries the old number and is dropped at
+    /// its next check. PostgreSQL's relcache learns the same from invalidation messages.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Builds the cache entry for a row and publishes it. `next` is the next XID (relfrozenxid
@@ -597,6 +615,7 @@ impl Catalog {
         }
         let next_oid = row.oid.0.max(row.relfilenode.0).saturating_add(1);
         self.next_oid.fetch_max(next_oid, Ordering::AcqRel);
+        self.changed();
         e
     }
 
@@ -626,6 +645,7 @@ impl Catalog {
         if by_oid.get(&e.rel.oid).is_some_and(|p| Arc::ptr_eq(p, e)) {
             frozen.set(e.rel.oid, e.relfrozenxid(), self.freeze_max_age_of(e), next);
         }
+        self.changed();
     }
 
     /// Publishes an index of a published table.
@@ -636,6 +656,7 @@ impl Catalog {
         self.next_oid.fetch_max(next, Ordering::AcqRel);
         table.indexes.write().push(def);
         self.refresh_indexed_columns(&table);
+        self.changed();
         Some(table)
     }
 
@@ -673,6 +694,7 @@ impl Catalog {
         self.next_oid.fetch_max(new.rel.relfilenode.0.saturating_add(1), Ordering::AcqRel);
         old.superseded.store(true, Ordering::Release);
         new.superseded.store(false, Ordering::Release);
+        self.changed();
     }
 
     /// Forgets an index.
@@ -682,6 +704,7 @@ impl Catalog {
             table.indexes.write().retain(|d| d.oid != def.oid);
             self.refresh_indexed_columns(&table);
         }
+        self.changed();
         Some(def)
     }
 
@@ -720,6 +743,8 @@ impl Catalog {
         let mut by_oid = self.by_oid.write();
         by_oid.remove(&e.rel.oid);
         self.frozen.lock().remove(e.rel.oid);
+        drop(by_oid);
+        self.changed();
         Some(e)
     }
 

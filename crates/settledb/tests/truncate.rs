@@ -19,12 +19,16 @@
 //! * `a_second_session_waits_for_the_lock`: TRUNCATE waits for a reader's lock (seen in
 //!   `Database::locks`, no timing), and fails with 55P03 under `lock_timeout`; a reader
 //!   waits for the TRUNCATE and then reads the new, empty table.
+//! * `catalog_generation_moves_with_every_definition_change`: TRUNCATE (and its rollback),
+//!   CREATE/DROP INDEX, ALTER TABLE and DROP TABLE each move `Database::catalog_generation`;
+//!   rows and VACUUM do not.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use settledb::db::AlterTable;
 use settledb::io::fault::{CrashMode, FaultFs};
 use settledb::io::FileSystem;
 use settledb::lmgr::LockMode;
@@ -494,4 +498,54 @@ fn truncate_decodes_in_place_through_a_spill_and_a_restart() {
     assert!(lines[2002].starts_with("table public.t: INSERT: id[integer]:-1 "), "{}", lines[2002]);
     assert!(lines[2008].starts_with("table public.t: INSERT: id[integer]:-2 "), "{}", lines[2008]);
     assert_eq!(lines.len(), 2013, "{:#?}", &lines[2000..]);
+}
+
+/// `Database::catalog_generation`, which the server's relation cache and kept plans trust,
+/// moves at every change of what the catalog publishes (TRUNCATE, and its rollback, among
+/// them) and at nothing else: reads, writes and VACUUM leave it where it is.
+#[test]
+fn catalog_generation_moves_with_every_definition_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path(), config()).unwrap();
+    let mut seen = db.catalog_generation();
+    let mut moved = |db: &Database, what: &str| {
+        let now = db.catalog_generation();
+        assert!(now > seen, "{what} did not move the generation ({seen} -> {now})");
+        seen = now;
+    };
+    setup(&db, 50);
+    moved(&db, "CREATE TABLE and CREATE INDEX");
+    let still = db.catalog_generation();
+    let t = db.table("t").unwrap();
+    {
+        let mut tx = db.begin().unwrap();
+        tx.insert(&t, &row(1000)).unwrap();
+        tx.scan(&t).unwrap().for_each(drop);
+        tx.commit().unwrap();
+    }
+    db.vacuum(Some("t"), &Default::default()).unwrap();
+    assert_eq!(db.catalog_generation(), still, "rows and VACUUM change no definition");
+
+    db.truncate(&["t"], TruncateOptions::default()).unwrap();
+    moved(&db, "TRUNCATE");
+    {
+        let mut tx = db.begin().unwrap();
+        tx.truncate(&["t"], TruncateOptions::default()).unwrap();
+        moved(&db, "TRUNCATE in a transaction");
+        tx.rollback().unwrap();
+    }
+    moved(&db, "the rollback of a TRUNCATE");
+    db.create_index("t_v2", "t", &["v", "id"], false).unwrap();
+    moved(&db, "CREATE INDEX");
+    db.drop_index("t_v2").unwrap();
+    moved(&db, "DROP INDEX");
+    db.alter_table_set("t", &[("autovacuum_vacuum_scale_factor", "0.05")]).unwrap();
+    moved(&db, "ALTER TABLE SET");
+    let extra = Column { name: "w".into(), ty: Type::Int4, nullable: true };
+    db.alter_table("t", &AlterTable::AddColumn { column: extra, missing: Value::Null, if_not_exists: false }).unwrap();
+    moved(&db, "ADD COLUMN");
+    db.alter_table("t", &AlterTable::RenameTable { to: "u".into() }).unwrap();
+    moved(&db, "RENAME TO");
+    db.drop_table("u").unwrap();
+    moved(&db, "DROP TABLE");
 }

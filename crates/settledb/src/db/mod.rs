@@ -741,6 +741,13 @@ impl Database {
             .ok_or_else(|| Error::NotFound(format!("relation \"{name}\" does not exist")))
     }
 
+    /// Changes whenever a table or index is created, dropped, altered or truncated, or a
+    /// table's storage parameters change: what a cache of table definitions (the server's
+    /// relation cache) checks before it trusts itself (see [`crate::catalog::Catalog::generation`]).
+    pub fn catalog_generation(&self) -> u64 {
+        self.inner.catalog.generation()
+    }
+
     /// The table with this OID, if there is one.
     pub fn table_by_oid(&self, oid: Oid) -> Option<Table> {
         self.inner.catalog.get_by_oid(oid).map(|entry| Table { entry })
