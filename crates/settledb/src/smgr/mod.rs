@@ -26,7 +26,7 @@ pub mod sizes;
 use rustc_hash::FxHashMap;
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -46,12 +46,61 @@ struct ForkFile {
     used: AtomicBool,
     /// Logical size in blocks: at least the file's size, more when blocks were handed out by
     /// `extend` and not yet written.
-    nblocks: Mutex<u32>,
+    nblocks: BlockCount,
     /// Bytes of disk space reserved ahead of the writes (see [`File::allocate`]).
     allocated: Mutex<u64>,
     /// A main fork found cut short at open ([`sizes`]): (blocks it has, blocks it had);
     /// reading a block between the two is an error.
     cut_short: Mutex<Option<(u32, u32)>>,
+}
+
+/// A fork's logical size: changed under a lock, read without one. Every index scan's heap
+/// fetch asks for it (is the TID's block still there?), and with a mutex the sessions of two
+/// cores took turns owning its cache line just to read it.
+struct BlockCount {
+    lock: Mutex<u32>,
+    /// The value, stored under `lock` by every change ([`BlockCountGuard`]'s drop).
+    now: AtomicU32,
+}
+
+impl BlockCount {
+    fn new(n: u32) -> BlockCount {
+        BlockCount { lock: Mutex::new(n), now: AtomicU32::new(n) }
+    }
+
+    /// The size as of the last change.
+    fn get(&self) -> u32 {
+        self.now.load(Ordering::Acquire)
+    }
+
+    /// Locks the size for a change, published to [`BlockCount::get`] when the guard drops.
+    fn lock(&self) -> BlockCountGuard<'_> {
+        BlockCountGuard { g: self.lock.lock(), now: &self.now }
+    }
+}
+
+struct BlockCountGuard<'a> {
+    g: parking_lot::MutexGuard<'a, u32>,
+    now: &'a AtomicU32,
+}
+
+impl std::ops::Deref for BlockCountGuard<'_> {
+    type Target = u32;
+    fn deref(&self) -> &u32 {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for BlockCountGuard<'_> {
+    fn deref_mut(&mut self) -> &mut u32 {
+        &mut self.g
+    }
+}
+
+impl Drop for BlockCountGuard<'_> {
+    fn drop(&mut self) {
+        self.now.store(*self.g, Ordering::Release);
+    }
 }
 
 /// A main fork that recovery left shorter than it was at the last checkpoint ([`sizes`]).
@@ -171,7 +220,7 @@ impl Smgr {
         let ff = Arc::new(ForkFile {
             file: Mutex::new(Some(file)),
             used: AtomicBool::new(true),
-            nblocks: Mutex::new(nblocks),
+            nblocks: BlockCount::new(nblocks),
             allocated: Mutex::new(len),
             cut_short: Mutex::new(None),
         });
@@ -231,12 +280,12 @@ impl Smgr {
     /// Hot path: one map lookup when the fork is open.
     pub fn nblocks(&self, rel: Oid, fork: Fork) -> Result<u32> {
         if let Some(f) = self.files.read().get(&(rel, fork)) {
-            return Ok(*f.nblocks.lock());
+            return Ok(f.nblocks.get());
         }
         if !self.exists(rel, fork) {
             return Ok(0);
         }
-        Ok(*self.fork(rel, fork, false)?.nblocks.lock())
+        Ok(self.fork(rel, fork, false)?.nblocks.get())
     }
 
     /// Reserves the next block of a fork (creating the file if needed) and returns its number.
@@ -291,6 +340,8 @@ impl Smgr {
                 return Err(Error::corrupted(tag.rel, tag.block, c.to_string()));
             }
         }
+        // Under the lock: a read racing a truncation waits for it and fails "beyond the
+        // end" (which `heap::read_page_if_exists` retries), instead of reading zeros.
         if tag.block.0 >= *ff.nblocks.lock() {
             return Err(Error::NotFound(format!(
                 "could not read block {} in file \"{}\": beyond the end of the relation",
