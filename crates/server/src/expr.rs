@@ -91,12 +91,13 @@ impl Scope<'_> {
     }
 }
 
-/// Folds an unquoted identifier to lower case, as PostgreSQL does.
+/// Folds an unquoted identifier to lower case, as PostgreSQL does in a UTF-8 database
+/// (`downcase_identifier`): only `A`-`Z`; other letters keep their case (`Émile` is `Émile`).
 pub fn ident_name(i: &sqlparser::ast::Ident) -> String {
     if i.quote_style.is_some() {
         i.value.clone()
     } else {
-        i.value.to_lowercase()
+        i.value.to_ascii_lowercase()
     }
 }
 
@@ -1199,5 +1200,20 @@ pub fn placeholder(e: &Expr) -> Option<usize> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlparser::ast::Ident;
+
+    use super::ident_name;
+
+    #[test]
+    fn identifiers_fold_ascii_letters_only() {
+        // PostgreSQL 15 (UTF-8): `select 1 as Émile_X` names its column `Émile_x`.
+        assert_eq!(ident_name(&Ident::new("Émile_X")), "Émile_x");
+        assert_eq!(ident_name(&Ident::new("ÄBC")), "Äbc");
+        assert_eq!(ident_name(&Ident::with_quote('"', "ÄBC")), "ÄBC");
     }
 }
