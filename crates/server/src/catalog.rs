@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -40,6 +41,8 @@ pub struct ColumnDef {
 pub struct SqlCatalog {
     path: PathBuf,
     types: Arc<RwLock<HashMap<String, TableSql>>>,
+    /// Bumped at every change of `types`, under its write lock ([`SqlCatalog::generation`]).
+    generation: AtomicU64,
 }
 
 /// The catalog's column types as the engine's output plugins ask for them
@@ -147,7 +150,13 @@ impl SqlCatalog {
             t.parse_defaults()
                 .map_err(|e| SqlError::new("XX001", format!("{} (table {table} in {})", e.message, path.display())))?;
         }
-        Ok(SqlCatalog { path, types: Arc::new(RwLock::new(types)) })
+        Ok(SqlCatalog { path, types: Arc::new(RwLock::new(types)), generation: AtomicU64::new(0) })
+    }
+
+    /// Changes whenever a table's SQL types or defaults change: with
+    /// `Database::catalog_generation`, what the relation cache ([`crate::relcache`]) checks.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// The column types for the engine's output plugins (`Database::set_column_types`).
@@ -260,6 +269,8 @@ impl SqlCatalog {
     }
 
     fn write(&self, db: &Database, map: &mut HashMap<String, TableSql>) -> Result<(), SqlError> {
+        // Every change of the map ends here, its write lock still held.
+        self.generation.fetch_add(1, Ordering::AcqRel);
         let live: std::collections::HashSet<String> = db.tables().iter().map(|t| t.name().to_string()).collect();
         map.retain(|k, _| live.contains(k));
         let mut text = String::new();

@@ -700,7 +700,7 @@ fn named_relation(
         return Ok((Leaf::View(n), names, cols));
     }
     let t = Target::open(sh, &n, a)?;
-    let mut cols = t.cols.clone();
+    let mut cols = t.cols.to_vec();
     if t.is_catalog() {
         cols.extend(crate::views::class_extra_columns());
     }

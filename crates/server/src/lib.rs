@@ -75,6 +75,7 @@ pub mod pattern;
 pub mod pgcatalog;
 pub mod plan;
 pub mod query;
+pub mod relcache;
 pub mod roles;
 pub mod rowlock;
 pub mod sequence;

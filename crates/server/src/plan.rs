@@ -33,31 +33,44 @@
 //! and DELETE use the engine's find-and-change-in-one-command calls
 //! ([`settledb::Transaction::update_by_key`]).
 
+use std::sync::Arc;
+
 use settledb::{Index, KeyBound, ScanDirection, Table, Tid, Value};
 use sqlparser::ast::{BinaryOperator, Expr};
 
 use crate::catalog::ColumnDef;
 use crate::error::SqlError;
 use crate::expr::{eval, Scope};
+use crate::relcache::IndexKeys;
 use crate::session::Cx;
 use crate::types::Datum;
 
 /// A table a statement reads or writes, with its SQL columns.
+#[derive(Clone)]
 pub struct Target {
     pub table: Table,
-    pub cols: Vec<ColumnDef>,
+    pub cols: Arc<Vec<ColumnDef>>,
+    /// Its indexes and their key columns' positions in `cols`.
+    pub indexes: Arc<[IndexKeys]>,
     pub name: String,
     pub alias: Option<String>,
     /// Its constraints ([`crate::constraints`]); `None` when it has none.
-    pub rules: Option<std::sync::Arc<crate::constraints::TableRules>>,
+    pub rules: Option<Arc<crate::constraints::TableRules>>,
 }
 
 impl Target {
+    /// The table `name` as the session's relation cache has it ([`crate::relcache`]); its
+    /// constraints are looked up each time (they keep their own freshness check).
     pub fn open(sh: &crate::Shared, name: &str, alias: Option<String>) -> Result<Target, SqlError> {
-        let table = sh.db.table(name).map_err(|_| SqlError::undefined_table(name))?;
-        let cols = sh.catalog.columns(&table);
+        let (table, cols, indexes) =
+            crate::relcache::with(sh, name, |r| (r.table.clone(), r.cols.clone(), r.indexes.clone()))?;
         let rules = sh.constraints.rules(&sh.db, &table);
-        Ok(Target { table, cols, name: name.to_string(), alias, rules })
+        Ok(Target { table, cols, indexes, name: name.to_string(), alias, rules })
+    }
+
+    /// The key columns of `index`, one of this table's.
+    pub fn index_keys(&self, index: &Index) -> Option<&IndexKeys> {
+        self.indexes.iter().find(|k| k.index.oid() == index.oid())
     }
 
     pub fn scope(&self) -> Scope<'_> {
@@ -97,6 +110,14 @@ pub enum Access {
 }
 
 impl Access {
+    /// The index this path reads, if it reads one.
+    pub fn index(&self) -> Option<&Index> {
+        match self {
+            Access::Index { index, .. } | Access::Points { index, .. } => Some(index),
+            Access::Seq | Access::Nothing => None,
+        }
+    }
+
     pub fn is_exact_unique(&self) -> Option<(&Index, &[Value])> {
         match self {
             Access::Index { index, exact_unique: Some(k), .. } => Some((index, k)),
@@ -139,7 +160,7 @@ fn is_const(e: &Expr) -> bool {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
     Eq,
     Lt,
@@ -148,8 +169,27 @@ enum Op {
     Ge,
 }
 
-/// `column op constant` facts, by column position: (op, constant, conjunct index).
-fn facts<'e>(parts: &[&'e Expr], scope: &Scope<'_>) -> Vec<(usize, Op, &'e Expr, usize)> {
+/// Where a fact's constant is in its conjunct.
+#[derive(Clone, Copy, Debug)]
+enum Side {
+    Left,
+    Right,
+    Low,
+    High,
+}
+
+/// A `column op constant` conjunct, or one bound of a BETWEEN: the column's position, the
+/// operator with the column on its left, and where the constant is (conjunct `conj`, `side`).
+#[derive(Clone, Copy, Debug)]
+pub struct Fact {
+    col: usize,
+    op: Op,
+    conj: usize,
+    side: Side,
+}
+
+/// The `column op constant` facts of the conjuncts `parts`.
+fn facts(parts: &[&Expr], scope: &Scope<'_>) -> Vec<Fact> {
     let col = |e: &Expr| match e {
         Expr::Identifier(i) => scope.resolve(std::slice::from_ref(i)).ok(),
         Expr::CompoundIdentifier(p) => scope.resolve(p).ok(),
@@ -160,7 +200,7 @@ fn facts<'e>(parts: &[&'e Expr], scope: &Scope<'_>) -> Vec<(usize, Op, &'e Expr,
         _ => None,
     };
     let mut out = Vec::new();
-    for (i, p) in parts.iter().enumerate() {
+    for (conj, p) in parts.iter().enumerate() {
         match p {
             Expr::BinaryOp { left, op, right } => {
                 let o = match op {
@@ -172,7 +212,7 @@ fn facts<'e>(parts: &[&'e Expr], scope: &Scope<'_>) -> Vec<(usize, Op, &'e Expr,
                     _ => continue,
                 };
                 if let (Some(c), true) = (col(left), is_const(right)) {
-                    out.push((c, o, right.as_ref(), i));
+                    out.push(Fact { col: c, op: o, conj, side: Side::Right });
                 } else if let (Some(c), true) = (col(right), is_const(left)) {
                     let flipped = match o {
                         Op::Lt => Op::Gt,
@@ -181,13 +221,13 @@ fn facts<'e>(parts: &[&'e Expr], scope: &Scope<'_>) -> Vec<(usize, Op, &'e Expr,
                         Op::Ge => Op::Le,
                         Op::Eq => Op::Eq,
                     };
-                    out.push((c, flipped, left.as_ref(), i));
+                    out.push(Fact { col: c, op: flipped, conj, side: Side::Left });
                 }
             }
             Expr::Between { expr, negated: false, low, high } => {
                 if let (Some(c), true, true) = (col(expr), is_const(low), is_const(high)) {
-                    out.push((c, Op::Ge, low.as_ref(), i));
-                    out.push((c, Op::Le, high.as_ref(), i));
+                    out.push(Fact { col: c, op: Op::Ge, conj, side: Side::Low });
+                    out.push(Fact { col: c, op: Op::Le, conj, side: Side::High });
                 }
             }
             _ => {}
@@ -196,26 +236,38 @@ fn facts<'e>(parts: &[&'e Expr], scope: &Scope<'_>) -> Vec<(usize, Op, &'e Expr,
     out
 }
 
+/// The constant of fact `f` among the conjuncts `parts` it was found in; `None` only when
+/// `parts` are not those (a choice applied to another clause).
+fn operand<'e>(parts: &[&'e Expr], f: &Fact) -> Option<&'e Expr> {
+    match (parts.get(f.conj)?, f.side) {
+        (Expr::BinaryOp { left, .. }, Side::Left) => Some(left),
+        (Expr::BinaryOp { right, .. }, Side::Right) => Some(right),
+        (Expr::Between { low, .. }, Side::Low) => Some(low),
+        (Expr::Between { high, .. }, Side::High) => Some(high),
+        _ => None,
+    }
+}
+
 /// The values of a `column IN (...)` conjunct.
 enum InValues<'e> {
     List(&'e [Expr]),
     Subquery(&'e sqlparser::ast::Query),
 }
 
-/// `column IN (constants)` and `column IN (uncorrelated subquery)` conjuncts, by column
-/// position (NOT IN bounds nothing).
-fn in_facts<'e>(parts: &[&'e Expr], scope: &Scope<'_>) -> Vec<(usize, InValues<'e>)> {
+/// `column IN (constants)` and `column IN (uncorrelated subquery)` conjuncts: (column
+/// position, conjunct index). NOT IN bounds nothing.
+fn in_facts(parts: &[&Expr], scope: &Scope<'_>) -> Vec<(usize, usize)> {
     let col = |e: &Expr| match e {
         Expr::Identifier(i) => scope.resolve(std::slice::from_ref(i)).ok(),
         Expr::CompoundIdentifier(p) => scope.resolve(p).ok(),
         _ => None,
     };
     let mut out = Vec::new();
-    for p in parts {
+    for (conj, p) in parts.iter().enumerate() {
         match p {
             Expr::InList { expr, list, negated: false } if list.iter().all(is_const) => {
                 if let Some(c) = col(expr) {
-                    out.push((c, InValues::List(list)));
+                    out.push((c, conj));
                 }
             }
             Expr::InSubquery { expr, subquery, negated: false } => {
@@ -225,7 +277,7 @@ fn in_facts<'e>(parts: &[&'e Expr], scope: &Scope<'_>) -> Vec<(usize, InValues<'
                     continue;
                 }
                 if let Some(c) = col(expr) {
-                    out.push((c, InValues::Subquery(subquery)));
+                    out.push((c, conj));
                 }
             }
             _ => {}
@@ -234,65 +286,122 @@ fn in_facts<'e>(parts: &[&'e Expr], scope: &Scope<'_>) -> Vec<(usize, InValues<'
     out
 }
 
-/// An index the WHERE clause can use: (score, index, equality facts, range facts, IN fact).
-type Candidate = (usize, Index, Vec<usize>, Vec<usize>, Option<usize>);
+/// The values of the IN conjunct [`in_facts`] found at `part`.
+fn in_values(part: &Expr) -> Option<InValues<'_>> {
+    match part {
+        Expr::InList { list, .. } => Some(InValues::List(list)),
+        Expr::InSubquery { subquery, .. } => Some(InValues::Subquery(subquery)),
+        _ => None,
+    }
+}
 
-/// Chooses the access path for `selection` on `t`.
-pub fn access(cx: &mut Cx<'_, '_>, t: &Target, selection: Option<&Expr>) -> Result<Access, SqlError> {
-    let Some(sel) = selection else { return Ok(Access::Seq) };
+/// What [`choose`] decides from the WHERE clause's shape and the table's indexes, before any
+/// value is known: the part of planning a prepared statement can keep ([`crate::query`]'s
+/// plan cache) while its parameters change.
+#[derive(Clone)]
+pub enum Choice {
+    Seq,
+    Index {
+        index: Index,
+        /// The equality facts bounding the index's leading key columns, in key order.
+        eqs: Vec<Fact>,
+        /// The range facts on the next key column.
+        ranges: Vec<Fact>,
+        /// An IN on the next key column: (column, conjunct).
+        set: Option<(usize, usize)>,
+        /// How many key columns the index has.
+        key_columns: usize,
+    },
+}
+
+impl Choice {
+    /// The index the access path will read, when it reads one.
+    pub fn index(&self) -> Option<&Index> {
+        match self {
+            Choice::Index { index, .. } => Some(index),
+            Choice::Seq => None,
+        }
+    }
+}
+
+/// An index the WHERE clause can use: (score, index, equality facts, range facts, IN fact).
+type Candidate<'t> = (usize, &'t IndexKeys, Vec<Fact>, Vec<Fact>, Option<(usize, usize)>);
+
+/// Chooses the index for `selection` on `t` (see the module doc), or none.
+pub fn choose(t: &Target, selection: Option<&Expr>) -> Choice {
+    let Some(sel) = selection else { return Choice::Seq };
     let parts = conjuncts(sel);
     let scope = t.scope();
     let facts = facts(&parts, &scope);
     let ins = in_facts(&parts, &scope);
     if facts.is_empty() && ins.is_empty() {
-        return Ok(Access::Seq);
+        return Choice::Seq;
     }
     let mut best: Option<Candidate> = None;
-    for index in cx.db.indexes(&t.table) {
-        let positions: Vec<usize> =
-            index.columns().iter().filter_map(|n| t.cols.iter().position(|c| &c.name == n)).collect();
+    for keys in t.indexes.iter() {
         let mut eqs = Vec::new();
         let mut ranges = Vec::new();
         let mut set = None;
-        for &p in &positions {
-            if let Some(f) = facts.iter().position(|f| f.0 == p && f.1 == Op::Eq) {
-                eqs.push(f);
+        for &p in &keys.positions {
+            if let Some(f) = facts.iter().find(|f| f.col == p && f.op == Op::Eq) {
+                eqs.push(*f);
                 continue;
             }
-            set = ins.iter().position(|f| f.0 == p);
+            set = ins.iter().find(|f| f.0 == p).copied();
             if set.is_none() {
-                ranges = facts.iter().enumerate().filter(|(_, f)| f.0 == p && f.1 != Op::Eq).map(|(i, _)| i).collect();
+                ranges = facts.iter().filter(|f| f.col == p && f.op != Op::Eq).copied().collect();
             }
             break;
         }
         // An IN counts as an equality: each of its lookups binds one more column.
         let bound = eqs.len() + usize::from(set.is_some());
         let score = 2 * bound + usize::from(!ranges.is_empty());
-        let exact = bound == positions.len() && index.is_unique();
+        let exact = bound == keys.positions.len() && keys.index.is_unique();
         let score = score + usize::from(exact);
         if score > 0 && best.as_ref().is_none_or(|b| score > b.0) {
-            best = Some((score, index, eqs, ranges, set));
+            best = Some((score, keys, eqs, ranges, set));
         }
     }
-    let Some((_, index, eqs, ranges, set)) = best else { return Ok(Access::Seq) };
+    match best {
+        None => Choice::Seq,
+        Some((_, keys, eqs, ranges, set)) => {
+            Choice::Index { index: keys.index.clone(), eqs, ranges, set, key_columns: keys.key_columns }
+        }
+    }
+}
+
+/// Chooses the access path for `selection` on `t` and binds it to the statement's values.
+pub fn access(cx: &mut Cx<'_, '_>, t: &Target, selection: Option<&Expr>) -> Result<Access, SqlError> {
+    bind(cx, t, selection, &choose(t, selection))
+}
+
+/// The access path `choice` (made by [`choose`] for this `selection` on this table) with the
+/// values of its bounds: the parameters, casts and arithmetic evaluated and converted to the
+/// key columns' types.
+pub fn bind(cx: &mut Cx<'_, '_>, t: &Target, selection: Option<&Expr>, choice: &Choice) -> Result<Access, SqlError> {
+    let (Choice::Index { index, eqs, ranges, set, key_columns }, Some(sel)) = (choice, selection) else {
+        return Ok(Access::Seq);
+    };
+    let parts = conjuncts(sel);
+    let index = index.clone();
     let mut prefix = Vec::new();
     let mut used = std::collections::BTreeSet::new();
     // A bound the column's type cannot hold exactly (1.005 against numeric(6,2)) is rounded
     // into a key: the scan then finds a superset, the WHERE clause must be rechecked, and the
     // key is no exact match.
     let mut all_exact = true;
-    for &f in &eqs {
-        let (c, _, e, i) = facts[f];
-        let Some((v, exact)) = constant(cx, e, &t.cols[c])? else { return Ok(Access::Nothing) };
+    for f in eqs {
+        let Some(e) = operand(&parts, f) else { return Ok(Access::Seq) };
+        let Some((v, exact)) = constant(cx, e, &t.cols[f.col])? else { return Ok(Access::Nothing) };
         prefix.push(v);
         if exact {
-            used.insert(i);
+            used.insert(f.conj);
         } else {
             all_exact = false;
         }
     }
-    if let Some(f) = set {
-        let (c, ref values) = ins[f];
+    if let Some((c, conj)) = *set {
+        let Some(values) = parts.get(conj).and_then(|p| in_values(p)) else { return Ok(Access::Seq) };
         let col = &t.cols[c];
         let mut datums: Vec<Datum> = match values {
             InValues::List(list) => {
@@ -310,7 +419,7 @@ pub fn access(cx: &mut Cx<'_, '_>, t: &Target, selection: Option<&Expr>) -> Resu
         // A value the column cannot hold matches no row (the WHERE clause, rechecked on every
         // row found, decides the rest).
         let found: Vec<Value> = datums.into_iter().filter_map(|d| d.to_stored(col.ty, &col.name).ok()).collect();
-        let unique = index.is_unique() && eqs.len() + 1 == index.columns().len();
+        let unique = index.is_unique() && eqs.len() + 1 == *key_columns;
         let keys = found
             .into_iter()
             .map(|v| {
@@ -323,13 +432,13 @@ pub fn access(cx: &mut Cx<'_, '_>, t: &Target, selection: Option<&Expr>) -> Resu
     }
     let mut lo = KeyBound::Included(prefix.clone());
     let mut hi = KeyBound::Included(prefix.clone());
-    for &f in &ranges {
-        let (c, op, e, i) = facts[f];
-        let Some((v, exact)) = constant(cx, e, &t.cols[c])? else { return Ok(Access::Nothing) };
+    for f in ranges {
+        let Some(e) = operand(&parts, f) else { return Ok(Access::Seq) };
+        let Some((v, exact)) = constant(cx, e, &t.cols[f.col])? else { return Ok(Access::Nothing) };
         let mut k = prefix.clone();
         k.push(v);
         // A rounded bound is taken inclusive, whichever way it was rounded: a superset.
-        match op {
+        match f.op {
             Op::Gt if exact => lo = KeyBound::Excluded(k),
             Op::Gt | Op::Ge => lo = KeyBound::Included(k),
             Op::Lt if exact => hi = KeyBound::Excluded(k),
@@ -337,13 +446,13 @@ pub fn access(cx: &mut Cx<'_, '_>, t: &Target, selection: Option<&Expr>) -> Resu
             Op::Eq => {}
         }
         if exact {
-            used.insert(i);
+            used.insert(f.conj);
         }
     }
     if prefix.is_empty() && ranges.is_empty() {
         return Ok(Access::Seq);
     }
-    let exact_unique = (all_exact && index.is_unique() && eqs.len() == index.columns().len()).then(|| prefix.clone());
+    let exact_unique = (all_exact && index.is_unique() && eqs.len() == *key_columns).then(|| prefix.clone());
     Ok(Access::Index { index, lo, hi, exact_unique, conjuncts_used: used.len(), eq_columns: eqs.len() })
 }
 

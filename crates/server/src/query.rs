@@ -16,6 +16,7 @@
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use sqlparser::ast::{
     Distinct, DuplicateTreatment, Expr, FunctionArguments, GroupByExpr, LimitClause, OrderByKind, OrderBySort, Query,
@@ -33,10 +34,13 @@ use crate::types::{compare, Datum, SqlType};
 use crate::Shared;
 
 pub fn execute(cx: &mut Cx<'_, '_>, s: &Statement) -> Result<Outcome, SqlError> {
+    // A prepared statement's plan slot serves its top-level SELECT only (never a subquery,
+    // whose turn to run first could change from one execution to the next).
+    let prepared = cx.plan.take();
     match s {
         Statement::Query(q) if q.with.is_some() => crate::cte::statement(cx, q),
         Statement::Query(q) => {
-            let (fields, rows) = select(cx, q)?;
+            let (fields, rows) = select_planned(cx, q, prepared.as_deref().map(|p| &p.plan))?;
             let tag = format!("SELECT {}", rows.len());
             Ok(Outcome::Rows { fields, rows, tag })
         }
@@ -194,28 +198,108 @@ pub fn select(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Dat
 
 /// Runs a query whose WITH, if any, is in scope.
 pub(crate) fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>, Vec<Vec<Datum>>), SqlError> {
+    select_planned(cx, q, None)
+}
+
+/// What planning a single-table SELECT decides before any value is known: its table, output
+/// columns and types, the index its WHERE clause can use and whether that index covers the
+/// query. A prepared statement keeps it ([`PlanSlot`]) while the catalogs stay as they were
+/// (the generation numbers the relation cache checks, [`crate::relcache`]), and each
+/// execution only binds the values and reads: PostgreSQL's plan cache keeps a generic plan
+/// the same way, until an invalidation. The ORDER BY and LIMIT decisions, which depend on the
+/// values, are made at each execution.
+pub struct SelectPlan {
+    engine: u64,
+    sql: u64,
+    target: Target,
+    outs: Vec<OutCol>,
+    fields: Vec<Field>,
+    choice: crate::plan::Choice,
+    /// The index-only scan's key positions for `choice`'s index ([`index_only_columns`]).
+    keys: Option<Vec<usize>>,
+}
+
+/// A prepared statement's [`SelectPlan`], once one is made.
+#[derive(Default)]
+pub struct PlanSlot(parking_lot::Mutex<Option<Arc<SelectPlan>>>);
+
+impl std::fmt::Debug for PlanSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept = self.0.lock().as_ref().map(|p| (p.engine, p.sql));
+        f.debug_struct("PlanSlot").field("kept_at_generations", &kept).finish()
+    }
+}
+
+impl PlanSlot {
+    /// The kept plan if the catalogs have not changed since it was made, else one made now
+    /// (and kept); `None` for a query this cache does not serve (a join, a view, none).
+    fn get_or_build(&self, cx: &Cx<'_, '_>, sel: &Select, q: &Query) -> Result<Option<Arc<SelectPlan>>, SqlError> {
+        // Both numbers before the catalogs are read (see crate::relcache's "Validity").
+        let (engine, sql) = (cx.sh.db.catalog_generation(), cx.sh.catalog.generation());
+        if let Some(p) = self.0.lock().as_ref().filter(|p| p.engine == engine && p.sql == sql) {
+            return Ok(Some(p.clone()));
+        }
+        let Source::Table(target) = from_source(cx.sh, sel)? else { return Ok(None) };
+        let scope = target.scope();
+        let outs = projection(&sel.projection, &scope)?;
+        let fields =
+            outs.iter().map(|o| Field { name: o.name.clone(), ty: infer_type(&o.expr, &scope, &[]) }).collect();
+        let choice = crate::plan::choose(&target, sel.selection.as_ref());
+        let keys = index_only_columns(&target, choice.index(), sel, &outs, &order_exprs(q));
+        drop(scope);
+        let plan = Arc::new(SelectPlan { engine, sql, target, outs, fields, choice, keys });
+        *self.0.lock() = Some(plan.clone());
+        Ok(Some(plan))
+    }
+}
+
+/// [`select_body`] with the plan `slot` of the prepared statement `q` belongs to, if any.
+fn select_planned(
+    cx: &mut Cx<'_, '_>,
+    q: &Query,
+    slot: Option<&PlanSlot>,
+) -> Result<(Vec<Field>, Vec<Vec<Datum>>), SqlError> {
     if matches!(q.body.as_ref(), SetExpr::SetOperation { .. } | SetExpr::Query(_)) {
         crate::rowlock::check(q, None, false, false)?;
         return crate::setop::select(cx, q);
     }
     let sel = check_query(q)?;
-    let source = from_source(cx.sh, sel)?;
+    let plan = match slot {
+        // A locking read checks and locks its table its own way (crate::rowlock).
+        Some(slot) if q.locks.is_empty() => slot.get_or_build(cx, sel, q)?,
+        _ => None,
+    };
+    let fresh;
+    let (source, outs, fields) = match &plan {
+        // A handle on the kept table (reference counts; no catalog lookup).
+        Some(p) => {
+            fresh = (Source::Table(p.target.clone()), Vec::new());
+            (&fresh.0, &p.outs, p.fields.clone())
+        }
+        None => {
+            let source = from_source(cx.sh, sel)?;
+            let scope = source.scope();
+            let outs = projection(&sel.projection, &scope)?;
+            let fields: Vec<Field> =
+                outs.iter().map(|o| Field { name: o.name.clone(), ty: infer_type(&o.expr, &scope, &[]) }).collect();
+            drop(scope);
+            fresh = (source, outs);
+            (&fresh.0, &fresh.1, fields)
+        }
+    };
     let scope = source.scope();
-    let outs = projection(&sel.projection, &scope)?;
-    let fields: Vec<Field> =
-        outs.iter().map(|o| Field { name: o.name.clone(), ty: infer_type(&o.expr, &scope, &[]) }).collect();
 
     // What happens to the rows once read; known first, so a table's scan can give them in the
     // ORDER BY's order and stop at the LIMIT ([`crate::ordered`]).
     let order = order_items(q)?;
-    let windows = crate::window::Plan::build(sel, &outs, &order, cx)?;
+    let windows = crate::window::Plan::build(sel, outs, &order, cx)?;
     let group_exprs: Vec<Expr> = match &sel.group_by {
         GroupByExpr::Expressions(v, m) if m.is_empty() => v.clone(),
         GroupByExpr::Expressions(..) => return Err(SqlError::unsupported("GROUP BY modifiers")),
         GroupByExpr::All(_) => return Err(SqlError::unsupported("GROUP BY ALL")),
     };
     let mut agg_calls = Vec::new();
-    for o in &outs {
+    for o in outs {
         collect_aggs(&o.expr, &mut agg_calls);
     }
     if let Some(h) = &sel.having {
@@ -229,18 +313,21 @@ pub(crate) fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>,
     let (limit, offset) = limits(cx, q)?;
     if !q.locks.is_empty() {
         crate::rowlock::check(q, Some(sel), !agg_calls.is_empty(), !windows.is_empty())?;
-        let plan = crate::rowlock::Plan { sel, outs: &outs, order: &order, limit, offset };
-        return Ok((fields, crate::rowlock::rows(cx, q, &source, &plan)?));
+        let plan = crate::rowlock::Plan { sel, outs, order: &order, limit, offset };
+        return Ok((fields, crate::rowlock::rows(cx, q, source, &plan)?));
     }
 
     // Input rows, filtered by WHERE.
     let mut sorted_by_scan = false;
     let input: Vec<Vec<Datum>> = match &source {
         Source::Table(t) => {
-            let a = access(cx, t, sel.selection.as_ref())?;
+            let a = match &plan {
+                Some(p) => crate::plan::bind(cx, t, sel.selection.as_ref(), &p.choice)?,
+                None => access(cx, t, sel.selection.as_ref())?,
+            };
             let shape = crate::ordered::Shape {
                 order: &order,
-                outs: &outs,
+                outs,
                 where_conjuncts: sel.selection.as_ref().map_or(0, |w| crate::plan::conjuncts(w).len()),
                 grouped: grouped || !windows.is_empty(),
                 distinct,
@@ -249,7 +336,11 @@ pub(crate) fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>,
             };
             let scan = crate::ordered::choose(t, &a, &shape);
             sorted_by_scan = scan.sorted;
-            let keys = index_only_columns(t, &a, sel, &outs, &order_exprs(q));
+            let keys = match &plan {
+                // The bound path reads the chosen index, or none (a NULL bound, no bound).
+                Some(p) => p.keys.as_deref().filter(|_| a.index().is_some()).map(<[usize]>::to_vec),
+                None => index_only_columns(t, a.index(), sel, outs, &order_exprs(q)),
+            };
             table_rows(cx, t, &a, keys.as_deref(), scan, sel.selection.as_ref())?
         }
         other => {
@@ -272,11 +363,11 @@ pub(crate) fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>,
                 windowed.push((rep.to_vec(), aggs.cloned().unwrap_or_default()));
                 return Ok(());
             }
-            produced.push(produce(cx, &outs, &order, &scope, rep, aggs)?);
+            produced.push(produce(cx, outs, &order, &scope, rep, aggs)?);
             Ok(())
         };
     if grouped {
-        let group_exprs: Vec<Expr> = group_exprs.iter().map(|g| positional(g, &outs)).collect::<Result<_, _>>()?;
+        let group_exprs: Vec<Expr> = group_exprs.iter().map(|g| positional(g, outs)).collect::<Result<_, _>>()?;
         let mut index: HashMap<Vec<String>, usize> = HashMap::new();
         let mut groups: Vec<Vec<usize>> = Vec::new();
         for (i, r) in input.iter().enumerate() {
@@ -322,7 +413,7 @@ pub(crate) fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>,
         for i in window_order {
             cx.interrupts.tick()?;
             let (rep, aggs) = &windowed[i];
-            produced.push(produce(cx, &outs, &order, &scope, rep, Some(aggs))?);
+            produced.push(produce(cx, outs, &order, &scope, rep, Some(aggs))?);
         }
     }
 
@@ -471,16 +562,12 @@ fn order_exprs(q: &Query) -> Vec<Expr> {
 /// which skips the heap for pages the visibility map marks all-visible.
 fn index_only_columns(
     t: &Target,
-    a: &crate::plan::Access,
+    index: Option<&settledb::Index>,
     sel: &Select,
     outs: &[OutCol],
     order: &[Expr],
 ) -> Option<Vec<usize>> {
-    let (crate::plan::Access::Index { index, .. } | crate::plan::Access::Points { index, .. }) = a else {
-        return None;
-    };
-    let keys: Vec<usize> =
-        index.columns().iter().map(|n| t.cols.iter().position(|c| &c.name == n)).collect::<Option<_>>()?;
+    let keys = t.index_keys(index?)?.key()?;
     let scope = t.scope();
     let mut used = std::collections::BTreeSet::new();
     let mut exprs: Vec<&Expr> = outs.iter().map(|o| &o.expr).collect();
@@ -495,7 +582,7 @@ fn index_only_columns(
             return None;
         }
     }
-    used.iter().all(|c| keys.contains(c)).then_some(keys)
+    used.iter().all(|c| keys.contains(c)).then(|| keys.to_vec())
 }
 
 /// Adds the columns `e` reads to `used`; false when `e` holds something this walk does not

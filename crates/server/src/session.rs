@@ -154,6 +154,9 @@ pub struct Cx<'a, 'db> {
     /// The statement's uncorrelated subqueries' rows, by the address of their syntax tree:
     /// each runs once, however many rows the outer query evaluates it for.
     pub subqueries: HashMap<usize, std::rc::Rc<Vec<Vec<Datum>>>>,
+    /// The prepared statement being executed, whose plan slot its SELECT may use
+    /// ([`crate::query::PlanSlot`]); taken by the first executor that looks.
+    pub plan: Option<std::sync::Arc<prepared::Prepared>>,
 }
 
 use crate::sequence::name_of as sequence_name;
@@ -392,6 +395,9 @@ pub struct Session<'db> {
     statement_timeout: Option<Duration>,
     /// What `nextval` gave this session (`currval`).
     sequence_values: crate::sequence::SessionValues,
+    /// The prepared statement [`Session::execute_bound`] runs, handed to the statement's
+    /// [`Cx`] (and so taken once).
+    prepared_now: Option<std::sync::Arc<prepared::Prepared>>,
     pub interrupts: Interrupts,
     /// The prepared statements, PREPARE's and named Parse's (see `session/prepared.rs`).
     prepared: prepared::Statements,
@@ -423,6 +429,7 @@ impl<'db> Session<'db> {
             pending_savepoints: Vec::new(),
             statement_timeout: None,
             sequence_values: Default::default(),
+            prepared_now: None,
             interrupts: Interrupts::new(control),
             prepared: prepared::Statements::new(),
             multi_statement: false,
@@ -522,6 +529,15 @@ impl<'db> Session<'db> {
     }
 
     /// Runs one statement with bound parameters.
+    /// Executes the prepared statement `p` with `params` (the extended protocol's Execute):
+    /// as [`Session::execute`] of its statement, its SELECT planned with what `p` keeps.
+    pub fn execute_bound(&mut self, p: &std::sync::Arc<prepared::Prepared>, params: &[Datum]) -> Reply {
+        self.prepared_now = Some(p.clone());
+        let reply = self.execute(&p.stmt, params);
+        self.prepared_now = None;
+        reply
+    }
+
     pub fn execute(&mut self, stmt: &Stmt, params: &[Datum]) -> Reply {
         if self.copy.is_some() {
             // A statement while a COPY was open: the client broke off the COPY (pgwire has
@@ -741,6 +757,7 @@ impl<'db> Session<'db> {
                 set_config: Vec::new(),
                 sequence_values: &mut self.sequence_values,
                 subqueries: HashMap::new(),
+                plan: self.prepared_now.take(),
             };
             // One snapshot for the whole statement under READ COMMITTED, however many engine
             // calls it makes (settledb::Transaction::begin_statement).
@@ -809,9 +826,11 @@ impl<'db> Session<'db> {
         if let Some(i) = self.block_isolation {
             return i;
         }
-        match self.settings.get("default_transaction_isolation").map(|s| s.to_ascii_lowercase()) {
-            Some(s) if s == "repeatable read" || s == "serializable" => IsolationLevel::RepeatableRead,
-            Some(s) if s == "read committed" || s == "read uncommitted" => IsolationLevel::ReadCommitted,
+        // Asked at every statement outside a block: compared in place, no lowercased copy.
+        let is = |s: &String, a: &str, b: &str| s.eq_ignore_ascii_case(a) || s.eq_ignore_ascii_case(b);
+        match self.settings.get("default_transaction_isolation") {
+            Some(s) if is(s, "repeatable read", "serializable") => IsolationLevel::RepeatableRead,
+            Some(s) if is(s, "read committed", "read uncommitted") => IsolationLevel::ReadCommitted,
             _ => self.db.default_transaction_isolation(),
         }
     }

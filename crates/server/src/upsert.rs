@@ -210,7 +210,7 @@ struct Both {
 
 impl Both {
     fn new(t: &Target) -> Both {
-        let mut cols = t.cols.clone();
+        let mut cols = t.cols.to_vec();
         cols.extend(t.cols.iter().cloned());
         // With an alias, PostgreSQL hides the table's own name.
         let target_names = vec![t.alias.clone().unwrap_or_else(|| t.name.clone())];

@@ -786,7 +786,7 @@ impl ExtendedQueryHandler for QueryHandler {
         prepared.count_plan();
         // The prepared statement is shared with the session thread, not copied (hot path).
         let shared = prepared.clone();
-        let reply = match session.call(move |s| s.execute(&shared.stmt, &params)).await {
+        let reply = match session.call(move |s| s.execute_bound(&shared, &params)).await {
             Ok(r) => r,
             Err(e) => Reply { notices: Vec::new(), result: Err(e) },
         };

@@ -20,10 +20,14 @@
 //! evaluated and converted to its parameter's type (`'12a'` for an integer is 22P02), in the
 //! same transaction as the statement itself, which then runs as if it had been sent with
 //! those values bound: its rows and command tag are the statement's. An unknown name is 26000.
-//! There is no plan cache: every EXECUTE plans with its values, which PostgreSQL calls a custom
-//! plan, so `pg_prepared_statements.custom_plans` counts the executions of a statement with
-//! parameters and `generic_plans` those of one without (PostgreSQL always uses a generic plan
-//! there).
+//! A single-table SELECT keeps what its planning decides before any value is known (its
+//! table, output columns, the index its WHERE clause can use and whether that index covers
+//! the query: [`crate::query::PlanSlot`]) until the catalogs change; each EXECUTE, and each
+//! protocol Execute, then binds its values to that choice (the key bounds, the ORDER BY and
+//! LIMIT decisions) instead of planning from the start. The bound plan depends on the values,
+//! which PostgreSQL calls a custom plan, so `pg_prepared_statements.custom_plans` counts the
+//! executions of a statement with parameters and `generic_plans` those of one without
+//! (PostgreSQL always uses a generic plan there).
 //!
 //! # One namespace
 //!
@@ -96,11 +100,22 @@ pub struct Prepared {
     /// Executions with no parameters (PostgreSQL's generic plans) and with some (custom).
     generic_plans: AtomicU64,
     custom_plans: AtomicU64,
+    /// What planning its SELECT decided before any value was known, kept while the catalogs
+    /// stay the same.
+    pub plan: crate::query::PlanSlot,
 }
 
 impl Prepared {
     pub fn new(sql: String, stmt: Stmt, params: Vec<SqlType>, fields: Option<Vec<Field>>) -> Prepared {
-        Prepared { sql, stmt, params, fields, generic_plans: AtomicU64::new(0), custom_plans: AtomicU64::new(0) }
+        Prepared {
+            sql,
+            stmt,
+            params,
+            fields,
+            generic_plans: AtomicU64::new(0),
+            custom_plans: AtomicU64::new(0),
+            plan: Default::default(),
+        }
     }
 
     /// Counts one execution, where PostgreSQL chooses its plan (hot path: one relaxed add).
@@ -259,7 +274,7 @@ impl<'db> Session<'db> {
     fn execute_stmt(
         &mut self,
         args: &[Expr],
-        prepared: &Prepared,
+        prepared: &Arc<Prepared>,
         notices: &mut Vec<Notice>,
     ) -> Result<Outcome, SqlError> {
         let stmt = &prepared.stmt;
@@ -272,7 +287,7 @@ impl<'db> Session<'db> {
             let values = arguments(cx, args, &prepared.params)?;
             // Counted where PostgreSQL chooses the plan: after the arguments, before the run.
             prepared.count_plan();
-            with_params(cx, &values, |cx| crate::query::execute(cx, s))
+            with_params(cx, &values, prepared, |cx| crate::query::execute(cx, s))
         })
     }
 
@@ -406,10 +421,12 @@ fn type_name(d: &Datum) -> &'static str {
     }
 }
 
-/// Runs `f` with `cx` as it is but for its parameters, which are `values`.
+/// Runs `f` with `cx` as it is but for its parameters, which are `values`, and its prepared
+/// statement, `prepared` (whose kept plan its SELECT may use).
 fn with_params<'db>(
     cx: &mut Cx<'_, 'db>,
     values: &[Datum],
+    prepared: &Arc<Prepared>,
     f: impl FnOnce(&mut Cx<'_, 'db>) -> Result<Outcome, SqlError>,
 ) -> Result<Outcome, SqlError> {
     let mut bound = Cx {
@@ -423,6 +440,7 @@ fn with_params<'db>(
         set_config: std::mem::take(&mut cx.set_config),
         sequence_values: &mut *cx.sequence_values,
         subqueries: Default::default(),
+        plan: Some(prepared.clone()),
     };
     let r = f(&mut bound);
     cx.set_config = bound.set_config;
