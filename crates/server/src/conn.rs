@@ -34,7 +34,10 @@
 //!   connection closes, as PostgreSQL refuses the backend before authentication. A
 //!   CancelRequest takes no slot, so a full server can still be asked to cancel. The slots
 //!   kept for superusers (`superuser_reserved_connections`) are checked after
-//!   authentication, when the role is known ([`crate::auth`]).
+//!   authentication, when the role is known ([`crate::auth`]). A connection ending with a
+//!   FATAL error gives its slot back before it sends the error, so a client that reads it
+//!   and connects again finds the slot free (in CI, a test's next login found the server
+//!   still full of the connection it had just been refused on).
 //! - **BackendKeyData**: once startup is done, the session is registered under the process
 //!   ID and key the client was given, for CancelRequests from other connections.
 //! - **idle_in_transaction_session_timeout**: waiting for the next message while the session
@@ -246,13 +249,17 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
                 registered = true;
                 register(&sh.registry, &mut slot, &socket, &control);
                 if let Err(e) = startup_settings(&socket, session.as_deref()).await {
+                    drop(slot.take());
                     return fatal(&mut socket, sh, e).await;
                 }
             }
             match idle_limit(&socket, &control) {
                 Some((limit, ended)) => match tokio::time::timeout(limit, socket.next()).await {
                     Ok(msg) => msg,
-                    Err(_) => return fatal(&mut socket, sh, ended()).await,
+                    Err(_) => {
+                        drop(slot.take());
+                        return fatal(&mut socket, sh, ended()).await;
+                    }
                 },
                 None => socket.next().await,
             }
@@ -261,6 +268,7 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
             Some(Ok(m)) => m,
             // A message that breaks the protocol's grammar: PostgreSQL's FATAL 08P01.
             Some(Err(PgWireError::IoError(e))) if e.kind() == io::ErrorKind::InvalidData => {
+                drop(slot.take());
                 return fatal(&mut socket, sh, SqlError::new("08P01", e.to_string())).await;
             }
             _ => break,
@@ -324,6 +332,11 @@ pub async fn serve_socket<H: PgWireServerHandlers>(
                 e = pgwire::error::PgWireError::UserError(Box::new(info));
             }
             let fatal = e.is_fatal();
+            if fatal {
+                // Give the slot back before the client can read the FATAL: a client that
+                // connects again at once (after a refused password, say) must find it free.
+                drop(slot.take());
+            }
             process_error(&mut socket, e, extended_query).await?;
             if fatal {
                 break;
