@@ -211,6 +211,9 @@ pub(crate) fn select_body(cx: &mut Cx<'_, '_>, q: &Query) -> Result<(Vec<Field>,
 pub struct SelectPlan {
     engine: u64,
     sql: u64,
+    /// The address of the query it was made for, inside the prepared statement that owns the
+    /// slot (a slot handed to some other query by mistake plans afresh instead of misleading).
+    query: usize,
     target: Target,
     outs: Vec<OutCol>,
     fields: Vec<Field>,
@@ -236,7 +239,8 @@ impl PlanSlot {
     fn get_or_build(&self, cx: &Cx<'_, '_>, sel: &Select, q: &Query) -> Result<Option<Arc<SelectPlan>>, SqlError> {
         // Both numbers before the catalogs are read (see crate::relcache's "Validity").
         let (engine, sql) = (cx.sh.db.catalog_generation(), cx.sh.catalog.generation());
-        if let Some(p) = self.0.lock().as_ref().filter(|p| p.engine == engine && p.sql == sql) {
+        let query = q as *const Query as usize;
+        if let Some(p) = self.0.lock().as_ref().filter(|p| p.engine == engine && p.sql == sql && p.query == query) {
             return Ok(Some(p.clone()));
         }
         let Source::Table(target) = from_source(cx.sh, sel)? else { return Ok(None) };
@@ -247,7 +251,7 @@ impl PlanSlot {
         let choice = crate::plan::choose(&target, sel.selection.as_ref());
         let keys = index_only_columns(&target, choice.index(), sel, &outs, &order_exprs(q));
         drop(scope);
-        let plan = Arc::new(SelectPlan { engine, sql, target, outs, fields, choice, keys });
+        let plan = Arc::new(SelectPlan { engine, sql, query, target, outs, fields, choice, keys });
         *self.0.lock() = Some(plan.clone());
         Ok(Some(plan))
     }

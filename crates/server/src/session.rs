@@ -528,7 +528,6 @@ impl<'db> Session<'db> {
         self.block_read_only = false;
     }
 
-    /// Runs one statement with bound parameters.
     /// Executes the prepared statement `p` with `params` (the extended protocol's Execute):
     /// as [`Session::execute`] of its statement, its SELECT planned with what `p` keeps.
     pub fn execute_bound(&mut self, p: &std::sync::Arc<prepared::Prepared>, params: &[Datum]) -> Reply {
@@ -538,6 +537,7 @@ impl<'db> Session<'db> {
         reply
     }
 
+    /// Runs one statement with bound parameters.
     pub fn execute(&mut self, stmt: &Stmt, params: &[Datum]) -> Reply {
         if self.copy.is_some() {
             // A statement while a COPY was open: the client broke off the COPY (pgwire has

@@ -548,6 +548,13 @@ pub struct Catalog {
     generation: AtomicU64,
 }
 
+/// Where a new catalog's [`Catalog::generation`] starts: a multiple of 2^40 no other catalog
+/// of this process started from.
+fn first_generation() -> u64 {
+    static CATALOGS: AtomicU64 = AtomicU64::new(1);
+    CATALOGS.fetch_add(1, Ordering::Relaxed) << 40
+}
+
 impl Default for Catalog {
     fn default() -> Self {
         Catalog::new(Config::default().autovacuum_freeze_max_age)
@@ -567,7 +574,7 @@ impl Catalog {
             frozen_ids_lock: Mutex::new(()),
             frozen: Mutex::new(frozen::FrozenXidIndex::new()),
             freeze_max_age: autovacuum_freeze_max_age,
-            generation: AtomicU64::new(0),
+            generation: AtomicU64::new(first_generation()),
         }
     }
 
@@ -577,6 +584,10 @@ impl Catalog {
     /// catalog and is valid while it stays the same: every change is made before the number
     /// moves, so a cache that saw part of a change carries the old number and is dropped at
     /// its next check. PostgreSQL's relcache learns the same from invalidation messages.
+    ///
+    /// No two catalogs of one process ever show the same number (each counts from its own
+    /// multiple of 2^40), so a cache that outlives a database, or serves two in turn, can
+    /// never take one database's tables for another's.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
@@ -852,4 +863,23 @@ pub fn for_each_class_row(
         }
     }
     Ok(nblocks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two catalogs never show the same generation, however many changes each has seen: a
+    /// cache keyed by it cannot mistake one database's tables for another's.
+    #[test]
+    fn generations_of_two_catalogs_never_meet() {
+        let (a, b) = (Catalog::default(), Catalog::default());
+        assert_ne!(a.generation(), b.generation());
+        let start_b = b.generation();
+        for _ in 0..3 {
+            a.changed();
+        }
+        assert!((start_b..start_b + 3).all(|g| g != a.generation()));
+        assert!(a.generation().abs_diff(b.generation()) >= 1 << 39, "each counts in its own range");
+    }
 }
