@@ -82,6 +82,19 @@
 //! same first VACUUM ran from 0.54 to 0.97 s from one run to another: there the noise is CPUs
 //! that run slower, which shows in the `CPU s` column, not CPUs taken away.)
 //!
+//! # Server CPU
+//!
+//! `CPU s` is what the VACUUM's own report counts: the leader and its workers (settledb), the
+//! backend (PostgreSQL). Neither counts the helpers that write WAL: settledb's WAL writer
+//! thread does most of its writing to the kernel, while PostgreSQL's backend writes its own
+//! whenever it finds `wal_buffers` full. So `server CPU s` counts the
+//! whole server over the VACUUM: for settledb, every thread of this process (the sampler of
+//! the phases, waking every 2 ms, included), from `/proc/self/stat`; for PostgreSQL, the
+//! postmaster and every process it started, the psql session's backend counted once the
+//! postmaster has reaped it (`/proc`, as `settle bench wire` counts). Both are clock ticks,
+//! 10 ms apart. On a 2-core machine a VACUUM's elapsed time is at least half its server CPU
+//! time, so these figures bound how low its time ratio can go.
+//!
 //! The same work: `lazy` freezes as PostgreSQL 15 does (nothing here: no XID is older than
 //! FreezeLimit), so it is compared with PostgreSQL's default run. `eager` freezes every page it
 //! sets all-visible, including the 4,099 pages of new versions that PostgreSQL 15 leaves
@@ -212,6 +225,8 @@ pub struct VacuumFigures {
     pub all_frozen_pages: Option<u64>,
     pub cpu_user_seconds: f64,
     pub cpu_system_seconds: f64,
+    /// CPU seconds of the whole server over the VACUUM (see "Server CPU" in the module doc).
+    pub server_cpu_seconds: Option<f64>,
     /// Checkpoints that completed during the VACUUM (settledb; should be 0).
     pub checkpoints_during: Option<u64>,
     /// CPU seconds the hypervisor gave to other guests while the VACUUM ran (both CPUs; for
@@ -234,6 +249,9 @@ pub struct SummaryRow {
     /// CPU time (user + system) of the vacuuming thread or backend, in the same run: a steadier
     /// figure than elapsed time on a machine others are using.
     pub cpu_seconds: f64,
+    /// CPU time of the whole server in the same run: the engine's WAL writer and other helpers
+    /// too (see "Server CPU" in the module doc).
+    pub server_cpu_seconds: Option<f64>,
     /// The hypervisor's steal during the same run's VACUUM.
     pub steal_seconds: Option<f64>,
     pub wal_bytes: u64,
@@ -496,6 +514,7 @@ fn timed_vacuum(
     let before = db.stats();
     let ticks = crate::procstat::clock_ticks();
     let steal_before = crate::procstat::machine_steal(ticks);
+    let cpu_before = crate::procstat::self_cpu(ticks);
     let stop = AtomicBool::new(false);
     let (result, elapsed, samples) = std::thread::scope(|s| {
         let sampler = s.spawn(|| sample_phases(db, &stop));
@@ -506,6 +525,7 @@ fn timed_vacuum(
         (result, elapsed, sampler.join().unwrap_or_default())
     });
     let steal_seconds = steal_since(steal_before, ticks);
+    let server_cpu_seconds = Some(crate::procstat::self_cpu(ticks) - cpu_before);
     let r = result?.into_iter().next().context("VACUUM returned no report")?;
     let after = db.stats();
     let phase_seconds = phase_durations(&samples, elapsed);
@@ -526,6 +546,7 @@ fn timed_vacuum(
         all_frozen_pages: db.table(TABLE).ok().and_then(|t| db.vm_summary(&t).ok()).map(|(_, f)| f),
         cpu_user_seconds: r.user_cpu.as_secs_f64(),
         cpu_system_seconds: r.system_cpu.as_secs_f64(),
+        server_cpu_seconds,
         checkpoints_during: Some(after.checkpoints - before.checkpoints),
         steal_seconds,
         phase_seconds,
@@ -635,6 +656,9 @@ fn postgres_vacuum(
     let min_age = if freeze { "SET vacuum_freeze_min_age = 0" } else { "SELECT 1" };
     let ticks = crate::procstat::clock_ticks();
     let steal_before = crate::procstat::machine_steal(ticks);
+    let postmaster = crate::procstat::postmaster_pid(&pg.data_dir()).ok();
+    let children = postmaster.map(crate::procstat::server_children);
+    let cpu_before = postmaster.map(|pm| crate::procstat::server_cpu(pm, ticks));
     let (out, err) = pg.psql(&[
         min_age,
         "SELECT pg_current_wal_insert_lsn()",
@@ -644,6 +668,17 @@ fn postgres_vacuum(
         "SELECT pg_current_wal_insert_lsn()",
     ])?;
     let steal_seconds = steal_since(steal_before, ticks);
+    let server_cpu_seconds = match (postmaster, children, cpu_before) {
+        (Some(pm), Some(n), Some(before)) => {
+            // psql's backend counts once the postmaster has reaped it.
+            let until = Instant::now() + Duration::from_secs(5);
+            while crate::procstat::server_children(pm) > n && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Some(crate::procstat::server_cpu(pm, ticks) - before)
+        }
+        _ => None,
+    };
     let lsns: Vec<u64> = out.lines().filter_map(parse_lsn).collect();
     let [lsn0, lsn1] = lsns[..] else { bail!("expected two WAL positions from psql, got {out:?}") };
     let ms = out
@@ -687,6 +722,7 @@ fn postgres_vacuum(
         all_frozen_pages,
         cpu_user_seconds: at(&cpu, 0),
         cpu_system_seconds: at(&cpu, 1),
+        server_cpu_seconds,
         checkpoints_during: None,
         steal_seconds,
         phase_seconds: Vec::new(),
@@ -757,6 +793,7 @@ fn summarize(all: &[VacuumFigures], prep: &[PrepFigures], rates: &Rates) -> Vec<
                 runs: all.iter().filter(|f| f.engine == engine && f.phase == phase).count(),
                 seconds: m.seconds,
                 cpu_seconds: m.cpu_user_seconds + m.cpu_system_seconds,
+                server_cpu_seconds: m.server_cpu_seconds,
                 steal_seconds: m.steal_seconds,
                 wal_bytes: m.wal_bytes,
                 full_page_images: m.full_page_images,
@@ -873,11 +910,12 @@ fn print_summary(r: &VacuumBenchReport) {
     }
     println!("{TABLE} at scale {} ({} rows), {of}:", r.scale, r.rows);
     println!(
-        "{:<18} {:<10} {:>9} {:>9} {:>7} {:>14} {:>8} {:>10} {:>12} {:>10} {:>20} {:>8}",
+        "{:<18} {:<10} {:>9} {:>9} {:>12} {:>7} {:>14} {:>8} {:>10} {:>12} {:>10} {:>20} {:>8}",
         "engine",
         "phase",
         "seconds",
         "CPU s",
+        "server CPU s",
         "steal s",
         "WAL bytes",
         "FPIs",
@@ -891,11 +929,12 @@ fn print_summary(r: &VacuumBenchReport) {
     for s in &r.summary {
         let floor = format!("{:.3} ({:.3}/{:.3})", s.floor.seconds, s.floor.scan_seconds, s.floor.write_seconds);
         println!(
-            "{:<18} {:<10} {:>9.3} {:>9.2} {:>7} {:>14} {:>8} {:>10} {:>12} {:>10} {:>20} {:>8.1}",
+            "{:<18} {:<10} {:>9.3} {:>9.2} {:>12} {:>7} {:>14} {:>8} {:>10} {:>12} {:>10} {:>20} {:>8.1}",
             s.engine,
             s.phase,
             s.seconds,
             s.cpu_seconds,
+            s.server_cpu_seconds.map_or_else(|| "-".to_string(), |v| format!("{v:.2}")),
             s.steal_seconds.map_or_else(|| "-".to_string(), |v| format!("{v:.2}")),
             s.wal_bytes,
             s.full_page_images,
@@ -959,6 +998,7 @@ mod tests {
             runs: 1,
             seconds,
             cpu_seconds: seconds,
+            server_cpu_seconds: None,
             steal_seconds: None,
             wal_bytes,
             full_page_images: 0,
