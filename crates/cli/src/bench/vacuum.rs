@@ -87,25 +87,26 @@
 //! `CPU s` is what the VACUUM's own report counts: the leader and its workers (settledb), the
 //! backend (PostgreSQL). Neither counts the helpers that write WAL: settledb's WAL writer
 //! thread does most of its writing to the kernel, while PostgreSQL's backend writes its own
-//! whenever it finds `wal_buffers` full. So `server CPU s` counts the
-//! whole server over the VACUUM: for settledb, every thread of this process (the sampler of
-//! the phases, waking every 2 ms, included), from `/proc/self/stat`; for PostgreSQL, the
-//! postmaster and every process it started, the psql session's backend counted once the
-//! postmaster has reaped it (`/proc`, as `settle bench wire` counts). Both are clock ticks,
-//! 10 ms apart. On a 2-core machine a VACUUM's elapsed time is at least half its server CPU
-//! time, so these figures bound how low its time ratio can go.
+//! whenever it finds `wal_buffers` full. So `server CPU s` counts the whole server over the
+//! VACUUM: for settledb, every thread of this process (the sampler of the phases, waking every
+//! 2 ms, included), from `/proc/self/stat`; for PostgreSQL, the postmaster and every process it
+//! started, the psql session's backend counted once the postmaster has reaped it (`/proc`, as
+//! `settle bench wire` counts). Both are clock ticks, 10 ms apart. On a 2-core machine a
+//! VACUUM's elapsed time is at least half its server CPU time, so these figures bound how low
+//! its time ratio can go.
 //!
 //! Measured with it (2026-11-29, `--policy all --peer --runs 3`, medians): settledb's first
 //! VACUUM took 1.00-1.10 server CPU seconds against PostgreSQL's 1.49, and 0.546-0.599 s
 //! elapsed, of which half its CPU time was 0.90-0.98. So on this machine the 0.3x time target
-//! asks for about 0.6x PostgreSQL's CPU for the same work, with both cores busy throughout. A `perf` profile of
-//! the whole machine during such a VACUUM (lazy, 7% idle) put 24.5% of the samples in the
-//! kernel's copy of the WAL into the page cache (`copy_folio_from_iter_atomic`, mostly on the
-//! WAL writer thread), 11.5% in `memmove` (chiefly the full-page images copied into the WAL
-//! buffer), 3.6% in the WAL's CRC: about two-fifths for the 743 MB of WAL that the WAL target
-//! holds at PostgreSQL's. That copy ran at about 2.5 GB/s of CPU time, where a Python loop
-//! overwriting cached files from a 16 MB ring of 1 MB writes ran at 7.6 GB/s, and 8.1 GB/s with
-//! another process filling the ring on the other core; the difference is not explained.
+//! asks for about 0.6x PostgreSQL's CPU for the same work, with both cores busy throughout. A
+//! `perf` profile of the whole machine during such a VACUUM (lazy, 7% idle) put 24.5% of the
+//! samples in the kernel's copy of the WAL into the page cache (`copy_folio_from_iter_atomic`,
+//! mostly on the WAL writer thread), 11.5% in `memmove` (chiefly the full-page images copied
+//! into the WAL buffer), 3.6% in the WAL's CRC: about two-fifths for the 743 MB of WAL that the
+//! WAL target holds at PostgreSQL's. That copy ran at 2-2.5 GB/s of CPU time, where a
+//! Python loop overwriting cached files from a 16 MB ring of 1 MB writes ran at 7.6 GB/s, and
+//! 8.1 GB/s with another process filling the ring on the other core; the difference is not
+//! explained.
 //!
 //! The same work: `lazy` freezes as PostgreSQL 15 does (nothing here: no XID is older than
 //! FreezeLimit), so it is compared with PostgreSQL's default run. `eager` freezes every page it
