@@ -549,7 +549,8 @@ pub struct Catalog {
 }
 
 /// Where a new catalog's [`Catalog::generation`] starts: a multiple of 2^40 no other catalog
-/// of this process started from.
+/// of this process started from (for the first 2^24 catalogs a process opens; after that the
+/// starts come round again).
 fn first_generation() -> u64 {
     static CATALOGS: AtomicU64 = AtomicU64::new(1);
     CATALOGS.fetch_add(1, Ordering::Relaxed) << 40
@@ -585,9 +586,9 @@ impl Catalog {
     /// moves, so a cache that saw part of a change carries the old number and is dropped at
     /// its next check. PostgreSQL's relcache learns the same from invalidation messages.
     ///
-    /// No two catalogs of one process ever show the same number (each counts from its own
-    /// multiple of 2^40), so a cache that outlives a database, or serves two in turn, can
-    /// never take one database's tables for another's.
+    /// No two catalogs of one process show the same number (each counts from its own multiple
+    /// of 2^40, for the first 2^24 catalogs it opens), so a cache that outlives a database, or
+    /// serves two in turn, cannot take one database's tables for another's.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
