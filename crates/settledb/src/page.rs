@@ -521,13 +521,19 @@ pub fn repair_fragmentation(page: &mut [u8]) {
     if !presorted {
         items.sort_unstable_by(|a, b| b.cmp(a));
     }
+    if let Some(bottom) = fill_holes(page, items, special, total) {
+        page[lower..bottom].fill(0);
+        set_upper(page, bottom as u16);
+        let f = flags(page);
+        set_flags(page, if nunused > 0 { f | PD_HAS_FREE_LINES } else { f & !PD_HAS_FREE_LINES });
+        return;
+    }
     // Highest item first, each moved up against the last one placed: every destination lies
     // at or above its source and above every item still to move, so moving in place is safe.
     // Items lying back to back (each ends where the one above it begins, as a page filled from
     // the end has them) all move by the same distance, so such a run moves with one copy, as
     // PostgreSQL's `compactify_tuples` does: a page that lost three tuples of sixty moves
     // three blocks, not fifty tuples one by one.
-    let unpack = |key: u64| ((key >> 32) as usize, (key >> 16 & 0xFFFF) as usize, (key & 0xFFFF) as usize);
     let mut upper = special;
     let mut k = 0;
     while k < items.len() {
@@ -568,6 +574,104 @@ pub fn repair_fragmentation(page: &mut [u8]) {
     set_upper(page, upper as u16);
     let f = flags(page);
     set_flags(page, if nunused > 0 { f | PD_HAS_FREE_LINES } else { f & !PD_HAS_FREE_LINES });
+}
+
+/// A [`repair_fragmentation`] sort key: (offset, length, line pointer index).
+#[inline]
+fn unpack(key: u64) -> (usize, usize, usize) {
+    ((key >> 32) as usize, (key >> 16 & 0xFFFF) as usize, (key & 0xFFFF) as usize)
+}
+
+/// [`repair_fragmentation`] by filling holes: where the storage must end up is known in
+/// advance (`special - total` up to `special`), so the items already inside that range can
+/// stay, and only the items below it need to move, each into a gap inside it that the items
+/// which lost their storage left. A page that lost three tuples of sixty then moves three
+/// tuples, where keeping the storage in line pointer order moves every tuple below the
+/// highest gap (about three quarters of the page, when the gaps fall anywhere).
+///
+/// `items` are the sort keys in descending offset order. Applies, and returns the new
+/// `pd_upper`, only where it is plainly right and moves at most half the bytes the ordered
+/// compaction would: every item MAXALIGNed and apart from the others, none straddling the
+/// new `pd_upper`, and the items to move filling the gaps exactly when taken highest first
+/// into the highest gap. Otherwise returns `None` with the page untouched. The outcome is a
+/// function of the page alone, so redo of a PRUNE record lays the page out the same way.
+fn fill_holes(page: &mut [u8], items: &[u64], special: usize, total: usize) -> Option<usize> {
+    let bottom = special.checked_sub(total)?;
+    let split = items.partition_point(|&k| unpack(k).0 >= bottom);
+    let (stayers, movers) = items.split_at(split);
+    if movers.is_empty() {
+        // Already packed: the ordered pass moves nothing either.
+        return None;
+    }
+    // The gaps among the items that stay, highest first; `limit` is where the storage above
+    // the item being looked at begins.
+    let mut gaps = [(0u16, 0u16); MAX_HEAP_TUPLES_PER_PAGE + 1];
+    let (mut ngaps, mut limit) = (0usize, special);
+    for &k in stayers {
+        let (off, len, _) = unpack(k);
+        let end = off + maxalign(len);
+        if maxalign(off) != off || end > limit || ngaps == gaps.len() {
+            return None;
+        }
+        if end < limit {
+            gaps[ngaps] = (end as u16, limit as u16);
+            ngaps += 1;
+        }
+        limit = off;
+    }
+    if limit > bottom {
+        if ngaps == gaps.len() {
+            return None;
+        }
+        gaps[ngaps] = (bottom as u16, limit as u16);
+        ngaps += 1;
+    }
+    let gaps = &gaps[..ngaps];
+    // Bytes the ordered compaction would move: everything below the highest gap.
+    let top_gap_end = usize::from(gaps.first()?.1);
+    let ordered = total - (special - top_gap_end);
+    // The movers, highest first, into the gaps, each placed at the top of what is left of
+    // the highest gap not yet full. Only a plan here: nothing is written unless it all fits.
+    let mut dst = [0u16; MAX_HEAP_TUPLES_PER_PAGE];
+    if movers.len() > dst.len() {
+        return None;
+    }
+    let (mut g, mut top, mut limit, mut moved) = (0usize, top_gap_end, bottom, 0usize);
+    for (i, &k) in movers.iter().enumerate() {
+        let (off, len, _) = unpack(k);
+        let size = maxalign(len);
+        if maxalign(off) != off || off + size > limit {
+            return None;
+        }
+        limit = off;
+        while top == usize::from(gaps.get(g)?.0) {
+            g += 1;
+            top = usize::from(gaps.get(g)?.1);
+        }
+        if top - size < usize::from(gaps[g].0) {
+            return None;
+        }
+        top -= size;
+        dst[i] = top as u16;
+        moved += size;
+    }
+    if moved * 2 > ordered {
+        return None;
+    }
+    for (i, &k) in movers.iter().enumerate() {
+        let (off, len, lp) = unpack(k);
+        let to = usize::from(dst[i]);
+        page.copy_within(off..off + len, to);
+        zero_padding(page, to, len);
+        let pos = PAGE_HEADER_SIZE + (lp - 1) * ITEM_ID_SIZE;
+        let id = ItemId::from_u32(rd32(page, pos));
+        wr32(page, pos, ItemId { off: to as u16, ..id }.to_u32());
+    }
+    for &k in stayers {
+        let (off, len, _) = unpack(k);
+        zero_padding(page, off, len);
+    }
+    Some(bottom)
 }
 
 /// Zeroes the MAXALIGN padding after an item of `len` bytes (at least 1) at `at`: one word
