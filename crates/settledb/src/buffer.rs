@@ -84,7 +84,6 @@
 //! tenth of their time queueing for it: `settle bench pgbench -S` went from about 340,000 to
 //! about 400,000 transactions a second with two clients.)
 
-use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -94,6 +93,9 @@ use crate::error::{Error, Result};
 use crate::page::{self, PageBuf, BLCKSZ};
 use crate::smgr::Smgr;
 use crate::types::{BlockNumber, BufferTag, Fork, Lsn, Oid};
+
+mod map;
+use map::BufMap;
 
 /// An access method's check of a page's contents, run when the page is read from disk.
 pub type PageValidator = fn(&[u8], Oid, BlockNumber) -> Result<()>;
@@ -195,7 +197,7 @@ pub struct BufferPool {
     /// Tag → frame. Read-locked by hits (which only pin), write-locked by anything that
     /// changes the mapping: a pin is raised from zero only under this lock, and a victim is
     /// claimed only under its write lock, so no hit can pin a frame being claimed.
-    map: RwLock<FxHashMap<BufferTag, usize>>,
+    map: RwLock<BufMap>,
     hand: AtomicUsize,
     smgr: Arc<Smgr>,
     wal: RwLock<Option<Arc<dyn WalFlush>>>,
@@ -260,7 +262,7 @@ impl BufferPool {
         BufferPool {
             frames,
             pages: zeroed_pages(nframes),
-            map: RwLock::new(FxHashMap::with_capacity_and_hasher(nframes, Default::default())),
+            map: RwLock::new(BufMap::new(nframes)),
             hand: AtomicUsize::new(0),
             smgr,
             wal: RwLock::new(None),
@@ -293,7 +295,7 @@ impl BufferPool {
         for tag in batch {
             let id = {
                 let map = self.map.read();
-                let Some(&id) = map.get(&tag) else { continue };
+                let Some(id) = map.get(tag) else { continue };
                 let f = &self.frames[id];
                 if !f.valid.load(Ordering::Acquire) || !f.dirty.load(Ordering::Acquire) {
                     continue;
@@ -373,7 +375,7 @@ impl BufferPool {
             // Hits share the mapping lock: they only pin.
             let hit = {
                 let map = self.map.read();
-                let id = map.get(&tag).copied();
+                let id = map.get(tag);
                 if let Some(id) = id {
                     // Under the mapping lock: see "Locking order".
                     self.frames[id].pins.fetch_add(1, Ordering::AcqRel);
@@ -387,7 +389,7 @@ impl BufferPool {
                 }
             }
             let mut map = self.map.write();
-            if let Some(&id) = map.get(&tag) {
+            if let Some(id) = map.get(tag) {
                 // Loaded by someone else since we looked.
                 self.frames[id].pins.fetch_add(1, Ordering::AcqRel);
                 drop(map);
@@ -410,7 +412,7 @@ impl BufferPool {
             let f = &self.frames[id];
             let io = f.io.lock();
             if let Some(old) = f.tag.lock().take() {
-                map.remove(&old);
+                map.remove(old);
             }
             *f.tag.lock() = Some(tag);
             f.valid.store(false, Ordering::Release);
@@ -427,7 +429,7 @@ impl BufferPool {
                 }
                 Err(e) => {
                     let mut map = self.map.write();
-                    map.remove(&tag);
+                    map.remove(tag);
                     *f.tag.lock() = None;
                     f.usage.store(0, Ordering::Relaxed);
                     f.pins.fetch_sub(1, Ordering::AcqRel);
@@ -483,11 +485,7 @@ impl BufferPool {
     /// Finds an unpinned frame under the mapping lock and pins it. Returns `Ok(None)` when the
     /// chosen frame was dirty: it has been written out (outside the lock, which is released and
     /// re-taken) and the caller must retry its lookup.
-    fn claim_victim(
-        &self,
-        _write_locked: &RwLockWriteGuard<'_, FxHashMap<BufferTag, usize>>,
-        ring: Option<&mut Ring>,
-    ) -> Result<Victim> {
+    fn claim_victim(&self, _write_locked: &RwLockWriteGuard<'_, BufMap>, ring: Option<&mut Ring>) -> Result<Victim> {
         let id = match ring {
             Some(r) => self.ring_victim(r)?,
             None => self.clock_victim()?,
@@ -630,7 +628,6 @@ impl BufferPool {
             let victims: Vec<(BufferTag, usize)> = map
                 .iter()
                 .filter(|(t, _)| t.rel == rel && fork.is_none_or(|fk| t.fork == fk) && t.block >= from)
-                .map(|(t, &id)| (*t, id))
                 .collect();
             let pinned = victims.iter().find(|&&(_, id)| self.frames[id].pins.load(Ordering::Acquire) != 0);
             match pinned {
@@ -649,7 +646,7 @@ impl BufferPool {
         };
         for (tag, id) in victims {
             let f = &self.frames[id];
-            map.remove(&tag);
+            map.remove(tag);
             *f.tag.lock() = None;
             f.dirty.store(false, Ordering::Release);
             f.clear_write_state();
