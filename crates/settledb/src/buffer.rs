@@ -76,9 +76,10 @@
 //!
 //! # Locking order
 //!
-//! The mapping lock (tag → frame) is taken before, never while holding, a content lock. It is a
-//! reader-writer lock: a hit takes it shared (it only pins), anything that changes the mapping
-//! takes it exclusive. Pins are only ever raised from zero under the mapping lock, in either
+//! The mapping (tag → frame) is a table of its own, laid out for scans (`buffer/map.rs`). The
+//! mapping lock is taken before, never while holding, a content lock. It is a reader-writer
+//! lock: a hit takes it shared (it only pins), anything that changes the mapping takes it
+//! exclusive. Pins are only ever raised from zero under the mapping lock, in either
 //! mode, so the clock sweep, which runs under the exclusive side, can claim a frame whose pin
 //! count it saw at zero. (With one mutex, two threads of read-only transactions spent about a
 //! tenth of their time queueing for it: `settle bench pgbench -S` went from about 340,000 to

@@ -648,14 +648,16 @@ fn fill_holes(page: &mut [u8], items: &[u64], special: usize, total: usize) -> O
             g += 1;
             top = usize::from(gaps.get(g)?.1);
         }
-        if top - size < usize::from(gaps[g].0) {
-            return None;
+        match top.checked_sub(size) {
+            Some(t) if t >= usize::from(gaps[g].0) => top = t,
+            _ => return None,
         }
-        top -= size;
         dst[i] = top as u16;
         moved += size;
     }
-    if moved * 2 > ordered {
+    // Every gap full (the sizes add up by construction; checked, since a gap left open would
+    // lie inside the storage), and worth it.
+    if g + 1 != gaps.len() || top != usize::from(gaps[g].0) || moved * 2 > ordered {
         return None;
     }
     for (i, &k) in movers.iter().enumerate() {
