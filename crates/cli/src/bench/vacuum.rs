@@ -110,6 +110,20 @@
 //! checkpoint) did not change its server CPU in three alternating pairs (0.73-0.82 s against
 //! 0.66-0.92 s).
 //!
+//! Later the same day, on an AMD EPYC machine of the same size, a profile of a faster spell
+//! had the kernel's copy at 9.5% of the samples, and two costs of our own stood out: the buffer
+//! mapping's two cache misses per lookup (most of `BufferPool::get`'s 9%) and the memmove of
+//! the compaction after pruning (4.7%). With the mapping laid out for scans and pruning filling
+//! holes instead of shifting three quarters of each page, `BufferPool::get` fell to 1.4%, and
+//! three alternating pairs without `--peer` gave 0.321-0.382 s and 0.62-0.73 server CPU s
+//! against 0.365-0.440 s and 0.71-0.84 s. The remaining spread is the machine's: a process
+//! touching and freeing 3 GB of memory before a run raised that run's VACUUM from 0.30-0.35 s
+//! to 0.40-0.42 s (0.59-0.68 to 0.79-0.81 server CPU s), and with `--peer` the settledb runs
+//! that follow a PostgreSQL run used about 40% more CPU for the same work than runs alone.
+//! Also seen: the VACUUM's 743 MB of WAL needs 45 segments where the bench's checkpoint leaves
+//! 42 recycled ones, so its last 48 MB go into new files, which `perf` showed the kernel
+//! filling at about 1.5 GB/s against 8 GB/s for recycled ones.
+//!
 //! The same work: `lazy` freezes as PostgreSQL 15 does (nothing here: no XID is older than
 //! FreezeLimit), so it is compared with PostgreSQL's default run. `eager` freezes every page it
 //! sets all-visible, including the 4,099 pages of new versions that PostgreSQL 15 leaves
