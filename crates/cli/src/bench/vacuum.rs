@@ -116,11 +116,15 @@
 //! the compaction after pruning (4.7%). With the mapping laid out for scans and pruning filling
 //! holes instead of shifting three quarters of each page, `BufferPool::get` fell to 1.4%, and
 //! three alternating pairs without `--peer` gave 0.321-0.382 s and 0.62-0.73 server CPU s
-//! against 0.365-0.440 s and 0.71-0.84 s. The remaining spread is the machine's: a process
-//! touching and freeing 3 GB of memory before a run raised that run's VACUUM from 0.30-0.35 s
-//! to 0.40-0.42 s (0.59-0.68 to 0.79-0.81 server CPU s), and with `--peer` the settledb runs
-//! that follow a PostgreSQL run used about 40% more CPU for the same work than runs alone.
-//! Also seen: the VACUUM's 743 MB of WAL needs 45 segments where the bench's checkpoint leaves
+//! against 0.365-0.440 s and 0.71-0.84 s. Making the WAL buffers resident at open then took
+//! the VACUUM's page faults in its copy into the WAL buffer from 4,405 to 512, and
+//! `--policy all --peer --runs 3` gave medians of 0.314-0.330x PostgreSQL's time, with
+//! 0.86-0.92 server CPU s against its 1.45. Much of the remaining spread looks like the
+//! machine's. In two pairs, a process touching and freeing 3 GB of memory before a run raised
+//! that run's VACUUM from 0.30-0.35 s to 0.40-0.42 s (0.59-0.68 to 0.79-0.81 server CPU s);
+//! in four more pairs, three runs after it were slower and one faster (0.374-0.498 s against
+//! 0.319-0.421 s). With `--peer`, settledb's runs that follow a PostgreSQL run were often
+//! slower than its first. Also seen: the VACUUM's 743 MB of WAL needs 45 segments where the bench's checkpoint leaves
 //! 42 recycled ones, so its last 48 MB go into new files, which `perf` showed the kernel
 //! filling at about 1.5 GB/s against 8 GB/s for recycled ones.
 //!
