@@ -56,6 +56,30 @@
 //! and the visibility map is empty when the update runs; pgbench's default client-side COPY
 //! uses `FREEZE` and would start PostgreSQL's table all-frozen.
 //!
+//! # Between runs
+//!
+//! Each run of either engine starts from nothing of the other's, and each timed VACUUM from
+//! nothing dirty:
+//!
+//! * every settledb run opens a database of its own and removes it after, and every
+//!   PostgreSQL run (default and `freeze` alike) initdbs a cluster of its own, which is stopped
+//!   and removed after it;
+//! * just before each timed VACUUM, on both engines, `sync(2)` writes every dirty page of the
+//!   page cache back and waits for it.
+//!
+//! Both were added on 2026-11-29, when settledb's runs that followed a PostgreSQL run were
+//! slower than its first run of the set, and its runs without `--peer` were not. With one
+//! cluster kept up for all runs, as before, PostgreSQL's run left 1,714 MB of its files dirty
+//! (`fsync=off`, nothing written back yet); settledb's next run added its own and reached
+//! 2,115 MB, where the kernel's background writeback began (`vm.dirty_background_ratio` is 10%
+//! of some 22 GB here). The sync took that away, yet one such run still took 0.679 s against
+//! 0.443 s for the first. An idle PostgreSQL 15 beside the bench, holding its loaded and
+//! vacuumed table in 1 GB of `shared_buffers`, then made the difference: four alternating sets
+//! of `--policy lazy --runs 3` without `--peer` had medians of 0.652, 0.544, 0.684 and 0.571 s
+//! with it and 0.419, 0.519, 0.449 and 0.610 s without it. Why an idle server slows the other
+//! engine was not found (it used next to no CPU); the bench now gives neither engine that
+//! neighbour.
+//!
 //! # Targets (from the issues)
 //!
 //! settledb's elapsed time at most 0.3 × PostgreSQL's for the first VACUUM and 0.25 × for the
@@ -375,14 +399,14 @@ pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
     let peer_freeze = a.peer_freeze || (a.peer && runs_eager);
     let load_average_start = load_average();
     let rates = Rates::measure(&std::env::temp_dir())?;
-    let pg = if a.peer {
-        let pg_settings: Vec<(String, String)> =
-            settings.iter().filter(|(k, _)| !SETTLEDB_ONLY.contains(&k.as_str())).cloned().collect();
-        let initdb_args: &[&str] = if a.peer_checksums { &["--data-checksums"] } else { &[] };
-        Some(Postgres::start_with(a.peer_port, &pg_settings, initdb_args)?)
-    } else {
-        None
-    };
+    // Each PostgreSQL run gets a cluster of its own, stopped and removed after it, as each
+    // settledb run gets a database of its own (see "Between runs" in the module doc).
+    let pg_settings: Vec<(String, String)> =
+        settings.iter().filter(|(k, _)| !SETTLEDB_ONLY.contains(&k.as_str())).cloned().collect();
+    let initdb_args: &[&str] = if a.peer_checksums { &["--data-checksums"] } else { &[] };
+    if a.peer {
+        crate::peer::find_bindir().context("--peer: PostgreSQL 15 is not installed (apt-get install postgresql-15)")?;
+    }
     let rows = u64::from(a.scale) * 100_000;
     let (mut prep, mut vacuums) = (Vec::new(), Vec::new());
     let echo = |p: &PrepFigures, v: &[VacuumFigures]| {
@@ -407,16 +431,19 @@ pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
             prep.push(p);
             vacuums.extend(v);
         }
-        if let Some(pg) = &pg {
+        if a.peer {
             for freeze in [false, true].into_iter().filter(|&f| !f || peer_freeze) {
-                let (p, v) = postgres_run(pg, a.scale, run, freeze, a.full_scans)?;
+                let pg = Postgres::start_with(a.peer_port, &pg_settings, initdb_args)?;
+                let r = postgres_run(&pg, a.scale, run, freeze, a.full_scans);
+                let stopped = pg.stop();
+                let (p, v) = r?;
+                stopped?;
                 echo(&p, &v);
                 prep.push(p);
                 vacuums.extend(v);
             }
         }
     }
-    drop(pg);
     let summary = summarize(&vacuums, &prep, &rates);
     let targets = targets(&summary);
     let report = VacuumBenchReport {
@@ -544,6 +571,7 @@ fn timed_vacuum(
     run: usize,
     phase: &'static str,
 ) -> Result<(VacuumReport, VacuumFigures)> {
+    write_back_page_cache();
     let before = db.stats();
     let ticks = crate::procstat::clock_ticks();
     let steal_before = crate::procstat::machine_steal(ticks);
@@ -586,6 +614,14 @@ fn timed_vacuum(
         verbose: r.verbose_text(),
     };
     Ok((r, fig))
+}
+
+/// Writes every dirty page in the kernel's page cache back to its disk (`sync(2)`) and waits
+/// for it, so that each timed VACUUM of either engine starts with nothing dirty (see the module
+/// doc's "Dirty pages").
+fn write_back_page_cache() {
+    // SAFETY: sync(2) takes no arguments, touches no memory of ours and cannot fail.
+    unsafe { libc::sync() };
 }
 
 /// Polls the progress view every 2 ms until `stop`; returns each phase change (name, when).
@@ -687,6 +723,7 @@ fn postgres_vacuum(
 ) -> Result<VacuumFigures> {
     let sql = format!("VACUUM ({options}) {TABLE}");
     let min_age = if freeze { "SET vacuum_freeze_min_age = 0" } else { "SELECT 1" };
+    write_back_page_cache();
     let ticks = crate::procstat::clock_ticks();
     let steal_before = crate::procstat::machine_steal(ticks);
     let postmaster = crate::procstat::postmaster_pid(&pg.data_dir()).ok();
