@@ -78,7 +78,9 @@
 //! of `--policy lazy --runs 3` without `--peer` had medians of 0.652, 0.544, 0.684 and 0.571 s
 //! with it and 0.419, 0.519, 0.449 and 0.610 s without it. Why an idle server slows the other
 //! engine was not found (it used next to no CPU); the bench now gives neither engine that
-//! neighbour.
+//! neighbour. Two sets of `--policy all --peer --runs 3` that evening, the machine slower than
+//! in the afternoon (both engines' single runs: settledb 0.40-0.64 s, PostgreSQL 1.21-1.88 s),
+//! had first-VACUUM medians of 0.33-0.47x and 0.32-0.36x PostgreSQL's time.
 //!
 //! # Targets (from the issues)
 //!
@@ -148,9 +150,10 @@
 //! that run's VACUUM from 0.30-0.35 s to 0.40-0.42 s (0.59-0.68 to 0.79-0.81 server CPU s);
 //! in four more pairs, three runs after it were slower and one faster (0.374-0.498 s against
 //! 0.319-0.421 s). With `--peer`, settledb's runs that follow a PostgreSQL run were often
-//! slower than its first. Also seen: the VACUUM's 743 MB of WAL needs 45 segments where the bench's checkpoint leaves
-//! 42 recycled ones, so its last 48 MB go into new files, which `perf` showed the kernel
-//! filling at about 1.5 GB/s against 8 GB/s for recycled ones.
+//! slower than its first (what was found, and what the bench does since, is under "Between
+//! runs"). Also seen: the VACUUM's 743 MB of WAL needs 45 segments where the bench's
+//! checkpoint leaves 42 recycled ones, so its last 48 MB go into new files, which `perf`
+//! showed the kernel filling at about 1.5 GB/s against 8 GB/s for recycled ones.
 //!
 //! The same work: `lazy` freezes as PostgreSQL 15 does (nothing here: no XID is older than
 //! FreezeLimit), so it is compared with PostgreSQL's default run. `eager` freezes every page it
