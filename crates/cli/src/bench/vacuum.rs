@@ -621,7 +621,7 @@ fn timed_vacuum(
 
 /// Writes every dirty page in the kernel's page cache back to its disk (`sync(2)`) and waits
 /// for it, so that each timed VACUUM of either engine starts with nothing dirty (see the module
-/// doc's "Dirty pages").
+/// doc's "Between runs").
 fn write_back_page_cache() {
     // SAFETY: sync(2) takes no arguments, touches no memory of ours and cannot fail.
     unsafe { libc::sync() };
