@@ -82,6 +82,13 @@
 //! in the afternoon (both engines' single runs: settledb 0.40-0.64 s, PostgreSQL 1.21-1.88 s),
 //! had first-VACUUM medians of 0.33-0.47x and 0.32-0.36x PostgreSQL's time.
 //!
+//! Part of what neither engine controls: the machine of these figures runs DAMON's proactive
+//! reclaim (`/sys/kernel/mm/damon`: one kdamond over physical memory, paging out file pages no
+//! process maps once they have gone 60 s unread, at most 128 MB and 50 ms of CPU per second).
+//! Over one `--policy lazy --peer --runs 2` (about a minute) it paged out 437 MB and reached
+//! its quota 8 times: files that earlier commands left in the page cache (a build's, a
+//! previous bench's) are reclaimed while the bench runs, on the same two CPUs.
+//!
 //! # Targets (from the issues)
 //!
 //! settledb's elapsed time at most 0.3 × PostgreSQL's for the first VACUUM and 0.25 × for the
