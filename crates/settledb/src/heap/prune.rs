@@ -65,6 +65,10 @@ pub struct PageScan {
     pub hints_changed: bool,
     /// Hint bits were earned but, as asked, not written ([`PageScan::write_pending_hints`]).
     pub hints_pending: bool,
+    /// Where they go: each such tuple's start in the page and the bits it earned, the first
+    /// `n_pending` entries.
+    pending: [(u16, u16); SLOTS],
+    n_pending: usize,
     /// Oldest xmax of a tuple deleted but not yet dead to everyone (the page's next
     /// `pd_prune_xid`).
     pub next_prune: Option<Xid>,
@@ -81,6 +85,8 @@ impl Default for PageScan {
             any_dead: false,
             hints_changed: false,
             hints_pending: false,
+            pending: [(0, 0); SLOTS],
+            n_pending: 0,
             next_prune: None,
         }
     }
@@ -190,6 +196,7 @@ pub fn scan_page(
     out.any_dead = false;
     out.hints_changed = false;
     out.hints_pending = false;
+    out.n_pending = 0;
     out.next_prune = None;
     for o in 1..=max {
         out.status[o] = None;
@@ -211,6 +218,9 @@ pub fn scan_page(
                 out.hints_changed = true;
             } else {
                 out.hints_pending = true;
+                // A tuple starts inside the page: its offset fits.
+                out.pending[out.n_pending] = (start as u16, add);
+                out.n_pending += 1;
             }
         }
         out.fields[o] = Fields { infomask: f.infomask | add, ..f };
@@ -233,6 +243,7 @@ impl PageScan {
     /// of a plain all-visible page), so that [`plan_from_scan`] plans nothing.
     pub fn set_nothing_found(&mut self) {
         self.max = 0;
+        self.n_pending = 0;
         self.hot = false;
         self.any_dead = false;
         self.hints_changed = false;
@@ -241,23 +252,16 @@ impl PageScan {
     }
 
     /// Writes the hint bits a scan without `write_hints` earned into `page`, which must be the
-    /// page as scanned (nothing pruned or frozen since).
+    /// page as scanned (nothing pruned or frozen since): straight to the tuples the scan noted,
+    /// without reading the line pointers and headers again.
     pub fn write_pending_hints(&mut self, page: &mut [u8]) {
         if !self.hints_pending {
             return;
         }
-        const HINTS: u16 = HEAP_XMIN_COMMITTED | HEAP_XMIN_INVALID | HEAP_XMAX_COMMITTED | HEAP_XMAX_INVALID;
-        for o in 1..=self.max {
-            if self.status[o].is_none() {
-                continue;
-            }
-            let id = lp(page, o);
-            let Some((start, f)) = tuple_fields(page, id) else { continue };
-            let want = f.infomask | (self.fields[o].infomask & HINTS);
-            if want != f.infomask {
-                tuple::set_infomask(&mut page[start..start + usize::from(id.len)], want);
-            }
+        for &(start, bits) in &self.pending[..self.n_pending] {
+            tuple::add_infomask_at(page, usize::from(start), bits);
         }
+        self.n_pending = 0;
         self.hints_pending = false;
         self.hints_changed = true;
     }

@@ -11,6 +11,8 @@
 //!   over-promised is corrected when an insert finds it full.
 //! * opportunistic pruning records the room it made; the pruning VACUUM does records nothing
 //!   (VACUUM records the page's free space itself).
+//! * the hint bits VACUUM's prune pass holds back and writes later are the ones it would have
+//!   written at once.
 //!
 //! Bits are set here directly with [`crate::vm::VisibilityMap::set`], as VACUUM does, on pages
 //! whose tuples are all committed and older than every snapshot.
@@ -313,4 +315,62 @@ fn an_extended_page_someone_else_filled_first_keeps_its_row() {
     tx.commit().unwrap();
     assert_eq!(rows, vec![row(1, 10)], "the row inserted into the new page survives its extender");
     assert_clean(&db);
+}
+
+/// VACUUM's prune pass earns hint bits on a page it may log without an image, and so holds
+/// them back (`write_hints` false) until it knows a record with an image follows; written then
+/// with `write_pending_hints`, they must be exactly the bits a pass allowed to write them sets.
+#[test]
+fn pending_hints_written_later_are_the_hints_written_at_once() {
+    use super::prune::{scan_page as prune_scan, PageScan, XidMemo};
+    use crate::types::Lsn;
+    let fs = FaultFs::new();
+    let db = open(&fs);
+    let t = make_table(&db, "t");
+    // Committed inserts, then an aborted insert, a committed delete, an aborted delete and
+    // an insert still running: every hint a scan can earn (xmin committed or invalid, xmax
+    // committed or invalid) and tuples that earn none.
+    let mut tx = db.begin().unwrap();
+    let tids: Vec<Tid> = (0..40).map(|i| tx.insert(&t, &row(i, 60)).unwrap()).collect();
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    for i in 40..45 {
+        tx.insert(&t, &row(i, 60)).unwrap();
+    }
+    tx.rollback().unwrap();
+    let mut tx = db.begin().unwrap();
+    for &tid in &tids[..10] {
+        assert!(tx.delete(&t, tid).unwrap());
+    }
+    tx.commit().unwrap();
+    let mut tx = db.begin().unwrap();
+    for &tid in &tids[10..15] {
+        assert!(tx.delete(&t, tid).unwrap());
+    }
+    tx.rollback().unwrap();
+    let mut running = db.begin().unwrap();
+    running.insert(&t, &row(99, 60)).unwrap();
+
+    let env = db.inner().env();
+    let rel = &t.entry.rel;
+    let oldest = env.xact.oldest_xmin();
+    let mut pending_seen = 0;
+    for b in 0..db.table_pages(&t).unwrap() {
+        let before = read_page(&env, rel, BlockNumber(b), None).unwrap().read().0.to_vec();
+        let (mut at_once, mut later) = (before.clone(), before.clone());
+        let (mut s1, mut s2) = (Box::<PageScan>::default(), Box::<PageScan>::default());
+        prune_scan(&mut at_once, oldest, env.xact, Lsn(u64::MAX), true, &mut XidMemo::default(), &mut s1).unwrap();
+        prune_scan(&mut later, oldest, env.xact, Lsn(u64::MAX), false, &mut XidMemo::default(), &mut s2).unwrap();
+        assert_eq!(later, before, "block {b}: a scan told not to write hints wrote some");
+        pending_seen += usize::from(s2.hints_pending);
+        s2.write_pending_hints(&mut later);
+        assert_ne!(at_once, before, "block {b}: no hint earned");
+        assert_eq!(later, at_once, "block {b}");
+        assert!(s2.hints_changed && !s2.hints_pending);
+        for o in 0..=s1.max {
+            assert_eq!(s1.status(o), s2.status(o), "block {b} offset {o}");
+        }
+    }
+    assert!(pending_seen > 0);
+    running.rollback().unwrap();
 }

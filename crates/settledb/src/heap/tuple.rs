@@ -409,6 +409,16 @@ pub fn set_infomask(t: &mut [u8], m: u16) {
     t[OFF_INFOMASK..OFF_INFOMASK + 2].copy_from_slice(&m.to_le_bytes());
 }
 
+/// ORs `bits` into the infomask of the tuple that starts at `start` in `page` (a scan found
+/// its header there and the page has not changed since). Hot path: VACUUM's pending hints.
+#[inline]
+pub fn add_infomask_at(page: &mut [u8], start: usize, bits: u16) {
+    if let Some(b) = page.get_mut(start + OFF_INFOMASK..start + OFF_INFOMASK + 2) {
+        let m = u16::from_le_bytes([b[0], b[1]]) | bits;
+        b.copy_from_slice(&m.to_le_bytes());
+    }
+}
+
 pub fn set_infomask2(t: &mut [u8], m: u16) {
     t[OFF_INFOMASK2..OFF_INFOMASK2 + 2].copy_from_slice(&m.to_le_bytes());
 }
