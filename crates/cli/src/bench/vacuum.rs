@@ -89,6 +89,18 @@
 //! its quota 8 times: files that earlier commands left in the page cache (a build's, a
 //! previous bench's) are reclaimed while the bench runs, on the same two CPUs.
 //!
+//! Also part of it: this virtual machine reports the memory its kernel frees to the hypervisor
+//! (virtio-balloon free page reporting, in 2 MB blocks), and the next touch of such memory is
+//! slow. `dd` of 1.5 GB into new file pages ran at 375-482 MB/s on it, against 3.9-4.0 GB/s
+//! right after another file's removal had freed memory; 800 MB after writing and removing a
+//! 1.2 GB scratch file took 0.225 s, and 1.14 s without. The bench does not need to work
+//! around it: the first VACUUM's WAL goes mostly into the segments the checkpoint recycled
+//! (above), whose pages stay in the page cache. Writing and removing a scratch file a quarter
+//! larger than the table and index before each timed VACUUM, tried on 2026-11-29, left the
+//! kernel's copy of the WAL where it was (328 `perf` samples against 303 without) and the
+//! medians within the noise (lazy against PostgreSQL in alternating `--peer --runs 3` sets:
+//! 0.365x and 0.286x with it, 0.259x and 0.342x without); it was not kept.
+//!
 //! # Targets (from the issues)
 //!
 //! settledb's elapsed time at most 0.3 × PostgreSQL's for the first VACUUM and 0.25 × for the
