@@ -77,6 +77,25 @@
 //! them out; when the buffer still exceeds `wal_buffers_bytes` the inserter writes it out
 //! itself (no fsync) so memory stays bounded, and counts it ([`my_wal_buffers_full`]).
 //!
+//! Two copies is what each byte costs here: into the WAL buffer, then the kernel's, from the
+//! buffer into the page cache. Copying straight into shared mappings of the segment files
+//! would be one. It was built and measured (2026-11, Linux 6.18, ext4, 2 cores) and is
+//! slower. The first VACUUM of `settle bench vacuum --scale 50 --policy lazy --runs 3`
+//! (743 MB of WAL) took 0.86 and 1.03 s through mappings, against 0.44 and 0.57 s through
+//! the buffer, in alternating sets. Prefaulting each segment at mapping
+//! (`MADV_POPULATE_WRITE`) did not change that: 0.64 and 1.05 s against 0.36 and 0.53 s.
+//! The profile shows why:
+//!
+//! - The first store into each 4 KB page faults, and ext4 makes the page writable. In one
+//!   `perf` profile each, the fault path's symbols had about 800 samples. `pwrite`'s copy and
+//!   block handling had about 370.
+//! - The faults happen in the copy under the insert lock, so the other inserter waits. Idle,
+//!   scheduler and lock-wait symbols had about 1,700 samples, against about 310.
+//!
+//! For scale: leaving the kernel copy out altogether (an experiment that wrote no WAL, not
+//! an engine) made the same VACUUM 12-17% faster. That is the most any way of getting the
+//! bytes into the page cache could gain.
+//!
 //! [`Wal::flush`] is group commit: it returns at once when `flushed_lsn >= upto`; otherwise it
 //! takes the flush mutex, checks again (a flush that ran while it waited usually covered it),
 //! writes everything inserted so far under the writer mutex, then fsyncs the segments written
