@@ -101,6 +101,16 @@
 //! medians within the noise (lazy against PostgreSQL in alternating `--peer --runs 3` sets:
 //! 0.365x and 0.286x with it, 0.259x and 0.342x without); it was not kept.
 //!
+//! The order of the engines turns from round to round. Round 1 runs settledb's policies in
+//! the order given, then PostgreSQL, then PostgreSQL freezing. Each later round starts
+//! further along that list: by the number of engines divided by `--runs` (at least one). With
+//! the four policies, the peer and three runs, each engine takes the first, middle and last
+//! third of a round once. Before 2026-11-29 every round ran in the same order. So any drift
+//! within a round fell on the same engines every time. One such set (`--policy all --peer
+//! --runs 3`) had settledb's four runs rising with their place in rounds 2 and 3: 0.429,
+//! 0.440, 0.481 and 0.571 s, then 0.423, 0.450, 0.485 and 0.495 s. Its medians ranked the
+//! policies in the order they ran.
+//!
 //! # Targets (from the issues)
 //!
 //! settledb's elapsed time at most 0.3 × PostgreSQL's for the first VACUUM and 0.25 × for the
@@ -393,6 +403,26 @@ fn policies(arg: Option<&str>) -> Result<Vec<Option<FreezePolicy>>> {
     })
 }
 
+/// One engine's run within a round: settledb under a policy, or PostgreSQL, by default or
+/// freezing (`vacuum_freeze_min_age = 0`).
+#[derive(Clone, Copy)]
+enum Slot {
+    Settledb(Option<FreezePolicy>),
+    Postgres { freeze: bool },
+}
+
+/// The engines of round `run` (from 1) of `runs`: `slots` turned left by `run - 1` steps of
+/// `slots.len() / runs` places (at least one), so that over the rounds each engine runs early,
+/// midway and late alike (see "Between runs" in the module doc).
+fn round_order<T: Clone>(slots: &[T], run: usize, runs: usize) -> Vec<T> {
+    let mut order = slots.to_vec();
+    if !order.is_empty() {
+        let step = (slots.len() / runs.max(1)).max(1);
+        order.rotate_left((run - 1) * step % slots.len());
+    }
+    order
+}
+
 /// `name=value` pairs: the base settings, then `--set` (a later value wins).
 fn settings(set: &[String]) -> Result<Vec<(String, String)>> {
     let mut out: Vec<(String, String)> = BASE_SETTINGS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -436,34 +466,40 @@ pub fn run(a: VacuumBenchArgs) -> Result<ExitCode> {
             print_run(p, v);
         }
     };
+    // Every engine of a round, in the order of the first round; later rounds rotate it (see
+    // "Between runs" in the module doc).
+    let mut slots: Vec<Slot> = policies.iter().map(|p| Slot::Settledb(*p)).collect();
+    if a.peer {
+        slots.extend([false, true].into_iter().filter(|&f| !f || peer_freeze).map(|freeze| Slot::Postgres { freeze }));
+    }
     for run in 1..=a.runs {
-        for policy in &policies {
-            let updates_per_tx = a.updates_per_tx.unwrap_or(usize::MAX);
-            let work = Work {
-                rows,
-                policy: *policy,
-                updates_per_tx,
-                run,
-                check: a.check,
-                parallel: a.parallel,
-                full_scans: a.full_scans,
+        for slot in round_order(&slots, run, a.runs) {
+            let (p, v) = match slot {
+                Slot::Settledb(policy) => {
+                    let updates_per_tx = a.updates_per_tx.unwrap_or(usize::MAX);
+                    let work = Work {
+                        rows,
+                        policy,
+                        updates_per_tx,
+                        run,
+                        check: a.check,
+                        parallel: a.parallel,
+                        full_scans: a.full_scans,
+                    };
+                    settledb_run(&config, &work)?
+                }
+                Slot::Postgres { freeze } => {
+                    let pg = Postgres::start_with(a.peer_port, &pg_settings, initdb_args)?;
+                    let r = postgres_run(&pg, a.scale, run, freeze, a.full_scans);
+                    let stopped = pg.stop();
+                    let pv = r?;
+                    stopped?;
+                    pv
+                }
             };
-            let (p, v) = settledb_run(&config, &work)?;
             echo(&p, &v);
             prep.push(p);
             vacuums.extend(v);
-        }
-        if a.peer {
-            for freeze in [false, true].into_iter().filter(|&f| !f || peer_freeze) {
-                let pg = Postgres::start_with(a.peer_port, &pg_settings, initdb_args)?;
-                let r = postgres_run(&pg, a.scale, run, freeze, a.full_scans);
-                let stopped = pg.stop();
-                let (p, v) = r?;
-                stopped?;
-                echo(&p, &v);
-                prep.push(p);
-                vacuums.extend(v);
-            }
         }
     }
     let summary = summarize(&vacuums, &prep, &rates);
@@ -1048,6 +1084,32 @@ fn print_summary(r: &VacuumBenchReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Over the rounds, every engine runs in every part of a round: with the four policies
+    /// and both PostgreSQL runs over three rounds, once in each third; with fewer engines than
+    /// rounds, one place further each round. Every round runs every engine once.
+    #[test]
+    fn rounds_turn_the_order_so_each_engine_runs_early_midway_and_late() {
+        let six: Vec<u8> = (0..6).collect();
+        let thirds = |e: u8| -> Vec<usize> {
+            let mut t: Vec<usize> =
+                (1..=3).map(|r| round_order(&six, r, 3).iter().position(|&x| x == e).unwrap() / 2).collect();
+            t.sort();
+            t
+        };
+        for e in six.iter().copied() {
+            assert_eq!(thirds(e), [0, 1, 2], "engine {e}");
+        }
+        assert_eq!(round_order(&six, 1, 3), six, "round 1 keeps the given order");
+        for r in 1..=5 {
+            let mut o = round_order(&six, r, 5);
+            assert_eq!(o[0], (r - 1) as u8 % 6);
+            o.sort();
+            assert_eq!(o, six);
+        }
+        assert_eq!(round_order(&[7, 8], 2, 3), [8, 7]);
+        assert_eq!(round_order(&[7], 3, 3), [7]);
+    }
 
     #[test]
     fn parses_postgres_vacuum_output() {
